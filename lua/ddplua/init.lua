@@ -1,0 +1,76 @@
+-- ddplua: data-parallel training in Lua over a C runtime.
+-- `local ddp = require "ddplua"`; see README.md for the tour.
+local core = require "ddplua.core"
+
+local M = {}
+for k, v in pairs(core) do M[k] = v end
+M.core = core
+M.Tensor = core.Tensor
+M._VERSION = "ddplua 0.1"
+
+-- Grad mode ---------------------------------------------------------------
+
+local no_grad_mt = {
+  __close = function(self) core.set_grad_enabled(self.prev) end,
+  __name = "no_grad",
+}
+
+--- ddp.no_grad(fn, ...) runs fn with gradient recording off and returns its
+--- results; ddp.no_grad() returns a to-be-closed guard:
+---   do local _ <close> = ddp.no_grad() ... end
+function M.no_grad(fn, ...)
+  if fn == nil then
+    return setmetatable({ prev = core.set_grad_enabled(false) }, no_grad_mt)
+  end
+  if type(fn) ~= "function" then
+    error("no_grad: expected a function or no argument, got " .. type(fn), 2)
+  end
+  local prev = core.set_grad_enabled(false)
+  local res = table.pack(pcall(fn, ...))
+  core.set_grad_enabled(prev)
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+function M.enable_grad(fn, ...)
+  local prev = core.set_grad_enabled(true)
+  local res = table.pack(pcall(fn, ...))
+  core.set_grad_enabled(prev)
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+--- Seeds every generator the framework owns (the Philox generator behind
+--- rand/randn/dropout/randperm, and Lua's math.random). The seed doc's
+--- `seed + rank` is the caller's choice.
+function M.seed_everything(seed)
+  if math.type(seed) ~= "integer" then
+    error("seed_everything: expected an integer seed, got " .. tostring(seed), 2)
+  end
+  core.manual_seed(seed)
+  math.randomseed(seed)
+end
+
+-- Submodules load on first use so `require "ddplua"` stays fast.
+local lazy = {
+  nn = "ddplua.nn",
+  optim = "ddplua.optim",
+  data = "ddplua.data",
+  distributed = "ddplua.distributed",
+  amp = "ddplua.amp",
+}
+setmetatable(M, {
+  __index = function(t, k)
+    local mod = lazy[k]
+    if mod then
+      local v = require(mod)
+      rawset(t, k, v)
+      return v
+    end
+    return nil
+  end,
+})
+
+package.loaded["ddplua"] = M
+require "ddplua.tensor"
+return M

@@ -1,0 +1,28 @@
+-- Tensor methods written in Lua (the C ones live in src/lua/l_tensor*.c).
+local core = require "ddplua.core"
+local T = core.Tensor
+
+--- t:type_as(u): t converted to u's dtype.
+function T.type_as(t, u) return t:to(u:dtype()) end
+
+--- t:is_floating_point()
+function T.is_floating_point(t)
+  local d = t:dtype()
+  return d == "float32" or d == "float64" or d == "bfloat16" or d == "float16"
+end
+
+--- ones_like / zeros_like / full_like / randn_like
+local M = package.loaded["ddplua"]
+function M.zeros_like(t, opts)
+  return core.zeros(t:size(), { dtype = opts and opts.dtype or t:dtype(), device = opts and opts.device or t:device() })
+end
+function M.ones_like(t, opts)
+  return core.ones(t:size(), { dtype = opts and opts.dtype or t:dtype(), device = opts and opts.device or t:device() })
+end
+function M.full_like(t, v, opts)
+  return core.full(t:size(), v, { dtype = opts and opts.dtype or t:dtype(), device = opts and opts.device or t:device() })
+end
+function M.randn_like(t) return core.randn(t:size(), { dtype = t:dtype(), device = t:device() }) end
+function M.rand_like(t) return core.rand(t:size(), { dtype = t:dtype(), device = t:device() }) end
+
+return T

@@ -1,0 +1,113 @@
+/* Define-by-run autograd.
+ *
+ * Each differentiable op that sees an input requiring grad (and grad mode
+ * on) creates a dp_node: the backward function, the edges to its inputs'
+ * producers (or to leaf tensors), the tensors it saved and a few scalar
+ * arguments. Outputs point at their node (grad_fn). dp_backward() runs the
+ * nodes reachable from the root in reverse creation order (a ready queue
+ * ordered by sequence number, as PyTorch does), accumulates into leaves'
+ * .grad, fires each leaf's gradient-ready hooks once all its contributions
+ * are in, and frees every node's saved tensors as soon as it has run (unless
+ * retain_graph), so a step's activations are released by backward itself.
+ *
+ * Saved tensors are detached aliases (no grad_fn), so an op saving its own
+ * output makes no reference cycle. Their storage version is recorded; if an
+ * in-place op changed them before backward, backward fails naming the node.
+ * Backward functions run with grad mode off, using ordinary dp_* ops. */
+#ifndef DP_AUTOGRAD_H
+#define DP_AUTOGRAD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tensor/tensor.h"
+
+#define DP_NODE_MAX_SAVED 8
+#define DP_NODE_MAX_ARGS 8
+
+typedef struct dp_node dp_node;
+
+/* gout[n_outputs]: incoming gradients (NULL where none flowed; the function
+ * treats NULL as zeros). gin[n_inputs]: set to new tensors the function
+ * owns-and-hands-over, or left NULL for inputs that need no gradient
+ * (dp_node_needs(n, i) tells which). Returns 0 or -1 with dp_error. */
+typedef int (*dp_backward_fn)(dp_node *n, dp_tensor **gout, dp_tensor **gin);
+
+typedef struct {
+  dp_node *fn;     /* producer of this input, or NULL */
+  dp_tensor *leaf; /* a leaf requiring grad, or NULL */
+  int nr;          /* output number of fn */
+} dp_edge;
+
+struct dp_node {
+  atomic_int refcount;
+  const char *name; /* "MatmulBackward" */
+  uint64_t seq;
+  dp_backward_fn backward;
+  int n_inputs, n_outputs;
+  dp_edge *next;
+  /* input metadata the backward needs without saving the tensor */
+  int64_t (*in_shape)[DP_MAXDIM];
+  int *in_ndim;
+  dp_dtype *in_dtype;
+  dp_tensor *saved[DP_NODE_MAX_SAVED];
+  int n_saved;
+  bool released; /* saved tensors freed (backward ran without retain) */
+  double f[DP_NODE_MAX_ARGS];
+  int64_t i[DP_NODE_MAX_ARGS];
+  void *ctx; /* op-specific heap state, freed with free_ctx */
+  void (*free_ctx)(void *ctx);
+  /* engine scratch */
+  bool visited;
+  int deps;
+  dp_tensor **gbuf;
+};
+
+/* ---- grad mode (thread-local) ---- */
+bool dp_grad_enabled(void);
+/* Returns the previous mode. */
+bool dp_set_grad_enabled(bool on);
+
+/* True when grad mode is on and any of the n tensors requires grad. */
+bool dp_any_requires_grad(int n, dp_tensor *const *ts);
+
+/* Creates a node for an op with the given inputs (inputs that need no
+ * gradient get empty edges; NULL inputs are allowed, e.g. an absent bias). */
+dp_node *dp_node_new(const char *name, dp_backward_fn fn, int n_inputs, dp_tensor *const *inputs,
+                     int n_outputs);
+/* Saves a detached alias of t (NULL allowed); returns its slot. */
+int dp_node_save(dp_node *n, const dp_tensor *t);
+/* Saved tensor k, checking it was not modified in place since it was saved.
+ * NULL + dp_error if it was, or if the graph was already freed. */
+dp_tensor *dp_node_saved(dp_node *n, int k);
+/* Whether input i needs a gradient. */
+bool dp_node_needs(const dp_node *n, int i);
+/* Makes `out` output `nr` of n: sets requires_grad and grad_fn. Consumes
+ * nothing; call once per output. Releases the creator's reference to n
+ * when `last` is true. */
+void dp_node_attach(dp_node *n, dp_tensor *out, int nr);
+void dp_node_retain(dp_node *n);
+void dp_node_release(dp_node *n);
+
+/* Runs backward from root (any shape if grad is given, else root must have
+ * one element and grad defaults to 1). */
+int dp_backward(dp_tensor *root, dp_tensor *grad, bool retain_graph);
+
+/* Adds a gradient-ready hook to a leaf; returns an id for removal. */
+int dp_add_grad_hook(dp_tensor *leaf, dp_grad_hook_fn fn, void *ctx);
+void dp_remove_grad_hook(dp_tensor *leaf, int id);
+
+/* Called by the engine around each backward (DDP finalises its buckets in
+ * the post hook). One global pair of lists; ctx identifies the owner. */
+typedef void (*dp_engine_hook_fn)(void *ctx, bool ok);
+int dp_add_post_backward_hook(dp_engine_hook_fn fn, void *ctx);
+void dp_remove_post_backward_hook(int id);
+
+/* Sums g (broadcast result) down to the given shape; returns a new tensor
+ * (a retained g itself when no reduction is needed). */
+dp_tensor *dp_sum_to(dp_tensor *g, int ndim, const int64_t *shape);
+
+/* Accumulates g into t->grad (allocating on first use). Exposed for DDP. */
+int dp_accumulate_grad(dp_tensor *leaf, dp_tensor *g);
+
+#endif

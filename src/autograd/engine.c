@@ -1,0 +1,291 @@
+/* The backward engine. See autograd.h for the contract. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/autograd.h"
+#include "core/error.h"
+#include "ops/ops.h"
+
+void dp_node_free_saved(dp_node *n);
+
+/* ---- post-backward hooks ---- */
+typedef struct {
+  dp_engine_hook_fn fn;
+  void *ctx;
+  int id;
+} post_hook;
+static post_hook post_hooks[16];
+static int n_post_hooks, next_hook_id = 1;
+
+int dp_add_post_backward_hook(dp_engine_hook_fn fn, void *ctx) {
+  DP_ASSERT(n_post_hooks < 16);
+  post_hooks[n_post_hooks] = (post_hook){fn, ctx, next_hook_id};
+  n_post_hooks++;
+  return next_hook_id++;
+}
+
+void dp_remove_post_backward_hook(int id) {
+  for (int i = 0; i < n_post_hooks; i++)
+    if (post_hooks[i].id == id) {
+      memmove(&post_hooks[i], &post_hooks[i + 1], sizeof(post_hook) * (size_t)(n_post_hooks - i - 1));
+      n_post_hooks--;
+      return;
+    }
+}
+
+int dp_add_grad_hook(dp_tensor *leaf, dp_grad_hook_fn fn, void *ctx) {
+  static int next_id = 1;
+  dp_grad_hook *h = dp_xcalloc(1, sizeof *h);
+  h->fn = fn;
+  h->ctx = ctx;
+  h->id = next_id++;
+  /* append: hooks run in registration order */
+  dp_grad_hook **pp = &leaf->hooks;
+  while (*pp) pp = &(*pp)->next;
+  *pp = h;
+  return h->id;
+}
+
+void dp_remove_grad_hook(dp_tensor *leaf, int id) {
+  for (dp_grad_hook **pp = &leaf->hooks; *pp; pp = &(*pp)->next)
+    if ((*pp)->id == id) {
+      dp_grad_hook *h = *pp;
+      *pp = h->next;
+      free(h);
+      return;
+    }
+}
+
+/* ---- gradient accumulation ---- */
+int dp_accumulate_grad(dp_tensor *leaf, dp_tensor *g) {
+  if (!dp_same_shape(leaf, g)) {
+    char a[128], b[128];
+    return dp_error("gradient of shape %s does not match its tensor's shape %s", dp_shape_str(g, b, sizeof b),
+                    dp_shape_str(leaf, a, sizeof a));
+  }
+  if (leaf->grad) {
+    /* in place: DDP's bucket views and optimizers keep pointing at it */
+    if (dp_binary_(DP_B_ADD, leaf->grad, g)) return -1;
+    return 0;
+  }
+  /* First gradient: take it over when nobody else holds it, else copy. */
+  if (atomic_load(&g->refcount) == 1 && g->dtype == leaf->dtype && dp_is_contiguous(g) &&
+      dp_device_eq(dp_dev(g), dp_dev(leaf)) && !g->requires_grad) {
+    dp_retain(g);
+    leaf->grad = g;
+    return 0;
+  }
+  dp_tensor *c = dp_empty(leaf->dtype, leaf->ndim, leaf->shape, dp_dev(leaf));
+  if (!c) return -1;
+  if (dp_copy_(c, g)) {
+    dp_release(c);
+    return -1;
+  }
+  leaf->grad = c;
+  return 0;
+}
+
+/* ---- ready queue: max-heap on sequence number (latest op first) ---- */
+typedef struct {
+  dp_node **a;
+  int n, cap;
+} heap;
+
+static void heap_push(heap *h, dp_node *x) {
+  if (h->n == h->cap) {
+    h->cap = h->cap ? h->cap * 2 : 64;
+    h->a = dp_xrealloc(h->a, sizeof *h->a * (size_t)h->cap);
+  }
+  int i = h->n++;
+  while (i > 0) {
+    int p = (i - 1) / 2;
+    if (h->a[p]->seq >= x->seq) break;
+    h->a[i] = h->a[p];
+    i = p;
+  }
+  h->a[i] = x;
+}
+
+static dp_node *heap_pop(heap *h) {
+  dp_node *top = h->a[0], *x = h->a[--h->n];
+  int i = 0;
+  for (;;) {
+    int l = 2 * i + 1, r = l + 1, m = i;
+    uint64_t mv = x->seq;
+    if (l < h->n && h->a[l]->seq > mv) m = l, mv = h->a[l]->seq;
+    if (r < h->n && h->a[r]->seq > mv) m = r;
+    if (m == i) break;
+    h->a[i] = h->a[m];
+    i = m;
+  }
+  if (h->n) h->a[i] = x;
+  return top;
+}
+
+typedef struct {
+  void **a;
+  int n, cap;
+} vec;
+static void vec_push(vec *v, void *x) {
+  if (v->n == v->cap) {
+    v->cap = v->cap ? v->cap * 2 : 64;
+    v->a = dp_xrealloc(v->a, sizeof *v->a * (size_t)v->cap);
+  }
+  v->a[v->n++] = x;
+}
+
+static void fire_leaf_hooks(dp_tensor *leaf) {
+  for (dp_grad_hook *h = leaf->hooks; h; h = h->next) h->fn(leaf, h->ctx);
+}
+
+/* Adds g (owned) into slot *dst. */
+static int add_into(dp_tensor **dst, dp_tensor *g) {
+  if (!*dst) {
+    *dst = g;
+    return 0;
+  }
+  dp_tensor *s = dp_add(*dst, g);
+  dp_release(g);
+  if (!s) return -1;
+  dp_release(*dst);
+  *dst = s;
+  return 0;
+}
+
+static int deliver_to_leaf(dp_tensor *leaf, dp_tensor *g) {
+  int rc = 0;
+  if (g) {
+    rc = dp_accumulate_grad(leaf, g);
+    dp_release(g);
+    leaf->bw_got = true;
+  }
+  if (--leaf->bw_pending == 0 && leaf->bw_got && !rc) fire_leaf_hooks(leaf);
+  return rc;
+}
+
+int dp_backward(dp_tensor *root, dp_tensor *grad, bool retain_graph) {
+  if (!root->requires_grad)
+    return dp_error("backward: the tensor does not require grad and has no grad_fn (was it computed "
+                    "under no_grad, or from tensors without requires_grad?)");
+  dp_tensor *g0;
+  if (grad) {
+    if (!dp_same_shape(grad, root)) {
+      char a[128], b[128];
+      return dp_error("backward: gradient shape %s does not match the tensor's shape %s",
+                      dp_shape_str(grad, a, sizeof a), dp_shape_str(root, b, sizeof b));
+    }
+    g0 = dp_to(grad, root->dtype, dp_dev(root));
+  } else {
+    if (dp_numel(root) != 1) {
+      char a[128];
+      return dp_error("backward: grad can be implicitly created only for scalar outputs; the tensor "
+                      "has shape %s (pass a gradient of the same shape)",
+                      dp_shape_str(root, a, sizeof a));
+    }
+    g0 = dp_full(root->dtype, root->ndim, root->shape, 1.0, dp_dev(root));
+  }
+  if (!g0) return -1;
+
+  bool prev = dp_set_grad_enabled(false);
+  int rc = 0;
+  if (!root->grad_fn) { /* a leaf */
+    root->bw_pending = 1;
+    root->bw_got = false;
+    rc = deliver_to_leaf(root, g0);
+    root->bw_pending = 0;
+    root->bw_got = false;
+    goto done;
+  }
+
+  /* Pass 1: every node reachable from the root, with dependency counts. */
+  vec nodes = {0}, leaves = {0}, stack = {0};
+  dp_node *start = root->grad_fn;
+  start->visited = true;
+  vec_push(&nodes, start);
+  vec_push(&stack, start);
+  while (stack.n) {
+    dp_node *n = stack.a[--stack.n];
+    for (int i = 0; i < n->n_inputs; i++) {
+      dp_edge *e = &n->next[i];
+      if (e->fn) {
+        e->fn->deps++;
+        if (!e->fn->visited) {
+          e->fn->visited = true;
+          vec_push(&nodes, e->fn);
+          vec_push(&stack, e->fn);
+        }
+      } else if (e->leaf) {
+        if (e->leaf->bw_pending++ == 0) {
+          e->leaf->bw_got = false;
+          vec_push(&leaves, e->leaf);
+        }
+      }
+    }
+  }
+
+  /* Pass 2: run nodes in reverse creation order as they become ready. */
+  heap ready = {0};
+  start->gbuf[root->output_nr] = g0;
+  g0 = NULL;
+  heap_push(&ready, start);
+  dp_tensor *gin_small[8];
+  while (ready.n && !rc) {
+    dp_node *n = heap_pop(&ready);
+    bool any = false;
+    for (int o = 0; o < n->n_outputs; o++) any |= n->gbuf[o] != NULL;
+    dp_tensor **gin = n->n_inputs <= 8 ? gin_small : dp_xcalloc((size_t)n->n_inputs, sizeof *gin);
+    memset(gin, 0, sizeof *gin * (size_t)n->n_inputs);
+    if (any) {
+      if (n->backward(n, n->gbuf, gin)) {
+        dp_error_prefix(": ");
+        dp_error_prefix(n->name);
+        dp_error_prefix("backward of ");
+        rc = -1;
+      }
+    }
+    for (int o = 0; o < n->n_outputs; o++) dp_clear(&n->gbuf[o]);
+    if (!retain_graph) dp_node_free_saved(n);
+    for (int i = 0; i < n->n_inputs; i++) {
+      dp_edge *e = &n->next[i];
+      dp_tensor *g = gin[i];
+      gin[i] = NULL;
+      if (rc) {
+        dp_release(g);
+        continue;
+      }
+      if (g && e->fn) {
+        rc = add_into(&e->fn->gbuf[e->nr], g);
+      } else if (e->leaf) {
+        rc = deliver_to_leaf(e->leaf, g);
+        continue;
+      } else {
+        dp_release(g);
+      }
+      if (e->fn && --e->fn->deps == 0) heap_push(&ready, e->fn);
+    }
+    if (gin != gin_small) free(gin);
+  }
+
+  /* Reset scratch state so the next backward starts clean, error or not. */
+  for (int k = 0; k < nodes.n; k++) {
+    dp_node *n = nodes.a[k];
+    n->visited = false;
+    n->deps = 0;
+    for (int o = 0; o < n->n_outputs; o++) dp_clear(&n->gbuf[o]);
+  }
+  for (int k = 0; k < leaves.n; k++) {
+    dp_tensor *l = leaves.a[k];
+    l->bw_pending = 0;
+    l->bw_got = false;
+  }
+  free(nodes.a);
+  free(leaves.a);
+  free(stack.a);
+  free(ready.a);
+done:
+  dp_release(g0);
+  dp_set_grad_enabled(prev);
+  for (int i = 0; i < n_post_hooks; i++) post_hooks[i].fn(post_hooks[i].ctx, rc == 0);
+  return rc;
+}

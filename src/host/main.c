@@ -1,0 +1,97 @@
+/* The ddplua host: runs a Lua script in-process (this file) or, with
+ * --nproc N, as N supervised worker processes (launcher.c). */
+#include <lauxlib.h>
+#include <limits.h>
+#include <lua.h>
+#include <lualib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "host/host.h"
+
+int luaopen_ddplua_core(lua_State *L);
+
+/* <dir of the executable>/../../lua (build tree) or the source tree. */
+static void lua_dir(char *out, size_t n) {
+  char exe[PATH_MAX];
+  ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (k > 0) {
+    exe[k] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) {
+      *slash = 0;
+      snprintf(out, n, "%s/../../lua/ddplua/init.lua", exe);
+      if (access(out, R_OK) == 0) {
+        snprintf(out, n, "%s/../../lua", exe);
+        return;
+      }
+      snprintf(out, n, "%s/../share/ddplua/lua/ddplua/init.lua", exe);
+      if (access(out, R_OK) == 0) {
+        snprintf(out, n, "%s/../share/ddplua/lua", exe);
+        return;
+      }
+    }
+  }
+  snprintf(out, n, "%s/lua", DDPLUA_SOURCE_DIR);
+}
+
+static int traceback(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (!msg) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
+    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+lua_State *dp_host_new_state(void) {
+  lua_State *L = luaL_newstate();
+  if (!L) return NULL;
+  luaL_openlibs(L);
+  char dir[PATH_MAX + 64];
+  lua_dir(dir, sizeof dir);
+  /* package.path = <lua dir>/?.lua;<lua dir>/?/init.lua;<default> */
+  lua_getglobal(L, "package");
+  lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", dir, dir);
+  lua_getfield(L, -2, "path");
+  lua_concat(L, 2);
+  lua_setfield(L, -2, "path");
+  lua_getfield(L, -1, "preload");
+  lua_pushcfunction(L, luaopen_ddplua_core);
+  lua_setfield(L, -2, "ddplua.core");
+  lua_pop(L, 2);
+  return L;
+}
+
+int dp_host_run_script(lua_State *L, const char *script, int argc, char **argv, const char *exe) {
+  /* arg table as lua5.4 builds it: arg[0] = script, arg[1..] = args */
+  lua_createtable(L, argc, 2);
+  lua_pushstring(L, exe);
+  lua_rawseti(L, -2, -1);
+  lua_pushstring(L, script);
+  lua_rawseti(L, -2, 0);
+  for (int i = 0; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setglobal(L, "arg");
+  lua_pushcfunction(L, traceback);
+  int rc = luaL_loadfile(L, script);
+  if (rc == LUA_OK) {
+    luaL_checkstack(L, argc + 2, "too many arguments");
+    for (int i = 0; i < argc; i++) lua_pushstring(L, argv[i]);
+    rc = lua_pcall(L, argc, 0, -2 - argc);
+  }
+  if (rc != LUA_OK) {
+    const char *msg = lua_tostring(L, -1);
+    fprintf(stderr, "ddplua: %s\n", msg ? msg : "(error object is not a string)");
+    fflush(stderr);
+    return 1;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) { return dp_host_main(argc, argv); }

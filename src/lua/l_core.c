@@ -1,0 +1,166 @@
+/* luaopen_ddplua_core: the C half of `require "ddplua"`. Each binding file
+ * adds its functions to the module table and its methods to the tensor
+ * method table (exposed as core.Tensor so lua/ddplua can add Lua methods). */
+#include <stdlib.h>
+#include <time.h>
+
+#include "autograd/autograd.h"
+#include "lua/l_util.h"
+#include "ops/cpu/cpu_kernels.h"
+#include "ops/ops.h"
+
+static int l_manual_seed(lua_State *L) {
+  lua_Integer s = luaL_checkinteger(L, 1);
+  dp_manual_seed((uint64_t)s);
+  return 0;
+}
+
+static int l_initial_seed(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)dp_rng_seed());
+  return 1;
+}
+
+static int l_get_rng_state(lua_State *L) {
+  uint64_t s, o;
+  dp_rng_get_state(&s, &o);
+  lua_createtable(L, 0, 2);
+  lua_pushinteger(L, (lua_Integer)s);
+  lua_setfield(L, -2, "seed");
+  lua_pushinteger(L, (lua_Integer)o);
+  lua_setfield(L, -2, "offset");
+  return 1;
+}
+
+static int l_set_rng_state(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_getfield(L, 1, "seed");
+  lua_getfield(L, 1, "offset");
+  int ok1, ok2;
+  lua_Integer s = lua_tointegerx(L, -2, &ok1), o = lua_tointegerx(L, -1, &ok2);
+  if (!ok1 || !ok2) return luaL_error(L, "set_rng_state: expected {seed=<integer>, offset=<integer>}");
+  dp_rng_set_state((uint64_t)s, (uint64_t)o);
+  return 0;
+}
+
+static int l_set_grad_enabled(lua_State *L) {
+  lua_pushboolean(L, dp_set_grad_enabled(lua_toboolean(L, 1)));
+  return 1;
+}
+
+static int l_is_grad_enabled(lua_State *L) {
+  lua_pushboolean(L, dp_grad_enabled());
+  return 1;
+}
+
+static int l_clock(lua_State *L) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  lua_pushnumber(L, (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
+  return 1;
+}
+
+static int l_memory_stats(lua_State *L) {
+  dp_mem_stats s = dp_cpu_mem_stats();
+  lua_createtable(L, 0, 5);
+  lua_pushinteger(L, (lua_Integer)s.live_bytes);
+  lua_setfield(L, -2, "live_bytes");
+  lua_pushinteger(L, (lua_Integer)s.peak_bytes);
+  lua_setfield(L, -2, "peak_bytes");
+  lua_pushinteger(L, (lua_Integer)s.cached_bytes);
+  lua_setfield(L, -2, "cached_bytes");
+  lua_pushinteger(L, (lua_Integer)s.allocs);
+  lua_setfield(L, -2, "allocs");
+  lua_pushinteger(L, (lua_Integer)s.cache_hits);
+  lua_setfield(L, -2, "cache_hits");
+  return 1;
+}
+
+static int l_empty_cache(lua_State *L) {
+  (void)L;
+  dp_cpu_empty_cache();
+  return 0;
+}
+
+static int l_blas_info(lua_State *L) {
+  lua_pushstring(L, dp_blas_info());
+  return 1;
+}
+
+static int l_set_num_threads(lua_State *L) {
+  lua_Integer n = luaL_checkinteger(L, 1);
+  if (n < 1) return luaL_argerror(L, 1, "number of threads must be >= 1");
+  LT_CHECK(L, dp_blas_set_num_threads((int)n));
+  return 0;
+}
+
+static int l_get_num_threads(lua_State *L) {
+  lua_pushinteger(L, dp_blas_get_num_threads());
+  return 1;
+}
+
+static int l_cuda_available(lua_State *L) {
+  const dp_backend *b = dp_backend_require(DP_CUDA);
+  lua_pushboolean(L, b && b->device_count() > 0);
+  if (!b) {
+    lua_pushstring(L, dp_errmsg());
+    return 2;
+  }
+  return 1;
+}
+
+static int l_cuda_device_count(lua_State *L) {
+  const dp_backend *b = dp_backend_require(DP_CUDA);
+  lua_pushinteger(L, b ? b->device_count() : 0);
+  return 1;
+}
+
+static int l_synchronize(lua_State *L) {
+  const dp_backend *b = dp_backend_get(DP_CUDA);
+  if (b) LT_CHECK(L, b->synchronize((int)luaL_optinteger(L, 1, 0)));
+  return 0;
+}
+
+static int l_collectgarbage_paced(lua_State *L) {
+  lt_gc_pace(L);
+  return 0;
+}
+
+extern void lt_open_dist(lua_State *L, int module) __attribute__((weak));
+extern void lt_open_data(lua_State *L, int module) __attribute__((weak));
+extern void lt_open_io(lua_State *L, int module) __attribute__((weak));
+
+int luaopen_ddplua_core(lua_State *L);
+int luaopen_ddplua_core(lua_State *L) {
+  static const luaL_Reg funcs[] = {{"manual_seed", l_manual_seed},
+                                   {"initial_seed", l_initial_seed},
+                                   {"get_rng_state", l_get_rng_state},
+                                   {"set_rng_state", l_set_rng_state},
+                                   {"set_grad_enabled", l_set_grad_enabled},
+                                   {"is_grad_enabled", l_is_grad_enabled},
+                                   {"clock", l_clock},
+                                   {"memory_stats", l_memory_stats},
+                                   {"empty_cache", l_empty_cache},
+                                   {"blas_info", l_blas_info},
+                                   {"set_num_threads", l_set_num_threads},
+                                   {"get_num_threads", l_get_num_threads},
+                                   {"cuda_is_available", l_cuda_available},
+                                   {"cuda_device_count", l_cuda_device_count},
+                                   {"synchronize", l_synchronize},
+                                   {"gc_pace", l_collectgarbage_paced},
+                                   {NULL, NULL}};
+  lua_newtable(L); /* module */
+  int module = lua_gettop(L);
+  luaL_setfuncs(L, funcs, 0);
+  lua_newtable(L); /* tensor methods */
+  int methods = lua_gettop(L);
+  lt_open_tensor(L, module, methods);
+  lt_open_tensor_ops(L, module, methods);
+  lt_open_nn_ops(L, module, methods);
+  if (lt_open_dist) lt_open_dist(L, module);
+  if (lt_open_data) lt_open_data(L, module);
+  if (lt_open_io) lt_open_io(L, module);
+  lua_pushvalue(L, methods);
+  lua_setfield(L, module, "Tensor");
+  lua_settop(L, module);
+  return 1;
+}

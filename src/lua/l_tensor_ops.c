@@ -1,0 +1,247 @@
+/* Tensor math bindings: operators, elementwise methods, reductions,
+ * comparisons, matmul. Positions are 1-based (dims, argmax results). */
+#include <string.h>
+
+#include "autograd/autograd.h"
+#include "lua/l_util.h"
+#include "ops/ops.h"
+
+/* t (op) u where either side may be a number */
+static int binary(lua_State *L, dp_binary_op op) {
+  dp_tensor *a = lt_test(L, 1), *b = lt_test(L, 2);
+  if (a && b) return lt_push(L, dp_binary(op, a, b));
+  if (a && lua_type(L, 2) == LUA_TNUMBER) return lt_push(L, dp_binary_scalar(op, a, lua_tonumber(L, 2), false));
+  if (b && lua_type(L, 1) == LUA_TNUMBER) return lt_push(L, dp_binary_scalar(op, b, lua_tonumber(L, 1), true));
+  if (!a && !b) return luaL_error(L, "expected a tensor operand, got %s and %s", luaL_typename(L, 1), luaL_typename(L, 2));
+  return luaL_error(L, "cannot combine a tensor with a %s (expected a tensor or a number)",
+                    luaL_typename(L, a ? 2 : 1));
+}
+
+static int l_add(lua_State *L) {
+  /* t:add(u, alpha) as PyTorch: t + alpha * u */
+  if (!lua_isnoneornil(L, 3)) {
+    dp_tensor *a = lt_check(L, 1);
+    lua_Number alpha = luaL_checknumber(L, 3);
+    dp_tensor *b = lt_check(L, 2);
+    dp_tensor *s = dp_binary_scalar(DP_B_MUL, b, alpha, false);
+    if (!s) return lt_error(L);
+    dp_tensor *r = dp_add(a, s);
+    dp_release(s);
+    return lt_push(L, r);
+  }
+  return binary(L, DP_B_ADD);
+}
+static int l_sub(lua_State *L) { return binary(L, DP_B_SUB); }
+static int l_mul(lua_State *L) { return binary(L, DP_B_MUL); }
+static int l_div(lua_State *L) { return binary(L, DP_B_DIV); }
+static int l_pow(lua_State *L) { return binary(L, DP_B_POW); }
+static int l_maximum(lua_State *L) { return binary(L, DP_B_MAX); }
+static int l_minimum(lua_State *L) { return binary(L, DP_B_MIN); }
+static int l_eq(lua_State *L) { return binary(L, DP_B_EQ); }
+static int l_ne(lua_State *L) { return binary(L, DP_B_NE); }
+static int l_lt(lua_State *L) { return binary(L, DP_B_LT); }
+static int l_le(lua_State *L) { return binary(L, DP_B_LE); }
+static int l_gt(lua_State *L) { return binary(L, DP_B_GT); }
+static int l_ge(lua_State *L) { return binary(L, DP_B_GE); }
+
+static int l_unm(lua_State *L) { return lt_push(L, dp_neg(lt_check(L, 1))); }
+
+#define UNARY(name, op)                                                                                           \
+  static int l_##name(lua_State *L) { return lt_push(L, dp_unary(op, lt_check(L, 1))); }
+UNARY(neg, DP_U_NEG)
+UNARY(exp, DP_U_EXP)
+UNARY(log, DP_U_LOG)
+UNARY(relu, DP_U_RELU)
+UNARY(gelu, DP_U_GELU)
+UNARY(tanh, DP_U_TANH)
+UNARY(sigmoid, DP_U_SIGMOID)
+UNARY(sqrt, DP_U_SQRT)
+UNARY(rsqrt, DP_U_RSQRT)
+UNARY(abs, DP_U_ABS)
+UNARY(square, DP_U_SQUARE)
+UNARY(reciprocal, DP_U_RECIP)
+UNARY(sign, DP_U_SIGN)
+#undef UNARY
+
+static int l_clamp(lua_State *L) {
+  dp_tensor *t = lt_check(L, 1);
+  dp_tensor *r = t;
+  dp_retain(r);
+  if (!lua_isnoneornil(L, 2)) {
+    dp_tensor *n = dp_binary_scalar(DP_B_MAX, r, luaL_checknumber(L, 2), false);
+    dp_release(r);
+    if (!(r = n)) return lt_error(L);
+  }
+  if (!lua_isnoneornil(L, 3)) {
+    dp_tensor *n = dp_binary_scalar(DP_B_MIN, r, luaL_checknumber(L, 3), false);
+    dp_release(r);
+    if (!(r = n)) return lt_error(L);
+  }
+  return lt_push(L, r);
+}
+
+/* in place: t:add_(u [, alpha]) / t:mul_(s) ...; no autograd */
+static int inplace(lua_State *L, dp_binary_op op) {
+  dp_tensor *a = lt_check(L, 1);
+  if (a->requires_grad && dp_grad_enabled())
+    return luaL_error(L, "in-place operation on a tensor that requires grad (wrap it in ddp.no_grad)");
+  int rc;
+  if (lua_type(L, 2) == LUA_TNUMBER) {
+    rc = dp_binary_scalar_(op, a, lua_tonumber(L, 2));
+  } else {
+    dp_tensor *b = lt_check(L, 2);
+    if (!lua_isnoneornil(L, 3)) {
+      dp_tensor *s = dp_binary_scalar(DP_B_MUL, b, luaL_checknumber(L, 3), false);
+      if (!s) return lt_error(L);
+      rc = dp_binary_(op, a, s);
+      dp_release(s);
+    } else {
+      rc = dp_binary_(op, a, b);
+    }
+  }
+  LT_CHECK(L, rc);
+  lua_settop(L, 1);
+  return 1;
+}
+static int l_add_(lua_State *L) { return inplace(L, DP_B_ADD); }
+static int l_sub_(lua_State *L) { return inplace(L, DP_B_SUB); }
+static int l_mul_(lua_State *L) { return inplace(L, DP_B_MUL); }
+static int l_div_(lua_State *L) { return inplace(L, DP_B_DIV); }
+
+/* ---- reductions ---- */
+/* dims: an integer, a table of integers, or nothing (all) */
+static int read_dims(lua_State *L, int idx, const dp_tensor *t, int *dims) {
+  if (lua_isnoneornil(L, idx)) return 0;
+  if (lua_istable(L, idx)) {
+    int n = (int)luaL_len(L, idx);
+    if (n > DP_MAXDIM) luaL_error(L, "too many dims");
+    for (int i = 0; i < n; i++) {
+      lua_geti(L, idx, i + 1);
+      dims[i] = lt_dim_value(L, luaL_checkinteger(L, -1), t->ndim, 0);
+      lua_pop(L, 1);
+    }
+    return n;
+  }
+  dims[0] = lt_check_dim(L, idx, t->ndim, 0);
+  return 1;
+}
+
+static int sum_mean(lua_State *L, bool mean) {
+  dp_tensor *t = lt_check(L, 1);
+  int dims[DP_MAXDIM];
+  int n = read_dims(L, 2, t, dims);
+  bool keep = lua_toboolean(L, 3);
+  if (t->ndim == 0 && n) return luaL_error(L, "cannot reduce a 0-dimensional tensor over a dimension");
+  return lt_push(L, mean ? dp_mean(t, n, dims, keep) : dp_sum(t, n, dims, keep));
+}
+static int l_sum(lua_State *L) { return sum_mean(L, false); }
+static int l_mean(lua_State *L) { return sum_mean(L, true); }
+
+/* max() -> value; max(dim [, keepdim]) -> values, indices (1-based) */
+static int extreme(lua_State *L, bool is_max) {
+  dp_tensor *t = lt_check(L, 1);
+  if (lua_isnoneornil(L, 2)) return lt_push(L, is_max ? dp_max(t, -1, false, NULL) : dp_min(t, -1, false, NULL));
+  if (lt_test(L, 2)) return binary(L, is_max ? DP_B_MAX : DP_B_MIN); /* elementwise, as torch.max(a, b) */
+  int d = lt_check_dim(L, 2, t->ndim, 0);
+  bool keep = lua_toboolean(L, 3);
+  dp_tensor *idx = NULL;
+  dp_tensor *v = is_max ? dp_max(t, d, keep, &idx) : dp_min(t, d, keep, &idx);
+  if (!v) return lt_error(L);
+  lt_push(L, v);
+  LT_CHECK(L, dp_binary_scalar_(DP_B_ADD, idx, 1));
+  lt_push(L, idx);
+  return 2;
+}
+static int l_max(lua_State *L) { return extreme(L, true); }
+static int l_min(lua_State *L) { return extreme(L, false); }
+
+static int arg_extreme(lua_State *L, bool is_max) {
+  dp_tensor *t = lt_check(L, 1);
+  int d = lua_isnoneornil(L, 2) ? -1 : lt_check_dim(L, 2, t->ndim, 0);
+  bool keep = lua_toboolean(L, 3);
+  return lt_push(L, is_max ? dp_argmax(t, d, keep, 1) : dp_argmin(t, d, keep, 1));
+}
+static int l_argmax(lua_State *L) { return arg_extreme(L, true); }
+static int l_argmin(lua_State *L) { return arg_extreme(L, false); }
+
+static int l_matmul(lua_State *L) { return lt_push(L, dp_matmul(lt_check(L, 1), lt_check(L, 2))); }
+
+static int l_mm(lua_State *L) {
+  dp_tensor *a = lt_check(L, 1), *b = lt_check(L, 2);
+  if (a->ndim != 2 || b->ndim != 2)
+    return luaL_error(L, "mm expects two 2-dimensional tensors, got %d and %d dimensions (use matmul)", a->ndim,
+                      b->ndim);
+  return lt_push(L, dp_matmul(a, b));
+}
+
+static int l_cat(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  int n = (int)luaL_len(L, 1);
+  if (n < 1) return luaL_error(L, "cat: expected a non-empty list of tensors");
+  dp_tensor **ts = lua_newuserdatauv(L, sizeof(dp_tensor *) * (size_t)n, 0);
+  for (int i = 0; i < n; i++) {
+    lua_geti(L, 1, i + 1);
+    ts[i] = lt_test(L, -1);
+    if (!ts[i]) return luaL_error(L, "cat: element %d is a %s, expected a tensor", i + 1, luaL_typename(L, -1));
+    lua_pop(L, 1);
+  }
+  int d = lua_isnoneornil(L, 2) ? 0 : lt_check_dim(L, 2, ts[0]->ndim, 0);
+  return lt_push(L, dp_cat(n, ts, d));
+}
+
+static int l_stack(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  int n = (int)luaL_len(L, 1);
+  if (n < 1) return luaL_error(L, "stack: expected a non-empty list of tensors");
+  dp_tensor **ts = lua_newuserdatauv(L, sizeof(dp_tensor *) * (size_t)n, 0);
+  int nd0 = -1;
+  for (int i = 0; i < n; i++) {
+    lua_geti(L, 1, i + 1);
+    dp_tensor *t = lt_test(L, -1);
+    if (!t) return luaL_error(L, "stack: element %d is a %s, expected a tensor", i + 1, luaL_typename(L, -1));
+    lua_pop(L, 1);
+    if (nd0 < 0) nd0 = t->ndim;
+    ts[i] = NULL;
+  }
+  int d = lua_isnoneornil(L, 2) ? 0 : lt_check_dim(L, 2, nd0, 1);
+  for (int i = 0; i < n; i++) {
+    lua_geti(L, 1, i + 1);
+    ts[i] = dp_unsqueeze(lt_test(L, -1), d);
+    lua_pop(L, 1);
+    if (!ts[i]) {
+      for (int k = 0; k < i; k++) dp_release(ts[k]);
+      return lt_error(L);
+    }
+  }
+  dp_tensor *r = dp_cat(n, ts, d);
+  for (int k = 0; k < n; k++) dp_release(ts[k]);
+  return lt_push(L, r);
+}
+
+void lt_open_tensor_ops(lua_State *L, int module, int methods) {
+  static const luaL_Reg meths[] = {
+      {"add", l_add},         {"sub", l_sub},         {"mul", l_mul},         {"div", l_div},
+      {"pow", l_pow},         {"maximum", l_maximum}, {"minimum", l_minimum}, {"eq", l_eq},
+      {"ne", l_ne},           {"lt", l_lt},           {"le", l_le},           {"gt", l_gt},
+      {"ge", l_ge},           {"neg", l_neg},         {"exp", l_exp},         {"log", l_log},
+      {"relu", l_relu},       {"gelu", l_gelu},       {"tanh", l_tanh},       {"sigmoid", l_sigmoid},
+      {"sqrt", l_sqrt},       {"rsqrt", l_rsqrt},     {"abs", l_abs},         {"square", l_square},
+      {"reciprocal", l_reciprocal}, {"sign", l_sign}, {"clamp", l_clamp},     {"add_", l_add_},
+      {"sub_", l_sub_},       {"mul_", l_mul_},       {"div_", l_div_},       {"sum", l_sum},
+      {"mean", l_mean},       {"max", l_max},         {"min", l_min},         {"argmax", l_argmax},
+      {"argmin", l_argmin},   {"matmul", l_matmul},   {"mm", l_mm},           {NULL, NULL}};
+  lua_pushvalue(L, methods);
+  luaL_setfuncs(L, meths, 0);
+  lua_pop(L, 1);
+  /* module-level functional forms: ddp.add(a, b), ddp.cat{...}, ... */
+  lua_pushvalue(L, module);
+  luaL_setfuncs(L, meths, 0);
+  static const luaL_Reg funcs[] = {{"cat", l_cat}, {"stack", l_stack}, {NULL, NULL}};
+  luaL_setfuncs(L, funcs, 0);
+  lua_pop(L, 1);
+  luaL_getmetatable(L, DP_TENSOR_MT);
+  static const luaL_Reg ops[] = {{"__add", l_add}, {"__sub", l_sub}, {"__mul", l_mul}, {"__div", l_div},
+                                 {"__pow", l_pow}, {"__unm", l_unm}, {NULL, NULL}};
+  luaL_setfuncs(L, ops, 0);
+  lua_pop(L, 1);
+}

@@ -1,0 +1,160 @@
+#include "lua/l_util.h"
+
+#include <string.h>
+
+#include "ops/ops.h"
+
+typedef struct {
+  dp_tensor *t;
+} lt_box;
+
+/* GC pacing: Lua does not see the bytes behind a tensor userdata, so
+ * garbage tensors would pile up between collections. Every tensor push
+ * counts the storage bytes allocated since the last check; once they exceed
+ * the bytes live after the previous collection (at least 16 MiB), a full
+ * collection runs. Memory then stays within about 2x the live set. */
+static size_t pending_bytes, live_after_gc;
+
+void lt_gc_pace(lua_State *L) {
+  pending_bytes += dp_alloc_counter_take();
+  size_t limit = live_after_gc > ((size_t)16 << 20) ? live_after_gc : ((size_t)16 << 20);
+  if (pending_bytes > limit) {
+    lua_gc(L, LUA_GCCOLLECT);
+    pending_bytes = 0;
+    live_after_gc = dp_cpu_mem_stats().live_bytes;
+  }
+}
+
+int lt_error(lua_State *L) { return luaL_error(L, "%s", dp_errmsg()); }
+
+int lt_push(lua_State *L, dp_tensor *t) {
+  if (!t) return lt_error(L);
+  lt_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+  b->t = t;
+  luaL_setmetatable(L, DP_TENSOR_MT);
+  lt_gc_pace(L);
+  return 1;
+}
+
+void lt_push_or_nil(lua_State *L, dp_tensor *t) {
+  if (t) lt_push(L, t);
+  else lua_pushnil(L);
+}
+
+dp_tensor *lt_test(lua_State *L, int idx) {
+  lt_box *b = luaL_testudata(L, idx, DP_TENSOR_MT);
+  return b ? b->t : NULL;
+}
+
+dp_tensor *lt_check(lua_State *L, int idx) {
+  lt_box *b = luaL_checkudata(L, idx, DP_TENSOR_MT);
+  if (!b->t) luaL_argerror(L, idx, "tensor was already freed");
+  return b->t;
+}
+
+int lt_dim_value(lua_State *L, lua_Integer d, int ndim, int extra) {
+  int n = ndim + extra;
+  if (d >= 1 && d <= n) return (int)d - 1;
+  if (d < 0 && d >= -n) return (int)(d + n);
+  if (d == 0)
+    return luaL_error(L, "dimension 0 is not valid: dimensions count from 1 (1..%d), or from the end (-1..-%d)",
+                      n, n);
+  if (n == 0) return luaL_error(L, "dimension %d out of range: the tensor is 0-dimensional", (int)d);
+  return luaL_error(L, "dimension %d out of range for a %d-dimensional tensor (expected 1..%d or -%d..-1)", (int)d,
+                    ndim, n, n);
+}
+
+int lt_check_dim(lua_State *L, int idx, int ndim, int extra) {
+  lua_Integer d = luaL_checkinteger(L, idx);
+  return lt_dim_value(L, d, ndim, extra);
+}
+
+int lt_read_shape(lua_State *L, int idx, int64_t *shape, int *next) {
+  int n = 0;
+  if (lua_istable(L, idx)) {
+    n = (int)luaL_len(L, idx);
+    if (n > DP_MAXDIM) luaL_error(L, "shape has %d dimensions; at most %d are supported", n, DP_MAXDIM);
+    for (int i = 0; i < n; i++) {
+      lua_geti(L, idx, i + 1);
+      int ok;
+      lua_Integer v = lua_tointegerx(L, -1, &ok);
+      if (!ok) luaL_error(L, "shape entry %d must be an integer, got %s", i + 1, luaL_typename(L, -1));
+      shape[i] = v;
+      lua_pop(L, 1);
+    }
+    if (next) *next = idx + 1;
+    return n;
+  }
+  while (lua_type(L, idx + n) == LUA_TNUMBER) {
+    if (n >= DP_MAXDIM) luaL_error(L, "at most %d dimensions are supported", DP_MAXDIM);
+    int ok;
+    lua_Integer v = lua_tointegerx(L, idx + n, &ok);
+    if (!ok) luaL_argerror(L, idx + n, "size must be an integer");
+    shape[n] = v;
+    n++;
+  }
+  if (next) *next = idx + n;
+  return n;
+}
+
+dp_dtype lt_check_dtype(lua_State *L, int idx) {
+  const char *s = luaL_checkstring(L, idx);
+  dp_dtype t;
+  if (dp_dtype_parse(s, &t))
+    luaL_error(L, "unknown dtype '%s' (expected float32, float64, int64, uint8, bfloat16 or float16)", s);
+  return t;
+}
+
+dp_device lt_check_device(lua_State *L, int idx) {
+  const char *s = luaL_checkstring(L, idx);
+  dp_device d;
+  if (dp_device_parse(s, &d)) luaL_error(L, "unknown device '%s' (expected \"cpu\", \"cuda\" or \"cuda:N\")", s);
+  return d;
+}
+
+void lt_check_keys(lua_State *L, int idx, const char *what, const char *const *valid) {
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    bool ok = false;
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      const char *k = lua_tostring(L, -1);
+      for (int i = 0; valid[i]; i++) ok |= strcmp(k, valid[i]) == 0;
+    }
+    if (!ok) {
+      luaL_Buffer b;
+      luaL_buffinit(L, &b);
+      for (int i = 0; valid[i]; i++) {
+        if (i) luaL_addstring(&b, ", ");
+        luaL_addstring(&b, valid[i]);
+      }
+      luaL_pushresult(&b);
+      luaL_error(L, "%s: unknown option '%s' (valid options: %s)", what, luaL_tolstring(L, -2, NULL),
+                 lua_tostring(L, -2));
+    }
+  }
+}
+
+void lt_read_opts(lua_State *L, int idx, lt_opts *o, dp_dtype default_dtype) {
+  o->dtype = default_dtype;
+  o->device = dp_cpu();
+  o->requires_grad = 0;
+  o->has_dtype = o->has_device = 0;
+  if (lua_isnoneornil(L, idx)) return;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  static const char *const valid[] = {"dtype", "device", "requires_grad", NULL};
+  lt_check_keys(L, idx, "tensor options", valid);
+  if (lua_getfield(L, idx, "dtype") != LUA_TNIL) {
+    o->dtype = lt_check_dtype(L, -1);
+    o->has_dtype = 1;
+  }
+  lua_pop(L, 1);
+  if (lua_getfield(L, idx, "device") != LUA_TNIL) {
+    o->device = lt_check_device(L, -1);
+    o->has_device = 1;
+  }
+  lua_pop(L, 1);
+  if (lua_getfield(L, idx, "requires_grad") != LUA_TNIL) o->requires_grad = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+}

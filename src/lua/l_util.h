@@ -1,0 +1,61 @@
+/* Helpers for the Lua bindings: tensor userdata, argument checks that name
+ * the argument and what was expected, and conversion of Lua's 1-based
+ * positions to the runtime's 0-based ones. */
+#ifndef DP_L_UTIL_H
+#define DP_L_UTIL_H
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "core/error.h"
+#include "tensor/tensor.h"
+
+#define DP_TENSOR_MT "ddplua.Tensor"
+
+/* Pushes a userdata owning t (takes over the caller's reference); on NULL
+ * raises the runtime's error message as a Lua error. */
+int lt_push(lua_State *L, dp_tensor *t);
+/* Like lt_push but pushes nil for NULL without an error. */
+void lt_push_or_nil(lua_State *L, dp_tensor *t);
+dp_tensor *lt_check(lua_State *L, int idx);
+dp_tensor *lt_test(lua_State *L, int idx); /* NULL if not a tensor */
+/* Raises dp_errmsg() as a Lua error (with the caller's position). */
+int lt_error(lua_State *L);
+#define LT_CHECK(L, expr)                                                                                        \
+  do {                                                                                                           \
+    if ((expr) != 0) lt_error(L);                                                                                \
+  } while (0)
+
+/* 1-based / negative dim at stack idx -> 0-based; error names the dim and
+ * the valid range for t. `ndim_extra` allows one past the end (unsqueeze). */
+int lt_check_dim(lua_State *L, int idx, int ndim, int ndim_extra);
+/* Converts a Lua dim value (already read) the same way. */
+int lt_dim_value(lua_State *L, lua_Integer d, int ndim, int ndim_extra);
+/* Shape from either integers at idx.. (stopping at the first non-number) or
+ * a table at idx; returns the number of dims and sets *next to the first
+ * stack index after the shape. */
+int lt_read_shape(lua_State *L, int idx, int64_t *shape, int *next);
+/* Reads {dtype=, device=, requires_grad=} at idx (may be none/nil). */
+typedef struct {
+  dp_dtype dtype;
+  dp_device device;
+  int requires_grad;
+  int has_dtype, has_device;
+} lt_opts;
+void lt_read_opts(lua_State *L, int idx, lt_opts *o, dp_dtype default_dtype);
+dp_dtype lt_check_dtype(lua_State *L, int idx);
+dp_device lt_check_device(lua_State *L, int idx);
+/* Checks a string key of an options table against a list of valid keys. */
+void lt_check_keys(lua_State *L, int idx, const char *what, const char *const *valid);
+
+/* Tells the GC pacer that tensors were allocated (called by lt_push). */
+void lt_gc_pace(lua_State *L);
+
+/* Registration of the binding files (each adds functions to the module
+ * table at -1 and methods to the tensor method table at -2... see l_core.c). */
+void lt_open_tensor(lua_State *L, int module, int methods);
+void lt_open_tensor_ops(lua_State *L, int module, int methods);
+void lt_open_nn_ops(lua_State *L, int module, int methods);
+void lt_open_nn_layers(lua_State *L, int module, int methods);
+
+#endif

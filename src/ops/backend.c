@@ -1,0 +1,87 @@
+/* Backend registry. The CPU backend is linked in; the CUDA backend is the
+ * plugin ddplua_cuda.so, found next to the runtime (or at
+ * $DDPLUA_CUDA_PLUGIN) and loaded on the first request for a CUDA device,
+ * so a CPU-only run never pays for loading the CUDA libraries. */
+#include "ops/backend.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+static const dp_backend *cuda_backend;
+static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
+static char cuda_err[2048];
+
+static const dp_runtime_api runtime_api = {
+    .abi_version = DP_PLUGIN_ABI,
+    .error = dp_error,
+    .error_prefix = dp_error_prefix,
+    .errmsg = dp_errmsg,
+};
+
+/* Directory of the object (host binary or core.so) this code is in. */
+static void self_dir(char *buf, size_t n) {
+  Dl_info info;
+  buf[0] = 0;
+  if (dladdr((void *)self_dir, &info) && info.dli_fname) {
+    snprintf(buf, n, "%s", info.dli_fname);
+    char *slash = strrchr(buf, '/');
+    if (slash) *slash = 0;
+    else snprintf(buf, n, ".");
+  }
+}
+
+static void load_cuda(void) {
+  char dir[1024], path[1200];
+  const char *env = getenv("DDPLUA_CUDA_PLUGIN");
+  void *lib = NULL;
+  char tried[1400] = "";
+  if (env && *env) {
+    lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
+    snprintf(tried, sizeof tried, "%s", env);
+  } else {
+    self_dir(dir, sizeof dir);
+    const char *rel[] = {"ddplua_cuda.so", "../ddplua_cuda.so", "../lib/ddplua_cuda.so"};
+    for (size_t i = 0; i < 3 && !lib; i++) {
+      snprintf(path, sizeof path, "%s/%s", dir, rel[i]);
+      lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+      if (!lib && i == 0) snprintf(tried, sizeof tried, "%s (%s)", path, dlerror());
+    }
+  }
+  if (!lib) {
+    snprintf(cuda_err, sizeof cuda_err,
+             "CUDA is not available: this ddplua was built without the CUDA backend or its plugin could "
+             "not be loaded (tried %s)",
+             tried);
+    return;
+  }
+  dp_plugin_init_fn init = (dp_plugin_init_fn)dlsym(lib, DP_CUDA_PLUGIN_INIT);
+  if (!init) {
+    snprintf(cuda_err, sizeof cuda_err, "the CUDA plugin has no %s entry point", DP_CUDA_PLUGIN_INIT);
+    return;
+  }
+  char err[400] = "";
+  cuda_backend = init(&runtime_api, err, sizeof err);
+  if (!cuda_backend) snprintf(cuda_err, sizeof cuda_err, "CUDA is not available: %s", err);
+}
+
+const dp_backend *dp_backend_get(int devtype) {
+  if (devtype == DP_CPU) return &dp_cpu_backend;
+  if (devtype == DP_CUDA) return cuda_backend;
+  return NULL;
+}
+
+const dp_backend *dp_backend_require(int devtype) {
+  if (devtype == DP_CPU) return &dp_cpu_backend;
+  if (devtype != DP_CUDA) {
+    dp_error("unknown device type %d", devtype);
+    return NULL;
+  }
+  pthread_once(&cuda_once, load_cuda);
+  if (!cuda_backend) dp_error("%s", cuda_err);
+  return cuda_backend;
+}

@@ -1,0 +1,353 @@
+/* Elementwise ops with broadcasting, and their gradients. */
+#include <math.h>
+#include <string.h>
+
+#include "ops/op_util.h"
+
+const char *dp_shp_n(int ndim, const int64_t *shape) {
+  static _Thread_local char bufs[8][160];
+  static _Thread_local unsigned k;
+  char *b = bufs[k++ & 7];
+  return dp_shape_str_n(ndim, shape, b, 160);
+}
+
+const char *dp_shp(const dp_tensor *t) { return dp_shp_n(t->ndim, t->shape); }
+
+int dp_check_same_device(const char *op, const dp_tensor *a, const dp_tensor *b) {
+  if (dp_device_eq(dp_dev(a), dp_dev(b))) return 0;
+  char x[16], y[16];
+  return dp_error("%s: expected all tensors on the same device, got %s and %s", op,
+                  dp_device_str(dp_dev(a), x, sizeof x), dp_device_str(dp_dev(b), y, sizeof y));
+}
+
+int dp_check_float(const char *op, const dp_tensor *t) {
+  if (dp_dtype_is_float(t->dtype)) return 0;
+  return dp_error("%s: expected a floating point tensor, got %s", op, dp_dtype_name(t->dtype));
+}
+
+int dp_check_dim(const char *op, const dp_tensor *t, int dim) {
+  if (dim >= 0 && dim < t->ndim) return 0;
+  return dp_error("%s: dimension %d out of range for a %d-dimensional tensor", op, dim + 1, t->ndim);
+}
+
+static const char *binary_name(dp_binary_op op) {
+  static const char *names[DP_B_COUNT] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow",
+                                          "eq",  "ne",  "lt",  "le",  "gt",      "ge"};
+  return (unsigned)op < DP_B_COUNT ? names[op] : "binary op";
+}
+
+int dp_broadcast_shape(const dp_tensor *a, const dp_tensor *b, int *ndim, int64_t *shape) {
+  int n = a->ndim > b->ndim ? a->ndim : b->ndim;
+  for (int i = 0; i < n; i++) {
+    int da = a->ndim - n + i, db = b->ndim - n + i;
+    int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
+    if (sa != sb && sa != 1 && sb != 1) {
+      return dp_error("shapes %s and %s cannot be broadcast together (size %" PRId64 " vs %" PRId64
+                      " at dimension %d of the result)",
+                      SHAPE(a), SHAPE(b), sa, sb, i + 1);
+    }
+    shape[i] = sa == 1 ? sb : sa;
+  }
+  *ndim = n;
+  return 0;
+}
+
+dp_tensor *dp_expand_raw(dp_tensor *t, int ndim, const int64_t *shape) {
+  int64_t st[DP_MAXDIM];
+  for (int i = 0; i < ndim; i++) {
+    int d = t->ndim - ndim + i;
+    if (d < 0 || t->shape[d] == 1) st[i] = 0;
+    else st[i] = t->stride[d];
+    if (d >= 0 && t->shape[d] != 1 && t->shape[d] != shape[i]) {
+      dp_error("cannot expand shape %s to %s", SHAPE(t), dp_shp_n(ndim, shape));
+      return NULL;
+    }
+  }
+  /* a view that may address no element (numel 0) is fine */
+  dp_storage_retain(t->storage);
+  dp_tensor *v = dp_xcalloc(1, sizeof *v);
+  atomic_init(&v->refcount, 1);
+  v->storage = t->storage;
+  v->offset = t->offset;
+  v->dtype = t->dtype;
+  v->ndim = ndim;
+  memcpy(v->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  memcpy(v->stride, st, sizeof(int64_t) * (size_t)ndim);
+  return v;
+}
+
+dp_tensor *dp_grad_for_input(dp_node *n, int i, dp_tensor *g) {
+  if (!g) return NULL;
+  dp_tensor *s = dp_sum_to(g, n->in_ndim[i], n->in_shape[i]);
+  dp_release(g);
+  if (!s || s->dtype == n->in_dtype[i]) return s;
+  dp_tensor *c = dp_to(s, n->in_dtype[i], dp_dev(s));
+  dp_release(s);
+  return c;
+}
+
+/* ---- unary ---- */
+static int unary_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  dp_unary_op op = (dp_unary_op)n->i[0];
+  dp_tensor *x = dp_node_saved(n, 0), *y = dp_node_saved(n, 1);
+  if (n->released) return -1;
+  dp_tensor *gy = gout[0];
+  if (op == DP_U_NEG) {
+    gin[0] = dp_neg(gy);
+    return gin[0] ? 0 : -1;
+  }
+  dp_tensor *gx = dp_empty_like(gy);
+  if (!gx) return -1;
+  if (dp_backend_of(gy)->unary_backward(op, gx, gy, x, y)) {
+    dp_release(gx);
+    return -1;
+  }
+  gin[0] = gx;
+  return 0;
+}
+
+dp_tensor *dp_unary(dp_unary_op op, dp_tensor *x) {
+  static const char *names[DP_U_COUNT] = {"NegBackward",  "ExpBackward",   "LogBackward",   "ReluBackward",
+                                          "GeluBackward", "TanhBackward",  "SigmoidBackward", "SqrtBackward",
+                                          "RsqrtBackward", "AbsBackward",  "SquareBackward", "ReciprocalBackward",
+                                          "SignBackward"};
+  if ((unsigned)op >= DP_U_COUNT) {
+    dp_error("unknown unary op %d", (int)op);
+    return NULL;
+  }
+  /* integer inputs: math functions give float32 (PyTorch), neg/abs/relu/square/sign keep the type */
+  dp_dtype odt = x->dtype;
+  bool keeps_int = op == DP_U_NEG || op == DP_U_ABS || op == DP_U_RELU || op == DP_U_SQUARE || op == DP_U_SIGN;
+  if (!dp_dtype_is_float(odt) && !keeps_int) odt = DP_F32;
+  dp_tensor *out = dp_empty(odt, x->ndim, x->shape, dp_dev(x));
+  if (!out) return NULL;
+  if (dp_backend_of(x)->unary(op, out, x)) {
+    dp_release(out);
+    return NULL;
+  }
+  if (dp_any_requires_grad(1, &x)) {
+    dp_node *n = dp_node_new(names[op], unary_backward, 1, &x, 1);
+    n->i[0] = op;
+    extern char dp_unary_grad_uses(dp_unary_op op);
+    char uses = dp_unary_grad_uses(op);
+    dp_node_save(n, uses == 'x' ? x : NULL);
+    dp_node_save(n, uses == 'y' ? out : NULL);
+    dp_node_attach(n, out, 0);
+    dp_node_release(n);
+  }
+  return out;
+}
+
+/* ---- binary ---- */
+static dp_dtype binary_out_dtype(dp_binary_op op, dp_dtype a, dp_dtype b) {
+  if (op >= DP_B_EQ) return DP_U8;
+  dp_dtype t = dp_promote(a, b);
+  if ((op == DP_B_DIV || op == DP_B_POW) && !dp_dtype_is_float(t)) return DP_F32;
+  return t;
+}
+
+static int binary_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  dp_binary_op op = (dp_binary_op)n->i[0];
+  dp_tensor *gy = gout[0];
+  dp_tensor *a = dp_node_saved(n, 0), *b = dp_node_saved(n, 1), *y = dp_node_saved(n, 2);
+  if (n->released) return -1;
+  bool na = dp_node_needs(n, 0), nb = dp_node_needs(n, 1);
+  dp_tensor *ga = NULL, *gb = NULL;
+  switch (op) {
+  case DP_B_ADD:
+    if (na) dp_retain(gy), ga = gy;
+    if (nb) dp_retain(gy), gb = gy;
+    break;
+  case DP_B_SUB:
+    if (na) dp_retain(gy), ga = gy;
+    if (nb) gb = dp_neg(gy);
+    break;
+  case DP_B_MUL:
+    if (na) ga = dp_mul(gy, b);
+    if (nb) gb = dp_mul(gy, a);
+    break;
+  case DP_B_DIV:
+    if (na) ga = dp_div(gy, b);
+    if (nb) { /* -gy * y / b */
+      dp_tensor *t = dp_mul(gy, y), *u = t ? dp_div(t, b) : NULL;
+      gb = u ? dp_neg(u) : NULL;
+      dp_release(t);
+      dp_release(u);
+    }
+    break;
+  case DP_B_MAX:
+  case DP_B_MIN: { /* ties split the gradient equally, as PyTorch */
+    dp_tensor *win = dp_binary(op == DP_B_MAX ? DP_B_GT : DP_B_LT, a, b), *tie = dp_binary(DP_B_EQ, a, b);
+    dp_tensor *wf = win ? dp_to(win, gy->dtype, dp_dev(gy)) : NULL, *tf = tie ? dp_to(tie, gy->dtype, dp_dev(gy)) : NULL;
+    dp_tensor *half = tf ? dp_binary_scalar(DP_B_MUL, tf, 0.5, false) : NULL;
+    dp_tensor *ma = (wf && half) ? dp_add(wf, half) : NULL; /* weight of a */
+    if (ma && na) ga = dp_mul(gy, ma);
+    if (ma && nb) {
+      dp_tensor *mb = dp_binary_scalar(DP_B_SUB, ma, 1.0, true);
+      gb = mb ? dp_mul(gy, mb) : NULL;
+      dp_release(mb);
+    }
+    dp_release(win), dp_release(tie), dp_release(wf), dp_release(tf), dp_release(half), dp_release(ma);
+    break;
+  }
+  case DP_B_POW:
+    if (na) { /* gy * b * a^(b-1) */
+      dp_tensor *bm1 = dp_binary_scalar(DP_B_SUB, b, 1.0, false), *p = bm1 ? dp_binary(DP_B_POW, a, bm1) : NULL;
+      dp_tensor *t = p ? dp_mul(p, b) : NULL;
+      ga = t ? dp_mul(gy, t) : NULL;
+      dp_release(bm1), dp_release(p), dp_release(t);
+    }
+    if (nb) { /* gy * y * log(a) */
+      dp_tensor *la = dp_unary(DP_U_LOG, a), *t = la ? dp_mul(y, la) : NULL;
+      gb = t ? dp_mul(gy, t) : NULL;
+      dp_release(la), dp_release(t);
+    }
+    break;
+  default: return dp_error("comparison ops have no gradient");
+  }
+  if ((na && !ga) || (nb && !gb)) {
+    dp_release(ga), dp_release(gb);
+    return -1;
+  }
+  gin[0] = dp_grad_for_input(n, 0, ga);
+  gin[1] = dp_grad_for_input(n, 1, gb);
+  if ((na && !gin[0]) || (nb && !gin[1])) return -1;
+  return 0;
+}
+
+dp_tensor *dp_binary(dp_binary_op op, dp_tensor *a, dp_tensor *b) {
+  const char *name = binary_name(op);
+  if ((unsigned)op >= DP_B_COUNT) {
+    dp_error("unknown binary op %d", (int)op);
+    return NULL;
+  }
+  if (dp_check_same_device(name, a, b)) return NULL;
+  int nd;
+  int64_t shape[DP_MAXDIM];
+  if (dp_broadcast_shape(a, b, &nd, shape)) {
+    dp_error_prefix(": ");
+    dp_error_prefix(name);
+    return NULL;
+  }
+  dp_tensor *out = dp_empty(binary_out_dtype(op, a->dtype, b->dtype), nd, shape, dp_dev(a));
+  if (!out) return NULL;
+  dp_tensor *ea = dp_expand_raw(a, nd, shape), *eb = dp_expand_raw(b, nd, shape);
+  int rc = (ea && eb) ? dp_backend_of(a)->binary(op, out, ea, eb) : -1;
+  dp_release(ea);
+  dp_release(eb);
+  if (rc) {
+    dp_release(out);
+    return NULL;
+  }
+  dp_tensor *ins[2] = {a, b};
+  if (op < DP_B_EQ && dp_any_requires_grad(2, ins)) {
+    static const char *names[] = {"AddBackward", "SubBackward",     "MulBackward", "DivBackward",
+                                  "MaximumBackward", "MinimumBackward", "PowBackward"};
+    dp_node *n = dp_node_new(names[op], binary_backward, 2, ins, 1);
+    n->i[0] = op;
+    bool save_ab = op != DP_B_ADD && op != DP_B_SUB;
+    dp_node_save(n, save_ab ? a : NULL);
+    dp_node_save(n, save_ab ? b : NULL);
+    dp_node_save(n, (op == DP_B_DIV || op == DP_B_POW) ? out : NULL);
+    dp_node_attach(n, out, 0);
+    dp_node_release(n);
+  }
+  return out;
+}
+
+static int binary_scalar_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  dp_binary_op op = (dp_binary_op)n->i[0];
+  bool first = n->i[1];
+  double s = n->f[0];
+  dp_tensor *gy = gout[0], *a = dp_node_saved(n, 0), *y = dp_node_saved(n, 1);
+  if (n->released) return -1;
+  dp_tensor *g = NULL;
+  switch (op) {
+  case DP_B_ADD: dp_retain(gy), g = gy; break;
+  case DP_B_SUB: g = first ? dp_neg(gy) : (dp_retain(gy), gy); break;
+  case DP_B_MUL: g = dp_binary_scalar(DP_B_MUL, gy, s, false); break;
+  case DP_B_DIV:
+    if (!first) g = dp_binary_scalar(DP_B_DIV, gy, s, false);
+    else { /* d(s/a) = -y/a */
+      dp_tensor *t = dp_div(y, a), *u = t ? dp_mul(gy, t) : NULL;
+      g = u ? dp_neg(u) : NULL;
+      dp_release(t), dp_release(u);
+    }
+    break;
+  case DP_B_POW:
+    if (!first) { /* s * a^(s-1) */
+      dp_tensor *p = dp_binary_scalar(DP_B_POW, a, s - 1.0, false), *t = p ? dp_binary_scalar(DP_B_MUL, p, s, false) : NULL;
+      g = t ? dp_mul(gy, t) : NULL;
+      dp_release(p), dp_release(t);
+    } else { /* s^a: y * log(s) */
+      dp_tensor *t = dp_binary_scalar(DP_B_MUL, y, log(s), false);
+      g = t ? dp_mul(gy, t) : NULL;
+      dp_release(t);
+    }
+    break;
+  case DP_B_MAX:
+  case DP_B_MIN: {
+    dp_tensor *win = dp_binary_scalar(op == DP_B_MAX ? DP_B_GT : DP_B_LT, a, s, false);
+    dp_tensor *tie = dp_binary_scalar(DP_B_EQ, a, s, false);
+    dp_tensor *wf = win ? dp_to(win, gy->dtype, dp_dev(gy)) : NULL, *tf = tie ? dp_to(tie, gy->dtype, dp_dev(gy)) : NULL;
+    dp_tensor *half = tf ? dp_binary_scalar(DP_B_MUL, tf, 0.5, false) : NULL;
+    dp_tensor *m = (wf && half) ? dp_add(wf, half) : NULL;
+    g = m ? dp_mul(gy, m) : NULL;
+    dp_release(win), dp_release(tie), dp_release(wf), dp_release(tf), dp_release(half), dp_release(m);
+    break;
+  }
+  default: return dp_error("comparison ops have no gradient");
+  }
+  if (!g) return -1;
+  gin[0] = dp_grad_for_input(n, 0, g);
+  return gin[0] ? 0 : -1;
+}
+
+dp_tensor *dp_binary_scalar(dp_binary_op op, dp_tensor *a, double s, bool scalar_first) {
+  if ((unsigned)op >= DP_B_COUNT) {
+    dp_error("unknown binary op %d", (int)op);
+    return NULL;
+  }
+  /* A Lua number is weakly typed (as a Python scalar in PyTorch): it keeps
+   * an integer tensor integer unless it has a fraction. */
+  dp_dtype odt = a->dtype;
+  if (op >= DP_B_EQ) odt = DP_U8;
+  else if (!dp_dtype_is_float(odt) && (op == DP_B_DIV || op == DP_B_POW || s != floor(s) || isinf(s)))
+    odt = DP_F32;
+  dp_tensor *out = dp_empty(odt, a->ndim, a->shape, dp_dev(a));
+  if (!out) return NULL;
+  if (dp_backend_of(a)->binary_scalar(op, out, a, s, scalar_first)) {
+    dp_release(out);
+    return NULL;
+  }
+  if (op < DP_B_EQ && dp_any_requires_grad(1, &a)) {
+    static const char *names[] = {"AddBackward", "SubBackward",     "MulBackward", "DivBackward",
+                                  "MaximumBackward", "MinimumBackward", "PowBackward"};
+    dp_node *n = dp_node_new(names[op], binary_scalar_backward, 1, &a, 1);
+    n->i[0] = op;
+    n->i[1] = scalar_first;
+    n->f[0] = s;
+    bool need_a = op == DP_B_MAX || op == DP_B_MIN || op == DP_B_POW || (op == DP_B_DIV && scalar_first);
+    dp_node_save(n, need_a ? a : NULL);
+    dp_node_save(n, ((op == DP_B_DIV || op == DP_B_POW) && scalar_first) ? out : NULL);
+    dp_node_attach(n, out, 0);
+    dp_node_release(n);
+  }
+  return out;
+}
+
+int dp_binary_(dp_binary_op op, dp_tensor *a, dp_tensor *b) {
+  if (dp_check_same_device(binary_name(op), a, b)) return -1;
+  dp_tensor *eb = dp_expand_raw(b, a->ndim, a->shape);
+  if (!eb) return -1;
+  int rc = dp_backend_of(a)->binary(op, a, a, eb);
+  dp_release(eb);
+  if (!rc) dp_bump_version(a);
+  return rc;
+}
+
+int dp_binary_scalar_(dp_binary_op op, dp_tensor *a, double s) {
+  int rc = dp_backend_of(a)->binary_scalar(op, a, a, s, false);
+  if (!rc) dp_bump_version(a);
+  return rc;
+}

@@ -1,0 +1,335 @@
+/* matmul (PyTorch's broadcasting rules) and linear with a fused bias and
+ * activation epilogue; GEMMs go to the backend (OpenBLAS / cuBLAS) with
+ * transposes expressed as flags, never as copies, when strides allow. */
+#include <string.h>
+
+#include "ops/op_util.h"
+
+/* A matrix operand as the backend wants it: a data pointer, row stride and
+ * transpose flag. Returns false if the last two dims have no unit stride. */
+static bool as_gemm_operand(const dp_tensor *t, bool *trans, int64_t *ld) {
+  int d = t->ndim;
+  int64_t rows = t->shape[d - 2], cols = t->shape[d - 1];
+  int64_t sr = t->stride[d - 2], sc = t->stride[d - 1];
+  if ((sc == 1 || cols == 1) && sr >= (cols > 1 ? cols : 1)) {
+    *trans = false;
+    *ld = sr > 0 ? sr : (cols > 1 ? cols : 1);
+    if (rows == 1) *ld = cols > 1 ? cols : 1;
+    return true;
+  }
+  if ((sr == 1 || rows == 1) && sc >= (rows > 1 ? rows : 1)) {
+    *trans = true;
+    *ld = sc > 0 ? sc : (rows > 1 ? rows : 1);
+    if (cols == 1) *ld = rows > 1 ? rows : 1;
+    return true;
+  }
+  return false;
+}
+
+/* Collapses leading batch dims (ndim - 2 of them) to a single stride if
+ * they are uniformly strided; batch count in *nb. */
+static bool batch_stride(const dp_tensor *t, int64_t *stride, int64_t *nb) {
+  int nbd = t->ndim - 2;
+  *nb = 1;
+  *stride = 0;
+  int64_t expect = -1;
+  for (int d = nbd - 1; d >= 0; d--) {
+    if (t->shape[d] == 1) continue;
+    if (expect < 0) *stride = t->stride[d];
+    else if (t->stride[d] != expect) return false;
+    expect = t->stride[d] * t->shape[d];
+    *nb *= t->shape[d];
+  }
+  return true;
+}
+
+/* out [batch..., m, n] = a [batch..., m, k] @ b [batch..., k, n]; a and b
+ * already expanded to the same batch dims. */
+static int gemm_batched(dp_tensor *out, dp_tensor *a, dp_tensor *b, double beta) {
+  dp_tensor *ca = NULL, *cb = NULL;
+  bool ta = false, tb = false;
+  int64_t lda = 0, ldb = 0, sa = 0, sb = 0, nba = 1, nbb = 1;
+  if (!as_gemm_operand(a, &ta, &lda) || !batch_stride(a, &sa, &nba)) {
+    a = ca = dp_contiguous_raw(a);
+    if (!a) return -1;
+    as_gemm_operand(a, &ta, &lda);
+    batch_stride(a, &sa, &nba);
+  }
+  if (!as_gemm_operand(b, &tb, &ldb) || !batch_stride(b, &sb, &nbb)) {
+    b = cb = dp_contiguous_raw(b);
+    if (!b) {
+      dp_release(ca);
+      return -1;
+    }
+    as_gemm_operand(b, &tb, &ldb);
+    batch_stride(b, &sb, &nbb);
+  }
+  int nd = out->ndim;
+  int64_t batch = 1;
+  for (int d = 0; d < nd - 2; d++) batch *= out->shape[d];
+  dp_gemm_args g = {
+      .dtype = out->dtype,
+      .trans_a = ta,
+      .trans_b = tb,
+      .m = out->shape[nd - 2],
+      .n = out->shape[nd - 1],
+      .k = a->shape[a->ndim - 1],
+      .batch = batch,
+      .alpha = 1.0,
+      .beta = beta,
+      .a = dp_data(a),
+      .lda = lda,
+      .stride_a = nba == 1 ? 0 : sa,
+      .b = dp_data(b),
+      .ldb = ldb,
+      .stride_b = nbb == 1 ? 0 : sb,
+      .c = dp_data(out),
+      .ldc = out->shape[nd - 1],
+      .stride_c = out->shape[nd - 2] * out->shape[nd - 1],
+      .device = dp_dev(out).index,
+  };
+  int rc = dp_backend_of(out)->gemm(&g);
+  dp_release(ca);
+  dp_release(cb);
+  return rc;
+}
+
+static int matmul_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  dp_tensor *a = dp_node_saved(n, 0), *b = dp_node_saved(n, 1);
+  if (n->released) return -1;
+  int rc = -1;
+  /* lift 1-d operands to matrices exactly as the forward did */
+  dp_tensor *a2 = a->ndim == 1 ? dp_unsqueeze(a, 0) : (dp_retain(a), a);
+  dp_tensor *b2 = b->ndim == 1 ? dp_unsqueeze(b, 1) : (dp_retain(b), b);
+  dp_tensor *gy = gout[0], *g2 = NULL, *bt = NULL, *at = NULL, *ga = NULL, *gb = NULL;
+  if (!a2 || !b2) goto out;
+  {
+    /* gy with the 1-d dims re-inserted: [..., m, n] */
+    int nd = gy->ndim + (a->ndim == 1) + (b->ndim == 1);
+    int64_t sh[DP_MAXDIM];
+    int k = 0;
+    for (int d = 0; d < gy->ndim - ((a->ndim == 1 ? 0 : 1) + (b->ndim == 1 ? 0 : 1)); d++) sh[k++] = gy->shape[d];
+    sh[k++] = a->ndim == 1 ? 1 : a2->shape[a2->ndim - 2];
+    sh[k++] = b->ndim == 1 ? 1 : b2->shape[b2->ndim - 1];
+    if (k != nd) nd = k;
+    g2 = dp_reshape(gy, nd, sh);
+  }
+  if (!g2) goto out;
+  if (dp_node_needs(n, 0)) {
+    bt = dp_transpose(b2, b2->ndim - 2, b2->ndim - 1);
+    ga = bt ? dp_matmul(g2, bt) : NULL;
+    dp_tensor *s = ga ? dp_sum_to(ga, a2->ndim, a2->shape) : NULL;
+    gin[0] = s ? dp_reshape(s, a->ndim, a->shape) : NULL;
+    dp_release(s);
+    if (!gin[0]) goto out;
+  }
+  if (dp_node_needs(n, 1)) {
+    at = dp_transpose(a2, a2->ndim - 2, a2->ndim - 1);
+    gb = at ? dp_matmul(at, g2) : NULL;
+    dp_tensor *s = gb ? dp_sum_to(gb, b2->ndim, b2->shape) : NULL;
+    gin[1] = s ? dp_reshape(s, b->ndim, b->shape) : NULL;
+    dp_release(s);
+    if (!gin[1]) goto out;
+  }
+  rc = 0;
+out:
+  dp_release(a2), dp_release(b2), dp_release(g2), dp_release(bt), dp_release(at), dp_release(ga), dp_release(gb);
+  return rc;
+}
+
+dp_tensor *dp_matmul(dp_tensor *a, dp_tensor *b) {
+  if (dp_check_same_device("matmul", a, b)) return NULL;
+  if (a->ndim == 0 || b->ndim == 0) {
+    dp_error("matmul: both arguments need at least 1 dimension, got shapes %s and %s", SHAPE(a), SHAPE(b));
+    return NULL;
+  }
+  if (a->dtype != b->dtype || !dp_dtype_is_float(a->dtype)) {
+    dp_error("matmul: expected two floating point tensors of the same dtype, got %s and %s",
+             dp_dtype_name(a->dtype), dp_dtype_name(b->dtype));
+    return NULL;
+  }
+  int64_t k = a->shape[a->ndim - 1], kb = b->ndim == 1 ? b->shape[0] : b->shape[b->ndim - 2];
+  if (k != kb) {
+    dp_error("matmul: shapes %s and %s cannot be multiplied (%" PRId64 " != %" PRId64 ")", SHAPE(a), SHAPE(b), k, kb);
+    return NULL;
+  }
+  int64_t m = a->ndim == 1 ? 1 : a->shape[a->ndim - 2];
+  int64_t nn = b->ndim == 1 ? 1 : b->shape[b->ndim - 1];
+  /* broadcast batch dims */
+  int nba = a->ndim > 2 ? a->ndim - 2 : 0, nbb = b->ndim > 2 ? b->ndim - 2 : 0;
+  int nbd = nba > nbb ? nba : nbb;
+  int64_t bsh[DP_MAXDIM];
+  for (int i = 0; i < nbd; i++) {
+    int da = nba - nbd + i, db = nbb - nbd + i;
+    int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
+    if (sa != sb && sa != 1 && sb != 1) {
+      dp_error("matmul: batch dimensions of %s and %s cannot be broadcast", SHAPE(a), SHAPE(b));
+      return NULL;
+    }
+    bsh[i] = sa == 1 ? sb : sa;
+  }
+  if (nbd + 2 > DP_MAXDIM) {
+    dp_error("matmul: too many dimensions");
+    return NULL;
+  }
+  /* full 3+ dim shapes */
+  int64_t ash[DP_MAXDIM], bshp[DP_MAXDIM], osh[DP_MAXDIM];
+  memcpy(ash, bsh, sizeof(int64_t) * (size_t)nbd);
+  memcpy(bshp, bsh, sizeof(int64_t) * (size_t)nbd);
+  memcpy(osh, bsh, sizeof(int64_t) * (size_t)nbd);
+  ash[nbd] = m, ash[nbd + 1] = k;
+  bshp[nbd] = k, bshp[nbd + 1] = nn;
+  osh[nbd] = m, osh[nbd + 1] = nn;
+  dp_tensor *a2 = a->ndim == 1 ? dp_reshape(a, 2, (int64_t[]){1, k}) : (dp_retain(a), a);
+  dp_tensor *b2 = b->ndim == 1 ? dp_reshape(b, 2, (int64_t[]){k, 1}) : (dp_retain(b), b);
+  bool prev = dp_set_grad_enabled(false);
+  dp_tensor *ea = a2 ? dp_expand_raw(a2, nbd + 2, ash) : NULL;
+  dp_tensor *eb = b2 ? dp_expand_raw(b2, nbd + 2, bshp) : NULL;
+  dp_tensor *out = (ea && eb) ? dp_empty(a->dtype, nbd + 2, osh, dp_dev(a)) : NULL;
+  dp_set_grad_enabled(prev);
+  if (out && gemm_batched(out, ea, eb, 0.0)) dp_clear(&out);
+  dp_release(a2), dp_release(b2), dp_release(ea), dp_release(eb);
+  if (!out) return NULL;
+  /* drop the dims that 1-d operands added */
+  if (a->ndim == 1 || b->ndim == 1) {
+    int64_t sh[DP_MAXDIM];
+    int kk = 0;
+    for (int d = 0; d < nbd; d++) sh[kk++] = osh[d];
+    if (a->ndim != 1) sh[kk++] = m;
+    if (b->ndim != 1) sh[kk++] = nn;
+    dp_tensor *r = dp_reshape(out, kk, sh);
+    dp_release(out);
+    out = r;
+    if (!out) return NULL;
+  }
+  dp_tensor *ins[2] = {a, b};
+  if (dp_any_requires_grad(2, ins)) {
+    dp_node *n = dp_node_new("MatmulBackward", matmul_backward, 2, ins, 1);
+    dp_node_save(n, a);
+    dp_node_save(n, b);
+    dp_node_attach(n, out, 0);
+    dp_node_release(n);
+  }
+  return out;
+}
+
+/* ---- linear ---- */
+static int linear_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  dp_tensor *x = dp_node_saved(n, 0), *w = dp_node_saved(n, 1), *y = dp_node_saved(n, 2);
+  if (n->released) return -1;
+  int act = (int)n->i[0];
+  int64_t rows = n->i[1], in = w->shape[1], outf = w->shape[0];
+  dp_tensor *g = NULL, *gy = NULL, *x2 = NULL;
+  int rc = -1;
+  gy = dp_reshape(gout[0], 2, (int64_t[]){rows, outf});
+  if (!gy) goto out;
+  if (act >= 0) { /* through the fused activation, using the saved output */
+    g = dp_empty(gy->dtype, 2, gy->shape, dp_dev(gy));
+    dp_tensor *y2 = dp_reshape(y, 2, (int64_t[]){rows, outf});
+    if (!g || !y2 || dp_backend_of(gy)->unary_backward((dp_unary_op)act, g, gy, NULL, y2)) {
+      dp_release(y2);
+      goto out;
+    }
+    dp_release(y2);
+  } else {
+    g = dp_contiguous_raw(gy);
+    if (!g) goto out;
+  }
+  if (dp_node_needs(n, 0)) { /* gx = g @ w */
+    dp_tensor *gx = dp_empty(g->dtype, 2, (int64_t[]){rows, in}, dp_dev(g));
+    if (!gx || gemm_batched(gx, g, w, 0.0)) {
+      dp_release(gx);
+      goto out;
+    }
+    gin[0] = dp_reshape(gx, n->in_ndim[0], n->in_shape[0]);
+    dp_release(gx);
+    if (!gin[0]) goto out;
+  }
+  if (dp_node_needs(n, 1)) { /* gw = g^T @ x */
+    x2 = dp_reshape(x, 2, (int64_t[]){rows, in});
+    dp_tensor *gt = x2 ? dp_transpose(g, 0, 1) : NULL;
+    dp_tensor *gw = gt ? dp_empty(g->dtype, 2, (int64_t[]){outf, in}, dp_dev(g)) : NULL;
+    int r = gw ? gemm_batched(gw, gt, x2, 0.0) : -1;
+    dp_release(gt);
+    if (r) {
+      dp_release(gw);
+      goto out;
+    }
+    gin[1] = gw;
+  }
+  if (n->n_inputs > 2 && dp_node_needs(n, 2)) {
+    dp_tensor *gb = dp_empty(g->dtype, 1, &outf, dp_dev(g));
+    if (!gb || dp_backend_of(g)->channel_sum(gb, g, rows, outf, 1)) {
+      dp_release(gb);
+      goto out;
+    }
+    gin[2] = gb;
+  }
+  rc = 0;
+out:
+  dp_release(g), dp_release(gy), dp_release(x2);
+  return rc;
+}
+
+dp_tensor *dp_linear(dp_tensor *x, dp_tensor *w, dp_tensor *b, int act) {
+  if (w->ndim != 2) {
+    dp_error("linear: weight must be 2-dimensional [out_features, in_features], got %s", SHAPE(w));
+    return NULL;
+  }
+  if (x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1]) {
+    dp_error("linear: input of shape %s does not match weight %s (expected last dimension %" PRId64 ")", SHAPE(x),
+             SHAPE(w), w->shape[1]);
+    return NULL;
+  }
+  if (b && (b->ndim != 1 || b->shape[0] != w->shape[0])) {
+    dp_error("linear: bias of shape %s does not match weight %s (expected [%" PRId64 "])", SHAPE(b), SHAPE(w),
+             w->shape[0]);
+    return NULL;
+  }
+  if (x->dtype != w->dtype || (b && b->dtype != w->dtype) || !dp_dtype_is_float(w->dtype)) {
+    dp_error("linear: input, weight and bias must share one floating point dtype, got %s, %s%s%s",
+             dp_dtype_name(x->dtype), dp_dtype_name(w->dtype), b ? " and " : "", b ? dp_dtype_name(b->dtype) : "");
+    return NULL;
+  }
+  if (dp_check_same_device("linear", x, w) || (b && dp_check_same_device("linear", x, b))) return NULL;
+  if (act >= 0 && act != DP_U_RELU && act != DP_U_TANH && act != DP_U_SIGMOID) {
+    dp_error("linear: a fused activation must be relu, tanh or sigmoid");
+    return NULL;
+  }
+  int64_t in = w->shape[1], outf = w->shape[0], rows = 1;
+  for (int d = 0; d < x->ndim - 1; d++) rows *= x->shape[d];
+  bool prev = dp_set_grad_enabled(false);
+  dp_tensor *x2 = dp_reshape(x, 2, (int64_t[]){rows, in});
+  dp_tensor *wt = x2 ? dp_transpose(w, 0, 1) : NULL;
+  dp_set_grad_enabled(prev);
+  dp_tensor *y = wt ? dp_empty(w->dtype, 2, (int64_t[]){rows, outf}, dp_dev(x)) : NULL;
+  int rc = y ? gemm_batched(y, x2, wt, 0.0) : -1;
+  if (!rc && (b || act >= 0)) rc = dp_backend_of(y)->bias_act(y, b, act, rows, outf, 1);
+  dp_release(x2), dp_release(wt);
+  if (rc) {
+    dp_release(y);
+    return NULL;
+  }
+  int64_t osh[DP_MAXDIM];
+  memcpy(osh, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+  osh[x->ndim - 1] = outf;
+  dp_tensor *out = y;
+  if (x->ndim != 2) {
+    out = dp_reshape(y, x->ndim, osh);
+    dp_release(y);
+    if (!out) return NULL;
+  }
+  dp_tensor *ins[3] = {x, w, b};
+  if (dp_any_requires_grad(b ? 3 : 2, ins)) {
+    dp_node *n = dp_node_new(act == DP_U_RELU ? "LinearReluBackward" : "LinearBackward", linear_backward,
+                             b ? 3 : 2, ins, 1);
+    n->i[0] = act;
+    n->i[1] = rows;
+    dp_node_save(n, dp_node_needs(n, 1) ? x : NULL);
+    dp_node_save(n, w);
+    dp_node_save(n, act >= 0 ? out : NULL);
+    dp_node_attach(n, out, 0);
+    dp_node_release(n);
+  }
+  return out;
+}

@@ -1,0 +1,31 @@
+/* Helpers shared by the op-layer files (not part of the public op API). */
+#ifndef DP_OP_UTIL_H
+#define DP_OP_UTIL_H
+
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "autograd/autograd.h"
+#include "core/error.h"
+#include "ops/ops.h"
+
+/* Shape text for error messages ("[2, 3]"), from a small rotating set of
+ * thread-local buffers so several can appear in one message. */
+const char *dp_shp(const dp_tensor *t);
+const char *dp_shp_n(int ndim, const int64_t *shape);
+#define SHAPE(t) dp_shp(t)
+
+/* Both tensors on one device, else an error naming both. */
+int dp_check_same_device(const char *op, const dp_tensor *a, const dp_tensor *b);
+/* A float dtype, else an error naming op and dtype. */
+int dp_check_float(const char *op, const dp_tensor *t);
+/* Gradient for input i of node n: g summed to the input's shape and cast to
+ * its dtype. Consumes g. */
+dp_tensor *dp_grad_for_input(dp_node *n, int i, dp_tensor *g);
+dp_tensor *dp_contiguous_raw(dp_tensor *t); /* contiguous copy without autograd */
+/* A new tensor of t's dtype/device/shape holding t's values, no autograd */
+dp_tensor *dp_copy_raw(dp_tensor *t);
+/* 0-based dim check: error naming the dim in the user's 1-based terms. */
+int dp_check_dim(const char *op, const dp_tensor *t, int dim);
+
+#endif

@@ -1,0 +1,117 @@
+/* The op layer: device-agnostic, differentiable operations.
+ *
+ * Each function checks its arguments (errors name shapes, dtypes, values),
+ * allocates outputs on the inputs' device, calls the device backend and
+ * records an autograd node when grad mode is on and an input requires grad.
+ * All dims and indices are 0-based here (the Lua layer converts). Results
+ * are new references; NULL + dp_errmsg() on error.
+ *
+ * Adding an op is a checklist: the kernel in src/ops/cpu (and
+ * src/ops/cuda), its backend entry in backend.h, the forward + backward
+ * function in the family's file here, the binding in src/lua, the Lua
+ * wrapper if it is a module, and a spec with a float64 finite-difference
+ * check. */
+#ifndef DP_OPS_H
+#define DP_OPS_H
+
+#include "ops/backend.h"
+#include "tensor/tensor.h"
+
+/* ---- elementwise (ops/elementwise.c) ---- */
+dp_tensor *dp_unary(dp_unary_op op, dp_tensor *x);
+dp_tensor *dp_binary(dp_binary_op op, dp_tensor *a, dp_tensor *b); /* broadcasting */
+dp_tensor *dp_binary_scalar(dp_binary_op op, dp_tensor *a, double s, bool scalar_first);
+static inline dp_tensor *dp_add(dp_tensor *a, dp_tensor *b) { return dp_binary(DP_B_ADD, a, b); }
+static inline dp_tensor *dp_sub(dp_tensor *a, dp_tensor *b) { return dp_binary(DP_B_SUB, a, b); }
+static inline dp_tensor *dp_mul(dp_tensor *a, dp_tensor *b) { return dp_binary(DP_B_MUL, a, b); }
+static inline dp_tensor *dp_div(dp_tensor *a, dp_tensor *b) { return dp_binary(DP_B_DIV, a, b); }
+static inline dp_tensor *dp_neg(dp_tensor *x) { return dp_unary(DP_U_NEG, x); }
+/* In place, no autograd (grad accumulation, optimizers, running stats):
+ * a = a (op) b with b broadcast to a's shape. */
+int dp_binary_(dp_binary_op op, dp_tensor *a, dp_tensor *b);
+int dp_binary_scalar_(dp_binary_op op, dp_tensor *a, double s);
+/* Broadcast shape of a and b; error names both shapes. */
+int dp_broadcast_shape(const dp_tensor *a, const dp_tensor *b, int *ndim, int64_t *shape);
+/* View of t expanded (stride 0) to ndim/shape; raw, no autograd. */
+dp_tensor *dp_expand_raw(dp_tensor *t, int ndim, const int64_t *shape);
+
+/* ---- copies, casts, fills (ops/copy.c) ---- */
+int dp_fill_(dp_tensor *t, double v);
+/* dst <- src broadcast to dst's shape, casting dtype, across devices. */
+int dp_copy_(dp_tensor *dst, dp_tensor *src);
+dp_tensor *dp_contiguous(dp_tensor *t); /* t itself (retained) if already contiguous */
+dp_tensor *dp_clone(dp_tensor *t);
+dp_tensor *dp_detach(dp_tensor *t);
+/* Cast and/or move; differentiable (the gradient is cast/moved back). */
+dp_tensor *dp_to(dp_tensor *t, dp_dtype dt, dp_device dev);
+dp_tensor *dp_arange(double start, double end, double step, dp_dtype dt, dp_device dev);
+
+/* ---- views (ops/view.c): share storage, differentiable ---- */
+/* shape may contain one -1 (inferred). view needs compatible strides;
+ * reshape copies when it must. */
+dp_tensor *dp_view(dp_tensor *t, int ndim, const int64_t *shape);
+dp_tensor *dp_reshape(dp_tensor *t, int ndim, const int64_t *shape);
+dp_tensor *dp_transpose(dp_tensor *t, int d0, int d1);
+dp_tensor *dp_permute(dp_tensor *t, const int *perm);
+dp_tensor *dp_narrow(dp_tensor *t, int dim, int64_t start, int64_t len);
+dp_tensor *dp_select(dp_tensor *t, int dim, int64_t index);
+dp_tensor *dp_expand(dp_tensor *t, int ndim, const int64_t *shape); /* -1 keeps a size */
+dp_tensor *dp_flatten(dp_tensor *t, int start, int end);
+dp_tensor *dp_unsqueeze(dp_tensor *t, int dim);
+dp_tensor *dp_squeeze(dp_tensor *t, int dim); /* dim < 0: all size-1 dims */
+dp_tensor *dp_cat(int n, dp_tensor *const *ts, int dim);
+
+/* ---- reductions (ops/reduce.c) ---- */
+/* dims: list of 0-based dims (n = 0 means all). */
+dp_tensor *dp_sum(dp_tensor *x, int n, const int *dims, bool keepdim);
+dp_tensor *dp_mean(dp_tensor *x, int n, const int *dims, bool keepdim);
+/* max/min over one dim: values, and (if indices != NULL) int64 0-based
+ * positions. dim < 0 means over everything (values only). */
+dp_tensor *dp_max(dp_tensor *x, int dim, bool keepdim, dp_tensor **indices);
+dp_tensor *dp_min(dp_tensor *x, int dim, bool keepdim, dp_tensor **indices);
+/* int64 positions + base (Lua passes 1). dim < 0: over the flattened tensor. */
+dp_tensor *dp_argmax(dp_tensor *x, int dim, bool keepdim, int64_t base);
+dp_tensor *dp_argmin(dp_tensor *x, int dim, bool keepdim, int64_t base);
+
+/* ---- linear algebra (ops/matmul.c) ---- */
+/* PyTorch's matmul: 1-d/2-d/batched with broadcasting of batch dims. */
+dp_tensor *dp_matmul(dp_tensor *a, dp_tensor *b);
+/* y = x w^T + b (b may be NULL), bias fused into the GEMM epilogue. act < 0
+ * for none, or DP_U_RELU to fuse the activation as well. */
+dp_tensor *dp_linear(dp_tensor *x, dp_tensor *w, dp_tensor *b, int act);
+
+/* ---- nn functional (ops/activation.c, loss.c, conv.c, norm.c, ...) ---- */
+dp_tensor *dp_softmax(dp_tensor *x, int dim);
+dp_tensor *dp_log_softmax(dp_tensor *x, int dim);
+typedef enum { DP_REDUCE_NONE, DP_REDUCE_MEAN, DP_REDUCE_SUM } dp_reduction;
+/* logits [N, C] or [N, C, d...]; target int64 [N] / [N, d...] holding class
+ * positions + base. */
+dp_tensor *dp_cross_entropy(dp_tensor *logits, dp_tensor *target, dp_reduction red, double smoothing,
+                            int64_t ignore_index, int64_t base);
+dp_tensor *dp_mse_loss(dp_tensor *a, dp_tensor *b, dp_reduction red);
+dp_tensor *dp_conv2d(dp_tensor *x, dp_tensor *w, dp_tensor *b, const int64_t stride[2],
+                     const int64_t padding[2]);
+dp_tensor *dp_max_pool2d(dp_tensor *x, const int64_t k[2], const int64_t stride[2], const int64_t pad[2]);
+dp_tensor *dp_avg_pool2d(dp_tensor *x, const int64_t k[2], const int64_t stride[2], const int64_t pad[2]);
+/* x [N, C, ...]; running stats updated in place when training (may be
+ * NULL); w, b may be NULL. */
+dp_tensor *dp_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w,
+                         dp_tensor *b, bool training, double momentum, double eps);
+dp_tensor *dp_layer_norm(dp_tensor *x, int n_norm_dims, dp_tensor *w, dp_tensor *b, double eps);
+dp_tensor *dp_dropout(dp_tensor *x, double p, bool training);
+/* weight [num, dim]; idx int64 any shape, positions + base. */
+dp_tensor *dp_embedding(dp_tensor *weight, dp_tensor *idx, int64_t base);
+
+/* ---- random numbers (ops/random.c): Philox, one global generator ---- */
+void dp_manual_seed(uint64_t seed);
+uint64_t dp_rng_seed(void);
+/* Reserves n counters; returns the first. */
+uint64_t dp_rng_reserve(uint64_t n);
+void dp_rng_get_state(uint64_t *seed, uint64_t *offset);
+void dp_rng_set_state(uint64_t seed, uint64_t offset);
+dp_tensor *dp_rand(dp_dtype dt, int ndim, const int64_t *shape, dp_device dev);
+dp_tensor *dp_randn(dp_dtype dt, int ndim, const int64_t *shape, dp_device dev);
+/* int64 permutation of 0..n-1 (+base) on the CPU, from the generator. */
+dp_tensor *dp_randperm(int64_t n, int64_t base);
+
+#endif

@@ -1,0 +1,116 @@
+#include "tensor/dtype.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor/half.h"
+
+static const struct {
+  const char *name;
+  size_t size;
+} info[DP_NDTYPES] = {
+    [DP_F32] = {"float32", 4}, [DP_F64] = {"float64", 8}, [DP_I64] = {"int64", 8},
+    [DP_U8] = {"uint8", 1},    [DP_BF16] = {"bfloat16", 2}, [DP_F16] = {"float16", 2},
+};
+
+size_t dp_dtype_size(dp_dtype t) { return (unsigned)t < DP_NDTYPES ? info[t].size : 0; }
+const char *dp_dtype_name(dp_dtype t) { return (unsigned)t < DP_NDTYPES ? info[t].name : "?"; }
+
+int dp_dtype_parse(const char *s, dp_dtype *out) {
+  static const struct {
+    const char *alias;
+    dp_dtype t;
+  } aliases[] = {
+      {"float32", DP_F32}, {"float", DP_F32},     {"f32", DP_F32},     {"float64", DP_F64},
+      {"double", DP_F64},  {"f64", DP_F64},       {"int64", DP_I64},   {"long", DP_I64},
+      {"i64", DP_I64},     {"uint8", DP_U8},      {"byte", DP_U8},     {"u8", DP_U8},
+      {"bool", DP_U8},     {"bfloat16", DP_BF16}, {"bf16", DP_BF16},   {"float16", DP_F16},
+      {"half", DP_F16},    {"f16", DP_F16},
+  };
+  for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+    if (strcmp(s, aliases[i].alias) == 0) {
+      *out = aliases[i].t;
+      return 0;
+    }
+  return -1;
+}
+
+bool dp_dtype_is_float(dp_dtype t) {
+  return t == DP_F32 || t == DP_F64 || t == DP_BF16 || t == DP_F16;
+}
+
+dp_dtype dp_promote(dp_dtype a, dp_dtype b) {
+  if (a == b) return a;
+  bool fa = dp_dtype_is_float(a), fb = dp_dtype_is_float(b);
+  if (fa && !fb) return a;
+  if (fb && !fa) return b;
+  if (!fa) return DP_I64; /* u8 with i64 */
+  if (a == DP_F64 || b == DP_F64) return DP_F64;
+  return DP_F32; /* f32 with a half type, or bf16 with f16 */
+}
+
+double dp_load_d(const void *p, dp_dtype t) {
+  switch (t) {
+  case DP_F32: return *(const float *)p;
+  case DP_F64: return *(const double *)p;
+  case DP_I64: return (double)*(const int64_t *)p;
+  case DP_U8: return *(const uint8_t *)p;
+  case DP_BF16: return dp_bf16_to_f32(*(const uint16_t *)p);
+  case DP_F16: return dp_f16_to_f32(*(const uint16_t *)p);
+  default: return 0;
+  }
+}
+
+void dp_store_d(void *p, dp_dtype t, double v) {
+  switch (t) {
+  case DP_F32: *(float *)p = (float)v; break;
+  case DP_F64: *(double *)p = v; break;
+  case DP_I64:
+    /* Truncation toward zero like a C cast; NaN and out-of-range become 0 /
+     * the limit rather than undefined behaviour. */
+    if (isnan(v)) *(int64_t *)p = 0;
+    else if (v >= 9.2233720368547758e18) *(int64_t *)p = INT64_MAX;
+    else if (v <= -9.2233720368547758e18) *(int64_t *)p = INT64_MIN;
+    else *(int64_t *)p = (int64_t)v;
+    break;
+  case DP_U8: {
+    /* Wraps like PyTorch's uint8 conversion of integers. */
+    if (isnan(v) || isinf(v)) *(uint8_t *)p = 0;
+    else *(uint8_t *)p = (uint8_t)(int64_t)fmod(trunc(v), 256.0);
+    break;
+  }
+  case DP_BF16: *(uint16_t *)p = dp_f32_to_bf16((float)v); break;
+  case DP_F16: *(uint16_t *)p = dp_f32_to_f16((float)v); break;
+  default: break;
+  }
+}
+
+int dp_device_parse(const char *s, dp_device *out) {
+  if (strcmp(s, "cpu") == 0) {
+    *out = dp_cpu();
+    return 0;
+  }
+  if (strncmp(s, "cuda", 4) == 0) {
+    if (s[4] == 0) {
+      *out = (dp_device){DP_CUDA, 0};
+      return 0;
+    }
+    if (s[4] == ':') {
+      char *end;
+      long i = strtol(s + 5, &end, 10);
+      if (end != s + 5 && *end == 0 && i >= 0 && i < 64) {
+        *out = (dp_device){DP_CUDA, (int8_t)i};
+        return 0;
+      }
+    }
+  }
+  return -1;
+}
+
+const char *dp_device_str(dp_device d, char *buf, size_t n) {
+  if (d.type == DP_CPU) snprintf(buf, n, "cpu");
+  else snprintf(buf, n, "cuda:%d", d.index);
+  return buf;
+}
