@@ -77,9 +77,12 @@ dp_node *dp_node_new(const char *name, dp_backward_fn fn, int n_inputs, dp_tenso
                      int n_outputs);
 /* Saves a detached alias of t (NULL allowed); returns its slot. */
 int dp_node_save(dp_node *n, const dp_tensor *t);
-/* Saved tensor k, checking it was not modified in place since it was saved.
- * NULL + dp_error if it was, or if the graph was already freed. */
+/* Saved tensor k (NULL if none was saved in that slot). The engine has
+ * already checked, before calling the backward function, that the saved
+ * tensors still exist and were not modified in place. */
 dp_tensor *dp_node_saved(dp_node *n, int k);
+/* That check: 0, or -1 + dp_error naming the node. */
+int dp_node_check_saved(dp_node *n);
 /* Whether input i needs a gradient. */
 bool dp_node_needs(const dp_node *n, int i);
 /* Makes `out` output `nr` of n: sets requires_grad and grad_fn. Consumes

@@ -237,7 +237,7 @@ int dp_backward(dp_tensor *root, dp_tensor *grad, bool retain_graph) {
     dp_tensor **gin = n->n_inputs <= 8 ? gin_small : dp_xcalloc((size_t)n->n_inputs, sizeof *gin);
     memset(gin, 0, sizeof *gin * (size_t)n->n_inputs);
     if (any) {
-      if (n->backward(n, n->gbuf, gin)) {
+      if (dp_node_check_saved(n) || n->backward(n, n->gbuf, gin)) {
         dp_error_prefix(": ");
         dp_error_prefix(n->name);
         dp_error_prefix("backward of ");

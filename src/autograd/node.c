@@ -66,22 +66,22 @@ int dp_node_save(dp_node *n, const dp_tensor *t) {
   return k;
 }
 
-dp_tensor *dp_node_saved(dp_node *n, int k) {
-  if (n->released) {
-    dp_error("%s: trying to backward through the graph a second time (its saved tensors were "
-             "freed by the first backward); pass retain_graph=true to the first backward",
-             n->name);
-    return NULL;
+int dp_node_check_saved(dp_node *n) {
+  if (n->released && n->n_saved > 0)
+    return dp_error("%s: trying to backward through the graph a second time (its saved tensors were freed "
+                    "by the first backward); pass retain_graph=true to the first backward",
+                    n->name);
+  for (int k = 0; k < n->n_saved; k++) {
+    dp_tensor *t = n->saved[k];
+    if (t && atomic_load(&t->storage->version) != t->saved_version)
+      return dp_error("%s: a tensor saved for the gradient computation was modified by an in-place operation "
+                      "(version %u, expected %u)",
+                      n->name, atomic_load(&t->storage->version), t->saved_version);
   }
-  dp_tensor *t = n->saved[k];
-  if (t && atomic_load(&t->storage->version) != t->saved_version) {
-    dp_error("%s: a tensor saved for the gradient computation was modified by an in-place "
-             "operation (version %u, expected %u)",
-             n->name, atomic_load(&t->storage->version), t->saved_version);
-    return NULL;
-  }
-  return t;
+  return 0;
 }
+
+dp_tensor *dp_node_saved(dp_node *n, int k) { return n->saved[k]; }
 
 bool dp_node_needs(const dp_node *n, int i) { return n->next[i].fn || n->next[i].leaf; }
 

@@ -90,7 +90,6 @@ dp_tensor *dp_grad_for_input(dp_node *n, int i, dp_tensor *g) {
 static int unary_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_unary_op op = (dp_unary_op)n->i[0];
   dp_tensor *x = dp_node_saved(n, 0), *y = dp_node_saved(n, 1);
-  if (n->released) return -1;
   dp_tensor *gy = gout[0];
   if (op == DP_U_NEG) {
     gin[0] = dp_neg(gy);
@@ -150,7 +149,6 @@ static int binary_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_binary_op op = (dp_binary_op)n->i[0];
   dp_tensor *gy = gout[0];
   dp_tensor *a = dp_node_saved(n, 0), *b = dp_node_saved(n, 1), *y = dp_node_saved(n, 2);
-  if (n->released) return -1;
   bool na = dp_node_needs(n, 0), nb = dp_node_needs(n, 1);
   dp_tensor *ga = NULL, *gb = NULL;
   switch (op) {
@@ -260,7 +258,6 @@ static int binary_scalar_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin)
   bool first = n->i[1];
   double s = n->f[0];
   dp_tensor *gy = gout[0], *a = dp_node_saved(n, 0), *y = dp_node_saved(n, 1);
-  if (n->released) return -1;
   dp_tensor *g = NULL;
   switch (op) {
   case DP_B_ADD: dp_retain(gy), g = gy; break;

@@ -90,7 +90,6 @@ typedef struct {
 static int ce_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_tensor *x = dp_node_saved(n, 0), *target = dp_node_saved(n, 1), *lse = dp_node_saved(n, 2),
             *valid = dp_node_saved(n, 3);
-  if (n->released) return -1;
   dp_reduction red = (dp_reduction)n->i[0];
   int64_t base = n->i[1], ignore = n->i[2];
   double smoothing = n->f[0];

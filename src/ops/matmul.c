@@ -96,7 +96,6 @@ static int gemm_batched(dp_tensor *out, dp_tensor *a, dp_tensor *b, double beta)
 
 static int matmul_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_tensor *a = dp_node_saved(n, 0), *b = dp_node_saved(n, 1);
-  if (n->released) return -1;
   int rc = -1;
   /* lift 1-d operands to matrices exactly as the forward did */
   dp_tensor *a2 = a->ndim == 1 ? dp_unsqueeze(a, 0) : (dp_retain(a), a);
@@ -216,7 +215,6 @@ dp_tensor *dp_matmul(dp_tensor *a, dp_tensor *b) {
 /* ---- linear ---- */
 static int linear_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_tensor *x = dp_node_saved(n, 0), *w = dp_node_saved(n, 1), *y = dp_node_saved(n, 2);
-  if (n->released) return -1;
   int act = (int)n->i[0];
   int64_t rows = n->i[1], in = w->shape[1], outf = w->shape[0];
   dp_tensor *g = NULL, *gy = NULL, *x2 = NULL;

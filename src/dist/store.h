@@ -1,0 +1,47 @@
+/* The rendezvous store: a small TCP key-value server (set / get with a
+ * deadline / add / wait / check / delete) that the ranks of a job use to
+ * find each other (NCCL unique ids, shared-memory segment names, TCP
+ * addresses, barrier counters).
+ *
+ * Wire format (all integers little-endian): every message is
+ *   u32 length | u8 command | body
+ * A connection must start with HELLO carrying the job token; anything else,
+ * a wrong token, an oversized or malformed message closes that connection
+ * and the server keeps serving the others. The server is one thread with a
+ * poll loop; blocking GET/WAIT are parked and answered when the key appears
+ * or their deadline passes. */
+#ifndef DP_STORE_H
+#define DP_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dp_store_server dp_store_server;
+typedef struct dp_store dp_store;
+
+/* Starts serving on bind_addr:port (port 0 picks a free one, written to
+ * *port_out). NULL + dp_error (e.g. "port 8009 on 127.0.0.1 is already in
+ * use") on failure. */
+dp_store_server *dp_store_server_start(const char *bind_addr, int port, const char *token, int *port_out);
+void dp_store_server_stop(dp_store_server *s);
+
+/* Connects, retrying until timeout_ms (the server may start later). */
+dp_store *dp_store_connect(const char *host, int port, const char *token, int timeout_ms);
+void dp_store_close(dp_store *s);
+
+int dp_store_set(dp_store *s, const char *key, const void *val, size_t len);
+/* Blocks until key exists or timeout_ms passes (error naming the key).
+ * *val is malloc'ed (NUL-terminated for convenience). */
+int dp_store_get(dp_store *s, const char *key, void **val, size_t *len, int timeout_ms);
+/* Atomically adds delta to the integer at key (missing = 0); new value. */
+int dp_store_add(dp_store *s, const char *key, int64_t delta, int64_t *result);
+/* Blocks until every key exists; on timeout the error lists the missing. */
+int dp_store_wait(dp_store *s, const char *const *keys, int n, int timeout_ms);
+/* *ok = 1 if every key exists now. */
+int dp_store_check(dp_store *s, const char *const *keys, int n, int *ok);
+int dp_store_delete(dp_store *s, const char *key);
+
+/* A fresh random job token (hex) in buf (>= 33 bytes). */
+void dp_store_make_token(char *buf, size_t n);
+
+#endif

@@ -1,0 +1,22 @@
+/* YAML -> Lua tables with libyaml. Mappings become tables with string keys,
+ * sequences arrays, plain scalars are typed as YAML 1.2 core scalars (null,
+ * true/false, integers, floats, .inf/.nan) and quoted scalars stay strings.
+ * Anchors and aliases are supported. */
+#ifndef DP_YAML_LUA_H
+#define DP_YAML_LUA_H
+
+#include <lua.h>
+#include <stddef.h>
+
+/* Pushes the document in `path` as a Lua value (a table for a mapping, nil
+ * for an empty file). On error pushes nothing, returns -1 and sets dp_error
+ * to "<path>:<line>:<column>: <problem>". */
+int dp_yaml_push_file(lua_State *L, const char *path);
+/* Same for a string; `name` is used in error messages. */
+int dp_yaml_push_string(lua_State *L, const char *text, size_t len, const char *name);
+/* Pushes one plain scalar typed as YAML would type it ("3" -> 3, "1e-3" ->
+ * 0.001, "true" -> true, "null" -> nil, "abc" -> "abc"): the key=value
+ * overrides of the command line use it. */
+void dp_yaml_push_scalar(lua_State *L, const char *s);
+
+#endif

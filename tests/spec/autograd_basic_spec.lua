@@ -1,0 +1,74 @@
+-- Core autograd: accumulation, graph freeing, no_grad, error cases.
+local ddp = require "ddplua"
+local gc = require "helpers.gradcheck"
+
+describe("autograd", function()
+  it("accumulates gradients into leaves across backward calls", function()
+    local x = ddp.tensor({ 1.0, 2.0, 3.0 }, { dtype = "float64", requires_grad = true })
+    local s1 = (x * x):sum()
+    s1:backward()
+    local s2 = (x * 3):sum()
+    s2:backward()
+    assert.are.same({ 5.0, 7.0, 9.0 }, x.grad:totable())
+  end)
+
+  it("frees the graph after backward and says so on a second backward", function()
+    local x = ddp.tensor({ 1.0, 2.0 }, { dtype = "float64", requires_grad = true })
+    local y = (x * x):sum()
+    y:backward()
+    local ok, err = pcall(function() y:backward() end)
+    assert.is_false(ok)
+    assert.matches("second time", err)
+  end)
+
+  it("keeps the graph with retain_graph", function()
+    local x = ddp.tensor({ 1.0, 2.0 }, { dtype = "float64", requires_grad = true })
+    local y = (x * x):sum()
+    y:backward(nil, { retain_graph = true })
+    y:backward()
+    assert.are.same({ 4.0, 8.0 }, x.grad:totable())
+  end)
+
+  it("records nothing under no_grad (function and <close> forms)", function()
+    local x = ddp.ones(3, { requires_grad = true })
+    local y = ddp.no_grad(function() return x * 2 end)
+    assert.is_false(y.requires_grad)
+    do
+      local _ <close> = ddp.no_grad()
+      assert.is_false((x + 1).requires_grad)
+    end
+    assert.is_true((x + 1).requires_grad)
+  end)
+
+  it("rejects backward on a non-scalar without a gradient, naming the shape", function()
+    local x = ddp.ones(2, 3, { requires_grad = true })
+    local ok, err = pcall(function() (x * 2):backward() end)
+    assert.is_false(ok)
+    assert.matches("scalar", err)
+    assert.matches("%[2, 3%]", err)
+  end)
+
+  it("rejects backward on a tensor that does not require grad", function()
+    local ok, err = pcall(function() ddp.ones(2):sum():backward() end)
+    assert.is_false(ok)
+    assert.matches("does not require grad", err)
+  end)
+
+  it("detects in-place modification of a saved tensor", function()
+    local x = ddp.tensor({ 1.0, 2.0 }, { dtype = "float64", requires_grad = true })
+    local y = x * 2
+    local z = (y * y):sum()
+    ddp.no_grad(function() y:add_(1) end)
+    local ok, err = pcall(function() z:backward() end)
+    assert.is_false(ok)
+    assert.matches("in%-place", err)
+  end)
+
+  it("checks a composite expression against finite differences", function()
+    local a = gc.smooth_input({ 3, 4 }, 1)
+    local b = gc.smooth_input({ 4 }, 2)
+    gc.assert_gradcheck(function(x, y)
+      return ((x * y + x:exp()) / (y:abs() + 1)):tanh():sum(2)
+    end, { a, b })
+  end)
+end)
