@@ -178,6 +178,7 @@ static int l_mm(lua_State *L) {
 
 static int l_cat(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 2); /* the scratch userdata below must not land where the optional dim is read */
   int n = (int)luaL_len(L, 1);
   if (n < 1) return luaL_error(L, "cat: expected a non-empty list of tensors");
   dp_tensor **ts = lua_newuserdatauv(L, sizeof(dp_tensor *) * (size_t)n, 0);
@@ -193,6 +194,7 @@ static int l_cat(lua_State *L) {
 
 static int l_stack(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 2); /* as in l_cat */
   int n = (int)luaL_len(L, 1);
   if (n < 1) return luaL_error(L, "stack: expected a non-empty list of tensors");
   dp_tensor **ts = lua_newuserdatauv(L, sizeof(dp_tensor *) * (size_t)n, 0);
