@@ -73,7 +73,8 @@ describe("tostring", function()
     { ddp.tensor({ 0 / 0, 1.0, math.huge }), "tensor([nan, 1., inf])" },
     { ddp.arange(1001), "tensor([   0,    1,    2,  ...,  998,  999, 1000])" },
     { ddp.arange(0, 12, 1, { dtype = "float32" }):view(2, 2, 3),
-      "tensor([[[ 0.,  1.,  2.],\n         [ 3.,  4.,  5.]],\n\n        [[ 6.,  7.,  8.],\n         [ 9., 10., 11.]]])" },
+      "tensor([[[ 0.,  1.,  2.],\n         [ 3.,  4.,  5.]],\n\n" ..
+      "        [[ 6.,  7.,  8.],\n         [ 9., 10., 11.]]])" },
     { ddp.zeros(0), "tensor([])" },
     { ddp.zeros(2, 0), "tensor([], size=(2, 0))" },
     { ddp.tensor({ 1, 2 }, { dtype = "uint8" }), "tensor([1, 2], dtype=uint8)" },
