@@ -31,32 +31,65 @@ static double *scratch(int64_t n, int nvec) {
   return p;
 }
 
+/* float32 row reductions in double. Eight independent lanes instead of
+ * one running sum: the compiler may not reorder a floating-point sum, so a
+ * single accumulator is a serial chain of adds; eight lanes vectorise. */
+#define LANES 8
+
+static double sum_f32(const float *r, int64_t n) {
+  double acc[LANES] = {0}, s = 0;
+  int64_t i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int j = 0; j < LANES; j++) acc[j] += r[i + j];
+  for (; i < n; i++) s += r[i];
+  for (int j = 0; j < LANES; j++) s += acc[j];
+  return s;
+}
+
+/* sum of (r[i] - m)^2 */
+static double sq_dev_f32(const float *r, int64_t n, double m) {
+  double acc[LANES] = {0}, s = 0;
+  int64_t i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int j = 0; j < LANES; j++) {
+      double d = (double)r[i + j] - m;
+      acc[j] += d * d;
+    }
+  for (; i < n; i++) s += ((double)r[i] - m) * ((double)r[i] - m);
+  for (int j = 0; j < LANES; j++) s += acc[j];
+  return s;
+}
+
+/* *sum_g = sum of g[i]; returns sum of g[i] * (x[i] - m) */
+static double dot_dev_f32(const float *g, const float *x, int64_t n, double m, double *sum_g) {
+  double acc[LANES] = {0}, accg[LANES] = {0}, s = 0, sg = 0;
+  int64_t i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int j = 0; j < LANES; j++) {
+      accg[j] += g[i + j];
+      acc[j] += (double)g[i + j] * ((double)x[i + j] - m);
+    }
+  for (; i < n; i++) sg += g[i], s += (double)g[i] * ((double)x[i] - m);
+  for (int j = 0; j < LANES; j++) s += acc[j], sg += accg[j];
+  *sum_g = sg;
+  return s;
+}
+
 /* Sum over one contiguous row, in double. */
 static double row_sum(const dp_tensor *t, const char *p, int64_t off, int64_t n) {
+  if (t->dtype == DP_F32) return sum_f32((const float *)p + off, n);
   double s = 0;
-  if (t->dtype == DP_F32) {
-    const float *r = (const float *)p + off;
-    for (int64_t i = 0; i < n; i++) s += r[i];
-  } else {
-    for (int64_t i = 0; i < n; i++) s += LD(t, p, off + i);
-  }
+  for (int64_t i = 0; i < n; i++) s += LD(t, p, off + i);
   return s;
 }
 
 /* Sum of (r[i] - m)^2 over one contiguous row, in double. */
 static double row_sq_dev(const dp_tensor *t, const char *p, int64_t off, int64_t n, double m) {
+  if (t->dtype == DP_F32) return sq_dev_f32((const float *)p + off, n, m);
   double s = 0;
-  if (t->dtype == DP_F32) {
-    const float *r = (const float *)p + off;
-    for (int64_t i = 0; i < n; i++) {
-      double d = (double)r[i] - m;
-      s += d * d;
-    }
-  } else {
-    for (int64_t i = 0; i < n; i++) {
-      double d = LD(t, p, off + i) - m;
-      s += d * d;
-    }
+  for (int64_t i = 0; i < n; i++) {
+    double d = LD(t, p, off + i) - m;
+    s += d * d;
   }
   return s;
 }
@@ -120,8 +153,7 @@ int dp_cpu_bn_backward_reduce(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const d
       int64_t off = (i * c + ch) * inner;
       double s = 0, sx = 0, m = mu[ch];
       if (f32) {
-        const float *g = (const float *)gp + off, *xr = (const float *)xp + off;
-        for (int64_t k = 0; k < inner; k++) s += g[k], sx += (double)g[k] * ((double)xr[k] - m);
+        sx = dot_dev_f32((const float *)gp + off, (const float *)xp + off, inner, m, &s);
       } else {
         for (int64_t k = 0; k < inner; k++) {
           double g = LD(gy, gp, off + k);
