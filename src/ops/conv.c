@@ -98,6 +98,7 @@ static int conv_backward_data(dp_tensor *gx, dp_tensor *gw, dp_tensor *gy, dp_te
     }
   }
   if (gx && !cg->direct && dp_fill_(gx, 0.0)) goto fail;
+  if (gw && N == 0 && dp_fill_(gw, 0.0)) goto fail; /* no image, no GEMM to initialise it */
   for (int64_t n0 = 0; n0 < N; n0 += nb_max) {
     int64_t nb = N - n0 < nb_max ? N - n0 : nb_max;
     const char *gyp = elem_ptr(gy, n0 * O * L);

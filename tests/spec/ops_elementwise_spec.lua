@@ -28,6 +28,11 @@ local unary = {
   { "log", function(a) return a:log() end, math.log, positive = true },
   { "sqrt", function(a) return a:sqrt() end, math.sqrt, positive = true },
   { "abs", function(a) return a:abs() end, math.abs },
+  { "rsqrt", function(a) return a:rsqrt() end, function(x) return 1 / math.sqrt(x) end, positive = true },
+  { "square", function(a) return a:square() end, function(x) return x * x end },
+  { "reciprocal", function(a) return a:reciprocal() end, function(x) return 1 / x end, positive = true },
+  { "sign", function(a) return a:sign() end, function(x) return x > 0 and 1 or (x < 0 and -1 or 0) end },
+  { "clamp", function(a) return a:clamp(-0.5, 0.7) end, function(x) return math.min(math.max(x, -0.5), 0.7) end },
 }
 
 -- inputs away from kinks (|x| >= 0.1), or in [0.5, 2.5] where the op needs > 0
@@ -107,6 +112,25 @@ describe("elementwise unary ops", function()
       end)
     end)
   end
+
+  it("casts and copies with gradients flowing back in the input's dtype", function()
+    local x = R.randn({ 2, 3 }, 35):requires_grad_()
+    local y = x:float()
+    assert.are.equal("float32", y:dtype())
+    R.assert_close(y, R.from(x), 1e-7, 1e-7)
+    local total = (y * 2):sum() + (x:clone() * 3):sum() + x:t():contiguous():sum()
+    total:backward()
+    assert.are.equal("float64", x.grad:dtype())
+    R.assert_close(x.grad, R.array({ 2, 3 }, 6), 0, 0)
+  end)
+
+  it("add with alpha computes a + alpha * b and its gradients", function()
+    local a, b = R.randn({ 2, 3 }, 36), R.randn({ 3 }, 37)
+    R.check_forward(function(p, q) return p:add(q, -2.5) end, { a, b },
+      R.map2(R.from(a), R.from(b), function(x, y) return x - 2.5 * y end))
+    gc.assert_gradcheck(function(p, q) return p:add(q, -2.5) end,
+      { a:clone():requires_grad_(), b:clone():requires_grad_() })
+  end)
 
   it("propagates NaN through maximum and relu like PyTorch", function()
     local nan = 0 / 0
