@@ -270,38 +270,35 @@ dp_tensor *dp_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *runni
   bool prev = dp_set_grad_enabled(false);
   dp_tensor *mean = NULL, *var = NULL, *invstd = NULL, *y = NULL;
   int64_t count = n * inner;
-  bool fail = false;
-  if (training) {
-    if (dp_batch_norm_stats(x, &mean, &var, NULL) ||
+  /* one contiguous copy of a strided input, shared by the pieces (they
+   * take a contiguous tensor as it is) and the backward */
+  dp_tensor *xc = dp_contiguous_raw(x);
+  bool fail = !xc;
+  if (!fail && training) {
+    if (dp_batch_norm_stats(xc, &mean, &var, NULL) ||
         (running_mean && dp_batch_norm_update_stats(running_mean, running_var, mean, var, (double)count, momentum)))
       fail = true;
-  } else {
+  } else if (!fail) {
     mean = like_x(running_mean, x, &fail);
     var = like_x(running_var, x, &fail);
   }
   if (!fail) invstd = dp_batch_norm_invstd(var, eps);
-  if (invstd) y = dp_batch_norm_elemt(x, mean, invstd, w, b);
+  if (invstd) y = dp_batch_norm_elemt(xc, mean, invstd, w, b);
   dp_set_grad_enabled(prev);
   dp_tensor *ins[3] = {x, w, b};
   int nin = b ? 3 : w ? 2 : 1;
   if (y && dp_any_requires_grad(nin, ins)) {
-    dp_tensor *xc = dp_contiguous_raw(x);
-    if (!xc) {
-      dp_clear(&y);
-    } else {
-      dp_node *nd = dp_node_new("BatchNormBackward", batch_norm_backward, nin, ins, 1);
-      nd->i[0] = training;
-      nd->f[0] = (double)count;
-      dp_node_save(nd, xc);
-      dp_node_save(nd, mean);
-      dp_node_save(nd, invstd);
-      dp_node_save(nd, w);
-      dp_node_attach(nd, y, 0);
-      dp_node_release(nd);
-      dp_release(xc);
-    }
+    dp_node *nd = dp_node_new("BatchNormBackward", batch_norm_backward, nin, ins, 1);
+    nd->i[0] = training;
+    nd->f[0] = (double)count;
+    dp_node_save(nd, xc);
+    dp_node_save(nd, mean);
+    dp_node_save(nd, invstd);
+    dp_node_save(nd, w);
+    dp_node_attach(nd, y, 0);
+    dp_node_release(nd);
   }
-  dp_release(mean), dp_release(var), dp_release(invstd);
+  dp_release(xc), dp_release(mean), dp_release(var), dp_release(invstd);
   return y;
 }
 
