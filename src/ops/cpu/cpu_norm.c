@@ -246,12 +246,18 @@ int dp_cpu_layer_norm_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, cons
     double s = 0, sx = 0;
     if (gy->dtype == DP_F32 && x->dtype == DP_F32 && (!w || w->dtype == DP_F32)) {
       const float *gr = (const float *)gp + off, *xr = (const float *)xp + off, *wf = w ? dp_data(w) : NULL;
+      /* per-column work first (vectorises), then the two row sums in lanes */
       for (int64_t j = 0; j < cols; j++) {
         double xh = ((double)xr[j] - m) * is;
         g[j] = wf ? (double)gr[j] * wf[j] : gr[j];
-        s += g[j], sx += g[j] * xh;
         acc_w[j] += gr[j] * xh, acc_b[j] += gr[j];
       }
+      double ls[LANES] = {0}, lx[LANES] = {0};
+      int64_t j = 0;
+      for (; j + LANES <= cols; j += LANES)
+        for (int k = 0; k < LANES; k++) ls[k] += g[j + k], lx[k] += g[j + k] * (((double)xr[j + k] - m) * is);
+      for (; j < cols; j++) s += g[j], sx += g[j] * (((double)xr[j] - m) * is);
+      for (int k = 0; k < LANES; k++) s += ls[k], sx += lx[k];
     } else {
       for (int64_t j = 0; j < cols; j++) {
         double gv = LD(gy, gp, off + j), xh = (LD(x, xp, off + j) - m) * is;
