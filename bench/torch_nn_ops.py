@@ -13,7 +13,8 @@ RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 
 
 def median_ms(fn):
-    fn()
+    for _ in range(5):  # warm up, as bench/nn_ops.lua does
+        fn()
     t = []
     for _ in range(RUNS):
         t0 = time.perf_counter()
