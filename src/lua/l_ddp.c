@@ -5,6 +5,7 @@
 
 #include "dist/ddp_reducer.h"
 #include "lua/l_util.h"
+#include "ops/backend.h"
 
 #define REDUCER_MT "ddplua.Reducer"
 
