@@ -106,6 +106,18 @@ static int l_mkdir(lua_State *L) {
   return 0;
 }
 
+/* file_type(path) -> "file", "directory", "other", or nil when nothing is
+ * there (or it cannot be looked at). */
+static int l_file_type(lua_State *L) {
+  struct stat st;
+  if (stat(luaL_checkstring(L, 1), &st) != 0) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushstring(L, S_ISREG(st.st_mode) ? "file" : S_ISDIR(st.st_mode) ? "directory" : "other");
+  return 1;
+}
+
 static int l_isatty(lua_State *L) {
   lua_pushboolean(L, isatty((int)luaL_checkinteger(L, 1)));
   return 1;
@@ -235,6 +247,7 @@ void lt_open_io(lua_State *L, int module) {
                                    {"json_encode", l_json_encode},
                                    {"json_decode", l_json_decode},
                                    {"mkdir", l_mkdir},
+                                   {"file_type", l_file_type},
                                    {"isatty", l_isatty},
                                    {"getpid", l_getpid},
                                    {"lua_rng_state", l_lua_rng_state},
