@@ -41,7 +41,7 @@ static int scalar(emitter *e, const char *s, size_t n, yaml_scalar_style_t style
 static int string_scalar(emitter *e, const char *s, size_t n) {
   lua_State *L = e->L;
   int plain = 0;
-  if (n && strlen(s) == n) {
+  if (n && strlen(s) == n && !strpbrk(s, "\n\r\t")) { /* line breaks read best as "\n" */
     dp_yaml_push_scalar(L, s);
     plain = lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), s) == 0;
     lua_pop(L, 1);
