@@ -4,7 +4,13 @@ local core = require "ddplua.core"
 
 local M = {}
 
-M.ddplua = os.getenv("DDPLUA_BIN") or "./build/bin/ddplua"
+-- The host the specs spawn: DDPLUA_BIN, else the ASan build's under
+-- `make test-asan` (DDPLUA_ASAN=1), else the normal build's.
+M.ddplua = os.getenv("DDPLUA_BIN")
+if not M.ddplua and os.getenv("DDPLUA_ASAN") == "1" and core.file_type("./build-asan/bin/ddplua") == "file" then
+  M.ddplua = "./build-asan/bin/ddplua"
+end
+M.ddplua = M.ddplua or "./build/bin/ddplua"
 M.python = "/usr/bin/python3"
 
 function M.quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
@@ -37,8 +43,10 @@ end
 function M.exists(path) return core.file_type(path) ~= nil end
 
 --- Runs a shell command; returns ok (exit status 0), its combined output.
+--- (The ASan runtime that `make test-asan` preloads into busted is not
+--- passed on to the commands: instrumented binaries carry their own.)
 function M.run(cmd)
-  local p = io.popen("(" .. cmd .. "\n) 2>&1")
+  local p = io.popen("(unset LD_PRELOAD\n" .. cmd .. "\n) 2>&1")
   local out = p:read("a")
   local ok = p:close()
   return ok == true, out
