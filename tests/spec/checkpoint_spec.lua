@@ -275,7 +275,7 @@ describe("checkpoints", function()
       local log = dir .. "/writer" .. round .. ".log"
       local cmd = string.format("%s %s %s %d >%s 2>&1", U.quote(U.abspath(U.ddplua)), U.quote(writer), U.quote(path), n,
         U.quote(log))
-      local p = io.popen("sh -c " .. U.quote(cmd .. " & echo $!; wait"))
+      local p = io.popen("unset LD_PRELOAD; sh -c " .. U.quote(cmd .. " & echo $!; wait"))
       local pid = assert(math.tointeger(tonumber(p:read("l"))), "no pid")
       os.execute(string.format("sleep %.3f", base + math.random() * 0.2))
       os.execute("kill -9 " .. pid)
