@@ -41,7 +41,8 @@ end
 local function state_of(obj, what)
   if type(obj) == "table" and type(obj.state_dict) == "function" then return obj:state_dict() end
   if type(obj) == "table" then return obj end
-  error(string.format("save_checkpoint: %s must have a state_dict() method or be a table, got a %s", what, type(obj)), 4)
+  error(string.format("save_checkpoint: %s must have a state_dict() method or be a table, got a %s", what,
+    type(obj)), 4)
 end
 
 -- Tree encoding -------------------------------------------------------------
@@ -85,7 +86,9 @@ local function encode_tree(v, name, tensors, seen)
   for k in pairs(v) do
     keys[#keys + 1] = k
     if type(k) ~= "string" then all_strings = false end
-    if k == "__tensor__" or k == "__map__" then error("save_checkpoint: " .. name .. " uses the reserved key " .. k, 0) end
+    if k == "__tensor__" or k == "__map__" then
+      error("save_checkpoint: " .. name .. " uses the reserved key " .. k, 0)
+    end
   end
   table.sort(keys, key_order)
   if all_strings then
@@ -107,7 +110,9 @@ local function decode_tree(v, tensors, where)
   if type(v) ~= "table" then return v end
   if v.__tensor__ ~= nil then
     local t = tensors[v.__tensor__]
-    if t == nil then error(string.format("%s refers to tensor '%s', which the file does not hold", where, v.__tensor__), 0) end
+    if t == nil then
+      error(string.format("%s refers to tensor '%s', which the file does not hold", where, v.__tensor__), 0)
+    end
     return t
   end
   local out = {}
@@ -175,8 +180,9 @@ local function write(path, s, rng_states)
     end
     meta.optimizer = json(enc, "optimizer")
   end
-  if s.scheduler ~= nil then meta.scheduler = json(encode_tree(state_of(s.scheduler, "scheduler"), "scheduler", tensors, seen), "scheduler") end
-  if s.sampler ~= nil then meta.sampler = json(encode_tree(state_of(s.sampler, "sampler"), "sampler", tensors, seen), "sampler") end
+  for _, part in ipairs { "scheduler", "sampler" } do
+    if s[part] ~= nil then meta[part] = json(encode_tree(state_of(s[part], part), part, tensors, seen), part) end
+  end
   if s.extra ~= nil then meta.extra = json(encode_tree(s.extra, "extra", tensors, seen), "extra") end
   if s.config ~= nil then meta.config = json(s.config, "config") end
   if s.epoch ~= nil then meta.epoch = json(s.epoch, "epoch") end
@@ -189,7 +195,9 @@ end
 --- save_checkpoint(path, {model=, optimizer=, scheduler=, sampler=, epoch=,
 --- step=, rng=true, config=, extra=}); call it on every rank.
 function M.save(path, s)
-  if type(path) ~= "string" or path == "" then error("save_checkpoint: expected a file name, got " .. tostring(path), 2) end
+  if type(path) ~= "string" or path == "" then
+    error("save_checkpoint: expected a file name, got " .. tostring(path), 2)
+  end
   if type(s) ~= "table" then error("save_checkpoint: expected a table of what to save, got " .. type(s), 2) end
   check_opts(s, SAVE_OPTS, "save_checkpoint")
   local dist = rank.dist()
@@ -237,7 +245,8 @@ local function load_into_table(target, sd, path)
   table.sort(unexpected)
   if #missing > 0 or #unexpected > 0 then
     error(string.format("load_checkpoint: %s: model keys differ: missing %s; unexpected %s", path,
-      #missing > 0 and table.concat(missing, ", ") or "none", #unexpected > 0 and table.concat(unexpected, ", ") or "none"), 0)
+      #missing > 0 and table.concat(missing, ", ") or "none",
+      #unexpected > 0 and table.concat(unexpected, ", ") or "none"), 0)
   end
   for k, t in pairs(target) do
     if not core.is_tensor(t) then error("load_checkpoint: model entry '" .. tostring(k) .. "' is not a tensor", 0) end
@@ -271,8 +280,8 @@ end
 local function restore_rng(states, path)
   local r, n = rank.rank(), rank.world_size()
   if #states ~= n then
-    rank.print(string.format("load_checkpoint: %s holds RNG states of %d rank(s), this run has %d: RNG states not restored",
-      path, #states, n))
+    rank.print(string.format(
+      "load_checkpoint: %s holds RNG states of %d rank(s), this run has %d: RNG states not restored", path, #states, n))
     return false
   end
   local s = states[r + 1]
@@ -288,7 +297,9 @@ end
 --- map_location=, rng=true, strict=true}) -> info {epoch, step, config,
 --- extra, world_size, rng_restored}; call it on every rank.
 function M.load(path, opts)
-  if type(path) ~= "string" or path == "" then error("load_checkpoint: expected a file name, got " .. tostring(path), 2) end
+  if type(path) ~= "string" or path == "" then
+    error("load_checkpoint: expected a file name, got " .. tostring(path), 2)
+  end
   opts = opts or {}
   if type(opts) ~= "table" then error("load_checkpoint: expected a table of options, got " .. type(opts), 2) end
   check_opts(opts, LOAD_OPTS, "load_checkpoint")

@@ -242,7 +242,9 @@ end
 local function check_defaults(defaults, prefix)
   for k, v in pairs(defaults) do
     local path = prefix .. tostring(k)
-    if type(k) ~= "string" then error(string.format("config: default key %s must be a name, not a %s", path, type(k)), 3) end
+    if type(k) ~= "string" then
+      error(string.format("config: default key %s must be a name, not a %s", path, type(k)), 3)
+    end
     local kd = kind(v)
     if kd == "mixed" then error("config: default " .. path .. " mixes list items and named keys", 3) end
     if kd == "function" or kd == "userdata" or kd == "thread" then

@@ -16,7 +16,9 @@ local function env_int(name, default)
   local v = os.getenv(name)
   if v == nil or v == "" then return default end
   local n = math.tointeger(tonumber(v))
-  if n == nil or n < 0 then error(string.format("environment variable %s=%q is not a non-negative integer", name, v), 3) end
+  if n == nil or n < 0 then
+    error(string.format("environment variable %s=%q is not a non-negative integer", name, v), 3)
+  end
   return n
 end
 

@@ -38,8 +38,20 @@ static void write_file(const char *path, const char *buf, size_t n) {
 }
 
 static void test_json(void) {
-  const char *ok_docs[] = {"{}", "[]", "0", "-0", "1e5", "-1.5E-3", "\"\\u00e9\"", "[1,[2,[3]]]", "{\"a\":{\"b\":null}}",
-                           "true", " \t\n[ 1 , 2 ]\r\n", "NaN", "-Infinity", "9223372036854775807",
+  const char *ok_docs[] = {"{}",
+                           "[]",
+                           "0",
+                           "-0",
+                           "1e5",
+                           "-1.5E-3",
+                           "\"\\u00e9\"",
+                           "[1,[2,[3]]]",
+                           "{\"a\":{\"b\":null}}",
+                           "true",
+                           " \t\n[ 1 , 2 ]\r\n",
+                           "NaN",
+                           "-Infinity",
+                           "9223372036854775807",
                            "-9223372036854775808"};
   for (size_t i = 0; i < sizeof ok_docs / sizeof *ok_docs; i++) {
     dp_json *v = dp_json_parse(ok_docs[i], strlen(ok_docs[i]), "doc", 0);
@@ -58,8 +70,8 @@ static void test_json(void) {
   CHECK(s && s->len == 3 && memcmp(s->str, "a\nb", 3) == 0);
   dp_json_free(v);
 
-  const char *bad_docs[] = {"", "{", "[1,]", "{\"a\"}", "{\"a\":}", "{a:1}", "01", "1.", ".5", "+1", "\"abc",
-                            "\"\\q\"", "[1 2]", "nul", "{\"a\":1}}", "\"\\ud800x\"", "1e", "--1"};
+  const char *bad_docs[] = {"",   "{",     "[1,]",    "{\"a\"}", "{\"a\":}", "{a:1}",      "01",           "1.", ".5",
+                            "+1", "\"abc", "\"\\q\"", "[1 2]",   "nul",      "{\"a\":1}}", "\"\\ud800x\"", "1e", "--1"};
   for (size_t i = 0; i < sizeof bad_docs / sizeof *bad_docs; i++) {
     dp_json *b = dp_json_parse(bad_docs[i], strlen(bad_docs[i]), "doc.json", 100);
     if (b) fprintf(stderr, "accepted %s\n", bad_docs[i]);

@@ -107,7 +107,8 @@ describe("checkpoints", function()
     local sched = fake_stateful({ last_epoch = 4, base_lrs = { 0.1, 0.01 }, gamma = 0.5 })
     local sampler = fake_stateful({ epoch = 2, position = 64 })
     ddp.save_checkpoint(path, { model = m, optimizer = o, scheduler = sched, sampler = sampler, epoch = 2, step = 77,
-      config = { lr = 0.1, layers = { 8, 4 } }, extra = { best_acc = 0.875, history = { 1.5, 0.5 }, w = ddp.full({ 3 }, 2) } })
+      config = { lr = 0.1, layers = { 8, 4 } },
+      extra = { best_acc = 0.875, history = { 1.5, 0.5 }, w = ddp.full({ 3 }, 2) } })
 
     local m2, o2, sched2, sampler2 = fake_model(10), fake_optimizer(11), fake_stateful({}), fake_stateful({})
     local info = ddp.load_checkpoint(path, { model = m2, optimizer = o2, scheduler = sched2, sampler = sampler2 })

@@ -114,7 +114,8 @@ extra:
     end
     U.write(dir .. "/t.yaml", "model:\n  hidden: wide\n")
     local err = config_error({ "--config", dir .. "/t.yaml" })
-    assert.matches('model.hidden = "wide" (' .. dir .. '/t.yaml) must be an integer, like its default 128', err, 1, true)
+    assert.matches('model.hidden = "wide" (' .. dir .. '/t.yaml) must be an integer, like its default 128', err, 1,
+      true)
   end)
 
   it("lists the valid keys (dotted) for an unknown key, from the command line or the YAML", function()
@@ -181,7 +182,8 @@ print("RESULT", cfg.epochs, cfg.lr, cfg.model.hidden, tostring(dir), #arg, arg[1
       U.write(dir .. "/s.lua", script)
       U.write(dir .. "/env.yaml", "epochs: 1\n")
       U.write(dir .. "/arg.yaml", "epochs: 2\n")
-      local ok, out = U.run_ddplua(dir .. "/s.lua", { "--config", "arg.yaml" }, { DDPLUA_CONFIG = dir .. "/env.yaml" }, dir)
+      local env = { DDPLUA_CONFIG = dir .. "/env.yaml" }
+      local ok, out = U.run_ddplua(dir .. "/s.lua", { "--config", "arg.yaml" }, env, dir)
       assert.is_true(ok, out)
       assert.matches("RESULT\t2\t", out, 1, true)
     end)

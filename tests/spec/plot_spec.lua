@@ -26,8 +26,12 @@ describe("plot", function()
 
   it("draws loss and accuracy per step and per epoch into curves.png", function()
     local recs = {}
-    for s = 1, 30 do recs[#recs + 1] = { kind = "step", step = s, epoch = (s - 1) // 10 + 1, loss = 1 / s, acc = s / 30, lr = 0.1 } end
-    for e = 1, 3 do recs[#recs + 1] = { kind = "epoch", epoch = e, loss = 1 / e, val_loss = 1.5 / e, val_acc = e / 4 } end
+    for s = 1, 30 do
+      recs[#recs + 1] = { kind = "step", step = s, epoch = (s - 1) // 10 + 1, loss = 1 / s, acc = s / 30, lr = 0.1 }
+    end
+    for e = 1, 3 do
+      recs[#recs + 1] = { kind = "epoch", epoch = e, loss = 1 / e, val_loss = 1.5 / e, val_acc = e / 4 }
+    end
     U.write(dir .. "/metrics.jsonl", jsonl(recs))
     local ok, out = U.run_ddplua(PLOT, { dir })
     assert.is_true(ok, out)
@@ -48,8 +52,9 @@ describe("plot", function()
 
   it("lets the later record win for a step logged twice (a resumed run) and sorts by step", function()
     U.write(dir .. "/metrics.jsonl", jsonl {
-      { kind = "step", step = 1, loss = 5 }, { kind = "step", step = 2, loss = 4 }, { kind = "step", step = 3, loss = 3 },
-      { kind = "step", step = 2, loss = 2.5 }, { kind = "step", step = 3, loss = 2 },
+      { kind = "step", step = 1, loss = 5 }, { kind = "step", step = 2, loss = 4 },
+      { kind = "step", step = 3, loss = 3 }, { kind = "step", step = 2, loss = 2.5 },
+      { kind = "step", step = 3, loss = 2 },
     })
     local ok, out = U.run_ddplua(PLOT, { dir, "--out", dir .. "/other.png" })
     assert.is_true(ok, out)
@@ -89,7 +94,8 @@ describe("plot", function()
   end)
 
   it("is usable as a module", function()
-    U.write(dir .. "/metrics.jsonl", jsonl { { kind = "epoch", epoch = 1, acc = 0.5 }, { kind = "epoch", epoch = 2, acc = 0.7 } })
+    U.write(dir .. "/metrics.jsonl",
+      jsonl { { kind = "epoch", epoch = 1, acc = 0.5 }, { kind = "epoch", epoch = 2, acc = 0.7 } })
     local plot = require "ddplua.tools.plot"
     assert.are.equal(dir .. "/curves.png", plot.plot(dir))
     assert.are.equal("file", core.file_type(dir .. "/curves.png"))

@@ -55,7 +55,8 @@ local function series(records, xkey, cat)
     local x = r[xkey]
     if type(x) == "number" then
       for k, v in pairs(r) do
-        if type(v) == "number" and k ~= xkey and k ~= "step" and k ~= "epoch" and k ~= "time" and category(k) == cat then
+        local counter = k == xkey or k == "step" or k == "epoch" or k == "time"
+        if type(v) == "number" and not counter and category(k) == cat then
           by_key[k] = by_key[k] or {}
           by_key[k][x] = v
         end
@@ -99,7 +100,9 @@ function M.plot(run_dir, opts)
   if type(run_dir) ~= "string" or run_dir == "" then error("plot: expected a run directory", 2) end
   if core.file_type(run_dir) ~= "directory" then error("plot: " .. run_dir .. " is not a directory", 0) end
   local metrics = run_dir .. "/metrics.jsonl"
-  if core.file_type(metrics) ~= "file" then error("plot: " .. metrics .. " does not exist (is this a run directory?)", 0) end
+  if core.file_type(metrics) ~= "file" then
+    error("plot: " .. metrics .. " does not exist (is this a run directory?)", 0)
+  end
   if not gnuplot_available() then
     error("plot: gnuplot was not found on PATH; install it (Debian: apt-get install gnuplot-nox)", 0)
   end
