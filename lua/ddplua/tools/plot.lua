@@ -132,11 +132,12 @@ function M.plot(run_dir, opts)
   add("set output %s", core.json_encode(out))
   add("set multiplot layout %d,%d title %s", rows, cols, core.json_encode(run_dir))
   add("set grid")
-  add("set key top right")
   for i, p in ipairs(panels) do
     add("set title %s", core.json_encode(p.cat .. " per " .. p.x))
     add("set xlabel %s", core.json_encode(p.x))
     add("set ylabel %s", core.json_encode(p.cat))
+    -- losses fall and accuracies rise: the legend goes where the curves are not
+    add(p.cat == "loss" and "set key top right" or "set key bottom right")
     local span = 0
     for _, k in ipairs(p.keys) do span = math.max(span, p.data[k][#p.data[k]][1] - p.data[k][1][1]) end
     -- whole epochs on the axis rather than 1.5, 2.5, ...
