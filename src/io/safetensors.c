@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -351,21 +352,61 @@ static int parse_metadata(const char *path, const dp_json *m, dp_st_contents *ou
   return 0;
 }
 
-static int load_tensors(const char *path, int fd, entry *es, size_t n, size_t data_start, dp_device dev,
+/* A file mapping shared by the storages of the tensors that alias it. */
+typedef struct {
+  atomic_int refs;
+  void *base;
+  size_t len;
+} file_map;
+
+static void map_unref(file_map *m) {
+  if (m && atomic_fetch_sub(&m->refs, 1) == 1) {
+    munmap(m->base, m->len);
+    free(m);
+  }
+}
+
+static void mapped_storage_release(dp_storage *s) { map_unref(s->ctx); }
+
+static file_map *map_file(int fd, size_t size) {
+  void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  if (base == MAP_FAILED) return NULL; /* the caller reads the file instead */
+  file_map *m = dp_xmalloc(sizeof *m);
+  atomic_init(&m->refs, 1);
+  m->base = base;
+  m->len = size;
+  return m;
+}
+
+/* A tensor aliasing the mapping, or NULL when its bytes are not aligned to
+ * its element size (or it is empty). */
+static dp_tensor *mapped_tensor(file_map *m, const entry *e, size_t data_start) {
+  size_t at = data_start + e->begin, nbytes = e->end - e->begin;
+  if (!m || !nbytes || at % dp_dtype_size(e->dtype)) return NULL;
+  atomic_fetch_add(&m->refs, 1);
+  dp_storage *s = dp_storage_wrap((char *)m->base + at, nbytes, dp_cpu(), mapped_storage_release, m);
+  dp_tensor *t = dp_from_storage(s, e->dtype, e->ndim, e->shape, NULL, 0);
+  dp_storage_release(s); /* the tensor holds it now (or, on failure, the mapping reference goes) */
+  return t;
+}
+
+static int load_tensors(const char *path, int fd, entry *es, size_t n, size_t data_start, dp_device dev, file_map *map,
                         dp_st_contents *out) {
   out->tensors = dp_xcalloc(n ? n : 1, sizeof *out->tensors);
   for (size_t i = 0; i < n; i++) {
     entry *e = &es[i];
     char prefix[256];
     snprintf(prefix, sizeof prefix, "%s: tensor '%.100s': ", path, e->name);
-    dp_tensor *t = dp_empty(e->dtype, e->ndim, e->shape, dp_cpu());
+    dp_tensor *t = mapped_tensor(map, e, data_start);
+    int mapped = t != NULL;
+    if (!t) t = dp_empty(e->dtype, e->ndim, e->shape, dp_cpu());
     if (!t) {
       dp_error_prefix(prefix);
       return -1;
     }
     out->tensors[out->n].name = dp_xstrdup(e->name);
     out->tensors[out->n++].t = t;
-    if (read_all(fd, dp_data(t), e->end - e->begin, data_start + e->begin))
+    if (!mapped && read_all(fd, dp_data(t), e->end - e->begin, data_start + e->begin))
       return dp_error("%s: cannot read tensor '%s' (file bytes %llu..%llu): %s", path, e->name,
                       (unsigned long long)(data_start + e->begin), (unsigned long long)(data_start + e->end),
                       errno ? strerror(errno) : "the file is shorter than when it was opened");
@@ -382,7 +423,7 @@ static int load_tensors(const char *path, int fd, entry *es, size_t n, size_t da
   return 0;
 }
 
-int dp_safetensors_load(const char *path, dp_device dev, dp_st_contents *out) {
+int dp_safetensors_load(const char *path, dp_device dev, int use_mmap, dp_st_contents *out) {
   *out = (dp_st_contents){0};
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return dp_error("%s: cannot open: %s", path, strerror(errno));
@@ -445,7 +486,9 @@ int dp_safetensors_load(const char *path, dp_device dev, dp_st_contents *out) {
     n++;
   }
   if (check_coverage(path, es, n, buffer_size, data_start)) goto done;
-  rc = load_tensors(path, fd, es, n, data_start, dev, out);
+  file_map *map = use_mmap && buffer_size ? map_file(fd, size) : NULL;
+  rc = load_tensors(path, fd, es, n, data_start, dev, map, out);
+  map_unref(map); /* the tensors that alias it keep it */
 done:
   close(fd);
   free(es);

@@ -16,6 +16,15 @@
  * offsets that overlap, leave holes or run past the buffer, byte counts that
  * do not match dtype x shape) and names the file and the byte offset.
  *
+ * Reading maps the file (MAP_PRIVATE) and lets CPU tensors alias the
+ * mapping where their bytes are aligned to their element size (all of them
+ * in files ddplua and Hugging Face write): no copy, no fresh memory to fault
+ * in, and the page cache is the only copy until a tensor is written to
+ * (copy-on-write). The mapping lives until the last such tensor is released.
+ * Misaligned tensors, and every tensor when mapping is off or fails, are
+ * read into fresh memory. A mapped file must not be truncated in place while
+ * its tensors live (ddplua itself only ever replaces files by rename).
+ *
  * Writing goes to "<path>.tmp.<pid>", is fsync'ed, renamed over path and the
  * directory fsync'ed, so a crash at any moment leaves either the old file or
  * the new one at path, never a truncated one. */
@@ -54,9 +63,10 @@ typedef struct {
  * file (and tensor). The caller keeps ownership of everything passed. */
 int dp_safetensors_save(const char *path, const dp_st_tensor *ts, size_t n, const dp_st_meta *meta, size_t nmeta);
 
-/* Reads path into *out with tensors on dev (CUDA: read into host memory,
- * copied over one tensor at a time). Returns 0, or -1 after dp_error. */
-int dp_safetensors_load(const char *path, dp_device dev, dp_st_contents *out);
+/* Reads path into *out with tensors on dev (CUDA: staged through host
+ * memory one tensor at a time), mapping the file when use_mmap (see above).
+ * Returns 0, or -1 after dp_error. */
+int dp_safetensors_load(const char *path, dp_device dev, int use_mmap, dp_st_contents *out);
 void dp_st_contents_free(dp_st_contents *c);
 
 /* "F32" <-> DP_F32, ... Returns NULL / -1 for a dtype outside F32, F64,

@@ -1,13 +1,14 @@
 /* ddp.save / ddp.load: safetensors files (src/io/safetensors.c).
  *
  *   ddp.save(tensors, path [, {metadata = {k = "v"}}])
- *   local tensors, metadata, names = ddp.load(path [, {device = "cuda:0"}])
+ *   local tensors, metadata, names = ddp.load(path [, {device = "cuda:0", mmap = true}])
  *
  * `tensors` is a map name -> tensor, written sorted by name (Lua tables have
  * no order; sorting makes the file deterministic, as PyTorch's and Hugging
  * Face's writers do), or, to choose the order, an array of {name, tensor}
  * pairs or a table whose metatable has __pairs (an ordered dictionary).
- * load returns the header's names in order as a third value. */
+ * load returns the header's names in order as a third value; its CPU
+ * tensors alias a private mapping of the file unless {mmap = false}. */
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,15 +166,17 @@ static int l_save(lua_State *L) {
 static int l_load(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   dp_device dev = dp_cpu();
+  int use_mmap = 1;
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
-    static const char *const valid[] = {"device", NULL};
+    static const char *const valid[] = {"device", "mmap", NULL};
     lt_check_keys(L, 2, "load", valid);
     if (lua_getfield(L, 2, "device") != LUA_TNIL) dev = lt_check_device(L, -1);
-    lua_pop(L, 1);
+    if (lua_getfield(L, 2, "mmap") != LUA_TNIL) use_mmap = lua_toboolean(L, -1);
+    lua_pop(L, 2);
   }
   dp_st_contents c;
-  if (dp_safetensors_load(path, dev, &c)) return lt_error(L);
+  if (dp_safetensors_load(path, dev, use_mmap, &c)) return lt_error(L);
   lua_createtable(L, 0, (int)c.n);
   lua_createtable(L, 0, (int)c.nmeta);
   lua_createtable(L, (int)c.n, 0);
