@@ -168,6 +168,21 @@ describe("safetensors", function()
     assert.are.equal("model.safetensors\noccupied\n", listing2)
   end)
 
+  it("maps the file: loaded tensors are private copies-on-write that survive the file being replaced", function()
+    local path = dir .. "/mapped.safetensors"
+    ddp.save({ w = ddp.arange(0, 6):to("float32"), d = ddp.tensor({ 1.5, 2.5 }, { dtype = "float64" }) }, path)
+    local mapped = ddp.load(path)
+    local read = ddp.load(path, { mmap = false })
+    assert.are.same(read.w:totable(), mapped.w:totable())
+    assert.are.same(read.d:totable(), mapped.d:totable())
+    mapped.w:fill_(7)
+    assert.are.same({ 0, 1, 2, 3, 4, 5 }, ddp.load(path).w:totable())
+    ddp.save({ w = ddp.zeros(6) }, path) -- replaced by rename while `read` and `mapped` live
+    assert.are.same({ 7, 7, 7, 7, 7, 7 }, mapped.w:totable())
+    assert.are.same({ 1.5, 2.5 }, mapped.d:totable())
+    assert.are.same({ 0, 0, 0, 0, 0, 0 }, ddp.load(path).w:totable())
+  end)
+
   it("rejects bad arguments with errors that name them", function()
     local p = dir .. "/x.safetensors"
     local cases = {
