@@ -75,22 +75,20 @@ void dp_json_put_string(dp_sbuf *b, const char *s, size_t n) {
 }
 
 void dp_format_float(char *out, size_t n, double v, int yaml) {
-  if (isnan(v)) {
-    snprintf(out, n, "%s", yaml ? ".nan" : "NaN");
-    return;
+  char buf[48]; /* "%.17g" of a double needs at most 24 bytes, ".0" two more */
+  if (isnan(v)) strcpy(buf, yaml ? ".nan" : "NaN");
+  else if (isinf(v)) strcpy(buf, v > 0 ? (yaml ? ".inf" : "Infinity") : (yaml ? "-.inf" : "-Infinity"));
+  else {
+    for (int prec = 15; prec <= 17; prec++) {
+      snprintf(buf, sizeof buf, "%.*g", prec, v);
+      if (strtod(buf, NULL) == v) break;
+    }
+    if (!strpbrk(buf, ".eE")) strcat(buf, ".0");
   }
-  if (isinf(v)) {
-    snprintf(out, n, "%s", v > 0 ? (yaml ? ".inf" : "Infinity") : (yaml ? "-.inf" : "-Infinity"));
-    return;
-  }
-  for (int prec = 15; prec <= 17; prec++) {
-    snprintf(out, n, "%.*g", prec, v);
-    if (strtod(out, NULL) == v) break;
-  }
-  if (!strpbrk(out, ".eE")) {
-    size_t k = strlen(out);
-    if (k + 3 <= n) memcpy(out + k, ".0", 3);
-  }
+  size_t k = strlen(buf);
+  if (k >= n) k = n - 1;
+  memcpy(out, buf, k);
+  out[k] = 0;
 }
 
 void dp_json_put_float(dp_sbuf *b, double v) {
