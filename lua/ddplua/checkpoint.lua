@@ -329,12 +329,16 @@ function M.load(path, opts)
       error("load_checkpoint: model must have a load_state_dict() method or be a table of tensors", 2)
     end
   end
-  if opts.optimizer ~= nil then
-    local sd = part("optimizer", "optimizer")
-    opts.optimizer:load_state_dict(sd)
+  for _, what in ipairs { "optimizer", "scheduler", "sampler" } do
+    local obj = opts[what]
+    if obj ~= nil then
+      if type(obj) ~= "table" or type(obj.load_state_dict) ~= "function" then
+        error(string.format("load_checkpoint: %s must have a load_state_dict() method, got %s", what,
+          type(obj) == "table" and "a table without one" or "a " .. type(obj)), 2)
+      end
+      obj:load_state_dict(part(what, what))
+    end
   end
-  if opts.scheduler ~= nil then opts.scheduler:load_state_dict(part("scheduler", "scheduler")) end
-  if opts.sampler ~= nil then opts.sampler:load_state_dict(part("sampler", "sampler")) end
   local rng_restored = false
   if opts.rng ~= false and meta.rng then rng_restored = restore_rng(decode_meta(meta, "rng", path), path) end
   return {

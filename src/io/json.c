@@ -482,6 +482,7 @@ const dp_json *dp_json_get(const dp_json *obj, const char *key) {
 }
 
 const char *dp_json_type_name(dp_json_type t) {
-  static const char *const names[] = {"null", "boolean", "integer", "float", "string", "array", "object"};
+  static const char *const names[] = {"null",     "a boolean", "an integer", "a float",
+                                      "a string", "an array",  "an object"};
   return (unsigned)t <= DP_JSON_OBJECT ? names[t] : "?";
 }

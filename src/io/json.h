@@ -54,6 +54,7 @@ dp_json *dp_json_parse(const char *text, size_t len, const char *name, size_t ba
 void dp_json_free(dp_json *v);
 /* Member of an object by key, or NULL. */
 const dp_json *dp_json_get(const dp_json *obj, const char *key);
+/* "an integer", "a string", ... (for messages) */
 const char *dp_json_type_name(dp_json_type t);
 
 /* Length of the well-formed UTF-8 sequence starting at s (at most avail

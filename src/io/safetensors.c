@@ -74,12 +74,28 @@ static int slot_cmp(const void *a, const void *b) {
 
 static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-static int check_names(const char *path, const dp_st_tensor *ts, size_t n) {
+static int is_utf8(const char *s, size_t n) {
+  for (size_t i = 0; i < n;) {
+    size_t k = (unsigned char)s[i] < 0x80 ? 1 : dp_utf8_len((const unsigned char *)s + i, n - i);
+    if (!k) return 0;
+    i += k;
+  }
+  return 1;
+}
+
+/* Names unique and non-empty, and every string valid UTF-8: the header is
+ * JSON, which readers (this one included) reject otherwise. */
+static int check_names(const char *path, const dp_st_tensor *ts, size_t n, const dp_st_meta *meta, size_t nmeta) {
+  for (size_t i = 0; i < nmeta; i++)
+    if (!is_utf8(meta[i].key, strlen(meta[i].key)) || !is_utf8(meta[i].value, meta[i].value_len))
+      return dp_error("%s: metadata '%s' is not valid UTF-8 text", path, meta[i].key);
   for (size_t i = 0; i < n; i++) {
     if (!ts[i].name || !ts[i].name[0]) return dp_error("%s: tensor %zu has an empty name", path, i + 1);
     if (strcmp(ts[i].name, "__metadata__") == 0)
       return dp_error("%s: \"__metadata__\" is reserved by the format and cannot name a tensor", path);
     if (!ts[i].t) return dp_error("%s: tensor '%s' is missing", path, ts[i].name);
+    if (!is_utf8(ts[i].name, strlen(ts[i].name)))
+      return dp_error("%s: tensor name '%s' is not valid UTF-8", path, ts[i].name);
   }
   if (n < 2) return 0;
   char **names = dp_xmalloc(n * sizeof *names);
@@ -156,7 +172,7 @@ static int fsync_parent_dir(const char *path) {
 }
 
 int dp_safetensors_save(const char *path, const dp_st_tensor *ts, size_t n, const dp_st_meta *meta, size_t nmeta) {
-  if (check_names(path, ts, n)) return -1;
+  if (check_names(path, ts, n, meta, nmeta)) return -1;
   data_slot *order = dp_xmalloc((n ? n : 1) * sizeof *order);
   uint64_t *begin = dp_xmalloc((n ? n : 1) * sizeof *begin);
   for (size_t i = 0; i < n; i++) order[i] = (data_slot){i, dp_elsize(ts[i].t)};
@@ -244,9 +260,8 @@ static int parse_entry(const char *path, const char *name, const dp_json *v, uin
   e->name = name;
   e->at = v->offset;
   if (v->type != DP_JSON_OBJECT)
-    return bad(path, v->offset,
-               "tensor '%s' is described by a %s, expected an object with dtype, shape and data_offsets", name,
-               dp_json_type_name(v->type));
+    return bad(path, v->offset, "tensor '%s' is described by %s, expected an object with dtype, shape and data_offsets",
+               name, dp_json_type_name(v->type));
   for (size_t k = 0; k < v->n; k++) {
     const char *key = v->keys[k];
     if (strcmp(key, "dtype") && strcmp(key, "shape") && strcmp(key, "data_offsets"))
@@ -257,12 +272,12 @@ static int parse_entry(const char *path, const char *name, const dp_json *v, uin
   if (!dt || !shape || !offs)
     return bad(path, v->offset, "tensor '%s' lacks \"%s\"", name, !dt ? "dtype" : !shape ? "shape" : "data_offsets");
   if (dt->type != DP_JSON_STRING)
-    return bad(path, dt->offset, "tensor '%s': dtype is a %s, expected a string", name, dp_json_type_name(dt->type));
+    return bad(path, dt->offset, "tensor '%s': dtype is %s, expected a string", name, dp_json_type_name(dt->type));
   if (dp_st_dtype_parse(dt->str, &e->dtype))
     return bad(path, dt->offset, "tensor '%s' has dtype \"%s\"; ddplua reads F32, F64, I64, U8, BF16 and F16", name,
                dt->str);
   if (shape->type != DP_JSON_ARRAY)
-    return bad(path, shape->offset, "tensor '%s': shape is a %s, expected an array of integers", name,
+    return bad(path, shape->offset, "tensor '%s': shape is %s, expected an array of integers", name,
                dp_json_type_name(shape->type));
   if (shape->n > DP_MAXDIM)
     return bad(path, shape->offset, "tensor '%s' has %zu dimensions; at most %d are supported", name, shape->n,
@@ -335,11 +350,11 @@ static int check_coverage(const char *path, entry *es, size_t n, uint64_t buffer
 
 static int parse_metadata(const char *path, const dp_json *m, dp_st_contents *out) {
   if (m->type != DP_JSON_OBJECT)
-    return bad(path, m->offset, "__metadata__ is a %s, expected an object of strings", dp_json_type_name(m->type));
+    return bad(path, m->offset, "__metadata__ is %s, expected an object of strings", dp_json_type_name(m->type));
   out->meta = dp_xcalloc(m->n ? m->n : 1, sizeof *out->meta);
   for (size_t k = 0; k < m->n; k++) {
     if (m->items[k].type != DP_JSON_STRING)
-      return bad(path, m->items[k].offset, "__metadata__ value of \"%s\" is a %s, expected a string", m->keys[k],
+      return bad(path, m->items[k].offset, "__metadata__ value of \"%s\" is %s, expected a string", m->keys[k],
                  dp_json_type_name(m->items[k].type));
     if (strlen(m->keys[k]) != m->key_lens[k])
       return bad(path, m->items[k].offset, "__metadata__ key contains a NUL byte");
@@ -465,7 +480,7 @@ int dp_safetensors_load(const char *path, dp_device dev, int use_mmap, dp_st_con
   root = dp_json_parse(header, hn, path, 8);
   if (!root) goto done;
   if (root->type != DP_JSON_OBJECT) {
-    bad(path, root->offset, "the header is a JSON %s, expected an object", dp_json_type_name(root->type));
+    bad(path, root->offset, "the header is %s, expected an object", dp_json_type_name(root->type));
     goto done;
   }
   size_t data_start = 8 + hn;

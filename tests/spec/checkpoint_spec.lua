@@ -248,6 +248,7 @@ describe("checkpoints", function()
       { function() ddp.load_checkpoint(plain) end, "is not a ddplua checkpoint" },
       { function() ddp.load_checkpoint(ckpt, { optimizer = fake_optimizer(1) }) end, "holds no optimizer state" },
       { function() ddp.load_checkpoint(ckpt, { map = "cpu" }) end, "unknown option 'map'" },
+      { function() ddp.load_checkpoint(ckpt, { sampler = {} }) end, "sampler must have a load_state_dict() method" },
       { function() ddp.save_checkpoint(ckpt, { modle = {} }) end, "unknown option 'modle'" },
       { function() ddp.save_checkpoint(ckpt, { extra = { f = print } }) end, "extra.f is a function" },
       { function() ddp.save_checkpoint(ckpt, { model = { w = 3 } }) end, "model state 'w' is a number" },

@@ -192,6 +192,8 @@ describe("safetensors", function()
       { function() ddp.save({ { "a", ddp.ones(1) }, { "a", ddp.ones(2) } }, p) end, "tensor name 'a' is given twice" },
       { function() ddp.save({ w = ddp.ones(1) }, p, { metadata = { k = {} } }) end, "metadata 'k' is a table" },
       { function() ddp.save({ w = ddp.ones(1) }, p, { meta = {} }) end, "unknown option 'meta'" },
+      { function() ddp.save({ ["bad\xff"] = ddp.ones(1) }, p) end, "is not valid UTF-8" },
+      { function() ddp.save({ w = ddp.ones(1) }, p, { metadata = { k = "\xfe" } }) end, "metadata 'k' is not valid UTF-8" },
       { function() ddp.save({ w = ddp.ones(1) }, dir .. "/no/such/dir/x.safetensors") end,
         "no/such/dir/x.safetensors" },
       { function() ddp.load(p, { device = "tpu" }) end, "unknown device 'tpu'" },
@@ -251,7 +253,7 @@ describe("safetensors", function()
     it("rejects bad JSON with the byte offset", function()
       check("trailing_comma", raw_file('{"a":1,}', ""), "invalid JSON at byte 15: trailing comma")
       check("garbage", raw_file('{"a" 1}', ""), "invalid JSON at byte 13: expected ':'")
-      check("not_object", raw_file('[1, 2]', ""), "at byte 8: the header is a JSON array")
+      check("not_object", raw_file('[1, 2]', ""), "at byte 8: the header is an array")
       check("dup", raw_file('{"a":{},"a":{}}', ""), 'duplicate key "a"')
       check("control", raw_file('{"a\1":{}}', ""), "unescaped control character")
     end)
@@ -259,15 +261,15 @@ describe("safetensors", function()
     it("rejects bad tensor entries, naming the tensor", function()
       local function one(entry, data) return raw_file('{"t":' .. entry .. '}', data or "") end
       check("dtype", one('{"dtype":"I32","shape":[1],"data_offsets":[0,4]}', "xxxx"), "tensor 't' has dtype \"I32\"")
-      check("dtype_type", one('{"dtype":5,"shape":[1],"data_offsets":[0,4]}', "xxxx"), "dtype is a integer")
+      check("dtype_type", one('{"dtype":5,"shape":[1],"data_offsets":[0,4]}', "xxxx"), "dtype is an integer")
       check("no_shape", one('{"dtype":"F32","data_offsets":[0,4]}', "xxxx"), "tensor 't' lacks \"shape\"")
       check("neg_shape", one('{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}', "xxxx"), "shape entry 1 is not")
       check("extra_field", one('{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}', "xxxx"), 'unknown field "x"')
       check("offsets", one('{"dtype":"F32","shape":[1],"data_offsets":[0]}', "xxxx"), "data_offsets must be two")
       check("backwards", one('{"dtype":"F32","shape":[1],"data_offsets":[4,0]}', "xxxx"), "end before they begin")
       check("mismatch", one('{"dtype":"F32","shape":[2],"data_offsets":[0,4]}', "xxxx"), "hold 4 bytes, but F32 x 2")
-      check("entry_type", one('[1]', ""), "tensor 't' is described by a array")
-      check("meta_value", raw_file('{"__metadata__":{"k":1}}', ""), "__metadata__ value of \"k\" is a integer")
+      check("entry_type", one('[1]', ""), "tensor 't' is described by an array")
+      check("meta_value", raw_file('{"__metadata__":{"k":1}}', ""), "__metadata__ value of \"k\" is an integer")
     end)
 
     it("rejects overlapping offsets, holes and trailing bytes", function()
