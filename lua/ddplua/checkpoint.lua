@@ -28,6 +28,11 @@ local M = { FORMAT = FORMAT }
 local SAVE_OPTS = { "model", "optimizer", "scheduler", "sampler", "epoch", "step", "rng", "config", "extra" }
 local LOAD_OPTS = { "model", "optimizer", "scheduler", "sampler", "map_location", "rng", "strict" }
 
+-- An error raised in this file, without this file's position in front of it
+-- (the message names the file and the problem; the caller's position is
+-- what the user needs).
+local function own_message(err) return (tostring(err):gsub("^[^\n]-checkpoint%.lua:%d+: ", "")) end
+
 local function check_opts(opts, valid, what)
   local set = {}
   for _, k in ipairs(valid) do set[k] = true end
@@ -212,7 +217,10 @@ function M.save(path, s)
       error("save_checkpoint: rank 0 failed to write " .. path .. " (its error is in rank 0's output)", 2)
     end
   end
-  if not ok then error(err, 2) end
+  if not ok then
+    local msg = own_message(err)
+    error(msg:match("^save_checkpoint: ") and msg or "save_checkpoint: " .. msg, 2)
+  end
 end
 
 -- Loading -------------------------------------------------------------------
@@ -304,7 +312,8 @@ function M.load(path, opts)
   if type(opts) ~= "table" then error("load_checkpoint: expected a table of options, got " .. type(opts), 2) end
   check_opts(opts, LOAD_OPTS, "load_checkpoint")
   local device = opts.map_location or default_device(opts.model)
-  local tensors, meta = core.load(path, { device = device })
+  local loaded, tensors, meta = pcall(core.load, path, { device = device })
+  if not loaded then error("load_checkpoint: " .. own_message(tensors), 2) end
   if meta.format ~= FORMAT then
     error(string.format("load_checkpoint: %s is not a ddplua checkpoint (its metadata has format=%s, expected %s); " ..
       "ddp.load reads plain safetensors files", path, tostring(meta.format), FORMAT), 2)
