@@ -51,6 +51,14 @@ function M.seed_everything(seed)
   math.randomseed(seed)
 end
 
+-- Run helpers and checkpoints (config.lua, checkpoint.lua, metrics.lua,
+-- progress.lua); loaded on first call. ddp.save / ddp.load (safetensors)
+-- come from the C module.
+function M.config(defaults, opts) return require("ddplua.config").resolve(defaults, opts) end
+function M.save_checkpoint(path, what) return require("ddplua.checkpoint").save(path, what) end
+function M.load_checkpoint(path, opts) return require("ddplua.checkpoint").load(path, opts) end
+function M.progress(total, opts) return require("ddplua.progress").new(total, opts) end
+
 -- Submodules load on first use so `require "ddplua"` stays fast.
 local lazy = {
   nn = "ddplua.nn",
@@ -58,6 +66,7 @@ local lazy = {
   data = "ddplua.data",
   distributed = "ddplua.distributed",
   amp = "ddplua.amp",
+  metrics = "ddplua.metrics",
 }
 setmetatable(M, {
   __index = function(t, k)

@@ -127,7 +127,8 @@ static int l_collectgarbage_paced(lua_State *L) {
 
 extern void lt_open_dist(lua_State *L, int module) __attribute__((weak));
 extern void lt_open_data(lua_State *L, int module) __attribute__((weak));
-extern void lt_open_io(lua_State *L, int module) __attribute__((weak));
+/* strong: a weak reference would not pull l_io.o out of the static runtime */
+void lt_open_io(lua_State *L, int module);
 
 int luaopen_ddplua_core(lua_State *L);
 int luaopen_ddplua_core(lua_State *L) {
@@ -158,7 +159,7 @@ int luaopen_ddplua_core(lua_State *L) {
   lt_open_nn_ops(L, module, methods);
   if (lt_open_dist) lt_open_dist(L, module);
   if (lt_open_data) lt_open_data(L, module);
-  if (lt_open_io) lt_open_io(L, module);
+  lt_open_io(L, module);
   lua_pushvalue(L, methods);
   lua_setfield(L, module, "Tensor");
   lua_settop(L, module);
