@@ -1,0 +1,310 @@
+/* The SGEMM driver: kernel selection, orientation, cache blocking and
+ * packing around the per-ISA micro-kernels of sgemm_kernels.h.
+ *
+ * Structure (GotoBLAS/BLIS): C' += P Q is cut into Q blocks of kc x nc that
+ * are packed into panels of NR columns and stay in L2, and into MR-row
+ * slivers of P that stay in L1 while the micro-kernel sweeps the Q panels.
+ *
+ * Orientation: the micro-kernel loads Q as vectors along n, so Q must be
+ * packed; packing is a row copy when Q's rows are contiguous and a
+ * transpose when they are not. C = op(A) op(B) can be computed either as
+ * C' = C (P = op(A), Q = op(B)) or as C' = C^T (P = op(B)^T, Q = op(A)^T,
+ * stored transposed); we take the one whose transposed packing is smaller.
+ * For x @ W^T with x 64 x 784 and W 1024 x 784 that means packing x^T
+ * (64 x 784) instead of W^T (1024 x 784), while W's rows are broadcast in
+ * place. P itself is read in place when its rows are contiguous along k
+ * (the micro-kernel takes MR row pointers) and packed otherwise (a cheap
+ * copy of MR contiguous floats per k). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "ops/cpu/sgemm.h"
+#include "ops/cpu/sgemm_kernels.h"
+
+/* ---- implementation selection ---- */
+
+static struct {
+  pthread_once_t once;
+  pthread_mutex_t lock;
+  dp_sgemm_impl impl;
+  char err[256]; /* non-empty: DDPLUA_GEMM was invalid */
+  int threads;
+} sel = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER, .threads = 1};
+
+const char *dp_sgemm_impl_name(dp_sgemm_impl impl) {
+  switch (impl) {
+  case DP_SGEMM_AVX512: return "avx512";
+  case DP_SGEMM_AVX2: return "avx2";
+  case DP_SGEMM_BLAS: break;
+  }
+  return "blas";
+}
+
+bool dp_sgemm_cpu_supports(dp_sgemm_impl impl) {
+  __builtin_cpu_init();
+  switch (impl) {
+  case DP_SGEMM_AVX512:
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
+  case DP_SGEMM_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  case DP_SGEMM_BLAS: break;
+  }
+  return true;
+}
+
+static dp_sgemm_impl best_impl(void) {
+  if (dp_sgemm_cpu_supports(DP_SGEMM_AVX512)) return DP_SGEMM_AVX512;
+  if (dp_sgemm_cpu_supports(DP_SGEMM_AVX2)) return DP_SGEMM_AVX2;
+  return DP_SGEMM_BLAS;
+}
+
+static void select_from_env(void) {
+  const char *v = getenv("DDPLUA_GEMM");
+  sel.impl = best_impl();
+  if (!v || !*v || strcmp(v, "own") == 0) return;
+  if (strcmp(v, "blas") == 0) {
+    sel.impl = DP_SGEMM_BLAS;
+    return;
+  }
+  dp_sgemm_impl want = DP_SGEMM_BLAS;
+  if (strcmp(v, "avx512") == 0) want = DP_SGEMM_AVX512;
+  else if (strcmp(v, "avx2") == 0) want = DP_SGEMM_AVX2;
+  else {
+    snprintf(sel.err, sizeof sel.err, "DDPLUA_GEMM='%.64s' is not one of own, blas, avx512, avx2", v);
+    return;
+  }
+  if (!dp_sgemm_cpu_supports(want))
+    snprintf(sel.err, sizeof sel.err, "DDPLUA_GEMM=%s: this CPU does not support the %s micro-kernel", v, v);
+  else sel.impl = want;
+}
+
+int dp_sgemm_get_impl(dp_sgemm_impl *impl) {
+  pthread_once(&sel.once, select_from_env);
+  pthread_mutex_lock(&sel.lock);
+  int rc = sel.err[0] ? dp_error("%s", sel.err) : 0;
+  *impl = sel.impl;
+  pthread_mutex_unlock(&sel.lock);
+  return rc;
+}
+
+int dp_sgemm_set_impl(dp_sgemm_impl impl) {
+  pthread_once(&sel.once, select_from_env);
+  if (!dp_sgemm_cpu_supports(impl))
+    return dp_error("this CPU does not support the %s GEMM micro-kernel", dp_sgemm_impl_name(impl));
+  pthread_mutex_lock(&sel.lock);
+  sel.impl = impl;
+  sel.err[0] = 0;
+  pthread_mutex_unlock(&sel.lock);
+  return 0;
+}
+
+void dp_sgemm_set_num_threads(int n) { __atomic_store_n(&sel.threads, n < 1 ? 1 : n, __ATOMIC_RELAXED); }
+int dp_sgemm_get_num_threads(void) { return __atomic_load_n(&sel.threads, __ATOMIC_RELAXED); }
+
+/* ---- packing buffers: per thread, allocated on first use ---- */
+
+typedef struct {
+  float *q, *p;
+  size_t q_floats, p_floats;
+} pack_bufs;
+
+static pthread_key_t bufs_key;
+static pthread_once_t bufs_once = PTHREAD_ONCE_INIT;
+
+static void free_bufs(void *v) {
+  pack_bufs *b = v;
+  free(b->q);
+  free(b->p);
+  free(b);
+}
+static void make_bufs_key(void) { DP_ASSERT(pthread_key_create(&bufs_key, free_bufs) == 0); }
+
+static float *alloc_floats(size_t n) {
+  size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+  return aligned_alloc(64, bytes);
+}
+
+static pack_bufs *get_bufs(size_t q_floats, size_t p_floats) {
+  pthread_once(&bufs_once, make_bufs_key);
+  pack_bufs *b = pthread_getspecific(bufs_key);
+  if (!b) {
+    b = calloc(1, sizeof *b);
+    if (!b || pthread_setspecific(bufs_key, b)) {
+      free(b);
+      dp_error("matmul: out of memory for GEMM packing buffers");
+      return NULL;
+    }
+  }
+  if (b->q_floats < q_floats) {
+    free(b->q);
+    b->q = alloc_floats(q_floats);
+    b->q_floats = b->q ? q_floats : 0;
+  }
+  if (b->p_floats < p_floats) {
+    free(b->p);
+    b->p = alloc_floats(p_floats);
+    b->p_floats = b->p ? p_floats : 0;
+  }
+  if (!b->q || !b->p) {
+    dp_error("matmul: out of memory for GEMM packing buffers (%zu bytes)", (q_floats + p_floats) * sizeof(float));
+    return NULL;
+  }
+  return b;
+}
+
+/* ---- packing ---- */
+
+/* A strided matrix: element (i, j) at p[i * rs + j * cs]. */
+typedef struct {
+  const float *p;
+  int64_t rs, cs;
+} view;
+
+/* Q block rows pc.., columns jc.. of kc x nc into panels of K->nr columns
+ * (panel t at dst + t * kc * nr, rows padded to the vector width). */
+static void pack_q(const dp_sg_kernel *K, view q, int64_t kc, int64_t nc, float *dst) {
+  for (int64_t j0 = 0; j0 < nc; j0 += K->nr, dst += kc * K->nr) {
+    int w = (int)(nc - j0 < K->nr ? nc - j0 : K->nr);
+    int nrpad = (w + K->vl - 1) / K->vl * K->vl;
+    const float *src = q.p + j0 * q.cs;
+    if (q.cs == 1) { /* rows contiguous: copy */
+      for (int64_t p = 0; p < kc; p++) {
+        memcpy(dst + p * nrpad, src + p * q.rs, sizeof(float) * (size_t)w);
+        if (nrpad > w) memset(dst + p * nrpad + w, 0, sizeof(float) * (size_t)(nrpad - w));
+      }
+    } else if (q.rs == 1) { /* columns contiguous: transpose */
+      K->pack_q_trans(kc, w, src, q.cs, dst);
+    } else {
+      for (int64_t p = 0; p < kc; p++) {
+        for (int j = 0; j < w; j++) dst[p * nrpad + j] = src[p * q.rs + j * q.cs];
+        for (int j = w; j < nrpad; j++) dst[p * nrpad + j] = 0.0f;
+      }
+    }
+  }
+}
+
+/* mr rows of P (from row i0, column pc) as dst[p * MR + r], rows past mr
+ * zero. */
+static void pack_p(const dp_sg_kernel *K, view pv, int mr, int64_t kc, float *dst) {
+  const int MR = K->mr;
+  for (int64_t p = 0; p < kc; p++) {
+    const float *src = pv.p + p * pv.cs;
+    float *d = dst + p * MR;
+    if (pv.rs == 1) memcpy(d, src, sizeof(float) * (size_t)mr);
+    else
+      for (int r = 0; r < mr; r++) d[r] = src[r * pv.rs];
+    for (int r = mr; r < MR; r++) d[r] = 0.0f;
+  }
+}
+
+/* ---- the blocked product ---- */
+
+typedef struct {
+  const dp_sg_kernel *K;
+  int64_t m, n, k;
+  float alpha, beta;
+  view P, Q;
+  float *c;
+  int64_t c_rs, c_cs;
+} problem;
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Splits len into equal blocks of at most max, each a multiple of unit
+ * (except the last), so no block is a sliver. */
+static int64_t balanced_block(int64_t len, int64_t max, int64_t unit) {
+  int64_t nb = ceil_div(len, max);
+  return ceil_div(ceil_div(len, nb), unit) * unit;
+}
+
+static int run_blocked(const problem *pr) {
+  const dp_sg_kernel *K = pr->K;
+  const int MR = K->mr, NR = K->nr;
+  int64_t kc_blk = balanced_block(pr->k, K->kc, 1);
+  int64_t nc_blk = balanced_block(pr->n, K->nc, NR);
+  pack_bufs *bufs = get_bufs((size_t)(kc_blk * nc_blk), (size_t)(kc_blk * MR));
+  if (!bufs) return -1;
+  const bool p_in_place = pr->P.cs == 1;
+  for (int64_t jc = 0; jc < pr->n; jc += nc_blk) {
+    int64_t nc = pr->n - jc < nc_blk ? pr->n - jc : nc_blk;
+    for (int64_t pc = 0; pc < pr->k; pc += kc_blk) {
+      int64_t kc = pr->k - pc < kc_blk ? pr->k - pc : kc_blk;
+      view qb = {pr->Q.p + pc * pr->Q.rs + jc * pr->Q.cs, pr->Q.rs, pr->Q.cs};
+      pack_q(K, qb, kc, nc, bufs->q);
+      dp_sg_tile t = {.k = kc, .alpha = pr->alpha, .beta = pc == 0 ? pr->beta : 1.0f, .c_rs = pr->c_rs,
+                      .c_cs = pr->c_cs};
+      for (int64_t ir = 0; ir < pr->m; ir += MR) {
+        t.mr = (int)(pr->m - ir < MR ? pr->m - ir : MR);
+        view pv = {pr->P.p + ir * pr->P.rs + pc * pr->P.cs, pr->P.rs, pr->P.cs};
+        if (p_in_place) {
+          t.a = pv.p;
+          t.a_rs = pv.rs;
+          t.a_packed = false;
+        } else {
+          pack_p(K, pv, t.mr, kc, bufs->p);
+          t.a = bufs->p;
+          t.a_rs = 1;
+          t.a_packed = true;
+        }
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+          t.nr = (int)(nc - jr < NR ? nc - jr : NR);
+          t.b = bufs->q + (jr / NR) * kc * NR;
+          t.c = pr->c + ir * pr->c_rs + (jc + jr) * pr->c_cs;
+          K->tile(&t);
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+/* C = beta * C (k == 0 or alpha == 0: A and B are not read, as in BLAS). */
+static void scale_c(float *c, int64_t m, int64_t n, int64_t ldc, float beta) {
+  for (int64_t i = 0; i < m; i++) {
+    float *row = c + i * ldc;
+    if (beta == 0.0f) memset(row, 0, sizeof(float) * (size_t)n);
+    else
+      for (int64_t j = 0; j < n; j++) row[j] *= beta;
+  }
+}
+
+int dp_sgemm_run(dp_sgemm_impl impl, const dp_gemm_args *g) {
+  DP_ASSERT(g->dtype == DP_F32);
+  DP_ASSERT(impl == DP_SGEMM_AVX512 || impl == DP_SGEMM_AVX2);
+  if (!dp_sgemm_cpu_supports(impl))
+    return dp_error("this CPU does not support the %s GEMM micro-kernel", dp_sgemm_impl_name(impl));
+  if (g->m <= 0 || g->n <= 0 || g->batch <= 0) return 0;
+  const dp_sg_kernel *K = impl == DP_SGEMM_AVX512 ? &dp_sg_avx512 : &dp_sg_avx2;
+  const float alpha = (float)g->alpha, beta = (float)g->beta;
+  /* element strides of op(A) (m x k) and op(B) (k x n) */
+  const int64_t a_rs = g->trans_a ? 1 : g->lda, a_cs = g->trans_a ? g->lda : 1;
+  const int64_t b_rs = g->trans_b ? 1 : g->ldb, b_cs = g->trans_b ? g->ldb : 1;
+  /* transposed packing each orientation needs: op(B) when it is stored
+   * transposed (normal), op(A) when it is not (swapped) */
+  const bool swap = g->trans_b && (g->trans_a || g->m < g->n);
+  for (int64_t b = 0; b < g->batch; b++) {
+    const float *a = (const float *)g->a + b * g->stride_a;
+    const float *bm = (const float *)g->b + b * g->stride_b;
+    float *c = (float *)g->c + b * g->stride_c;
+    if (g->k <= 0 || alpha == 0.0f) {
+      scale_c(c, g->m, g->n, g->ldc, beta);
+      continue;
+    }
+    problem pr = {.K = K, .k = g->k, .alpha = alpha, .beta = beta, .c = c};
+    if (!swap) {
+      pr.m = g->m, pr.n = g->n;
+      pr.P = (view){a, a_rs, a_cs};
+      pr.Q = (view){bm, b_rs, b_cs};
+      pr.c_rs = g->ldc, pr.c_cs = 1;
+    } else { /* C^T = op(B)^T op(A)^T */
+      pr.m = g->n, pr.n = g->m;
+      pr.P = (view){bm, b_cs, b_rs};
+      pr.Q = (view){a, a_cs, a_rs};
+      pr.c_rs = 1, pr.c_cs = g->ldc;
+    }
+    if (run_blocked(&pr)) return -1;
+  }
+  return 0;
+}

@@ -1,0 +1,46 @@
+/* The interface between the SGEMM driver (sgemm.c) and its per-ISA
+ * micro-kernels (sgemm_avx512.c, sgemm_avx2.c).
+ *
+ * The driver reduces every call to C'[m x n] += P[m x k] * Q[k x n] where
+ * the micro-kernel broadcasts P's elements and loads Q as vectors along n
+ * (see sgemm.c for how A, B and C map onto P, Q and C'). One micro-kernel
+ * call computes an mr x nr tile (mr <= MR, nr <= NR) over kc steps. */
+#ifndef DP_SGEMM_KERNELS_H
+#define DP_SGEMM_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+  int64_t k;
+  /* P's mr x k rows: packed (a[p * MR + r], rows beyond mr are zero) or read
+   * in place (a[r * a_rs + p], unit stride along k). */
+  const float *a;
+  int64_t a_rs;
+  bool a_packed;
+  /* Q's packed k x nr panel: b[p * nrpad + j], nrpad = nr rounded up to the
+   * vector width, padding zero; 64-byte aligned. */
+  const float *b;
+  /* C' tile: c[i * c_rs + j * c_cs]; c_cs == 1 (rows along n, the normal
+   * case) or c_rs == 1 (C' is a transposed view of the caller's C). */
+  float *c;
+  int64_t c_rs, c_cs;
+  /* C' = alpha * P Q + beta * C'; beta == 0 never reads C'. */
+  float alpha, beta;
+  int mr, nr;
+} dp_sg_tile;
+
+typedef struct {
+  const char *name;
+  int mr, nr, vl;  /* tile rows, tile columns, vector lanes (nr % vl == 0) */
+  int64_t kc, nc;  /* cache blocking: Q blocks of kc x nc stay in L2 */
+  void (*tile)(const dp_sg_tile *t);
+  /* Packs a kc x w block of Q stored k-contiguous (element (p, j) at
+   * q[p + j * q_cs]) into one panel: dst[p * nrpad + j], zero padding to
+   * nrpad = w rounded up to vl; w <= nr. */
+  void (*pack_q_trans)(int64_t kc, int w, const float *q, int64_t q_cs, float *dst);
+} dp_sg_kernel;
+
+extern const dp_sg_kernel dp_sg_avx512, dp_sg_avx2;
+
+#endif
