@@ -47,7 +47,8 @@ bool dp_sgemm_cpu_supports(dp_sgemm_impl impl) {
   switch (impl) {
   case DP_SGEMM_AVX512:
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("avx2"); /* the transposing packer is AVX2 */
   case DP_SGEMM_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   case DP_SGEMM_BLAS: break;
   }
@@ -162,12 +163,31 @@ typedef struct {
   int64_t rs, cs;
 } view;
 
-/* Q block rows pc.., columns jc.. of kc x nc into panels of K->nr columns
- * (panel t at dst + t * kc * nr, rows padded to the vector width). */
-static void pack_q(const dp_sg_kernel *K, view q, int64_t kc, int64_t nc, float *dst) {
-  for (int64_t j0 = 0; j0 < nc; j0 += K->nr, dst += kc * K->nr) {
-    int w = (int)(nc - j0 < K->nr ? nc - j0 : K->nr);
-    int nrpad = (w + K->vl - 1) / K->vl * K->vl;
+/* Q blocks are cut into panels of whole vectors, at most NR wide, as even
+ * as possible (64 columns -> 32 + 32, not 48 + 16), because a narrow panel
+ * has too few accumulators to keep the FMA units busy. */
+typedef struct {
+  int vl, vectors, panels, base, extra;
+} panel_plan;
+
+static panel_plan plan_panels(const dp_sg_kernel *K, int64_t nc) {
+  panel_plan pl = {.vl = K->vl, .vectors = (int)((nc + K->vl - 1) / K->vl)};
+  int nv = K->nr / K->vl;
+  pl.panels = (pl.vectors + nv - 1) / nv;
+  pl.base = pl.vectors / pl.panels;
+  pl.extra = pl.vectors % pl.panels;
+  return pl;
+}
+/* Width in columns of panel t (before clipping to the block). */
+static int panel_cols(const panel_plan *pl, int t) { return (pl->base + (t < pl->extra)) * pl->vl; }
+
+/* Q block (kc x nc, from row pc, column jc) packed panel after panel, each
+ * dst[p * nrpad + j] with nrpad its width rounded up to whole vectors. */
+static void pack_q(const dp_sg_kernel *K, const panel_plan *pl, view q, int64_t kc, int64_t nc, float *dst) {
+  int64_t j0 = 0;
+  for (int t = 0; t < pl->panels; t++) {
+    int nrpad = panel_cols(pl, t);
+    int w = (int)(nc - j0 < nrpad ? nc - j0 : nrpad);
     const float *src = q.p + j0 * q.cs;
     if (q.cs == 1) { /* rows contiguous: copy */
       for (int64_t p = 0; p < kc; p++) {
@@ -175,13 +195,15 @@ static void pack_q(const dp_sg_kernel *K, view q, int64_t kc, int64_t nc, float 
         if (nrpad > w) memset(dst + p * nrpad + w, 0, sizeof(float) * (size_t)(nrpad - w));
       }
     } else if (q.rs == 1) { /* columns contiguous: transpose */
-      K->pack_q_trans(kc, w, src, q.cs, dst);
+      K->pack_q_trans(kc, w, nrpad, src, q.cs, dst);
     } else {
       for (int64_t p = 0; p < kc; p++) {
         for (int j = 0; j < w; j++) dst[p * nrpad + j] = src[p * q.rs + j * q.cs];
         for (int j = w; j < nrpad; j++) dst[p * nrpad + j] = 0.0f;
       }
     }
+    dst += kc * nrpad;
+    j0 += nrpad;
   }
 }
 
@@ -221,18 +243,25 @@ static int64_t balanced_block(int64_t len, int64_t max, int64_t unit) {
 
 static int run_blocked(const problem *pr) {
   const dp_sg_kernel *K = pr->K;
-  const int MR = K->mr, NR = K->nr;
-  int64_t kc_blk = balanced_block(pr->k, K->kc, 1);
-  int64_t nc_blk = balanced_block(pr->n, K->nc, NR);
-  pack_bufs *bufs = get_bufs((size_t)(kc_blk * nc_blk), (size_t)(kc_blk * MR));
+  const int MR = K->mr;
+  /* n in blocks that fit L2 with a kc of K->kc; then kc as large as the L2
+   * budget allows for that block width (up to what keeps P's sliver in L1):
+   * fewer passes over C, and for narrow n (64 columns) no k split at all */
+  int64_t nc_blk = balanced_block(pr->n, K->nc, K->vl);
+  int64_t kc_cap = K->l2_floats / nc_blk;
+  kc_cap = kc_cap < K->kc ? K->kc : (kc_cap > K->kc_max ? K->kc_max : kc_cap);
+  int64_t kc_blk = balanced_block(pr->k, kc_cap, 1);
+  /* panels round up to whole vectors */
+  pack_bufs *bufs = get_bufs((size_t)(kc_blk * (nc_blk + K->nr)), (size_t)(kc_blk * MR));
   if (!bufs) return -1;
   const bool p_in_place = pr->P.cs == 1;
   for (int64_t jc = 0; jc < pr->n; jc += nc_blk) {
     int64_t nc = pr->n - jc < nc_blk ? pr->n - jc : nc_blk;
+    panel_plan pl = plan_panels(K, nc);
     for (int64_t pc = 0; pc < pr->k; pc += kc_blk) {
       int64_t kc = pr->k - pc < kc_blk ? pr->k - pc : kc_blk;
       view qb = {pr->Q.p + pc * pr->Q.rs + jc * pr->Q.cs, pr->Q.rs, pr->Q.cs};
-      pack_q(K, qb, kc, nc, bufs->q);
+      pack_q(K, &pl, qb, kc, nc, bufs->q);
       dp_sg_tile t = {.k = kc, .alpha = pr->alpha, .beta = pc == 0 ? pr->beta : 1.0f, .c_rs = pr->c_rs,
                       .c_cs = pr->c_cs};
       for (int64_t ir = 0; ir < pr->m; ir += MR) {
@@ -248,11 +277,16 @@ static int run_blocked(const problem *pr) {
           t.a_rs = 1;
           t.a_packed = true;
         }
-        for (int64_t jr = 0; jr < nc; jr += NR) {
-          t.nr = (int)(nc - jr < NR ? nc - jr : NR);
-          t.b = bufs->q + (jr / NR) * kc * NR;
+        const float *b = bufs->q;
+        int64_t jr = 0;
+        for (int pt = 0; pt < pl.panels; pt++) {
+          int nrpad = panel_cols(&pl, pt);
+          t.nr = (int)(nc - jr < nrpad ? nc - jr : nrpad);
+          t.b = b;
           t.c = pr->c + ir * pr->c_rs + (jc + jr) * pr->c_cs;
           K->tile(&t);
+          b += kc * nrpad;
+          jr += nrpad;
         }
       }
     }

@@ -6,12 +6,14 @@
  * -march flag; sgemm.c only calls in here after __builtin_cpu_supports
  * said yes. */
 #include <immintrin.h>
-#include <string.h>
 
 #include "ops/cpu/sgemm_kernels.h"
 
 #define TARGET_AVX2 __attribute__((target("avx2,fma")))
 #define INLINE static inline __attribute__((always_inline))
+/* every loop over tile rows and vectors is unrolled, so the accumulators
+ * are only ever indexed by constants and live in registers */
+#define UNROLL _Pragma("GCC unroll 16")
 
 enum { MR = 6, NV = 2, VL = 8, NR = NV * VL };
 
@@ -27,9 +29,11 @@ TARGET_AVX2 INLINE void store_tile(const dp_sg_tile *t, __m256 acc[MR][NV], cons
   if (t->c_cs == 1) {
     const int rem = t->nr - (nv - 1) * VL; /* 1..8 lanes in the last vector */
     const __m256i tail = lane_mask(rem);
+    UNROLL
     for (int r = 0; r < MR; r++) {
       if (r >= t->mr) break;
       float *c = t->c + r * t->c_rs;
+      UNROLL
       for (int v = 0; v < nv; v++) {
         __m256 x = _mm256_mul_ps(va, acc[r][v]);
         if (v < nv - 1 || rem == VL) {
@@ -46,7 +50,9 @@ TARGET_AVX2 INLINE void store_tile(const dp_sg_tile *t, __m256 acc[MR][NV], cons
   /* C' is transposed (c_rs == 1): column j of the tile is mr contiguous
    * floats of C. */
   float rows[MR][NR] __attribute__((aligned(32)));
+  UNROLL
   for (int r = 0; r < MR; r++)
+    UNROLL
     for (int v = 0; v < nv; v++) _mm256_store_ps(rows[r] + v * VL, _mm256_mul_ps(va, acc[r][v]));
   for (int j = 0; j < t->nr; j++) {
     float *c = t->c + j * t->c_cs;
@@ -58,17 +64,23 @@ TARGET_AVX2 INLINE void store_tile(const dp_sg_tile *t, __m256 acc[MR][NV], cons
  * dp_sg_tile). Both are constants at every call site. */
 TARGET_AVX2 INLINE void tile_nv(const dp_sg_tile *t, const int nv, const bool packed) {
   __m256 acc[MR][NV];
+  UNROLL
   for (int r = 0; r < MR; r++)
+    UNROLL
     for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps();
   const float *ar[MR];
+  UNROLL
   for (int r = 0; r < MR; r++) ar[r] = packed ? t->a + r : t->a + (r < t->mr ? r : 0) * t->a_rs;
   const int64_t as = packed ? MR : 1;
   const float *b = t->b;
   for (int64_t p = 0; p < t->k; p++) {
     __m256 bv[NV];
+    UNROLL
     for (int v = 0; v < nv; v++) bv[v] = _mm256_load_ps(b + v * VL);
+    UNROLL
     for (int r = 0; r < MR; r++) {
       __m256 a = _mm256_broadcast_ss(&ar[r][p * as]);
+      UNROLL
       for (int v = 0; v < nv; v++) acc[r][v] = _mm256_fmadd_ps(a, bv[v], acc[r][v]);
     }
     b += nv * VL;
@@ -87,14 +99,51 @@ TARGET_AVX2 static void tile_avx2(const dp_sg_tile *t) {
   }
 }
 
-static void pack_q_trans_avx2(int64_t kc, int w, const float *q, int64_t q_cs, float *dst) {
-  int nrpad = (w + VL - 1) / VL * VL;
-  for (int j = 0; j < w; j++) {
-    const float *src = q + j * q_cs;
-    for (int64_t p = 0; p < kc; p++) dst[p * nrpad + j] = src[p];
+/* r[i] (row i of an 8 x 8 block) -> r[j] (column j). */
+TARGET_AVX2 INLINE void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  UNROLL
+  for (int i = 0; i < 4; i++) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
   }
-  if (nrpad > w)
-    for (int64_t p = 0; p < kc; p++) memset(dst + p * nrpad + w, 0, sizeof(float) * (size_t)(nrpad - w));
+  /* per 128-bit lane L: u[c] holds rows 0-3 of column 4L+c, u[4+c] rows 4-7 */
+  UNROLL
+  for (int h = 0; h < 2; h++) {
+    u[4 * h + 0] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
+    u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xEE);
+    u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+    u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
+  }
+  UNROLL
+  for (int c = 0; c < 4; c++) {
+    r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+    r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+  }
+}
+
+/* Used by both kernels (AVX-512 CPUs have AVX2): 8 columns of the panel at
+ * a time, 8 x 8 blocks transposed in registers. */
+TARGET_AVX2 void dp_sg_pack_q_trans8(int64_t kc, int w, int nrpad, const float *q, int64_t q_cs, float *dst) {
+  for (int j0 = 0; j0 < nrpad; j0 += 8) {
+    int jn = w - j0 < 0 ? 0 : (w - j0 > 8 ? 8 : w - j0); /* real columns in this group */
+    /* columns past w re-read column 0 (valid memory) and are masked to 0 */
+    const float *src[8];
+    UNROLL
+    for (int jj = 0; jj < 8; jj++) src[jj] = jj < jn ? q + (j0 + jj) * q_cs : q;
+    const __m256 keep = _mm256_castsi256_ps(lane_mask(jn));
+    int64_t p = 0;
+    for (; p + 8 <= kc; p += 8) {
+      __m256 r[8];
+      UNROLL
+      for (int jj = 0; jj < 8; jj++) r[jj] = _mm256_loadu_ps(src[jj] + p);
+      transpose8(r);
+      UNROLL
+      for (int pp = 0; pp < 8; pp++) _mm256_store_ps(dst + (p + pp) * nrpad + j0, _mm256_and_ps(r[pp], keep));
+    }
+    for (; p < kc; p++)
+      for (int jj = 0; jj < 8; jj++) dst[p * nrpad + j0 + jj] = jj < jn ? src[jj][p] : 0.0f;
+  }
 }
 
 const dp_sg_kernel dp_sg_avx2 = {
@@ -103,7 +152,9 @@ const dp_sg_kernel dp_sg_avx2 = {
     .nr = NR,
     .vl = VL,
     .kc = 256,
-    .nc = 512,
+    .nc = 192,
+    .kc_max = 768,              /* 6 x 768 floats: 18 KB of a 32 KB L1 */
+    .l2_floats = 48 * 1024,     /* 192 KB: most of Haswell's 256 KB L2 */
     .tile = tile_avx2,
-    .pack_q_trans = pack_q_trans_avx2,
+    .pack_q_trans = dp_sg_pack_q_trans8,
 };

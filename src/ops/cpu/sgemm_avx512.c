@@ -7,12 +7,14 @@
  * -march flag; sgemm.c only calls in here after __builtin_cpu_supports
  * said yes. */
 #include <immintrin.h>
-#include <string.h>
 
 #include "ops/cpu/sgemm_kernels.h"
 
 #define TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
 #define INLINE static inline __attribute__((always_inline))
+/* every loop over tile rows and vectors is unrolled, so the accumulators
+ * are only ever indexed by constants and live in registers */
+#define UNROLL _Pragma("GCC unroll 16")
 
 enum { MR = 8, NV = 3, VL = 16, NR = NV * VL };
 
@@ -23,9 +25,11 @@ TARGET_AVX512 INLINE void store_tile(const dp_sg_tile *t, __m512 acc[MR][NV], co
   if (t->c_cs == 1) {
     int rem = t->nr - (nv - 1) * VL; /* 1..16 lanes in the last vector */
     __mmask16 tail = (__mmask16)(rem >= VL ? 0xFFFFu : (1u << rem) - 1u);
+    UNROLL
     for (int r = 0; r < MR; r++) {
       if (r >= t->mr) break;
       float *c = t->c + r * t->c_rs;
+      UNROLL
       for (int v = 0; v < nv; v++) {
         __mmask16 m = v == nv - 1 ? tail : (__mmask16)0xFFFF;
         __m512 x = _mm512_mul_ps(va, acc[r][v]);
@@ -36,23 +40,46 @@ TARGET_AVX512 INLINE void store_tile(const dp_sg_tile *t, __m512 acc[MR][NV], co
     return;
   }
   /* C' is transposed (c_rs == 1): column j of the tile is mr contiguous
-   * floats of C. Transpose 8 x 16 blocks through a buffer so each column
-   * is one masked 8-lane store. */
-  float buf[NR][MR] __attribute__((aligned(64)));
-  for (int v = 0; v < nv; v++) {
-    /* lanes of acc[r][v] -> buf[v*16 + lane][r] */
-    float rows[MR][VL] __attribute__((aligned(64)));
-    for (int r = 0; r < MR; r++) _mm512_store_ps(rows[r], _mm512_mul_ps(va, acc[r][v]));
-    for (int l = 0; l < VL; l++)
-      for (int r = 0; r < MR; r++) buf[v * VL + l][r] = rows[r][l];
-  }
+   * floats of C. Transpose each 8 x 16 block of accumulators in registers
+   * into 16 columns of 8 and store each with one (masked) 8-lane access. */
   const __mmask8 rows_mask = (__mmask8)((1u << t->mr) - 1u);
   const __m256 vb8 = _mm512_castps512_ps256(vb);
-  for (int j = 0; j < t->nr; j++) {
-    float *c = t->c + j * t->c_cs;
-    __m256 x = _mm256_load_ps(buf[j]);
-    if (read_c) x = _mm256_fmadd_ps(vb8, _mm256_maskz_loadu_ps(rows_mask, c), x);
-    _mm256_mask_storeu_ps(c, rows_mask, x);
+  /* lanes 0-3 of a then of b, 4-7 of a then of b; and the same for 8-15 */
+  const __m512i lo_idx = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i hi_idx = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  UNROLL
+  for (int v = 0; v < nv; v++) {
+    __m512 x[MR];
+    UNROLL
+    for (int r = 0; r < MR; r++) x[r] = _mm512_mul_ps(va, acc[r][v]);
+    /* per 128-bit lane L: u[c] holds rows 0-3 of column 4L+c, u[4+c] rows 4-7 */
+    __m512 u[8];
+    UNROLL
+    for (int h = 0; h < 2; h++) {
+      __m512 t0 = _mm512_unpacklo_ps(x[4 * h], x[4 * h + 1]), t1 = _mm512_unpackhi_ps(x[4 * h], x[4 * h + 1]);
+      __m512 t2 = _mm512_unpacklo_ps(x[4 * h + 2], x[4 * h + 3]), t3 = _mm512_unpackhi_ps(x[4 * h + 2], x[4 * h + 3]);
+      u[4 * h + 0] = _mm512_shuffle_ps(t0, t2, 0x44);
+      u[4 * h + 1] = _mm512_shuffle_ps(t0, t2, 0xEE);
+      u[4 * h + 2] = _mm512_shuffle_ps(t1, t3, 0x44);
+      u[4 * h + 3] = _mm512_shuffle_ps(t1, t3, 0xEE);
+    }
+    UNROLL
+    for (int cc = 0; cc < 4; cc++) {
+      /* columns cc, 4+cc (lo) and 8+cc, 12+cc (hi), each 8 rows */
+      __m512 lo = _mm512_permutex2var_ps(u[cc], lo_idx, u[4 + cc]);
+      __m512 hi = _mm512_permutex2var_ps(u[cc], hi_idx, u[4 + cc]);
+      __m256 col[4] = {_mm512_castps512_ps256(lo), _mm512_extractf32x8_ps(lo, 1), _mm512_castps512_ps256(hi),
+                       _mm512_extractf32x8_ps(hi, 1)};
+      UNROLL
+      for (int q = 0; q < 4; q++) {
+        int j = v * VL + 4 * q + cc;
+        if (j >= t->nr) continue;
+        float *c = t->c + j * t->c_cs;
+        __m256 y = col[q];
+        if (read_c) y = _mm256_fmadd_ps(vb8, _mm256_maskz_loadu_ps(rows_mask, c), y);
+        _mm256_mask_storeu_ps(c, rows_mask, y);
+      }
+    }
   }
 }
 
@@ -61,19 +88,25 @@ TARGET_AVX512 INLINE void store_tile(const dp_sg_tile *t, __m512 acc[MR][NV], co
  * fully unrolled over the MR x nv accumulators, which stay in registers. */
 TARGET_AVX512 INLINE void tile_nv(const dp_sg_tile *t, const int nv, const bool packed) {
   __m512 acc[MR][NV];
+  UNROLL
   for (int r = 0; r < MR; r++)
+    UNROLL
     for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
   /* rows past mr alias row 0 when P is read in place: valid memory, and
    * their results are never stored */
   const float *ar[MR];
+  UNROLL
   for (int r = 0; r < MR; r++) ar[r] = packed ? t->a + r : t->a + (r < t->mr ? r : 0) * t->a_rs;
   const int64_t as = packed ? MR : 1;
   const float *b = t->b;
   for (int64_t p = 0; p < t->k; p++) {
     __m512 bv[NV];
+    UNROLL
     for (int v = 0; v < nv; v++) bv[v] = _mm512_load_ps(b + v * VL);
+    UNROLL
     for (int r = 0; r < MR; r++) {
       __m512 a = _mm512_set1_ps(ar[r][p * as]);
+      UNROLL
       for (int v = 0; v < nv; v++) acc[r][v] = _mm512_fmadd_ps(a, bv[v], acc[r][v]);
     }
     b += nv * VL;
@@ -94,16 +127,6 @@ TARGET_AVX512 static void tile_avx512(const dp_sg_tile *t) {
   }
 }
 
-TARGET_AVX512 static void pack_q_trans_avx512(int64_t kc, int w, const float *q, int64_t q_cs, float *dst) {
-  int nrpad = (w + VL - 1) / VL * VL;
-  for (int j = 0; j < w; j++) {
-    const float *src = q + j * q_cs;
-    for (int64_t p = 0; p < kc; p++) dst[p * nrpad + j] = src[p];
-  }
-  if (nrpad > w)
-    for (int64_t p = 0; p < kc; p++) memset(dst + p * nrpad + w, 0, sizeof(float) * (size_t)(nrpad - w));
-}
-
 const dp_sg_kernel dp_sg_avx512 = {
     .name = "avx512",
     .mr = MR,
@@ -111,6 +134,8 @@ const dp_sg_kernel dp_sg_avx512 = {
     .vl = VL,
     .kc = 256,
     .nc = 480,
+    .kc_max = 1024,             /* 8 x 1024 floats: 32 KB of a 48 KB L1 */
+    .l2_floats = 128 * 1024,    /* 512 KB: half of Zen 5's / Sapphire Rapids' L2 */
     .tile = tile_avx512,
-    .pack_q_trans = pack_q_trans_avx512,
+    .pack_q_trans = dp_sg_pack_q_trans8, /* AVX-512 CPUs have AVX2 */
 };

@@ -34,13 +34,18 @@ typedef struct {
   const char *name;
   int mr, nr, vl;  /* tile rows, tile columns, vector lanes (nr % vl == 0) */
   int64_t kc, nc;  /* cache blocking: Q blocks of kc x nc stay in L2 */
+  int64_t kc_max;  /* largest kc whose MR x kc sliver of P still fits in L1 */
+  int64_t l2_floats; /* Q block budget (kc x nc floats) */
   void (*tile)(const dp_sg_tile *t);
   /* Packs a kc x w block of Q stored k-contiguous (element (p, j) at
-   * q[p + j * q_cs]) into one panel: dst[p * nrpad + j], zero padding to
-   * nrpad = w rounded up to vl; w <= nr. */
-  void (*pack_q_trans)(int64_t kc, int w, const float *q, int64_t q_cs, float *dst);
+   * q[p + j * q_cs]) into one panel: dst[p * nrpad + j], columns w..nrpad
+   * zero; nrpad a multiple of 8 (and of vl), dst 32-byte aligned. */
+  void (*pack_q_trans)(int64_t kc, int w, int nrpad, const float *q, int64_t q_cs, float *dst);
 } dp_sg_kernel;
 
 extern const dp_sg_kernel dp_sg_avx512, dp_sg_avx2;
+
+/* The transposing packer both kernels use (8 x 8 AVX2 transposes). */
+void dp_sg_pack_q_trans8(int64_t kc, int w, int nrpad, const float *q, int64_t q_cs, float *dst);
 
 #endif
