@@ -163,38 +163,27 @@ typedef struct {
   int64_t rs, cs;
 } view;
 
-/* Q blocks are cut into panels of whole vectors, at most NR wide, as even
- * as possible (64 columns -> 32 + 32, not 48 + 16), because a narrow panel
- * has too few accumulators to keep the FMA units busy. */
-typedef struct {
-  int vl, vectors, panels, base, extra;
-} panel_plan;
-
-static panel_plan plan_panels(const dp_sg_kernel *K, int64_t nc) {
-  panel_plan pl = {.vl = K->vl, .vectors = (int)((nc + K->vl - 1) / K->vl)};
-  int nv = K->nr / K->vl;
-  pl.panels = (pl.vectors + nv - 1) / nv;
-  pl.base = pl.vectors / pl.panels;
-  pl.extra = pl.vectors % pl.panels;
+static dp_sg_panels plan_panels(const dp_sg_kernel *K, int64_t nc) {
+  int vectors = (int)((nc + K->vl - 1) / K->vl), nv = K->nr / K->vl;
+  dp_sg_panels pl = {.vl = K->vl, .panels = (vectors + nv - 1) / nv};
+  pl.base = vectors / pl.panels;
+  pl.extra = vectors % pl.panels;
   return pl;
 }
-/* Width in columns of panel t (before clipping to the block). */
-static int panel_cols(const panel_plan *pl, int t) { return (pl->base + (t < pl->extra)) * pl->vl; }
 
 /* Q block (kc x nc, from row pc, column jc) packed panel after panel, each
  * dst[p * nrpad + j] with nrpad its width rounded up to whole vectors. */
-static void pack_q(const dp_sg_kernel *K, const panel_plan *pl, view q, int64_t kc, int64_t nc, float *dst) {
+static void pack_q(const dp_sg_kernel *K, const dp_sg_panels *pl, view q, int64_t kc, int64_t nc, float *dst) {
+  if (q.cs == 1) { /* rows contiguous: copy */
+    K->pack_q_copy(kc, nc, pl, q.p, q.rs, dst);
+    return;
+  }
   int64_t j0 = 0;
   for (int t = 0; t < pl->panels; t++) {
-    int nrpad = panel_cols(pl, t);
+    int nrpad = dp_sg_panel_cols(pl, t);
     int w = (int)(nc - j0 < nrpad ? nc - j0 : nrpad);
     const float *src = q.p + j0 * q.cs;
-    if (q.cs == 1) { /* rows contiguous: copy */
-      for (int64_t p = 0; p < kc; p++) {
-        memcpy(dst + p * nrpad, src + p * q.rs, sizeof(float) * (size_t)w);
-        if (nrpad > w) memset(dst + p * nrpad + w, 0, sizeof(float) * (size_t)(nrpad - w));
-      }
-    } else if (q.rs == 1) { /* columns contiguous: transpose */
+    if (q.rs == 1) { /* columns contiguous: transpose */
       K->pack_q_trans(kc, w, nrpad, src, q.cs, dst);
     } else {
       for (int64_t p = 0; p < kc; p++) {
@@ -244,10 +233,11 @@ static int64_t balanced_block(int64_t len, int64_t max, int64_t unit) {
 static int run_blocked(const problem *pr) {
   const dp_sg_kernel *K = pr->K;
   const int MR = K->mr;
-  /* n in blocks that fit L2 with a kc of K->kc; then kc as large as the L2
+  /* n in blocks that fit L2 with a kc of K->kc (or k); then kc as large as the L2
    * budget allows for that block width (up to what keeps P's sliver in L1):
    * fewer passes over C, and for narrow n (64 columns) no k split at all */
-  int64_t nc_blk = balanced_block(pr->n, K->nc, K->vl);
+  int64_t nc_max = K->l2_floats / (pr->k < K->kc ? pr->k : K->kc); /* small k: wider blocks, P packed once */
+  int64_t nc_blk = balanced_block(pr->n, nc_max > K->nc ? nc_max : K->nc, K->vl);
   int64_t kc_cap = K->l2_floats / nc_blk;
   kc_cap = kc_cap < K->kc ? K->kc : (kc_cap > K->kc_max ? K->kc_max : kc_cap);
   int64_t kc_blk = balanced_block(pr->k, kc_cap, 1);
@@ -257,7 +247,7 @@ static int run_blocked(const problem *pr) {
   const bool p_in_place = pr->P.cs == 1;
   for (int64_t jc = 0; jc < pr->n; jc += nc_blk) {
     int64_t nc = pr->n - jc < nc_blk ? pr->n - jc : nc_blk;
-    panel_plan pl = plan_panels(K, nc);
+    dp_sg_panels pl = plan_panels(K, nc);
     for (int64_t pc = 0; pc < pr->k; pc += kc_blk) {
       int64_t kc = pr->k - pc < kc_blk ? pr->k - pc : kc_blk;
       view qb = {pr->Q.p + pc * pr->Q.rs + jc * pr->Q.cs, pr->Q.rs, pr->Q.cs};
@@ -280,7 +270,7 @@ static int run_blocked(const problem *pr) {
         const float *b = bufs->q;
         int64_t jr = 0;
         for (int pt = 0; pt < pl.panels; pt++) {
-          int nrpad = panel_cols(&pl, pt);
+          int nrpad = dp_sg_panel_cols(&pl, pt);
           t.nr = (int)(nc - jr < nrpad ? nc - jr : nrpad);
           t.b = b;
           t.c = pr->c + ir * pr->c_rs + (jc + jr) * pr->c_cs;

@@ -146,6 +146,31 @@ TARGET_AVX2 void dp_sg_pack_q_trans8(int64_t kc, int w, int nrpad, const float *
   }
 }
 
+/* Packs Q whose rows are contiguous: a copy with vector loads/stores (a
+ * libc memcpy per 48-float row costs more than the copy itself), row by row
+ * so the source streams in order. */
+TARGET_AVX2 void dp_sg_pack_q_copy8(int64_t kc, int64_t nc, const dp_sg_panels *pl, const float *q, int64_t q_rs,
+                                    float *dst) {
+  for (int64_t p = 0; p < kc; p++, q += q_rs) {
+    float *d = dst;
+    int64_t j0 = 0;
+    for (int t = 0; t < pl->panels; t++) {
+      const int nrpad = dp_sg_panel_cols(pl, t);
+      const int w = (int)(nc - j0 < nrpad ? nc - j0 : nrpad);
+      float *row = d + p * nrpad;
+      int j = 0;
+      for (; j + 8 <= w; j += 8) _mm256_store_ps(row + j, _mm256_loadu_ps(q + j0 + j));
+      if (j < w) {
+        _mm256_store_ps(row + j, _mm256_maskload_ps(q + j0 + j, lane_mask(w - j)));
+        j += 8;
+      }
+      for (; j < nrpad; j += 8) _mm256_store_ps(row + j, _mm256_setzero_ps());
+      d += kc * nrpad;
+      j0 += nrpad;
+    }
+  }
+}
+
 const dp_sg_kernel dp_sg_avx2 = {
     .name = "avx2",
     .mr = MR,
@@ -157,4 +182,5 @@ const dp_sg_kernel dp_sg_avx2 = {
     .l2_floats = 48 * 1024,     /* 192 KB: most of Haswell's 256 KB L2 */
     .tile = tile_avx2,
     .pack_q_trans = dp_sg_pack_q_trans8,
+    .pack_q_copy = dp_sg_pack_q_copy8,
 };

@@ -138,4 +138,5 @@ const dp_sg_kernel dp_sg_avx512 = {
     .l2_floats = 128 * 1024,    /* 512 KB: half of Zen 5's / Sapphire Rapids' L2 */
     .tile = tile_avx512,
     .pack_q_trans = dp_sg_pack_q_trans8, /* AVX-512 CPUs have AVX2 */
+    .pack_q_copy = dp_sg_pack_q_copy8,
 };

@@ -30,6 +30,16 @@ typedef struct {
   int mr, nr;
 } dp_sg_tile;
 
+/* How a Q block of nc columns is cut into panels of whole vectors, at most
+ * NR wide, as even as possible (64 columns -> 32 + 32, not 48 + 16): a
+ * narrow panel has too few accumulators to keep the FMA units busy. Panel
+ * t has dp_sg_panel_cols(pl, t) columns (the last clipped to nc). */
+typedef struct {
+  int vl, panels, base, extra;
+} dp_sg_panels;
+
+static inline int dp_sg_panel_cols(const dp_sg_panels *pl, int t) { return (pl->base + (t < pl->extra)) * pl->vl; }
+
 typedef struct {
   const char *name;
   int mr, nr, vl;  /* tile rows, tile columns, vector lanes (nr % vl == 0) */
@@ -41,11 +51,16 @@ typedef struct {
    * q[p + j * q_cs]) into one panel: dst[p * nrpad + j], columns w..nrpad
    * zero; nrpad a multiple of 8 (and of vl), dst 32-byte aligned. */
   void (*pack_q_trans)(int64_t kc, int w, int nrpad, const float *q, int64_t q_cs, float *dst);
+  /* Packs a whole kc x nc block of Q stored n-contiguous (element (p, j) at
+   * q[p * q_rs + j]) into the panels of pl, one after the other, each
+   * dst[p * nrpad + j]. Row by row: each source row is read once, in order. */
+  void (*pack_q_copy)(int64_t kc, int64_t nc, const dp_sg_panels *pl, const float *q, int64_t q_rs, float *dst);
 } dp_sg_kernel;
 
 extern const dp_sg_kernel dp_sg_avx512, dp_sg_avx2;
 
-/* The transposing packer both kernels use (8 x 8 AVX2 transposes). */
+/* The packers both kernels use (AVX2: AVX-512 CPUs have it too). */
 void dp_sg_pack_q_trans8(int64_t kc, int w, int nrpad, const float *q, int64_t q_cs, float *dst);
+void dp_sg_pack_q_copy8(int64_t kc, int64_t nc, const dp_sg_panels *pl, const float *q, int64_t q_rs, float *dst);
 
 #endif
