@@ -3,14 +3,17 @@
  * alpha/beta (beta = 0 ignores NaN in C), leading dimensions wider than the
  * matrices (the gaps must stay untouched), batch strides (including a
  * broadcast operand with stride 0), odd and edge sizes, k = 0, the MLP and
- * conv shapes, for every micro-kernel this CPU can run; plus the
- * DDPLUA_GEMM selection and its error message. */
+ * conv shapes, for every micro-kernel this CPU can run, on one thread and
+ * split over several (also in a forked child); plus the DDPLUA_GEMM
+ * selection and its error message. */
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "ops/cpu/cpu_kernels.h"
@@ -205,6 +208,45 @@ static void test_dispatch_matches_blas(void) {
   free(a), free(b), free(c1), free(c2);
 }
 
+/* Calls big enough to split over threads: by rows of C', by columns, by
+ * batch items, with alpha/beta and ld gaps; every part must land in place. */
+static void test_threads(dp_sgemm_impl impl) {
+  dp_sgemm_set_num_threads(3);
+  CHECK(dp_sgemm_get_num_threads() == 3);
+  run_case(impl, basic(64, 1024, 200, false, true));  /* swapped: 1024 rows of C' -> split rows */
+  run_case(impl, basic(64, 1000, 100, false, false)); /* 1000 columns -> split columns */
+  run_case(impl, basic(1000, 61, 70, true, false));
+  gemm_case c = basic(130, 301, 150, true, true);
+  c.alpha = 0.75, c.beta = -0.5, c.pad_a = 3, c.pad_b = 2, c.pad_c = 9;
+  run_case(impl, c);
+  c = basic(40, 50, 700, false, true); /* small items, many of them: split the batch */
+  c.batch = 5, c.beta = 2;
+  run_case(impl, c);
+  c = basic(9, 13, 5, false, false); /* too small to split */
+  c.batch = 2;
+  run_case(impl, c);
+  dp_sgemm_set_num_threads(1);
+}
+
+/* A child forked after the parent's pool started runs threaded GEMMs with
+ * threads of its own (the copied pool has none behind it). */
+static void test_fork_after_threads(dp_sgemm_impl impl) {
+  dp_sgemm_set_num_threads(2);
+  run_case(impl, basic(64, 1024, 100, false, false));
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(60); /* a hang fails the test instead of stalling it */
+    int before = test_failures;
+    run_case(impl, basic(64, 1024, 100, false, false));
+    _exit(test_failures == before ? 0 : 1);
+  }
+  int status = 0;
+  CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  dp_sgemm_set_num_threads(1);
+}
+
 int main(void) {
   /* an invalid DDPLUA_GEMM is an error naming the variable and the choices */
   setenv("DDPLUA_GEMM", "fast", 1);
@@ -230,6 +272,8 @@ int main(void) {
     }
     int before = cases_run;
     test_impl(own[i]);
+    test_threads(own[i]);
+    test_fork_after_threads(own[i]);
     CHECK(dp_sgemm_set_impl(own[i]) == 0);
     test_dispatch_matches_blas();
     printf("%s micro-kernel: %d cases\n", dp_sgemm_impl_name(own[i]), cases_run - before);

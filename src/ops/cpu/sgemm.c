@@ -294,41 +294,134 @@ static void scale_c(float *c, int64_t m, int64_t n, int64_t ldc, float beta) {
   }
 }
 
+/* ---- calls: orientation, batches, threads ---- */
+
+typedef struct {
+  const dp_gemm_args *g;
+  const dp_sg_kernel *K;
+  bool swap;
+  enum { SPLIT_BATCH, SPLIT_M, SPLIT_N } how;
+  int parts;
+  pthread_mutex_t err_lock;
+  bool failed;
+  char err[256];
+} call_plan;
+
+/* Batch item b as C' += P Q. The micro-kernel loads Q as vectors and must
+ * pack it; the transposed packing each orientation needs is op(B) when B is
+ * stored transposed (normal), op(A) when A is not (swapped). */
+static problem item_problem(const call_plan *cp, int64_t b) {
+  const dp_gemm_args *g = cp->g;
+  const float *a = (const float *)g->a + b * g->stride_a;
+  const float *bm = (const float *)g->b + b * g->stride_b;
+  /* element strides of op(A) (m x k) and op(B) (k x n) */
+  const int64_t a_rs = g->trans_a ? 1 : g->lda, a_cs = g->trans_a ? g->lda : 1;
+  const int64_t b_rs = g->trans_b ? 1 : g->ldb, b_cs = g->trans_b ? g->ldb : 1;
+  problem pr = {.K = cp->K, .k = g->k, .alpha = (float)g->alpha, .beta = (float)g->beta,
+                .c = (float *)g->c + b * g->stride_c};
+  if (!cp->swap) {
+    pr.m = g->m, pr.n = g->n;
+    pr.P = (view){a, a_rs, a_cs};
+    pr.Q = (view){bm, b_rs, b_cs};
+    pr.c_rs = g->ldc, pr.c_cs = 1;
+  } else { /* C^T = op(B)^T op(A)^T */
+    pr.m = g->n, pr.n = g->m;
+    pr.P = (view){bm, b_cs, b_rs};
+    pr.Q = (view){a, a_cs, a_rs};
+    pr.c_rs = 1, pr.c_cs = g->ldc;
+  }
+  return pr;
+}
+
+/* Part `part` of `parts` of pr: a range of whole MR-row slivers (SPLIT_M)
+ * or NR-column panels (SPLIT_N) of C'; each part packs what it reads, so
+ * parts never wait for each other. */
+static int run_part(const call_plan *cp, problem pr, int part) {
+  if (cp->how == SPLIT_BATCH || cp->parts == 1) return run_blocked(&pr);
+  const bool by_m = cp->how == SPLIT_M;
+  const int64_t len = by_m ? pr.m : pr.n, unit = by_m ? pr.K->mr : pr.K->nr;
+  const int64_t units = ceil_div(len, unit);
+  const int64_t lo = units * part / cp->parts * unit, hi = units * (part + 1) / cp->parts * unit;
+  if (lo >= len) return 0;
+  const int64_t cnt = (hi < len ? hi : len) - lo;
+  if (by_m) {
+    pr.P.p += lo * pr.P.rs;
+    pr.c += lo * pr.c_rs;
+    pr.m = cnt;
+  } else {
+    pr.Q.p += lo * pr.Q.cs;
+    pr.c += lo * pr.c_cs;
+    pr.n = cnt;
+  }
+  return run_blocked(&pr);
+}
+
+static void run_part_fn(void *ctx, int part) {
+  call_plan *cp = ctx;
+  int rc = 0;
+  if (cp->how == SPLIT_BATCH) {
+    for (int64_t b = part; b < cp->g->batch && !rc; b += cp->parts) rc = run_part(cp, item_problem(cp, b), part);
+  } else {
+    for (int64_t b = 0; b < cp->g->batch && !rc; b++) rc = run_part(cp, item_problem(cp, b), part);
+  }
+  if (rc) { /* dp_error is per thread: hand the message to the caller */
+    pthread_mutex_lock(&cp->err_lock);
+    if (!cp->failed) snprintf(cp->err, sizeof cp->err, "%s", dp_errmsg());
+    cp->failed = true;
+    pthread_mutex_unlock(&cp->err_lock);
+  }
+}
+
+/* Threads pay for themselves above ~4 MFLOP each (20 us at 200 GFLOP/s;
+ * waking a parked thread costs a few us). */
+#define MIN_FLOPS_PER_THREAD 4e6
+
+static void plan_threads(call_plan *cp) {
+  const dp_gemm_args *g = cp->g;
+  const int threads = dp_sgemm_get_num_threads();
+  const double item_flops = 2.0 * (double)g->m * (double)g->n * (double)g->k;
+  cp->how = SPLIT_M;
+  cp->parts = 1;
+  if (threads <= 1) return;
+  /* split the side of C' with more tiles (64 x 1024: columns; 1024 x 64:
+   * rows), each part then packs its own share of what it reads */
+  problem pr = item_problem(cp, 0);
+  int64_t m_units = ceil_div(pr.m, cp->K->mr), n_units = ceil_div(pr.n, cp->K->nr);
+  int64_t units = m_units >= n_units ? m_units : n_units;
+  int64_t by_work = (int64_t)(item_flops / MIN_FLOPS_PER_THREAD);
+  int64_t parts = threads < units ? threads : units;
+  parts = parts < by_work ? parts : by_work;
+  if (parts >= 2) {
+    cp->how = m_units >= n_units ? SPLIT_M : SPLIT_N;
+    cp->parts = (int)parts;
+    return;
+  }
+  by_work = (int64_t)(item_flops * (double)g->batch / MIN_FLOPS_PER_THREAD);
+  parts = threads < g->batch ? threads : g->batch;
+  parts = parts < by_work ? parts : by_work;
+  if (parts >= 2) {
+    cp->how = SPLIT_BATCH;
+    cp->parts = (int)parts;
+  }
+}
+
 int dp_sgemm_run(dp_sgemm_impl impl, const dp_gemm_args *g) {
   DP_ASSERT(g->dtype == DP_F32);
   DP_ASSERT(impl == DP_SGEMM_AVX512 || impl == DP_SGEMM_AVX2);
   if (!dp_sgemm_cpu_supports(impl))
     return dp_error("this CPU does not support the %s GEMM micro-kernel", dp_sgemm_impl_name(impl));
   if (g->m <= 0 || g->n <= 0 || g->batch <= 0) return 0;
-  const dp_sg_kernel *K = impl == DP_SGEMM_AVX512 ? &dp_sg_avx512 : &dp_sg_avx2;
-  const float alpha = (float)g->alpha, beta = (float)g->beta;
-  /* element strides of op(A) (m x k) and op(B) (k x n) */
-  const int64_t a_rs = g->trans_a ? 1 : g->lda, a_cs = g->trans_a ? g->lda : 1;
-  const int64_t b_rs = g->trans_b ? 1 : g->ldb, b_cs = g->trans_b ? g->ldb : 1;
-  /* transposed packing each orientation needs: op(B) when it is stored
-   * transposed (normal), op(A) when it is not (swapped) */
-  const bool swap = g->trans_b && (g->trans_a || g->m < g->n);
-  for (int64_t b = 0; b < g->batch; b++) {
-    const float *a = (const float *)g->a + b * g->stride_a;
-    const float *bm = (const float *)g->b + b * g->stride_b;
-    float *c = (float *)g->c + b * g->stride_c;
-    if (g->k <= 0 || alpha == 0.0f) {
-      scale_c(c, g->m, g->n, g->ldc, beta);
-      continue;
-    }
-    problem pr = {.K = K, .k = g->k, .alpha = alpha, .beta = beta, .c = c};
-    if (!swap) {
-      pr.m = g->m, pr.n = g->n;
-      pr.P = (view){a, a_rs, a_cs};
-      pr.Q = (view){bm, b_rs, b_cs};
-      pr.c_rs = g->ldc, pr.c_cs = 1;
-    } else { /* C^T = op(B)^T op(A)^T */
-      pr.m = g->n, pr.n = g->m;
-      pr.P = (view){bm, b_cs, b_rs};
-      pr.Q = (view){a, a_cs, a_rs};
-      pr.c_rs = 1, pr.c_cs = g->ldc;
-    }
-    if (run_blocked(&pr)) return -1;
+  if (g->k <= 0 || (float)g->alpha == 0.0f) {
+    for (int64_t b = 0; b < g->batch; b++) scale_c((float *)g->c + b * g->stride_c, g->m, g->n, g->ldc, (float)g->beta);
+    return 0;
   }
+  call_plan cp = {.g = g,
+                  .K = impl == DP_SGEMM_AVX512 ? &dp_sg_avx512 : &dp_sg_avx2,
+                  .swap = g->trans_b && (g->trans_a || g->m < g->n),
+                  .err_lock = PTHREAD_MUTEX_INITIALIZER};
+  plan_threads(&cp);
+  dp_sg_parallel(cp.parts, run_part_fn, &cp);
+  pthread_mutex_destroy(&cp.err_lock);
+  if (cp.failed) return dp_error("%s", cp.err);
   return 0;
 }

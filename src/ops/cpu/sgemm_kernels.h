@@ -63,4 +63,10 @@ extern const dp_sg_kernel dp_sg_avx512, dp_sg_avx2;
 void dp_sg_pack_q_trans8(int64_t kc, int w, int nrpad, const float *q, int64_t q_cs, float *dst);
 void dp_sg_pack_q_copy8(int64_t kc, int64_t nc, const dp_sg_panels *pl, const float *q, int64_t q_rs, float *dst);
 
+/* sgemm_pool.c: runs fn(ctx, part) for part 0..parts-1 (at most
+ * DP_SG_MAX_THREADS), part 0 on the calling thread, the others on parked
+ * worker threads; returns when all are done. */
+enum { DP_SG_MAX_THREADS = 64 };
+void dp_sg_parallel(int parts, void (*fn)(void *ctx, int part), void *ctx);
+
 #endif
