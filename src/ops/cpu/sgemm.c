@@ -61,23 +61,23 @@ static dp_sgemm_impl best_impl(void) {
   return DP_SGEMM_BLAS;
 }
 
+int dp_sgemm_parse_impl(const char *name, dp_sgemm_impl *impl) {
+  if (strcmp(name, "own") == 0) *impl = best_impl();
+  else if (strcmp(name, "blas") == 0) *impl = DP_SGEMM_BLAS;
+  else if (strcmp(name, "avx512") == 0) *impl = DP_SGEMM_AVX512;
+  else if (strcmp(name, "avx2") == 0) *impl = DP_SGEMM_AVX2;
+  else return dp_error("'%.64s' is not one of own, blas, avx512, avx2", name);
+  if (!dp_sgemm_cpu_supports(*impl))
+    return dp_error("this CPU does not support the %s GEMM micro-kernel", dp_sgemm_impl_name(*impl));
+  return 0;
+}
+
 static void select_from_env(void) {
   const char *v = getenv("DDPLUA_GEMM");
   sel.impl = best_impl();
-  if (!v || !*v || strcmp(v, "own") == 0) return;
-  if (strcmp(v, "blas") == 0) {
-    sel.impl = DP_SGEMM_BLAS;
-    return;
-  }
-  dp_sgemm_impl want = DP_SGEMM_BLAS;
-  if (strcmp(v, "avx512") == 0) want = DP_SGEMM_AVX512;
-  else if (strcmp(v, "avx2") == 0) want = DP_SGEMM_AVX2;
-  else {
-    snprintf(sel.err, sizeof sel.err, "DDPLUA_GEMM='%.64s' is not one of own, blas, avx512, avx2", v);
-    return;
-  }
-  if (!dp_sgemm_cpu_supports(want))
-    snprintf(sel.err, sizeof sel.err, "DDPLUA_GEMM=%s: this CPU does not support the %s micro-kernel", v, v);
+  dp_sgemm_impl want;
+  if (!v || !*v) return;
+  if (dp_sgemm_parse_impl(v, &want)) snprintf(sel.err, sizeof sel.err, "DDPLUA_GEMM: %s", dp_errmsg());
   else sel.impl = want;
 }
 

@@ -31,6 +31,9 @@ typedef enum { DP_SGEMM_BLAS, DP_SGEMM_AVX2, DP_SGEMM_AVX512 } dp_sgemm_impl;
 const char *dp_sgemm_impl_name(dp_sgemm_impl impl);
 /* Whether this CPU can run impl (BLAS: always). */
 bool dp_sgemm_cpu_supports(dp_sgemm_impl impl);
+/* "own" (the best this CPU supports), "blas", "avx512", "avx2" -> *impl;
+ * -1 (with dp_error) for another name or a kernel the CPU lacks. */
+int dp_sgemm_parse_impl(const char *name, dp_sgemm_impl *impl);
 /* The implementation float32 GEMMs use now: from DDPLUA_GEMM on first use,
  * or what dp_sgemm_set_impl chose. -1 (with dp_error) for a DDPLUA_GEMM
  * value that is not own|blas|avx512|avx2 or names a kernel the CPU lacks. */
