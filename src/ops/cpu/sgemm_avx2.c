@@ -152,6 +152,11 @@ TARGET_AVX2 void dp_sg_pack_q_trans8(int64_t kc, int w, int nrpad, const float *
 TARGET_AVX2 void dp_sg_pack_q_copy8(int64_t kc, int64_t nc, const dp_sg_panels *pl, const float *q, int64_t q_rs,
                                     float *dst) {
   for (int64_t p = 0; p < kc; p++, q += q_rs) {
+    /* rows of a 1024-wide matrix are 4 KB apart, which the hardware
+     * prefetchers do not follow: ask for the row 8 ahead (+10% on
+     * 64 x 1024 x 1024) */
+    if (p + 8 < kc)
+      for (int64_t j = 0; j < nc; j += 16) _mm_prefetch((const char *)(q + 8 * q_rs + j), _MM_HINT_T0);
     float *d = dst;
     int64_t j0 = 0;
     for (int t = 0; t < pl->panels; t++) {
