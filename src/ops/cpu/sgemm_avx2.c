@@ -73,7 +73,8 @@ TARGET_AVX2 INLINE void tile_nv(const dp_sg_tile *t, const int nv, const bool pa
   for (int r = 0; r < MR; r++) ar[r] = packed ? t->a + r : t->a + (r < t->mr ? r : 0) * t->a_rs;
   const int64_t as = packed ? MR : 1;
   const float *b = t->b;
-  for (int64_t p = 0; p < t->k; p++) {
+  const int64_t k = t->k;
+  for (int64_t p = 0; p < k; p++) {
     __m256 bv[NV];
     UNROLL
     for (int v = 0; v < nv; v++) bv[v] = _mm256_load_ps(b + v * VL);
