@@ -171,43 +171,29 @@ static dp_sg_panels plan_panels(const dp_sg_kernel *K, int64_t nc) {
   return pl;
 }
 
-/* Q block (kc x nc, from row pc, column jc) packed panel after panel, each
- * dst[p * nrpad + j] with nrpad its width rounded up to whole vectors. */
+/* Q block (kc x nc, from row pc, column jc) stored with contiguous columns,
+ * packed panel after panel, each dst[p * nrpad + j] with nrpad its width
+ * rounded up to whole vectors. (Blocks with contiguous rows are packed by
+ * the micro-kernel as it reads them: dp_sg_tile.b_src.) */
 static void pack_q(const dp_sg_kernel *K, const dp_sg_panels *pl, view q, int64_t kc, int64_t nc, float *dst) {
-  if (q.cs == 1) { /* rows contiguous: copy */
-    K->pack_q_copy(kc, nc, pl, q.p, q.rs, dst);
-    return;
-  }
+  DP_ASSERT(q.rs == 1);
   int64_t j0 = 0;
   for (int t = 0; t < pl->panels; t++) {
     int nrpad = dp_sg_panel_cols(pl, t);
     int w = (int)(nc - j0 < nrpad ? nc - j0 : nrpad);
     const float *src = q.p + j0 * q.cs;
-    if (q.rs == 1) { /* columns contiguous: transpose */
-      K->pack_q_trans(kc, w, nrpad, src, q.cs, dst);
-    } else {
-      for (int64_t p = 0; p < kc; p++) {
-        for (int j = 0; j < w; j++) dst[p * nrpad + j] = src[p * q.rs + j * q.cs];
-        for (int j = w; j < nrpad; j++) dst[p * nrpad + j] = 0.0f;
-      }
-    }
+    K->pack_q_trans(kc, w, nrpad, src, q.cs, dst);
     dst += kc * nrpad;
     j0 += nrpad;
   }
 }
 
-/* mr rows of P (from row i0, column pc) as dst[p * MR + r], rows past mr
- * zero. */
+/* mr rows of P (from row ir, column pc) as dst[p * MR + r], rows past mr
+ * zero. Only P whose columns are contiguous is packed (rows contiguous
+ * along k are read in place), so this is a copy of mr floats per k. */
 static void pack_p(const dp_sg_kernel *K, view pv, int mr, int64_t kc, float *dst) {
-  const int MR = K->mr;
-  for (int64_t p = 0; p < kc; p++) {
-    const float *src = pv.p + p * pv.cs;
-    float *d = dst + p * MR;
-    if (pv.rs == 1) memcpy(d, src, sizeof(float) * (size_t)mr);
-    else
-      for (int r = 0; r < mr; r++) d[r] = src[r * pv.rs];
-    for (int r = mr; r < MR; r++) d[r] = 0.0f;
-  }
+  DP_ASSERT(pv.rs == 1);
+  K->pack_p(kc, mr, K->mr, pv.p, pv.cs, dst);
 }
 
 /* ---- the blocked product ---- */
@@ -251,9 +237,12 @@ static int run_blocked(const problem *pr) {
     for (int64_t pc = 0; pc < pr->k; pc += kc_blk) {
       int64_t kc = pr->k - pc < kc_blk ? pr->k - pc : kc_blk;
       view qb = {pr->Q.p + pc * pr->Q.rs + jc * pr->Q.cs, pr->Q.rs, pr->Q.cs};
-      pack_q(K, &pl, qb, kc, nc, bufs->q);
+      /* Q with contiguous rows is packed by the first sliver's tiles as
+       * they read it (dp_sg_tile.b_src); otherwise in a pass of its own */
+      const bool fill = qb.cs == 1;
+      if (!fill) pack_q(K, &pl, qb, kc, nc, bufs->q);
       dp_sg_tile t = {.k = kc, .alpha = pr->alpha, .beta = pc == 0 ? pr->beta : 1.0f, .c_rs = pr->c_rs,
-                      .c_cs = pr->c_cs};
+                      .c_cs = pr->c_cs, .b_rs = qb.rs};
       for (int64_t ir = 0; ir < pr->m; ir += MR) {
         t.mr = (int)(pr->m - ir < MR ? pr->m - ir : MR);
         view pv = {pr->P.p + ir * pr->P.rs + pc * pr->P.cs, pr->P.rs, pr->P.cs};
@@ -267,12 +256,14 @@ static int run_blocked(const problem *pr) {
           t.a_rs = 1;
           t.a_packed = true;
         }
-        const float *b = bufs->q;
+        float *b = bufs->q;
         int64_t jr = 0;
         for (int pt = 0; pt < pl.panels; pt++) {
           int nrpad = dp_sg_panel_cols(&pl, pt);
           t.nr = (int)(nc - jr < nrpad ? nc - jr : nrpad);
           t.b = b;
+          t.b_src = fill && ir == 0 ? qb.p + jr : NULL;
+          t.b_fill = b;
           t.c = pr->c + ir * pr->c_rs + (jc + jr) * pr->c_cs;
           K->tile(&t);
           b += kc * nrpad;

@@ -60,9 +60,10 @@ TARGET_AVX2 INLINE void store_tile(const dp_sg_tile *t, __m256 acc[MR][NV], cons
   }
 }
 
-/* The k loop for nv vectors; packed says where P's elements are (see
- * dp_sg_tile). Both are constants at every call site. */
-TARGET_AVX2 INLINE void tile_nv(const dp_sg_tile *t, const int nv, const bool packed) {
+/* The k loop for nv vectors; packed says where P's elements are, fill
+ * whether Q comes from b_src (see dp_sg_tile). All are constants at every
+ * call site. */
+TARGET_AVX2 INLINE void tile_nv(const dp_sg_tile *t, const int nv, const bool packed, const bool fill) {
   __m256 acc[MR][NV];
   UNROLL
   for (int r = 0; r < MR; r++)
@@ -73,30 +74,50 @@ TARGET_AVX2 INLINE void tile_nv(const dp_sg_tile *t, const int nv, const bool pa
   for (int r = 0; r < MR; r++) ar[r] = packed ? t->a + r : t->a + (r < t->mr ? r : 0) * t->a_rs;
   const int64_t as = packed ? MR : 1;
   const float *b = t->b;
+  const float *src = t->b_src;
+  float *fill_to = t->b_fill;
+  const int64_t src_rs = t->b_rs;
+  const int rem = t->nr - (nv - 1) * VL;
+  const __m256i tail = lane_mask(rem);
   const int64_t k = t->k;
   for (int64_t p = 0; p < k; p++) {
     __m256 bv[NV];
-    UNROLL
-    for (int v = 0; v < nv; v++) bv[v] = _mm256_load_ps(b + v * VL);
+    if (fill) {
+      UNROLL
+      for (int v = 0; v < nv; v++) {
+        bv[v] = v == nv - 1 && rem < VL ? _mm256_maskload_ps(src + v * VL, tail) : _mm256_loadu_ps(src + v * VL);
+        _mm256_store_ps(fill_to + v * VL, bv[v]);
+      }
+      if (p + 8 < k) _mm_prefetch((const char *)(src + 8 * src_rs), _MM_HINT_T0);
+      src += src_rs;
+      fill_to += nv * VL;
+    } else {
+      UNROLL
+      for (int v = 0; v < nv; v++) bv[v] = _mm256_load_ps(b + v * VL);
+      b += nv * VL;
+    }
     UNROLL
     for (int r = 0; r < MR; r++) {
       __m256 a = _mm256_broadcast_ss(&ar[r][p * as]);
       UNROLL
       for (int v = 0; v < nv; v++) acc[r][v] = _mm256_fmadd_ps(a, bv[v], acc[r][v]);
     }
-    b += nv * VL;
   }
   store_tile(t, acc, nv);
 }
 
+TARGET_AVX2 INLINE void tile_with(const dp_sg_tile *t, const bool packed, const bool fill) {
+  if ((t->nr + VL - 1) / VL == 2) tile_nv(t, 2, packed, fill);
+  else tile_nv(t, 1, packed, fill);
+}
+
 TARGET_AVX2 static void tile_avx2(const dp_sg_tile *t) {
-  int nv = (t->nr + VL - 1) / VL;
   if (t->a_packed) {
-    if (nv == 2) tile_nv(t, 2, true);
-    else tile_nv(t, 1, true);
+    if (t->b_src) tile_with(t, true, true);
+    else tile_with(t, true, false);
   } else {
-    if (nv == 2) tile_nv(t, 2, false);
-    else tile_nv(t, 1, false);
+    if (t->b_src) tile_with(t, false, true);
+    else tile_with(t, false, false);
   }
 }
 
@@ -147,33 +168,13 @@ TARGET_AVX2 void dp_sg_pack_q_trans8(int64_t kc, int w, int nrpad, const float *
   }
 }
 
-/* Packs Q whose rows are contiguous: a copy with vector loads/stores (a
- * libc memcpy per 48-float row costs more than the copy itself), row by row
- * so the source streams in order. */
-TARGET_AVX2 void dp_sg_pack_q_copy8(int64_t kc, int64_t nc, const dp_sg_panels *pl, const float *q, int64_t q_rs,
-                                    float *dst) {
-  for (int64_t p = 0; p < kc; p++, q += q_rs) {
-    /* rows of a 1024-wide matrix are 4 KB apart, which the hardware
-     * prefetchers do not follow: ask for the row 8 ahead (+10% on
-     * 64 x 1024 x 1024) */
-    if (p + 8 < kc)
-      for (int64_t j = 0; j < nc; j += 16) _mm_prefetch((const char *)(q + 8 * q_rs + j), _MM_HINT_T0);
-    float *d = dst;
-    int64_t j0 = 0;
-    for (int t = 0; t < pl->panels; t++) {
-      const int nrpad = dp_sg_panel_cols(pl, t);
-      const int w = (int)(nc - j0 < nrpad ? nc - j0 : nrpad);
-      float *row = d + p * nrpad;
-      int j = 0;
-      for (; j + 8 <= w; j += 8) _mm256_store_ps(row + j, _mm256_loadu_ps(q + j0 + j));
-      if (j < w) {
-        _mm256_store_ps(row + j, _mm256_maskload_ps(q + j0 + j, lane_mask(w - j)));
-        j += 8;
-      }
-      for (; j < nrpad; j += 8) _mm256_store_ps(row + j, _mm256_setzero_ps());
-      d += kc * nrpad;
-      j0 += nrpad;
-    }
+/* One masked 8-lane copy per k (a libc memcpy of 32 bytes costs more). */
+TARGET_AVX2 void dp_sg_pack_p8(int64_t kc, int mr, int MR, const float *p_src, int64_t p_cs, float *dst) {
+  const __m256i src_mask = lane_mask(mr), dst_mask = lane_mask(MR);
+  for (int64_t p = 0; p < kc; p++, p_src += p_cs, dst += MR) {
+    /* columns of a 1024-row matrix are 4 KB apart: prefetch 8 ahead */
+    if (p + 8 < kc) _mm_prefetch((const char *)(p_src + 8 * p_cs), _MM_HINT_T0);
+    _mm256_maskstore_ps(dst, dst_mask, _mm256_maskload_ps(p_src, src_mask));
   }
 }
 
@@ -188,5 +189,5 @@ const dp_sg_kernel dp_sg_avx2 = {
     .l2_floats = 48 * 1024,     /* 192 KB: most of Haswell's 256 KB L2 */
     .tile = tile_avx2,
     .pack_q_trans = dp_sg_pack_q_trans8,
-    .pack_q_copy = dp_sg_pack_q_copy8,
+    .pack_p = dp_sg_pack_p8,
 };

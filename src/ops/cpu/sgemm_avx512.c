@@ -83,10 +83,11 @@ TARGET_AVX512 INLINE void store_tile(const dp_sg_tile *t, __m512 acc[MR][NV], co
   }
 }
 
-/* The k loop for nv vectors; packed says where P's elements are (see
- * dp_sg_tile). Both are constants at every call site, so each instance is
- * fully unrolled over the MR x nv accumulators, which stay in registers. */
-TARGET_AVX512 INLINE void tile_nv(const dp_sg_tile *t, const int nv, const bool packed) {
+/* The k loop for nv vectors; packed says where P's elements are, fill
+ * whether Q comes from b_src (see dp_sg_tile). All are constants at every
+ * call site, so each instance is fully unrolled over the MR x nv
+ * accumulators, which stay in registers. */
+TARGET_AVX512 INLINE void tile_nv(const dp_sg_tile *t, const int nv, const bool packed, const bool fill) {
   __m512 acc[MR][NV];
   UNROLL
   for (int r = 0; r < MR; r++)
@@ -99,32 +100,53 @@ TARGET_AVX512 INLINE void tile_nv(const dp_sg_tile *t, const int nv, const bool 
   for (int r = 0; r < MR; r++) ar[r] = packed ? t->a + r : t->a + (r < t->mr ? r : 0) * t->a_rs;
   const int64_t as = packed ? MR : 1;
   const float *b = t->b;
+  const float *src = t->b_src;
+  float *fill_to = t->b_fill;
+  const int64_t src_rs = t->b_rs;
+  const int rem = t->nr - (nv - 1) * VL;
+  const __mmask16 tail = (__mmask16)(rem >= VL ? 0xFFFFu : (1u << rem) - 1u);
   const int64_t k = t->k;
   for (int64_t p = 0; p < k; p++) {
     __m512 bv[NV];
-    UNROLL
-    for (int v = 0; v < nv; v++) bv[v] = _mm512_load_ps(b + v * VL);
+    if (fill) {
+      UNROLL
+      for (int v = 0; v < nv; v++) {
+        bv[v] = _mm512_maskz_loadu_ps(v == nv - 1 ? tail : (__mmask16)0xFFFF, src + v * VL);
+        _mm512_store_ps(fill_to + v * VL, bv[v]);
+        /* rows 4 KB apart defeat the hardware prefetchers */
+        if (p + 8 < k) _mm_prefetch((const char *)(src + 8 * src_rs + v * VL), _MM_HINT_T0);
+      }
+      src += src_rs;
+      fill_to += nv * VL;
+    } else {
+      UNROLL
+      for (int v = 0; v < nv; v++) bv[v] = _mm512_load_ps(b + v * VL);
+      b += nv * VL;
+    }
     UNROLL
     for (int r = 0; r < MR; r++) {
       __m512 a = _mm512_set1_ps(ar[r][p * as]);
       UNROLL
       for (int v = 0; v < nv; v++) acc[r][v] = _mm512_fmadd_ps(a, bv[v], acc[r][v]);
     }
-    b += nv * VL;
   }
   store_tile(t, acc, nv);
 }
 
-TARGET_AVX512 static void tile_avx512(const dp_sg_tile *t) {
+TARGET_AVX512 INLINE void tile_with(const dp_sg_tile *t, const bool packed, const bool fill) {
   int nv = (t->nr + VL - 1) / VL;
+  if (nv == 3) tile_nv(t, 3, packed, fill);
+  else if (nv == 2) tile_nv(t, 2, packed, fill);
+  else tile_nv(t, 1, packed, fill);
+}
+
+TARGET_AVX512 static void tile_avx512(const dp_sg_tile *t) {
   if (t->a_packed) {
-    if (nv == 3) tile_nv(t, 3, true);
-    else if (nv == 2) tile_nv(t, 2, true);
-    else tile_nv(t, 1, true);
+    if (t->b_src) tile_with(t, true, true);
+    else tile_with(t, true, false);
   } else {
-    if (nv == 3) tile_nv(t, 3, false);
-    else if (nv == 2) tile_nv(t, 2, false);
-    else tile_nv(t, 1, false);
+    if (t->b_src) tile_with(t, false, true);
+    else tile_with(t, false, false);
   }
 }
 
@@ -139,5 +161,5 @@ const dp_sg_kernel dp_sg_avx512 = {
     .l2_floats = 128 * 1024,    /* 512 KB: half of Zen 5's / Sapphire Rapids' L2 */
     .tile = tile_avx512,
     .pack_q_trans = dp_sg_pack_q_trans8, /* AVX-512 CPUs have AVX2 */
-    .pack_q_copy = dp_sg_pack_q_copy8,
+    .pack_p = dp_sg_pack_p8,
 };

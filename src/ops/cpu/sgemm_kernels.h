@@ -21,6 +21,13 @@ typedef struct {
   /* Q's packed k x nr panel: b[p * nrpad + j], nrpad = nr rounded up to the
    * vector width, padding zero; 64-byte aligned. */
   const float *b;
+  /* Or, when b_src is set, Q's rows in place (b_src[p * b_rs + j], j < nr),
+   * copied into the packed panel b_fill as the k loop reads them: the first
+   * sliver of P packs Q while it computes, instead of a separate pass that
+   * waits on memory. */
+  const float *b_src;
+  int64_t b_rs;
+  float *b_fill;
   /* C' tile: c[i * c_rs + j * c_cs]; c_cs == 1 (rows along n, the normal
    * case) or c_rs == 1 (C' is a transposed view of the caller's C). */
   float *c;
@@ -51,17 +58,16 @@ typedef struct {
    * q[p + j * q_cs]) into one panel: dst[p * nrpad + j], columns w..nrpad
    * zero; nrpad a multiple of 8 (and of vl), dst 32-byte aligned. */
   void (*pack_q_trans)(int64_t kc, int w, int nrpad, const float *q, int64_t q_cs, float *dst);
-  /* Packs a whole kc x nc block of Q stored n-contiguous (element (p, j) at
-   * q[p * q_rs + j]) into the panels of pl, one after the other, each
-   * dst[p * nrpad + j]. Row by row: each source row is read once, in order. */
-  void (*pack_q_copy)(int64_t kc, int64_t nc, const dp_sg_panels *pl, const float *q, int64_t q_rs, float *dst);
+  /* Packs mr (<= MR <= 8) rows of P stored column-contiguous (element
+   * (r, p) at p_src[r + p * p_cs]) as dst[p * MR + r], rows past mr zero. */
+  void (*pack_p)(int64_t kc, int mr, int MR, const float *p_src, int64_t p_cs, float *dst);
 } dp_sg_kernel;
 
 extern const dp_sg_kernel dp_sg_avx512, dp_sg_avx2;
 
-/* The packers both kernels use (AVX2: AVX-512 CPUs have it too). */
+/* The packers both kernels use (AVX2: AVX-512 CPUs have it). */
 void dp_sg_pack_q_trans8(int64_t kc, int w, int nrpad, const float *q, int64_t q_cs, float *dst);
-void dp_sg_pack_q_copy8(int64_t kc, int64_t nc, const dp_sg_panels *pl, const float *q, int64_t q_rs, float *dst);
+void dp_sg_pack_p8(int64_t kc, int mr, int MR, const float *p_src, int64_t p_cs, float *dst);
 
 /* sgemm_pool.c: runs fn(ctx, part) for part 0..parts-1 (at most
  * DP_SG_MAX_THREADS), part 0 on the calling thread, the others on parked
