@@ -1,20 +1,23 @@
-/* The SGEMM driver: kernel selection, orientation, cache blocking and
- * packing around the per-ISA micro-kernels of sgemm_kernels.h.
+/* The SGEMM driver: kernel selection, orientation, cache blocking, packing
+ * and threads around the per-ISA micro-kernels of sgemm_kernels.h.
  *
  * Structure (GotoBLAS/BLIS): C' += P Q is cut into Q blocks of kc x nc that
- * are packed into panels of NR columns and stay in L2, and into MR-row
- * slivers of P that stay in L1 while the micro-kernel sweeps the Q panels.
+ * are packed into panels of up to NR columns and stay in L2, and into
+ * MR-row slivers of P that stay in L1 while the micro-kernel sweeps the Q
+ * panels. kc grows when the block is narrow (64 columns: no k split, one
+ * pass over C); nc grows when k is small (k = 64: P packed once).
  *
  * Orientation: the micro-kernel loads Q as vectors along n, so Q must be
- * packed; packing is a row copy when Q's rows are contiguous and a
+ * packed; that is a copy when Q's rows are contiguous (done by the first
+ * sliver's tiles while they compute, so it costs no pass of its own) and a
  * transpose when they are not. C = op(A) op(B) can be computed either as
  * C' = C (P = op(A), Q = op(B)) or as C' = C^T (P = op(B)^T, Q = op(A)^T,
  * stored transposed); we take the one whose transposed packing is smaller.
  * For x @ W^T with x 64 x 784 and W 1024 x 784 that means packing x^T
  * (64 x 784) instead of W^T (1024 x 784), while W's rows are broadcast in
  * place. P itself is read in place when its rows are contiguous along k
- * (the micro-kernel takes MR row pointers) and packed otherwise (a cheap
- * copy of MR contiguous floats per k). */
+ * (the micro-kernel takes MR row pointers) and packed otherwise (a copy of
+ * MR contiguous floats per k). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
