@@ -225,6 +225,8 @@ static void test_threads(dp_sgemm_impl impl) {
   c = basic(9, 13, 5, false, false); /* too small to split */
   c.batch = 2;
   run_case(impl, c);
+  dp_sgemm_set_num_threads(1000); /* more than the pool holds (64): capped, every part still runs */
+  run_case(impl, basic(1024, 256, 300, true, false));
   dp_sgemm_set_num_threads(1);
 }
 

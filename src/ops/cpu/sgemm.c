@@ -372,7 +372,7 @@ static void run_part_fn(void *ctx, int part) {
 
 static void plan_threads(call_plan *cp) {
   const dp_gemm_args *g = cp->g;
-  const int threads = dp_sgemm_get_num_threads();
+  const int threads = dp_sgemm_get_num_threads() < DP_SG_MAX_THREADS ? dp_sgemm_get_num_threads() : DP_SG_MAX_THREADS;
   const double item_flops = 2.0 * (double)g->m * (double)g->n * (double)g->k;
   cp->how = SPLIT_M;
   cp->parts = 1;

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "core/error.h"
 #include "ops/cpu/sgemm_kernels.h"
 
 enum { MAX_WORKERS = DP_SG_MAX_THREADS - 1 };
@@ -57,7 +58,7 @@ static void *worker(void *arg) {
 }
 
 void dp_sg_parallel(int parts, void (*fn)(void *ctx, int part), void *ctx) {
-  if (parts > DP_SG_MAX_THREADS) parts = DP_SG_MAX_THREADS;
+  DP_ASSERT(parts <= DP_SG_MAX_THREADS);
   if (parts <= 1) {
     fn(ctx, 0);
     return;
