@@ -90,7 +90,8 @@ static void run_case(dp_sgemm_impl impl, gemm_case tc) {
         double old = c0[bi * sc + i * ldc + j];
         double want = tc.alpha * s + (tc.beta == 0 ? 0.0 : tc.beta * old);
         /* float32 accumulation error grows with k (|error| <= ~k eps sum|a b|) */
-        double tol = (double)(k + 4) * FLT_EPSILON * (fabs(tc.alpha) * abs_s + (tc.beta == 0 ? 0.0 : fabs(tc.beta * old))) + 1e-30;
+        double scale = fabs(tc.alpha) * abs_s + (tc.beta == 0 ? 0.0 : fabs(tc.beta * old));
+        double tol = (double)(k + 4) * FLT_EPSILON * scale + 1e-30;
         double got = c[bi * sc + i * ldc + j];
         if (!(fabs(got - want) <= tol) && bad++ < 5)
           fprintf(stderr,

@@ -1,6 +1,8 @@
 /* AVX2+FMA SGEMM micro-kernel for CPUs without AVX-512: a 6 x 16 tile of C'
  * in 12 ymm accumulators, 2 for the Q vectors and 1 for the broadcast of
- * P (the classic Haswell shape: 15 of the 16 ymm registers).
+ * P (the classic Haswell shape: 15 of the 16 ymm registers). Q and P come
+ * packed or in place exactly as for the AVX-512 kernel. Also the packers
+ * both kernels share (AVX-512 CPUs have AVX2).
  *
  * Compiled for AVX2 through target attributes, so the build needs no
  * -march flag; sgemm.c only calls in here after __builtin_cpu_supports

@@ -1,7 +1,9 @@
-/* AVX-512 SGEMM micro-kernel: an MR x (NV * 16) tile of C' held in MR * NV
- * zmm accumulators. Each k step loads NV vectors of the packed Q panel and
- * broadcasts MR elements of P straight into the FMAs (embedded {1to16}
- * broadcasts), so the loop is loads + FMAs only.
+/* AVX-512 SGEMM micro-kernel: an 8 x 48 tile of C' held in 24 zmm
+ * accumulators (narrower tiles: 8 x 32, 8 x 16). Each k step loads up to 3
+ * vectors of the packed Q panel (or of Q's rows in place, storing them into
+ * the panel for the next slivers) and broadcasts 8 elements of P straight
+ * into the FMAs (embedded {1to16} broadcasts from the packed sliver or from
+ * 8 rows in place), so the loop is loads + FMAs only.
  *
  * Compiled for AVX-512 through target attributes, so the build needs no
  * -march flag; sgemm.c only calls in here after __builtin_cpu_supports
@@ -17,6 +19,7 @@
 #define UNROLL _Pragma("GCC unroll 16")
 
 enum { MR = 8, NV = 3, VL = 16, NR = NV * VL };
+_Static_assert(MR == 8, "the transposed store transposes 8-row tiles");
 
 /* Writes the finished accumulators: C' = alpha * acc + beta * C'. */
 TARGET_AVX512 INLINE void store_tile(const dp_sg_tile *t, __m512 acc[MR][NV], const int nv) {
