@@ -7,6 +7,7 @@
 #include "autograd/autograd.h"
 #include "lua/l_util.h"
 #include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/sgemm.h"
 #include "ops/ops.h"
 
 static int l_manual_seed(lua_State *L) {
@@ -89,7 +90,29 @@ static int l_blas_info(lua_State *L) {
 static int l_set_num_threads(lua_State *L) {
   lua_Integer n = luaL_checkinteger(L, 1);
   if (n < 1) return luaL_argerror(L, 1, "number of threads must be >= 1");
+  dp_sgemm_set_num_threads(n > INT32_MAX ? INT32_MAX : (int)n);
   LT_CHECK(L, dp_blas_set_num_threads((int)n));
+  return 0;
+}
+
+/* gemm_impl() -> "avx512" | "avx2" | "blas": what float32 matmuls on the cpu
+ * use now (DDPLUA_GEMM, or set_gemm_impl). */
+static int l_gemm_impl(lua_State *L) {
+  dp_sgemm_impl impl;
+  LT_CHECK(L, dp_sgemm_get_impl(&impl));
+  lua_pushstring(L, dp_sgemm_impl_name(impl));
+  return 1;
+}
+
+/* set_gemm_impl("own" | "blas" | "avx512" | "avx2"): overrides DDPLUA_GEMM
+ * for this process (benchmarks compare the implementations with it). */
+static int l_set_gemm_impl(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  dp_sgemm_impl impl;
+  if (dp_sgemm_parse_impl(name, &impl) || dp_sgemm_set_impl(impl)) {
+    dp_error_prefix("set_gemm_impl: ");
+    return lt_error(L);
+  }
   return 0;
 }
 
@@ -144,6 +167,8 @@ int luaopen_ddplua_core(lua_State *L) {
                                    {"blas_info", l_blas_info},
                                    {"set_num_threads", l_set_num_threads},
                                    {"get_num_threads", l_get_num_threads},
+                                   {"gemm_impl", l_gemm_impl},
+                                   {"set_gemm_impl", l_set_gemm_impl},
                                    {"cuda_is_available", l_cuda_available},
                                    {"cuda_device_count", l_cuda_device_count},
                                    {"synchronize", l_synchronize},
