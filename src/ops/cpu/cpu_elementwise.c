@@ -299,7 +299,12 @@ static void ugrad_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   if (f32 && c->op == DP_U_RELU && ky > 0) {
     float *gx = (float *)p[0];
     const float *gy = (const float *)p[1], *y = (const float *)p[ky];
-    for (int64_t i = 0; i < n; i++) gx[i] = y[i] > 0.f ? gy[i] : 0.f;
+    /* both values loaded unconditionally so the select vectorises (a
+     * conditional load of gy[i] does not, and mispredicts on random signs) */
+    for (int64_t i = 0; i < n; i++) {
+      float g = gy[i], v = y[i];
+      gx[i] = v > 0.f ? g : 0.f;
+    }
     return;
   }
   if (f32 && c->op == DP_U_GELU && kx > 0) {
