@@ -21,6 +21,11 @@ static const dp_runtime_api runtime_api = {
     .error = dp_error,
     .error_prefix = dp_error_prefix,
     .errmsg = dp_errmsg,
+    .storage_retain = dp_storage_retain,
+    .storage_release = dp_storage_release,
+    .store_set = dp_store_set,
+    .store_get = dp_store_get,
+    .store_add = dp_store_add,
 };
 
 /* Directory of the object (host binary or core.so) this code is in. */
