@@ -20,7 +20,7 @@
 #define DP_IDX_MAXDIM 8 /* = DP_MAXDIM */
 #define DP_IDX_MAXOPS 4
 
-#ifdef __CUDACC__
+#ifdef __CUDA_ARCH__ /* the device pass only: the host compiler does not know the pragma */
 #define DP_UNROLL _Pragma("unroll")
 #else
 #define DP_UNROLL
