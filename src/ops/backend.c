@@ -1,7 +1,8 @@
 /* Backend registry. The CPU backend is linked in; the CUDA backend is the
  * plugin ddplua_cuda.so, found next to the runtime (or at
  * $DDPLUA_CUDA_PLUGIN) and loaded on the first request for a CUDA device,
- * so a CPU-only run never pays for loading the CUDA libraries. */
+ * so a CPU-only run never pays for loading the CUDA libraries; before that,
+ * the driver is asked whether any GPU exists at all. */
 #include "ops/backend.h"
 
 #include <dlfcn.h>
@@ -40,9 +41,38 @@ static void self_dir(char *buf, size_t n) {
   }
 }
 
+/* Asks the NVIDIA driver itself whether a GPU is there before loading the
+ * plugin: the plugin pulls in cuBLAS and NCCL (hundreds of MB, seconds to
+ * map), which a CPU-only machine calling ddp.device() should not pay for. */
+static int driver_precheck(char *err, size_t n) {
+  void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (!drv) {
+    snprintf(err, n, "CUDA is not available: no NVIDIA driver is installed (%s)", dlerror());
+    return -1;
+  }
+  int (*cu_init)(unsigned) = (int (*)(unsigned))dlsym(drv, "cuInit");
+  int (*cu_count)(int *) = (int (*)(int *))dlsym(drv, "cuDeviceGetCount");
+  int count = 0, rc = cu_init && cu_count ? cu_init(0) : -1;
+  if (rc == 0) rc = cu_count(&count);
+  /* keep the driver loaded: the plugin's CUDA runtime uses it next */
+  if (rc == 100 /* CUDA_ERROR_NO_DEVICE */ || (rc == 0 && count == 0)) {
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    snprintf(err, n, "CUDA is not available: no GPU is visible%s%s%s", vis ? " (CUDA_VISIBLE_DEVICES=" : "",
+             vis ? vis : "", vis ? ")" : "");
+    return -1;
+  }
+  if (rc != 0) {
+    snprintf(err, n, "CUDA is not available: the NVIDIA driver could not start (cuInit error %d)", rc);
+    return -1;
+  }
+  return 0;
+}
+
 static void load_cuda(void) {
   char dir[1024], path[1200];
   const char *env = getenv("DDPLUA_CUDA_PLUGIN");
+  /* a plugin named explicitly is loaded as asked (and explains itself) */
+  if (!(env && *env) && driver_precheck(cuda_err, sizeof cuda_err)) return;
   void *lib = NULL;
   char tried[1400] = "";
   if (env && *env) {

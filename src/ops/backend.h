@@ -68,7 +68,7 @@ typedef struct dp_backend {
   int (*device_count)(void);
   void *(*alloc)(int device, size_t nbytes);
   void (*free)(int device, void *p, size_t nbytes);
-  int (*synchronize)(int device);
+  int (*synchronize)(int device); /* device < 0: every device in use */
 
   /* dst <- src, same device, any strides, casting dtypes. */
   int (*copy)(dp_tensor *dst, const dp_tensor *src);
