@@ -148,8 +148,10 @@ static int extreme(lua_State *L, bool is_max) {
   dp_tensor *v = is_max ? dp_max(t, d, keep, &idx) : dp_min(t, d, keep, &idx);
   if (!v) return lt_error(L);
   lt_push(L, v);
-  LT_CHECK(L, dp_binary_scalar_(DP_B_ADD, idx, 1));
-  lt_push(L, idx);
+  /* a new tensor: idx itself is saved for the backward pass, which needs it 0-based */
+  dp_tensor *idx1 = dp_binary_scalar(DP_B_ADD, idx, 1, false);
+  dp_release(idx);
+  lt_push(L, idx1);
   return 2;
 }
 static int l_max(lua_State *L) { return extreme(L, true); }

@@ -7,21 +7,22 @@
 #include "ops/op_util.h"
 
 /* A matrix operand as the backend wants it: a data pointer, row stride and
- * transpose flag. Returns false if the last two dims have no unit stride. */
+ * transpose flag. Returns false if the last two dims have no unit stride.
+ * The stride of a size-1 dim is arbitrary (a reshaped scalar has 0 there),
+ * so it is read as the dense one: BLAS needs ld >= the row length. */
 static bool as_gemm_operand(const dp_tensor *t, bool *trans, int64_t *ld) {
   int d = t->ndim;
   int64_t rows = t->shape[d - 2], cols = t->shape[d - 1];
-  int64_t sr = t->stride[d - 2], sc = t->stride[d - 1];
-  if ((sc == 1 || cols == 1) && sr >= (cols > 1 ? cols : 1)) {
+  int64_t sr = rows > 1 ? t->stride[d - 2] : (cols > 1 ? cols : 1);
+  int64_t sc = cols > 1 ? t->stride[d - 1] : 1;
+  if (sc == 1 && sr >= (cols > 1 ? cols : 1)) {
     *trans = false;
-    *ld = sr > 0 ? sr : (cols > 1 ? cols : 1);
-    if (rows == 1) *ld = cols > 1 ? cols : 1;
+    *ld = sr;
     return true;
   }
-  if ((sr == 1 || rows == 1) && sc >= (rows > 1 ? rows : 1)) {
+  if (sr == 1 && sc >= (rows > 1 ? rows : 1)) {
     *trans = true;
-    *ld = sc > 0 ? sc : (rows > 1 ? rows : 1);
-    if (cols == 1) *ld = rows > 1 ? rows : 1;
+    *ld = sc;
     return true;
   }
   return false;
