@@ -13,13 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                            \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                           \
-    }                                                                                    \
+#define CK(x)                                                                                                          \
+  do {                                                                                                                 \
+    cudaError_t e_ = (x);                                                                                              \
+    if (e_ != cudaSuccess) {                                                                                           \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                              \
+      exit(1);                                                                                                         \
+    }                                                                                                                  \
   } while (0)
 
 static float elapsed_ms(cudaEvent_t a, cudaEvent_t b) {
@@ -111,7 +111,8 @@ static int allreduce(size_t bytes, int iters) {
 }
 
 int main(int argc, char **argv) {
-  if (argc >= 7 && !strcmp(argv[1], "gemm")) return gemm(atol(argv[2]), atol(argv[3]), atol(argv[4]), argv[5], atoi(argv[6]));
+  if (argc >= 7 && !strcmp(argv[1], "gemm"))
+    return gemm(atol(argv[2]), atol(argv[3]), atol(argv[4]), argv[5], atoi(argv[6]));
   if (argc >= 4 && !strcmp(argv[1], "h2d")) return h2d((size_t)atoll(argv[2]), atoi(argv[3]));
   if (argc >= 4 && !strcmp(argv[1], "allreduce")) return allreduce((size_t)atoll(argv[2]), atoi(argv[3]));
   fprintf(stderr, "usage: %s gemm M N K DTYPE ITERS | h2d BYTES ITERS | allreduce BYTES ITERS\n", argv[0]);

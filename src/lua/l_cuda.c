@@ -28,9 +28,10 @@ static int l_cuda_memory_stats(lua_State *L) {
   const struct {
     const char *k;
     size_t v;
-  } f[] = {{"live_bytes", s.live_bytes},         {"peak_bytes", s.peak_bytes},   {"cached_bytes", s.cached_bytes},
-           {"allocs", s.allocs},                 {"cache_hits", s.cache_hits},   {"device_mallocs", s.device_mallocs},
-           {"device_total", s.device_total},     {"device_free", s.device_free}};
+  } f[] = {{"live_bytes", s.live_bytes},     {"peak_bytes", s.peak_bytes},
+           {"cached_bytes", s.cached_bytes}, {"allocs", s.allocs},
+           {"cache_hits", s.cache_hits},     {"device_mallocs", s.device_mallocs},
+           {"device_total", s.device_total}, {"device_free", s.device_free}};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     lua_pushinteger(L, (lua_Integer)f[i].v);
     lua_setfield(L, -2, f[i].k);
@@ -108,8 +109,9 @@ static int l_amp_unscale(lua_State *L) {
   for (int i = 1; i <= n; i++) {
     lua_geti(L, 1, i);
     dp_tensor *g = lt_test(L, -1);
-    if (!g) return luaL_error(L, "unscale: element %d of the gradient list is a %s, expected a tensor", i,
-                              luaL_typename(L, -1));
+    if (!g)
+      return luaL_error(L, "unscale: element %d of the gradient list is a %s, expected a tensor", i,
+                        luaL_typename(L, -1));
     lua_pop(L, 1); /* the list keeps it alive */
     if (!dp_dtype_is_float(g->dtype))
       return luaL_error(L, "unscale: gradient %d has dtype %s, expected a floating point dtype", i,

@@ -21,7 +21,7 @@ int main(void) {
       if (cls < 0 || cls >= DP_CU_NCLASS) continue;
       CHECK(r == DP_CU_MIN_BLOCK || (double)(r - m) < 0.25 * (double)m);
       if (class_size[cls] == 0) class_size[cls] = r;
-      CHECK(class_size[cls] == r); /* a class is one block size */
+      CHECK(class_size[cls] == r);            /* a class is one block size */
       if (m > prev_n) CHECK(cls >= prev_cls); /* monotonic */
       prev_cls = cls, prev_n = m;
     }

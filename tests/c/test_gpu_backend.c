@@ -139,8 +139,8 @@ static void test_gemm(void) {
           CHECK(c && ref && c->dtype == dts[d]);
           if (c && ref) {
             double e = rel_diff(c, ref);
-            if (!(e < t)) fprintf(stderr, "gemm %s ta=%d tb=%d tf32=%d: rel diff %g\n", dp_dtype_name(dts[d]), ta, tb,
-                                  tf32, e);
+            if (!(e < t))
+              fprintf(stderr, "gemm %s ta=%d tb=%d tf32=%d: rel diff %g\n", dp_dtype_name(dts[d]), ta, tb, tf32, e);
             CHECK(e < t);
           }
           dp_release(a0), dp_release(b0), dp_release(a), dp_release(b), dp_release(a64), dp_release(b64);

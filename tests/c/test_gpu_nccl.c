@@ -42,8 +42,15 @@ int main(void) {
   dp_store *store = srv ? dp_store_connect("127.0.0.1", port, token, 5000) : NULL;
   CHECK(store != NULL);
   for (int debug = 0; debug < 2 && store; debug++) {
-    dp_pg_init in = {.store = store, .rank = 0, .size = 1, .local_rank = 0, .local_size = 1, .node_rank = 0,
-                     .nnodes = 1, .timeout_ms = 30000, .debug = debug};
+    dp_pg_init in = {.store = store,
+                     .rank = 0,
+                     .size = 1,
+                     .local_rank = 0,
+                     .local_size = 1,
+                     .node_rank = 0,
+                     .nnodes = 1,
+                     .timeout_ms = 30000,
+                     .debug = debug};
     dp_pg *g = dp_pg_nccl_new(&in);
     if (!g) fprintf(stderr, "nccl init: %s\n", dp_errmsg());
     CHECK(g != NULL);

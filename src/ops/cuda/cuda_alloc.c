@@ -96,7 +96,8 @@ void *dp_cu_alloc(int device, size_t nbytes) {
     dp_cu_error("CUDA out of memory: tried to allocate %.1f MiB on cuda:%d (%.1f MiB held by tensors of this "
                 "process, %.1f MiB free of %.1f MiB on the device%s%s)",
                 (double)size / mib, device, (double)live / mib, (double)free_b / mib, (double)total_b / mib,
-                e == cudaErrorMemoryAllocation ? "" : "; ", e == cudaErrorMemoryAllocation ? "" : cudaGetErrorString(e));
+                e == cudaErrorMemoryAllocation ? "" : "; ",
+                e == cudaErrorMemoryAllocation ? "" : cudaGetErrorString(e));
     return NULL;
   }
   pl->st.device_mallocs++;

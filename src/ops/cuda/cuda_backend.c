@@ -8,8 +8,10 @@
 
 #include "ops/cuda/cuda_host.h"
 
-#define ENTER(t)                                                  \
-  const dp_cu_ctx *c = dp_cu_enter((t)->storage->device.index); \
+_Static_assert(DP_IDX_MAXDIM == DP_MAXDIM, "the strided plan must cover every tensor dimension");
+
+#define ENTER(t)                                                                                                       \
+  const dp_cu_ctx *c = dp_cu_enter((t)->storage->device.index);                                                        \
   if (!c) return -1
 
 static dp_cu_vec vec(const dp_tensor *t) {
@@ -35,8 +37,8 @@ static int cu_copy(dp_tensor *dst, const dp_tensor *src) {
   if (dst->dtype == src->dtype && dp_cu_contig(dst) && dp_cu_contig(src)) {
     size_t n = (size_t)dp_cu_numel(dst) * dp_dtype_bytes(dst->dtype);
     if (!n) return 0;
-    return dp_cu_check(cudaMemcpyAsync(dp_cu_ptr(dst), dp_cu_ptr(src), n, cudaMemcpyDeviceToDevice, c->stream),
-                       "copy", c->device);
+    return dp_cu_check(cudaMemcpyAsync(dp_cu_ptr(dst), dp_cu_ptr(src), n, cudaMemcpyDeviceToDevice, c->stream), "copy",
+                       c->device);
   }
   dp_index_plan p;
   plan_of(&p, 2, (const dp_tensor *[]){dst, src});
@@ -96,8 +98,7 @@ static int cu_binary_scalar(dp_binary_op op, dp_tensor *out, const dp_tensor *a,
   ENTER(out);
   dp_index_plan p;
   plan_of(&p, 2, (const dp_tensor *[]){out, a});
-  return dp_cu_binary(c, &p, op, dp_cu_ptr(out), out->dtype, dp_cu_ptr(a), a->dtype, NULL, a->dtype, s,
-                      scalar_first);
+  return dp_cu_binary(c, &p, op, dp_cu_ptr(out), out->dtype, dp_cu_ptr(a), a->dtype, NULL, a->dtype, s, scalar_first);
 }
 
 static int cu_dropout(dp_tensor *out, const dp_tensor *x, double p, uint64_t seed, uint64_t offset) {
@@ -109,8 +110,8 @@ static int cu_dropout(dp_tensor *out, const dp_tensor *x, double p, uint64_t see
 static int cu_reduce(dp_reduce_op op, dp_tensor *out, dp_tensor *idx, const dp_tensor *x, int64_t outer, int64_t k,
                      int64_t inner, int64_t base) {
   ENTER(x);
-  return dp_cu_reduce(c, op, dp_cu_ptr(out), out->dtype, idx ? (int64_t *)dp_cu_ptr(idx) : NULL, dp_cu_ptr(x),
-                      x->dtype, outer, k, inner, base);
+  return dp_cu_reduce(c, op, dp_cu_ptr(out), out->dtype, idx ? (int64_t *)dp_cu_ptr(idx) : NULL, dp_cu_ptr(x), x->dtype,
+                      outer, k, inner, base);
 }
 
 static int cu_scatter_add_dim(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, int64_t outer, int64_t k,
@@ -146,8 +147,8 @@ static int cu_softmax_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tens
 
 /* A target out of range is found by the kernel: the row's loss is NaN and
  * the error is raised at the next sync point (loss:item(), for one). */
-static int cu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_tensor *x, const dp_tensor *target,
-                            int64_t base, double smoothing, int64_t ignore_index) {
+static int cu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_tensor *x, const dp_tensor *target, int64_t base,
+                            double smoothing, int64_t ignore_index) {
   ENTER(x);
   return dp_cu_cross_entropy(c, dp_cu_ptr(loss), loss->dtype, dp_cu_ptr(lse), lse->dtype, dp_cu_ptr(x), x->dtype,
                              dp_cu_ptr(target), x->shape[0], x->shape[1], base, smoothing, ignore_index);
@@ -156,9 +157,9 @@ static int cu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_tensor *x,
 static int cu_cross_entropy_backward(dp_tensor *gx, const dp_tensor *x, const dp_tensor *lse, const dp_tensor *target,
                                      const dp_tensor *scale, int64_t base, double smoothing, int64_t ignore_index) {
   ENTER(x);
-  return dp_cu_cross_entropy_backward(c, dp_cu_ptr(gx), gx->dtype, dp_cu_ptr(x), x->dtype, dp_cu_ptr(lse),
-                                      lse->dtype, dp_cu_ptr(target), dp_cu_ptr(scale), scale->dtype, x->shape[0],
-                                      x->shape[1], base, smoothing, ignore_index);
+  return dp_cu_cross_entropy_backward(c, dp_cu_ptr(gx), gx->dtype, dp_cu_ptr(x), x->dtype, dp_cu_ptr(lse), lse->dtype,
+                                      dp_cu_ptr(target), dp_cu_ptr(scale), scale->dtype, x->shape[0], x->shape[1], base,
+                                      smoothing, ignore_index);
 }
 
 static dp_cu_window window(const dp_window2d *g) {
@@ -224,8 +225,7 @@ static int cu_bn_forward(dp_tensor *y, const dp_tensor *x, const dp_tensor *mean
 }
 
 static int cu_bn_backward_reduce(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_tensor *gy, const dp_tensor *x,
-                                 const dp_tensor *mean, const dp_tensor *invstd, int64_t n, int64_t ch,
-                                 int64_t inner) {
+                                 const dp_tensor *mean, const dp_tensor *invstd, int64_t n, int64_t ch, int64_t inner) {
   ENTER(x);
   return dp_cu_bn_backward_reduce(c, vec(sum_dy), vec(sum_dy_xhat), dp_cu_ptr(gy), gy->dtype, dp_cu_ptr(x), x->dtype,
                                   vec(mean), vec(invstd), n, ch, inner);
@@ -242,8 +242,8 @@ static int cu_bn_backward_elemt(dp_tensor *gx, const dp_tensor *gy, const dp_ten
 static int cu_layer_norm(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_tensor *x, const dp_tensor *w,
                          const dp_tensor *b, int64_t rows, int64_t cols, double eps) {
   ENTER(x);
-  return dp_cu_layer_norm(c, dp_cu_ptr(y), y->dtype, vec(mean), vec(rstd), dp_cu_ptr(x), x->dtype, vec(w), vec(b),
-                          rows, cols, eps);
+  return dp_cu_layer_norm(c, dp_cu_ptr(y), y->dtype, vec(mean), vec(rstd), dp_cu_ptr(x), x->dtype, vec(w), vec(b), rows,
+                          cols, eps);
 }
 
 static int cu_layer_norm_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,

@@ -52,8 +52,8 @@ int dp_cu_gemm(const dp_gemm_args *g) {
   if (g->m == 0 || g->n == 0 || g->batch == 0) return 0;
   if (g->k == 0) /* C = beta * C: cuBLAS's k == 0 handling is not documented, so do it here */
     return dp_cu_scale_matrix(c, g->c, g->dtype, g->batch, g->m, g->n, g->ldc, g->stride_c, g->beta);
-  if (g->m > INT_MAX || g->n > INT_MAX || g->k > INT_MAX || g->lda > INT_MAX || g->ldb > INT_MAX ||
-      g->ldc > INT_MAX || g->batch > INT_MAX)
+  if (g->m > INT_MAX || g->n > INT_MAX || g->k > INT_MAX || g->lda > INT_MAX || g->ldb > INT_MAX || g->ldc > INT_MAX ||
+      g->batch > INT_MAX)
     return dp_cu_error("matmul dimensions exceed cuBLAS's 32-bit limit (m=%lld, n=%lld, k=%lld, batch=%lld)",
                        (long long)g->m, (long long)g->n, (long long)g->k, (long long)g->batch);
   cublasHandle_t h = handle_for(c);

@@ -47,8 +47,8 @@ typedef struct {
   int device;
   cudaStream_t stream;
   int sm_count;
-  dp_cu_fault *fault;  /* device-visible alias of the mapped slot */
-  int *fault_claim;    /* device memory: first reporter wins */
+  dp_cu_fault *fault; /* device-visible alias of the mapped slot */
+  int *fault_claim;   /* device memory: first reporter wins */
 } dp_cu_ctx;
 
 /* ---- host side, in cuda_plugin.c ---- */
@@ -71,8 +71,8 @@ void dp_cu_scratch_free(const dp_cu_ctx *c, void *p, size_t nbytes);
 int dp_cu_copy(const dp_cu_ctx *c, const dp_index_plan *p, void *dst, dp_dtype ddt, const void *src, dp_dtype sdt);
 int dp_cu_fill(const dp_cu_ctx *c, const dp_index_plan *p, void *dst, dp_dtype dt, double v);
 int dp_cu_arange(const dp_cu_ctx *c, void *out, dp_dtype dt, int64_t n, double start, double step);
-int dp_cu_rand(const dp_cu_ctx *c, void *out, dp_dtype dt, int64_t n, dp_rand_kind kind, uint64_t seed,
-               uint64_t offset, double a, double b);
+int dp_cu_rand(const dp_cu_ctx *c, void *out, dp_dtype dt, int64_t n, dp_rand_kind kind, uint64_t seed, uint64_t offset,
+               double a, double b);
 int dp_cu_unary(const dp_cu_ctx *c, const dp_index_plan *p, dp_unary_op op, void *out, dp_dtype odt, const void *x,
                 dp_dtype xdt);
 /* operands in the plan: gx, gy, then x and/or y when given */
@@ -108,8 +108,8 @@ int dp_cu_cross_entropy_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, co
                                  int64_t ignore_index);
 int dp_cu_index_select(const dp_cu_ctx *c, void *out, const void *src, dp_dtype dt, int64_t rows, int64_t d,
                        const int64_t *idx, int64_t n, int64_t base);
-int dp_cu_index_add(const dp_cu_ctx *c, void *dst, dp_dtype ddt, int64_t rows, int64_t d, const int64_t *idx,
-                    int64_t n, const void *src, dp_dtype sdt, int64_t base);
+int dp_cu_index_add(const dp_cu_ctx *c, void *dst, dp_dtype ddt, int64_t rows, int64_t d, const int64_t *idx, int64_t n,
+                    const void *src, dp_dtype sdt, int64_t base);
 
 /* cuda_conv.cu: window geometry as in backend.h's dp_window2d */
 typedef struct {
@@ -137,18 +137,18 @@ int dp_cu_bn_stats(const dp_cu_ctx *c, dp_cu_vec mean, dp_cu_vec var, const void
                    int64_t ch, int64_t inner);
 int dp_cu_bn_forward(const dp_cu_ctx *c, void *y, dp_dtype ydt, const void *x, dp_dtype xdt, dp_cu_vec mean,
                      dp_cu_vec invstd, dp_cu_vec w, dp_cu_vec b, int64_t n, int64_t ch, int64_t inner);
-int dp_cu_bn_backward_reduce(const dp_cu_ctx *c, dp_cu_vec sum_dy, dp_cu_vec sum_dy_xhat, const void *gy,
-                             dp_dtype gydt, const void *x, dp_dtype xdt, dp_cu_vec mean, dp_cu_vec invstd, int64_t n,
-                             int64_t ch, int64_t inner);
+int dp_cu_bn_backward_reduce(const dp_cu_ctx *c, dp_cu_vec sum_dy, dp_cu_vec sum_dy_xhat, const void *gy, dp_dtype gydt,
+                             const void *x, dp_dtype xdt, dp_cu_vec mean, dp_cu_vec invstd, int64_t n, int64_t ch,
+                             int64_t inner);
 int dp_cu_bn_backward_elemt(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const void *gy, dp_dtype gydt, const void *x,
                             dp_dtype xdt, dp_cu_vec mean, dp_cu_vec invstd, dp_cu_vec w, dp_cu_vec sum_dy,
                             dp_cu_vec sum_dy_xhat, double count, int64_t n, int64_t ch, int64_t inner);
 /* rows x cols; mean/rstd [rows]; w, b, gw, gb [cols] (may be absent) */
 int dp_cu_layer_norm(const dp_cu_ctx *c, void *y, dp_dtype ydt, dp_cu_vec mean, dp_cu_vec rstd, const void *x,
                      dp_dtype xdt, dp_cu_vec w, dp_cu_vec b, int64_t rows, int64_t cols, double eps);
-int dp_cu_layer_norm_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, dp_cu_vec gw, dp_cu_vec gb,
-                              const void *gy, dp_dtype gydt, const void *x, dp_dtype xdt, dp_cu_vec mean,
-                              dp_cu_vec rstd, dp_cu_vec w, int64_t rows, int64_t cols);
+int dp_cu_layer_norm_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, dp_cu_vec gw, dp_cu_vec gb, const void *gy,
+                              dp_dtype gydt, const void *x, dp_dtype xdt, dp_cu_vec mean, dp_cu_vec rstd, dp_cu_vec w,
+                              int64_t rows, int64_t cols);
 
 /* cuda_optim.cu (float32 or float64; every tensor of one call has dt) */
 int dp_cu_sgd_step(const dp_cu_ctx *c, void *p, const void *g, void *buf, dp_dtype dt, int64_t n, double lr,

@@ -41,8 +41,8 @@ int dp_cu_im2col(const dp_cu_ctx *c, void *cols, const void *x, dp_dtype dt, con
                  int64_t nb) {
   int64_t n = nb * g->c * g->kh * g->kw * g->oh * g->ow;
   if (n == 0) return 0;
-  k_im2col<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(
-      (char *)cols, (const char *)x, (int)dp_dtype_bytes(dt), *g, n0, nb);
+  k_im2col<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)cols, (const char *)x,
+                                                                               (int)dp_dtype_bytes(dt), *g, n0, nb);
   return dp_cu_after_launch(c, "im2col");
 }
 
@@ -86,7 +86,7 @@ int dp_cu_col2im(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const void *cols, 
   int64_t n = nb * g->c * g->h * g->w;
   if (n == 0) return 0;
   k_col2im<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)gx, gxdt, (const char *)cols,
-                                                                              cdt, *g, n0, nb);
+                                                                               cdt, *g, n0, nb);
   return dp_cu_after_launch(c, "col2im");
 }
 
@@ -118,8 +118,8 @@ __global__ void k_max_pool2d(char *y, int64_t *idx, const char *x, dp_dtype dt, 
 int dp_cu_max_pool2d(const dp_cu_ctx *c, void *y, int64_t *idx, const void *x, dp_dtype dt, const dp_cu_window *g) {
   int64_t n = g->n * g->c * g->oh * g->ow;
   if (n == 0) return 0;
-  k_max_pool2d<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)y, idx, (const char *)x,
-                                                                                  dt, *g);
+  k_max_pool2d<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)y, idx, (const char *)x, dt,
+                                                                                   *g);
   return dp_cu_after_launch(c, "max_pool2d");
 }
 
@@ -203,7 +203,7 @@ int dp_cu_avg_pool2d_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const
                               const dp_cu_window *g) {
   int64_t n = g->n * g->c * g->h * g->w;
   if (n == 0) return 0;
-  k_avg_pool2d_backward<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(
-      (char *)gx, gxdt, (const char *)gy, gydt, *g);
+  k_avg_pool2d_backward<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)gx, gxdt,
+                                                                                            (const char *)gy, gydt, *g);
   return dp_cu_after_launch(c, "avg_pool2d backward");
 }

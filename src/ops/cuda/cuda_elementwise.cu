@@ -16,8 +16,8 @@ enum { MODE_FLOAT, MODE_DOUBLE, MODE_INT, MODE_SAME };
 static bool all_f32ish(dp_dtype a, dp_dtype b) { return dp_dtype_is_f32ish(a) && dp_dtype_is_f32ish(b); }
 
 /* ---- copy / cast ---- */
-__global__ void k_copy(const __grid_constant__ dp_index_plan p, char *dst, dp_dtype ddt, const char *src,
-                       dp_dtype sdt, int mode) {
+__global__ void k_copy(const __grid_constant__ dp_index_plan p, char *dst, dp_dtype ddt, const char *src, dp_dtype sdt,
+                       int mode) {
   const int64_t de = (int64_t)dp_dtype_bytes(ddt), se = (int64_t)dp_dtype_bytes(sdt);
   DP_CU_LOOP(i, p.numel) {
     int64_t off[DP_IDX_MAXOPS];
@@ -44,10 +44,10 @@ __global__ void k_copy(const __grid_constant__ dp_index_plan p, char *dst, dp_dt
 
 int dp_cu_copy(const dp_cu_ctx *c, const dp_index_plan *p, void *dst, dp_dtype ddt, const void *src, dp_dtype sdt) {
   if (p->numel == 0) return 0;
-  int mode = ddt == sdt                                                ? MODE_SAME
-             : all_f32ish(ddt, sdt)                                    ? MODE_FLOAT
+  int mode = ddt == sdt                                                           ? MODE_SAME
+             : all_f32ish(ddt, sdt)                                               ? MODE_FLOAT
              : (ddt == DP_U8 && sdt == DP_I64) || (ddt == DP_I64 && sdt == DP_U8) ? MODE_INT
-                                                                       : MODE_DOUBLE;
+                                                                                  : MODE_DOUBLE;
   k_copy<<<dp_cu_blocks(c, p->numel, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(*p, (char *)dst, ddt,
                                                                                     (const char *)src, sdt, mode);
   return dp_cu_after_launch(c, "copy");
@@ -106,17 +106,17 @@ __global__ void k_rand(char *out, dp_dtype dt, int64_t n, int normal, uint64_t s
   }
 }
 
-int dp_cu_rand(const dp_cu_ctx *c, void *out, dp_dtype dt, int64_t n, dp_rand_kind kind, uint64_t seed,
-               uint64_t offset, double a, double b) {
+int dp_cu_rand(const dp_cu_ctx *c, void *out, dp_dtype dt, int64_t n, dp_rand_kind kind, uint64_t seed, uint64_t offset,
+               double a, double b) {
   if (n == 0) return 0;
-  k_rand<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)out, dt, n,
-                                                                            kind == DP_RAND_NORMAL, seed, offset, a, b);
+  k_rand<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)out, dt, n, kind == DP_RAND_NORMAL,
+                                                                             seed, offset, a, b);
   return dp_cu_after_launch(c, "rand");
 }
 
 /* ---- unary ---- */
-__global__ void k_unary(const __grid_constant__ dp_index_plan p, dp_unary_op op, char *out, dp_dtype odt,
-                        const char *x, dp_dtype xdt, int mode) {
+__global__ void k_unary(const __grid_constant__ dp_index_plan p, dp_unary_op op, char *out, dp_dtype odt, const char *x,
+                        dp_dtype xdt, int mode) {
   const int64_t oe = (int64_t)dp_dtype_bytes(odt), xe = (int64_t)dp_dtype_bytes(xdt);
   DP_CU_LOOP(i, p.numel) {
     int64_t off[DP_IDX_MAXOPS];
@@ -136,9 +136,9 @@ static bool unary_keeps_int(dp_unary_op op) {
 int dp_cu_unary(const dp_cu_ctx *c, const dp_index_plan *p, dp_unary_op op, void *out, dp_dtype odt, const void *x,
                 dp_dtype xdt) {
   if (p->numel == 0) return 0;
-  int mode = all_f32ish(odt, xdt)                                      ? MODE_FLOAT
+  int mode = all_f32ish(odt, xdt)                                    ? MODE_FLOAT
              : odt == DP_I64 && xdt == DP_I64 && unary_keeps_int(op) ? MODE_INT
-                                                                       : MODE_DOUBLE;
+                                                                     : MODE_DOUBLE;
   k_unary<<<dp_cu_blocks(c, p->numel, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(*p, op, (char *)out, odt,
                                                                                      (const char *)x, xdt, mode);
   return dp_cu_after_launch(c, "unary op");
@@ -245,6 +245,6 @@ int dp_cu_dropout(const dp_cu_ctx *c, void *out, dp_dtype odt, const void *x, dp
                   uint64_t seed, uint64_t offset) {
   if (n == 0) return 0;
   k_dropout<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)out, odt, (const char *)x, xdt,
-                                                                               n, p, seed, offset);
+                                                                                n, p, seed, offset);
   return dp_cu_after_launch(c, "dropout");
 }

@@ -24,7 +24,7 @@ static inline unsigned dp_cu_blocks(const dp_cu_ctx *c, int64_t n, int threads) 
   return (unsigned)b;
 }
 
-#define DP_CU_LOOP(i, n) \
+#define DP_CU_LOOP(i, n)                                                                                               \
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)blockDim.x * gridDim.x)
 
 /* Element byte address */
@@ -99,8 +99,7 @@ __device__ __forceinline__ dp_cu_welford dp_cu_shfl(dp_cu_welford v, int m) {
   return dp_cu_welford{dp_cu_shfl(v.n, m), dp_cu_shfl(v.mean, m), dp_cu_shfl(v.m2, m)};
 }
 
-template <typename T, typename F>
-__device__ __forceinline__ T dp_cu_warp_reduce(T v, F combine) {
+template <typename T, typename F> __device__ __forceinline__ T dp_cu_warp_reduce(T v, F combine) {
   for (int m = 16; m > 0; m >>= 1) v = combine(v, dp_cu_shfl(v, m));
   return v;
 }
@@ -119,7 +118,9 @@ __device__ __forceinline__ T dp_cu_group_reduce(T v, F combine, bool whole_block
   return r;
 }
 
-__device__ __forceinline__ dp_cu_pair dp_cu_sum2(dp_cu_pair x, dp_cu_pair y) { return dp_cu_pair{x.a + y.a, x.b + y.b}; }
+__device__ __forceinline__ dp_cu_pair dp_cu_sum2(dp_cu_pair x, dp_cu_pair y) {
+  return dp_cu_pair{x.a + y.a, x.b + y.b};
+}
 __device__ __forceinline__ dp_cu_pair dp_cu_lse2(dp_cu_pair x, dp_cu_pair y) {
   dp_lse_merge_d(&x.a, &x.b, y.a, y.b);
   return x;

@@ -35,7 +35,7 @@ int dp_cu_bias_act(const dp_cu_ctx *c, void *y, dp_dtype ydt, const void *bias, 
   if (n == 0) return 0;
   bool fmode = dp_dtype_is_f32ish(ydt) && (!bias || dp_dtype_is_f32ish(bdt));
   k_bias_act<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)y, ydt, (const char *)bias,
-                                                                                bdt, act, n, ch, inner, fmode);
+                                                                                 bdt, act, n, ch, inner, fmode);
   return dp_cu_after_launch(c, "bias_act");
 }
 
@@ -54,7 +54,8 @@ __global__ void k_channel_sum(const char *gy, dp_dtype gydt, int64_t outer, int6
     dp_cu_divmod(j, inner, &o, &i);
     acc += dp_cu_ld(gy, (o * ch + c) * inner + i, gydt);
   }
-  acc = dp_cu_group_reduce(acc, [](double a, double b) { return a + b; }, true, shm);
+  acc = dp_cu_group_reduce(
+      acc, [](double a, double b) { return a + b; }, true, shm);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
@@ -84,7 +85,7 @@ int dp_cu_channel_sum(const dp_cu_ctx *c, void *gb, dp_dtype gbdt, const void *g
   int rc = dp_cu_after_launch(c, "channel_sum");
   if (!rc) {
     k_sum_splits<<<dp_cu_blocks(c, ch, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)gb, gbdt, partial, ch,
-                                                                                     splits);
+                                                                                      splits);
     rc = dp_cu_after_launch(c, "channel_sum");
   }
   dp_cu_scratch_free(c, partial, pbytes);
@@ -100,7 +101,8 @@ __device__ __forceinline__ double row_lse(const char *x, dp_dtype xdt, int64_t b
                                           dp_cu_pair *shm) {
   dp_cu_pair p = {-INFINITY, 0.0};
   for (int64_t j = g.lane; j < cols; j += g.size) lse_add(&p, dp_cu_ld(x, base + j, xdt));
-  p = dp_cu_group_reduce(p, [](dp_cu_pair a, dp_cu_pair b) { return dp_cu_lse2(a, b); }, g.block, shm);
+  p = dp_cu_group_reduce(
+      p, [](dp_cu_pair a, dp_cu_pair b) { return dp_cu_lse2(a, b); }, g.block, shm);
   return p.a + log(p.b);
 }
 
@@ -135,7 +137,8 @@ __global__ void k_softmax_backward(char *gx, dp_dtype gxdt, const char *gy, dp_d
     double gv = dp_cu_ld(gy, base + j, gydt);
     dot += logsm ? gv : gv * dp_cu_ld(y, base + j, ydt);
   }
-  dot = dp_cu_group_reduce(dot, [](double a, double b) { return a + b; }, g.block, shm);
+  dot = dp_cu_group_reduce(
+      dot, [](double a, double b) { return a + b; }, g.block, shm);
   for (int64_t j = g.lane; j < cols; j += g.size)
     dp_cu_st(gx, base + j, gxdt,
              dp_softmax_grad_d(dp_cu_ld(gy, base + j, gydt), dp_cu_ld(y, base + j, ydt), dot, logsm));
@@ -165,8 +168,10 @@ __global__ void k_cross_entropy(char *loss, dp_dtype ldt, char *lse_out, dp_dtyp
     lse_add(&p, v);
     sum_x += v;
   }
-  p = dp_cu_group_reduce(p, [](dp_cu_pair a, dp_cu_pair b) { return dp_cu_lse2(a, b); }, g.block, shm);
-  sum_x = dp_cu_group_reduce(sum_x, [](double a, double b) { return a + b; }, g.block, (double *)shm);
+  p = dp_cu_group_reduce(
+      p, [](dp_cu_pair a, dp_cu_pair b) { return dp_cu_lse2(a, b); }, g.block, shm);
+  sum_x = dp_cu_group_reduce(
+      sum_x, [](double a, double b) { return a + b; }, g.block, (double *)shm);
   if (g.lane != 0) return;
   double l = p.a + log(p.b);
   dp_cu_st(lse_out, g.row, lsedt, l);
@@ -187,8 +192,8 @@ int dp_cu_cross_entropy(const dp_cu_ctx *c, void *loss, dp_dtype ldt, void *lse,
   if (rows == 0) return 0;
   bool block = dp_cu_rows_by_block(classes);
   k_cross_entropy<<<dp_cu_rows_grid(rows, block), DP_CU_THREADS, 0, c->stream>>>(
-      (char *)loss, ldt, (char *)lse, lsedt, (const char *)x, xdt, target, rows, classes, base, smoothing,
-      ignore_index, block, *c);
+      (char *)loss, ldt, (char *)lse, lsedt, (const char *)x, xdt, target, rows, classes, base, smoothing, ignore_index,
+      block, *c);
   return dp_cu_after_launch(c, "cross_entropy");
 }
 
@@ -215,8 +220,8 @@ int dp_cu_cross_entropy_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, co
   int64_t n = rows * classes;
   if (n == 0) return 0;
   k_cross_entropy_backward<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(
-      (char *)gx, gxdt, (const char *)x, xdt, (const char *)lse, lsedt, target, (const char *)scale, sdt, rows,
-      classes, base, smoothing, ignore_index);
+      (char *)gx, gxdt, (const char *)x, xdt, (const char *)lse, lsedt, target, (const char *)scale, sdt, rows, classes,
+      base, smoothing, ignore_index);
   return dp_cu_after_launch(c, "cross_entropy backward");
 }
 
@@ -294,10 +299,10 @@ __global__ void k_index_add(char *dst, dp_dtype ddt, int64_t rows, int64_t d, co
   }
 }
 
-int dp_cu_index_add(const dp_cu_ctx *c, void *dst, dp_dtype ddt, int64_t rows, int64_t d, const int64_t *idx,
-                    int64_t n, const void *src, dp_dtype sdt, int64_t base) {
+int dp_cu_index_add(const dp_cu_ctx *c, void *dst, dp_dtype ddt, int64_t rows, int64_t d, const int64_t *idx, int64_t n,
+                    const void *src, dp_dtype sdt, int64_t base) {
   if (n * d == 0) return 0;
-  k_index_add<<<dp_cu_blocks(c, n * d, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(
-      (char *)dst, ddt, rows, d, idx, n, (const char *)src, sdt, base, *c);
+  k_index_add<<<dp_cu_blocks(c, n * d, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)dst, ddt, rows, d, idx, n,
+                                                                                      (const char *)src, sdt, base, *c);
   return dp_cu_after_launch(c, "index_add");
 }

@@ -45,7 +45,8 @@ __global__ void k_bn_stats(const char *x, dp_dtype xdt, int64_t total, int64_t c
     w.mean += d / w.n;
     w.m2 += d * (v - w.mean);
   }
-  w = dp_cu_group_reduce(w, [](dp_cu_welford a, dp_cu_welford b) { return dp_cu_welford2(a, b); }, true, shm);
+  w = dp_cu_group_reduce(
+      w, [](dp_cu_welford a, dp_cu_welford b) { return dp_cu_welford2(a, b); }, true, shm);
   if (threadIdx.x == 0) partial[blockIdx.x] = w;
 }
 
@@ -71,7 +72,7 @@ int dp_cu_bn_stats(const dp_cu_ctx *c, dp_cu_vec mean, dp_cu_vec var, const void
   int rc = dp_cu_after_launch(c, "batch_norm statistics");
   if (!rc) {
     k_bn_stats_finish<<<dp_cu_blocks(c, ch, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(mean, var, partial, ch,
-                                                                                         splits);
+                                                                                           splits);
     rc = dp_cu_after_launch(c, "batch_norm statistics");
   }
   dp_cu_scratch_free(c, partial, pbytes);
@@ -114,7 +115,8 @@ __global__ void k_bn_backward_reduce(const char *gy, dp_dtype gydt, const char *
     acc.a += g;
     acc.b += g * (dp_cu_ld(x, e, xdt) - m) * is;
   }
-  acc = dp_cu_group_reduce(acc, [](dp_cu_pair a, dp_cu_pair b) { return dp_cu_sum2(a, b); }, true, shm);
+  acc = dp_cu_group_reduce(
+      acc, [](dp_cu_pair a, dp_cu_pair b) { return dp_cu_sum2(a, b); }, true, shm);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
@@ -128,9 +130,9 @@ __global__ void k_pair_finish(dp_cu_vec a, dp_cu_vec b, const dp_cu_pair *partia
   }
 }
 
-int dp_cu_bn_backward_reduce(const dp_cu_ctx *c, dp_cu_vec sum_dy, dp_cu_vec sum_dy_xhat, const void *gy,
-                             dp_dtype gydt, const void *x, dp_dtype xdt, dp_cu_vec mean, dp_cu_vec invstd, int64_t n,
-                             int64_t ch, int64_t inner) {
+int dp_cu_bn_backward_reduce(const dp_cu_ctx *c, dp_cu_vec sum_dy, dp_cu_vec sum_dy_xhat, const void *gy, dp_dtype gydt,
+                             const void *x, dp_dtype xdt, dp_cu_vec mean, dp_cu_vec invstd, int64_t n, int64_t ch,
+                             int64_t inner) {
   if (ch == 0) return 0;
   int64_t total = n * inner, splits = channel_splits(c, ch, total);
   size_t pbytes = (size_t)(ch * splits) * sizeof(dp_cu_pair);
@@ -140,24 +142,24 @@ int dp_cu_bn_backward_reduce(const dp_cu_ctx *c, dp_cu_vec sum_dy, dp_cu_vec sum
       (const char *)gy, gydt, (const char *)x, xdt, mean, invstd, total, ch, inner, splits, partial);
   int rc = dp_cu_after_launch(c, "batch_norm backward");
   if (!rc) {
-    k_pair_finish<<<dp_cu_blocks(c, ch, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(sum_dy, sum_dy_xhat, partial,
-                                                                                      ch, splits);
+    k_pair_finish<<<dp_cu_blocks(c, ch, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(sum_dy, sum_dy_xhat, partial, ch,
+                                                                                       splits);
     rc = dp_cu_after_launch(c, "batch_norm backward");
   }
   dp_cu_scratch_free(c, partial, pbytes);
   return rc;
 }
 
-__global__ void k_bn_backward_elemt(char *gx, dp_dtype gxdt, const char *gy, dp_dtype gydt, const char *x,
-                                    dp_dtype xdt, dp_cu_vec mean, dp_cu_vec invstd, dp_cu_vec w, dp_cu_vec sum_dy,
+__global__ void k_bn_backward_elemt(char *gx, dp_dtype gxdt, const char *gy, dp_dtype gydt, const char *x, dp_dtype xdt,
+                                    dp_cu_vec mean, dp_cu_vec invstd, dp_cu_vec w, dp_cu_vec sum_dy,
                                     dp_cu_vec sum_dy_xhat, double count, int64_t total, int64_t ch, int64_t inner) {
   DP_CU_LOOP(e, total) {
     int64_t q, i, c;
     dp_cu_divmod(e, inner, &q, &i);
     dp_cu_divmod(q, ch, &q, &c);
-    double v = dp_bn_backward_elemt_d(dp_cu_ld(gy, e, gydt), dp_cu_ld(x, e, xdt), vld(mean, c, 0.0),
-                                      vld(invstd, c, 1.0), vld(w, c, 1.0), vld(sum_dy, c, 0.0),
-                                      vld(sum_dy_xhat, c, 0.0), count);
+    double v =
+        dp_bn_backward_elemt_d(dp_cu_ld(gy, e, gydt), dp_cu_ld(x, e, xdt), vld(mean, c, 0.0), vld(invstd, c, 1.0),
+                               vld(w, c, 1.0), vld(sum_dy, c, 0.0), vld(sum_dy_xhat, c, 0.0), count);
     dp_cu_st(gx, e, gxdt, v);
   }
 }
@@ -188,7 +190,8 @@ __global__ void k_layer_norm(char *y, dp_dtype ydt, dp_cu_vec mean, dp_cu_vec rs
     st.mean += d / st.n;
     st.m2 += d * (v - st.mean);
   }
-  st = dp_cu_group_reduce(st, [](dp_cu_welford a, dp_cu_welford c) { return dp_cu_welford2(a, c); }, g.block, shm);
+  st = dp_cu_group_reduce(
+      st, [](dp_cu_welford a, dp_cu_welford c) { return dp_cu_welford2(a, c); }, g.block, shm);
   double mu = st.mean, rs = 1.0 / sqrt(st.m2 / (double)cols + eps);
   if (g.lane == 0) {
     vst(mean, g.row, mu);
@@ -202,9 +205,8 @@ int dp_cu_layer_norm(const dp_cu_ctx *c, void *y, dp_dtype ydt, dp_cu_vec mean, 
                      dp_dtype xdt, dp_cu_vec w, dp_cu_vec b, int64_t rows, int64_t cols, double eps) {
   if (rows == 0 || cols == 0) return 0;
   bool block = dp_cu_rows_by_block(cols);
-  k_layer_norm<<<dp_cu_rows_grid(rows, block), DP_CU_THREADS, 0, c->stream>>>((char *)y, ydt, mean, rstd,
-                                                                              (const char *)x, xdt, w, b, rows, cols,
-                                                                              eps, block);
+  k_layer_norm<<<dp_cu_rows_grid(rows, block), DP_CU_THREADS, 0, c->stream>>>(
+      (char *)y, ydt, mean, rstd, (const char *)x, xdt, w, b, rows, cols, eps, block);
   return dp_cu_after_launch(c, "layer_norm");
 }
 
@@ -223,7 +225,8 @@ __global__ void k_layer_norm_backward_x(char *gx, dp_dtype gxdt, const char *gy,
     s.a += g;
     s.b += g * (dp_cu_ld(x, base + j, xdt) - mu) * rs;
   }
-  s = dp_cu_group_reduce(s, [](dp_cu_pair a, dp_cu_pair b) { return dp_cu_sum2(a, b); }, gr.block, shm);
+  s = dp_cu_group_reduce(
+      s, [](dp_cu_pair a, dp_cu_pair b) { return dp_cu_sum2(a, b); }, gr.block, shm);
   double mg = s.a / (double)cols, mgx = s.b / (double)cols;
   for (int64_t j = gr.lane; j < cols; j += gr.size) {
     double g = dp_cu_ld(gy, base + j, gydt) * vld(w, j, 1.0);
@@ -251,9 +254,9 @@ __global__ void k_layer_norm_backward_w(const char *gy, dp_dtype gydt, const cha
   }
 }
 
-int dp_cu_layer_norm_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, dp_cu_vec gw, dp_cu_vec gb,
-                              const void *gy, dp_dtype gydt, const void *x, dp_dtype xdt, dp_cu_vec mean,
-                              dp_cu_vec rstd, dp_cu_vec w, int64_t rows, int64_t cols) {
+int dp_cu_layer_norm_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, dp_cu_vec gw, dp_cu_vec gb, const void *gy,
+                              dp_dtype gydt, const void *x, dp_dtype xdt, dp_cu_vec mean, dp_cu_vec rstd, dp_cu_vec w,
+                              int64_t rows, int64_t cols) {
   if (cols == 0) return 0;
   if (rows > 0) {
     bool block = dp_cu_rows_by_block(cols);
@@ -275,8 +278,7 @@ int dp_cu_layer_norm_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, dp_cu
       (const char *)gy, gydt, (const char *)x, xdt, mean, rstd, rows, cols, splits, partial);
   int rc = dp_cu_after_launch(c, "layer_norm backward");
   if (!rc) {
-    k_pair_finish<<<dp_cu_blocks(c, cols, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(gw, gb, partial, cols,
-                                                                                        splits);
+    k_pair_finish<<<dp_cu_blocks(c, cols, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(gw, gb, partial, cols, splits);
     rc = dp_cu_after_launch(c, "layer_norm backward");
   }
   dp_cu_scratch_free(c, partial, pbytes);

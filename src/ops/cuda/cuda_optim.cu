@@ -22,7 +22,9 @@ static int check_dtype(dp_dtype dt) {
   if (dt != DP_F32 && dt != DP_F64)
     return dp_cu_error("optimizer: parameters must be float32 or float64 on cuda (keep float32 master weights "
                        "and use autocast for bfloat16), got %s",
-                       dt == DP_BF16 ? "bfloat16" : dt == DP_F16 ? "float16" : "an integer dtype");
+                       dt == DP_BF16  ? "bfloat16"
+                       : dt == DP_F16 ? "float16"
+                                      : "an integer dtype");
   return 0;
 }
 
@@ -33,8 +35,8 @@ int dp_cu_sgd_step(const dp_cu_ctx *c, void *p, const void *g, void *buf, dp_dty
   unsigned blocks = dp_cu_blocks(c, n, DP_CU_THREADS);
   if (dt == DP_F32)
     k_sgd_f32<<<blocks, DP_CU_THREADS, 0, c->stream>>>((float *)p, (const float *)g, (float *)buf, n, (float)lr,
-                                                       (float)momentum, (float)dampening, (float)weight_decay,
-                                                       nesterov, first_step);
+                                                       (float)momentum, (float)dampening, (float)weight_decay, nesterov,
+                                                       first_step);
   else
     k_sgd_f64<<<blocks, DP_CU_THREADS, 0, c->stream>>>((double *)p, (const double *)g, (double *)buf, n, lr, momentum,
                                                        dampening, weight_decay, nesterov, first_step);
@@ -45,8 +47,8 @@ __global__ void k_adam_f32(float *p, const float *g, float *m, float *v, int64_t
                            float eps, float wd, int decoupled, float bc1, float bc2) {
   DP_CU_LOOP(i, n) dp_adam_update_f(&p[i], g[i], &m[i], &v[i], lr, b1, b2, eps, wd, decoupled, bc1, bc2);
 }
-__global__ void k_adam_f64(double *p, const double *g, double *m, double *v, int64_t n, double lr, double b1,
-                           double b2, double eps, double wd, int decoupled, double bc1, double bc2) {
+__global__ void k_adam_f64(double *p, const double *g, double *m, double *v, int64_t n, double lr, double b1, double b2,
+                           double eps, double wd, int decoupled, double bc1, double bc2) {
   DP_CU_LOOP(i, n) dp_adam_update_d(&p[i], g[i], &m[i], &v[i], lr, b1, b2, eps, wd, decoupled, bc1, bc2);
 }
 
@@ -61,8 +63,8 @@ int dp_cu_adam_step(const dp_cu_ctx *c, void *p, const void *g, void *m, void *v
                                                         (float)lr, (float)beta1, (float)beta2, (float)eps,
                                                         (float)weight_decay, decoupled, (float)bc1, (float)bc2);
   else
-    k_adam_f64<<<blocks, DP_CU_THREADS, 0, c->stream>>>((double *)p, (const double *)g, (double *)m, (double *)v, n,
-                                                        lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2);
+    k_adam_f64<<<blocks, DP_CU_THREADS, 0, c->stream>>>((double *)p, (const double *)g, (double *)m, (double *)v, n, lr,
+                                                        beta1, beta2, eps, weight_decay, decoupled, bc1, bc2);
   return dp_cu_after_launch(c, "adam step");
 }
 
@@ -109,6 +111,6 @@ int dp_cu_scale_matrix(const dp_cu_ctx *c, void *dst, dp_dtype dt, int64_t batch
   int64_t n = batch * rows * cols;
   if (n == 0) return 0;
   k_scale_matrix<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)dst, dt, batch, rows, cols,
-                                                                                    ld, bs, beta);
+                                                                                     ld, bs, beta);
   return dp_cu_after_launch(c, "matmul");
 }

@@ -52,8 +52,7 @@ void dp_cu_post_error(const char *fmt, ...) {
 int dp_cu_check(cudaError_t e, const char *what, int device) {
   if (e == cudaSuccess) return 0;
   (void)cudaGetLastError(); /* clear a non-sticky error */
-  if (e == cudaErrorMemoryAllocation)
-    return dp_cu_error("%s on cuda:%d failed: out of device memory", what, device);
+  if (e == cudaErrorMemoryAllocation) return dp_cu_error("%s on cuda:%d failed: out of device memory", what, device);
   return dp_cu_error("%s on cuda:%d failed: %s", what, device, cudaGetErrorString(e));
 }
 
@@ -78,12 +77,12 @@ static const char *fault_text(const dp_cu_fault *f, char *buf, size_t n) {
   case DP_CU_FAULT_INDEX_SELECT:
   case DP_CU_FAULT_INDEX_ADD:
     snprintf(buf, n, "%s: index %lld at position %lld is out of range %lld..%lld",
-             f->code == DP_CU_FAULT_INDEX_SELECT ? "index_select (embedding)" : "index_add (embedding backward)",
-             v[0], v[1], v[2], v[3]);
+             f->code == DP_CU_FAULT_INDEX_SELECT ? "index_select (embedding)" : "index_add (embedding backward)", v[0],
+             v[1], v[2], v[3]);
     break;
   case DP_CU_FAULT_TARGET:
-    snprintf(buf, n, "cross_entropy: target %lld at position %lld is out of range: classes are %lld..%lld", v[0],
-             v[1], v[2], v[3]);
+    snprintf(buf, n, "cross_entropy: target %lld at position %lld is out of range: classes are %lld..%lld", v[0], v[1],
+             v[2], v[3]);
     break;
   case DP_CU_FAULT_SCATTER:
     snprintf(buf, n, "scatter_add: index %lld out of range [%lld, %lld]", v[0], v[1], v[2]);
@@ -108,8 +107,11 @@ int dp_cu_take_errors(void) {
     char text[400];
     fault_text(dv->fault_host, text, sizeof text);
     dv->fault_host->ready = 0;
-    /* let the next fault be recorded (ordered after the kernels already queued) */
-    cudaMemsetAsync(dv->ctx.fault_claim, 0, sizeof(int), dv->ctx.stream);
+    /* let the next fault be recorded (ordered after the kernels already
+     * queued); the stream belongs to device d, so d must be current */
+    int prev = cur_dev;
+    if (dp_cu_select(d) == 0) cudaMemsetAsync(dv->ctx.fault_claim, 0, sizeof(int), dv->ctx.stream);
+    if (prev >= 0) dp_cu_select(prev);
     return dp_cu_error("%s (on cuda:%d%s)", text, d,
                        dp_cu_opt_sync ? ""
                                       : "; reported asynchronously, possibly by an op before this one: set "
@@ -167,14 +169,14 @@ const dp_cu_ctx *dp_cu_enter(int device) {
     pthread_mutex_unlock(&init_mu);
     if (rc) return NULL;
   }
-  if (dp_cu_select(device) || dp_cu_take_errors()) return NULL;
+  if (dp_cu_take_errors() || dp_cu_select(device)) return NULL;
   return &dv->ctx;
 }
 
 int dp_cu_after_launch(const dp_cu_ctx *c, const char *op) {
   cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return dp_cu_error("%s: launching the CUDA kernel on cuda:%d failed: %s", op, c->device,
-                                           cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    return dp_cu_error("%s: launching the CUDA kernel on cuda:%d failed: %s", op, c->device, cudaGetErrorString(e));
   if (!dp_cu_opt_sync) return 0;
   e = cudaStreamSynchronize(c->stream);
   if (e != cudaSuccess) return dp_cu_error("%s on cuda:%d failed: %s", op, c->device, cudaGetErrorString(e));
@@ -210,8 +212,7 @@ static int stage_copy(dp_cu_device *dv, char *dst, const char *src, size_t n, bo
       dv->stage_next ^= 1;
       if ((e = cudaEventSynchronize(dv->stage_ev[b])) != cudaSuccess) break; /* its last DMA is done */
       memcpy(dv->stage[b], src + off, len);
-      if ((e = cudaMemcpyAsync(dst + off, dv->stage[b], len, cudaMemcpyHostToDevice, c->stream)) != cudaSuccess)
-        break;
+      if ((e = cudaMemcpyAsync(dst + off, dv->stage[b], len, cudaMemcpyHostToDevice, c->stream)) != cudaSuccess) break;
       e = cudaEventRecord(dv->stage_ev[b], c->stream);
     }
   } else {
@@ -294,7 +295,7 @@ static bool env_on(const char *name) {
 }
 
 __attribute__((visibility("default"))) const dp_backend *dp_cuda_plugin_init(const dp_runtime_api *api, char *err,
-                                                                              size_t errlen) {
+                                                                             size_t errlen) {
   if (!api || api->abi_version != DP_PLUGIN_ABI) {
     snprintf(err, errlen, "the CUDA plugin was built for plugin ABI %d but the runtime speaks %d: rebuild both",
              DP_PLUGIN_ABI, api ? api->abi_version : -1);
@@ -306,9 +307,8 @@ __attribute__((visibility("default"))) const dp_backend *dp_cuda_plugin_init(con
   if (e == cudaErrorInsufficientDriver) {
     int rt = 0;
     cudaRuntimeGetVersion(&rt);
-    snprintf(err, errlen,
-             "no usable NVIDIA driver: libcuda.so.1 is missing or older than CUDA %d.%d requires (%s)", rt / 1000,
-             (rt % 1000) / 10, cudaGetErrorString(e));
+    snprintf(err, errlen, "no usable NVIDIA driver: libcuda.so.1 is missing or older than CUDA %d.%d requires (%s)",
+             rt / 1000, (rt % 1000) / 10, cudaGetErrorString(e));
     return NULL;
   }
   if (e == cudaErrorNoDevice || (e == cudaSuccess && n == 0)) {

@@ -65,7 +65,7 @@ __device__ __forceinline__ dp_cu_acc acc_load(const reduce_args &r, int64_t o, i
   switch (r.acc) {
   case ACC_ISUM:
   case ACC_IPROD: {
-    long long v = r.xdt == DP_I64 ? *(const int64_t *)e
+    long long v = r.xdt == DP_I64  ? *(const int64_t *)e
                   : r.xdt == DP_U8 ? (long long)*(const uint8_t *)e
                                    : (long long)dp_conv_load_d(e, r.xdt);
     return dp_cu_acc{0.0, v};
@@ -109,7 +109,8 @@ __global__ void k_reduce_rows(const __grid_constant__ reduce_args r) {
   dp_cu_acc a = acc_identity(r.acc);
   for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) a = acc_combine(r.acc, a, acc_load(r, row, j, 0));
   int acc = r.acc;
-  a = dp_cu_group_reduce(a, [acc](dp_cu_acc x, dp_cu_acc y) { return acc_combine(acc, x, y); }, true, shm);
+  a = dp_cu_group_reduce(
+      a, [acc](dp_cu_acc x, dp_cu_acc y) { return acc_combine(acc, x, y); }, true, shm);
   if (threadIdx.x == 0) {
     if (r.splits > 1) r.partial[row * r.splits + s] = a;
     else acc_finish(r, row, 0, a);

@@ -14,7 +14,9 @@ assert(dev:match("^cuda:"), "expected a GPU device, got " .. dev)
 
 local function same(a, b, what)
   local x, y = a:to("cpu"):totable(), b:to("cpu"):totable()
-  for i = 1, #y do assert(x[i] == y[i], what .. ": element " .. i .. " is " .. tostring(x[i]) .. ", expected " .. tostring(y[i])) end
+  for i = 1, #y do
+    assert(x[i] == y[i], what .. ": element " .. i .. " is " .. tostring(x[i]) .. ", expected " .. tostring(y[i]))
+  end
 end
 
 local v = ddp.tensor({ 1.5, -2.0, 3.25, 8.0 }, { device = dev })
