@@ -58,8 +58,12 @@ int dp_cu_check(cudaError_t e, const char *what, int device) {
 
 int dp_cu_device_count(void) { return ndev; }
 
+/* ready is published with release order after the device's fields are
+ * set, so a thread that sees it also sees them */
+static bool is_ready(const dp_cu_device *dv) { return __atomic_load_n(&dv->ready, __ATOMIC_ACQUIRE); }
+
 dp_cu_device *dp_cu_device_get(int device) {
-  if (device < 0 || device >= ndev || !devs[device].ready) return NULL;
+  if (device < 0 || device >= ndev || !is_ready(&devs[device])) return NULL;
   return &devs[device];
 }
 
@@ -103,7 +107,7 @@ int dp_cu_take_errors(void) {
   }
   for (int d = 0; d < ndev; d++) {
     dp_cu_device *dv = &devs[d];
-    if (!dv->ready || !dv->fault_host->ready) continue;
+    if (!is_ready(dv) || !dv->fault_host->ready) continue;
     char text[400];
     fault_text(dv->fault_host, text, sizeof text);
     dv->fault_host->ready = 0;
@@ -152,7 +156,7 @@ static int init_device(int d) {
         (e = cudaEventCreateWithFlags(&dv->stage_ev[i], cudaEventDisableTiming)) != cudaSuccess)
       return dp_cu_check(e, "allocating pinned staging buffers", d);
   }
-  dv->ready = true;
+  __atomic_store_n(&dv->ready, true, __ATOMIC_RELEASE);
   return 0;
 }
 
@@ -163,9 +167,9 @@ const dp_cu_ctx *dp_cu_enter(int device) {
     return NULL;
   }
   dp_cu_device *dv = &devs[device];
-  if (!dv->ready) {
+  if (!is_ready(dv)) {
     pthread_mutex_lock(&init_mu);
-    int rc = dv->ready ? 0 : init_device(device);
+    int rc = is_ready(dv) ? 0 : init_device(device);
     pthread_mutex_unlock(&init_mu);
     if (rc) return NULL;
   }
@@ -266,7 +270,7 @@ int dp_cu_synchronize(int device) {
   if (device >= ndev) return dp_cu_error("cuda:%d does not exist: %d GPU(s) visible", device, ndev);
   if (device >= 0) return dp_cu_sync_device(device);
   for (int d = 0; d < ndev; d++)
-    if (devs[d].ready && dp_cu_sync_device(d)) return -1;
+    if (is_ready(&devs[d]) && dp_cu_sync_device(d)) return -1;
   return dp_cu_take_errors();
 }
 
