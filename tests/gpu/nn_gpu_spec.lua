@@ -5,7 +5,7 @@
 -- parameter gradients must agree. Run with: busted --tags=gpu tests/gpu
 local ddp = require "ddplua"
 local H = require("gpu.gpu_helper").setup(describe, it, pending)
-local nn = ddp.nn
+local nn -- ddp.nn, loaded once a GPU is there
 
 local function params_of(m)
   local ps = m:parameters()
@@ -46,6 +46,7 @@ local function check_module(what, make, x, tol, train)
 end
 
 H.describe("cuda nn layers", function()
+  nn = ddp.nn
   it("Conv2d with stride and padding", function()
     ddp.manual_seed(30)
     local x = ddp.randn(3, 4, 11, 9)
