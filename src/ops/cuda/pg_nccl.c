@@ -135,7 +135,7 @@ static void *watchdog_main(void *arg) {
         dp_nccl_fail_locked(g, msg);
       }
     }
-    if (g->stop && !g->head) break;
+    if ((g->stop && !g->head) || g->exiting) break;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += 20 * 1000000L;
@@ -189,11 +189,50 @@ static nccl_pg *alloc_group(int device, int rank, int size, int global_rank, dp_
   return g;
 }
 
+/* Groups whose watchdog runs. A script that ends without
+ * destroy_process_group must not leave watchdogs polling while the CUDA
+ * runtime tears itself down: an exit handler (registered after the CUDA
+ * runtime's, so it runs first) stops them. */
+static nccl_pg *live_groups;
+
+static void stop_watchdogs_at_exit(void) {
+  pthread_mutex_lock(&dp_nccl_life_mu);
+  nccl_pg *list = live_groups;
+  live_groups = NULL;
+  pthread_mutex_unlock(&dp_nccl_life_mu);
+  for (nccl_pg *g = list; g; g = g->next_live) {
+    pthread_mutex_lock(&g->mu);
+    g->exiting = true;
+    pthread_cond_signal(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    pthread_join(g->watchdog, NULL);
+    g->watchdog_running = false;
+  }
+}
+
+static void register_exit_handler(void) { atexit(stop_watchdogs_at_exit); }
+
 static int start_watchdog(nccl_pg *g) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, register_exit_handler);
   if (pthread_create(&g->watchdog, NULL, watchdog_main, g) != 0)
     return dp_cu_error("nccl: could not start the watchdog thread");
   g->watchdog_running = true;
+  pthread_mutex_lock(&dp_nccl_life_mu);
+  g->next_live = live_groups;
+  live_groups = g;
+  pthread_mutex_unlock(&dp_nccl_life_mu);
   return 0;
+}
+
+static void forget_group(nccl_pg *g) {
+  pthread_mutex_lock(&dp_nccl_life_mu);
+  for (nccl_pg **pp = &live_groups; *pp; pp = &(*pp)->next_live)
+    if (*pp == g) {
+      *pp = g->next_live;
+      break;
+    }
+  pthread_mutex_unlock(&dp_nccl_life_mu);
 }
 
 void dp_nccl_destroy(dp_pg *pg) {
@@ -210,11 +249,13 @@ void dp_nccl_destroy(dp_pg *pg) {
     }
     dp_nccl_nap();
   }
+  forget_group(g);
   pthread_mutex_lock(&g->mu);
   g->stop = true;
   pthread_cond_signal(&g->cv);
   pthread_mutex_unlock(&g->mu);
   if (g->watchdog_running) pthread_join(g->watchdog, NULL);
+  g->watchdog_running = false;
   if (g->comm && !g->aborted) {
     pthread_mutex_lock(&g->mu);
     ncclResult_t r = dp_nccl_settle_locked(g, g->comm, ncclCommFinalize(g->comm),

@@ -20,7 +20,7 @@ typedef struct inflight {
   struct inflight *next;
 } inflight;
 
-typedef struct {
+typedef struct nccl_pg {
   dp_pg base;
   ncclComm_t comm;
   int device;
@@ -38,6 +38,8 @@ typedef struct {
    * outlive destroy_process_group when Lua collects it later) */
   int refs;
   bool destroyed;
+  bool exiting;              /* the process is exiting: the watchdog stops at once */
+  struct nccl_pg *next_live; /* groups with a running watchdog (pg_nccl.c) */
 } nccl_pg;
 
 /* guards inflight and group reference counts (taken after a group's mu; pg_nccl.c) */
