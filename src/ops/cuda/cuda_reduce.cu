@@ -117,11 +117,12 @@ __global__ void k_reduce_rows(const __grid_constant__ reduce_args r) {
   }
 }
 
-/* inner > 1: thread (o, i, split) */
+/* inner > 1: thread (split, o, i), i fastest so that neighbouring threads
+ * read neighbouring columns */
 __global__ void k_reduce_cols(const __grid_constant__ reduce_args r) {
-  int64_t total = r.outer * r.inner * r.splits;
+  int64_t outputs = r.outer * r.inner, total = outputs * r.splits;
   DP_CU_LOOP(t, total) {
-    int64_t s = t % r.splits, oi = t / r.splits;
+    int64_t s = t / outputs, oi = t % outputs;
     int64_t o = oi / r.inner, i = oi % r.inner;
     int64_t j0 = s * r.chunk, j1 = j0 + r.chunk < r.k ? j0 + r.chunk : r.k;
     dp_cu_acc a = acc_identity(r.acc);
