@@ -121,7 +121,7 @@ H.describe("cuda elementwise ops", function()
   end
 
   it("int64 arithmetic is exact beyond 2^53", function()
-    local big = ddp.tensor({ 2 ^ 60 + 1, -(2 ^ 59) - 3, 7 }, { dtype = "int64" })
+    local big = ddp.tensor({ (1 << 60) + 1, -(1 << 59) - 3, 7 }) -- integers: int64, not exact in double
     local small = ddp.tensor({ 3, 5, -2 }, { dtype = "int64" })
     local g, s = big:to(H.device), small:to(H.device)
     H.assert_equal(g + s, big + small, "add")
@@ -149,7 +149,7 @@ H.describe("cuda elementwise ops", function()
     for _, dt in ipairs({ "bfloat16", "float16" }) do
       local x = ddp.randn(40, 30):to(dt)
       local g = x:to(H.device)
-      H.assert_close((g * g + 1):exp():to("float32"), (x * x + 1):exp():to("float32"), 1e-2, dt .. " exp")
+      H.assert_close((g * g * 0.1 + 1):exp():to("float32"), (x * x * 0.1 + 1):exp():to("float32"), 1e-2, dt .. " exp")
       H.assert_close(g:sum(1):float(), x:sum(1):float(), 1e-2, dt .. " sum")
     end
   end)

@@ -198,6 +198,11 @@ static void unary_row(char **p, const int64_t *s, int64_t n, void *vctx) {
     unary_f32(c->op, (float *)p[0], (const float *)p[1], n);
     return;
   }
+  if (c->to == DP_I64 && c->from == DP_I64) { /* neg/abs/relu/square/sign: exact beyond 2^53 */
+    for (int64_t i = 0; i < n; i++)
+      *(int64_t *)(p[0] + i * s[0]) = dp_unary_i64(c->op, *(const int64_t *)(p[1] + i * s[1]));
+    return;
+  }
   for (int64_t i = 0; i < n; i++)
     dp_store_d(p[0] + i * s[0], c->to, dp_unary_ref(c->op, dp_load_d(p[1] + i * s[1], c->from)));
 }
