@@ -39,10 +39,16 @@ target_compile_options(ddplua_cuda PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Werror,-fvisibility=hidden>)
 # --no-undefined: the plugin must not reach into the runtime by symbol (the
 # runtime may be loaded RTLD_LOCAL); everything goes through dp_runtime_api.
+# The toolkit's lib directory is an implicit link directory of nvcc, so
+# CMake would leave it out of the RPATH: name it, so the plugin finds
+# libcudart/libcublas/libnccl without LD_LIBRARY_PATH or ld.so.conf.
+get_filename_component(NCCL_LIB_DIR ${NCCL_LIBRARY} DIRECTORY)
 set_target_properties(ddplua_cuda PROPERTIES PREFIX "" OUTPUT_NAME ddplua_cuda
                       LIBRARY_OUTPUT_DIRECTORY ${DDPLUA_OUT_LIB}
                       LINK_OPTIONS "-Wl,--no-undefined"
-                      CUDA_RUNTIME_LIBRARY Shared)
+                      CUDA_RUNTIME_LIBRARY Shared
+                      BUILD_RPATH "${CUDAToolkit_LIBRARY_DIR};${NCCL_LIB_DIR}"
+                      INSTALL_RPATH "${CUDAToolkit_LIBRARY_DIR};${NCCL_LIB_DIR}")
 set(DDPLUA_HAVE_CUDA ON)
 
 # A tiny reference program for bench/gpu.lua: cuBLAS GEMM peak, raw copy
@@ -50,4 +56,5 @@ set(DDPLUA_HAVE_CUDA ON)
 add_executable(ddplua_gpu_raw bench/gpu_raw.c)
 target_link_libraries(ddplua_gpu_raw PRIVATE CUDA::cudart CUDA::cublas ${NCCL_LIBRARY})
 target_include_directories(ddplua_gpu_raw PRIVATE ${NCCL_INCLUDE_DIR})
-set_target_properties(ddplua_gpu_raw PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${DDPLUA_OUT_BIN})
+set_target_properties(ddplua_gpu_raw PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${DDPLUA_OUT_BIN}
+                      BUILD_RPATH "${CUDAToolkit_LIBRARY_DIR};${NCCL_LIB_DIR}")

@@ -5,6 +5,7 @@
  * the driver is asked whether any GPU exists at all. */
 #include "ops/backend.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -119,4 +120,26 @@ const dp_backend *dp_backend_require(int devtype) {
   pthread_once(&cuda_once, load_cuda);
   if (!cuda_backend) dp_error("%s", cuda_err);
   return cuda_backend;
+}
+
+int dp_cuda_count_without_init(void) {
+  DIR *d = opendir("/proc/driver/nvidia/gpus");
+  if (!d) return 0;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));)
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+  if (vis) { /* "0,2" (or UUIDs): as many as listed, up to the GPUs present; "" or "-1": none */
+    int listed = 0;
+    for (const char *p = vis; *p;) {
+      const char *comma = strchr(p, ',');
+      size_t len = comma ? (size_t)(comma - p) : strlen(p);
+      if (len == 0 || (len == 2 && strncmp(p, "-1", 2) == 0)) break; /* the list ends at an invalid entry */
+      listed++;
+      p += len + (comma ? 1 : 0);
+    }
+    if (listed < n) n = listed;
+  }
+  return n;
 }

@@ -218,6 +218,11 @@ const dp_backend *dp_backend_get(int devtype);
 /* Same, loading the CUDA plugin on first use; NULL + dp_error naming why
  * (built without CUDA, no GPU visible, driver error). */
 const dp_backend *dp_backend_require(int devtype);
+/* GPUs this process could use, counted without initialising the driver
+ * (/proc/driver/nvidia/gpus, narrowed by CUDA_VISIBLE_DEVICES): what the
+ * launcher may call before it forks workers, since a CUDA driver
+ * initialised in a parent does not survive fork. 0 without a driver. */
+int dp_cuda_count_without_init(void);
 /* The backend of a tensor's device (loaded: a tensor on it exists). */
 static inline const dp_backend *dp_backend_of(const dp_tensor *t) {
   return dp_backend_get(t->storage->device.type);
