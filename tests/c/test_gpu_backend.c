@@ -255,6 +255,8 @@ int main(void) {
     return getenv("DDPLUA_REQUIRE_GPU") && atoi(getenv("DDPLUA_REQUIRE_GPU")) ? 1 : 77;
   }
   printf("device: %s\n", cuda->device_name(0));
+  /* the launcher's pre-fork count agrees with the driver's */
+  CHECK(dp_cuda_count_without_init() == cuda->device_count());
   test_allocator();
   test_copies();
   test_random();
