@@ -12,6 +12,7 @@
 # Logs and summary.txt go to $OUT (default ./gpu-suite-out). Skips become
 # failures here (DDPLUA_REQUIRE_GPU=1). Exit status: number of failed steps.
 set -u
+set -f # no globbing: the busted paths below contain "?"
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 OUT=${OUT:-$ROOT/gpu-suite-out}
