@@ -23,6 +23,7 @@ end
 local available, reason = ddp.cuda_is_available()
 if not available then
   print("bench/gpu.lua: no GPU, nothing to measure: " .. tostring(reason))
+  if os.getenv("DDPLUA_REQUIRE_GPU") == "1" then os.exit(1) end
   return
 end
 local dev = ddp.device()
@@ -35,9 +36,13 @@ end
 report("device: %s (%s)", ddp.cuda_device_name(tonumber(dev:match("%d+"))), dev)
 
 -- a section that fails (a module missing, an error) is reported and skipped
+local failed = 0
 local function section(name, fn)
   local ok, err = pcall(fn)
-  if not ok then report("%s: failed: %s", name, tostring(err)) end
+  if not ok then
+    report("%s: failed: %s", name, tostring(err))
+    failed = failed + 1
+  end
 end
 
 -- the raw reference program, next to the ddplua binary
@@ -175,3 +180,4 @@ if out and out ~= "" then
     f:close()
   end
 end
+if failed > 0 then os.exit(1) end
