@@ -137,9 +137,11 @@ static int l_cuda_device_count(lua_State *L) {
   return 1;
 }
 
+/* synchronize([device]): waits for queued device work (every device in use
+ * when none is given); a no-op when CUDA was never used. */
 static int l_synchronize(lua_State *L) {
   const dp_backend *b = dp_backend_get(DP_CUDA);
-  if (b) LT_CHECK(L, b->synchronize((int)luaL_optinteger(L, 1, 0)));
+  if (b) LT_CHECK(L, b->synchronize((int)luaL_optinteger(L, 1, -1)));
   return 0;
 }
 
@@ -185,6 +187,7 @@ int luaopen_ddplua_core(lua_State *L) {
   if (lt_open_dist) lt_open_dist(L, module);
   if (lt_open_data) lt_open_data(L, module);
   lt_open_io(L, module);
+  lt_open_cuda(L, module); /* a strong reference: a weak one would not pull l_cuda.o out of the static runtime */
   lua_pushvalue(L, methods);
   lua_setfield(L, module, "Tensor");
   lua_settop(L, module);
