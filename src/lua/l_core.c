@@ -126,7 +126,6 @@ static int l_collectgarbage_paced(lua_State *L) {
 }
 
 extern void lt_open_dist(lua_State *L, int module) __attribute__((weak));
-extern void lt_open_data(lua_State *L, int module) __attribute__((weak));
 extern void lt_open_io(lua_State *L, int module) __attribute__((weak));
 
 int luaopen_ddplua_core(lua_State *L);
@@ -156,8 +155,10 @@ int luaopen_ddplua_core(lua_State *L) {
   lt_open_tensor(L, module, methods);
   lt_open_tensor_ops(L, module, methods);
   lt_open_nn_ops(L, module, methods);
+  lt_open_nn_support(L, module, methods);
+  lt_open_optim(L, module);
+  lt_open_data(L, module);
   if (lt_open_dist) lt_open_dist(L, module);
-  if (lt_open_data) lt_open_data(L, module);
   if (lt_open_io) lt_open_io(L, module);
   lua_pushvalue(L, methods);
   lua_setfield(L, module, "Tensor");
