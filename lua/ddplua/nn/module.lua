@@ -27,16 +27,29 @@ local function is_module(v)
 end
 Module.is_module = is_module
 
--- An ordered table of name -> tensor: pairs() walks it in insertion order
--- (PyTorch's OrderedDict); indexing by name is a plain table lookup.
+-- An ordered table of name -> tensor (PyTorch's OrderedDict): pairs() walks
+-- it in insertion order; indexing, assigning and deleting (sd[k] = nil) are
+-- plain table operations, and a new key goes to the end.
 local ordered_mt = {}
 ordered_mt.__pairs = function(self)
   local order, i = getmetatable(self).__order, 0
   return function()
-    i = i + 1
-    local k = order[i]
-    if k ~= nil then return k, rawget(self, k) end
+    while true do
+      i = i + 1
+      local k = order[i]
+      if k == nil then return nil end
+      local v = rawget(self, k)
+      if v ~= nil then return k, v end
+    end
   end, self, nil
+end
+ordered_mt.__newindex = function(self, k, v)
+  if v == nil then return end
+  local order = getmetatable(self).__order
+  local known = false
+  for _, o in ipairs(order) do known = known or o == k end
+  if not known then order[#order + 1] = k end
+  rawset(self, k, v)
 end
 
 local function ordered_dict()
