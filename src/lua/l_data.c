@@ -23,9 +23,8 @@ static int l_gather_rows(lua_State *L) {
   /* a userdata as scratch: freed by the GC even if an entry raises */
   int64_t *idx = lua_newuserdatauv(L, (size_t)n * sizeof *idx, 0);
   for (lua_Integer i = 1; i <= n; i++) {
-    lua_geti(L, 2, i);
-    int ok;
-    idx[i - 1] = lua_tointegerx(L, -1, &ok);
+    int ok = lua_geti(L, 2, i) == LUA_TNUMBER;
+    if (ok) idx[i - 1] = lua_tointegerx(L, -1, &ok);
     if (!ok)
       return luaL_error(L, "gather: index at batch position %d is a %s, expected an integer position", (int)i,
                         luaL_typename(L, -1));

@@ -175,6 +175,7 @@ static int l_mm(lua_State *L) {
 }
 
 static int l_cat(lua_State *L) {
+  lua_settop(L, 2); /* the scratch userdata below must not land on the dim argument's slot */
   luaL_checktype(L, 1, LUA_TTABLE);
   int n = (int)luaL_len(L, 1);
   if (n < 1) return luaL_error(L, "cat: expected a non-empty list of tensors");
@@ -190,6 +191,7 @@ static int l_cat(lua_State *L) {
 }
 
 static int l_stack(lua_State *L) {
+  lua_settop(L, 2); /* the scratch userdata below must not land on the dim argument's slot */
   luaL_checktype(L, 1, LUA_TTABLE);
   int n = (int)luaL_len(L, 1);
   if (n < 1) return luaL_error(L, "stack: expected a non-empty list of tensors");

@@ -52,7 +52,7 @@ function DataLoader.new(ds, opts)
     end
   end
   local ok, n = pcall(function() return #ds end)
-  if ds == nil or not ok or math.type(n) ~= "integer" then
+  if (type(ds) ~= "table" and type(ds) ~= "userdata") or not ok or math.type(n) ~= "integer" then
     error("DataLoader: expected a dataset (with #ds and ds:get(i), ds[i] or ds:get_batch(indices)), got " ..
       type(ds), 3)
   end

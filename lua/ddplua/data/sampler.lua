@@ -18,7 +18,7 @@ local function size_of(who, ds)
     return ds
   end
   local ok, n = pcall(function() return #ds end)
-  if not ok or math.type(n) ~= "integer" then
+  if (type(ds) ~= "table" and type(ds) ~= "userdata") or not ok or math.type(n) ~= "integer" then
     error(who .. ": expected a dataset (anything with #) or a number of items, got " .. type(ds), 4)
   end
   return n
