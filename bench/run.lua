@@ -101,13 +101,14 @@ for _, b in ipairs(benchmarks) do
 end
 
 local function cell(fmt, v) return v == nil and "-" or string.format(fmt, v) end
-local header = string.format("%-34s %12s %12s %8s %10s  %s", "benchmark", "ddplua", "PyTorch", "ratio", "goal", "result")
+local row_fmt = "%-34s %12s %12s %8s %10s  %s"
+local header = string.format(row_fmt, "benchmark", "ddplua", "PyTorch", "ratio", "goal", "result")
 print(string.format("ddplua benchmarks (%d repetitions, medians; %s)", ctx.reps, ddp.blas_info()))
 print(header)
 print(string.rep("-", #header))
 local failed = 0
 for _, r in ipairs(rows) do
-  print(string.format("%-34s %12s %12s %8s %10s  %s", r.name, cell(r.fmt, r.ours), cell(r.fmt, r.theirs),
+  print(string.format(row_fmt, r.name, cell(r.fmt, r.ours), cell(r.fmt, r.theirs),
     cell("%.2fx", r.ratio), r.goal, r.pass and "pass" or "FAIL"))
   if not r.pass then failed = failed + 1 end
 end

@@ -170,12 +170,14 @@ describe("data.DataLoader", function()
   end)
 
   it("rejects bad options", function()
-    fails("DataLoader: batch_size must be a positive integer, got 0", function() data.DataLoader(ds, { batch_size = 0 }) end)
+    fails("DataLoader: batch_size must be a positive integer, got 0",
+      function() data.DataLoader(ds, { batch_size = 0 }) end)
     fails("DataLoader: unknown option 'batchsize'", function() data.DataLoader(ds, { batchsize = 2 }) end)
     fails("DataLoader: sampler and shuffle=true are mutually exclusive", function()
       data.DataLoader(ds, { shuffle = true, sampler = data.SequentialSampler(ds) })
     end)
-    fails("DataLoader: sampler must have a sampler:indices%(%) method", function() data.DataLoader(ds, { sampler = 3 }) end)
+    fails("DataLoader: sampler must have a sampler:indices%(%) method",
+      function() data.DataLoader(ds, { sampler = 3 }) end)
     fails("DataLoader: expected a dataset", function() data.DataLoader(42) end)
     fails("DataLoader: expected a dataset .*got string", function() data.DataLoader("abc") end)
   end)
@@ -239,7 +241,8 @@ describe("data.Subset and data.random_split", function()
   end)
 
   it("names lengths that do not fit the dataset", function()
-    fails("random_split: the lengths sum to 9 but the dataset has 10 items", function() data.random_split(ds, { 4, 5 }) end)
+    fails("random_split: the lengths sum to 9 but the dataset has 10 items",
+      function() data.random_split(ds, { 4, 5 }) end)
     fails("random_split: length 1 is 0.3: give integer counts summing to 10 or fractions summing to 1",
       function() data.random_split(ds, { 0.3, 0.5 }) end)
     fails("random_split: length 1 must be a non%-negative number", function() data.random_split(ds, { -1, 11 }) end)
@@ -295,7 +298,8 @@ describe("data.FashionMNIST", function()
 
   it("names a missing file and the Debian package that has it", function()
     fails("FashionMNIST: /nonexistent/dir/train%-images%-idx3%-ubyte.gz: cannot open %(No such file or directory%); "
-      .. "install the Debian package dataset%-fashion%-mnist", function() data.FashionMNIST { root = "/nonexistent/dir" } end)
+      .. "install the Debian package dataset%-fashion%-mnist",
+      function() data.FashionMNIST { root = "/nonexistent/dir" } end)
     fails('FashionMNIST: split must be "train" or "test", got val', function() data.FashionMNIST { split = "val" } end)
     fails("FashionMNIST: unknown option 'path'", function() data.FashionMNIST { path = "/tmp" } end)
   end)

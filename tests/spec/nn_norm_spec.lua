@@ -180,7 +180,7 @@ describe("nn.LayerNorm", function()
     assert.is_true(y:mean(2):abs():max():item() < 1e-6)
     local ok, err = pcall(function() return ln(ddp.zeros(2, 5)) end)
     assert.is_false(ok)
-    assert.matches("LayerNorm%(%(4,%), eps=1e%-05, elementwise_affine=False%): expected input whose last dimensions are "
-      .. "%[4%], got shape %[2, 5%]", err)
+    assert.matches("LayerNorm%(%(4,%), eps=1e%-05, elementwise_affine=False%): expected input whose last "
+      .. "dimensions are %[4%], got shape %[2, 5%]", err)
   end)
 end)

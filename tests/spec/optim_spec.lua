@@ -10,7 +10,8 @@ local flat = gc.flat_values
 -- Deterministic float64 parameters and per-step gradients.
 local function make_params(seed)
   ddp.manual_seed(seed)
-  return { ddp.randn(3, 4, { dtype = "float64" }):requires_grad_(), ddp.randn(5, { dtype = "float64" }):requires_grad_() }
+  return { ddp.randn(3, 4, { dtype = "float64" }):requires_grad_(),
+    ddp.randn(5, { dtype = "float64" }):requires_grad_() }
 end
 local function grads_for(step, params)
   ddp.manual_seed(1000 + step)

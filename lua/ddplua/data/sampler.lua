@@ -26,7 +26,9 @@ end
 
 --- 1, 2, ..., n every epoch.
 M.SequentialSampler = sampler_class("SequentialSampler")
-function M.SequentialSampler.new(ds) return setmetatable({ n = size_of("SequentialSampler", ds) }, M.SequentialSampler) end
+function M.SequentialSampler.new(ds)
+  return setmetatable({ n = size_of("SequentialSampler", ds) }, M.SequentialSampler)
+end
 function M.SequentialSampler:indices()
   local out = {}
   for i = 1, self.n do out[i] = i end

@@ -356,7 +356,8 @@ function Module:load_state_dict(sd, strict)
       mismatched[#mismatched + 1] = string.format("%s: expected a tensor, got %s", k, type(v))
     elseif shape_str(v) ~= shape_str(t) then
       mismatched[#mismatched + 1] = string.format(
-        "size mismatch for %s: copying a tensor with shape %s from the state dict, the shape in the current model is %s",
+        "size mismatch for %s: copying a tensor with shape %s from the state dict, the shape in the current model "
+        .. "is %s",
         k, shape_str(v), shape_str(t))
     end
   end

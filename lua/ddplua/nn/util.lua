@@ -31,7 +31,9 @@ end
 --- An integer or a pair of integers -> h, w.
 function M.check_pair(who, what, v, allow_zero)
   if type(v) == "table" then
-    if #v ~= 2 then error(string.format("%s: %s must be an integer or a pair {h, w}, got %d values", who, what, #v), 3) end
+    if #v ~= 2 then
+      error(string.format("%s: %s must be an integer or a pair {h, w}, got %d values", who, what, #v), 3)
+    end
     return M.check_int(who, what, v[1], allow_zero), M.check_int(who, what, v[2], allow_zero)
   end
   M.check_int(who, what, v, allow_zero)
