@@ -17,6 +17,14 @@ local ctx = {
   reps = 3,
 }
 ctx.peers = os.getenv("DDPLUA_PEERS") or ctx.root .. "/../shared/peers"
+do
+  local f = io.open(ctx.peers .. "/torch_ddp_mlp.py")
+  if not f then
+    error(string.format("bench: the PyTorch peers are not in %s (set DDPLUA_PEERS to the directory holding "
+      .. "torch_ddp_mlp.py)", ctx.peers), 0)
+  end
+  f:close()
+end
 for _, a in ipairs(arg or {}) do
   local v = a:match("^reps=(%d+)$")
   if not v then error("usage: ddplua bench/run.lua [reps=N], got " .. a, 0) end

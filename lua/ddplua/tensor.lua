@@ -25,4 +25,18 @@ end
 function M.randn_like(t) return core.randn(t:size(), { dtype = t:dtype(), device = t:device() }) end
 function M.rand_like(t) return core.rand(t:size(), { dtype = t:dtype(), device = t:device() }) end
 
+--- A random-number generator independent of the global one (Philox seed +
+--- counter offset), for reproducible shuffles: ddp.randperm(n, {generator=g}).
+local Generator = {}
+Generator.__index = Generator
+function Generator:manual_seed(seed)
+  if math.type(seed) ~= "integer" then error("Generator:manual_seed expects an integer, got " .. tostring(seed), 2) end
+  self.seed, self.offset = seed, 0
+  return self
+end
+function Generator:initial_seed() return self.seed end
+function M.Generator(seed)
+  return setmetatable({ seed = seed or 0, offset = 0 }, Generator)
+end
+
 return T

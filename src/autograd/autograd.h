@@ -100,9 +100,10 @@ int dp_backward(dp_tensor *root, dp_tensor *grad, bool retain_graph);
 int dp_add_grad_hook(dp_tensor *leaf, dp_grad_hook_fn fn, void *ctx);
 void dp_remove_grad_hook(dp_tensor *leaf, int id);
 
-/* Called by the engine around each backward (DDP finalises its buckets in
- * the post hook). One global pair of lists; ctx identifies the owner. */
-typedef void (*dp_engine_hook_fn)(void *ctx, bool ok);
+/* Called by the engine after each backward (DDP finalises its buckets in
+ * it): `ok` says whether backward itself succeeded; a hook returning -1
+ * (with dp_error) makes dp_backward fail with its message. */
+typedef int (*dp_engine_hook_fn)(void *ctx, bool ok);
 int dp_add_post_backward_hook(dp_engine_hook_fn fn, void *ctx);
 void dp_remove_post_backward_hook(int id);
 

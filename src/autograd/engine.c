@@ -1,5 +1,6 @@
 /* The backward engine. See autograd.h for the contract. */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,7 +66,13 @@ int dp_accumulate_grad(dp_tensor *leaf, dp_tensor *g) {
                     dp_shape_str(leaf, a, sizeof a));
   }
   if (leaf->grad) {
-    /* in place: DDP's bucket views and optimizers keep pointing at it */
+    /* in place: DDP's bucket views and optimizers keep pointing at it; a
+     * buffer marked zero-pending is overwritten instead of added to */
+    if (leaf->grad_zero_pending) {
+      if (dp_copy_(leaf->grad, g)) return -1;
+      leaf->grad_zero_pending = false;
+      return 0;
+    }
     if (dp_binary_(DP_B_ADD, leaf->grad, g)) return -1;
     return 0;
   }
@@ -286,6 +293,13 @@ int dp_backward(dp_tensor *root, dp_tensor *grad, bool retain_graph) {
 done:
   dp_release(g0);
   dp_set_grad_enabled(prev);
-  for (int i = 0; i < n_post_hooks; i++) post_hooks[i].fn(post_hooks[i].ctx, rc == 0);
+  /* every hook runs (each owner must reset its per-backward state); the
+   * first failure is reported */
+  char first_err[1024] = "";
+  for (int i = 0; i < n_post_hooks; i++) {
+    bool ok = rc == 0 && !first_err[0];
+    if (post_hooks[i].fn(post_hooks[i].ctx, ok) && !first_err[0]) snprintf(first_err, sizeof first_err, "%s", dp_errmsg());
+  }
+  if (first_err[0] && rc == 0) rc = dp_error("%s", first_err);
   return rc;
 }

@@ -24,8 +24,11 @@ static int l_keep_grad_buf(lua_State *L) {
 }
 
 /* _zero_grads(list_of_tensors, set_to_none): one call for a whole module or
- * parameter group. A gradient is dropped when set_to_none is true unless
- * its tensor keeps its gradient buffer; otherwise it is zeroed in place. */
+ * parameter group (t:_zero_grad per tensor). A gradient is dropped when
+ * set_to_none is true, or zeroed in place otherwise. A kept gradient buffer
+ * (DDP's bucket view) stays and is only marked zero-pending: the next
+ * backward overwrites it instead of adding, and readers see zeros, so
+ * zeroing it costs no pass over memory. */
 static int l_zero_grads(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   bool set_to_none = lua_isnoneornil(L, 2) ? true : lua_toboolean(L, 2);
@@ -36,7 +39,8 @@ static int l_zero_grads(lua_State *L) {
     if (!t) return luaL_error(L, "zero_grad: element %d is a %s, expected a tensor", (int)i, luaL_typename(L, -1));
     lua_pop(L, 1);
     if (!t->grad) continue;
-    if (set_to_none && !t->keep_grad_buf) dp_clear(&t->grad);
+    if (t->keep_grad_buf) t->grad_zero_pending = true;
+    else if (set_to_none) dp_clear(&t->grad);
     else LT_CHECK(L, dp_fill_(t->grad, 0));
   }
   return 0;
@@ -49,6 +53,7 @@ static int l_set_data(lua_State *L) {
   if (!dp_is_leaf(t)) return luaL_error(L, "_set_data: the target must be a leaf tensor");
   if (t->requires_grad && !dp_dtype_is_float(u->dtype))
     return luaL_error(L, "_set_data: a tensor that requires grad cannot take %s data", dp_dtype_name(u->dtype));
+  LT_CHECK(L, dp_grad_materialize(t));
   if (t->grad && (t->grad->dtype != u->dtype || !dp_device_eq(dp_dev(t->grad), dp_dev(u)) || !dp_same_shape(t, u))) {
     if (!dp_same_shape(t, u)) {
       dp_clear(&t->grad);

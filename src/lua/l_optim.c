@@ -29,6 +29,8 @@ static dp_tensor *param_with_grad(lua_State *L, int params, lua_Integer i, const
   dp_tensor *p = lt_test(L, -1);
   if (!p) luaL_error(L, "%s: parameter %d is a %s, expected a tensor", who, (int)i, luaL_typename(L, -1));
   lua_pop(L, 1);
+  /* a zero-pending gradient (zero_grad on a kept buffer) steps as zeros */
+  if (dp_grad_materialize(p)) lt_error(L);
   if (!p->grad) return NULL;
   char a[128], b[128];
   if (!dp_same_shape(p, p->grad))

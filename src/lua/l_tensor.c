@@ -177,9 +177,24 @@ static int l_arange(lua_State *L) {
   return lt_push(L, dp_arange(start, end, step, o.dtype, o.device));
 }
 
+/* randperm(n [, {generator=g}]): 1-based like every Lua position
+ * (PyTorch's permutation + 1). g is a table {seed=, offset=} (ddp.Generator)
+ * whose offset advances by n. */
 static int l_randperm(lua_State *L) {
   lua_Integer n = luaL_checkinteger(L, 1);
-  /* 1-based like every Lua position (PyTorch's permutation + 1) */
+  if (n < 0) return luaL_argerror(L, 1, "randperm: n must be >= 0");
+  if (lua_istable(L, 2) && lua_getfield(L, 2, "generator") != LUA_TNIL) {
+    luaL_checktype(L, -1, LUA_TTABLE);
+    int g = lua_gettop(L);
+    lua_getfield(L, g, "seed");
+    lua_getfield(L, g, "offset");
+    int ok1, ok2;
+    lua_Integer seed = lua_tointegerx(L, -2, &ok1), off = lua_tointegerx(L, -1, &ok2);
+    if (!ok1 || !ok2) return luaL_error(L, "randperm: generator must have integer seed and offset");
+    lua_pushinteger(L, off + n);
+    lua_setfield(L, g, "offset");
+    return lt_push(L, dp_randperm_with(n, 1, (uint64_t)seed, (uint64_t)off));
+  }
   return lt_push(L, dp_randperm(n, 1));
 }
 
@@ -529,6 +544,7 @@ static int l_index(lua_State *L) {
     if (lua_getfield(L, lua_upvalueindex(1), k) != LUA_TNIL) return 1;
     lua_pop(L, 1);
     if (strcmp(k, "grad") == 0) {
+      LT_CHECK(L, dp_grad_materialize(t));
       if (t->grad) {
         dp_retain(t->grad);
         return lt_push(L, t->grad);
@@ -580,6 +596,7 @@ static int l_newindex(lua_State *L) {
       if (g) dp_retain(g);
       dp_release(t->grad);
       t->grad = g;
+      t->grad_zero_pending = false;
       return 0;
     }
     if (strcmp(k, "requires_grad") == 0) {

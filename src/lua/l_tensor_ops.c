@@ -164,6 +164,36 @@ static int arg_extreme(lua_State *L, bool is_max) {
 static int l_argmax(lua_State *L) { return arg_extreme(L, true); }
 static int l_argmin(lua_State *L) { return arg_extreme(L, false); }
 
+/* t:index_select(dim, idx): idx a 1-d int64 tensor or a Lua array of
+ * 1-based positions */
+static int l_index_select(lua_State *L) {
+  dp_tensor *t = lt_check(L, 1);
+  int d = lt_check_dim(L, 2, t->ndim, 0);
+  dp_tensor *idx = lt_test(L, 3);
+  if (idx) return lt_push(L, dp_index_select(t, d, idx, 1));
+  luaL_checktype(L, 3, LUA_TTABLE);
+  int64_t n = (int64_t)luaL_len(L, 3);
+  dp_tensor *it = dp_empty(DP_I64, 1, &n, dp_dev(t).type == DP_CPU ? dp_cpu() : dp_cpu());
+  if (!it) return lt_error(L);
+  int64_t *p = dp_data(it);
+  for (int64_t i = 0; i < n; i++) {
+    lua_geti(L, 3, i + 1);
+    int ok;
+    p[i] = lua_tointegerx(L, -1, &ok);
+    lua_pop(L, 1);
+    if (!ok) {
+      dp_release(it);
+      return luaL_error(L, "index_select: position %d of the index list is not an integer", (int)(i + 1));
+    }
+  }
+  dp_tensor *itd = dp_to(it, DP_I64, dp_dev(t));
+  dp_release(it);
+  if (!itd) return lt_error(L);
+  dp_tensor *r = dp_index_select(t, d, itd, 1);
+  dp_release(itd);
+  return lt_push(L, r);
+}
+
 static int l_matmul(lua_State *L) { return lt_push(L, dp_matmul(lt_check(L, 1), lt_check(L, 2))); }
 
 static int l_mm(lua_State *L) {
@@ -231,7 +261,7 @@ void lt_open_tensor_ops(lua_State *L, int module, int methods) {
       {"reciprocal", l_reciprocal}, {"sign", l_sign}, {"clamp", l_clamp},     {"add_", l_add_},
       {"sub_", l_sub_},       {"mul_", l_mul_},       {"div_", l_div_},       {"sum", l_sum},
       {"mean", l_mean},       {"max", l_max},         {"min", l_min},         {"argmax", l_argmax},
-      {"argmin", l_argmin},   {"matmul", l_matmul},   {"mm", l_mm},           {NULL, NULL}};
+      {"argmin", l_argmin},   {"matmul", l_matmul}, {"index_select", l_index_select},   {"mm", l_mm},           {NULL, NULL}};
   lua_pushvalue(L, methods);
   luaL_setfuncs(L, meths, 0);
   lua_pop(L, 1);

@@ -48,6 +48,11 @@ dp_device lt_check_device(lua_State *L, int idx);
 /* Checks a string key of an options table against a list of valid keys. */
 void lt_check_keys(lua_State *L, int idx, const char *what, const char *const *valid);
 
+/* The process group behind a Lua group object (nil/none: the default
+ * group); raises a Lua error if none is initialised. Defined in l_dist.c. */
+struct dp_pg;
+struct dp_pg *lt_check_pg(lua_State *L, int idx);
+
 /* Tells the GC pacer that tensors were allocated (called by lt_push). */
 void lt_gc_pace(lua_State *L);
 
@@ -60,5 +65,6 @@ void lt_open_nn_layers(lua_State *L, int module, int methods);
 void lt_open_nn_support(lua_State *L, int module, int methods);
 void lt_open_optim(lua_State *L, int module);
 void lt_open_data(lua_State *L, int module);
+void lt_open_ddp(lua_State *L, int module, int methods);
 
 #endif

@@ -60,6 +60,8 @@ dp_tensor *dp_flatten(dp_tensor *t, int start, int end);
 dp_tensor *dp_unsqueeze(dp_tensor *t, int dim);
 dp_tensor *dp_squeeze(dp_tensor *t, int dim); /* dim < 0: all size-1 dims */
 dp_tensor *dp_cat(int n, dp_tensor *const *ts, int dim);
+/* Rows of x along dim at positions idx (1-d int64, + base) (ops/index.c). */
+dp_tensor *dp_index_select(dp_tensor *x, int dim, dp_tensor *idx, int64_t base);
 
 /* ---- reductions (ops/reduce.c) ---- */
 /* dims: list of 0-based dims (n = 0 means all). */
@@ -113,5 +115,8 @@ dp_tensor *dp_rand(dp_dtype dt, int ndim, const int64_t *shape, dp_device dev);
 dp_tensor *dp_randn(dp_dtype dt, int ndim, const int64_t *shape, dp_device dev);
 /* int64 permutation of 0..n-1 (+base) on the CPU, from the generator. */
 dp_tensor *dp_randperm(int64_t n, int64_t base);
+/* Same from an explicit generator state (a Generator object, a sampler's
+ * seed + epoch): uses counters [offset, offset + n). */
+dp_tensor *dp_randperm_with(int64_t n, int64_t base, uint64_t seed, uint64_t offset);
 
 #endif

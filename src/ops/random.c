@@ -50,6 +50,11 @@ dp_tensor *dp_randn(dp_dtype dt, int ndim, const int64_t *shape, dp_device dev) 
 }
 
 dp_tensor *dp_randperm(int64_t n, int64_t base) {
+  uint64_t off = dp_rng_reserve((uint64_t)(n > 0 ? n : 0));
+  return dp_randperm_with(n, base, rng_seed, off);
+}
+
+dp_tensor *dp_randperm_with(int64_t n, int64_t base, uint64_t seed, uint64_t off) {
   if (n < 0) {
     dp_error("randperm: n must be >= 0, got %" PRId64, n);
     return NULL;
@@ -59,9 +64,8 @@ dp_tensor *dp_randperm(int64_t n, int64_t base) {
   int64_t *p = dp_data(t);
   for (int64_t i = 0; i < n; i++) p[i] = i;
   /* Fisher-Yates; one counter per swap */
-  uint64_t off = dp_rng_reserve((uint64_t)(n > 0 ? n : 0));
   for (int64_t i = n - 1; i > 0; i--) {
-    dp_philox4 r = dp_philox(rng_seed, off + (uint64_t)i);
+    dp_philox4 r = dp_philox(seed, off + (uint64_t)i);
     uint64_t x = ((uint64_t)r.v[0] << 32) | r.v[1];
     int64_t j = (int64_t)(x % (uint64_t)(i + 1));
     int64_t tmp = p[i];

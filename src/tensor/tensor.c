@@ -256,3 +256,11 @@ int dp_item_i64(const dp_tensor *t, int64_t *out) {
   *out = (int64_t)d;
   return 0;
 }
+
+int dp_grad_materialize(dp_tensor *t) {
+  if (!t->grad || !t->grad_zero_pending) return 0;
+  if (dp_backend_of(t->grad)->fill(t->grad, 0.0)) return -1;
+  dp_bump_version(t->grad);
+  t->grad_zero_pending = false;
+  return 0;
+}

@@ -43,6 +43,9 @@ typedef struct dp_tensor {
   bool requires_grad;
   bool keep_grad_buf;  /* zero_grad zeroes .grad in place instead of dropping
                           it (DDP points .grad into its bucket memory) */
+  bool grad_zero_pending; /* .grad counts as zero: the next accumulation
+                             overwrites it; readers materialise the zeros
+                             (dp_grad_materialize) */
   struct dp_tensor *grad;
   struct dp_node *grad_fn; /* NULL for leaves */
   int output_nr;           /* which output of grad_fn this is */
@@ -101,6 +104,9 @@ int dp_set_d(dp_tensor *t, const int64_t *idx, double v);
 /* First element as double (item()). */
 int dp_item_d(const dp_tensor *t, double *out);
 int dp_item_i64(const dp_tensor *t, int64_t *out);
+
+/* If t->grad is zero-pending, writes the zeros now. */
+int dp_grad_materialize(dp_tensor *t);
 
 /* PyTorch-style text: "tensor([[1., 2.],\n        [3., 4.]])". Returns a
  * malloc'ed string. */

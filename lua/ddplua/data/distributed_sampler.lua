@@ -1,0 +1,143 @@
+-- DistributedSampler with PyTorch's semantics (DESIGN.md section 8):
+--   num_samples = ceil(N / R)   (drop_last: floor(N / R)),  total = num_samples * R
+--   shuffle with a generator seeded by seed + epoch (the same order on every rank),
+--   pad by repeating indices from the front (5 items on 2 ranks duplicate one),
+--   rank r takes positions r, r+R, r+2R, ...
+-- Positions are 1-based (PyTorch's index i is ddplua's i + 1).
+local ddp = require "ddplua"
+
+local DistributedSampler = {}
+DistributedSampler.__index = DistributedSampler
+DistributedSampler.__name = "DistributedSampler"
+
+local function dataset_len(ds)
+  if type(ds) == "number" then return ds end
+  local ok, n = pcall(function() return #ds end)
+  if ok and math.type(n) == "integer" then return n end
+  if type(ds) == "table" and type(ds.len) == "function" then return ds:len() end
+  error("DistributedSampler: the dataset has no length (#dataset)", 3)
+end
+
+--- DistributedSampler(dataset, {num_replicas=, rank=, shuffle=true, seed=0, drop_last=false})
+function DistributedSampler.new(dataset, opts)
+  opts = opts or {}
+  for k in pairs(opts) do
+    if k ~= "num_replicas" and k ~= "rank" and k ~= "shuffle" and k ~= "seed" and k ~= "drop_last" then
+      error("DistributedSampler: unknown option '" .. tostring(k) ..
+        "' (valid: num_replicas, rank, shuffle, seed, drop_last)", 2)
+    end
+  end
+  local R, rank = opts.num_replicas, opts.rank
+  if R == nil or rank == nil then
+    local dist = ddp.distributed
+    if not dist.is_initialized() then
+      error("DistributedSampler: the process group is not initialised; call " ..
+        "dist.init_process_group first or pass num_replicas= and rank=", 2)
+    end
+    R = R or dist.get_world_size()
+    rank = rank or dist.get_rank()
+  end
+  if math.type(R) ~= "integer" or R < 1 then
+    error("DistributedSampler: num_replicas must be a positive integer, got " .. tostring(R), 2)
+  end
+  if math.type(rank) ~= "integer" or rank < 0 or rank >= R then
+    error(string.format("DistributedSampler: invalid rank %s, expected 0..%d", tostring(rank), R - 1), 2)
+  end
+  local seed = opts.seed or 0
+  if math.type(seed) ~= "integer" then error("DistributedSampler: seed must be an integer", 2) end
+  local N = dataset_len(dataset)
+  local drop_last = opts.drop_last and true or false
+  local num_samples
+  if drop_last and N % R ~= 0 then
+    num_samples = (N - R) // R + (((N - R) % R ~= 0) and 1 or 0) -- ceil((N - R) / R) == floor(N / R)
+  else
+    num_samples = (N + R - 1) // R
+  end
+  local self = setmetatable({
+    dataset = dataset,
+    num_replicas = R,
+    rank = rank,
+    shuffle = opts.shuffle ~= false,
+    seed = seed,
+    drop_last = drop_last,
+    epoch = 0,
+    n = N,
+    num_samples = num_samples,
+    total_size = num_samples * R,
+    _epochs_drawn = {},
+    _warned = false,
+    position = 0, -- samples of this epoch already consumed (resume)
+  }, DistributedSampler)
+  return self
+end
+
+function DistributedSampler:set_epoch(epoch)
+  if math.type(epoch) ~= "integer" then error("set_epoch: expected an integer epoch, got " .. tostring(epoch), 2) end
+  if epoch ~= self.epoch then self.position = 0 end
+  self.epoch = epoch
+end
+
+function DistributedSampler.__len(self) return self.num_samples end
+
+--- The epoch's global order (all ranks, padded), 1-based.
+function DistributedSampler:global_indices()
+  local N, total = self.n, self.total_size
+  local idx
+  if self.shuffle then
+    local g = ddp.Generator(self.seed + self.epoch)
+    idx = ddp.randperm(N, { generator = g }):totable()
+  else
+    idx = {}
+    for i = 1, N do idx[i] = i end
+  end
+  if not self.drop_last then
+    local have = #idx
+    local k = 1
+    while #idx < total do -- repeat from the front
+      idx[#idx + 1] = idx[k]
+      k = k + 1
+      if k > have then k = 1 end
+    end
+  else
+    for i = #idx, total + 1, -1 do idx[i] = nil end
+  end
+  return idx
+end
+
+--- This rank's positions for the current epoch (a Lua array, 1-based).
+function DistributedSampler:indices()
+  if self.shuffle then
+    if self._epochs_drawn[self.epoch] and not self._warned then
+      self._warned = true
+      io.stderr:write(string.format("ddplua: warning: DistributedSampler drew epoch %d's order again; call " ..
+        "sampler:set_epoch(epoch) at the start of every epoch, or every epoch sees the same shuffle\n", self.epoch))
+    end
+    self._epochs_drawn[self.epoch] = true
+  end
+  local all = self:global_indices()
+  local out = {}
+  for p = self.rank + 1, self.total_size, self.num_replicas do out[#out + 1] = all[p] end
+  return out
+end
+
+--- Resume support: {epoch=, position=}
+function DistributedSampler:state_dict() return { epoch = self.epoch, position = self.position } end
+function DistributedSampler:load_state_dict(s)
+  self.epoch = s.epoch or 0
+  self.position = s.position or 0
+end
+
+--- Which rows of an all_gather of per-rank results (rank-major, num_samples
+--- rows per rank) are real items, in the epoch's global order: a 1-based
+--- list of rows, padding duplicates dropped. Every dataset item appears once.
+function DistributedSampler:gather_order()
+  local R, ns = self.num_replicas, self.num_samples
+  local rows = {}
+  local n_real = math.min(self.n, self.total_size)
+  for p = 0, n_real - 1 do
+    rows[#rows + 1] = (p % R) * ns + p // R + 1
+  end
+  return rows
+end
+
+return setmetatable(DistributedSampler, { __call = function(_, ...) return DistributedSampler.new(...) end })

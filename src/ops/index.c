@@ -1,0 +1,71 @@
+/* index_select along a dimension (gather of rows by position), with its
+ * gradient (index_add into zeros). Positions are 1-based from Lua. */
+#include <string.h>
+
+#include "ops/op_util.h"
+
+static int index_select_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  int dim = (int)n->i[0];
+  int64_t base = n->i[1];
+  dp_tensor *idx = dp_node_saved(n, 0);
+  /* move dim first, accumulate rows, move back */
+  int nd = n->in_ndim[0];
+  int64_t sh[DP_MAXDIM];
+  memcpy(sh, n->in_shape[0], sizeof sh);
+  int64_t t = sh[0];
+  sh[0] = sh[dim];
+  sh[dim] = t;
+  dp_tensor *acc = dp_zeros(n->in_dtype[0], nd, sh, dp_dev(gout[0]));
+  dp_tensor *g = acc ? dp_transpose(gout[0], 0, dim) : NULL;
+  dp_tensor *gc = g ? dp_contiguous_raw(g) : NULL;
+  int rc = gc ? dp_backend_of(acc)->index_add(acc, idx, gc, base) : -1;
+  dp_release(g);
+  dp_release(gc);
+  if (!rc) {
+    dp_tensor *back = dp_transpose(acc, 0, dim);
+    gin[0] = back ? dp_contiguous_raw(back) : NULL;
+    dp_release(back);
+  }
+  dp_release(acc);
+  return gin[0] ? 0 : -1;
+}
+
+dp_tensor *dp_index_select(dp_tensor *x, int dim, dp_tensor *idx, int64_t base) {
+  if (dp_check_dim("index_select", x, dim)) return NULL;
+  if (idx->dtype != DP_I64 || idx->ndim > 1) {
+    dp_error("index_select: the index must be a 1-d int64 tensor, got %s of shape %s", dp_dtype_name(idx->dtype),
+             SHAPE(idx));
+    return NULL;
+  }
+  if (dp_check_same_device("index_select", x, idx)) return NULL;
+  bool prev = dp_set_grad_enabled(false);
+  dp_tensor *xt = dp_transpose(x, 0, dim);
+  dp_tensor *src = xt ? dp_contiguous_raw(xt) : NULL;
+  dp_tensor *ic = dp_contiguous_raw(idx);
+  dp_tensor *out = NULL;
+  if (src && ic) {
+    int64_t sh[DP_MAXDIM];
+    memcpy(sh, src->shape, sizeof sh);
+    sh[0] = dp_numel(ic);
+    out = dp_empty(x->dtype, x->ndim, sh, dp_dev(x));
+    if (out && dp_backend_of(x)->index_select(out, src, ic, base)) dp_clear(&out);
+    if (out && dim != 0) {
+      dp_tensor *o2 = dp_transpose(out, 0, dim);
+      dp_release(out);
+      out = o2 ? dp_contiguous_raw(o2) : NULL;
+      dp_release(o2);
+    }
+  }
+  dp_release(xt), dp_release(src);
+  dp_set_grad_enabled(prev);
+  if (out && dp_any_requires_grad(1, &x)) {
+    dp_node *n = dp_node_new("IndexSelectBackward", index_select_backward, 1, &x, 1);
+    n->i[0] = dim;
+    n->i[1] = base;
+    dp_node_save(n, ic);
+    dp_node_attach(n, out, 0);
+    dp_node_release(n);
+  }
+  dp_release(ic);
+  return out;
+}
