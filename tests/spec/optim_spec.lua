@@ -192,6 +192,18 @@ describe("optimizers", function()
     assert.are.equal(0, params[1].grad:abs():sum():item())
   end)
 
+  it("step a kept gradient buffer zeroed by zero_grad as zeros", function()
+    local p = ddp.tensor({ 1.0 }, { dtype = "float64", requires_grad = true })
+    p:_keep_grad_buf(true)
+    local opt = optim.SGD({ p }, { lr = 0.1, momentum = 0.9 })
+    p.grad = ddp.tensor({ 1.0 }, { dtype = "float64" })
+    opt:step() -- buf = 1, p = 1 - 0.1
+    opt:zero_grad()
+    opt:step() -- the gradient counts as zero: buf = 0.9, p = 0.9 - 0.09
+    assert.is_true(math.abs(p:item() - 0.81) < 1e-15, tostring(p:item()))
+    assert.are.same({ 0 }, p.grad:totable())
+  end)
+
   it("train a small model (the loss goes down)", function()
     ddp.manual_seed(6)
     local model = nn.Sequential { nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1) }
