@@ -64,10 +64,11 @@ static void on_ready(dp_tensor *t, void *ctx) {
 }
 
 static int post_calls, post_ok;
-static void on_post(void *ctx, bool ok) {
+static int on_post(void *ctx, bool ok) {
   (void)ctx;
   post_calls++;
   post_ok = ok;
+  return 0;
 }
 
 static void reset(void) {
