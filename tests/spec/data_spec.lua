@@ -119,6 +119,22 @@ describe("data.DataLoader", function()
     assert.are.same({ 5 }, b[2][2])
   end)
 
+  it("splits an epoch between ranks with a DistributedSampler", function()
+    local seen = {}
+    for rank = 0, 1 do
+      local sampler = data.DistributedSampler(ds, { num_replicas = 2, rank = rank, seed = 3 })
+      local loader = data.DataLoader(ds, { batch_size = 2, sampler = sampler })
+      assert.are.equal(3, #loader) -- 5 items per rank
+      for _, by in loader:iter() do
+        for _, v in ipairs(by:totable()) do
+          assert.is_nil(seen[v])
+          seen[v] = rank
+        end
+      end
+    end
+    for i = 1, 10 do assert.is_not_nil(seen[i]) end
+  end)
+
   it("calls get_batch once per batch and prefetch with the batch that comes next", function()
     local log = {}
     local custom = setmetatable({

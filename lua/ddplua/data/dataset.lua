@@ -171,10 +171,7 @@ function M.random_split(ds, lengths, opts)
   local perm
   if opts.seed ~= nil then
     if math.type(opts.seed) ~= "integer" then error("random_split: seed must be an integer", 2) end
-    local saved = ddp.get_rng_state()
-    ddp.manual_seed(opts.seed)
-    perm = ddp.randperm(n):totable()
-    ddp.set_rng_state(saved)
+    perm = ddp.randperm(n, { generator = ddp.Generator(opts.seed) }):totable()
   else
     perm = ddp.randperm(n):totable()
   end
