@@ -56,17 +56,21 @@ function ctx.median(xs)
   return (s[m] + s[m + 1]) / 2
 end
 
---- Runs fn() reps times and returns, for each key of its result table, the
---- list of values.
-function ctx.repeat_runs(fn)
-  local all = {}
+--- Runs each of the functions once per repetition, alternating them so that
+--- both sides see the same machine load; returns for each function, for
+--- each key of its result table, the list of values.
+function ctx.repeat_runs(...)
+  local fns, all = { ... }, {}
+  for i = 1, #fns do all[i] = {} end
   for _ = 1, ctx.reps do
-    for k, v in pairs(fn()) do
-      all[k] = all[k] or {}
-      table.insert(all[k], v)
+    for i, fn in ipairs(fns) do
+      for k, v in pairs(fn()) do
+        all[i][k] = all[i][k] or {}
+        table.insert(all[i][k], v)
+      end
     end
   end
-  return all
+  return table.unpack(all)
 end
 
 local benchmarks = {}
@@ -75,7 +79,7 @@ local benchmarks = {}
 benchmarks[#benchmarks + 1] = function(c)
   local ours_cmd = string.format("%s %s/bench/mlp.lua steps=2000", c.ddplua, c.root)
   local peer_cmd = string.format("/usr/bin/time -v %s %s/torch_ddp_mlp.py 1 200 64", c.python, c.peers)
-  local ours = c.repeat_runs(function()
+  local ours, theirs = c.repeat_runs(function()
     local out = c.run(ours_cmd)
     return {
       sps = c.field(out, "samples/s", ours_cmd),
@@ -83,10 +87,9 @@ benchmarks[#benchmarks + 1] = function(c)
       growth = (c.field(out, "rss_2000_kib", ours_cmd) - c.field(out, "rss_100_kib", ours_cmd)) /
           c.field(out, "rss_100_kib", ours_cmd),
     }
-  end)
-  local theirs = c.repeat_runs(function()
+  end, function()
     local out = c.run(peer_cmd)
-    -- the largest process of the run (the training worker mp.spawn starts)
+    -- GNU time reports the largest process of the run (the training worker mp.spawn starts)
     return { sps = c.field(out, "samples/s", peer_cmd), peak = c.field(out, "Maximum resident set size (kbytes)",
       peer_cmd) }
   end)
