@@ -151,8 +151,7 @@ static int l_collectgarbage_paced(lua_State *L) {
 }
 
 extern void lt_open_dist(lua_State *L, int module) __attribute__((weak));
-extern void lt_open_data(lua_State *L, int module) __attribute__((weak));
-/* strong: a weak reference would not pull l_io.o out of the static runtime */
+/* strong references: a weak one would not pull the object out of the static runtime */
 void lt_open_io(lua_State *L, int module);
 
 int luaopen_ddplua_core(lua_State *L);
@@ -184,10 +183,12 @@ int luaopen_ddplua_core(lua_State *L) {
   lt_open_tensor(L, module, methods);
   lt_open_tensor_ops(L, module, methods);
   lt_open_nn_ops(L, module, methods);
+  lt_open_nn_support(L, module, methods);
+  lt_open_optim(L, module);
+  lt_open_data(L, module);
   if (lt_open_dist) lt_open_dist(L, module);
-  if (lt_open_data) lt_open_data(L, module);
   lt_open_io(L, module);
-  lt_open_cuda(L, module); /* a strong reference: a weak one would not pull l_cuda.o out of the static runtime */
+  lt_open_cuda(L, module);
   lua_pushvalue(L, methods);
   lua_setfield(L, module, "Tensor");
   lua_settop(L, module);

@@ -98,6 +98,8 @@ static inline DP_HD double dp_norm_grad_d(double gy, double xhat, double w, doub
 static inline DP_HD float dp_norm_grad_f(float gy, float xhat, float w, float invstd, float mean_dy,
                                          float mean_dy_xhat) {
   return w * invstd * (gy - mean_dy - xhat * mean_dy_xhat);
+}
+
 /* ---- the elementwise op table: one switch per op family, float and
  * double. The CPU reference path and every CUDA elementwise kernel call
  * these. ---- */
