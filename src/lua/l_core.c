@@ -159,6 +159,7 @@ int luaopen_ddplua_core(lua_State *L) {
   if (lt_open_dist) lt_open_dist(L, module);
   if (lt_open_data) lt_open_data(L, module);
   if (lt_open_io) lt_open_io(L, module);
+  lt_open_image(L, module);
   lua_pushvalue(L, methods);
   lua_setfield(L, module, "Tensor");
   lua_settop(L, module);
