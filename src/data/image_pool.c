@@ -15,6 +15,7 @@
 #include "data/image_pool.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,9 @@ struct dp_image_set {
 
 /* ---- one item ---- */
 
+static _Atomic int64_t items_loaded;
+int64_t dp_image_items_loaded(void) { return atomic_load(&items_loaded); }
+
 /* Records an item's failure, naming the CSV row; reason is the decoder's or
  * check's message. */
 static char *item_error(const dp_image_set *s, int64_t i, const char *reason) {
@@ -77,6 +81,7 @@ static char *item_error(const dp_image_set *s, int64_t i, const char *reason) {
 /* Decodes and transforms item i with the given draw into dst (C x H x W
  * floats of the set's size); returns NULL or a malloc'ed message. */
 static char *load_item(dp_image_set *s, int64_t i, uint32_t draw, dp_img_scratch *scr, float *dst) {
+  atomic_fetch_add(&items_loaded, 1);
   dp_image img;
   if (dp_image_read(s->paths[i], s->channels, &img)) return item_error(s, i, dp_errmsg());
   int oh, ow;

@@ -74,5 +74,8 @@ typedef struct {
   int64_t discarded; /* prefetched batches dropped unused */
 } dp_image_set_stats;
 dp_image_set_stats dp_image_set_get_stats(const dp_image_set *s);
+/* Items decoded and transformed by every image set of the process so far
+ * (failed ones included): benchmarks and tests count work with it. */
+int64_t dp_image_items_loaded(void);
 
 #endif
