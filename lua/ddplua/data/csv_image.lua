@@ -27,7 +27,11 @@ local core = require "ddplua.core"
 local transforms = require "ddplua.data.transforms"
 
 local CSVImageDataset = { __name = "ddplua.data.CSVImageDataset" }
-CSVImageDataset.__index = CSVImageDataset
+-- ds[i] is {ds:get(i)}, as for every dataset of ddplua.data
+CSVImageDataset.__index = function(self, k)
+  if math.type(k) == "integer" then return { self:get(k) } end
+  return CSVImageDataset[k]
+end
 
 local valid_options = {
   csv = true, root = true, transform = true, path_column = true, label_column = true, split = true,
@@ -204,6 +208,7 @@ local function new(opts)
 end
 
 function CSVImageDataset.__len(self) return #self._rows end
+function CSVImageDataset:len() return #self._rows end
 
 local function check_index(self, i, what)
   if math.type(i) ~= "integer" or i < 1 or i > #self._rows then
