@@ -128,6 +128,7 @@ static int l_collectgarbage_paced(lua_State *L) {
 extern void lt_open_dist(lua_State *L, int module) __attribute__((weak));
 extern void lt_open_data(lua_State *L, int module) __attribute__((weak));
 extern void lt_open_io(lua_State *L, int module) __attribute__((weak));
+void lt_open_image(lua_State *L, int module); /* core.image (l_image.c) */
 
 int luaopen_ddplua_core(lua_State *L);
 int luaopen_ddplua_core(lua_State *L) {

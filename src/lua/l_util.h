@@ -57,6 +57,5 @@ void lt_open_tensor(lua_State *L, int module, int methods);
 void lt_open_tensor_ops(lua_State *L, int module, int methods);
 void lt_open_nn_ops(lua_State *L, int module, int methods);
 void lt_open_nn_layers(lua_State *L, int module, int methods);
-void lt_open_image(lua_State *L, int module); /* core.image (l_image.c) */
 
 #endif
