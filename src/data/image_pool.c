@@ -10,8 +10,15 @@
  * mutex, which orders those writes before the reader's.
  *
  * A job dropped while workers still hold items of it is marked orphaned;
- * the last of them frees it. The urgent job is never dropped: the calling
- * thread owns it and waits for it. */
+ * the last of them moves it to the graveyard, which the calling thread
+ * empties, so tensors are only ever released on the calling thread and
+ * workers never enter the tensor allocator. The urgent job is never
+ * dropped: the calling thread owns it and waits for it.
+ *
+ * fork(): a child process gets the set without its worker threads (and
+ * perhaps with the mutex held by one of them); the first call in the child
+ * notices the new pid, re-creates the locks, drops the queue and starts a
+ * pool of its own, instead of waiting forever for threads that are gone. */
 #include "data/image_pool.h"
 
 #include <pthread.h>
@@ -24,7 +31,7 @@
 
 #include "core/error.h"
 
-typedef struct {
+typedef struct job_ {
   int64_t n;
   int64_t *idx;
   uint32_t *draws;
@@ -34,6 +41,7 @@ typedef struct {
   int active;
   char **err;
   bool orphaned;
+  struct job_ *grave_next;
 } job;
 
 typedef struct {
@@ -51,15 +59,18 @@ struct dp_image_set {
   uint64_t seed, epoch;
   uint32_t *count; /* loads of each item since set_epoch; calling thread only */
 
-  int nworkers;
+  int want_workers, nworkers; /* asked for, running */
+  pid_t pid;                  /* of the process the workers belong to */
   pthread_t *threads;
   worker_arg *args;
-  dp_img_scratch *scratch; /* one per worker, then the calling thread's */
+  dp_img_scratch *scratch; /* one per worker */
+  dp_img_scratch own;      /* the calling thread's */
   pthread_mutex_t mu;
   pthread_cond_t work, done;
   job *urgent;
   job *queue[DP_IMAGE_MAX_PREFETCH];
   int nq;
+  job *graveyard; /* orphaned jobs whose last item has finished */
   bool stop;
   dp_image_set_stats stats;
 };
@@ -131,8 +142,19 @@ static void job_free(job *j) {
   free(j);
 }
 
-/* Drops queue entry q (under the mutex): no more claims; freed now or by
- * the last worker holding one of its items. */
+/* Frees the jobs the workers have finished with (under the mutex, on the
+ * calling thread). */
+static void reap(dp_image_set *s) {
+  while (s->graveyard) {
+    job *j = s->graveyard;
+    s->graveyard = j->grave_next;
+    job_free(j);
+  }
+}
+
+/* Drops queue entry q (under the mutex, on the calling thread): no more
+ * claims; freed now, or after the last worker holding one of its items is
+ * done with it. */
 static void drop_queued(dp_image_set *s, int q) {
   job *j = s->queue[q];
   memmove(s->queue + q, s->queue + q + 1, (size_t)(s->nq - q - 1) * sizeof *s->queue);
@@ -160,7 +182,10 @@ static void run_claimed(dp_image_set *s, job *j, int64_t pos, dp_img_scratch *sc
   j->active--;
   j->finished++;
   if (j->orphaned) {
-    if (j->active == 0) job_free(j);
+    if (j->active == 0) {
+      j->grave_next = s->graveyard;
+      s->graveyard = j;
+    }
   } else if (j->finished == j->n) {
     pthread_cond_broadcast(&s->done);
   }
@@ -206,6 +231,40 @@ static int probe_size(dp_image_set *s) {
   return 0;
 }
 
+static void init_sync(dp_image_set *s) {
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->work, NULL);
+  pthread_cond_init(&s->done, NULL);
+  s->pid = getpid();
+}
+
+static int start_workers(dp_image_set *s) {
+  s->stop = false;
+  for (int w = 0; w < s->want_workers; w++) {
+    s->args[w] = (worker_arg){s, w};
+    int rc = pthread_create(&s->threads[w], NULL, worker_main, &s->args[w]);
+    if (rc)
+      return dp_error("image dataset: cannot start worker thread %d of %d: %s", w + 1, s->want_workers, strerror(rc));
+    s->nworkers = w + 1;
+  }
+  return 0;
+}
+
+/* In a forked child: the parent's workers do not exist here, and the locks
+ * may have been copied in a held state. Nothing else runs in the child yet,
+ * so the queued jobs can be freed directly. */
+static int adopt_after_fork(dp_image_set *s) {
+  init_sync(s);
+  s->nworkers = 0;
+  s->urgent = NULL;
+  for (int q = 0; q < s->nq; q++) job_free(s->queue[q]);
+  s->nq = 0;
+  reap(s);
+  return start_workers(s);
+}
+
+static int same_process(dp_image_set *s) { return s->pid == getpid() ? 0 : adopt_after_fork(s); }
+
 dp_image_set *dp_image_set_new(const dp_image_set_config *cfg) {
   if (cfg->channels < 1 || cfg->channels > 4)
     return dp_error("image dataset: %d channels (expected 1, 3 or 4)", cfg->channels), NULL;
@@ -229,30 +288,24 @@ dp_image_set *dp_image_set_new(const dp_image_set_config *cfg) {
   s->channels = cfg->channels;
   s->pipe = *cfg->pipeline;
   s->seed = cfg->seed;
-  pthread_mutex_init(&s->mu, NULL);
-  pthread_cond_init(&s->work, NULL);
-  pthread_cond_init(&s->done, NULL);
-  s->scratch = dp_xcalloc((size_t)nw + 1, sizeof *s->scratch);
+  init_sync(s);
+  s->want_workers = nw;
+  s->scratch = dp_xcalloc((size_t)(nw ? nw : 1), sizeof *s->scratch);
   s->threads = dp_xcalloc((size_t)(nw ? nw : 1), sizeof *s->threads);
   s->args = dp_xcalloc((size_t)(nw ? nw : 1), sizeof *s->args);
-  if (probe_size(s)) {
+  if (probe_size(s) || start_workers(s)) {
     dp_image_set_free(s);
     return NULL;
-  }
-  for (int w = 0; w < nw; w++) {
-    s->args[w] = (worker_arg){s, w};
-    int rc = pthread_create(&s->threads[w], NULL, worker_main, &s->args[w]);
-    if (rc) {
-      dp_image_set_free(s);
-      return dp_error("image dataset: cannot start worker thread %d of %d: %s", w + 1, nw, strerror(rc)), NULL;
-    }
-    s->nworkers = w + 1;
   }
   return s;
 }
 
 void dp_image_set_free(dp_image_set *s) {
   if (!s) return;
+  if (s->pid != getpid()) { /* a forked child: none of the workers is ours to join */
+    init_sync(s);
+    s->nworkers = 0;
+  }
   pthread_mutex_lock(&s->mu);
   s->stop = true;
   pthread_cond_broadcast(&s->work);
@@ -260,8 +313,10 @@ void dp_image_set_free(dp_image_set *s) {
   for (int w = 0; w < s->nworkers; w++) pthread_join(s->threads[w], NULL);
   /* every worker has finished its item, so nothing is active any more */
   while (s->nq) drop_queued(s, s->nq - 1);
+  reap(s);
   DP_ASSERT(s->urgent == NULL);
-  for (int w = 0; w <= s->nworkers; w++) dp_img_scratch_free(&s->scratch[w]);
+  for (int w = 0; w < s->want_workers; w++) dp_img_scratch_free(&s->scratch[w]);
+  dp_img_scratch_free(&s->own);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->work);
   pthread_cond_destroy(&s->done);
@@ -288,9 +343,11 @@ void dp_image_set_item_shape(const dp_image_set *s, int64_t shape[3]) {
 dp_image_set_stats dp_image_set_get_stats(const dp_image_set *s) { return s->stats; }
 
 void dp_image_set_set_epoch(dp_image_set *s, uint64_t epoch) {
+  same_process(s); /* failing to restart workers only leaves the loading to this thread */
   pthread_mutex_lock(&s->mu);
   s->stats.discarded += s->nq;
   while (s->nq) drop_queued(s, s->nq - 1);
+  reap(s);
   pthread_mutex_unlock(&s->mu);
   s->epoch = epoch;
   memset(s->count, 0, (size_t)s->n * sizeof *s->count);
@@ -325,10 +382,11 @@ static bool job_matches(const job *j, const int64_t *idx, const uint32_t *draws,
 }
 
 int dp_image_set_prefetch(dp_image_set *s, const int64_t *idx, int64_t n) {
-  if (check_indices(s, idx, n, "prefetch")) return -1;
+  if (check_indices(s, idx, n, "prefetch") || same_process(s)) return -1;
   if (s->nworkers == 0 || n == 0) return 0; /* nobody to work in the background */
   uint32_t *draws = dp_xmalloc((size_t)n * sizeof *draws);
   pthread_mutex_lock(&s->mu);
+  reap(s);
   assign_draws(s, idx, n, s->nq, false, draws);
   for (int q = 0; q < s->nq; q++)
     if (job_matches(s->queue[q], idx, draws, n)) { /* the same prefetch again */
@@ -355,9 +413,10 @@ int dp_image_set_prefetch(dp_image_set *s, const int64_t *idx, int64_t n) {
 
 int dp_image_set_get_batch(dp_image_set *s, const int64_t *idx, int64_t n, dp_tensor **x, dp_tensor **y) {
   *x = *y = NULL;
-  if (check_indices(s, idx, n, "get_batch")) return -1;
+  if (check_indices(s, idx, n, "get_batch") || same_process(s)) return -1;
   uint32_t *draws = dp_xmalloc((size_t)(n ? n : 1) * sizeof *draws);
   pthread_mutex_lock(&s->mu);
+  reap(s);
   assign_draws(s, idx, n, 0, true, draws);
   job *j = NULL;
   for (int q = 0; q < s->nq && !j; q++) {
@@ -390,7 +449,7 @@ int dp_image_set_get_batch(dp_image_set *s, const int64_t *idx, int64_t n, dp_te
   while (j->next < j->n) {
     int64_t pos = j->next++;
     j->active++;
-    run_claimed(s, j, pos, &s->scratch[s->nworkers]);
+    run_claimed(s, j, pos, &s->own);
   }
   while (j->finished < j->n) pthread_cond_wait(&s->done, &s->mu);
   s->urgent = NULL;
@@ -438,7 +497,7 @@ int dp_image_set_get_item(dp_image_set *s, int64_t i, dp_tensor **x, int64_t *la
   }
   uint32_t draw = s->count[i]++;
   dp_img_rng rng = dp_img_rng_for(s->seed, s->epoch, draw, (uint64_t)(s->rows[i] - 1));
-  dp_img_apply(&s->pipe, &img, rng, &s->scratch[s->nworkers], dp_data(t));
+  dp_img_apply(&s->pipe, &img, rng, &s->own, dp_data(t));
   dp_image_free(&img);
   *x = t;
   *label = s->labels[i] + 1;

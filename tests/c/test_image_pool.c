@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "data/image_decode.h"
@@ -237,6 +239,40 @@ static void test_shutdown(void) {
   }
 }
 
+/* A forked child gets a working set with workers of its own, not one
+ * waiting for items that the parent's threads (absent in the child) had
+ * claimed at the fork; the parent's set is unaffected. */
+static void test_fork(void) {
+  dp_img_pipeline p = augment();
+  int64_t heavy[8] = {22, 23, 22, 23, 22, 23, 22, 23};
+  dp_image_set *s0 = open_set(0, &p);
+  dp_tensor *ref, *y;
+  CHECK(dp_image_set_get_batch(s0, heavy, 8, &ref, &y) == 0);
+  dp_release(y);
+  dp_image_set_free(s0);
+  dp_image_set *s = open_set(2, &p);
+  CHECK(dp_image_set_prefetch(s, heavy, 8) == 0); /* the workers are inside its items at the fork */
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(30); /* a hang becomes a failure */
+    dp_tensor *x;
+    int ok = dp_image_set_get_batch(s, heavy, 8, &x, &y) == 0 && same(ref, x) && dp_image_set_workers(s) == 2;
+    if (ok) dp_release(x), dp_release(y);
+    dp_image_set_free(s);
+    _exit(ok ? 0 : 1);
+  }
+  int status = -1;
+  CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  dp_tensor *x;
+  CHECK(dp_image_set_get_batch(s, heavy, 8, &x, &y) == 0);
+  CHECK(same(ref, x));
+  CHECK(dp_image_set_get_stats(s).hits == 1);
+  dp_release(x), dp_release(y), dp_release(ref);
+  dp_image_set_free(s);
+}
+
 int main(void) {
   strcpy(dir, "/tmp/ddplua_test_pool_XXXXXX");
   if (!mkdtemp(dir)) return 1;
@@ -245,6 +281,7 @@ int main(void) {
   test_mismatched_prefetch();
   test_errors();
   test_shutdown();
+  test_fork();
   for (int i = 0; i < N; i++) free(paths[i]);
   nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
   TEST_DONE();
