@@ -251,7 +251,10 @@ static void test_fork(void) {
   dp_release(y);
   dp_image_set_free(s0);
   dp_image_set *s = open_set(2, &p);
-  CHECK(dp_image_set_prefetch(s, heavy, 8) == 0); /* the workers are inside its items at the fork */
+  int64_t before = dp_image_items_loaded();
+  CHECK(dp_image_set_prefetch(s, heavy, 8) == 0);
+  /* fork once both workers are inside items of it (each takes ~30 ms; 6 more wait) */
+  while (dp_image_items_loaded() - before < 2) usleep(1000);
   fflush(stderr);
   pid_t pid = fork();
   if (pid == 0) {
