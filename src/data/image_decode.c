@@ -207,7 +207,8 @@ static int read_jpeg(FILE *f, const char *path, int want, dp_image *out) {
     cinfo.out_color_space = JCS_RGB;
     native = 3;
   } else {
-    const char *cs = cinfo.jpeg_color_space == JCS_CMYK ? "CMYK" : cinfo.jpeg_color_space == JCS_YCCK ? "YCCK" : "unknown";
+    J_COLOR_SPACE js = cinfo.jpeg_color_space;
+    const char *cs = js == JCS_CMYK ? "CMYK" : js == JCS_YCCK ? "YCCK" : "unknown";
     jpeg_destroy_decompress(&cinfo);
     return dp_error("image '%s': unsupported JPEG colour space %s (expected greyscale or RGB/YCbCr)", path, cs);
   }
@@ -264,7 +265,8 @@ int dp_image_read(const char *path, int channels, dp_image *out) {
   } else {
     const char *what = guess_format(sig, n);
     char hex[3 * 4 + 1] = "";
-    for (size_t i = 0, k = 0; i < n && i < 4; i++) k += (size_t)snprintf(hex + k, sizeof hex - k, "%s%02x", i ? " " : "", sig[i]);
+    for (size_t i = 0, k = 0; i < n && i < 4; i++)
+      k += (size_t)snprintf(hex + k, sizeof hex - k, "%s%02x", i ? " " : "", sig[i]);
     rc = dp_error("image '%s': unsupported format: %s%s (PNG and JPEG are supported; the file starts with %s)", path,
                   what ? "it looks like " : "not a PNG or JPEG file", what ? what : "", hex);
   }
@@ -320,7 +322,8 @@ int dp_image_write_png(const char *path, const dp_image *img) {
 
 int dp_image_write_jpeg(const char *path, const dp_image *img, int quality) {
   if (check_writable(path, img, 3)) return -1;
-  if (quality < 1 || quality > 100) return dp_error("writing image '%s': JPEG quality %d is not in 1..100", path, quality);
+  if (quality < 1 || quality > 100)
+    return dp_error("writing image '%s': JPEG quality %d is not in 1..100", path, quality);
   FILE *f = fopen(path, "wb");
   if (!f) return dp_error("writing image '%s': cannot create: %s", path, strerror(errno));
   struct jpeg_compress_struct cinfo;

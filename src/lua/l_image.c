@@ -140,7 +140,8 @@ static double num_field(lua_State *L, int idx, const char *key, int pos, const c
   lua_getfield(L, idx, key);
   int ok;
   double v = lua_tonumberx(L, -1, &ok);
-  if (!ok) luaL_error(L, "transform %d (%s): field '%s' must be a number, got %s", pos, name, key, luaL_typename(L, -1));
+  if (!ok)
+    luaL_error(L, "transform %d (%s): field '%s' must be a number, got %s", pos, name, key, luaL_typename(L, -1));
   lua_pop(L, 1);
   return v;
 }
@@ -209,7 +210,8 @@ static void read_pipeline(lua_State *L, int idx, dp_img_pipeline *p) {
       if (num_list(L, t, "std", s->std, pos) != s->n)
         luaL_error(L, "transform %d (Normalize): mean and std have different lengths", pos);
     } else {
-      luaL_error(L, "transform %d: unknown op '%s' (expected resize, rotation, hflip, to_tensor or normalize)", pos, op);
+      luaL_error(L, "transform %d: unknown op '%s' (expected resize, rotation, hflip, to_tensor or normalize)", pos,
+                 op);
     }
     lua_pop(L, 2);
   }

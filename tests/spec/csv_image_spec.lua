@@ -496,14 +496,17 @@ describe("data.CSVImageDataset", function()
       assert.matches("unknown option 'shuffle'", err_of(CSVImageDataset, { csv = csv, shuffle = true }))
       assert.matches("channels must be 1 or 3", err_of(CSVImageDataset, { csv = csv, channels = 2 }))
       assert.matches("split must be nil", err_of(CSVImageDataset, { csv = csv, split = "dev" }))
-      assert.matches("add up to 0.9", err_of(CSVImageDataset, { csv = csv, split = "train", splits = { 0.7, 0.1, 0.1 } }))
-      assert.matches("ToTensor%(%) is missing", err_of(CSVImageDataset, { csv = csv, transform = { T.Resize { 4, 4 } } }))
+      assert.matches("add up to 0.9",
+        err_of(CSVImageDataset, { csv = csv, split = "train", splits = { 0.7, 0.1, 0.1 } }))
+      assert.matches("ToTensor%(%) is missing",
+        err_of(CSVImageDataset, { csv = csv, transform = { T.Resize { 4, 4 } } }))
       assert.matches("entry 1 is a function",
         err_of(CSVImageDataset, { csv = csv, transform = { function(x) return x end } }))
       assert.matches("2 means/stds for images with 3 channels",
         err_of(CSVImageDataset, { csv = csv, transform = { T.ToTensor(), T.Normalize({ 1, 2 }, { 1, 1 }) } }))
       local ds = CSVImageDataset { csv = csv, num_workers = 1 }
-      assert.matches("index 31 %(position 2 of the indices%) is out of range 1..30", err_of(ds.get_batch, ds, { 1, 31 }))
+      assert.matches("index 31 %(position 2 of the indices%) is out of range 1..30",
+        err_of(ds.get_batch, ds, { 1, 31 }))
       assert.matches("index 0 %(position 1", err_of(ds.prefetch, ds, { 0 }))
       assert.matches("indices%[2%] must be an integer", err_of(ds.get_batch, ds, { 1, "x" }))
       assert.matches("index 0 is out of range 1..30", err_of(ds.get, ds, 0))

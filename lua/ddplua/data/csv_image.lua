@@ -112,7 +112,9 @@ local function split_rows(n, split, splits, seed)
     end
     sum = sum + f
   end
-  if math.abs(sum - 1) > 1e-6 then fail("splits {%g, %g, %g} add up to %g, not 1", splits[1], splits[2], splits[3], sum) end
+  if math.abs(sum - 1) > 1e-6 then
+    fail("splits {%g, %g, %g} add up to %g, not 1", splits[1], splits[2], splits[3], sum)
+  end
   -- PyTorch's random_split: floor each, then hand the remainder out in order
   local len, given = {}, 0
   for i = 1, 3 do

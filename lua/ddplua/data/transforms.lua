@@ -71,7 +71,8 @@ function M.RandomRotation(degrees)
   if type(degrees) == "number" then
     if degrees < 0 then error("RandomRotation: degrees must be >= 0 when one number is given, got " .. degrees, 2) end
     lo, hi = -degrees, degrees
-  elseif type(degrees) == "table" and #degrees == 2 and type(degrees[1]) == "number" and type(degrees[2]) == "number" then
+  elseif type(degrees) == "table" and #degrees == 2 and type(degrees[1]) == "number"
+      and type(degrees[2]) == "number" then
     lo, hi = degrees[1], degrees[2]
     if lo > hi then error(string.format("RandomRotation: range {%g, %g} has min > max", lo, hi), 2) end
   else
