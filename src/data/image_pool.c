@@ -9,10 +9,10 @@
  * items are written without locking; the finish is recorded under the
  * mutex, which orders those writes before the reader's.
  *
- * A job dropped while workers still hold items of it is marked orphaned;
- * the last of them moves it to the graveyard, which the calling thread
- * empties, so tensors are only ever released on the calling thread and
- * workers never enter the tensor allocator. The urgent job is never
+ * A job dropped while workers still hold items of it goes on the orphans
+ * list, which the calling thread sweeps for jobs with nothing out, so
+ * tensors are only ever released on the calling thread and workers never
+ * enter the tensor allocator. The urgent job is never
  * dropped: the calling thread owns it and waits for it.
  *
  * fork(): a child process gets the set without its worker threads (and
@@ -41,7 +41,7 @@ typedef struct job_ {
   int active;
   char **err;
   bool orphaned;
-  struct job_ *grave_next;
+  struct job_ *next_orphan;
 } job;
 
 typedef struct {
@@ -70,7 +70,7 @@ struct dp_image_set {
   job *urgent;
   job *queue[DP_IMAGE_MAX_PREFETCH];
   int nq;
-  job *graveyard; /* orphaned jobs whose last item has finished */
+  job *orphans; /* dropped jobs that workers still had items of */
   bool stop;
   dp_image_set_stats stats;
 };
@@ -142,13 +142,17 @@ static void job_free(job *j) {
   free(j);
 }
 
-/* Frees the jobs the workers have finished with (under the mutex, on the
- * calling thread). */
-static void reap(dp_image_set *s) {
-  while (s->graveyard) {
-    job *j = s->graveyard;
-    s->graveyard = j->grave_next;
-    job_free(j);
+/* Frees the orphans the workers have finished with (under the mutex, on
+ * the calling thread); all of them when `all` (no worker is left). */
+static void reap(dp_image_set *s, bool all) {
+  for (job **pp = &s->orphans; *pp;) {
+    job *j = *pp;
+    if (j->active == 0 || all) {
+      *pp = j->next_orphan;
+      job_free(j);
+    } else {
+      pp = &j->next_orphan;
+    }
   }
 }
 
@@ -160,8 +164,13 @@ static void drop_queued(dp_image_set *s, int q) {
   memmove(s->queue + q, s->queue + q + 1, (size_t)(s->nq - q - 1) * sizeof *s->queue);
   s->nq--;
   j->next = j->n;
-  if (j->active == 0) job_free(j);
-  else j->orphaned = true;
+  if (j->active == 0) {
+    job_free(j);
+  } else {
+    j->orphaned = true;
+    j->next_orphan = s->orphans;
+    s->orphans = j;
+  }
 }
 
 static job *pick_job(dp_image_set *s) {
@@ -181,14 +190,7 @@ static void run_claimed(dp_image_set *s, job *j, int64_t pos, dp_img_scratch *sc
   pthread_mutex_lock(&s->mu);
   j->active--;
   j->finished++;
-  if (j->orphaned) {
-    if (j->active == 0) {
-      j->grave_next = s->graveyard;
-      s->graveyard = j;
-    }
-  } else if (j->finished == j->n) {
-    pthread_cond_broadcast(&s->done);
-  }
+  if (!j->orphaned && j->finished == j->n) pthread_cond_broadcast(&s->done);
 }
 
 static void *worker_main(void *arg) {
@@ -251,15 +253,19 @@ static int start_workers(dp_image_set *s) {
 }
 
 /* In a forked child: the parent's workers do not exist here, and the locks
- * may have been copied in a held state. Nothing else runs in the child yet,
- * so the queued jobs can be freed directly. */
-static int adopt_after_fork(dp_image_set *s) {
+ * may have been copied in a held state. No worker of this set runs in the
+ * child, so the queued jobs can be freed whatever items they had out. */
+static void forget_parent_workers(dp_image_set *s) {
   init_sync(s);
   s->nworkers = 0;
   s->urgent = NULL;
   for (int q = 0; q < s->nq; q++) job_free(s->queue[q]);
   s->nq = 0;
-  reap(s);
+  reap(s, true);
+}
+
+static int adopt_after_fork(dp_image_set *s) {
+  forget_parent_workers(s);
   return start_workers(s);
 }
 
@@ -302,10 +308,7 @@ dp_image_set *dp_image_set_new(const dp_image_set_config *cfg) {
 
 void dp_image_set_free(dp_image_set *s) {
   if (!s) return;
-  if (s->pid != getpid()) { /* a forked child: none of the workers is ours to join */
-    init_sync(s);
-    s->nworkers = 0;
-  }
+  if (s->pid != getpid()) forget_parent_workers(s); /* a forked child: no worker is ours to join */
   pthread_mutex_lock(&s->mu);
   s->stop = true;
   pthread_cond_broadcast(&s->work);
@@ -313,7 +316,7 @@ void dp_image_set_free(dp_image_set *s) {
   for (int w = 0; w < s->nworkers; w++) pthread_join(s->threads[w], NULL);
   /* every worker has finished its item, so nothing is active any more */
   while (s->nq) drop_queued(s, s->nq - 1);
-  reap(s);
+  reap(s, false);
   DP_ASSERT(s->urgent == NULL);
   for (int w = 0; w < s->want_workers; w++) dp_img_scratch_free(&s->scratch[w]);
   dp_img_scratch_free(&s->own);
@@ -347,7 +350,7 @@ void dp_image_set_set_epoch(dp_image_set *s, uint64_t epoch) {
   pthread_mutex_lock(&s->mu);
   s->stats.discarded += s->nq;
   while (s->nq) drop_queued(s, s->nq - 1);
-  reap(s);
+  reap(s, false);
   pthread_mutex_unlock(&s->mu);
   s->epoch = epoch;
   memset(s->count, 0, (size_t)s->n * sizeof *s->count);
@@ -386,7 +389,7 @@ int dp_image_set_prefetch(dp_image_set *s, const int64_t *idx, int64_t n) {
   if (s->nworkers == 0 || n == 0) return 0; /* nobody to work in the background */
   uint32_t *draws = dp_xmalloc((size_t)n * sizeof *draws);
   pthread_mutex_lock(&s->mu);
-  reap(s);
+  reap(s, false);
   assign_draws(s, idx, n, s->nq, false, draws);
   for (int q = 0; q < s->nq; q++)
     if (job_matches(s->queue[q], idx, draws, n)) { /* the same prefetch again */
@@ -416,7 +419,7 @@ int dp_image_set_get_batch(dp_image_set *s, const int64_t *idx, int64_t n, dp_te
   if (check_indices(s, idx, n, "get_batch") || same_process(s)) return -1;
   uint32_t *draws = dp_xmalloc((size_t)(n ? n : 1) * sizeof *draws);
   pthread_mutex_lock(&s->mu);
-  reap(s);
+  reap(s, false);
   assign_draws(s, idx, n, 0, true, draws);
   job *j = NULL;
   for (int q = 0; q < s->nq && !j; q++) {
