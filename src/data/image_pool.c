@@ -33,6 +33,7 @@
 
 typedef struct job_ {
   int64_t n;
+  uint64_t epoch; /* set_epoch may change the set's while workers hold items of this job */
   int64_t *idx;
   uint32_t *draws;
   dp_tensor *x;
@@ -89,9 +90,9 @@ static char *item_error(const dp_image_set *s, int64_t i, const char *reason) {
   return m;
 }
 
-/* Decodes and transforms item i with the given draw into dst (C x H x W
+/* Decodes and transforms item i with the given epoch and draw into dst (C x H x W
  * floats of the set's size); returns NULL or a malloc'ed message. */
-static char *load_item(dp_image_set *s, int64_t i, uint32_t draw, dp_img_scratch *scr, float *dst) {
+static char *load_item(dp_image_set *s, int64_t i, uint64_t epoch, uint32_t draw, dp_img_scratch *scr, float *dst) {
   atomic_fetch_add(&items_loaded, 1);
   dp_image img;
   if (dp_image_read(s->paths[i], s->channels, &img)) return item_error(s, i, dp_errmsg());
@@ -106,7 +107,7 @@ static char *load_item(dp_image_set *s, int64_t i, uint32_t draw, dp_img_scratch
     dp_image_free(&img);
     return item_error(s, i, msg);
   }
-  dp_img_rng rng = dp_img_rng_for(s->seed, s->epoch, draw, (uint64_t)(s->rows[i] - 1));
+  dp_img_rng rng = dp_img_rng_for(s->seed, epoch, draw, (uint64_t)(s->rows[i] - 1));
   dp_img_apply(&s->pipe, &img, rng, scr, dst);
   dp_image_free(&img);
   return NULL;
@@ -122,6 +123,7 @@ static job *job_new(dp_image_set *s, const int64_t *idx, const uint32_t *draws, 
   if (!x) return NULL;
   job *j = dp_xcalloc(1, sizeof *j);
   j->n = n;
+  j->epoch = s->epoch;
   j->x = x;
   j->xdata = dp_data(x);
   size_t m = (size_t)(n ? n : 1);
@@ -186,7 +188,7 @@ static job *pick_job(dp_image_set *s) {
 static void run_claimed(dp_image_set *s, job *j, int64_t pos, dp_img_scratch *scr) {
   pthread_mutex_unlock(&s->mu);
   int64_t i = j->idx[pos];
-  j->err[pos] = load_item(s, i, j->draws[pos], scr, j->xdata + pos * item_floats(s));
+  j->err[pos] = load_item(s, i, j->epoch, j->draws[pos], scr, j->xdata + pos * item_floats(s));
   pthread_mutex_lock(&s->mu);
   j->active--;
   j->finished++;
