@@ -319,6 +319,10 @@ describe("data.CSVImageDataset", function()
     assert.are.equal("int64", y:dtype())
     assert.are.equal(0, y:dim())
     assert.are.equal((6 - 1) % 4 + 1, y:item())
+    local item = ds[6] -- ds[i] is {ds:get(i)}, as for the other datasets
+    assert.are.same({ 3, 12, 12 }, item[1]:size())
+    assert.are.equal(y:item(), item[2]:item())
+    assert.are.equal(30, ds:len())
     -- PNG items are exactly the written pixels / 255
     local ref = map(planes(random_image(12, 12, 3, 5)), function(v) return v / 255 end)
     assert.is_true(max_diff(ds:get(5), ref) < 1e-7)
