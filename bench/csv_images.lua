@@ -10,6 +10,8 @@
 -- adds a stand-in training step (a matmul) between batches, so the workers
 -- decode while the training thread computes. The step's own time is
 -- measured apart and reported, and the image rate counts the whole loop.
+-- "cpu us/img" is the process CPU time (all threads) per image in the
+-- prefetch column: the pool's overhead, which a busy machine cannot hide.
 local ddp = require "ddplua"
 local CSVImageDataset = require "ddplua.data.csv_image"
 local T = require "ddplua.data.transforms"
@@ -73,7 +75,7 @@ local wa, wb = ddp.randn(256, 256), ddp.randn(256, 256)
 local function step(reps) for _ = 1, reps do wa:matmul(wb) end end
 
 local function rate(ds, batches, mode, reps)
-  local t0 = ddp.clock()
+  local t0, c0 = ddp.clock(), os.clock()
   for _ = 1, opt.epochs do
     if mode ~= "sync" then ds:prefetch(batches[1]) end
     for k, b in ipairs(batches) do
@@ -83,12 +85,16 @@ local function rate(ds, batches, mode, reps)
       if mode == "step" then step(reps) end
     end
   end
-  return opt.epochs * opt.n / (ddp.clock() - t0)
+  local images = opt.epochs * opt.n
+  return images / (ddp.clock() - t0), (os.clock() - c0) / images * 1e6
 end
 
 local cores = tonumber(io.popen("nproc"):read("l")) or 0
-print(string.format("CSVImageDataset loading: %d PNG items (28x28 grey), batch %d, %d epochs, %d cores, images/s",
-  opt.n, opt.batch, opt.epochs, cores))
+local loadavg = io.open("/proc/loadavg") -- others' work on the machine skews every figure
+local load = loadavg and loadavg:read("n") or 0
+if loadavg then loadavg:close() end
+print(string.format("CSVImageDataset loading: %d PNG items (28x28 grey), batch %d, %d epochs, %d cores " ..
+  "(load average %.1f), images/s", opt.n, opt.batch, opt.epochs, cores, load))
 local batches = batches_of(opt.n, opt.batch)
 for _, cfg in ipairs(configs) do
   -- calibrate the step to the single-threaded decode time of one batch
@@ -104,16 +110,17 @@ for _, cfg in ipairs(configs) do
   step(reps * 10)
   local step_ms = (ddp.clock() - t1) / 10 * 1e3
   print(string.format("\n%s; training step stand-in %.1f ms/batch", cfg.name, step_ms))
-  print(string.format("%-12s %12s %12s %16s %10s", "num_workers", "sync", "prefetch", "prefetch + step", "speedup"))
+  print(string.format("%-12s %10s %10s %16s %10s %12s", "num_workers", "sync", "prefetch", "prefetch + step",
+    "speedup", "cpu us/img"))
   local base
   for _, workers in ipairs { 0, 1, 2, 4 } do
     local ds = workers == 0 and ds0 or CSVImageDataset { csv = csv, channels = cfg.channels,
       transform = cfg.transform, num_workers = workers }
     local sync = rate(ds, batches, "sync")
-    local pre = rate(ds, batches, "prefetch")
+    local pre, cpu = rate(ds, batches, "prefetch")
     local stepped = rate(ds, batches, "step", reps)
     base = base or sync
-    print(string.format("%-12d %12.0f %12.0f %16.0f %9.2fx", workers, sync, pre, stepped, sync / base))
+    print(string.format("%-12d %10.0f %10.0f %16.0f %9.2fx %12.1f", workers, sync, pre, stepped, sync / base, cpu))
     ds:close()
   end
 end
