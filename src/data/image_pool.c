@@ -15,10 +15,12 @@
  * enter the tensor allocator. The urgent job is never
  * dropped: the calling thread owns it and waits for it.
  *
- * fork(): a child process gets the set without its worker threads (and
- * perhaps with the mutex held by one of them); the first call in the child
- * notices the new pid, re-creates the locks, drops the queue and starts a
- * pool of its own, instead of waiting forever for threads that are gone. */
+ * fork(): an atfork handler first holds every set's workers outside their
+ * items (each finishes the image in hand), so no worker is inside malloc or
+ * a decoder when the process is copied. The child gets each set without
+ * its worker threads; the first call there notices the new pid, re-creates
+ * the locks, drops the queue and starts a pool of its own, instead of
+ * waiting forever for threads that are gone. */
 #include "data/image_pool.h"
 
 #include <pthread.h>
@@ -73,6 +75,10 @@ struct dp_image_set {
   int nq;
   job *orphans; /* dropped jobs that workers still had items of */
   bool stop;
+  bool hold;          /* a fork is being prepared: claim nothing */
+  int busy;           /* threads inside an item */
+  pthread_cond_t idle; /* busy fell to 0 while holding */
+  struct dp_image_set *reg_prev, *reg_next; /* live sets, for the fork handlers */
   dp_image_set_stats stats;
 };
 
@@ -176,6 +182,7 @@ static void drop_queued(dp_image_set *s, int q) {
 }
 
 static job *pick_job(dp_image_set *s) {
+  if (s->hold) return NULL;
   if (s->urgent && s->urgent->next < s->urgent->n) return s->urgent;
   for (int q = 0; q < s->nq; q++)
     if (s->queue[q]->next < s->queue[q]->n) return s->queue[q];
@@ -186,10 +193,12 @@ static job *pick_job(dp_image_set *s) {
  * the image is decoded) and records the finish. Called with the mutex held;
  * returns with it held. */
 static void run_claimed(dp_image_set *s, job *j, int64_t pos, dp_img_scratch *scr) {
+  s->busy++;
   pthread_mutex_unlock(&s->mu);
   int64_t i = j->idx[pos];
   j->err[pos] = load_item(s, i, j->epoch, j->draws[pos], scr, j->xdata + pos * item_floats(s));
   pthread_mutex_lock(&s->mu);
+  if (--s->busy == 0 && s->hold) pthread_cond_signal(&s->idle);
   j->active--;
   j->finished++;
   if (!j->orphaned && j->finished == j->n) pthread_cond_broadcast(&s->done);
@@ -209,6 +218,59 @@ static void *worker_main(void *arg) {
   }
   pthread_mutex_unlock(&s->mu);
   return NULL;
+}
+
+/* ---- fork handlers ---- */
+
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static dp_image_set *registry;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+/* Holds every set's mutex with no thread inside an item, across the fork. */
+static void before_fork(void) {
+  pthread_mutex_lock(&registry_mu);
+  for (dp_image_set *s = registry; s; s = s->reg_next) {
+    pthread_mutex_lock(&s->mu);
+    s->hold = true;
+    while (s->busy > 0) pthread_cond_wait(&s->idle, &s->mu);
+  }
+}
+
+static void after_fork_parent(void) {
+  for (dp_image_set *s = registry; s; s = s->reg_next) {
+    s->hold = false;
+    pthread_cond_broadcast(&s->work);
+    pthread_cond_broadcast(&s->done);
+    pthread_mutex_unlock(&s->mu);
+  }
+  pthread_mutex_unlock(&registry_mu);
+}
+
+/* The sets' own locks are re-created by their first use in the child
+ * (same_process); the registry's is this thread's to re-create now. */
+static void after_fork_child(void) {
+  for (dp_image_set *s = registry; s; s = s->reg_next) s->hold = false;
+  pthread_mutex_init(&registry_mu, NULL);
+}
+
+static void install_atfork(void) { pthread_atfork(before_fork, after_fork_parent, after_fork_child); }
+
+static void register_set(dp_image_set *s) {
+  pthread_once(&atfork_once, install_atfork);
+  pthread_mutex_lock(&registry_mu);
+  s->reg_next = registry;
+  if (registry) registry->reg_prev = s;
+  registry = s;
+  pthread_mutex_unlock(&registry_mu);
+}
+
+static void unregister_set(dp_image_set *s) {
+  pthread_mutex_lock(&registry_mu);
+  if (s->reg_prev) s->reg_prev->reg_next = s->reg_next;
+  else if (registry == s) registry = s->reg_next;
+  if (s->reg_next) s->reg_next->reg_prev = s->reg_prev;
+  s->reg_prev = s->reg_next = NULL;
+  pthread_mutex_unlock(&registry_mu);
 }
 
 /* ---- creation and shutdown ---- */
@@ -239,6 +301,8 @@ static void init_sync(dp_image_set *s) {
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->work, NULL);
   pthread_cond_init(&s->done, NULL);
+  pthread_cond_init(&s->idle, NULL);
+  s->busy = 0;
   s->pid = getpid();
 }
 
@@ -301,6 +365,7 @@ dp_image_set *dp_image_set_new(const dp_image_set_config *cfg) {
   s->scratch = dp_xcalloc((size_t)(nw ? nw : 1), sizeof *s->scratch);
   s->threads = dp_xcalloc((size_t)(nw ? nw : 1), sizeof *s->threads);
   s->args = dp_xcalloc((size_t)(nw ? nw : 1), sizeof *s->args);
+  register_set(s);
   if (probe_size(s) || start_workers(s)) {
     dp_image_set_free(s);
     return NULL;
@@ -310,6 +375,7 @@ dp_image_set *dp_image_set_new(const dp_image_set_config *cfg) {
 
 void dp_image_set_free(dp_image_set *s) {
   if (!s) return;
+  unregister_set(s);
   if (s->pid != getpid()) forget_parent_workers(s); /* a forked child: no worker is ours to join */
   pthread_mutex_lock(&s->mu);
   s->stop = true;
@@ -325,6 +391,7 @@ void dp_image_set_free(dp_image_set *s) {
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->work);
   pthread_cond_destroy(&s->done);
+  pthread_cond_destroy(&s->idle);
   for (int64_t i = 0; i < s->n; i++) free(s->paths[i]);
   free(s->paths);
   free(s->labels);
@@ -451,12 +518,17 @@ int dp_image_set_get_batch(dp_image_set *s, const int64_t *idx, int64_t n, dp_te
   s->urgent = j;
   pthread_cond_broadcast(&s->work);
   /* the calling thread decodes too, then waits for the workers' items */
-  while (j->next < j->n) {
-    int64_t pos = j->next++;
-    j->active++;
-    run_claimed(s, j, pos, &s->own);
+  for (;;) {
+    if (j->next < j->n && !s->hold) {
+      int64_t pos = j->next++;
+      j->active++;
+      run_claimed(s, j, pos, &s->own);
+    } else if (j->finished < j->n) {
+      pthread_cond_wait(&s->done, &s->mu);
+    } else {
+      break;
+    }
   }
-  while (j->finished < j->n) pthread_cond_wait(&s->done, &s->mu);
   s->urgent = NULL;
   pthread_mutex_unlock(&s->mu);
 

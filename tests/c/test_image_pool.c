@@ -239,9 +239,11 @@ static void test_shutdown(void) {
   }
 }
 
-/* A forked child gets a working set with workers of its own, not one
- * waiting for items that the parent's threads (absent in the child) had
- * claimed at the fork; the parent's set is unaffected. */
+/* fork() while the workers are busy: the fork waits for the images in
+ * hand (so no worker is inside malloc or a decoder when the process is
+ * copied), the child gets a working set with workers of its own instead of
+ * locks held by threads that do not exist there, and the parent's set goes
+ * on unaffected. */
 static void test_fork(void) {
   dp_img_pipeline p = augment();
   int64_t heavy[8] = {22, 23, 22, 23, 22, 23, 22, 23};
@@ -262,6 +264,11 @@ static void test_fork(void) {
     dp_tensor *x;
     int ok = dp_image_set_get_batch(s, heavy, 8, &x, &y) == 0 && same(ref, x) && dp_image_set_workers(s) == 2;
     if (ok) dp_release(x), dp_release(y);
+    /* and the child's own workers decode a prefetch in the background */
+    int64_t start = dp_image_items_loaded();
+    ok = ok && dp_image_set_prefetch(s, good[1], 6) == 0;
+    for (int waited = 0; ok && dp_image_items_loaded() - start < 6 && waited < 10000; waited++) usleep(1000);
+    ok = ok && dp_image_items_loaded() - start == 6;
     dp_image_set_free(s);
     _exit(ok ? 0 : 1);
   }
