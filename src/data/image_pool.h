@@ -19,8 +19,9 @@
  * An item that fails (missing file, corrupt data, wrong size after the
  * transforms) fails the get_batch that needs it with a message naming the
  * CSV file, row and line and the reason; the other batches are unaffected.
- * All functions are called from one thread (the Lua state's). A set used
- * in a child process after fork() starts workers of its own there. */
+ * All functions are called from one thread (the Lua state's). fork()
+ * waits for the workers to finish the images in hand; a set used in the
+ * child process starts workers of its own there. */
 #ifndef DP_IMAGE_POOL_H
 #define DP_IMAGE_POOL_H
 
