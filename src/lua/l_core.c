@@ -153,6 +153,7 @@ static int l_collectgarbage_paced(lua_State *L) {
 extern void lt_open_dist(lua_State *L, int module) __attribute__((weak));
 /* strong references: a weak one would not pull the object out of the static runtime */
 void lt_open_io(lua_State *L, int module);
+void lt_open_image(lua_State *L, int module); /* core.image (l_image.c) */
 
 int luaopen_ddplua_core(lua_State *L);
 int luaopen_ddplua_core(lua_State *L) {
@@ -189,6 +190,7 @@ int luaopen_ddplua_core(lua_State *L) {
   if (lt_open_dist) lt_open_dist(L, module);
   lt_open_io(L, module);
   lt_open_cuda(L, module);
+  lt_open_image(L, module);
   lua_pushvalue(L, methods);
   lua_setfield(L, module, "Tensor");
   lua_settop(L, module);

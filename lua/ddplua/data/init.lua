@@ -1,5 +1,5 @@
 -- ddplua.data: datasets (TensorDataset, FashionMNIST, Subset, random_split),
--- samplers (Sequential, Random, Distributed) and the DataLoader. The dataset protocol is described in
+-- samplers (Sequential, Random, Distributed), the DataLoader, and CSVImageDataset with its transforms. The dataset protocol is described in
 -- ddplua/data/dataset.lua, the sampler protocol in ddplua/data/sampler.lua.
 local dataset = require "ddplua.data.dataset"
 local sampler = require "ddplua.data.sampler"
@@ -13,4 +13,6 @@ return {
   RandomSampler = sampler.RandomSampler,
   DistributedSampler = require "ddplua.data.distributed_sampler",
   DataLoader = require "ddplua.data.dataloader",
+  CSVImageDataset = require "ddplua.data.csv_image",
+  transforms = require "ddplua.data.transforms",
 }
