@@ -56,7 +56,8 @@ typedef struct {
 
 /* Parses argv (and the --config file's `ddplua:` and `script:`). Returns 0
  * when o is ready to run; otherwise the process exit code after printing
- * the error (2) or --help / --version (0), with *done set. */
+ * the error (2) or --help / --version (0), with *done set. Either way o is
+ * released with dp_host_opts_free. */
 int dp_host_parse(int argc, char **argv, dp_host_opts *o, bool *done);
 void dp_host_opts_free(dp_host_opts *o);
 /* Cores this process may run on (its affinity mask). */
@@ -104,9 +105,11 @@ int dp_rdzv_stop_fd(dp_rdzv *r);
 int dp_rdzv_stop_reason(dp_rdzv *r, char *msg, size_t n);
 /* Asks every other node to stop: `code` and `msg` name this node's cause. */
 void dp_rdzv_stop_others(dp_rdzv *r, int code, const char *msg);
-/* Reports this node's exit code; on node 0 waits (up to timeout_ms) for the
- * other nodes' reports, so the store outlives every node's workers, and
- * returns the first non-zero code among them (or `code`). Frees r. */
+/* Reports this node's exit code; on node 0 waits for the other nodes'
+ * reports (up to timeout_ms after a normal end, a few seconds after a
+ * failure, less if SIGINT/SIGTERM/SIGHUP/SIGQUIT is pending), so the store
+ * outlives every node's workers, and returns the first non-zero code among
+ * them (or `code`). Frees r. */
 int dp_rdzv_finish(dp_rdzv *r, int code, int timeout_ms);
 
 /* ---- output.c ---- */
@@ -133,8 +136,6 @@ typedef struct {
   int first_rank, first_local_rank; /* worker i gets RANK first_rank+i, LOCAL_RANK first_local_rank+i */
   int node_rank, nnodes;  /* for messages */
   char *const *job_env;   /* NULL-terminated "NAME=value" entries every worker gets */
-  const char *token;      /* the job token */
-  bool remove_shm;        /* remove /dev/shm/ddplua-<token>-* at the end (all ranks of the node are ours) */
   dp_rdzv *rdzv;          /* multi-node: stop requests from other nodes; NULL otherwise */
 } dp_supervise_args;
 

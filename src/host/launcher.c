@@ -168,8 +168,7 @@ static int mkdir_p(const char *path) {
 
 /* Fork/exec and supervise this node's workers. `p` describes the first of
  * them (rank, local_rank) and the job; `n_workers` follow it. */
-static int supervise(const dp_host_opts *o, dp_placement *p, int n_workers, char **argv, dp_rdzv *rdzv,
-                     bool remove_shm) {
+static int supervise(const dp_host_opts *o, dp_placement *p, int n_workers, char **argv, dp_rdzv *rdzv) {
   char exe[PATH_MAX];
   ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (k <= 0) {
@@ -182,8 +181,7 @@ static int supervise(const dp_host_opts *o, dp_placement *p, int n_workers, char
   env_add(&env, "DDPLUA_RANK_PREFIX", "1");
   dp_supervise_args a = {.opts = o, .argv = argv, .self_exe = exe, .n_workers = n_workers,
                          .first_rank = p->rank, .first_local_rank = p->local_rank, .node_rank = p->node_rank,
-                         .nnodes = p->nnodes, .job_env = env.v, .token = p->token, .remove_shm = remove_shm,
-                         .rdzv = rdzv};
+                         .nnodes = p->nnodes, .job_env = env.v, .rdzv = rdzv};
   int rc = dp_supervise(&a);
   env_free(&env);
   return rc;
@@ -242,9 +240,13 @@ static int run_launcher(const dp_host_opts *o, char **argv) {
     p.rank = 0;
     p.world_size = o->nproc;
   }
-  int rc = supervise(o, &p, o->nproc, argv, rdzv, true);
+  int rc = supervise(o, &p, o->nproc, argv, rdzv);
   if (rdzv) rc = dp_rdzv_finish(rdzv, rc, timeout_ms);
   dp_store_server_stop(srv);
+  /* every rank of this node was ours: remove what a killed one left in
+   * /dev/shm (on a multi-node job simulated on one machine, the nodes share
+   * this name prefix: node 0 does this only once all nodes are done) */
+  dp_remove_job_shm(p.token);
   return rc;
 }
 
@@ -263,7 +265,7 @@ static int run_scheduled(const dp_host_opts *o, dp_placement *p, int argc, char 
     fprintf(stderr, "ddplua: %s\n", dp_errmsg());
     return 1;
   }
-  int rc = supervise(o, p, 1, argv, NULL, false);
+  int rc = supervise(o, p, 1, argv, NULL);
   dp_store_server_stop(srv);
   return rc;
 }
@@ -287,7 +289,10 @@ int dp_host_main(int argc, char **argv) {
   dp_host_opts o;
   bool done;
   int rc = dp_host_parse(argc, argv, &o, &done);
-  if (done) return rc;
+  if (done) {
+    dp_host_opts_free(&o);
+    return rc;
+  }
   if (worker) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a pipe: let io.write lines reach the host as they end */
     rc = run_script(&o, argv, argc);

@@ -19,13 +19,29 @@
  *      first non-zero code among the nodes. */
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/error.h"
 #include "host/host.h"
+
+enum { STOPPING_WAIT_MS = 8000, WAIT_SLICE_MS = 500 };
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool stop_signal_pending(void) {
+  sigset_t p;
+  sigpending(&p);
+  return sigismember(&p, SIGINT) || sigismember(&p, SIGTERM) || sigismember(&p, SIGHUP) || sigismember(&p, SIGQUIT);
+}
 
 struct dp_rdzv {
   dp_store *store, *watch_store;
@@ -174,11 +190,19 @@ int dp_rdzv_finish(dp_rdzv *r, int code, int timeout_ms) {
   snprintf(v, sizeof v, "%d", code);
   dp_store_set(r->store, k, v, strlen(v));
   if (r->node_rank == 0) {
+    int64_t deadline = now_ms() + (code == 0 ? timeout_ms : STOPPING_WAIT_MS);
     for (int i = 1; i < r->nnodes; i++) {
       key(k, sizeof k, "done", i);
       void *val = NULL;
       size_t len;
-      if (dp_store_get(r->store, k, &val, &len, timeout_ms) != 0) {
+      int rc;
+      /* in slices, so that a Ctrl-C (blocked, for the supervisor's
+       * signalfd) still ends the wait */
+      do {
+        int64_t left = deadline - now_ms();
+        rc = dp_store_get(r->store, k, &val, &len, (int)(left < WAIT_SLICE_MS ? (left > 0 ? left : 0) : WAIT_SLICE_MS));
+      } while (rc != 0 && strstr(dp_errmsg(), "timed out") && now_ms() < deadline && !stop_signal_pending());
+      if (rc != 0) {
         fprintf(stderr, "ddplua: node %d's host did not report its end: %s\n", i, dp_errmsg());
         if (code == 0) code = 1;
         continue;

@@ -415,7 +415,6 @@ int dp_supervise(const dp_supervise_args *a) {
   }
   /* a signal that came while the last workers exited still stops the host */
   if (s.stop == RUNNING) handle_signals(&s, sfd);
-  if (a->remove_shm) dp_remove_job_shm(a->token);
   code = finish(&s);
 out:
   for (int i = 0; i < s.n; i++) {

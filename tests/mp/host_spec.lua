@@ -172,9 +172,17 @@ print("NESTED", r)
       write(dir .. "/spam.lua", [[
 local r = os.getenv("RANK")
 local pad = string.rep(string.char(97 + tonumber(r)), 300)
+io.stdout:setvbuf("full", 4096) -- flushed in 4 KiB pieces, cutting lines anywhere
 for i = 1, 10000 do
-  -- print flushes per line; io.write's lines leave stdio in buffer-sized pieces
-  if i % 2 == 0 then print(r .. ":" .. i .. ":" .. pad) else io.write(r, ":", i, ":", pad, "\n") end
+  if i % 3 == 0 then
+    io.write(r, ":", i, ":") -- half a line, then a pause the other rank can write in
+    io.stdout:flush()
+    io.write(pad, "\n")
+  elseif i % 3 == 1 then
+    print(r .. ":" .. i .. ":" .. pad)
+  else
+    io.write(r, ":", i, ":", pad, "\n")
+  end
 end
 ]])
       local r = sh(q(BIN) .. " --nproc 2 " .. q(dir .. "/spam.lua"))
