@@ -166,6 +166,18 @@ static int mkdir_p(const char *path) {
   return 0;
 }
 
+/* Blocks the signals the supervisor takes from a signalfd. The threads
+ * started before (store server, rendezvous watcher) block every signal
+ * themselves; until here a Ctrl-C simply ends the host (no worker yet). */
+static void block_supervisor_signals(void) {
+  sigset_t set;
+  sigemptyset(&set);
+  int sigs[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+  for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) sigaddset(&set, sigs[i]);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill the host before it stops the workers */
+}
+
 /* Fork/exec and supervise this node's workers. `p` describes the first of
  * them (rank, local_rank) and the job; `n_workers` follow it. */
 static int supervise(const dp_host_opts *o, dp_placement *p, int n_workers, char **argv, dp_rdzv *rdzv) {
@@ -182,20 +194,10 @@ static int supervise(const dp_host_opts *o, dp_placement *p, int n_workers, char
   dp_supervise_args a = {.opts = o, .argv = argv, .self_exe = exe, .n_workers = n_workers,
                          .first_rank = p->rank, .first_local_rank = p->local_rank, .node_rank = p->node_rank,
                          .nnodes = p->nnodes, .job_env = env.v, .rdzv = rdzv};
+  block_supervisor_signals();
   int rc = dp_supervise(&a);
   env_free(&env);
   return rc;
-}
-
-/* Blocks the signals the supervisor takes from a signalfd; must happen
- * before any thread starts so that none of them receives these. */
-static void block_supervisor_signals(void) {
-  sigset_t set;
-  sigemptyset(&set);
-  int sigs[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-  for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) sigaddset(&set, sigs[i]);
-  pthread_sigmask(SIG_BLOCK, &set, NULL);
-  signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill the host before it stops the workers */
 }
 
 static int run_launcher(const dp_host_opts *o, char **argv) {
@@ -215,7 +217,6 @@ static int run_launcher(const dp_host_opts *o, char **argv) {
     fprintf(stderr, "ddplua: --log_dir: cannot create directory '%s': %s\n", o->log_dir, strerror(errno));
     return 1;
   }
-  block_supervisor_signals();
   dp_store_server *srv = NULL;
   if (o->node_rank == 0) {
     const char *bind = multi ? multi_node_bind_addr(p.master_addr) : p.master_addr;
@@ -259,7 +260,6 @@ static int run_scheduled(const dp_host_opts *o, dp_placement *p, int argc, char 
     fprintf(stderr, "ddplua: --log_dir: cannot create directory '%s': %s\n", o->log_dir, strerror(errno));
     return 1;
   }
-  block_supervisor_signals();
   dp_store_server *srv = NULL;
   if (p->rank == 0 && !(srv = serve_store(bind, p->master_port, p->token, &p->master_port))) {
     fprintf(stderr, "ddplua: %s\n", dp_errmsg());

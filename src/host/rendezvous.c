@@ -141,7 +141,13 @@ dp_rdzv *dp_rdzv_join(const char *addr, int port, const char *token, int node_ra
   }
   r->watch_store = dp_store_connect(addr, port, token, timeout_ms);
   if (!r->watch_store || pipe2(r->wake, O_CLOEXEC) < 0) goto fail;
-  if (pthread_create(&r->watcher, NULL, watch, r) != 0) {
+  /* the watcher takes no signals: they stay with the main thread */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int started = pthread_create(&r->watcher, NULL, watch, r);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (started != 0) {
     dp_error("cannot start a thread");
     goto fail;
   }

@@ -222,6 +222,11 @@ io.write("partial last line of " .. r)
         assert.matches("%[rank " .. rank .. "%] partial last line of " .. rank .. "\n", r.out)
         assert.matches("%[rank " .. rank .. "%] err line of " .. rank .. "\n", r.err)
       end
+      -- a one-rank job with --log_dir is relayed too (in-process output could not be logged)
+      r = sh(q(BIN) .. " --log_dir " .. q(logs) .. " " .. q(dir .. "/log.lua"))
+      assert.are.equal(0, r.code, r.err)
+      assert.matches("^%[rank 0%] out line of 0\n", r.out)
+      assert.matches("out line of 0\n", H.read(logs .. "/rank_0.log"))
     end)
 
     it("shows a script error's traceback with the rank prefix and exits with its code", function()
