@@ -8,11 +8,12 @@
  *               store (node 0), agree on ranks with the other nodes (rendezvous.c), fork/exec the workers
  *               and supervise them (supervisor.c).
  * Nothing here loads CUDA or BLAS: the workers are exec'ed before anything could. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <lauxlib.h>
 #include <limits.h>
 #include <pthread.h>
-#include <arpa/inet.h>
-#include <lauxlib.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -280,6 +281,10 @@ static void die_with_host(const char *host_pid) {
 }
 
 int dp_host_main(int argc, char **argv) {
+  /* started with stdin/stdout/stderr closed: keep 0-2 taken, so that no
+   * pipe or socket of the host lands there */
+  for (int fd = 0; fd <= 2; fd++)
+    if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) < 0) return 1;
   const char *host_pid = getenv(DP_WORKER_ENV);
   bool worker = host_pid != NULL;
   if (worker) {
