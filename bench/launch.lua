@@ -58,18 +58,18 @@ function M.measure(runs, peer_runs)
   local f = assert(io.open(trivial, "w"))
   f:write('print("rank", os.getenv("RANK"))\n')
   f:close()
+  local function ddplua(args) return M.time_command("exec " .. q(bin) .. " " .. args, runs) end
   local rows = {
     { name = "sh -c 'exec true' (floor in every row)", seconds = M.time_command("exec true", runs) },
-    { name = "ddplua trivial.lua (in-process)", seconds = M.time_command("exec " .. q(bin) .. " " .. q(trivial), runs) },
-    { name = "ddplua --nproc 2 trivial.lua", seconds = M.time_command("exec " .. q(bin) .. " --nproc 2 " .. q(trivial), runs),
-      launch = true },
+    { name = "ddplua trivial.lua (in-process)", seconds = ddplua(q(trivial)) },
+    { name = "ddplua --nproc 2 trivial.lua", seconds = ddplua("--nproc 2 " .. q(trivial)), launch = true },
   }
   local hello = root .. "/examples/hello.lua"
   local hf = io.open(hello)
   if hf then
     hf:close()
-    rows[#rows + 1] = { name = "ddplua --nproc 2 examples/hello.lua", launch = true,
-      seconds = M.time_command("exec " .. q(bin) .. " --nproc 2 " .. q(hello), runs) }
+    rows[#rows + 1] = { name = "ddplua --nproc 2 examples/hello.lua", seconds = ddplua("--nproc 2 " .. q(hello)),
+      launch = true }
   end
   os.remove(trivial)
   local peer, peers = nil, peers_dir(root)

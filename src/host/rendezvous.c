@@ -121,7 +121,8 @@ dp_rdzv *dp_rdzv_join(const char *addr, int port, const char *token, int node_ra
     size_t len;
     int their_nproc = 0, their_nnodes = 0;
     if ((rc = dp_store_get(r->store, keys[i], &val, &len, timeout_ms))) break;
-    if (sscanf(val, "%d %d", &their_nproc, &their_nnodes) != 2 || their_nproc < 1) rc = dp_error("bad entry %s", keys[i]);
+    if (sscanf(val, "%d %d", &their_nproc, &their_nnodes) != 2 || their_nproc < 1)
+      rc = dp_error("bad entry %s", keys[i]);
     else if (their_nnodes != nnodes)
       rc = dp_error("node %d's host was started with --nnodes %d, this one (node %d) with --nnodes %d", i, their_nnodes,
                     node_rank, nnodes);

@@ -28,8 +28,8 @@ static uint64_t fnv1a(const char *s, uint64_t h) {
 
 void dp_shared_token(const char *what, char *out, size_t n) {
   const char *env = getenv("DDPLUA_JOB_TOKEN");
-  if (env && *env && strlen(env) < 64 && strspn(env, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_.")
-                                            == strlen(env)) {
+  if (env && *env && strlen(env) < 64 &&
+      strspn(env, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_.") == strlen(env)) {
     snprintf(out, n, "%s", env);
     return;
   }
@@ -83,8 +83,8 @@ static int master_from_env(dp_placement *p, const char *fallback_addr, const cha
   const char *addr = getenv("MASTER_ADDR");
   if (!addr || !*addr) addr = fallback_addr;
   if (!addr)
-    return dp_error("%s: MASTER_ADDR is not set; the ranks span %d nodes, so set it to rank 0's host name", p->scheduler,
-                    p->nnodes);
+    return dp_error("%s: MASTER_ADDR is not set; the ranks span %d nodes, so set it to rank 0's host name",
+                    p->scheduler, p->nnodes);
   snprintf(p->master_addr, sizeof p->master_addr, "%s", addr);
   if (getenv("MASTER_PORT")) {
     if (env_int(p->scheduler, "MASTER_PORT", 1, 65535, &p->master_port)) return -1;
@@ -117,7 +117,8 @@ static int detect_slurm(dp_placement *p) {
   if (tpn) {
     p->local_world_size = tasks_on_node(tpn, p->node_rank);
     if (p->local_world_size < 0)
-      return dp_error("%s: cannot read node %d's task count from SLURM_STEP_TASKS_PER_NODE='%s'", who, p->node_rank, tpn);
+      return dp_error("%s: cannot read node %d's task count from SLURM_STEP_TASKS_PER_NODE='%s'", who, p->node_rank,
+                      tpn);
   } else if (p->nnodes == 1) {
     p->local_world_size = p->world_size;
   } else {

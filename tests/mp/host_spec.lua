@@ -439,6 +439,23 @@ os.execute("env -u SLURM_PROCID " .. %q .. " --master_port " .. os.getenv("MASTE
       assert.matches("port %d+ on 127%.0%.0%.1 is already in use", H.read(dir .. "/probe.err"))
     end)
 
+    it("reads this node's task count from Slurm's compressed SLURM_STEP_TASKS_PER_NODE", function()
+      write(dir .. "/env.lua", ENV_SCRIPT)
+      -- "3(x2),1": nodes 0 and 1 run 3 tasks each, node 2 runs 1
+      for node, expect in pairs({ [0] = "3", [1] = "3", [2] = "1" }) do
+        local r = sh(("SLURM_JOB_ID=5 SLURM_STEP_ID=1 SLURM_NTASKS=7 SLURM_NNODES=3 " ..
+          "SLURM_STEP_TASKS_PER_NODE='3(x2),1' SLURM_PROCID=6 SLURM_LOCALID=0 SLURM_NODEID=%d " ..
+          "MASTER_ADDR=127.0.0.1 %s %s"):format(node, q(BIN), q(dir .. "/env.lua")))
+        assert.are.equal(0, r.code, r.err)
+        local e = ranks_env(r.out)[6]
+        assert.are.same({ expect, tostring(node), "3" }, { e.LOCAL_WORLD_SIZE, e.NODE_RANK, e.DDPLUA_NNODES })
+      end
+      local r = sh("SLURM_JOB_ID=5 SLURM_STEP_ID=1 SLURM_NTASKS=7 SLURM_NNODES=3 SLURM_STEP_TASKS_PER_NODE='3(x2' " ..
+        "SLURM_PROCID=6 SLURM_LOCALID=0 SLURM_NODEID=2 MASTER_ADDR=127.0.0.1 " .. q(BIN) .. " x.lua")
+      assert.are.equal(2, r.code)
+      assert.matches("Slurm: cannot read node 2's task count from SLURM_STEP_TASKS_PER_NODE='3%(x2'", r.err)
+    end)
+
     it("maps Open MPI variables to ranks (mpirun)", function()
       write(dir .. "/env.lua", ENV_SCRIPT)
       local r = sh("OMPI_COMM_WORLD_RANK=3 OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_LOCAL_RANK=1 " ..
@@ -506,8 +523,8 @@ os.execute("env -u SLURM_PROCID " .. %q .. " --master_port " .. os.getenv("MASTE
     it("runs lua/ddplua/tools/<name>.lua next to the Lua library, and lists the tools for an unknown one", function()
       -- a copy of the host in a tree of its own: <root>/build/bin/ddplua finds <root>/lua
       local root = dir .. "/tree"
-      sh("mkdir -p " .. q(root .. "/build/bin") .. " " .. q(root .. "/lua/ddplua/tools") .. " && cp " .. q(BIN) .. " " ..
-        q(root .. "/build/bin/ddplua"))
+      sh("mkdir -p " .. q(root .. "/build/bin") .. " " .. q(root .. "/lua/ddplua/tools") .. " && cp " .. q(BIN) ..
+        " " .. q(root .. "/build/bin/ddplua"))
       write(root .. "/lua/ddplua/init.lua", "return {}\n")
       write(root .. "/lua/ddplua/tools/greet.lua", "print('greet', arg[0]:match('[^/]+$'), ...)\n")
       write(root .. "/lua/ddplua/tools/plot_all.lua", "\n")
