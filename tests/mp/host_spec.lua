@@ -256,6 +256,21 @@ os.execute("sleep 30")
       assert.matches("ddplua: rank 1 %(pid %d+%) exited with code 3", r.err)
     end)
 
+    it("SIGKILLs ranks that outlive SIGTERM after the 3 s grace period", function()
+      -- started with SIGTERM ignored (inherited by the ranks), rank 0 survives the SIGTERM
+      local marker = H.marker()
+      write(dir .. "/stubborn.lua", ([[
+if os.getenv("RANK") == "1" then os.execute("sleep 0.2") os.exit(4) end
+os.execute("sleep %s")
+]]):format(marker))
+      local r = sh("s=$(date +%s%N); env --ignore-signal=TERM " .. q(BIN) .. " --nproc 2 " ..
+        q(dir .. "/stubborn.lua") .. "; rc=$?; echo $rc $(( ($(date +%s%N) - s) / 1000000 ))")
+      local rc, ms = r.out:match("(%d+) (%d+)")
+      assert.are.equal(4, tonumber(rc), r.err)
+      assert.is_true(tonumber(ms) >= 3000 and tonumber(ms) < 10000, "took " .. ms .. " ms")
+      assert.are.equal("", sh("pgrep -f " .. q("3[7]" .. marker:sub(3))).out, "processes left behind")
+    end)
+
     it("lets a rank finish early with os.exit(0): the job ends when all do", function()
       write(dir .. "/early.lua", [[
 if os.getenv("RANK") == "0" then os.exit(0) end
