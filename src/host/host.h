@@ -4,7 +4,7 @@
  *   launcher.c    picks the mode (in-process, scheduler rank, supervised workers) and builds the environment
  *   sched_env.c   Slurm and Open MPI environments -> one rank's placement
  *   rendezvous.c  multi-node agreement on process counts, and failure propagation between nodes' hosts
- *   supervisor.c  fork/exec of the workers, their output, failure handling and clean-up
+ *   supervisor.c  spawning the workers (fork + exec), their output, failure handling
  *   output.c      whole-line, rank-prefixed relay of the workers' output, logs and last lines */
 #ifndef DP_HOST_H
 #define DP_HOST_H

@@ -1,6 +1,6 @@
 /* Spawning and supervising the workers of this node.
  *
- * Each worker is a spawn (fork + exec) of this same binary (a fresh
+ * Each worker is a posix_spawn (fork + exec) of this same binary (a fresh
  * process: no inherited threads, store sockets or CUDA state) with the
  * original command line, the rank's environment and DDPLUA_WORKER_OF set, so
  * it runs the script in-process exactly as `--nproc 1` does. Its stdout and
@@ -242,20 +242,20 @@ static void check_exits(sup *s) {
   }
 }
 
-/* Reads what is there from one pipe; returns false at EOF. */
-static bool pump(worker *w, int stream) {
+/* Relays what one pipe holds now (at most one chunk, so that a chatty rank
+ * does not starve the others); closes it at EOF. */
+static void pump(worker *w, int stream) {
   static char buf[READ_CHUNK];
   int fd = w->fd[stream - 1];
   ssize_t k = read(fd, buf, sizeof buf);
   if (k > 0) {
     dp_relay_feed(w->relay, stream, buf, (size_t)k);
-    return true;
+    return;
   }
-  if (k < 0 && (errno == EAGAIN || errno == EINTR)) return true;
+  if (k < 0 && (errno == EAGAIN || errno == EINTR)) return;
   dp_relay_close(w->relay, stream);
   close(fd);
   w->fd[stream - 1] = -1;
-  return false;
 }
 
 static void handle_signals(sup *s, int sfd) {
