@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "dist/ddp_reducer.h"
+#include "ops/backend.h"
 #include "lua/l_util.h"
 
 #define REDUCER_MT "ddplua.Reducer"
