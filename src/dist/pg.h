@@ -78,9 +78,14 @@ typedef struct {
   int node_rank, nnodes;
   int timeout_ms;
   bool debug;
+  /* Optional (zero-initialised = defaults): */
+  const char *job_token; /* DDPLUA_JOB_TOKEN, names shared-memory segments; NULL: one is made up */
+  const char *prefix;    /* store key prefix, distinct per init in one job; NULL: "pg" */
 } dp_pg_init;
 
-/* cpu backend (pg_cpu.c) */
+/* cpu backend (pg_cpu*.c). Ranks with the same node_rank share memory
+ * (node_rank -1: ranks on the same host do); the ranks of a node must be
+ * numbered contiguously. Collective; NULL + dp_error on failure. */
 dp_pg *dp_pg_cpu_new(const dp_pg_init *init);
 
 /* Names for messages: "all_reduce", "sum" */
