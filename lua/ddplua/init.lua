@@ -51,6 +51,12 @@ function M.seed_everything(seed)
   math.randomseed(seed)
 end
 
+-- Run helpers (lua/ddplua/distributed.lua): ddp.is_main(), ddp.print(...)
+-- on rank 0 only, ddp.device().
+function M.is_main() return require("ddplua.distributed").is_main() end
+function M.print(...) return require("ddplua.distributed").print(...) end
+function M.device() return require("ddplua.distributed").device() end
+
 -- Submodules load on first use so `require "ddplua"` stays fast.
 local lazy = {
   nn = "ddplua.nn",

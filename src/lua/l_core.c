@@ -125,7 +125,8 @@ static int l_collectgarbage_paced(lua_State *L) {
   return 0;
 }
 
-extern void lt_open_dist(lua_State *L, int module) __attribute__((weak));
+/* strong: a weak reference would not pull l_dist.o out of the static runtime library */
+void lt_open_dist(lua_State *L, int module);
 extern void lt_open_data(lua_State *L, int module) __attribute__((weak));
 extern void lt_open_io(lua_State *L, int module) __attribute__((weak));
 
@@ -156,7 +157,7 @@ int luaopen_ddplua_core(lua_State *L) {
   lt_open_tensor(L, module, methods);
   lt_open_tensor_ops(L, module, methods);
   lt_open_nn_ops(L, module, methods);
-  if (lt_open_dist) lt_open_dist(L, module);
+  lt_open_dist(L, module);
   if (lt_open_data) lt_open_data(L, module);
   if (lt_open_io) lt_open_io(L, module);
   lua_pushvalue(L, methods);
