@@ -34,6 +34,9 @@ static void set_env_int(const char *k, int v) {
 
 static int traceback(lua_State *L) {
   const char *msg = lua_tostring(L, 1);
+  /* assertion libraries throw tables: use their __tostring or message */
+  if (!msg && luaL_callmeta(L, 1, "__tostring")) msg = lua_tostring(L, -1);
+  if (!msg && lua_istable(L, 1) && lua_getfield(L, 1, "message") == LUA_TSTRING) msg = lua_tostring(L, -1);
   if (!msg) msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   luaL_traceback(L, L, msg, 1);
   return 1;
