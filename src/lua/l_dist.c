@@ -66,11 +66,8 @@ static void list_ranks(const lgroup *g, char *buf, size_t n) {
 }
 
 static lgroup *usable(lua_State *L, lgroup *g, const char *what) {
-  if (!g || g->destroyed) {
-    if (!lt_dist.world)
-      luaL_error(L, "%s: the default process group is not initialized; call dist.init_process_group() first", what);
-    luaL_error(L, "%s: the process group was destroyed", what);
-  }
+  if (g && g->destroyed) luaL_error(L, "%s: the process group was destroyed", what);
+  if (!g) luaL_error(L, "%s: the default process group is not initialized; call dist.init_process_group() first", what);
   if (!g->member) {
     char rs[256];
     list_ranks(g, rs, sizeof rs);
