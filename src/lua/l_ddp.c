@@ -4,8 +4,9 @@
 #include <string.h>
 
 #include "dist/ddp_reducer.h"
-#include "ops/backend.h"
+#include "dist/sync_bn.h"
 #include "lua/l_util.h"
+#include "ops/backend.h"
 
 #define REDUCER_MT "ddplua.Reducer"
 
@@ -124,7 +125,22 @@ static int l_tensor_zero_grad(lua_State *L) {
   return 0;
 }
 
+static dp_tensor *opt_tensor(lua_State *L, int idx) { return lua_isnoneornil(L, idx) ? NULL : lt_check(L, idx); }
+
+/* core.sync_batch_norm(x, running_mean, running_var, weight, bias, training,
+ * momentum, eps, group_or_nil) */
+static int l_sync_batch_norm(lua_State *L) {
+  dp_tensor *x = lt_check(L, 1), *rm = opt_tensor(L, 2), *rv = opt_tensor(L, 3), *w = opt_tensor(L, 4),
+            *b = opt_tensor(L, 5);
+  bool training = lua_toboolean(L, 6);
+  double momentum = luaL_optnumber(L, 7, 0.1), eps = luaL_optnumber(L, 8, 1e-5);
+  dp_pg *pg = lt_check_pg(L, 9);
+  return lt_push(L, dp_sync_batch_norm(x, rm, rv, w, b, training, momentum, eps, pg));
+}
+
 void lt_open_ddp(lua_State *L, int module, int methods) {
+  lua_pushcfunction(L, l_sync_batch_norm);
+  lua_setfield(L, module, "sync_batch_norm");
   luaL_newmetatable(L, REDUCER_MT);
   static const luaL_Reg meths[] = {{"set_sync", l_set_sync}, {"stats", l_stats}, {"bucket_of", l_bucket_of},
                                    {"release", l_reducer_gc}, {NULL, NULL}};

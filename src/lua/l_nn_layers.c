@@ -1,3 +1,231 @@
-/* PLACEHOLDER (replaced by the nn-ops work): conv/pool/norm/dropout/embedding bindings. */
+/* Functional bindings for the layer ops (ddp.nn.F and the nn modules build
+ * on these): convolution, pooling, batch and layer norm, dropout,
+ * embedding. Module-level functions:
+ *
+ *   ddp.conv2d(x, w [, b [, stride [, padding]]])     stride/padding: n or {h, w}; 1 / 0
+ *   ddp.max_pool2d(x, kernel [, stride [, padding]])  stride defaults to kernel
+ *   ddp.avg_pool2d(x, kernel [, stride [, padding]])  padding counted in the mean
+ *   ddp.batch_norm(x, running_mean, running_var, weight, bias [, training [, momentum [, eps]]])
+ *       tensors may be nil; training false, momentum 0.1, eps 1e-5 (PyTorch's F.batch_norm)
+ *   ddp.layer_norm(x, normalized_shape [, weight [, bias [, eps]]])  shape: n or {d1, ...}
+ *   ddp.dropout(x [, p [, training]])                  p 0.5, training true
+ *   ddp.embedding(ids, weight)                         ids int64, 1-based
+ *
+ * The batch-norm pieces SyncBatchNorm is assembled from (no autograd; see
+ * dp_batch_norm_* in ops/ops.h). Forward: each rank computes
+ *   mean, var, count = ddp.batch_norm_stats(x)           -- biased var, count = values per channel
+ * the ranks all-gather them, then
+ *   mean, var, total = ddp.batch_norm_gather_stats(means [R, C], vars [R, C], counts)
+ *   ddp.batch_norm_update_stats(running_mean, running_var, mean, var, total, momentum)
+ *   invstd = ddp.batch_norm_invstd(var, eps)
+ *   y = ddp.batch_norm_elemt(x, mean, invstd, weight, bias)
+ * Backward: each rank computes
+ *   sum_dy, sum_dy_xhat = ddp.batch_norm_backward_reduce(gy, x, mean, invstd)
+ * (the local bias and weight gradients), all-reduces both sums, then
+ *   gx = ddp.batch_norm_backward_elemt(gy, x, mean, invstd, weight, sum_dy, sum_dy_xhat, total) */
+#include <string.h>
+
 #include "lua/l_util.h"
-void lt_open_nn_layers(lua_State *L, int module, int methods) { (void)L, (void)module, (void)methods; }
+#include "ops/ops.h"
+
+static dp_tensor *opt_tensor(lua_State *L, int idx) { return lua_isnoneornil(L, idx) ? NULL : lt_check(L, idx); }
+
+static bool opt_bool(lua_State *L, int idx, bool dflt) {
+  if (lua_isnoneornil(L, idx)) return dflt;
+  luaL_checktype(L, idx, LUA_TBOOLEAN);
+  return lua_toboolean(L, idx);
+}
+
+/* An integer or a table {h, w} at idx into out[2]; nil gives dflt (both
+ * entries); `what` names the argument in errors. */
+static void read_pair(lua_State *L, int idx, const char *op, const char *what, const int64_t *dflt, int64_t *out) {
+  if (lua_isnoneornil(L, idx)) {
+    out[0] = dflt[0], out[1] = dflt[1];
+    return;
+  }
+  if (lua_type(L, idx) == LUA_TNUMBER) {
+    int ok;
+    lua_Integer v = lua_tointegerx(L, idx, &ok);
+    if (!ok) luaL_error(L, "%s: %s must be an integer or a table {h, w}, got %s", op, what, lua_tostring(L, idx));
+    out[0] = out[1] = v;
+    return;
+  }
+  if (!lua_istable(L, idx))
+    luaL_error(L, "%s: %s must be an integer or a table {h, w}, got %s", op, what, luaL_typename(L, idx));
+  if (luaL_len(L, idx) != 2)
+    luaL_error(L, "%s: %s table must have 2 entries {h, w}, got %d", op, what, (int)luaL_len(L, idx));
+  for (int i = 0; i < 2; i++) {
+    lua_geti(L, idx, i + 1);
+    int ok;
+    lua_Integer v = lua_tointegerx(L, -1, &ok);
+    if (!ok) luaL_error(L, "%s: %s entry %d must be an integer, got %s", op, what, i + 1, luaL_typename(L, -1));
+    out[i] = v;
+    lua_pop(L, 1);
+  }
+}
+
+static int l_conv2d(lua_State *L) {
+  dp_tensor *x = lt_check(L, 1), *w = lt_check(L, 2), *b = opt_tensor(L, 3);
+  int64_t stride[2], pad[2];
+  read_pair(L, 4, "conv2d", "stride", (int64_t[]){1, 1}, stride);
+  read_pair(L, 5, "conv2d", "padding", (int64_t[]){0, 0}, pad);
+  return lt_push(L, dp_conv2d(x, w, b, stride, pad));
+}
+
+static int pool(lua_State *L, bool is_max) {
+  const char *op = is_max ? "max_pool2d" : "avg_pool2d";
+  dp_tensor *x = lt_check(L, 1);
+  int64_t k[2], stride[2], pad[2];
+  if (lua_isnoneornil(L, 2)) return luaL_error(L, "%s: kernel_size is required", op);
+  read_pair(L, 2, op, "kernel_size", NULL, k);
+  read_pair(L, 3, op, "stride", k, stride);
+  read_pair(L, 4, op, "padding", (int64_t[]){0, 0}, pad);
+  return lt_push(L, is_max ? dp_max_pool2d(x, k, stride, pad) : dp_avg_pool2d(x, k, stride, pad));
+}
+static int l_max_pool2d(lua_State *L) { return pool(L, true); }
+static int l_avg_pool2d(lua_State *L) { return pool(L, false); }
+
+static int l_batch_norm(lua_State *L) {
+  dp_tensor *x = lt_check(L, 1), *rm = opt_tensor(L, 2), *rv = opt_tensor(L, 3), *w = opt_tensor(L, 4);
+  dp_tensor *b = opt_tensor(L, 5);
+  bool training = opt_bool(L, 6, false);
+  double momentum = luaL_optnumber(L, 7, 0.1), eps = luaL_optnumber(L, 8, 1e-5);
+  return lt_push(L, dp_batch_norm(x, rm, rv, w, b, training, momentum, eps));
+}
+
+static int l_batch_norm_stats(lua_State *L) {
+  dp_tensor *mean, *var;
+  int64_t count;
+  LT_CHECK(L, dp_batch_norm_stats(lt_check(L, 1), &mean, &var, &count));
+  lt_push(L, mean);
+  lt_push(L, var);
+  lua_pushinteger(L, count);
+  return 3;
+}
+
+/* counts: a tensor [R] or a Lua array of R numbers */
+static int l_batch_norm_gather_stats(lua_State *L) {
+  dp_tensor *ma = lt_check(L, 1), *va = lt_check(L, 2), *counts = lt_test(L, 3), *owned = NULL;
+  if (!counts) {
+    if (!lua_istable(L, 3))
+      return luaL_error(L, "batch_norm_gather_stats: counts must be a tensor or a table of numbers, got %s",
+                        luaL_typename(L, 3));
+    int64_t r = (int64_t)luaL_len(L, 3);
+    owned = counts = dp_empty(DP_F64, 1, &r, dp_cpu());
+    if (!owned) return lt_error(L);
+    lt_push(L, owned); /* the userdata owns it, so an error below cannot leak it */
+    for (int64_t i = 0; i < r; i++) {
+      lua_geti(L, 3, i + 1);
+      int ok;
+      lua_Number v = lua_tonumberx(L, -1, &ok);
+      if (!ok) return luaL_error(L, "batch_norm_gather_stats: count %d must be a number, got %s", (int)(i + 1),
+                                 luaL_typename(L, -1));
+      ((double *)dp_data(owned))[i] = v;
+      lua_pop(L, 1);
+    }
+    if (dp_dev(ma).type != DP_CPU) {
+      dp_tensor *moved = dp_to(owned, DP_F64, dp_dev(ma));
+      if (!moved) return lt_error(L);
+      lt_push(L, moved);
+      counts = moved;
+    }
+  }
+  dp_tensor *mean, *var;
+  double total;
+  LT_CHECK(L, dp_batch_norm_gather_stats(ma, va, counts, &mean, &var, &total));
+  lt_push(L, mean);
+  lt_push(L, var);
+  lua_pushnumber(L, total);
+  return 3;
+}
+
+static int l_batch_norm_update_stats(lua_State *L) {
+  dp_tensor *rm = lt_check(L, 1), *rv = lt_check(L, 2), *mean = lt_check(L, 3), *var = lt_check(L, 4);
+  double count = luaL_checknumber(L, 5), momentum = luaL_optnumber(L, 6, 0.1);
+  LT_CHECK(L, dp_batch_norm_update_stats(rm, rv, mean, var, count, momentum));
+  return 0;
+}
+
+static int l_batch_norm_invstd(lua_State *L) {
+  return lt_push(L, dp_batch_norm_invstd(lt_check(L, 1), luaL_optnumber(L, 2, 1e-5)));
+}
+
+static int l_batch_norm_elemt(lua_State *L) {
+  dp_tensor *x = lt_check(L, 1), *mean = lt_check(L, 2), *invstd = lt_check(L, 3);
+  return lt_push(L, dp_batch_norm_elemt(x, mean, invstd, opt_tensor(L, 4), opt_tensor(L, 5)));
+}
+
+static int l_batch_norm_backward_reduce(lua_State *L) {
+  dp_tensor *gy = lt_check(L, 1), *x = lt_check(L, 2), *mean = lt_check(L, 3), *invstd = lt_check(L, 4);
+  dp_tensor *s1, *s2;
+  LT_CHECK(L, dp_batch_norm_backward_reduce(gy, x, mean, invstd, &s1, &s2));
+  lt_push(L, s1);
+  lt_push(L, s2);
+  return 2;
+}
+
+static int l_batch_norm_backward_elemt(lua_State *L) {
+  dp_tensor *gy = lt_check(L, 1), *x = lt_check(L, 2), *mean = lt_check(L, 3), *invstd = lt_check(L, 4);
+  dp_tensor *w = opt_tensor(L, 5), *s1 = lt_check(L, 6), *s2 = lt_check(L, 7);
+  double count = luaL_checknumber(L, 8);
+  return lt_push(L, dp_batch_norm_backward_elemt(gy, x, mean, invstd, w, s1, s2, count));
+}
+
+/* normalized_shape: an integer or a table; it must equal x's last dims */
+static int l_layer_norm(lua_State *L) {
+  dp_tensor *x = lt_check(L, 1);
+  int64_t shape[DP_MAXDIM];
+  int nd;
+  if (lua_type(L, 2) == LUA_TNUMBER) {
+    nd = 1;
+    shape[0] = luaL_checkinteger(L, 2);
+  } else if (lua_istable(L, 2)) {
+    nd = lt_read_shape(L, 2, shape, NULL);
+  } else {
+    return luaL_error(L, "layer_norm: normalized_shape must be an integer or a table of integers, got %s",
+                      luaL_typename(L, 2));
+  }
+  bool match = nd >= 1 && nd <= x->ndim;
+  for (int d = 0; match && d < nd; d++) match = shape[d] == x->shape[x->ndim - nd + d];
+  if (!match) {
+    char a[160], b[160];
+    return luaL_error(L, "layer_norm: normalized_shape %s does not match the last dimensions of input shape %s",
+                      dp_shape_str_n(nd, shape, a, sizeof a), dp_shape_str(x, b, sizeof b));
+  }
+  dp_tensor *w = opt_tensor(L, 3), *b = opt_tensor(L, 4);
+  return lt_push(L, dp_layer_norm(x, nd, w, b, luaL_optnumber(L, 5, 1e-5)));
+}
+
+static int l_dropout(lua_State *L) {
+  dp_tensor *x = lt_check(L, 1);
+  double p = luaL_optnumber(L, 2, 0.5);
+  return lt_push(L, dp_dropout(x, p, opt_bool(L, 3, true)));
+}
+
+/* PyTorch's F.embedding(input, weight) order */
+static int l_embedding(lua_State *L) {
+  dp_tensor *ids = lt_check(L, 1), *w = lt_check(L, 2);
+  return lt_push(L, dp_embedding(w, ids, 1));
+}
+
+void lt_open_nn_layers(lua_State *L, int module, int methods) {
+  (void)methods;
+  static const luaL_Reg funcs[] = {{"conv2d", l_conv2d},
+                                   {"max_pool2d", l_max_pool2d},
+                                   {"avg_pool2d", l_avg_pool2d},
+                                   {"batch_norm", l_batch_norm},
+                                   {"batch_norm_stats", l_batch_norm_stats},
+                                   {"batch_norm_gather_stats", l_batch_norm_gather_stats},
+                                   {"batch_norm_update_stats", l_batch_norm_update_stats},
+                                   {"batch_norm_invstd", l_batch_norm_invstd},
+                                   {"batch_norm_elemt", l_batch_norm_elemt},
+                                   {"batch_norm_backward_reduce", l_batch_norm_backward_reduce},
+                                   {"batch_norm_backward_elemt", l_batch_norm_backward_elemt},
+                                   {"layer_norm", l_layer_norm},
+                                   {"dropout", l_dropout},
+                                   {"embedding", l_embedding},
+                                   {NULL, NULL}};
+  lua_pushvalue(L, module);
+  luaL_setfuncs(L, funcs, 0);
+  lua_pop(L, 1);
+}

@@ -148,9 +148,11 @@ static int extreme(lua_State *L, bool is_max) {
   dp_tensor *v = is_max ? dp_max(t, d, keep, &idx) : dp_min(t, d, keep, &idx);
   if (!v) return lt_error(L);
   lt_push(L, v);
-  LT_CHECK(L, dp_binary_scalar_(DP_B_ADD, idx, 1));
-  lt_push(L, idx);
-  return 2;
+  /* 1-based positions as a new tensor: idx shares storage with the
+   * positions the backward node saved, so it must not change in place */
+  dp_tensor *pos = dp_binary_scalar(DP_B_ADD, idx, 1, false);
+  dp_release(idx);
+  return lt_push(L, pos) + 1;
 }
 static int l_max(lua_State *L) { return extreme(L, true); }
 static int l_min(lua_State *L) { return extreme(L, false); }
@@ -206,6 +208,7 @@ static int l_mm(lua_State *L) {
 
 static int l_cat(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 2); /* the scratch userdata below must not land where the optional dim is read */
   int n = (int)luaL_len(L, 1);
   if (n < 1) return luaL_error(L, "cat: expected a non-empty list of tensors");
   dp_tensor **ts = lua_newuserdatauv(L, sizeof(dp_tensor *) * (size_t)n, 0);
@@ -221,6 +224,7 @@ static int l_cat(lua_State *L) {
 
 static int l_stack(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 2); /* as in l_cat */
   int n = (int)luaL_len(L, 1);
   if (n < 1) return luaL_error(L, "stack: expected a non-empty list of tensors");
   dp_tensor **ts = lua_newuserdatauv(L, sizeof(dp_tensor *) * (size_t)n, 0);

@@ -150,12 +150,19 @@ typedef struct dp_backend {
   int (*im2col)(dp_tensor *cols, const dp_tensor *x, const dp_window2d *g, int64_t n0, int64_t nb);
   /* gx images n0.. += col2im(cols); gx zeroed by the caller. */
   int (*col2im)(dp_tensor *gx, const dp_tensor *cols, const dp_window2d *g, int64_t n0, int64_t nb);
+  /* Pooling: x, gy, y, idx contiguous NCHW; windows follow
+   * dp_window_range (ops/scalar_math.h), padding <= kernel / 2 so no
+   * window is empty. idx (int64) holds the winner's position iy * w + ix
+   * in its plane; NaN wins, else the first maximum. The backward kernels
+   * overwrite gx (contiguous, x's shape). */
   int (*max_pool2d)(dp_tensor *y, dp_tensor *idx, const dp_tensor *x, const dp_window2d *g);
   int (*max_pool2d_backward)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, const dp_window2d *g);
   /* count_include_pad semantics as PyTorch's default (true). */
   int (*avg_pool2d)(dp_tensor *y, const dp_tensor *x, const dp_window2d *g);
   int (*avg_pool2d_backward)(dp_tensor *gx, const dp_tensor *gy, const dp_window2d *g);
-  /* x [n, c, inner] contiguous. mean/var (biased) [c] in x's dtype. */
+  /* Batch norm: x, gy, gx, y [n, c, inner] contiguous; every per-channel
+   * tensor (mean, var, invstd, w, b, sums) contiguous [c] in x's dtype
+   * (the op layer converts). mean/var (biased) [c]. */
   int (*bn_stats)(dp_tensor *mean, dp_tensor *var, const dp_tensor *x, int64_t n, int64_t c, int64_t inner);
   /* y = (x - mean) * invstd * w + b; w, b may be NULL. */
   int (*bn_forward)(dp_tensor *y, const dp_tensor *x, const dp_tensor *mean, const dp_tensor *invstd,
@@ -168,7 +175,8 @@ typedef struct dp_backend {
   int (*bn_backward_elemt)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x, const dp_tensor *mean,
                            const dp_tensor *invstd, const dp_tensor *w, const dp_tensor *sum_dy,
                            const dp_tensor *sum_dy_xhat, double count, int64_t n, int64_t c, int64_t inner);
-  /* rows x cols contiguous; mean/rstd [rows]; w, b [cols] or NULL. */
+  /* rows x cols contiguous; mean/rstd [rows] in x's dtype; w, b [cols]
+   * (x's dtype) or NULL. */
   int (*layer_norm)(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_tensor *x, const dp_tensor *w,
                     const dp_tensor *b, int64_t rows, int64_t cols, double eps);
   /* gw, gb may be NULL (no affine); they are overwritten, not accumulated. */

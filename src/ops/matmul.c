@@ -6,21 +6,23 @@
 #include "ops/op_util.h"
 
 /* A matrix operand as the backend wants it: a data pointer, row stride and
- * transpose flag. Returns false if the last two dims have no unit stride. */
+ * transpose flag. Returns false if the last two dims have no unit stride.
+ * The stride of a size-1 dim never moves the pointer (expand makes it 0),
+ * so it is read as whatever packed value the layout needs. */
 static bool as_gemm_operand(const dp_tensor *t, bool *trans, int64_t *ld) {
   int d = t->ndim;
   int64_t rows = t->shape[d - 2], cols = t->shape[d - 1];
-  int64_t sr = t->stride[d - 2], sc = t->stride[d - 1];
-  if ((sc == 1 || cols == 1) && sr >= (cols > 1 ? cols : 1)) {
+  int64_t r1 = rows > 1 ? rows : 1, c1 = cols > 1 ? cols : 1;
+  int64_t sr = rows == 1 ? c1 : t->stride[d - 2], sc = cols == 1 ? 1 : t->stride[d - 1];
+  if (sc == 1 && sr >= c1) { /* row-major */
     *trans = false;
-    *ld = sr > 0 ? sr : (cols > 1 ? cols : 1);
-    if (rows == 1) *ld = cols > 1 ? cols : 1;
+    *ld = sr;
     return true;
   }
-  if ((sr == 1 || rows == 1) && sc >= (rows > 1 ? rows : 1)) {
+  sr = rows == 1 ? 1 : t->stride[d - 2], sc = cols == 1 ? r1 : t->stride[d - 1];
+  if (sr == 1 && sc >= r1) { /* column-major: the transpose of a row-major matrix */
     *trans = true;
-    *ld = sc > 0 ? sc : (rows > 1 ? rows : 1);
-    if (cols == 1) *ld = rows > 1 ? rows : 1;
+    *ld = sc;
     return true;
   }
   return false;
@@ -43,26 +45,31 @@ static bool batch_stride(const dp_tensor *t, int64_t *stride, int64_t *nb) {
   return true;
 }
 
+/* t itself when the backend can read it in place, else a packed copy
+ * (returned in *copy for the caller to release). */
+static dp_tensor *gemm_operand(dp_tensor *t, bool *trans, int64_t *ld, int64_t *bstride, int64_t *nb,
+                               dp_tensor **copy) {
+  *copy = NULL;
+  if (as_gemm_operand(t, trans, ld) && batch_stride(t, bstride, nb)) return t;
+  /* dp_copy_raw gives dense strides even where dp_contiguous_raw would
+   * keep an empty or size-1 view as it is */
+  *copy = dp_copy_raw(t);
+  if (!*copy) return NULL;
+  DP_ASSERT(as_gemm_operand(*copy, trans, ld) && batch_stride(*copy, bstride, nb));
+  return *copy;
+}
+
 /* out [batch..., m, n] = a [batch..., m, k] @ b [batch..., k, n]; a and b
  * already expanded to the same batch dims. */
 static int gemm_batched(dp_tensor *out, dp_tensor *a, dp_tensor *b, double beta) {
   dp_tensor *ca = NULL, *cb = NULL;
   bool ta = false, tb = false;
   int64_t lda = 0, ldb = 0, sa = 0, sb = 0, nba = 1, nbb = 1;
-  if (!as_gemm_operand(a, &ta, &lda) || !batch_stride(a, &sa, &nba)) {
-    a = ca = dp_contiguous_raw(a);
-    if (!a) return -1;
-    as_gemm_operand(a, &ta, &lda);
-    batch_stride(a, &sa, &nba);
-  }
-  if (!as_gemm_operand(b, &tb, &ldb) || !batch_stride(b, &sb, &nbb)) {
-    b = cb = dp_contiguous_raw(b);
-    if (!b) {
-      dp_release(ca);
-      return -1;
-    }
-    as_gemm_operand(b, &tb, &ldb);
-    batch_stride(b, &sb, &nbb);
+  a = gemm_operand(a, &ta, &lda, &sa, &nba, &ca);
+  b = a ? gemm_operand(b, &tb, &ldb, &sb, &nbb, &cb) : NULL;
+  if (!a || !b) {
+    dp_release(ca);
+    return -1;
   }
   int nd = out->ndim;
   int64_t batch = 1;

@@ -6,6 +6,7 @@
 #define DP_SCALAR_MATH_H
 
 #include <math.h>
+#include <stdint.h>
 
 #include "tensor/half.h" /* DP_HD */
 
@@ -52,6 +53,51 @@ static inline DP_HD double dp_tanh_grad_d(double y) { return 1.0 - y * y; }
 
 static inline DP_HD float dp_sign_f(float x) { return (float)((x > 0.f) - (x < 0.f)); }
 static inline DP_HD double dp_sign_d(double x) { return (double)((x > 0.0) - (x < 0.0)); }
+
+/* ---- sliding windows (conv, pooling) ---- */
+
+/* Output size of a window of k with stride s over n inputs padded by p on
+ * both sides (floor mode, as PyTorch's default); < 1 when it does not fit. */
+static inline DP_HD int64_t dp_window_out(int64_t n, int64_t k, int64_t s, int64_t p) {
+  return n + 2 * p < k ? 0 : (n + 2 * p - k) / s + 1;
+}
+/* ceil(a / b) for b > 0 and any sign of a. */
+static inline DP_HD int64_t dp_ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+/* The window of output position o along one axis: the input range [*lo,
+ * *hi) clipped to the input, and the divisor avg_pool2d uses with
+ * count_include_pad=true (the window clipped to the padded input). */
+static inline DP_HD int64_t dp_window_range(int64_t o, int64_t n, int64_t k, int64_t s, int64_t p, int64_t *lo,
+                                            int64_t *hi) {
+  int64_t start = o * s - p, end = start + k;
+  if (end > n + p) end = n + p;
+  int64_t padded = end - start;
+  *lo = start < 0 ? 0 : start;
+  *hi = end > n ? n : end;
+  return padded;
+}
+
+/* ---- normalisation (one element) ---- */
+
+/* batch/layer norm forward: (x - mean) * invstd * w + b */
+static inline DP_HD float dp_norm_apply_f(float x, float mean, float invstd, float w, float b) {
+  return (x - mean) * invstd * w + b;
+}
+static inline DP_HD double dp_norm_apply_d(double x, double mean, double invstd, double w, double b) {
+  return (x - mean) * invstd * w + b;
+}
+/* Input gradient of a normalisation over `count` values from the mean of
+ * gy and of gy * xhat over them: w * invstd * (gy - mean_dy - xhat *
+ * mean_dy_xhat). Batch norm passes sums / count (zeros in eval mode, where
+ * the statistics are constants); layer norm passes w = 1 and folds its
+ * weight into gy. */
+static inline DP_HD double dp_norm_grad_d(double gy, double xhat, double w, double invstd, double mean_dy,
+                                          double mean_dy_xhat) {
+  return w * invstd * (gy - mean_dy - xhat * mean_dy_xhat);
+}
+static inline DP_HD float dp_norm_grad_f(float gy, float xhat, float w, float invstd, float mean_dy,
+                                         float mean_dy_xhat) {
+  return w * invstd * (gy - mean_dy - xhat * mean_dy_xhat);
+}
 
 /* ---- optimizer updates (one element) ---- */
 

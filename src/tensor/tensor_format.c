@@ -1,7 +1,8 @@
 /* tostring(t): PyTorch's layout. Floats print with 4 decimals, as integers
  * with a trailing '.' when every value is whole, or in scientific notation
  * when magnitudes span more than 1e3 (or exceed 1e8 / fall below 1e-4);
- * every element is padded to one width; tensors over 1000 elements show
+ * every element is padded to one width (that of the widest nonzero finite
+ * value, for floats); tensors over 1000 elements show
  * the first and last 3 entries of each dimension around "...". */
 #include <inttypes.h>
 #include <math.h>
@@ -87,11 +88,15 @@ static void scan(fmt_ctx *c, int d, int64_t *idx, double *mx, double *mn, bool *
   }
 }
 
+/* PyTorch sizes float columns by the nonzero finite values only: nan, inf
+ * and zeros are padded to that width but never widen it. */
 static void widths(fmt_ctx *c, int d, int64_t *idx) {
   const dp_tensor *t = c->t;
   if (d == t->ndim) {
     char buf[64];
-    fmt_value(c, elem(t, idx), buf, sizeof buf);
+    double v = elem(t, idx);
+    if (c->is_float && (v == 0 || !isfinite(v))) return;
+    fmt_value(c, v, buf, sizeof buf);
     int w = (int)strlen(buf);
     if (w > c->width) c->width = w;
     return;
@@ -116,7 +121,7 @@ static void emit(const fmt_ctx *c, sbuf *b, int d, int64_t *idx, int indent) {
   int64_t n = t->shape[d];
   for (int64_t i = 0; i < n; i++) {
     if (c->summarize && n > 2 * EDGE && i == EDGE) {
-      if (d == t->ndim - 1) put(b, "..., ");
+      if (d == t->ndim - 1) put(b, " ..., "); /* PyTorch's ' ...' entry joined by ', ' */
       else {
         put(b, "...,\n");
         for (int k = 0; k < t->ndim - d - 2; k++) put(b, "\n");
@@ -168,11 +173,11 @@ char *dp_tensor_format(const dp_tensor *t0) {
     if (c.is_float) {
       c.int_mode = all_int && any_finite;
       if (any_finite && !c.int_mode) c.sci = (mn != INFINITY && mx / mn > 1000.0) || mx > 1e8 || (mn < 1e-4);
-      if (c.int_mode && mx > 1e8) {
+      if (c.int_mode && (mx > 1e8 || (mn != INFINITY && mx / mn > 1000.0))) {
         c.int_mode = false;
         c.sci = true;
       }
-      c.width = 0;
+      c.width = 1;
       widths(&c, 0, idx);
     }
     emit(&c, &b, 0, idx, 7);

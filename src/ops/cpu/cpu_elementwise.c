@@ -121,8 +121,18 @@ static void copy_row(char **p, const int64_t *s, int64_t n, void *vctx) {
       memcpy(p[0], p[1], (size_t)n * es);
       return;
     }
-    if (s[1] == 0) {
-      for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], p[1], es);
+    if (s[1] == 0) { /* a broadcast value: typed stores, not a memcpy call per element */
+      if (es == 4) {
+        uint32_t v;
+        memcpy(&v, p[1], 4);
+        for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], &v, 4);
+      } else if (es == 8) {
+        uint64_t v;
+        memcpy(&v, p[1], 8);
+        for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], &v, 8);
+      } else {
+        for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], p[1], es);
+      }
       return;
     }
     for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], p[1] + i * s[1], es);

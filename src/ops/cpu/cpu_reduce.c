@@ -28,6 +28,28 @@ static int reduce_sum(dp_reduce_op op, dp_tensor *out, const dp_tensor *x, int64
       }
     return 0;
   }
+  if (inner == 1 && op != DP_R_PROD && (x->dtype == DP_F32 || x->dtype == DP_F64)) {
+    /* each output sums one contiguous row of k: eight independent lanes
+     * instead of one serial chain of adds, so the loop vectorises */
+    for (int64_t o = 0; o < outer; o++) {
+      double lane[8] = {0}, s = 0;
+      int64_t j = 0;
+      if (x->dtype == DP_F32) {
+        const float *r = (const float *)xp + o * k;
+        for (; j + 8 <= k; j += 8)
+          for (int l = 0; l < 8; l++) lane[l] += r[j + l];
+        for (; j < k; j++) s += r[j];
+      } else {
+        const double *r = (const double *)xp + o * k;
+        for (; j + 8 <= k; j += 8)
+          for (int l = 0; l < 8; l++) lane[l] += r[j + l];
+        for (; j < k; j++) s += r[j];
+      }
+      for (int l = 0; l < 8; l++) s += lane[l];
+      dp_store_d(op_ + (size_t)o * os, out->dtype, op == DP_R_MEAN ? (k ? s / (double)k : NAN) : s);
+    }
+    return 0;
+  }
   double *acc = malloc(sizeof(double) * (size_t)(inner ? inner : 1));
   if (!acc) return dp_error("out of memory in reduction");
   for (int64_t o = 0; o < outer; o++) {

@@ -1,0 +1,230 @@
+/* 2-d convolution as im2col + GEMM, and its gradients.
+ *
+ * Forward, for a chunk of images at a time: cols [nb, C*kh*kw, oh*ow] =
+ * im2col(x), then y[n] = W [O, C*kh*kw] @ cols[n] as one batched GEMM (W
+ * broadcast with batch stride 0), then the bias through the bias/activation
+ * epilogue. Chunks bound the column buffer (about 32 MiB) so a large batch
+ * of large images never needs a huge temporary. A 1x1 kernel with stride 1
+ * and no padding needs no columns: x itself is the column matrix.
+ *
+ * Backward recomputes the columns per chunk rather than keeping them from
+ * the forward (they are kh*kw times the input's size):
+ *   gW += gy[n] @ cols[n]^T       (one GEMM per image, accumulating)
+ *   gcols = W^T @ gy[n]           (batched), gx = col2im(gcols)
+ *   gb = sum of gy over n, oh, ow */
+#include <string.h>
+
+#include "ops/op_util.h"
+#include "ops/scalar_math.h"
+
+#define COLS_BUDGET_BYTES ((int64_t)32 << 20)
+
+typedef struct {
+  dp_window2d g;
+  int64_t outc, ck, L; /* output channels, C*kh*kw, oh*ow */
+  bool direct;         /* 1x1, stride 1, no padding: cols are x */
+} conv_geom;
+
+static void conv_geometry(conv_geom *cg, const dp_tensor *x, const dp_tensor *w, const int64_t stride[2],
+                          const int64_t padding[2]) {
+  dp_window2d *g = &cg->g;
+  g->n = x->shape[0], g->c = x->shape[1], g->h = x->shape[2], g->w = x->shape[3];
+  g->kh = w->shape[2], g->kw = w->shape[3];
+  g->sh = stride[0], g->sw = stride[1], g->ph = padding[0], g->pw = padding[1];
+  g->oh = dp_window_out(g->h, g->kh, g->sh, g->ph);
+  g->ow = dp_window_out(g->w, g->kw, g->sw, g->pw);
+  cg->outc = w->shape[0];
+  cg->ck = g->c * g->kh * g->kw;
+  cg->L = g->oh * g->ow;
+  cg->direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
+}
+
+/* Images per chunk so that a chunk's columns fit the budget (at least 1). */
+static int64_t chunk_images(const conv_geom *cg, size_t es) {
+  int64_t per = cg->ck * cg->L * (int64_t)es;
+  int64_t nb = per > 0 ? COLS_BUDGET_BYTES / per : cg->g.n;
+  if (nb < 1) nb = 1;
+  return nb > cg->g.n ? cg->g.n : nb;
+}
+
+/* C[b] = op(A[b]) @ op(B[b]) (+ beta C[b]) on contiguous matrices. */
+static int gemm(dp_tensor *like, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t batch, const void *a,
+                int64_t lda, int64_t sa, const void *b, int64_t ldb, int64_t sb, void *c, int64_t sc, double beta) {
+  dp_gemm_args ga = {.dtype = like->dtype, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .batch = batch,
+                     .alpha = 1.0, .beta = beta, .a = a, .lda = lda, .stride_a = sa, .b = b, .ldb = ldb,
+                     .stride_b = sb, .c = c, .ldc = n, .stride_c = sc, .device = dp_dev(like).index};
+  return dp_backend_of(like)->gemm(&ga);
+}
+
+static char *elem_ptr(const dp_tensor *t, int64_t i) { return (char *)dp_data(t) + (size_t)i * dp_elsize(t); }
+
+/* y [N, O, L] (contiguous) = conv(x, w) without bias. */
+static int conv_forward(dp_tensor *y, dp_tensor *x, dp_tensor *w, const conv_geom *cg) {
+  const dp_backend *be = dp_backend_of(x);
+  int64_t N = cg->g.n, nb_max = chunk_images(cg, dp_elsize(x));
+  dp_tensor *cols = NULL;
+  if (!cg->direct) {
+    cols = dp_empty(x->dtype, 3, (int64_t[]){nb_max, cg->ck, cg->L}, dp_dev(x));
+    if (!cols) return -1;
+  }
+  int rc = 0;
+  for (int64_t n0 = 0; n0 < N && !rc; n0 += nb_max) {
+    int64_t nb = N - n0 < nb_max ? N - n0 : nb_max;
+    const void *src = elem_ptr(x, n0 * cg->ck * cg->L);
+    if (cols) {
+      rc = be->im2col(cols, x, &cg->g, n0, nb);
+      src = dp_data(cols);
+    }
+    if (!rc)
+      rc = gemm(y, false, false, cg->outc, cg->L, cg->ck, nb, dp_data(w), cg->ck, 0, src, cg->L, cg->ck * cg->L,
+                elem_ptr(y, n0 * cg->outc * cg->L), cg->outc * cg->L, 0.0);
+  }
+  dp_release(cols);
+  return rc;
+}
+
+/* gx (if wanted) and gw (if wanted) from gy [N, O, L] contiguous. */
+static int conv_backward_data(dp_tensor *gx, dp_tensor *gw, dp_tensor *gy, dp_tensor *x, dp_tensor *w,
+                              const conv_geom *cg) {
+  const dp_backend *be = dp_backend_of(gy);
+  int64_t N = cg->g.n, nb_max = chunk_images(cg, dp_elsize(gy)), O = cg->outc, CK = cg->ck, L = cg->L;
+  dp_tensor *cols = NULL, *gcols = NULL;
+  if (!cg->direct) {
+    int64_t sh[3] = {nb_max, CK, L};
+    if (gw && !(cols = dp_empty(gy->dtype, 3, sh, dp_dev(gy)))) return -1;
+    if (gx && !(gcols = dp_empty(gy->dtype, 3, sh, dp_dev(gy)))) {
+      dp_release(cols);
+      return -1;
+    }
+  }
+  if (gx && !cg->direct && dp_fill_(gx, 0.0)) goto fail;
+  if (gw && N == 0 && dp_fill_(gw, 0.0)) goto fail; /* no image, no GEMM to initialise it */
+  for (int64_t n0 = 0; n0 < N; n0 += nb_max) {
+    int64_t nb = N - n0 < nb_max ? N - n0 : nb_max;
+    const char *gyp = elem_ptr(gy, n0 * O * L);
+    if (gw) {
+      const char *src = elem_ptr(x, n0 * CK * L);
+      if (cols) {
+        if (be->im2col(cols, x, &cg->g, n0, nb)) goto fail;
+        src = dp_data(cols);
+      }
+      /* gW [O, CK] += gy[n] [O, L] @ cols[n]^T: one GEMM per image, since
+       * a batched GEMM writes one output per batch entry */
+      size_t es = dp_elsize(gy);
+      for (int64_t i = 0; i < nb; i++)
+        if (gemm(gw, false, true, O, CK, L, 1, gyp + (size_t)(i * O * L) * es, L, 0, src + (size_t)(i * CK * L) * es,
+                 L, 0, dp_data(gw), 0, (n0 + i) ? 1.0 : 0.0))
+          goto fail;
+    }
+    if (gx) { /* gcols[n] [CK, L] = W^T [CK, O] @ gy[n] [O, L] */
+      void *dst = gcols ? dp_data(gcols) : elem_ptr(gx, n0 * CK * L);
+      if (gemm(gy, true, false, CK, L, O, nb, dp_data(w), CK, 0, gyp, L, O * L, dst, CK * L, 0.0)) goto fail;
+      if (gcols && be->col2im(gx, gcols, &cg->g, n0, nb)) goto fail;
+    }
+  }
+  dp_release(cols);
+  dp_release(gcols);
+  return 0;
+fail:
+  dp_release(cols);
+  dp_release(gcols);
+  return -1;
+}
+
+static int conv2d_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  dp_tensor *x = dp_node_saved(n, 0), *w = dp_node_saved(n, 1);
+  conv_geom cg;
+  conv_geometry(&cg, x, w, (int64_t[]){n->i[0], n->i[1]}, (int64_t[]){n->i[2], n->i[3]});
+  bool want_x = dp_node_needs(n, 0), want_w = dp_node_needs(n, 1), want_b = n->n_inputs > 2 && dp_node_needs(n, 2);
+  dp_tensor *gy = dp_contiguous_raw(gout[0]);
+  dp_tensor *gx = NULL, *gw = NULL, *gb = NULL;
+  if (!gy) return -1;
+  if (want_x && !(gx = dp_empty(x->dtype, 4, x->shape, dp_dev(x)))) goto fail;
+  if (want_w && !(gw = dp_empty(w->dtype, 4, w->shape, dp_dev(w)))) goto fail;
+  if ((want_x || want_w) && conv_backward_data(gx, gw, gy, x, w, &cg)) goto fail;
+  if (want_b) {
+    gb = dp_empty(gy->dtype, 1, &cg.outc, dp_dev(gy));
+    if (!gb || dp_backend_of(gy)->channel_sum(gb, gy, cg.g.n, cg.outc, cg.L)) goto fail;
+  }
+  dp_release(gy);
+  /* the forward lifted an unbatched [C, H, W] input to [1, C, H, W] */
+  gin[0] = gx && n->in_ndim[0] == 3 ? dp_reshape(gx, 3, n->in_shape[0]) : (dp_retain(gx), gx);
+  dp_release(gx);
+  gin[1] = gw;
+  if (want_b) gin[2] = gb;
+  return (want_x && !gin[0]) ? -1 : 0;
+fail:
+  dp_release(gy), dp_release(gx), dp_release(gw), dp_release(gb);
+  return -1;
+}
+
+static int check_conv_args(const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const int64_t stride[2],
+                           const int64_t padding[2]) {
+  if (x->ndim != 4)
+    return dp_error("conv2d: expected a 4-dimensional input [N, C, H, W] (or 3-dimensional [C, H, W]), got shape %s",
+                    SHAPE(x));
+  if (w->ndim != 4)
+    return dp_error("conv2d: weight must be 4-dimensional [out_channels, in_channels, kh, kw], got shape %s", SHAPE(w));
+  if (w->shape[0] < 1 || w->shape[1] < 1)
+    return dp_error("conv2d: weight of shape %s has no output or input channels", SHAPE(w));
+  if (x->shape[1] != w->shape[1])
+    return dp_error("conv2d: input has %" PRId64 " channels (shape %s) but weight of shape %s expects %" PRId64
+                    " input channels",
+                    x->shape[1], SHAPE(x), SHAPE(w), w->shape[1]);
+  if (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))
+    return dp_error("conv2d: bias of shape %s does not match weight %s (expected [%" PRId64 "])", SHAPE(b), SHAPE(w),
+                    w->shape[0]);
+  if (x->dtype != w->dtype || (b && b->dtype != w->dtype) || !dp_dtype_is_float(w->dtype))
+    return dp_error("conv2d: input, weight and bias must share one floating point dtype, got %s, %s%s%s",
+                    dp_dtype_name(x->dtype), dp_dtype_name(w->dtype), b ? " and " : "",
+                    b ? dp_dtype_name(b->dtype) : "");
+  if (dp_check_same_device("conv2d", x, w) || (b && dp_check_same_device("conv2d", x, b))) return -1;
+  for (int d = 0; d < 2; d++) {
+    if (stride[d] < 1) return dp_error("conv2d: stride must be >= 1, got %" PRId64, stride[d]);
+    if (padding[d] < 0) return dp_error("conv2d: padding must be >= 0, got %" PRId64, padding[d]);
+  }
+  for (int d = 0; d < 2; d++)
+    if (w->shape[2 + d] < 1 || dp_window_out(x->shape[2 + d], w->shape[2 + d], stride[d], padding[d]) < 1)
+      return dp_error("conv2d: kernel size %" PRId64 "x%" PRId64 " does not fit the input %" PRId64 "x%" PRId64
+                      " padded by %" PRId64 "x%" PRId64 " (input shape %s, weight shape %s)",
+                      w->shape[2], w->shape[3], x->shape[2], x->shape[3], padding[0], padding[1], SHAPE(x), SHAPE(w));
+  return 0;
+}
+
+dp_tensor *dp_conv2d(dp_tensor *x_in, dp_tensor *w_in, dp_tensor *b, const int64_t stride[2],
+                     const int64_t padding[2]) {
+  bool prev = dp_set_grad_enabled(false);
+  dp_tensor *x = x_in->ndim == 3 ? dp_unsqueeze(x_in, 0) : (dp_retain(x_in), x_in);
+  dp_set_grad_enabled(prev);
+  if (!x) return NULL;
+  dp_tensor *xc = NULL, *wc = NULL, *y = NULL, *out = NULL;
+  if (check_conv_args(x, w_in, b, stride, padding)) goto done;
+  xc = dp_contiguous_raw(x);
+  wc = xc ? dp_contiguous_raw(w_in) : NULL;
+  if (!wc) goto done;
+  conv_geom cg;
+  conv_geometry(&cg, xc, wc, stride, padding);
+  y = dp_empty(xc->dtype, 4, (int64_t[]){cg.g.n, cg.outc, cg.g.oh, cg.g.ow}, dp_dev(xc));
+  if (!y || conv_forward(y, xc, wc, &cg) || (b && dp_backend_of(y)->bias_act(y, b, -1, cg.g.n, cg.outc, cg.L))) {
+    dp_clear(&y);
+    goto done;
+  }
+  out = y;
+  if (x_in->ndim == 3) {
+    out = dp_reshape(y, 3, (int64_t[]){cg.outc, cg.g.oh, cg.g.ow});
+    dp_release(y);
+    if (!out) goto done;
+  }
+  dp_tensor *ins[3] = {x_in, w_in, b};
+  if (dp_any_requires_grad(b ? 3 : 2, ins)) {
+    dp_node *n = dp_node_new("ConvolutionBackward", conv2d_backward, b ? 3 : 2, ins, 1);
+    n->i[0] = stride[0], n->i[1] = stride[1], n->i[2] = padding[0], n->i[3] = padding[1];
+    dp_node_save(n, xc);
+    dp_node_save(n, wc);
+    dp_node_attach(n, out, 0);
+    dp_node_release(n);
+  }
+done:
+  dp_release(x), dp_release(xc), dp_release(wc);
+  return out;
+}

@@ -1,0 +1,127 @@
+/* 2-d max and average pooling (floor mode; average counts the padding, as
+ * PyTorch's defaults), with their gradients. Inputs are [N, C, H, W] or
+ * unbatched [C, H, W]. Max pooling saves the winners' positions, so its
+ * backward is a scatter and never compares values again. */
+#include "ops/op_util.h"
+#include "ops/scalar_math.h"
+
+/* x as a contiguous 4-d tensor (an unbatched input gains N = 1) and the
+ * window geometry; NULL + error naming the arguments. */
+static dp_tensor *pool_input(const char *op, dp_tensor *x, const int64_t k[2], const int64_t s[2],
+                             const int64_t p[2], dp_window2d *g) {
+  if (x->ndim != 3 && x->ndim != 4) {
+    dp_error("%s: expected a 3- or 4-dimensional input ([C, H, W] or [N, C, H, W]), got shape %s", op, SHAPE(x));
+    return NULL;
+  }
+  if (dp_check_float(op, x)) return NULL;
+  for (int d = 0; d < 2; d++) {
+    if (k[d] < 1) {
+      dp_error("%s: kernel size must be >= 1, got %" PRId64 "x%" PRId64, op, k[0], k[1]);
+      return NULL;
+    }
+    if (s[d] < 1) {
+      dp_error("%s: stride must be >= 1, got %" PRId64 "x%" PRId64, op, s[0], s[1]);
+      return NULL;
+    }
+    if (p[d] < 0 || p[d] > k[d] / 2) {
+      dp_error("%s: padding %" PRId64 "x%" PRId64 " must be >= 0 and at most half the kernel size %" PRId64
+               "x%" PRId64,
+               op, p[0], p[1], k[0], k[1]);
+      return NULL;
+    }
+  }
+  int lead = x->ndim - 4; /* -1 for an unbatched input */
+  g->n = lead < 0 ? 1 : x->shape[0];
+  g->c = x->shape[lead + 1], g->h = x->shape[lead + 2], g->w = x->shape[lead + 3];
+  g->kh = k[0], g->kw = k[1], g->sh = s[0], g->sw = s[1], g->ph = p[0], g->pw = p[1];
+  g->oh = dp_window_out(g->h, g->kh, g->sh, g->ph);
+  g->ow = dp_window_out(g->w, g->kw, g->sw, g->pw);
+  if (g->oh < 1 || g->ow < 1) {
+    dp_error("%s: kernel size %" PRId64 "x%" PRId64 " does not fit the input %" PRId64 "x%" PRId64
+             " padded by %" PRId64 "x%" PRId64 " (input shape %s)",
+             op, k[0], k[1], g->h, g->w, p[0], p[1], SHAPE(x));
+    return NULL;
+  }
+  return dp_contiguous_raw(x);
+}
+
+/* Output shape: the input's with H, W replaced by oh, ow. */
+static void pool_out_shape(const dp_tensor *x, const dp_window2d *g, int64_t *sh) {
+  for (int d = 0; d < x->ndim - 2; d++) sh[d] = x->shape[d];
+  sh[x->ndim - 2] = g->oh;
+  sh[x->ndim - 1] = g->ow;
+}
+
+static void save_geometry(dp_node *n, const dp_window2d *g) {
+  n->i[0] = g->kh, n->i[1] = g->kw, n->i[2] = g->sh, n->i[3] = g->sw, n->i[4] = g->ph, n->i[5] = g->pw;
+}
+
+static dp_window2d load_geometry(const dp_node *n) {
+  int nd = n->in_ndim[0], lead = nd - 4;
+  const int64_t *sh = n->in_shape[0];
+  dp_window2d g = {.n = lead < 0 ? 1 : sh[0], .c = sh[lead + 1], .h = sh[lead + 2], .w = sh[lead + 3],
+                   .kh = n->i[0], .kw = n->i[1], .sh = n->i[2], .sw = n->i[3], .ph = n->i[4], .pw = n->i[5]};
+  g.oh = dp_window_out(g.h, g.kh, g.sh, g.ph);
+  g.ow = dp_window_out(g.w, g.kw, g.sw, g.pw);
+  return g;
+}
+
+static int max_pool_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  dp_window2d g = load_geometry(n);
+  dp_tensor *idx = dp_node_saved(n, 0), *gy = dp_contiguous_raw(gout[0]);
+  dp_tensor *gx = gy ? dp_empty(n->in_dtype[0], n->in_ndim[0], n->in_shape[0], dp_dev(gy)) : NULL;
+  if (gx && dp_backend_of(gx)->max_pool2d_backward(gx, gy, idx, &g)) dp_clear(&gx);
+  dp_release(gy);
+  gin[0] = gx;
+  return gx ? 0 : -1;
+}
+
+dp_tensor *dp_max_pool2d(dp_tensor *x, const int64_t k[2], const int64_t stride[2], const int64_t pad[2]) {
+  dp_window2d g;
+  dp_tensor *xc = pool_input("max_pool2d", x, k, stride, pad, &g);
+  if (!xc) return NULL;
+  int64_t sh[4];
+  pool_out_shape(x, &g, sh);
+  dp_tensor *y = dp_empty(x->dtype, x->ndim, sh, dp_dev(x));
+  dp_tensor *idx = y ? dp_empty(DP_I64, x->ndim, sh, dp_dev(x)) : NULL;
+  if (idx && dp_backend_of(x)->max_pool2d(y, idx, xc, &g)) dp_clear(&y);
+  dp_release(xc);
+  if (y && idx && dp_any_requires_grad(1, &x)) {
+    dp_node *n = dp_node_new("MaxPool2DBackward", max_pool_backward, 1, &x, 1);
+    save_geometry(n, &g);
+    dp_node_save(n, idx);
+    dp_node_attach(n, y, 0);
+    dp_node_release(n);
+  }
+  if (!idx) dp_clear(&y);
+  dp_release(idx);
+  return y;
+}
+
+static int avg_pool_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  dp_window2d g = load_geometry(n);
+  dp_tensor *gy = dp_contiguous_raw(gout[0]);
+  dp_tensor *gx = gy ? dp_empty(n->in_dtype[0], n->in_ndim[0], n->in_shape[0], dp_dev(gy)) : NULL;
+  if (gx && dp_backend_of(gx)->avg_pool2d_backward(gx, gy, &g)) dp_clear(&gx);
+  dp_release(gy);
+  gin[0] = gx;
+  return gx ? 0 : -1;
+}
+
+dp_tensor *dp_avg_pool2d(dp_tensor *x, const int64_t k[2], const int64_t stride[2], const int64_t pad[2]) {
+  dp_window2d g;
+  dp_tensor *xc = pool_input("avg_pool2d", x, k, stride, pad, &g);
+  if (!xc) return NULL;
+  int64_t sh[4];
+  pool_out_shape(x, &g, sh);
+  dp_tensor *y = dp_empty(x->dtype, x->ndim, sh, dp_dev(x));
+  if (y && dp_backend_of(x)->avg_pool2d(y, xc, &g)) dp_clear(&y);
+  dp_release(xc);
+  if (y && dp_any_requires_grad(1, &x)) {
+    dp_node *n = dp_node_new("AvgPool2DBackward", avg_pool_backward, 1, &x, 1);
+    save_geometry(n, &g);
+    dp_node_attach(n, y, 0);
+    dp_node_release(n);
+  }
+  return y;
+}
