@@ -8,6 +8,8 @@
  * within the root's node, chain among leaders, within the other nodes.
  * reduce, reduce_scatter and barrier reuse the hierarchical all-reduce (on a
  * scratch copy where the op must not change the input). */
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,6 +87,17 @@ static int64_t tensor_pool_offset(cpu_pg *g, const dp_tensor *t) {
 
 int cpu_exec(cpu_pg *g, cpu_op *op) {
   if (atomic_load(&g->broken)) return dp_error("%s", g->broken_msg);
+  if (g->seg && atomic_load(&g->seg->hdr->aborted)) {
+    /* a peer failed while this rank was elsewhere: its step counter may
+     * already be ahead, so no wait would notice */
+    for (int i = 0; i < 1000 && atomic_load(&g->seg->hdr->aborted) != 1; i++) sched_yield();
+    char ctx[256], msg[900];
+    cpu_op_ctx(op, ctx, sizeof ctx);
+    snprintf(msg, sizeof msg, "%s failed on rank %d because rank %d failed: %s", ctx, g->base.global_rank,
+             g->seg->hdr->abort_rank, g->seg->hdr->abort_msg);
+    cpu_fail(g, msg);
+    return dp_error("%s", msg);
+  }
   coll_ctx c = {g, op, pg_now_ms() + g->base.timeout_ms, false, true};
   dp_dtype dt = (dp_dtype)op->d.dtype;
   size_t n = (size_t)op->d.count, es = dp_dtype_size(dt);

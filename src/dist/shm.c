@@ -224,10 +224,24 @@ bool shm_pid_alive(int pid) {
   return !(p && (p[2] == 'Z' || p[2] == 'X'));
 }
 
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 int shm_wait_ge(_Atomic uint32_t *word, _Atomic uint32_t *waiters, uint32_t target, const shm_wait *w) {
-  for (int i = 0; i < w->spin; i++) {
-    if (shm_ge(atomic_load_explicit(word, memory_order_acquire), target)) return SHM_OK;
-    cpu_relax();
+  if (shm_ge(atomic_load_explicit(word, memory_order_acquire), target)) return SHM_OK;
+  /* spin for a bounded time (not a count: under a hypervisor one pause can
+   * cost 200 ns), then sleep */
+  if (w->spin > 0) {
+    int64_t end = mono_ns() + (int64_t)w->spin * 1000;
+    do {
+      for (int i = 0; i < 8; i++) {
+        if (shm_ge(atomic_load_explicit(word, memory_order_acquire), target)) return SHM_OK;
+        cpu_relax();
+      }
+    } while (mono_ns() < end);
   }
   int64_t last_check = mono_ms();
   for (;;) {
@@ -275,11 +289,11 @@ void shm_abort(shm_seg *s, int rank, const char *msg) {
 }
 
 int shm_default_spin(int nlocal) {
-  const char *v = getenv("DDPLUA_SPIN");
+  const char *v = getenv("DDPLUA_SPIN_US");
   if (v && *v) return atoi(v);
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   /* more ranks than cores: a spinning rank holds the core its peer needs */
-  return nlocal > ncpu ? 16 : 4000;
+  return nlocal > ncpu ? 0 : 20;
 }
 
 /* ---- pool ---- */

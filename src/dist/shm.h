@@ -128,7 +128,7 @@ enum { SHM_OK = 0, SHM_TIMEOUT = 1, SHM_DEAD = 2, SHM_ABORTED = 3 };
 typedef struct {
   shm_seg *seg;
   int64_t deadline_ms;
-  int spin;      /* busy iterations before sleeping */
+  int spin;      /* microseconds of busy waiting before sleeping */
   int watch_pid; /* process whose death ends the wait (0: none) */
 } shm_wait;
 
@@ -140,7 +140,8 @@ static inline bool shm_ge(uint32_t v, uint32_t target) { return (int32_t)(v - ta
 /* Marks the segment aborted (first message wins) and wakes every waiter. */
 void shm_abort(shm_seg *s, int rank, const char *msg);
 bool shm_pid_alive(int pid);
-/* Busy iterations suited to nlocal ranks on this machine's cores. */
+/* Busy-wait microseconds suited to nlocal ranks on this machine's cores
+ * (DDPLUA_SPIN_US overrides). */
 int shm_default_spin(int nlocal);
 
 /* ---- pool (alloc_shared) ---- */
