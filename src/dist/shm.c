@@ -44,9 +44,10 @@ static size_t env_size(const char *name, size_t dflt, size_t unit, size_t lo, si
 
 shm_sizes shm_default_sizes(void) {
   shm_sizes s;
-  /* 256 KiB slots: a chunk of every rank's data fits in L2/L3 while it is
-   * reduced; large enough that the per-chunk synchronisation is cheap. */
-  s.slot_bytes = round_up(env_size("DDPLUA_SHM_SLOT_KB", 256 << 10, 1024, 16 << 10, 64 << 20), PAGE);
+  /* 1 MiB per slot (half of a rank's staging area): room for a 512 KiB
+   * all_reduce chunk and its reduced slice; broadcast and gathers move up to
+   * a slot per step */
+  s.slot_bytes = round_up(env_size("DDPLUA_SHM_SLOT_KB", 1 << 20, 1024, 64 << 10, 64 << 20), PAGE);
   s.chan_bytes = 128 << 10;
   /* pool: address space only; pages are allocated per alloc_shared */
   s.pool_bytes = round_up(env_size("DDPLUA_SHM_POOL_MB", (size_t)1 << 30, 1 << 20, 0, (size_t)1 << 40), PAGE);

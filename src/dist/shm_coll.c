@@ -9,9 +9,9 @@
  * of parity t+1 was last read during step t-1, which every rank finished
  * before it reached step t.
  *
- * all_reduce pipelines chunks of (local ranks x slice) elements: copy my
- * chunk in, step, reduce my slice across all slots into my next slot, step,
- * copy every slice out. A tensor that lives in the pool of every rank
+ * all_reduce pipelines chunks (reduce_impl): copy a chunk in, reduce my
+ * slice of every rank's copy of the previous one, copy the reduced slices of
+ * the one before out, step. A tensor that lives in the pool of every rank
  * (alloc_shared) skips the slots: each rank reduces its 1/L of the whole
  * tensor straight from the peers' memory and writes the result into every
  * copy, with one step before and one after. Ranks whose data is in the pool
@@ -23,6 +23,50 @@
 #include "core/error.h"
 #include "dist/pg_cpu.h"
 #include "dist/reduce_kern.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+/* Results bound for a tensor larger than the caches are written with
+ * streaming stores: no read-for-ownership of the destination, no eviction
+ * of the staging slots. */
+#define STREAM_MIN ((size_t)4 << 20)
+
+static void copy_result(void *dst, const void *src, size_t n, bool stream) {
+#if defined(__SSE2__)
+  if (stream && n >= 256) {
+    uint8_t *d = dst;
+    const uint8_t *p = src;
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    memcpy(d, p, head);
+    d += head;
+    p += head;
+    n -= head;
+    size_t m = n & ~(size_t)63;
+    for (size_t i = 0; i < m; i += 64) {
+      __m128i a = _mm_loadu_si128((const __m128i *)(p + i)), b = _mm_loadu_si128((const __m128i *)(p + i + 16));
+      __m128i c = _mm_loadu_si128((const __m128i *)(p + i + 32)), e = _mm_loadu_si128((const __m128i *)(p + i + 48));
+      _mm_stream_si128((__m128i *)(d + i), a);
+      _mm_stream_si128((__m128i *)(d + i + 16), b);
+      _mm_stream_si128((__m128i *)(d + i + 32), c);
+      _mm_stream_si128((__m128i *)(d + i + 48), e);
+    }
+    memcpy(d + m, p + m, n - m);
+    return;
+  }
+#endif
+  (void)stream;
+  memcpy(dst, src, n);
+}
+
+/* Orders streaming stores before the step that publishes them. */
+static void stream_fence(bool stream) {
+#if defined(__SSE2__)
+  if (stream) _mm_sfence();
+#endif
+  (void)stream;
+}
 
 static int grank_of_local(const cpu_pg *g, int l) { return g->granks[g->node_first[g->my_node] + l]; }
 
@@ -134,59 +178,89 @@ static int reduce_in_place(coll_ctx *c, size_t n, dp_dtype dt, dp_redop op, int 
   int L = g->lsize;
   size_t es = dp_dtype_size(dt), q = slice_len(n, L, es);
   size_t lo = (size_t)g->lrank * q, hi = lo + q < n ? lo + q : n;
-  uint8_t *tmp = shm_slot(g->seg, g->lrank, 0);
-  size_t block = g->seg->hdr->slot_bytes / es;
+  uint8_t *tmp = shm_slot(g->seg, g->lrank, 0); /* every rank is past the previous op: any slot is free */
+  size_t block = (g->seg->hdr->slot_bytes < ((size_t)128 << 10) ? g->seg->hdr->slot_bytes : (size_t)128 << 10) / es;
   const void *src[DP_PG_MAX_LOCAL];
+  bool stream = n * es >= STREAM_MIN;
   for (size_t b = lo; b < hi; b += block) {
     size_t m = hi - b < block ? hi - b : block;
     for (int l = 0; l < L; l++) src[l] = pool_data(c, l) + b * es;
     dp_reduce_n(tmp, src, L, m, dt, op);
     if (avg_div) dp_reduce_scale(tmp, m, dt, avg_div);
     for (int l = 0; l < L; l++)
-      if (root < 0 || l == root) memcpy(pool_data(c, l) + b * es, tmp, m * es);
+      if (root < 0 || l == root) copy_result(pool_data(c, l) + b * es, tmp, m * es, stream);
   }
+  stream_fence(stream);
   return shm_step(c);
 }
 
 /* all_reduce (root < 0) or reduce to local rank root; avg_div > 0 divides
- * the sums by it. */
+ * the sums by it.
+ *
+ * A software pipeline with one step per chunk: between two steps a rank
+ * copies chunk i in, reduces its slice of chunk i-1 (every rank's copy of
+ * chunk i-1 is in) and copies the reduced slices of chunk i-2 out. What it
+ * writes goes to the half of its staging area of the coming step's parity
+ * (input chunk, then its reduced slice); what it reads is in the other half,
+ * written before the previous step. Chunks are an eighth of the tensor,
+ * 256 to 512 KiB: small enough to stay in cache between the copy in, the
+ * reduction and the copy out, large enough to keep the steps few. */
+#define MIN_CHUNK ((size_t)256 << 10)
+#define MAX_CHUNK ((size_t)512 << 10) /* chunk and slice stay in L2 */
+
 static int reduce_impl(coll_ctx *c, void *data, size_t n, dp_dtype dt, dp_redop op, int root, int avg_div) {
   cpu_pg *g = c->g;
   shm_seg *s = g->seg;
   int L = g->lsize, me = g->lrank;
   if (L > DP_PG_MAX_LOCAL) return dp_error("more than %d ranks on one node", DP_PG_MAX_LOCAL);
-  size_t es = dp_dtype_size(dt);
-  size_t chunk = s->hdr->slot_bytes / ((size_t)L * 64) * 64 / es * (size_t)L;
   if (n == 0) return shm_step(c);
-  bool mine_in_pool = pool_data(c, me) != NULL;
+  size_t es = dp_dtype_size(dt), unit = (size_t)L * 64, half = s->hdr->slot_bytes;
+  size_t max_cb = half * (size_t)L / ((size_t)L + 1) / unit * unit; /* chunk + one slice fit a half */
+  size_t cb = (n * es / 8 + unit - 1) / unit * unit;
+  if (cb < MIN_CHUNK) cb = (MIN_CHUNK + unit - 1) / unit * unit;
+  if (cb > MAX_CHUNK) cb = MAX_CHUNK / unit * unit;
+  if (cb > max_cb) cb = max_cb;
+  size_t chunk = cb / es, slice_off = cb; /* reduced slice after the input chunk */
+  size_t nchunks = (n + chunk - 1) / chunk;
+  bool mine_in_pool = pool_data(c, me) != NULL, stream = n * es >= STREAM_MIN;
   uint8_t *d = data;
   const void *src[DP_PG_MAX_LOCAL];
-  for (size_t off = 0; off < n; off += chunk) {
-    size_t len = n - off < chunk ? n - off : chunk;
-    uint32_t t = my_step(c) + 1;
-    if (!mine_in_pool) memcpy(shm_slot(s, me, t), d + off * es, len * es);
+  for (size_t i = 0; i <= nchunks + 1; i++) {
+    uint32_t T = my_step(c) + 1; /* the step this iteration's writes are for */
+    if (i < nchunks && !mine_in_pool) {
+      size_t len = n - i * chunk < chunk ? n - i * chunk : chunk;
+      memcpy(shm_slot(s, me, T), d + i * chunk * es, len * es);
+    }
+    if (i >= 1 && i - 1 < nchunks) { /* reduce my slice of chunk i-1 */
+      size_t off = (i - 1) * chunk, len = n - off < chunk ? n - off : chunk;
+      size_t q = slice_len(len, L, es), lo = (size_t)me * q < len ? (size_t)me * q : len;
+      size_t hi = lo + q < len ? lo + q : len;
+      uint8_t *dst = shm_slot(s, me, T) + slice_off + lo * es;
+      if (hi > lo) {
+        for (int l = 0; l < L; l++) {
+          uint8_t *p = pool_data(c, l);
+          src[l] = p ? p + (off + lo) * es : shm_slot(s, l, T - 1) + lo * es;
+        }
+        dp_reduce_n(dst, src, L, hi - lo, dt, op);
+        if (avg_div) dp_reduce_scale(dst, hi - lo, dt, avg_div);
+      }
+    }
+    if (i >= 2 && (root < 0 || root == me)) { /* copy out chunk i-2 */
+      size_t off = (i - 2) * chunk, len = n - off < chunk ? n - off : chunk, q = slice_len(len, L, es);
+      for (int l = 0; l < L; l++) {
+        size_t lo = (size_t)l * q < len ? (size_t)l * q : len, hi = lo + q < len ? lo + q : len;
+        if (hi > lo) copy_result(d + (off + lo) * es, shm_slot(s, l, T - 1) + slice_off + lo * es, (hi - lo) * es, stream);
+      }
+    }
+    if (i > nchunks) {
+      stream_fence(stream);
+      break;
+    }
     if (shm_step(c)) return -1;
-    if (off == 0) {
+    if (i == 0) {
       bool all = true;
       for (int l = 0; l < L; l++) all = all && pool_data(c, l);
       if (all) return reduce_in_place(c, n, dt, op, root, avg_div);
-    }
-    size_t q = slice_len(len, L, es);
-    size_t lo = (size_t)me * q < len ? (size_t)me * q : len, hi = lo + q < len ? lo + q : len;
-    uint8_t *next = shm_slot(s, me, t + 1);
-    if (hi > lo) {
-      for (int l = 0; l < L; l++) {
-        uint8_t *p = pool_data(c, l);
-        src[l] = p ? p + (off + lo) * es : shm_slot(s, l, t) + lo * es;
-      }
-      dp_reduce_n(next + lo * es, src, L, hi - lo, dt, op);
-      if (avg_div) dp_reduce_scale(next + lo * es, hi - lo, dt, avg_div);
-    }
-    if (shm_step(c)) return -1;
-    if (root >= 0 && root != me) continue;
-    for (int l = 0; l < L; l++) {
-      size_t a = (size_t)l * q < len ? (size_t)l * q : len, b = a + q < len ? a + q : len;
-      if (b > a) memcpy(d + (off + a) * es, shm_slot(s, l, t + 1) + a * es, (b - a) * es);
     }
   }
   return 0;
@@ -206,7 +280,7 @@ int shm_broadcast(coll_ctx *c, void *data, size_t nbytes, int root) {
   int me = g->lrank;
   size_t chunk = s->hdr->slot_bytes;
   uint8_t *d = data;
-  bool root_in_pool = me == root ? pool_data(c, me) != NULL : false;
+  bool root_in_pool = me == root ? pool_data(c, me) != NULL : false, stream = nbytes >= STREAM_MIN;
   if (nbytes == 0) return shm_step(c);
   for (size_t off = 0; off < nbytes; off += chunk) {
     size_t len = nbytes - off < chunk ? nbytes - off : chunk;
@@ -216,11 +290,13 @@ int shm_broadcast(coll_ctx *c, void *data, size_t nbytes, int root) {
     uint8_t *rp = pool_data(c, root);
     if (rp) {
       /* read the root's memory directly, then let it go */
-      if (me != root) memcpy(d, rp, nbytes);
+      if (me != root) copy_result(d, rp, nbytes, stream);
+      stream_fence(stream);
       return shm_step(c);
     }
-    if (me != root) memcpy(d + off, shm_slot(s, root, t), len);
+    if (me != root) copy_result(d + off, shm_slot(s, root, t), len, stream);
   }
+  stream_fence(stream);
   return 0;
 }
 
@@ -231,7 +307,7 @@ int shm_all_gather(coll_ctx *c, const void *in, size_t nbytes, void *out) {
   size_t chunk = s->hdr->slot_bytes;
   const uint8_t *x = in;
   uint8_t *y = out;
-  bool mine_in_pool = pool_data(c, me) != NULL, any_pool = false;
+  bool mine_in_pool = pool_data(c, me) != NULL, any_pool = false, stream = nbytes * (size_t)L >= STREAM_MIN;
   if (nbytes == 0) return shm_step(c);
   for (size_t off = 0; off < nbytes; off += chunk) {
     size_t len = nbytes - off < chunk ? nbytes - off : chunk;
@@ -241,9 +317,11 @@ int shm_all_gather(coll_ctx *c, const void *in, size_t nbytes, void *out) {
     for (int l = 0; l < L; l++) {
       uint8_t *p = pool_data(c, l);
       any_pool = any_pool || p;
-      memmove(y + (size_t)l * nbytes + off, p ? p + off : shm_slot(s, l, t), len);
+      uint8_t *dst = y + (size_t)l * nbytes + off, *from = p ? p + off : shm_slot(s, l, t);
+      if (dst != from) copy_result(dst, from, len, stream); /* (the input may be a view of the output) */
     }
   }
+  stream_fence(stream);
   /* inputs read in place must not change before every reader is done */
   return any_pool ? shm_step(c) : 0;
 }
