@@ -443,7 +443,41 @@ describe("init", function()
   end)
 end)
 
+local function alive(pid)
+  local f = io.open("/proc/" .. pid .. "/stat")
+  if not f then return false end
+  local st = f:read("l")
+  f:close()
+  return st ~= nil and not st:match("^%d+ %b() [ZX]")
+end
+
 describe("failures", function()
+  it("spawned children die with their parent", function()
+    local file = os.tmpname()
+    local sh = io.popen(string.format("%s tests/mp/scripts/orphan.lua %s >/dev/null 2>&1 & echo $!", BIN, file))
+    local parent = sh:read("l")
+    sh:close()
+    local pids = {}
+    local t0 = os.time()
+    while #pids < 2 and os.time() - t0 < 20 do
+      pids = {}
+      for r = 0, 1 do
+        local f = io.open(file .. "." .. r)
+        local pid = f and f:read("l")
+        if f then f:close() end
+        if pid and #pid > 0 then pids[#pids + 1] = pid end
+      end
+    end
+    assert.equal(2, #pids)
+    os.execute("kill -9 " .. parent)
+    t0 = os.time()
+    while (alive(pids[1]) or alive(pids[2])) and os.time() - t0 < 10 do os.execute("sleep 0.05") end
+    assert.is_false(alive(pids[1]))
+    assert.is_false(alive(pids[2]))
+    for r = 0, 1 do os.remove(file .. "." .. r) end
+    os.remove(file)
+  end)
+
   it("a rank that never calls the collective is named in the deadline error", function()
     dist.spawn(function(rank)
       dist.init_process_group { timeout = 0.5 }
