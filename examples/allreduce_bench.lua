@@ -77,7 +77,9 @@ local function run(rank, memcpy)
 end
 
 if os.getenv("WORLD_SIZE") then
-  run(tonumber(os.getenv("RANK")), memcpy_gbs())
+  -- under the launcher rank 0 measures memcpy while the others wait in init
+  local rank = tonumber(os.getenv("RANK"))
+  run(rank, rank == 0 and memcpy_gbs() or 0)
 else
   local memcpy = memcpy_gbs()
   dist.spawn(run, opt.nproc, memcpy)
