@@ -42,7 +42,10 @@ typedef struct dp_pg_ops {
   int (*new_group)(dp_pg *g, const int *ranks, int n, dp_pg **out);
   /* Optional: memory that collectives can read from peers in place (the
    * cpu backend's shared segment). NULL entry or NULL result: use plain
-   * memory. DDP allocates its gradient buckets here. */
+   * memory. DDP allocates its gradient buckets here. A collective whose
+   * tensor lives there on every rank of a node skips the staging copies;
+   * on some ranks only, those ranks skip theirs. (cpu: pages are allocated
+   * per call; the storage keeps the mapping alive past the group.) */
   dp_storage *(*alloc_shared)(dp_pg *g, size_t nbytes);
   void (*destroy)(dp_pg *g);
 } dp_pg_ops;
