@@ -48,6 +48,12 @@ typedef struct dp_pg_ops {
    * per call; the storage keeps the mapping alive past the group.) */
   dp_storage *(*alloc_shared)(dp_pg *g, size_t nbytes);
   void (*destroy)(dp_pg *g);
+  /* Optional: releases everything destroy does (threads, mappings,
+   * sockets) but keeps the struct as a tombstone on which every later call
+   * fails with "the process group was destroyed" — for groups that C code
+   * (a DDP reducer) may still point at when Lua destroys them. destroy()
+   * frees a shut-down group. */
+  void (*shutdown)(dp_pg *g);
 } dp_pg_ops;
 
 struct dp_pg {

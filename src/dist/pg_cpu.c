@@ -254,6 +254,7 @@ static int cpu_recv(dp_pg *pg, dp_tensor *t, int src) { return p2p(pg, t, src, O
 int cpu_new_group(dp_pg *pg, const int *ranks, int n, dp_pg **out);
 dp_storage *cpu_alloc_shared(dp_pg *pg, size_t nbytes);
 void cpu_destroy(dp_pg *pg);
+void cpu_shutdown(dp_pg *pg);
 
 const dp_pg_ops dp_pg_cpu_ops = {
     .name = "cpu",
@@ -268,4 +269,5 @@ const dp_pg_ops dp_pg_cpu_ops = {
     .new_group = cpu_new_group,
     .alloc_shared = cpu_alloc_shared,
     .destroy = cpu_destroy,
+    .shutdown = cpu_shutdown,
 };

@@ -105,10 +105,16 @@ static int setup_segment(cpu_pg *g, const cpu_pg_params *p, int64_t deadline) {
   return g->seg ? 0 : -1;
 }
 
-static void free_group(cpu_pg *g) {
+/* Threads, sockets and the mapping go; the struct stays (see shutdown). */
+static void release_resources(cpu_pg *g) {
   cpu_queue_stop(g);
   tcp_mesh_close(g);
   if (g->seg) shm_seg_release(g->seg);
+  g->seg = NULL;
+}
+
+static void free_group(cpu_pg *g) {
+  release_resources(g);
   free(g->granks);
   free(g->node_of);
   free(g->lrank_of);
@@ -211,6 +217,7 @@ dp_pg *dp_pg_cpu_new(const dp_pg_init *init) {
 int cpu_new_group(dp_pg *pg, const int *ranks, int n, dp_pg **out) {
   cpu_pg *g = (cpu_pg *)pg;
   *out = NULL;
+  if (atomic_load(&g->broken)) return dp_error("new_group: %s", g->broken_msg);
   if (n < 1) return dp_error("new_group: the list of ranks is empty");
   for (int i = 0; i < n; i++) {
     if (ranks[i] < 0 || ranks[i] >= pg->size)
@@ -251,6 +258,15 @@ void cpu_destroy(dp_pg *pg) {
   if (pg) free_group((cpu_pg *)pg);
 }
 
+void cpu_shutdown(dp_pg *pg) {
+  cpu_pg *g = (cpu_pg *)pg;
+  pthread_mutex_lock(&g->broken_mu);
+  snprintf(g->broken_msg, sizeof g->broken_msg, "the process group was destroyed");
+  atomic_store(&g->broken, true); /* every entry point checks this first */
+  pthread_mutex_unlock(&g->broken_mu);
+  release_resources(g);
+}
+
 /* ---- alloc_shared: storage in this rank's pool ---- */
 
 typedef struct {
@@ -268,7 +284,7 @@ static void pool_storage_release(dp_storage *st) {
 
 dp_storage *cpu_alloc_shared(dp_pg *pg, size_t nbytes) {
   cpu_pg *g = (cpu_pg *)pg;
-  if (!g->seg) return NULL; /* alone on the node: plain memory is as good */
+  if (!g->seg || atomic_load(&g->broken)) return NULL; /* alone on the node: plain memory is as good */
   int64_t off = shm_pool_alloc(g->seg, nbytes);
   if (off < 0) return NULL;
   pool_block *b = dp_xmalloc(sizeof *b);

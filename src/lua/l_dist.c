@@ -36,10 +36,14 @@ static void group_unref(lgroup *g) {
   free(g);
 }
 
-/* Destroys g's process group and takes it off the live list. */
+/* Destroys g's process group and takes it off the live list. C code may
+ * still hold the group (a DDP reducer on the default group holds no Lua
+ * reference), so a backend that can keeps a tombstone that fails every
+ * later call instead of freeing it. */
 static void group_destroy(lgroup *g) {
   if (g->destroyed) return;
-  if (g->pg) g->pg->ops->destroy(g->pg);
+  if (g->pg && g->pg->ops->shutdown) g->pg->ops->shutdown(g->pg);
+  else if (g->pg) g->pg->ops->destroy(g->pg);
   g->pg = NULL;
   g->destroyed = true;
   for (lgroup **pp = &lt_dist.groups; *pp; pp = &(*pp)->next)
