@@ -242,7 +242,13 @@ static int rank_main(int rank, int size, const int *nodes, const char *prefix) {
   test_scatter_gather(g, &fails);
   test_async_p2p(g, &fails);
   test_subgroup(g, &fails);
-  if (g->ops->barrier(g)) fails++;
+  if (OP(g->ops->barrier(g))) fails++;
+  /* a shut-down group is a tombstone: calls fail, nothing crashes */
+  g->ops->shutdown(g);
+  dp_tensor *t = dp_zeros(DP_F32, 1, (int64_t[]){4}, dp_cpu());
+  if (g->ops->all_reduce(g, t, DP_RED_SUM, NULL) == 0 || !strstr(dp_errmsg(), "destroyed")) fails++;
+  if (g->ops->alloc_shared(g, 64) != NULL) fails++;
+  dp_release(t);
   g->ops->destroy(g);
   dp_store_close(st);
   if (fails) fprintf(stderr, "rank %d: %d failures\n", rank, fails);
