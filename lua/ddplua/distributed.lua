@@ -54,7 +54,8 @@ local function pick_backend(b)
     error("init_process_group: backend 'nccl' is not part of this build of ddplua; use backend='cpu' " ..
       "(it accepts CUDA tensors, staged through host memory)", 3)
   end
-  error(string.format("init_process_group: unknown backend %q (expected \"cpu\", \"nccl\" or \"auto\")", tostring(b)), 3)
+  error(string.format("init_process_group: unknown backend %q (expected \"cpu\", \"nccl\" or \"auto\")",
+    tostring(b)), 3)
 end
 
 --- init_process_group{backend=, init_method=, world_size=, rank=, timeout=}

@@ -249,7 +249,8 @@ static int reduce_impl(coll_ctx *c, void *data, size_t n, dp_dtype dt, dp_redop 
       size_t off = (i - 2) * chunk, len = n - off < chunk ? n - off : chunk, q = slice_len(len, L, es);
       for (int l = 0; l < L; l++) {
         size_t lo = (size_t)l * q < len ? (size_t)l * q : len, hi = lo + q < len ? lo + q : len;
-        if (hi > lo) copy_result(d + (off + lo) * es, shm_slot(s, l, T - 1) + slice_off + lo * es, (hi - lo) * es, stream);
+        if (hi > lo)
+          copy_result(d + (off + lo) * es, shm_slot(s, l, T - 1) + slice_off + lo * es, (hi - lo) * es, stream);
       }
     }
     if (i > nchunks) {
@@ -342,7 +343,8 @@ int shm_reduce_scatter(coll_ctx *c, const void *in, void *out, size_t n, dp_dtyp
     size_t len = n - off < q ? n - off : q;
     uint32_t t = my_step(c) + 1;
     if (!mine_in_pool)
-      for (int b = 0; b < L; b++) memcpy(shm_slot(s, me, t) + (size_t)b * q * es, x + ((size_t)b * n + off) * es, len * es);
+      for (int b = 0; b < L; b++)
+        memcpy(shm_slot(s, me, t) + (size_t)b * q * es, x + ((size_t)b * n + off) * es, len * es);
     if (shm_step(c)) return -1;
     for (int l = 0; l < L; l++) {
       uint8_t *p = pool_data(c, l);

@@ -83,7 +83,8 @@ static int xfer(coll_ctx *c, int sp, const void *sbuf, size_t sn, int rp, void *
     if (k <= 0) continue;
     if (si >= 0 && (pf[si].revents & (POLLOUT | POLLERR | POLLHUP)) && sd < sn) {
       ssize_t w = send(g->fds[sp], s + sd, sn - sd, MSG_NOSIGNAL);
-      if (w < 0 && errno != EAGAIN && errno != EINTR) return peer_error(c, sp, "was closed (the peer failed or exited)");
+      if (w < 0 && errno != EAGAIN && errno != EINTR)
+        return peer_error(c, sp, "was closed (the peer failed or exited)");
       if (w > 0) sd += (size_t)w;
     }
     if (ri >= 0 && (pf[ri].revents & (POLLIN | POLLERR | POLLHUP)) && rd < rn) {

@@ -218,7 +218,8 @@ static dp_tensor *flat_for(lua_State *L, const dp_tensor *like, int n) {
 }
 
 static dp_tensor *block_view(lua_State *L, dp_tensor *flat, int i, int64_t per, const dp_tensor *shape_of) {
-  dp_tensor *v = dp_from_storage(flat->storage, flat->dtype, shape_of->ndim, shape_of->shape, NULL, flat->offset + i * per);
+  dp_tensor *v =
+      dp_from_storage(flat->storage, flat->dtype, shape_of->ndim, shape_of->shape, NULL, flat->offset + i * per);
   if (!v) lt_error(L);
   return v;
 }
@@ -301,7 +302,8 @@ static int l_reduce_scatter(lua_State *L) {
     flat = dense(L, in, false, &cb);
   } else if (lua_istable(L, 2)) {
     int len = (int)luaL_len(L, 2);
-    if (len != n) return luaL_error(L, "reduce_scatter: the input list has %d tensors, expected %d (one per rank)", len, n);
+    if (len != n)
+      return luaL_error(L, "reduce_scatter: the input list has %d tensors, expected %d (one per rank)", len, n);
     flat = flat_for(L, out, n);
     for (int i = 0; i < n; i++) {
       dp_tensor *e = list_entry(L, 2, i, out, "reduce_scatter", "input");
@@ -369,7 +371,8 @@ static int l_alloc_shared(lua_State *L) {
   copts o;
   read_opts(L, 3, "alloc_shared", &o, false);
   if (n < 0) return luaL_error(L, "alloc_shared: negative size %d", (int)n);
-  dp_storage *st = o.g->pg->ops->alloc_shared ? o.g->pg->ops->alloc_shared(o.g->pg, (size_t)n * dp_dtype_size(dt)) : NULL;
+  dp_pg *pg = o.g->pg;
+  dp_storage *st = pg->ops->alloc_shared ? pg->ops->alloc_shared(pg, (size_t)n * dp_dtype_size(dt)) : NULL;
   if (!st) return 0;
   int64_t shape = n;
   dp_tensor *t = dp_from_storage(st, dt, 1, &shape, NULL, 0);

@@ -90,7 +90,8 @@ static void sleep_ms(int ms) {
 }
 
 static const char *status_str(int status, char *buf, size_t n) {
-  if (WIFSIGNALED(status)) snprintf(buf, n, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  if (WIFSIGNALED(status))
+    snprintf(buf, n, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
   else snprintf(buf, n, "exited with code %d", WEXITSTATUS(status));
   return buf;
 }
@@ -109,7 +110,8 @@ static int l_spawn(lua_State *L) {
   if (!srv) return luaL_error(L, "spawn: %s", dp_errmsg());
   int nargs = lua_gettop(L) - 2;
   pid_t *pids = lua_newuserdatauv(L, sizeof(pid_t) * (size_t)n, 0);
-  int *fds = lua_newuserdatauv(L, sizeof(int) * (size_t)n, 0), *status = lua_newuserdatauv(L, sizeof(int) * (size_t)n, 0);
+  int *fds = lua_newuserdatauv(L, sizeof(int) * (size_t)n, 0);
+  int *status = lua_newuserdatauv(L, sizeof(int) * (size_t)n, 0);
   pid_t parent = getpid();
   fflush(NULL); /* nothing buffered may be written twice */
   int started = 0;
@@ -168,7 +170,8 @@ static int l_spawn(lua_State *L) {
     msg[k > 0 ? k : 0] = 0;
   }
   for (int r = 0; r < started; r++) close(fds[r]);
-  if (failed == -2) return luaL_error(L, "spawn: could only start %d of %d processes: %s", started, (int)n, strerror(errno));
+  if (failed == -2)
+    return luaL_error(L, "spawn: could only start %d of %d processes: %s", started, (int)n, strerror(errno));
   if (failed >= 0) {
     if (msg[0]) return luaL_error(L, "spawn: rank %d failed: %s", failed, msg);
     char how[128];

@@ -530,8 +530,8 @@ describe("failures", function()
   it("DDPLUA_DEBUG=1 checks every collective through the store", function()
     local out = run("DDPLUA_DEBUG=1 " .. BIN .. " tests/mp/scripts/debug_mismatch.lua")
     for r = 0, 1 do
-      assert.matches("rank " .. r .. ": collective mismatch %(DDPLUA_DEBUG%): rank 0 called broadcast%(float32, 1000, " ..
-        "src 0%) but rank 1 called broadcast%(float32, 999, src 0%)", out)
+      assert.matches("rank " .. r .. ": collective mismatch %(DDPLUA_DEBUG%): rank 0 called " ..
+        "broadcast%(float32, 1000, src 0%) but rank 1 called broadcast%(float32, 999, src 0%)", out)
     end
   end)
 
