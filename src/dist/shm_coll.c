@@ -227,9 +227,12 @@ static int reduce_impl(coll_ctx *c, void *data, size_t n, dp_dtype dt, dp_redop 
   const void *src[DP_PG_MAX_LOCAL];
   for (size_t i = 0; i <= nchunks + 1; i++) {
     uint32_t T = my_step(c) + 1; /* the step this iteration's writes are for */
-    if (i < nchunks && !mine_in_pool) {
-      size_t len = n - i * chunk < chunk ? n - i * chunk : chunk;
-      memcpy(shm_slot(s, me, T), d + i * chunk * es, len * es);
+    if (i < nchunks && !mine_in_pool) { /* the peers' slices of chunk i (mine I read from my tensor) */
+      size_t off = i * chunk, len = n - off < chunk ? n - off : chunk, q = slice_len(len, L, es);
+      size_t lo = (size_t)me * q < len ? (size_t)me * q : len, hi = lo + q < len ? lo + q : len;
+      uint8_t *slot = shm_slot(s, me, T), *x = d + off * es;
+      memcpy(slot, x, lo * es);
+      memcpy(slot + hi * es, x + hi * es, (len - hi) * es);
     }
     if (i >= 1 && i - 1 < nchunks) { /* reduce my slice of chunk i-1 */
       size_t off = (i - 1) * chunk, len = n - off < chunk ? n - off : chunk;
@@ -238,7 +241,7 @@ static int reduce_impl(coll_ctx *c, void *data, size_t n, dp_dtype dt, dp_redop 
       uint8_t *dst = shm_slot(s, me, T) + slice_off + lo * es;
       if (hi > lo) {
         for (int l = 0; l < L; l++) {
-          uint8_t *p = pool_data(c, l);
+          uint8_t *p = l == me ? d : pool_data(c, l);
           src[l] = p ? p + (off + lo) * es : shm_slot(s, l, T - 1) + lo * es;
         }
         dp_reduce_n(dst, src, L, hi - lo, dt, op);
