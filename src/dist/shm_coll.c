@@ -198,8 +198,9 @@ static int reduce_in_place(coll_ctx *c, size_t n, dp_dtype dt, dp_redop op, int 
  * the sums by it.
  *
  * A software pipeline with one step per chunk: between two steps a rank
- * copies chunk i in, reduces its slice of chunk i-1 (every rank's copy of
- * chunk i-1 is in) and copies the reduced slices of chunk i-2 out. What it
+ * copies the peers' slices of chunk i in, reduces its own slice of chunk i-1
+ * (its own part straight from its tensor, into which the result goes at
+ * once) and copies the peers' reduced slices of chunk i-2 out. What it
  * writes goes to the half of its staging area of the coming step's parity
  * (input chunk, then its reduced slice); what it reads is in the other half,
  * written before the previous step. Chunks are an eighth of the tensor,
@@ -246,13 +247,15 @@ static int reduce_impl(coll_ctx *c, void *data, size_t n, dp_dtype dt, dp_redop 
         }
         dp_reduce_n(dst, src, L, hi - lo, dt, op);
         if (avg_div) dp_reduce_scale(dst, hi - lo, dt, avg_div);
+        /* my slice of the result while it is hot (nobody else reads my slice of my tensor) */
+        if (root < 0 || root == me) copy_result(d + (off + lo) * es, dst, (hi - lo) * es, stream);
       }
     }
     if (i >= 2 && (root < 0 || root == me)) { /* copy out chunk i-2 */
       size_t off = (i - 2) * chunk, len = n - off < chunk ? n - off : chunk, q = slice_len(len, L, es);
       for (int l = 0; l < L; l++) {
         size_t lo = (size_t)l * q < len ? (size_t)l * q : len, hi = lo + q < len ? lo + q : len;
-        if (hi > lo)
+        if (hi > lo && l != me)
           copy_result(d + (off + lo) * es, shm_slot(s, l, T - 1) + slice_off + lo * es, (hi - lo) * es, stream);
       }
     }
