@@ -24,50 +24,6 @@
 #include "dist/pg_cpu.h"
 #include "dist/reduce_kern.h"
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
-/* Results bound for a tensor larger than the caches are written with
- * streaming stores: no read-for-ownership of the destination, no eviction
- * of the staging slots. */
-#define STREAM_MIN ((size_t)4 << 20)
-
-static void copy_result(void *dst, const void *src, size_t n, bool stream) {
-#if defined(__SSE2__)
-  if (stream && n >= 256) {
-    uint8_t *d = dst;
-    const uint8_t *p = src;
-    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
-    memcpy(d, p, head);
-    d += head;
-    p += head;
-    n -= head;
-    size_t m = n & ~(size_t)63;
-    for (size_t i = 0; i < m; i += 64) {
-      __m128i a = _mm_loadu_si128((const __m128i *)(p + i)), b = _mm_loadu_si128((const __m128i *)(p + i + 16));
-      __m128i c = _mm_loadu_si128((const __m128i *)(p + i + 32)), e = _mm_loadu_si128((const __m128i *)(p + i + 48));
-      _mm_stream_si128((__m128i *)(d + i), a);
-      _mm_stream_si128((__m128i *)(d + i + 16), b);
-      _mm_stream_si128((__m128i *)(d + i + 32), c);
-      _mm_stream_si128((__m128i *)(d + i + 48), e);
-    }
-    memcpy(d + m, p + m, n - m);
-    return;
-  }
-#endif
-  (void)stream;
-  memcpy(dst, src, n);
-}
-
-/* Orders streaming stores before the step that publishes them. */
-static void stream_fence(bool stream) {
-#if defined(__SSE2__)
-  if (stream) _mm_sfence();
-#endif
-  (void)stream;
-}
-
 static int grank_of_local(const cpu_pg *g, int l) { return g->granks[g->node_first[g->my_node] + l]; }
 
 static int wait_error(coll_ctx *c, int rc, int j) {
@@ -181,16 +137,14 @@ static int reduce_in_place(coll_ctx *c, size_t n, dp_dtype dt, dp_redop op, int 
   uint8_t *tmp = shm_slot(g->seg, g->lrank, 0); /* every rank is past the previous op: any slot is free */
   size_t block = (g->seg->hdr->slot_bytes < ((size_t)128 << 10) ? g->seg->hdr->slot_bytes : (size_t)128 << 10) / es;
   const void *src[DP_PG_MAX_LOCAL];
-  bool stream = n * es >= STREAM_MIN;
   for (size_t b = lo; b < hi; b += block) {
     size_t m = hi - b < block ? hi - b : block;
     for (int l = 0; l < L; l++) src[l] = pool_data(c, l) + b * es;
     dp_reduce_n(tmp, src, L, m, dt, op);
     if (avg_div) dp_reduce_scale(tmp, m, dt, avg_div);
     for (int l = 0; l < L; l++)
-      if (root < 0 || l == root) copy_result(pool_data(c, l) + b * es, tmp, m * es, stream);
+      if (root < 0 || l == root) memcpy(pool_data(c, l) + b * es, tmp, m * es);
   }
-  stream_fence(stream);
   return shm_step(c);
 }
 
@@ -223,7 +177,7 @@ static int reduce_impl(coll_ctx *c, void *data, size_t n, dp_dtype dt, dp_redop 
   if (cb > max_cb) cb = max_cb;
   size_t chunk = cb / es, slice_off = cb; /* reduced slice after the input chunk */
   size_t nchunks = (n + chunk - 1) / chunk;
-  bool mine_in_pool = pool_data(c, me) != NULL, stream = n * es >= STREAM_MIN;
+  bool mine_in_pool = pool_data(c, me) != NULL;
   uint8_t *d = data;
   const void *src[DP_PG_MAX_LOCAL];
   for (size_t i = 0; i <= nchunks + 1; i++) {
@@ -248,7 +202,7 @@ static int reduce_impl(coll_ctx *c, void *data, size_t n, dp_dtype dt, dp_redop 
         dp_reduce_n(dst, src, L, hi - lo, dt, op);
         if (avg_div) dp_reduce_scale(dst, hi - lo, dt, avg_div);
         /* my slice of the result while it is hot (nobody else reads my slice of my tensor) */
-        if (root < 0 || root == me) copy_result(d + (off + lo) * es, dst, (hi - lo) * es, stream);
+        if (root < 0 || root == me) memcpy(d + (off + lo) * es, dst, (hi - lo) * es);
       }
     }
     if (i >= 2 && (root < 0 || root == me)) { /* copy out chunk i-2 */
@@ -256,13 +210,10 @@ static int reduce_impl(coll_ctx *c, void *data, size_t n, dp_dtype dt, dp_redop 
       for (int l = 0; l < L; l++) {
         size_t lo = (size_t)l * q < len ? (size_t)l * q : len, hi = lo + q < len ? lo + q : len;
         if (hi > lo && l != me)
-          copy_result(d + (off + lo) * es, shm_slot(s, l, T - 1) + slice_off + lo * es, (hi - lo) * es, stream);
+          memcpy(d + (off + lo) * es, shm_slot(s, l, T - 1) + slice_off + lo * es, (hi - lo) * es);
       }
     }
-    if (i > nchunks) {
-      stream_fence(stream);
-      break;
-    }
+    if (i > nchunks) break;
     if (shm_step(c)) return -1;
     if (i == 0) {
       bool all = true;
@@ -287,7 +238,7 @@ int shm_broadcast(coll_ctx *c, void *data, size_t nbytes, int root) {
   int me = g->lrank;
   size_t chunk = s->hdr->slot_bytes;
   uint8_t *d = data;
-  bool root_in_pool = me == root ? pool_data(c, me) != NULL : false, stream = nbytes >= STREAM_MIN;
+  bool root_in_pool = me == root ? pool_data(c, me) != NULL : false;
   if (nbytes == 0) return shm_step(c);
   for (size_t off = 0; off < nbytes; off += chunk) {
     size_t len = nbytes - off < chunk ? nbytes - off : chunk;
@@ -297,13 +248,11 @@ int shm_broadcast(coll_ctx *c, void *data, size_t nbytes, int root) {
     uint8_t *rp = pool_data(c, root);
     if (rp) {
       /* read the root's memory directly, then let it go */
-      if (me != root) copy_result(d, rp, nbytes, stream);
-      stream_fence(stream);
+      if (me != root) memcpy(d, rp, nbytes);
       return shm_step(c);
     }
-    if (me != root) copy_result(d + off, shm_slot(s, root, t), len, stream);
+    if (me != root) memcpy(d + off, shm_slot(s, root, t), len);
   }
-  stream_fence(stream);
   return 0;
 }
 
@@ -314,7 +263,7 @@ int shm_all_gather(coll_ctx *c, const void *in, size_t nbytes, void *out) {
   size_t chunk = s->hdr->slot_bytes;
   const uint8_t *x = in;
   uint8_t *y = out;
-  bool mine_in_pool = pool_data(c, me) != NULL, any_pool = false, stream = nbytes * (size_t)L >= STREAM_MIN;
+  bool mine_in_pool = pool_data(c, me) != NULL, any_pool = false;
   if (nbytes == 0) return shm_step(c);
   for (size_t off = 0; off < nbytes; off += chunk) {
     size_t len = nbytes - off < chunk ? nbytes - off : chunk;
@@ -325,10 +274,9 @@ int shm_all_gather(coll_ctx *c, const void *in, size_t nbytes, void *out) {
       uint8_t *p = pool_data(c, l);
       any_pool = any_pool || p;
       uint8_t *dst = y + (size_t)l * nbytes + off, *from = p ? p + off : shm_slot(s, l, t);
-      if (dst != from) copy_result(dst, from, len, stream); /* (the input may be a view of the output) */
+      if (dst != from) memmove(dst, from, len); /* (the input may be a view of the output) */
     }
   }
-  stream_fence(stream);
   /* inputs read in place must not change before every reader is done */
   return any_pool ? shm_step(c) : 0;
 }
