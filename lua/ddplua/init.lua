@@ -87,6 +87,11 @@ function M.get_float32_matmul_precision() return matmul_precision end
 --- for matmul/linear/conv2d on CUDA (see ddplua.amp).
 function M.autocast(...) return M.amp.autocast(...) end
 
+-- Run helpers (lua/ddplua/distributed.lua): ddp.is_main(), ddp.print(...)
+-- on rank 0 only.
+function M.is_main() return require("ddplua.distributed").is_main() end
+function M.print(...) return require("ddplua.distributed").print(...) end
+
 -- Submodules load on first use so `require "ddplua"` stays fast.
 local lazy = {
   nn = "ddplua.nn",

@@ -42,9 +42,18 @@ typedef struct dp_pg_ops {
   int (*new_group)(dp_pg *g, const int *ranks, int n, dp_pg **out);
   /* Optional: memory that collectives can read from peers in place (the
    * cpu backend's shared segment). NULL entry or NULL result: use plain
-   * memory. DDP allocates its gradient buckets here. */
+   * memory. DDP allocates its gradient buckets here. A collective whose
+   * tensor lives there on every rank of a node skips the staging copies;
+   * on some ranks only, those ranks skip theirs. (cpu: pages are allocated
+   * per call; the storage keeps the mapping alive past the group.) */
   dp_storage *(*alloc_shared)(dp_pg *g, size_t nbytes);
   void (*destroy)(dp_pg *g);
+  /* Optional: releases everything destroy does (threads, mappings,
+   * sockets) but keeps the struct as a tombstone on which every later call
+   * fails with "the process group was destroyed" — for groups that C code
+   * (a DDP reducer) may still point at when Lua destroys them. destroy()
+   * frees a shut-down group. */
+  void (*shutdown)(dp_pg *g);
 } dp_pg_ops;
 
 struct dp_pg {
@@ -78,9 +87,14 @@ typedef struct dp_pg_init {
   int node_rank, nnodes;
   int timeout_ms;
   bool debug;
+  /* Optional (zero-initialised = defaults): */
+  const char *job_token; /* DDPLUA_JOB_TOKEN, names shared-memory segments; NULL: one is made up */
+  const char *prefix;    /* store key prefix, distinct per init in one job; NULL: "pg" */
 } dp_pg_init;
 
-/* cpu backend (pg_cpu.c) */
+/* cpu backend (pg_cpu*.c). Ranks with the same node_rank share memory
+ * (node_rank -1: ranks on the same host do); the ranks of a node must be
+ * numbered contiguously. Collective; NULL + dp_error on failure. */
 dp_pg *dp_pg_cpu_new(const dp_pg_init *init);
 
 /* nccl backend (the CUDA plugin, src/ops/cuda/pg_nccl.c; reached through

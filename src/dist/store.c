@@ -756,3 +756,12 @@ int dp_store_delete(dp_store *s, const char *key) {
   if (!rc && st != ST_OK) rc = dp_error("store: delete '%s' failed", key);
   return rc;
 }
+
+int dp_store_local_addr(dp_store *s, char *buf, size_t n) {
+  struct sockaddr_in sa;
+  socklen_t sl = sizeof sa;
+  if (getsockname(s->fd, (struct sockaddr *)&sa, &sl) < 0 || sa.sin_family != AF_INET ||
+      !inet_ntop(AF_INET, &sa.sin_addr, buf, (socklen_t)n))
+    return dp_error("store: cannot read the local address of the store connection: %s", strerror(errno));
+  return 0;
+}

@@ -40,6 +40,9 @@ int dp_store_wait(dp_store *s, const char *const *keys, int n, int timeout_ms);
 /* *ok = 1 if every key exists now. */
 int dp_store_check(dp_store *s, const char *const *keys, int n, int *ok);
 int dp_store_delete(dp_store *s, const char *key);
+/* The local IPv4 address of the connection to the store (the interface
+ * that reaches the master: what peers on other nodes can connect to). */
+int dp_store_local_addr(dp_store *s, char *buf, size_t n);
 
 /* A fresh random job token (hex) in buf (>= 33 bytes). */
 void dp_store_make_token(char *buf, size_t n);

@@ -312,6 +312,13 @@ int dp_host_main(int argc, char **argv) {
       rc = 2;
     } else if (sched) {
       rc = run_scheduled(&o, &p, argc, argv);
+    } else if (o.nproc == 1 && o.nnodes == 1 && !o.log_dir && getenv("RANK") && getenv("WORLD_SIZE") &&
+               !getenv("DDPLUA_LAUNCHED")) {
+      /* the ranks are managed outside (started by hand with RANK/WORLD_SIZE
+       * set, as torchrun-style scripts do): leave the environment alone. A
+       * ddplua started from inside a ddplua job (DDPLUA_LAUNCHED inherited)
+       * is a new job of its own instead. */
+      rc = run_script(&o, argv, argc);
     } else if (o.nproc == 1 && o.nnodes == 1 && !o.log_dir) {
       dp_placement single = {.world_size = 1, .local_world_size = 1, .nnodes = 1, .master_port = o.master_port};
       snprintf(single.master_addr, sizeof single.master_addr, "%s", o.master_addr ? o.master_addr : "127.0.0.1");

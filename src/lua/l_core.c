@@ -150,8 +150,8 @@ static int l_collectgarbage_paced(lua_State *L) {
   return 0;
 }
 
-extern void lt_open_dist(lua_State *L, int module) __attribute__((weak));
 /* strong references: a weak one would not pull the object out of the static runtime */
+void lt_open_dist(lua_State *L, int module);
 void lt_open_io(lua_State *L, int module);
 void lt_open_image(lua_State *L, int module); /* core.image (l_image.c) */
 
@@ -187,7 +187,8 @@ int luaopen_ddplua_core(lua_State *L) {
   lt_open_nn_support(L, module, methods);
   lt_open_optim(L, module);
   lt_open_data(L, module);
-  if (lt_open_dist) lt_open_dist(L, module);
+  lt_open_dist(L, module);
+  lt_open_ddp(L, module, methods);
   lt_open_io(L, module);
   lt_open_cuda(L, module);
   lt_open_image(L, module);

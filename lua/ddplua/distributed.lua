@@ -1,0 +1,162 @@
+-- ddp.distributed: process groups and collectives, as torch.distributed.
+--
+--   dist.init_process_group{backend="cpu", init_method="tcp://127.0.0.1:8009", world_size=2, rank=r}
+--   dist.all_reduce(t, "sum")                  -- in place; also avg, max, min, prod
+--   local w = dist.all_reduce(t, "avg", {async=true}); ...; w:wait()
+--   dist.broadcast(t, 0)  dist.all_gather(list_or_out, t)  dist.barrier()
+--   local g = dist.new_group({0, 1}); dist.all_reduce(t, "sum", {group=g})
+--   dist.destroy_process_group()
+--   dist.spawn(function(rank, ...) ... end, nprocs, ...)   -- mp.spawn for `ddplua script.lua`
+--
+-- Ranks are 0-based process ids (as RANK, NCCL and the seed tutorial);
+-- src/dst arguments are global ranks, also with {group=g}.
+local core = require "ddplua.core"
+local C = core.dist
+
+local M = {}
+
+M.ReduceOp = { SUM = "sum", AVG = "avg", MAX = "max", MIN = "min", PRODUCT = "prod", PROD = "prod" }
+
+for _, k in ipairs {
+  "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "barrier", "send", "recv", "new_group",
+  "destroy_process_group", "is_initialized", "get_rank", "get_world_size", "get_local_rank", "get_local_world_size",
+  "get_backend", "spawn", "find_free_port",
+} do
+  M[k] = C[k]
+end
+
+local function env_int(name, what)
+  local v = os.getenv(name)
+  if v == nil or v == "" then return nil end
+  local n = math.tointeger(tonumber(v))
+  if not n then error(string.format("init_process_group: environment variable %s=%q is not an integer%s", name, v,
+    what and (" (" .. what .. ")") or ""), 3) end
+  return n
+end
+
+local function need(v, msg)
+  if v == nil then error("init_process_group: " .. msg, 3) end
+  return v
+end
+
+local valid_opts = { backend = true, init_method = true, world_size = true, rank = true, timeout = true }
+
+local function pick_backend(b)
+  b = b or os.getenv("DDPLUA_BACKEND")
+  if b == nil or b == "" or b == "auto" then return "cpu" end -- nccl once GPU tensors and an NCCL group exist
+  if b == "cpu" or b == "gloo" then return "cpu" end
+  if b == "nccl" then
+    local ok, why = core.cuda_is_available()
+    if not ok then
+      error("init_process_group: backend 'nccl' needs CUDA, but CUDA is not available" ..
+        (why and (" (" .. why .. ")") or "") .. "; use backend='cpu'", 3)
+    end
+    error("init_process_group: backend 'nccl' is not part of this build of ddplua; use backend='cpu' " ..
+      "(it accepts CUDA tensors, staged through host memory)", 3)
+  end
+  error(string.format("init_process_group: unknown backend %q (expected \"cpu\", \"nccl\" or \"auto\")",
+    tostring(b)), 3)
+end
+
+--- init_process_group{backend=, init_method=, world_size=, rank=, timeout=}
+--- Every field is optional under the launcher (and under dist.spawn).
+function M.init_process_group(opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then
+    error("init_process_group: expected an options table, got " .. type(opts), 2)
+  end
+  for k in pairs(opts) do
+    if not valid_opts[k] then
+      error("init_process_group: unknown option '" .. tostring(k) ..
+        "' (valid: backend, init_method, world_size, rank, timeout)", 2)
+    end
+  end
+  pick_backend(opts.backend)
+  local timeout = opts.timeout or tonumber(os.getenv("DDPLUA_TIMEOUT") or "") or 300
+  if type(timeout) ~= "number" or timeout <= 0 then
+    error("init_process_group: timeout must be a positive number of seconds, got " .. tostring(timeout), 2)
+  end
+  local p = {
+    timeout = timeout,
+    debug = os.getenv("DDPLUA_DEBUG") == "1",
+    rank = opts.rank or env_int("RANK"),
+    world_size = opts.world_size or env_int("WORLD_SIZE"),
+  }
+  local method = opts.init_method or "env://"
+  if type(method) ~= "string" then error("init_process_group: init_method must be a string", 2) end
+  local host, port = method:match("^tcp://%[?([^%]]*)%]?:(%d+)$")
+  if host then
+    need(p.world_size, "init_method='" .. method .. "' needs world_size=")
+    need(p.rank, "init_method='" .. method .. "' needs rank=")
+    p.master_addr, p.master_port = host, tonumber(port)
+    p.serve, p.bind = p.rank == 0, host -- rank 0 serves the store, as PyTorch's TCPStore
+    -- processes started by hand each have their own job token (or none):
+    -- the address is the shared secret, as with PyTorch's TCPStore
+    p.token = "ddplua-tcp:" .. host .. ":" .. port
+  elseif method == "env://" then
+    local hint = " (run under `ddplua --nproc N`, inside dist.spawn, or set it)"
+    p.master_addr = need(os.getenv("MASTER_ADDR"), "env:// needs MASTER_ADDR in the environment" .. hint)
+    p.master_port = need(env_int("MASTER_PORT"), "env:// needs MASTER_PORT in the environment" .. hint)
+    need(p.rank, "env:// needs RANK in the environment or rank=" .. hint)
+    need(p.world_size, "env:// needs WORLD_SIZE in the environment or world_size=" .. hint)
+    local launched = os.getenv("DDPLUA_LAUNCHED") == "1"
+    -- without the launcher rank 0 serves the store (as torchrun-less env:// in PyTorch)
+    p.serve, p.bind = (not launched) and p.rank == 0, p.master_addr
+    p.token = os.getenv("DDPLUA_JOB_TOKEN") or "ddplua-env"
+    p.local_rank, p.local_size = env_int("LOCAL_RANK"), env_int("LOCAL_WORLD_SIZE")
+    p.node_rank, p.nnodes = env_int("NODE_RANK"), env_int("DDPLUA_NNODES")
+  else
+    error(string.format("init_process_group: unsupported init_method %q (expected \"env://\" or " ..
+      "\"tcp://host:port\")", method), 2)
+  end
+  if math.type(p.rank) ~= "integer" or math.type(p.world_size) ~= "integer" or p.world_size < 1 then
+    error(string.format("init_process_group: rank and world_size must be integers (got rank=%s, world_size=%s)",
+      tostring(p.rank), tostring(p.world_size)), 2)
+  end
+  if p.rank < 0 or p.rank >= p.world_size then
+    error(string.format("init_process_group: rank %d is out of range for world_size %d (expected 0..%d)", p.rank,
+      p.world_size, p.world_size - 1), 2)
+  end
+  C._init(p)
+end
+
+--- The default group as an object: {group = dist.group.WORLD}.
+M.group = setmetatable({}, { __index = function(_, k) if k == "WORLD" then return C._world() end end })
+
+--- Tensor in the group's shared memory (nil when the group has none):
+--- collectives on it read the peers' copies in place. DDP puts its
+--- gradient buckets there.
+function M.alloc_shared(n, dtype, opts) return C._alloc_shared(n, dtype, opts) end
+
+-- run helpers (exported as ddp.is_main, ddp.print, ddp.device) -------------
+
+--- True on rank 0, or when there is no process group (and the launcher did
+--- not start this process as another rank).
+function M.is_main()
+  if C.is_initialized() then return C.get_rank() == 0 end
+  local r = os.getenv("RANK")
+  return r == nil or r == "" or r == "0"
+end
+
+--- print on the main process only.
+function M.print(...)
+  if M.is_main() then print(...) end
+end
+
+--- The device this rank computes on: "cuda:<local rank>" when a GPU is
+--- available, else "cpu" (ddp.device()).
+function M.device() return require("ddplua").device() end
+
+-- DistributedDataParallel lives in ddplua/ddp.lua (loaded on first use).
+setmetatable(M, {
+  __index = function(t, k)
+    if k == "DistributedDataParallel" or k == "DDP" then
+      local v = require "ddplua.ddp"
+      rawset(t, "DistributedDataParallel", v)
+      rawset(t, "DDP", v)
+      return v
+    end
+  end,
+})
+
+return M

@@ -1,0 +1,110 @@
+/* Elementwise reductions for the collectives (see reduce_kern.h). Work goes
+ * in blocks that stay in L1 while every source is folded in. */
+#include "dist/reduce_kern.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#define BLOCK 2048 /* elements per block: 8-16 KiB of destination */
+
+bool dp_redop_supported(dp_redop op, dp_dtype dt) {
+  if (dt == DP_F32 || dt == DP_F64) return true;
+  if (dt == DP_I64) return op != DP_RED_AVG;
+  return false;
+}
+
+/* NaN propagates through max/min as in PyTorch. */
+static void fold_f32(float *d, const float *a, const float *b, size_t n, dp_redop op) {
+  switch (op) {
+    case DP_RED_SUM:
+    case DP_RED_AVG:
+      for (size_t i = 0; i < n; i++) d[i] = a[i] + b[i];
+      break;
+    case DP_RED_PROD:
+      for (size_t i = 0; i < n; i++) d[i] = a[i] * b[i];
+      break;
+    case DP_RED_MAX:
+      for (size_t i = 0; i < n; i++) d[i] = (a[i] > b[i] || a[i] != a[i]) ? a[i] : b[i];
+      break;
+    case DP_RED_MIN:
+      for (size_t i = 0; i < n; i++) d[i] = (a[i] < b[i] || a[i] != a[i]) ? a[i] : b[i];
+      break;
+  }
+}
+
+static void fold_f64(double *d, const double *a, const double *b, size_t n, dp_redop op) {
+  switch (op) {
+    case DP_RED_SUM:
+    case DP_RED_AVG:
+      for (size_t i = 0; i < n; i++) d[i] = a[i] + b[i];
+      break;
+    case DP_RED_PROD:
+      for (size_t i = 0; i < n; i++) d[i] = a[i] * b[i];
+      break;
+    case DP_RED_MAX:
+      for (size_t i = 0; i < n; i++) d[i] = (a[i] > b[i] || a[i] != a[i]) ? a[i] : b[i];
+      break;
+    case DP_RED_MIN:
+      for (size_t i = 0; i < n; i++) d[i] = (a[i] < b[i] || a[i] != a[i]) ? a[i] : b[i];
+      break;
+  }
+}
+
+/* int64 sums and products wrap like PyTorch's (computed unsigned: no UB). */
+static void fold_i64(int64_t *d, const int64_t *a, const int64_t *b, size_t n, dp_redop op) {
+  switch (op) {
+    case DP_RED_SUM:
+    case DP_RED_AVG:
+      for (size_t i = 0; i < n; i++) d[i] = (int64_t)((uint64_t)a[i] + (uint64_t)b[i]);
+      break;
+    case DP_RED_PROD:
+      for (size_t i = 0; i < n; i++) d[i] = (int64_t)((uint64_t)a[i] * (uint64_t)b[i]);
+      break;
+    case DP_RED_MAX:
+      for (size_t i = 0; i < n; i++) d[i] = a[i] > b[i] ? a[i] : b[i];
+      break;
+    case DP_RED_MIN:
+      for (size_t i = 0; i < n; i++) d[i] = a[i] < b[i] ? a[i] : b[i];
+      break;
+  }
+}
+
+static void fold(void *d, const void *a, const void *b, size_t n, dp_dtype dt, dp_redop op) {
+  switch (dt) {
+    case DP_F32:
+      fold_f32(d, a, b, n, op);
+      break;
+    case DP_F64:
+      fold_f64(d, a, b, n, op);
+      break;
+    case DP_I64:
+      fold_i64(d, a, b, n, op);
+      break;
+    default:
+      break; /* callers check dp_redop_supported */
+  }
+}
+
+void dp_reduce_n(void *dst, const void *const *src, int k, size_t n, dp_dtype dt, dp_redop op) {
+  size_t es = dp_dtype_size(dt);
+  if (k == 1) {
+    if (dst != src[0]) memmove(dst, src[0], n * es);
+    return;
+  }
+  for (size_t i0 = 0; i0 < n; i0 += BLOCK) {
+    size_t m = n - i0 < BLOCK ? n - i0 : BLOCK, off = i0 * es;
+    char *d = (char *)dst + off;
+    fold(d, (const char *)src[0] + off, (const char *)src[1] + off, m, dt, op);
+    for (int j = 2; j < k; j++) fold(d, d, (const char *)src[j] + off, m, dt, op);
+  }
+}
+
+void dp_reduce_scale(void *dst, size_t n, dp_dtype dt, int k) {
+  if (dt == DP_F32) {
+    float *d = dst, s = (float)k;
+    for (size_t i = 0; i < n; i++) d[i] /= s;
+  } else if (dt == DP_F64) {
+    double *d = dst, s = (double)k;
+    for (size_t i = 0; i < n; i++) d[i] /= s;
+  }
+}
