@@ -1,6 +1,5 @@
 -- ddplua.nn: modules (one file each, or one per family as in PyTorch),
--- nn.F (functional forms) and nn.init (initialisers). nn.SyncBatchNorm is
--- added by ddplua.distributed.
+-- nn.F (functional forms) and nn.init (initialisers).
 local activation = require "ddplua.nn.activation"
 local batchnorm = require "ddplua.nn.batchnorm"
 local loss = require "ddplua.nn.loss"
@@ -15,6 +14,7 @@ return {
   AvgPool2d = pooling.AvgPool2d,
   BatchNorm1d = batchnorm.BatchNorm1d,
   BatchNorm2d = batchnorm.BatchNorm2d,
+  SyncBatchNorm = require "ddplua.nn.syncbatchnorm",
   ReLU = activation.ReLU,
   GELU = activation.GELU,
   Tanh = activation.Tanh,

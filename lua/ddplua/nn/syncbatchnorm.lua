@@ -1,0 +1,90 @@
+-- nn.SyncBatchNorm(num_features [, opts]): batch norm whose statistics are
+-- computed over the whole global batch (every rank of the process group),
+-- as the seed tutorial asks for under DDP. Same parameters and buffers as
+-- BatchNorm1d/2d; opts as BatchNorm plus process_group=. Outside training,
+-- or without an initialised process group, it is plain batch norm.
+--
+-- nn.SyncBatchNorm.convert_sync_batchnorm(model [, process_group]) replaces
+-- every BatchNorm1d/2d in a model with a SyncBatchNorm sharing its
+-- parameters and buffers, and returns the model (or the new module when the
+-- model itself is a batch norm).
+local ddp = require "ddplua"
+local batchnorm = require "ddplua.nn.batchnorm"
+local util = require "ddplua.nn.util"
+
+local SyncBatchNorm = batchnorm._BatchNorm:extend("SyncBatchNorm")
+
+function SyncBatchNorm:__init(num_features, opts)
+  opts = opts or {}
+  local group = opts.process_group
+  local base = {}
+  for k, v in pairs(opts) do
+    if k ~= "process_group" then base[k] = v end
+  end
+  batchnorm._BatchNorm.__init(self, num_features, base)
+  rawset(self, "process_group", group)
+end
+
+function SyncBatchNorm:_check_input_dim(x)
+  if x:dim() < 2 then
+    error(string.format("%s: expected at least 2-D input [N, C, ...], got shape %s", tostring(self),
+      util.shape_str(x)), 3)
+  end
+end
+
+function SyncBatchNorm:forward(x)
+  local dist = ddp.distributed
+  if not (self.training and dist.is_initialized()) then return batchnorm._BatchNorm.forward(self, x) end
+  self:_check_input_dim(x)
+  if x:size(2) ~= self.num_features then
+    error(string.format("%s: expected input with %d channels in dimension 2, got shape %s", tostring(self),
+      self.num_features, util.shape_str(x)), 2)
+  end
+  local factor = self.momentum or 0
+  if self.track_running_stats then
+    self.num_batches_tracked:add_(1)
+    if self.momentum == false then factor = 1 / self.num_batches_tracked:item() end
+  end
+  local rm, rv
+  if self.track_running_stats then rm, rv = self.running_mean, self.running_var end
+  return ddp.sync_batch_norm(x, rm, rv, self.weight, self.bias, true, factor, self.eps, self.process_group)
+end
+
+local function is_batchnorm(m)
+  local name = getmetatable(m).__name
+  return name == "BatchNorm1d" or name == "BatchNorm2d"
+end
+
+local function convert_one(bn, group)
+  local opts = { eps = bn.eps, momentum = bn.momentum, affine = bn.affine,
+    track_running_stats = bn.track_running_stats, process_group = group }
+  local s = SyncBatchNorm(bn.num_features, opts)
+  -- share the very tensors (an optimizer built before stays valid)
+  for _, name in ipairs({ "weight", "bias" }) do
+    if bn[name] ~= nil then s:register_parameter(name, bn[name]) end
+  end
+  for _, name in ipairs({ "running_mean", "running_var", "num_batches_tracked" }) do
+    if bn[name] ~= nil then s:register_buffer(name, bn[name]) end
+  end
+  s.training = bn.training
+  return s
+end
+
+function SyncBatchNorm.convert_sync_batchnorm(model, process_group)
+  if type(model) ~= "table" or type(model.named_children) ~= "function" then
+    error("convert_sync_batchnorm: expected an nn.Module, got " .. type(model), 2)
+  end
+  if is_batchnorm(model) then return convert_one(model, process_group) end
+  local function walk(m)
+    local replace = {}
+    for name, child in m:named_children() do
+      if is_batchnorm(child) then replace[#replace + 1] = { name, convert_one(child, process_group) }
+      else walk(child) end
+    end
+    for _, r in ipairs(replace) do m:add_module(r[1], r[2]) end
+  end
+  walk(model)
+  return model
+end
+
+return SyncBatchNorm

@@ -1,0 +1,268 @@
+-- DistributedDataParallel: N ranks with batch B give the same parameters as
+-- one process with batch N*B, and as one process accumulating N
+-- micro-batches of B under no_sync (the seed's "DDP equals gradient
+-- accumulation"), in float64 to 1e-10; every rank ends bitwise identical.
+-- Ranks are forked with dist.spawn; the single-process references are
+-- computed before the fork and compared inside each rank.
+local ddp = require "ddplua"
+local nn, optim, dist = ddp.nn, ddp.optim, ddp.distributed
+
+local STEPS, B, R = 10, 32, 2
+
+local function mlp()
+  ddp.manual_seed(11)
+  return nn.Sequential { nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 5) }:double()
+end
+
+local function cnn()
+  ddp.manual_seed(12)
+  return nn.Sequential {
+    nn.Conv2d(1, 4, 3, { padding = 1 }), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+    nn.Flatten(), nn.Linear(4 * 4 * 4, 5),
+  }:double()
+end
+
+local function data(kind, n)
+  ddp.manual_seed(99)
+  local x = kind == "cnn" and ddp.randn(n, 1, 8, 8, { dtype = "float64" }) or ddp.randn(n, 20, { dtype = "float64" })
+  local y = (ddp.rand(n, { dtype = "float64" }) * 5):long() + 1
+  return x, y
+end
+
+-- the state a run ends with: parameters then buffers, flattened, float64
+local function state_of(model)
+  local parts = {}
+  for _, p in ipairs(model:parameters()) do parts[#parts + 1] = p:detach():reshape(-1) end
+  for _, b in ipairs(model:buffers()) do parts[#parts + 1] = b:reshape(-1):double() end
+  return ddp.cat(parts)
+end
+
+local function sgd(model) return optim.SGD(model:parameters(), { lr = 0.1, momentum = 0.9 }) end
+
+-- one process, batch R*B (rows of step s: s*R*B + 1 .. (s+1)*R*B)
+local function reference_full(make, kind)
+  local model = make()
+  local opt = sgd(model)
+  local x, y = data(kind, STEPS * R * B)
+  for s = 0, STEPS - 1 do
+    opt:zero_grad()
+    local loss = ddp.cross_entropy(model(x:narrow(1, s * R * B + 1, R * B)), y:narrow(1, s * R * B + 1, R * B))
+    loss:backward()
+    opt:step()
+  end
+  return state_of(model)
+end
+
+local function max_diff(a, b) return (a - b):abs():max():item() end
+
+describe("DistributedDataParallel", function()
+  local ref_mlp = reference_full(mlp, "mlp")
+
+  it("2 ranks x batch 32 equal 1 process x batch 64 (MLP, SGD momentum, 10 steps), ranks bitwise equal", function()
+    dist.spawn(function(rank)
+      dist.init_process_group { backend = "cpu" }
+      local model = dist.DistributedDataParallel(mlp())
+      local opt = sgd(model)
+      local x, y = data("mlp", STEPS * R * B)
+      for s = 0, STEPS - 1 do
+        local first = s * R * B + rank * B + 1
+        opt:zero_grad()
+        local loss = ddp.cross_entropy(model(x:narrow(1, first, B)), y:narrow(1, first, B))
+        loss:backward()
+        opt:step()
+      end
+      local mine = state_of(model.module)
+      assert(max_diff(mine, ref_mlp) < 1e-10, "DDP differs from the single process by " .. max_diff(mine, ref_mlp))
+      local all = ddp.zeros({ R, mine:numel() }, { dtype = "float64" })
+      dist.all_gather(all, mine)
+      assert(max_diff(all[1], all[2]) == 0, "ranks are not bitwise identical")
+      local st = model:reducer_stats()
+      assert(st.synced_passes == STEPS, "expected " .. STEPS .. " synced backward passes, got " .. st.synced_passes)
+      dist.destroy_process_group()
+    end, R)
+  end)
+
+  it("1 process accumulating 2 micro-batches of 32 under no_sync equals batch 64", function()
+    dist.spawn(function()
+      dist.init_process_group { backend = "cpu" }
+      local model = dist.DistributedDataParallel(mlp())
+      local opt = sgd(model)
+      local x, y = data("mlp", STEPS * R * B)
+      for s = 0, STEPS - 1 do
+        opt:zero_grad()
+        for m = 0, R - 1 do
+          local first = s * R * B + m * B + 1
+          local function micro()
+            local loss = ddp.cross_entropy(model(x:narrow(1, first, B)), y:narrow(1, first, B)) / R
+            loss:backward()
+          end
+          if m < R - 1 then
+            local _ <close> = model:no_sync()
+            micro()
+          else
+            micro()
+          end
+        end
+        opt:step()
+      end
+      local mine = state_of(model.module)
+      assert(max_diff(mine, ref_mlp) < 1e-10, "accumulation differs from batch 64 by " .. max_diff(mine, ref_mlp))
+      dist.destroy_process_group()
+    end, 1)
+  end)
+
+  it("a CNN with BatchNorm converted to SyncBatchNorm: 2 ranks x 32 equal 1 process x 64 (buffers too)", function()
+    local ref = reference_full(cnn, "cnn")
+    dist.spawn(function(rank)
+      dist.init_process_group { backend = "cpu" }
+      local model = nn.SyncBatchNorm.convert_sync_batchnorm(cnn())
+      assert(tostring(model):find("SyncBatchNorm"), "convert_sync_batchnorm did not convert")
+      model = dist.DistributedDataParallel(model)
+      local opt = sgd(model)
+      local x, y = data("cnn", STEPS * R * B)
+      for s = 0, STEPS - 1 do
+        local first = s * R * B + rank * B + 1
+        opt:zero_grad()
+        local loss = ddp.cross_entropy(model(x:narrow(1, first, B)), y:narrow(1, first, B))
+        loss:backward()
+        opt:step()
+      end
+      local mine = state_of(model.module)
+      assert(max_diff(mine, ref) < 1e-10, "DDP+SyncBN differs from the single process by " .. max_diff(mine, ref))
+      local all = ddp.zeros({ R, mine:numel() }, { dtype = "float64" })
+      dist.all_gather(all, mine)
+      assert(max_diff(all[1], all[2]) == 0, "ranks are not bitwise identical")
+      dist.destroy_process_group()
+    end, R)
+  end)
+
+  it("a global batch that does not divide evenly (33 + 30) matches one process when the loss is scaled " ..
+    "by the global batch", function()
+    local sizes = { 33, 30 }
+    local total = 63
+    local model0 = mlp()
+    local opt0 = sgd(model0)
+    local x, y = data("mlp", STEPS * total)
+    for s = 0, STEPS - 1 do
+      opt0:zero_grad()
+      local loss = ddp.cross_entropy(model0(x:narrow(1, s * total + 1, total)), y:narrow(1, s * total + 1, total))
+      loss:backward()
+      opt0:step()
+    end
+    local ref = state_of(model0)
+    dist.spawn(function(rank)
+      dist.init_process_group { backend = "cpu" }
+      local model = dist.DistributedDataParallel(mlp())
+      local opt = sgd(model)
+      local first_off = rank == 0 and 0 or sizes[1]
+      for s = 0, STEPS - 1 do
+        local first = s * total + first_off + 1
+        opt:zero_grad()
+        -- sum over the local rows / global count * world size: DDP's average
+        -- of these gradients is the gradient of the global mean
+        local out = model(x:narrow(1, first, sizes[rank + 1]))
+        local loss = ddp.cross_entropy(out, y:narrow(1, first, sizes[rank + 1]), { reduction = "sum" }) * (R / total)
+        loss:backward()
+        opt:step()
+      end
+      local mine = state_of(model.module)
+      assert(max_diff(mine, ref) < 1e-10, "uneven DDP differs by " .. max_diff(mine, ref))
+      dist.destroy_process_group()
+    end, R)
+  end)
+
+  it("starts early buckets' all-reduce while backward is still running", function()
+    dist.spawn(function()
+      dist.init_process_group { backend = "cpu" }
+      ddp.manual_seed(1)
+      local layers = {}
+      for i = 1, 6 do
+        layers[#layers + 1] = nn.Linear(256, 256)
+        layers[#layers + 1] = nn.ReLU()
+      end
+      local model = dist.DistributedDataParallel(nn.Sequential(layers), { bucket_cap_mb = 0.25 })
+      local x = ddp.randn(64, 256)
+      for _ = 1, 3 do
+        model:zero_grad()
+        model(x):sum():backward()
+      end
+      local st = model:reducer_stats()
+      assert(st.buckets >= 4, "expected several buckets, got " .. st.buckets)
+      assert(st.launched_in_backward >= st.buckets - 1,
+        string.format("only %d of %d buckets started during backward", st.launched_in_backward, st.buckets))
+      assert(st.first_launch_before_end_ms > 0, "the first bucket did not start before backward ended")
+      dist.destroy_process_group()
+    end, 2)
+  end)
+
+  it("names parameters that got no gradient, and accepts them with find_unused_parameters", function()
+    dist.spawn(function()
+      dist.init_process_group { backend = "cpu" }
+      local Two = nn.Module:extend("Two")
+      function Two:__init()
+        self.used = nn.Linear(4, 2)
+        self.unused = nn.Linear(4, 2)
+      end
+      function Two:forward(x) return self.used(x) end
+      ddp.manual_seed(3)
+      local model = dist.DistributedDataParallel(Two())
+      local ok, err = pcall(function() model(ddp.randn(3, 4)):sum():backward() end)
+      assert(not ok, "expected an error for unused parameters")
+      assert(tostring(err):find("unused.weight", 1, true) and tostring(err):find("find_unused_parameters", 1, true),
+        "error does not name the parameter: " .. tostring(err))
+      ddp.manual_seed(3)
+      local model2 = dist.DistributedDataParallel(Two(), { find_unused_parameters = true })
+      model2(ddp.randn(3, 4)):sum():backward()
+      assert(model2.module.unused.weight.grad:abs():sum():item() == 0, "an unused parameter's gradient must be zero")
+      dist.destroy_process_group()
+    end, 2)
+  end)
+
+  it("wrapping before init_process_group is a clear error", function()
+    local ok, err = pcall(dist.DistributedDataParallel, mlp())
+    assert.is_false(ok)
+    assert.matches("init_process_group", err)
+  end)
+
+  it("different models on the ranks are named", function()
+    local ok, err = pcall(dist.spawn, function(rank)
+      dist.init_process_group { backend = "cpu" }
+      local model = rank == 0 and nn.Linear(4, 3) or nn.Sequential { nn.Linear(4, 3), nn.Linear(3, 3) }
+      dist.DistributedDataParallel(model)
+    end, 2)
+    assert.is_false(ok)
+    assert.matches("ranks hold different models", tostring(err))
+  end)
+
+  it("an optimizer built from the unwrapped module's parameters after wrapping trains the same", function()
+    local ref = ref_mlp
+    dist.spawn(function(rank)
+      dist.init_process_group { backend = "cpu" }
+      local inner = mlp()
+      local model = dist.DistributedDataParallel(inner)
+      local opt = sgd(inner) -- the same tensors: works, as in PyTorch
+      local x, y = data("mlp", STEPS * R * B)
+      for s = 0, STEPS - 1 do
+        local first = s * R * B + rank * B + 1
+        opt:zero_grad()
+        ddp.cross_entropy(model(x:narrow(1, first, B)), y:narrow(1, first, B)):backward()
+        opt:step()
+      end
+      assert(max_diff(state_of(inner), ref) < 1e-10)
+      dist.destroy_process_group()
+    end, R)
+  end)
+
+  it("state_dict keys carry the module. prefix and load back", function()
+    dist.spawn(function()
+      dist.init_process_group { backend = "cpu" }
+      local model = dist.DistributedDataParallel(mlp())
+      local sd = model:state_dict()
+      assert(sd["module.0.weight"] and sd["module.2.bias"], "missing module. prefix")
+      local other = dist.DistributedDataParallel(mlp())
+      other:load_state_dict(sd)
+      other.module:load_state_dict(mlp():state_dict())
+      dist.destroy_process_group()
+    end, 2)
+  end)
+end)
