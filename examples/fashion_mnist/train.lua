@@ -1,49 +1,39 @@
--- Fashion-MNIST classifier: an MLP (784-1024-1024-10, the default) or a
--- small CNN (two conv layers and two linear ones), trained with SGD and
--- momentum, the learning rate annealed to 0 along a cosine over the run
--- (schedule=none keeps it constant); prints the training loss and the test
--- accuracy after each epoch.
+-- Fashion-MNIST, data-parallel, written the way the seed tutorial teaches:
+--   init_process_group -> seed + rank -> model -> SyncBatchNorm -> DDP(model)
+--   -> optimizer after DDP -> DistributedSampler (shared seed) + set_epoch
+--   -> train -> all_gather predictions for whole-test-set accuracy
+--   -> print and save on rank 0 -> barrier -> destroy_process_group
 --
---   ddplua examples/fashion_mnist/train.lua
---   ddplua examples/fashion_mnist/train.lua model=cnn epochs=5
+--   ddplua --nproc 2 examples/fashion_mnist/train.lua                 (the MLP, 2 processes)
+--   ddplua --nproc 2 examples/fashion_mnist/train.lua model=cnn
+--   ddplua examples/fashion_mnist/train.lua                           (one process)
+--   ddplua --config configs/fashion_mlp.yaml                          (settings from YAML)
+--   ddplua --nproc 2 examples/fashion_mnist/train.lua resume=runs/fashion_mnist/last.safetensors epochs=6
 --
--- Settings (key=value): model=mlp|cnn epochs=5 lr=0.05 momentum=0.9
--- schedule=cosine|none batch_size=64 seed=0 threads=<BLAS threads, 0: default>
--- root=/usr/share/datasets/fashion-mnist
+-- Settings (key=value, or YAML via --config): model=mlp|cnn epochs=5 lr=0.05 (for a global batch of 64,
+-- scaled linearly with batch_size x processes) momentum=0.9
+-- schedule=cosine|none batch_size=64 (per process) seed=0 batchnorm=false (CNN: BatchNorm2d after
+-- each conv, SyncBatchNorm under DDP) train_samples=0 (0 = all 60000) root=<dataset dir> threads=0
+-- run_name=fashion_mnist (runs/<run_name>/: config.yaml, metrics.jsonl, last.safetensors) resume=""
 local ddp = require "ddplua"
-local nn, optim, data = ddp.nn, ddp.optim, ddp.data
+local nn, optim, data, dist = ddp.nn, ddp.optim, ddp.data, ddp.distributed
 
-local defaults = {
+local cfg, run_dir = ddp.config {
   model = "mlp", epochs = 5, lr = 0.05, momentum = 0.9, schedule = "cosine", batch_size = 64, seed = 0,
-  root = data.FashionMNIST.default_root, threads = 0,
+  batchnorm = false, train_samples = 0, root = data.FashionMNIST.default_root, threads = 0,
+  run_name = "fashion_mnist", resume = "", log_every = 50,
 }
 
--- key=value arguments over the defaults, typed like the defaults.
-local function parse_args(defs, args)
-  local cfg = {}
-  for k, v in pairs(defs) do cfg[k] = v end
-  for _, a in ipairs(args) do
-    local k, v = a:match("^([%w_]+)=(.*)$")
-    if not k then error("expected key=value arguments, got '" .. a .. "'", 0) end
-    if defs[k] == nil then
-      local keys = {}
-      for name in pairs(defs) do keys[#keys + 1] = name end
-      table.sort(keys)
-      error(string.format("unknown setting '%s' (settings: %s)", k, table.concat(keys, ", ")), 0)
-    end
-    if type(defs[k]) == "number" then
-      local n = math.tointeger(tonumber(v)) or tonumber(v)
-      if n == nil then error(string.format("setting %s expects a number, got '%s'", k, v), 0) end
-      cfg[k] = n
-    else
-      cfg[k] = v
-    end
-  end
-  return cfg
-end
+-- 1. the process group (env:// from the launcher; a 1-process group without it)
+dist.init_process_group()
+local rank, world = dist.get_rank(), dist.get_world_size()
+if cfg.threads > 0 then ddp.set_num_threads(cfg.threads) end
+-- seed + rank: dropout/augmentation differ per rank; the model's initial
+-- weights do not matter (DDP copies rank 0's to every rank)
+ddp.seed_everything(cfg.seed + rank)
+local device = ddp.device()
 
-local cfg = ddp.config and ddp.config(defaults) or parse_args(defaults, arg or {})
-
+-- 2. the model, SyncBatchNorm, DDP, and the optimizer created after DDP
 local function build_model(kind)
   if kind == "mlp" then
     return nn.Sequential {
@@ -53,28 +43,41 @@ local function build_model(kind)
       nn.Linear(1024, 10),
     }
   elseif kind == "cnn" then
-    return nn.Sequential {
-      nn.Conv2d(1, 32, 3, { padding = 1 }), nn.ReLU(), nn.MaxPool2d(2),  -- 32 x 14 x 14
-      nn.Conv2d(32, 64, 3, { padding = 1 }), nn.ReLU(), nn.MaxPool2d(2), -- 64 x 7 x 7
-      nn.Flatten(),
-      nn.Linear(64 * 7 * 7, 128), nn.ReLU(),
-      nn.Linear(128, 10),
-    }
+    local function bn(c) return cfg.batchnorm and nn.BatchNorm2d(c) or nil end
+    local layers = {}
+    local function add(m) if m then layers[#layers + 1] = m end end
+    add(nn.Conv2d(1, 32, 3, { padding = 1 })); add(bn(32)); add(nn.ReLU()); add(nn.MaxPool2d(2))  -- 32 x 14 x 14
+    add(nn.Conv2d(32, 64, 3, { padding = 1 })); add(bn(64)); add(nn.ReLU()); add(nn.MaxPool2d(2)) -- 64 x 7 x 7
+    add(nn.Flatten())
+    add(nn.Linear(64 * 7 * 7, 128)); add(nn.ReLU())
+    add(nn.Linear(128, 10))
+    return nn.Sequential(layers)
   end
   error("model must be mlp or cnn, got " .. tostring(kind), 0)
 end
 
-if cfg.threads > 0 then ddp.set_num_threads(cfg.threads) end
-ddp.manual_seed(cfg.seed)
-
-local train_set = data.FashionMNIST { root = cfg.root, split = "train" }
-local test_set = data.FashionMNIST { root = cfg.root, split = "test" }
-local train_loader = data.DataLoader(train_set, { batch_size = cfg.batch_size, shuffle = true })
-local test_loader = data.DataLoader(test_set, { batch_size = 1000 })
-
-local model = build_model(cfg.model)
-local opt = optim.SGD(model:parameters(), { lr = cfg.lr, momentum = cfg.momentum })
+local model = build_model(cfg.model):to(device)
+if world > 1 then model = nn.SyncBatchNorm.convert_sync_batchnorm(model) end
+model = dist.DistributedDataParallel(model)
+-- lr is given for a global batch of 64 and scaled linearly with the global
+-- batch (Goyal et al., "Accurate, Large Minibatch SGD"): 2 ranks x 64 -> 2x
+local lr = cfg.lr * cfg.batch_size * world / 64
+local opt = optim.SGD(model:parameters(), { lr = lr, momentum = cfg.momentum })
 local criterion = nn.CrossEntropyLoss()
+
+-- 3. the data: every rank sees its own shard, the shuffle seed is shared
+local train_set = data.FashionMNIST { root = cfg.root, split = "train" }
+if cfg.train_samples > 0 then
+  local idx = {}
+  for i = 1, math.min(cfg.train_samples, #train_set) do idx[i] = i end
+  train_set = data.Subset(train_set, idx)
+end
+local test_set = data.FashionMNIST { root = cfg.root, split = "test" }
+local train_sampler = data.DistributedSampler(train_set, { shuffle = true, seed = cfg.seed })
+local test_sampler = data.DistributedSampler(test_set, { shuffle = false })
+local train_loader = data.DataLoader(train_set, { batch_size = cfg.batch_size, sampler = train_sampler })
+local test_loader = data.DataLoader(test_set, { batch_size = 1000, sampler = test_sampler })
+
 local scheduler
 if cfg.schedule == "cosine" then
   scheduler = optim.lr_scheduler.CosineAnnealingLR(opt, { T_max = cfg.epochs * #train_loader })
@@ -82,33 +85,73 @@ elseif cfg.schedule ~= "none" then
   error("schedule must be cosine or none, got " .. tostring(cfg.schedule), 0)
 end
 
-local function evaluate()
-  model:eval()
-  local correct = 0
-  ddp.no_grad(function()
-    for x, y in test_loader:iter() do correct = correct + model(x):argmax(2):eq(y):sum():item() end
-  end)
-  model:train()
-  return correct / #test_set
+local start_epoch, step = 1, 0
+if cfg.resume ~= "" then
+  local info = ddp.load_checkpoint(cfg.resume, { model = model, optimizer = opt, scheduler = scheduler,
+    sampler = train_sampler })
+  start_epoch, step = info.epoch + 1, info.step
+  ddp.print(string.format("resumed from %s after epoch %d (step %d)", cfg.resume, info.epoch, info.step))
 end
 
-print(string.format("Fashion-MNIST %s: %d train / %d test images, batch %d, SGD lr %g momentum %g, %s schedule",
-  cfg.model, #train_set, #test_set, cfg.batch_size, cfg.lr, cfg.momentum, cfg.schedule))
-local acc
-for epoch = 1, cfg.epochs do
+-- whole-test-set accuracy: each rank predicts its shard, all_gather
+-- collects every rank's results and drops the sampler's padding duplicates
+local function evaluate()
+  model:eval()
+  local preds, labels = {}, {}
+  ddp.no_grad(function()
+    for x, y in test_loader:iter() do
+      preds[#preds + 1] = model(x:to(device)):argmax(2)
+      labels[#labels + 1] = y:to(device)
+    end
+  end)
+  model:train()
+  local p = dist.gather_for_metrics(ddp.cat(preds), test_sampler)
+  local y = dist.gather_for_metrics(ddp.cat(labels), test_sampler)
+  return p:eq(y):sum():item() / y:size(1), y:size(1)
+end
+
+ddp.print(string.format("Fashion-MNIST %s on %d process(es) (%s): %d train / %d test images, batch %d x %d, " ..
+  "SGD lr %g momentum %g, %s schedule", cfg.model, world, device, #train_set, #test_set, cfg.batch_size, world,
+  lr, cfg.momentum, cfg.schedule))
+local log = ddp.metrics.open()
+local acc, n_test = nil, 0
+for epoch = start_epoch, cfg.epochs do
+  train_sampler:set_epoch(epoch) -- a new shuffle every epoch, the same on every rank
+  local bar = ddp.progress(#train_loader, { desc = "epoch " .. epoch, batch_size = cfg.batch_size * world })
   local t0 = ddp.clock()
   local sum, n = 0, 0
   for x, y in train_loader:iter() do
     opt:zero_grad()
-    local loss = criterion(model(x), y)
-    loss:backward()
+    local loss = criterion(model(x:to(device)), y:to(device))
+    loss:backward() -- gradients are averaged across ranks here, bucket by bucket
     opt:step()
     if scheduler then scheduler:step() end
-    sum, n = sum + loss:item(), n + 1
+    step = step + 1
+    local l = loss:item()
+    sum, n = sum + l, n + 1
+    if step % cfg.log_every == 0 then log:log { step = step, epoch = epoch, loss = l } end
+    bar:update(1, { loss = l })
   end
+  bar:close()
   local train_time = ddp.clock() - t0
-  acc = evaluate()
-  print(string.format("epoch %d/%d  train loss %.4f  test accuracy %.2f%%  (%.1f s, %.0f samples/s)", epoch,
-    cfg.epochs, sum / n, 100 * acc, train_time, #train_set / train_time))
+  -- the mean training loss over every rank's batches
+  local mean = ddp.tensor({ sum / n }, { dtype = "float64" })
+  dist.all_reduce(mean, "avg")
+  acc, n_test = evaluate()
+  log:log_epoch { epoch = epoch, loss = mean:item(), val_acc = acc, train_seconds = train_time }
+  ddp.print(string.format("epoch %d/%d  train loss %.4f  test accuracy %.2f%%  (%.1f s, %.0f samples/s)", epoch,
+    cfg.epochs, mean:item(), 100 * acc, train_time, #train_set / train_time))
+  -- every rank calls it; rank 0 writes (atomically), the others wait
+  ddp.save_checkpoint(run_dir .. "/last.safetensors", { model = model, optimizer = opt, scheduler = scheduler,
+    sampler = train_sampler, epoch = epoch, step = step, rng = true, config = cfg })
 end
-print(string.format("final test accuracy %.2f%%", 100 * acc))
+log:close()
+if acc then
+  ddp.print(string.format("final test accuracy %.2f%% (%d test images, each counted once)", 100 * acc, n_test))
+end
+if ddp.is_main() then -- saving on the main process only
+  ddp.save(model.module:state_dict(), run_dir .. "/model.safetensors", { metadata = { epochs = tostring(cfg.epochs) } })
+  print("saved " .. run_dir .. "/model.safetensors")
+end
+dist.barrier()
+dist.destroy_process_group()

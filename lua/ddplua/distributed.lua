@@ -147,6 +147,33 @@ end
 --- available, else "cpu" (ddp.device()).
 function M.device() return require("ddplua").device() end
 
+--- gather_for_metrics(t, sampler): every rank's results for its shard of a
+--- DistributedSampler (rows in the order of sampler:indices()), gathered on
+--- every rank with all_gather and with the padding duplicates dropped, so a
+--- metric covers each dataset item exactly once. Rows come back in the
+--- epoch's global order; gather predictions and labels alike to align them.
+function M.gather_for_metrics(t, sampler, opts)
+  if not require("ddplua").is_tensor(t) then error("gather_for_metrics: expected a tensor, got " .. type(t), 2) end
+  if type(sampler) ~= "table" or type(sampler.gather_order) ~= "function" then
+    error("gather_for_metrics: expected the DistributedSampler that produced the rows", 2)
+  end
+  local n = t:dim() > 0 and t:size(1) or 0
+  if n ~= sampler.num_samples then
+    error(string.format("gather_for_metrics: the tensor has %d rows but the sampler gives this rank %d samples " ..
+      "(gather the results of one whole epoch of the sampler)", n, sampler.num_samples), 2)
+  end
+  local world = M.get_world_size(opts and opts.group)
+  if world ~= sampler.num_replicas then
+    error(string.format("gather_for_metrics: the group has %d ranks but the sampler was built for %d", world,
+      sampler.num_replicas), 2)
+  end
+  local shape = t:size()
+  shape[1] = n * world
+  local all = require("ddplua").empty(shape, { dtype = t:dtype(), device = t:device() })
+  M.all_gather(all, t:contiguous(), opts)
+  return all:index_select(1, sampler:gather_order())
+end
+
 -- DistributedDataParallel lives in ddplua/ddp.lua (loaded on first use).
 setmetatable(M, {
   __index = function(t, k)
