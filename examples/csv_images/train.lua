@@ -62,8 +62,8 @@ local function loader(ds, train)
       sampler
 end
 local train_loader, train_sampler = loader(train_set, true)
-local valid_loader = loader(valid_set, false)
-local test_loader = loader(test_set, false)
+local valid_loader, valid_sampler = loader(valid_set, false)
+local test_loader, test_sampler = loader(test_set, false)
 
 local side = cfg.img_size // 4
 local model = nn.Sequential {
@@ -81,24 +81,23 @@ local optimizer = optim.SGD(model:parameters(), { lr = cfg.lr, momentum = cfg.mo
 local scheduler = optim.lr_scheduler.CosineAnnealingLR(optimizer, { T_max = cfg.epochs })
 local criterion = nn.CrossEntropyLoss()
 
--- correct predictions and items over the whole split, summed across ranks
--- (DistributedSampler pads a rank's share by repeating a few items)
-local function evaluate(dl)
+-- accuracy over the whole split: every rank predicts its shard, then
+-- gather_for_metrics collects all ranks' results and drops the padding
+-- duplicates DistributedSampler adds, so each image counts once
+local function evaluate(dl, sampler)
   model:eval()
-  local counts = ddp.zeros(2, { dtype = "float64" })
+  local preds, labels = {}, {}
   ddp.no_grad(function()
     for x, y in dl:iter() do
-      x, y = x:to(device), y:to(device)
-      local correct = model(x):argmax(2):eq(y):sum():item()
-      counts:copy_(counts + ddp.tensor({ correct, y:size(1) }, { dtype = "float64" }))
+      preds[#preds + 1] = model(x:to(device)):argmax(2)
+      labels[#labels + 1] = y:to(device)
     end
   end)
+  local p, y = ddp.cat(preds), ddp.cat(labels)
   if distributed then
-    counts = counts:to(device)
-    dist.all_reduce(counts, "sum")
+    p, y = dist.gather_for_metrics(p, sampler), dist.gather_for_metrics(y, sampler)
   end
-  local c = counts:totable()
-  return c[1] / math.max(1, c[2])
+  return p:eq(y):sum():item() / math.max(1, y:size(1))
 end
 
 for epoch = 1, cfg.epochs do
@@ -118,9 +117,9 @@ for epoch = 1, cfg.epochs do
   ddp.synchronize()
   local secs = ddp.clock() - t0
   ddp.print(string.format("epoch %d  loss %.4f  valid acc %.4f  %.1f s (%.0f images/s per process)", epoch,
-    loss_sum / math.max(1, batches), evaluate(valid_loader), secs, batches * cfg.batch_size / secs))
+    loss_sum / math.max(1, batches), evaluate(valid_loader, valid_sampler), secs, batches * cfg.batch_size / secs))
 end
-ddp.print(string.format("test acc %.4f", evaluate(test_loader)))
+ddp.print(string.format("test acc %.4f", evaluate(test_loader, test_sampler)))
 
 if ddp.is_main() then
   ddp.save(model:state_dict(), cfg.data .. "/model.safetensors", { metadata = { epochs = tostring(cfg.epochs) } })
