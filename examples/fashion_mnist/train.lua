@@ -15,13 +15,14 @@
 -- schedule=cosine|none batch_size=64 (per process) seed=0 batchnorm=false (CNN: BatchNorm2d after
 -- each conv, SyncBatchNorm under DDP) train_samples=0 (0 = all 60000) root=<dataset dir> threads=0
 -- run_name=fashion_mnist (runs/<run_name>/: config.yaml, metrics.jsonl, last.safetensors) resume=""
+-- stop_after=0 (stop after that many epochs of this process, as if interrupted; 0 = run to the end)
 local ddp = require "ddplua"
 local nn, optim, data, dist = ddp.nn, ddp.optim, ddp.data, ddp.distributed
 
 local cfg, run_dir = ddp.config {
   model = "mlp", epochs = 5, lr = 0.05, momentum = 0.9, schedule = "cosine", batch_size = 64, seed = 0,
   batchnorm = false, train_samples = 0, root = data.FashionMNIST.default_root, threads = 0,
-  run_name = "fashion_mnist", resume = "", log_every = 50,
+  run_name = "fashion_mnist", resume = "", log_every = 50, stop_after = 0,
 }
 
 -- 1. the process group (env:// from the launcher; a 1-process group without it)
@@ -144,6 +145,10 @@ for epoch = start_epoch, cfg.epochs do
   -- every rank calls it; rank 0 writes (atomically), the others wait
   ddp.save_checkpoint(run_dir .. "/last.safetensors", { model = model, optimizer = opt, scheduler = scheduler,
     sampler = train_sampler, epoch = epoch, step = step, rng = true, config = cfg })
+  if cfg.stop_after > 0 and epoch - start_epoch + 1 >= cfg.stop_after then
+    ddp.print(string.format("stopping after epoch %d (stop_after=%d)", epoch, cfg.stop_after))
+    break
+  end
 end
 log:close()
 if acc then
