@@ -152,34 +152,13 @@ function DDP:to(...)
   return self
 end
 
---- state_dict keys carry PyTorch's "module." prefix.
-function DDP:state_dict()
-  local inner = self.module:state_dict()
-  local out = {}
-  local keys = inner._order or nil
-  for k, v in pairs(inner) do
-    if k ~= "_order" then out["module." .. k] = v end
-  end
-  if keys then
-    local order = {}
-    for i, k in ipairs(keys) do order[i] = "module." .. k end
-    out._order = order
-  end
-  return out
-end
+--- state_dict keys carry PyTorch's "module." prefix (in the module's order).
+function DDP:state_dict() return self.module:state_dict("module.") end
 
 --- Accepts keys with or without the "module." prefix.
 function DDP:load_state_dict(sd, strict)
   local inner = {}
-  for k, v in pairs(sd) do
-    if k == "_order" then
-      local order = {}
-      for i, key in ipairs(v) do order[i] = (key:gsub("^module%.", "")) end
-      inner._order = order
-    else
-      inner[(k:gsub("^module%.", ""))] = v
-    end
-  end
+  for k, v in pairs(sd) do inner[(k:gsub("^module%.", ""))] = v end
   return self.module:load_state_dict(inner, strict)
 end
 

@@ -90,7 +90,9 @@ function M.init_process_group(opts)
     need(p.rank, "init_method='" .. method .. "' needs rank=")
     p.master_addr, p.master_port = host, tonumber(port)
     p.serve, p.bind = p.rank == 0, host -- rank 0 serves the store, as PyTorch's TCPStore
-    p.token = os.getenv("DDPLUA_JOB_TOKEN") or "ddplua-tcp"
+    -- processes started by hand each have their own job token (or none):
+    -- the address is the shared secret, as with PyTorch's TCPStore
+    p.token = "ddplua-tcp:" .. host .. ":" .. port
   elseif method == "env://" then
     local hint = " (run under `ddplua --nproc N`, inside dist.spawn, or set it)"
     p.master_addr = need(os.getenv("MASTER_ADDR"), "env:// needs MASTER_ADDR in the environment" .. hint)
@@ -141,8 +143,9 @@ function M.print(...)
   if M.is_main() then print(...) end
 end
 
---- The device this rank computes on: "cpu" (the cpu process group).
-function M.device() return "cpu" end
+--- The device this rank computes on: "cuda:<local rank>" when a GPU is
+--- available, else "cpu" (ddp.device()).
+function M.device() return require("ddplua").device() end
 
 -- DistributedDataParallel lives in ddplua/ddp.lua (loaded on first use).
 setmetatable(M, {

@@ -51,11 +51,46 @@ function M.seed_everything(seed)
   math.randomseed(seed)
 end
 
+-- Run helpers and checkpoints (config.lua, checkpoint.lua, metrics.lua,
+-- progress.lua); loaded on first call. ddp.save / ddp.load (safetensors)
+-- come from the C module.
+function M.config(defaults, opts) return require("ddplua.config").resolve(defaults, opts) end
+function M.save_checkpoint(path, what) return require("ddplua.checkpoint").save(path, what) end
+function M.load_checkpoint(path, opts) return require("ddplua.checkpoint").load(path, opts) end
+function M.progress(total, opts) return require("ddplua.progress").new(total, opts) end
+-- Devices ------------------------------------------------------------------
+
+--- ddp.device(): "cuda:<LOCAL_RANK>" when a GPU is available, else "cpu".
+--- LOCAL_RANK (set by the launcher, 0 without one) wraps around the visible
+--- GPUs, so several ranks on a one-GPU machine share it (the cpu process
+--- group supports that; nccl needs a GPU per rank).
+function M.device()
+  if not core.cuda_is_available() then return "cpu" end
+  local n = core.cuda_device_count()
+  local local_rank = math.tointeger(tonumber(os.getenv("LOCAL_RANK") or "0")) or 0
+  return "cuda:" .. (local_rank % n)
+end
+
+--- PyTorch's torch.set_float32_matmul_precision: "highest" keeps float32
+--- GEMMs in float32, "high" and "medium" let CUDA use TF32 tensor cores.
+local matmul_precision = "highest"
+function M.set_float32_matmul_precision(p)
+  if p ~= "highest" and p ~= "high" and p ~= "medium" then
+    error("set_float32_matmul_precision: expected \"highest\", \"high\" or \"medium\", got " .. tostring(p), 2)
+  end
+  matmul_precision = p
+  if core.cuda_is_available() then core.cuda_set_option("tf32", p ~= "highest") end
+end
+function M.get_float32_matmul_precision() return matmul_precision end
+
+--- ddp.autocast("bfloat16" | "float16" | false [, fn, ...]): mixed precision
+--- for matmul/linear/conv2d on CUDA (see ddplua.amp).
+function M.autocast(...) return M.amp.autocast(...) end
+
 -- Run helpers (lua/ddplua/distributed.lua): ddp.is_main(), ddp.print(...)
--- on rank 0 only, ddp.device().
+-- on rank 0 only.
 function M.is_main() return require("ddplua.distributed").is_main() end
 function M.print(...) return require("ddplua.distributed").print(...) end
-function M.device() return require("ddplua.distributed").device() end
 
 -- Submodules load on first use so `require "ddplua"` stays fast.
 local lazy = {
@@ -64,6 +99,7 @@ local lazy = {
   data = "ddplua.data",
   distributed = "ddplua.distributed",
   amp = "ddplua.amp",
+  metrics = "ddplua.metrics",
 }
 setmetatable(M, {
   __index = function(t, k)

@@ -80,7 +80,7 @@ static inline void dp_work_release(dp_work *w) {
 }
 
 /* How a group is created: rendezvous through the store. */
-typedef struct {
+typedef struct dp_pg_init {
   dp_store *store;
   int rank, size;
   int local_rank, local_size; /* on this node */
@@ -96,6 +96,29 @@ typedef struct {
  * (node_rank -1: ranks on the same host do); the ranks of a node must be
  * numbered contiguously. Collective; NULL + dp_error on failure. */
 dp_pg *dp_pg_cpu_new(const dp_pg_init *init);
+
+/* nccl backend (the CUDA plugin, src/ops/cuda/pg_nccl.c; reached through
+ * src/dist/pg_nccl.c, which loads the plugin): what
+ * dist.init_process_group{backend="nccl"} calls. NULL + dp_error when CUDA
+ * or NCCL is unavailable, or when rendezvous / communicator setup fails or
+ * passes init->timeout_ms.
+ *  - Device: the group's GPU is cuda:(local_rank % visible GPUs); tensors
+ *    passed to its collectives must live there (an error names both).
+ *  - Ordering: collectives run on a communication stream that first waits
+ *    (by event) for the work already queued on the compute stream; with
+ *    work == NULL the compute stream then waits for the collective, so
+ *    "completes before returning" means "is ordered before every later
+ *    op", with no host synchronisation. dp_work_wait does the same for an
+ *    async handle and reports errors; barrier() also waits on the host.
+ *  - Errors and deadlines: a watchdog thread polls each collective; one
+ *    that fails or is not done within timeout_ms aborts the communicator
+ *    (ncclCommAbort) and the error, naming the collective and its sequence
+ *    number, is raised by the next call on the group or on any CUDA op.
+ *  - new_group uses ncclCommSplit (every rank of the parent calls it).
+ *  - alloc_shared is NULL: DDP buckets are ordinary device tensors.
+ *  - debug: the op, dtype and element count of every collective are
+ *    compared across ranks through the store; a mismatch names both sides. */
+dp_pg *dp_pg_nccl_new(const dp_pg_init *init);
 
 /* Names for messages: "all_reduce", "sum" */
 const char *dp_redop_name(dp_redop op);

@@ -1,17 +1,149 @@
-/* The host program's parts: main.c (Lua state and script runner) and
- * launcher.c (arguments, spawning and supervising workers). */
+/* The host program's parts:
+ *   main.c        the Lua state and the in-process script runner
+ *   options.c     command line and the `ddplua:` section of --config
+ *   launcher.c    picks the mode (in-process, scheduler rank, supervised workers) and builds the environment
+ *   sched_env.c   Slurm and Open MPI environments -> one rank's placement
+ *   rendezvous.c  multi-node agreement on process counts, and failure propagation between nodes' hosts
+ *   supervisor.c  spawning the workers (fork + exec), their output, failure handling
+ *   output.c      whole-line, rank-prefixed relay of the workers' output, logs and last lines */
 #ifndef DP_HOST_H
 #define DP_HOST_H
 
 #include <lua.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "dist/store.h"
+
+#define DDPLUA_VERSION "0.1"
+/* Set in the environment of a worker the host exec'ed (value: the host's
+ * pid). The worker removes it at once, so a `ddplua` the script starts is a
+ * host of its own again. */
+#define DP_WORKER_ENV "DDPLUA_WORKER_OF"
+
+/* ---- main.c ---- */
 
 /* A Lua state with the standard libraries, package.path pointing at the
  * ddplua Lua library and ddplua.core preloaded. */
 lua_State *dp_host_new_state(void);
-/* Runs script with `arg` and `...` set like lua5.4 does; prints the error
- * with a traceback and returns 1 on failure. */
-int dp_host_run_script(lua_State *L, const char *script, int argc, char **argv, const char *exe);
-/* Parses the command line and runs in-process or launches workers. */
+/* The directory holding the ddplua Lua library (its parent of ddplua/). */
+void dp_host_lua_dir(char *out, size_t n);
+/* Runs script with `arg` and `...` set like lua5.4 does: arg[-n_pre..-1] =
+ * pre[0..n_pre) (the interpreter and its options), arg[0] = script,
+ * arg[1..n_args] = args. Prints the error with a traceback and returns 1 on
+ * failure. */
+int dp_host_run_script(lua_State *L, const char *script, char **pre, int n_pre, char **args, int n_args);
 int dp_host_main(int argc, char **argv);
+
+/* ---- options.c ---- */
+
+typedef struct {
+  int nproc;             /* processes on this node, >= 1 (auto resolved) */
+  int nnodes, node_rank; /* 1, 0 */
+  char *master_addr;     /* NULL: not given */
+  int master_port;       /* 0: not given */
+  char *backend;         /* "auto" | "nccl" | "cpu" */
+  double timeout_s;      /* 300 */
+  char *config;          /* absolute path of --config, or NULL */
+  char *log_dir;         /* NULL: no logs */
+  bool nproc_given, nnodes_given;
+  /* what to run */
+  char *script;          /* path of the script (or of the tool) */
+  int n_pre;             /* argv[0..n_pre) are the host's own arguments (arg[-n_pre..-1]) */
+  int args_pos;          /* argv[args_pos..argc) are the script's arguments */
+} dp_host_opts;
+
+/* Parses argv (and the --config file's `ddplua:` and `script:`). Returns 0
+ * when o is ready to run; otherwise the process exit code after printing
+ * the error (2) or --help / --version (0), with *done set. Either way o is
+ * released with dp_host_opts_free. */
+int dp_host_parse(int argc, char **argv, dp_host_opts *o, bool *done);
+void dp_host_opts_free(dp_host_opts *o);
+/* Cores this process may run on (its affinity mask). */
+int dp_host_cores(void);
+/* GPUs a worker could see: CUDA_VISIBLE_DEVICES when set, else /dev/nvidiaN
+ * (the host never loads CUDA). */
+int dp_host_visible_gpus(void);
+/* "%g"-like text for a timeout that the process group can parse ("300"). */
+void dp_host_format_seconds(double s, char *out, size_t n);
+
+/* ---- sched_env.c ---- */
+
+/* One rank's place in a job (also what the supervisor gives each worker). */
+typedef struct {
+  int rank, world_size;
+  int local_rank, local_world_size;
+  int node_rank, nnodes;
+  char master_addr[256];
+  int master_port;
+  char token[80];
+  const char *scheduler; /* "Slurm", "Open MPI" */
+} dp_placement;
+
+/* 1 and fills p when this process is one rank started by Slurm (srun) or
+ * Open MPI (mpirun); 0 when neither; -1 + dp_error on an inconsistent
+ * environment. */
+int dp_sched_detect(dp_placement *p);
+/* A job token that every process of a multi-process job can compute alike
+ * when nothing hands them a common random one: DDPLUA_JOB_TOKEN if set,
+ * else a hash of `what` (job id, master address and port). */
+void dp_shared_token(const char *what, char *out, size_t n);
+
+/* ---- rendezvous.c ---- */
+
+typedef struct dp_rdzv dp_rdzv;
+/* Connects this node's host to the store, publishes nproc and waits for the
+ * other nodes; sets *rank_offset and *world_size. NULL + dp_error. */
+dp_rdzv *dp_rdzv_join(const char *addr, int port, const char *token, int node_rank, int nnodes, int nproc,
+                      int timeout_ms, int *rank_offset, int *world_size);
+/* A file descriptor that becomes readable when another node asks this one
+ * to stop (or the store on node 0 goes away); read the reason with
+ * dp_rdzv_stop_reason. */
+int dp_rdzv_stop_fd(dp_rdzv *r);
+/* The other node's message and exit code (0 if the job simply ended). */
+int dp_rdzv_stop_reason(dp_rdzv *r, char *msg, size_t n);
+/* Asks every other node to stop: `code` and `msg` name this node's cause. */
+void dp_rdzv_stop_others(dp_rdzv *r, int code, const char *msg);
+/* Reports this node's exit code; on node 0 waits for the other nodes'
+ * reports (up to timeout_ms after a normal end, a few seconds after a
+ * failure, less if SIGINT/SIGTERM/SIGHUP/SIGQUIT is pending), so the store
+ * outlives every node's workers, and returns the first non-zero code among
+ * them (or `code`). Frees r. */
+int dp_rdzv_finish(dp_rdzv *r, int code, int timeout_ms);
+
+/* ---- output.c ---- */
+
+typedef struct dp_relay dp_relay;
+/* Lines of rank `rank` go to the host's stdout/stderr prefixed "[rank N] "
+ * and, with log_fd >= 0, unprefixed to that file. */
+dp_relay *dp_relay_new(int rank, int log_fd);
+/* Feeds bytes read from the worker's stdout (stream 1) or stderr (2). */
+void dp_relay_feed(dp_relay *r, int stream, const char *data, size_t n);
+/* End of a stream: a partial last line is written with a newline. */
+void dp_relay_close(dp_relay *r, int stream);
+/* Writes the last lines of this rank (at most ~20) to fd, each indented. */
+void dp_relay_print_tail(dp_relay *r, int fd);
+void dp_relay_free(dp_relay *r);
+
+/* ---- supervisor.c ---- */
+
+typedef struct {
+  const dp_host_opts *opts;
+  char **argv;            /* the host's own command line: each worker gets the same */
+  const char *self_exe;   /* /proc/self/exe resolved */
+  int n_workers;          /* workers started by this host */
+  int first_rank, first_local_rank; /* worker i gets RANK first_rank+i, LOCAL_RANK first_local_rank+i */
+  int node_rank, nnodes;  /* for messages */
+  char *const *job_env;   /* NULL-terminated "NAME=value" entries every worker gets */
+  dp_rdzv *rdzv;          /* multi-node: stop requests from other nodes; NULL otherwise */
+} dp_supervise_args;
+
+/* Runs the workers to completion; returns the host's exit code. Signals
+ * SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGCHLD must be blocked by the caller
+ * (before any thread is started) so that they arrive on the signalfd. */
+int dp_supervise(const dp_supervise_args *a);
+/* Removes /dev/shm/ddplua-<token>-* (segments a killed rank could leave). */
+void dp_remove_job_shm(const char *token);
 
 #endif

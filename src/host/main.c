@@ -1,5 +1,6 @@
-/* The ddplua host: runs a Lua script in-process (this file) or, with
- * --nproc N, as N supervised worker processes (launcher.c). */
+/* The ddplua host: the Lua state and the in-process script runner that
+ * every rank uses (the launcher and supervisor are in launcher.c and
+ * supervisor.c). */
 #include <lauxlib.h>
 #include <limits.h>
 #include <lua.h>
@@ -13,8 +14,9 @@
 
 int luaopen_ddplua_core(lua_State *L);
 
-/* <dir of the executable>/../../lua (build tree) or the source tree. */
-static void lua_dir(char *out, size_t n) {
+/* <dir of the executable>/../../lua (build tree), <prefix>/share/ddplua/lua
+ * (installed) or the source tree. */
+void dp_host_lua_dir(char *out, size_t n) {
   char exe[PATH_MAX];
   ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (k > 0) {
@@ -52,7 +54,7 @@ lua_State *dp_host_new_state(void) {
   if (!L) return NULL;
   luaL_openlibs(L);
   char dir[PATH_MAX + 64];
-  lua_dir(dir, sizeof dir);
+  dp_host_lua_dir(dir, sizeof dir);
   /* package.path = <lua dir>/?.lua;<lua dir>/?/init.lua;<default> */
   lua_getglobal(L, "package");
   lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", dir, dir);
@@ -66,24 +68,27 @@ lua_State *dp_host_new_state(void) {
   return L;
 }
 
-int dp_host_run_script(lua_State *L, const char *script, int argc, char **argv, const char *exe) {
-  /* arg table as lua5.4 builds it: arg[0] = script, arg[1..] = args */
-  lua_createtable(L, argc, 2);
-  lua_pushstring(L, exe);
-  lua_rawseti(L, -2, -1);
+int dp_host_run_script(lua_State *L, const char *script, char **pre, int n_pre, char **args, int n_args) {
+  /* arg as lua5.4 builds it: arg[-n_pre..-1] = interpreter and options,
+   * arg[0] = script, arg[1..] = the script's arguments */
+  lua_createtable(L, n_args, n_pre + 1);
+  for (int i = 0; i < n_pre; i++) {
+    lua_pushstring(L, pre[i]);
+    lua_rawseti(L, -2, i - n_pre);
+  }
   lua_pushstring(L, script);
   lua_rawseti(L, -2, 0);
-  for (int i = 0; i < argc; i++) {
-    lua_pushstring(L, argv[i]);
+  for (int i = 0; i < n_args; i++) {
+    lua_pushstring(L, args[i]);
     lua_rawseti(L, -2, i + 1);
   }
   lua_setglobal(L, "arg");
   lua_pushcfunction(L, traceback);
   int rc = luaL_loadfile(L, script);
   if (rc == LUA_OK) {
-    luaL_checkstack(L, argc + 2, "too many arguments");
-    for (int i = 0; i < argc; i++) lua_pushstring(L, argv[i]);
-    rc = lua_pcall(L, argc, 0, -2 - argc);
+    luaL_checkstack(L, n_args + 2, "too many arguments");
+    for (int i = 0; i < n_args; i++) lua_pushstring(L, args[i]);
+    rc = lua_pcall(L, n_args, 0, -2 - n_args);
   }
   if (rc != LUA_OK) {
     const char *msg = lua_tostring(L, -1);

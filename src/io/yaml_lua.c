@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <lauxlib.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +13,7 @@
 
 static int is_int(const char *s, lua_Integer *out) {
   const char *p = s;
-  int base = 10;
+  int base = 10, neg = *p == '-';
   if (*p == '+' || *p == '-') p++;
   if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) base = 16, p += 2;
   else if (p[0] == '0' && p[1] == 'o') base = 8, p += 2;
@@ -23,10 +24,11 @@ static int is_int(const char *s, lua_Integer *out) {
                          : (*q >= '0' && *q <= '9');
     if (!ok) return 0;
   }
+  /* The magnitude as unsigned, so that -9223372036854775808 is an integer. */
   errno = 0;
-  long long v = strtoll(p, NULL, base);
-  if (errno) return 0;
-  *out = s[0] == '-' ? -v : v;
+  unsigned long long m = strtoull(p, NULL, base);
+  if (errno || m > (unsigned long long)LLONG_MAX + (neg ? 1u : 0u)) return 0;
+  *out = neg ? (lua_Integer)(0ull - m) : (lua_Integer)m;
   return 1;
 }
 

@@ -7,6 +7,7 @@
 #include "autograd/autograd.h"
 #include "lua/l_util.h"
 #include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/sgemm.h"
 #include "ops/ops.h"
 
 static int l_manual_seed(lua_State *L) {
@@ -89,7 +90,29 @@ static int l_blas_info(lua_State *L) {
 static int l_set_num_threads(lua_State *L) {
   lua_Integer n = luaL_checkinteger(L, 1);
   if (n < 1) return luaL_argerror(L, 1, "number of threads must be >= 1");
+  dp_sgemm_set_num_threads(n > INT32_MAX ? INT32_MAX : (int)n);
   LT_CHECK(L, dp_blas_set_num_threads((int)n));
+  return 0;
+}
+
+/* gemm_impl() -> "avx512" | "avx2" | "blas": what float32 matmuls on the cpu
+ * use now (DDPLUA_GEMM, or set_gemm_impl). */
+static int l_gemm_impl(lua_State *L) {
+  dp_sgemm_impl impl;
+  LT_CHECK(L, dp_sgemm_get_impl(&impl));
+  lua_pushstring(L, dp_sgemm_impl_name(impl));
+  return 1;
+}
+
+/* set_gemm_impl("own" | "blas" | "avx512" | "avx2"): overrides DDPLUA_GEMM
+ * for this process (benchmarks compare the implementations with it). */
+static int l_set_gemm_impl(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  dp_sgemm_impl impl;
+  if (dp_sgemm_parse_impl(name, &impl) || dp_sgemm_set_impl(impl)) {
+    dp_error_prefix("set_gemm_impl: ");
+    return lt_error(L);
+  }
   return 0;
 }
 
@@ -114,9 +137,11 @@ static int l_cuda_device_count(lua_State *L) {
   return 1;
 }
 
+/* synchronize([device]): waits for queued device work (every device in use
+ * when none is given); a no-op when CUDA was never used. */
 static int l_synchronize(lua_State *L) {
   const dp_backend *b = dp_backend_get(DP_CUDA);
-  if (b) LT_CHECK(L, b->synchronize((int)luaL_optinteger(L, 1, 0)));
+  if (b) LT_CHECK(L, b->synchronize((int)luaL_optinteger(L, 1, -1)));
   return 0;
 }
 
@@ -125,10 +150,10 @@ static int l_collectgarbage_paced(lua_State *L) {
   return 0;
 }
 
-/* strong: a weak reference would not pull l_dist.o out of the static runtime library */
+/* strong references: a weak one would not pull the object out of the static runtime */
 void lt_open_dist(lua_State *L, int module);
-extern void lt_open_data(lua_State *L, int module) __attribute__((weak));
-extern void lt_open_io(lua_State *L, int module) __attribute__((weak));
+void lt_open_io(lua_State *L, int module);
+void lt_open_image(lua_State *L, int module); /* core.image (l_image.c) */
 
 int luaopen_ddplua_core(lua_State *L);
 int luaopen_ddplua_core(lua_State *L) {
@@ -144,6 +169,8 @@ int luaopen_ddplua_core(lua_State *L) {
                                    {"blas_info", l_blas_info},
                                    {"set_num_threads", l_set_num_threads},
                                    {"get_num_threads", l_get_num_threads},
+                                   {"gemm_impl", l_gemm_impl},
+                                   {"set_gemm_impl", l_set_gemm_impl},
                                    {"cuda_is_available", l_cuda_available},
                                    {"cuda_device_count", l_cuda_device_count},
                                    {"synchronize", l_synchronize},
@@ -157,9 +184,14 @@ int luaopen_ddplua_core(lua_State *L) {
   lt_open_tensor(L, module, methods);
   lt_open_tensor_ops(L, module, methods);
   lt_open_nn_ops(L, module, methods);
+  lt_open_nn_support(L, module, methods);
+  lt_open_optim(L, module);
+  lt_open_data(L, module);
   lt_open_dist(L, module);
-  if (lt_open_data) lt_open_data(L, module);
-  if (lt_open_io) lt_open_io(L, module);
+  lt_open_ddp(L, module, methods);
+  lt_open_io(L, module);
+  lt_open_cuda(L, module);
+  lt_open_image(L, module);
   lua_pushvalue(L, methods);
   lua_setfield(L, module, "Tensor");
   lua_settop(L, module);

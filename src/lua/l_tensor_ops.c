@@ -207,6 +207,7 @@ static int l_mm(lua_State *L) {
 }
 
 static int l_cat(lua_State *L) {
+  lua_settop(L, 2); /* the scratch userdata below must not land on the dim argument's slot */
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 2); /* the scratch userdata below must not land where the optional dim is read */
   int n = (int)luaL_len(L, 1);
@@ -223,6 +224,7 @@ static int l_cat(lua_State *L) {
 }
 
 static int l_stack(lua_State *L) {
+  lua_settop(L, 2); /* the scratch userdata below must not land on the dim argument's slot */
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 2); /* as in l_cat */
   int n = (int)luaL_len(L, 1);

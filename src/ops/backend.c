@@ -1,9 +1,11 @@
 /* Backend registry. The CPU backend is linked in; the CUDA backend is the
  * plugin ddplua_cuda.so, found next to the runtime (or at
  * $DDPLUA_CUDA_PLUGIN) and loaded on the first request for a CUDA device,
- * so a CPU-only run never pays for loading the CUDA libraries. */
+ * so a CPU-only run never pays for loading the CUDA libraries; before that,
+ * the driver is asked whether any GPU exists at all. */
 #include "ops/backend.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -21,6 +23,11 @@ static const dp_runtime_api runtime_api = {
     .error = dp_error,
     .error_prefix = dp_error_prefix,
     .errmsg = dp_errmsg,
+    .storage_retain = dp_storage_retain,
+    .storage_release = dp_storage_release,
+    .store_set = dp_store_set,
+    .store_get = dp_store_get,
+    .store_add = dp_store_add,
 };
 
 /* Directory of the object (host binary or core.so) this code is in. */
@@ -35,9 +42,38 @@ static void self_dir(char *buf, size_t n) {
   }
 }
 
+/* Asks the NVIDIA driver itself whether a GPU is there before loading the
+ * plugin: the plugin pulls in cuBLAS and NCCL (hundreds of MB, seconds to
+ * map), which a CPU-only machine calling ddp.device() should not pay for. */
+static int driver_precheck(char *err, size_t n) {
+  void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (!drv) {
+    snprintf(err, n, "CUDA is not available: no NVIDIA driver is installed (%s)", dlerror());
+    return -1;
+  }
+  int (*cu_init)(unsigned) = (int (*)(unsigned))dlsym(drv, "cuInit");
+  int (*cu_count)(int *) = (int (*)(int *))dlsym(drv, "cuDeviceGetCount");
+  int count = 0, rc = cu_init && cu_count ? cu_init(0) : -1;
+  if (rc == 0) rc = cu_count(&count);
+  /* keep the driver loaded: the plugin's CUDA runtime uses it next */
+  if (rc == 100 /* CUDA_ERROR_NO_DEVICE */ || (rc == 0 && count == 0)) {
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    snprintf(err, n, "CUDA is not available: no GPU is visible%s%s%s", vis ? " (CUDA_VISIBLE_DEVICES=" : "",
+             vis ? vis : "", vis ? ")" : "");
+    return -1;
+  }
+  if (rc != 0) {
+    snprintf(err, n, "CUDA is not available: the NVIDIA driver could not start (cuInit error %d)", rc);
+    return -1;
+  }
+  return 0;
+}
+
 static void load_cuda(void) {
   char dir[1024], path[1200];
   const char *env = getenv("DDPLUA_CUDA_PLUGIN");
+  /* a plugin named explicitly is loaded as asked (and explains itself) */
+  if (!(env && *env) && driver_precheck(cuda_err, sizeof cuda_err)) return;
   void *lib = NULL;
   char tried[1400] = "";
   if (env && *env) {
@@ -84,4 +120,26 @@ const dp_backend *dp_backend_require(int devtype) {
   pthread_once(&cuda_once, load_cuda);
   if (!cuda_backend) dp_error("%s", cuda_err);
   return cuda_backend;
+}
+
+int dp_cuda_count_without_init(void) {
+  DIR *d = opendir("/proc/driver/nvidia/gpus");
+  if (!d) return 0;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));)
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+  if (vis) { /* "0,2" (or UUIDs): as many as listed, up to the GPUs present; "" or "-1": none */
+    int listed = 0;
+    for (const char *p = vis; *p;) {
+      const char *comma = strchr(p, ',');
+      size_t len = comma ? (size_t)(comma - p) : strlen(p);
+      if (len == 0 || (len == 2 && strncmp(p, "-1", 2) == 0)) break; /* the list ends at an invalid entry */
+      listed++;
+      p += len + (comma ? 1 : 0);
+    }
+    if (listed < n) n = listed;
+  }
+  return n;
 }

@@ -21,46 +21,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "dist/store.h"
+#include "ops/op_enums.h"
 #include "tensor/tensor.h"
-
-typedef enum {
-  DP_U_NEG,
-  DP_U_EXP,
-  DP_U_LOG,
-  DP_U_RELU,
-  DP_U_GELU, /* tanh approximation off: exact erf GELU (PyTorch default) */
-  DP_U_TANH,
-  DP_U_SIGMOID,
-  DP_U_SQRT,
-  DP_U_RSQRT,
-  DP_U_ABS,
-  DP_U_SQUARE,
-  DP_U_RECIP,
-  DP_U_SIGN,
-  DP_U_COUNT
-} dp_unary_op;
-
-typedef enum {
-  DP_B_ADD,
-  DP_B_SUB,
-  DP_B_MUL,
-  DP_B_DIV,
-  DP_B_MAX,
-  DP_B_MIN,
-  DP_B_POW,
-  /* comparisons produce uint8 0/1 */
-  DP_B_EQ,
-  DP_B_NE,
-  DP_B_LT,
-  DP_B_LE,
-  DP_B_GT,
-  DP_B_GE,
-  DP_B_COUNT
-} dp_binary_op;
-
-typedef enum { DP_R_SUM, DP_R_MEAN, DP_R_MAX, DP_R_MIN, DP_R_PROD, DP_R_ARGMAX, DP_R_ARGMIN } dp_reduce_op;
-
-typedef enum { DP_RAND_UNIFORM, DP_RAND_NORMAL } dp_rand_kind;
 
 /* C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b], row-major, b < batch.
  * A is m x k after op, B is k x n after op; ld* are row strides of the
@@ -86,12 +49,26 @@ typedef struct {
   int64_t oh, ow;          /* output spatial size */
 } dp_window2d;
 
+/* Device memory accounting (the CUDA caching allocator). */
+typedef struct {
+  size_t live_bytes;     /* bytes held by tensors (rounded to the block size) */
+  size_t peak_bytes;     /* high-water mark of live_bytes */
+  size_t cached_bytes;   /* freed blocks kept for reuse */
+  size_t allocs;         /* allocations served */
+  size_t cache_hits;     /* ... of which from the cache */
+  size_t device_mallocs; /* cudaMalloc calls */
+  size_t device_total, device_free; /* as the driver reports them */
+} dp_device_mem_stats;
+
+struct dp_pg;
+struct dp_pg_init;
+
 typedef struct dp_backend {
   const char *name;
   int (*device_count)(void);
   void *(*alloc)(int device, size_t nbytes);
   void (*free)(int device, void *p, size_t nbytes);
-  int (*synchronize)(int device);
+  int (*synchronize)(int device); /* device < 0: every device in use */
 
   /* dst <- src, same device, any strides, casting dtypes. */
   int (*copy)(dp_tensor *dst, const dp_tensor *src);
@@ -200,17 +177,45 @@ typedef struct dp_backend {
                    double beta2, double eps, double weight_decay, bool decoupled, int64_t step);
   /* g *= inv_scale; sets *found_inf when any element is inf/nan. */
   int (*unscale)(dp_tensor *g, double inv_scale, int *found_inf);
+
+  /* ---- device extras: NULL on the CPU backend ---- */
+  /* unscale over a list of gradients on this backend's devices with one
+   * wait for the found-inf flag instead of one per tensor (GradScaler). */
+  int (*unscale_list)(dp_tensor *const *gs, int n, double inv_scale, int *found_inf);
+  int (*memory_stats)(int device, dp_device_mem_stats *out);
+  /* Returns cached device blocks to the driver (after waiting for the
+   * device: they may still be in use by queued kernels). */
+  int (*empty_cache)(void);
+  /* Named switches: "tf32" (float32 GEMMs on tensor cores, 0/1), "sync"
+   * (wait after every kernel so device errors surface at the op, 0/1).
+   * Unknown names are an error naming them. */
+  int (*set_option)(const char *name, double value);
+  int (*get_option)(const char *name, double *value);
+  /* "NVIDIA H200 (sm_90, 139.8 GiB)", or NULL + dp_error for a bad index */
+  const char *(*device_name)(int device);
+  /* The NCCL process group (dist/pg.h: dp_pg_nccl_new calls this). */
+  struct dp_pg *(*pg_new)(const struct dp_pg_init *init);
 } dp_backend;
 
 /* What the runtime hands a backend plugin (the CUDA backend is built as a
- * separate shared object and resolves nothing from the runtime by symbol). */
+ * separate shared object and resolves nothing from the runtime by symbol:
+ * the runtime may be loaded RTLD_LOCAL by stock lua5.4, and the plugin is
+ * linked with --no-undefined to keep it that way). */
 typedef struct {
   int abi_version; /* DP_PLUGIN_ABI */
   int (*error)(const char *fmt, ...);
   void (*error_prefix)(const char *prefix);
   const char *(*errmsg)(void);
+  /* storage lifetime: NCCL work keeps its buffers alive until the
+   * collective has finished on the device */
+  void (*storage_retain)(dp_storage *s);
+  void (*storage_release)(dp_storage *s);
+  /* the rendezvous store (NCCL unique ids, debug cross-checks) */
+  int (*store_set)(dp_store *s, const char *key, const void *val, size_t len);
+  int (*store_get)(dp_store *s, const char *key, void **val, size_t *len, int timeout_ms);
+  int (*store_add)(dp_store *s, const char *key, int64_t delta, int64_t *result);
 } dp_runtime_api;
-#define DP_PLUGIN_ABI 1
+#define DP_PLUGIN_ABI 2
 /* Exported by ddplua_cuda.so. Returns NULL and writes err when no GPU can
  * be used (driver missing, no device visible). */
 typedef const dp_backend *(*dp_plugin_init_fn)(const dp_runtime_api *api, char *err, size_t errlen);
@@ -221,6 +226,11 @@ const dp_backend *dp_backend_get(int devtype);
 /* Same, loading the CUDA plugin on first use; NULL + dp_error naming why
  * (built without CUDA, no GPU visible, driver error). */
 const dp_backend *dp_backend_require(int devtype);
+/* GPUs this process could use, counted without initialising the driver
+ * (/proc/driver/nvidia/gpus, narrowed by CUDA_VISIBLE_DEVICES): what the
+ * launcher may call before it forks workers, since a CUDA driver
+ * initialised in a parent does not survive fork. 0 without a driver. */
+int dp_cuda_count_without_init(void);
 /* The backend of a tensor's device (loaded: a tensor on it exists). */
 static inline const dp_backend *dp_backend_of(const dp_tensor *t) {
   return dp_backend_get(t->storage->device.type);

@@ -3,6 +3,7 @@
  * transposes expressed as flags, never as copies, when strides allow. */
 #include <string.h>
 
+#include "ops/autocast.h"
 #include "ops/op_util.h"
 
 /* A matrix operand as the backend wants it: a data pointer, row stride and
@@ -143,7 +144,7 @@ out:
   return rc;
 }
 
-dp_tensor *dp_matmul(dp_tensor *a, dp_tensor *b) {
+static dp_tensor *matmul_impl(dp_tensor *a, dp_tensor *b) {
   if (dp_check_same_device("matmul", a, b)) return NULL;
   if (a->ndim == 0 || b->ndim == 0) {
     dp_error("matmul: both arguments need at least 1 dimension, got shapes %s and %s", SHAPE(a), SHAPE(b));
@@ -219,6 +220,13 @@ dp_tensor *dp_matmul(dp_tensor *a, dp_tensor *b) {
   return out;
 }
 
+/* Autocast (autocast.h) casts float32 CUDA operands to bfloat16/float16 first. */
+dp_tensor *dp_matmul(dp_tensor *a, dp_tensor *b) {
+  dp_autocast_scope ac;
+  if (dp_autocast_cast(&ac, 2, (dp_tensor **[]){&a, &b})) return NULL;
+  return dp_autocast_done(&ac, matmul_impl(a, b));
+}
+
 /* ---- linear ---- */
 static int linear_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_tensor *x = dp_node_saved(n, 0), *w = dp_node_saved(n, 1), *y = dp_node_saved(n, 2);
@@ -276,7 +284,7 @@ out:
   return rc;
 }
 
-dp_tensor *dp_linear(dp_tensor *x, dp_tensor *w, dp_tensor *b, int act) {
+static dp_tensor *linear_impl(dp_tensor *x, dp_tensor *w, dp_tensor *b, int act) {
   if (w->ndim != 2) {
     dp_error("linear: weight must be 2-dimensional [out_features, in_features], got %s", SHAPE(w));
     return NULL;
@@ -337,4 +345,10 @@ dp_tensor *dp_linear(dp_tensor *x, dp_tensor *w, dp_tensor *b, int act) {
     dp_node_release(n);
   }
   return out;
+}
+
+dp_tensor *dp_linear(dp_tensor *x, dp_tensor *w, dp_tensor *b, int act) {
+  dp_autocast_scope ac;
+  if (dp_autocast_cast(&ac, 3, (dp_tensor **[]){&x, &w, &b})) return NULL;
+  return dp_autocast_done(&ac, linear_impl(x, w, b, act));
 }

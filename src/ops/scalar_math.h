@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "ops/op_enums.h"
 #include "tensor/half.h" /* DP_HD */
 
 #define DP_SQRT1_2 0.70710678118654752440
@@ -97,6 +98,229 @@ static inline DP_HD double dp_norm_grad_d(double gy, double xhat, double w, doub
 static inline DP_HD float dp_norm_grad_f(float gy, float xhat, float w, float invstd, float mean_dy,
                                          float mean_dy_xhat) {
   return w * invstd * (gy - mean_dy - xhat * mean_dy_xhat);
+}
+
+/* ---- the elementwise op table: one switch per op family, float and
+ * double. The CPU reference path and every CUDA elementwise kernel call
+ * these. ---- */
+static inline DP_HD double dp_unary_d(dp_unary_op op, double x) {
+  switch (op) {
+  case DP_U_NEG: return -x;
+  case DP_U_EXP: return exp(x);
+  case DP_U_LOG: return log(x);
+  case DP_U_RELU: return dp_relu_d(x);
+  case DP_U_GELU: return dp_gelu_d(x);
+  case DP_U_TANH: return tanh(x);
+  case DP_U_SIGMOID: return dp_sigmoid_d(x);
+  case DP_U_SQRT: return sqrt(x);
+  case DP_U_RSQRT: return 1.0 / sqrt(x);
+  case DP_U_ABS: return fabs(x);
+  case DP_U_SQUARE: return x * x;
+  case DP_U_RECIP: return 1.0 / x;
+  case DP_U_SIGN: return dp_sign_d(x);
+  default: return NAN;
+  }
+}
+static inline DP_HD float dp_unary_f(dp_unary_op op, float x) {
+  switch (op) {
+  case DP_U_NEG: return -x;
+  case DP_U_EXP: return expf(x);
+  case DP_U_LOG: return logf(x);
+  case DP_U_RELU: return dp_relu_f(x);
+  case DP_U_GELU: return dp_gelu_f(x);
+  case DP_U_TANH: return tanhf(x);
+  case DP_U_SIGMOID: return dp_sigmoid_f(x);
+  case DP_U_SQRT: return sqrtf(x);
+  case DP_U_RSQRT: return 1.f / sqrtf(x);
+  case DP_U_ABS: return fabsf(x);
+  case DP_U_SQUARE: return x * x;
+  case DP_U_RECIP: return 1.f / x;
+  case DP_U_SIGN: return dp_sign_f(x);
+  default: return NAN;
+  }
+}
+/* Integer unary ops that keep the type (neg, abs, relu, square, sign):
+ * exact in int64 with wrap-around. */
+static inline DP_HD int64_t dp_unary_i64(dp_unary_op op, int64_t x) {
+  switch (op) {
+  case DP_U_NEG: return (int64_t)(0u - (uint64_t)x);
+  case DP_U_ABS: return x < 0 ? (int64_t)(0u - (uint64_t)x) : x;
+  case DP_U_RELU: return x > 0 ? x : 0;
+  case DP_U_SQUARE: return (int64_t)((uint64_t)x * (uint64_t)x);
+  case DP_U_SIGN: return (x > 0) - (x < 0);
+  default: return 0;
+  }
+}
+
+/* Derivative factor dy/dx from input x and/or output y (dp_unary_grad_uses
+ * in cpu_kernels.h says which one an op reads). */
+static inline DP_HD double dp_unary_grad_d(dp_unary_op op, double x, double y) {
+  switch (op) {
+  case DP_U_NEG: return -1.0;
+  case DP_U_EXP: return y;
+  case DP_U_LOG: return 1.0 / x;
+  case DP_U_RELU: return dp_relu_grad_d(y);
+  case DP_U_GELU: return dp_gelu_grad_d(x);
+  case DP_U_TANH: return dp_tanh_grad_d(y);
+  case DP_U_SIGMOID: return dp_sigmoid_grad_d(y);
+  case DP_U_SQRT: return 0.5 / y;
+  case DP_U_RSQRT: return -0.5 * y * y * y;
+  case DP_U_ABS: return dp_sign_d(x);
+  case DP_U_SQUARE: return 2.0 * x;
+  case DP_U_RECIP: return -y * y;
+  case DP_U_SIGN: return 0.0;
+  default: return NAN;
+  }
+}
+static inline DP_HD float dp_unary_grad_f(dp_unary_op op, float x, float y) {
+  switch (op) {
+  case DP_U_NEG: return -1.f;
+  case DP_U_EXP: return y;
+  case DP_U_LOG: return 1.f / x;
+  case DP_U_RELU: return dp_relu_grad_f(y);
+  case DP_U_GELU: return dp_gelu_grad_f(x);
+  case DP_U_TANH: return dp_tanh_grad_f(y);
+  case DP_U_SIGMOID: return dp_sigmoid_grad_f(y);
+  case DP_U_SQRT: return 0.5f / y;
+  case DP_U_RSQRT: return -0.5f * y * y * y;
+  case DP_U_ABS: return dp_sign_f(x);
+  case DP_U_SQUARE: return 2.f * x;
+  case DP_U_RECIP: return -y * y;
+  case DP_U_SIGN: return 0.f;
+  default: return NAN;
+  }
+}
+
+static inline DP_HD double dp_binary_d(dp_binary_op op, double a, double b) {
+  switch (op) {
+  case DP_B_ADD: return a + b;
+  case DP_B_SUB: return a - b;
+  case DP_B_MUL: return a * b;
+  case DP_B_DIV: return a / b;
+  case DP_B_MAX: return (a != a || a > b) ? a : b; /* NaN propagates */
+  case DP_B_MIN: return (a != a || a < b) ? a : b;
+  case DP_B_POW: return pow(a, b);
+  case DP_B_EQ: return a == b;
+  case DP_B_NE: return a != b;
+  case DP_B_LT: return a < b;
+  case DP_B_LE: return a <= b;
+  case DP_B_GT: return a > b;
+  case DP_B_GE: return a >= b;
+  default: return NAN;
+  }
+}
+static inline DP_HD float dp_binary_f(dp_binary_op op, float a, float b) {
+  switch (op) {
+  case DP_B_ADD: return a + b;
+  case DP_B_SUB: return a - b;
+  case DP_B_MUL: return a * b;
+  case DP_B_DIV: return a / b;
+  case DP_B_MAX: return (a != a || a > b) ? a : b;
+  case DP_B_MIN: return (a != a || a < b) ? a : b;
+  case DP_B_POW: return powf(a, b);
+  case DP_B_EQ: return a == b;
+  case DP_B_NE: return a != b;
+  case DP_B_LT: return a < b;
+  case DP_B_LE: return a <= b;
+  case DP_B_GT: return a > b;
+  case DP_B_GE: return a >= b;
+  default: return NAN;
+  }
+}
+/* Integer arithmetic stays exact in int64 (the double path would round
+ * beyond 2^53); the op layer promotes integer division and pow to float. */
+static inline DP_HD int64_t dp_binary_i64(dp_binary_op op, int64_t a, int64_t b) {
+  switch (op) {
+  case DP_B_ADD: return (int64_t)((uint64_t)a + (uint64_t)b);
+  case DP_B_SUB: return (int64_t)((uint64_t)a - (uint64_t)b);
+  case DP_B_MUL: return (int64_t)((uint64_t)a * (uint64_t)b);
+  case DP_B_MAX: return a > b ? a : b;
+  case DP_B_MIN: return a < b ? a : b;
+  case DP_B_EQ: return a == b;
+  case DP_B_NE: return a != b;
+  case DP_B_LT: return a < b;
+  case DP_B_LE: return a <= b;
+  case DP_B_GT: return a > b;
+  case DP_B_GE: return a >= b;
+  default: return 0;
+  }
+}
+static inline DP_HD int dp_binary_is_compare(dp_binary_op op) { return op >= DP_B_EQ; }
+
+/* ---- per-row math: softmax, cross-entropy, normalisation ---- */
+
+/* Online log-sum-exp: merges the partial (max m2, sum s2 of exp(v - m2))
+ * into (m, s). Used by the parallel row reductions; (-inf, 0) is empty. */
+static inline DP_HD void dp_lse_merge_d(double *m, double *s, double m2, double s2) {
+  if (m2 != m2 || *m != *m) { /* NaN anywhere makes the row NaN */
+    *m = NAN;
+    *s = 1.0;
+    return;
+  }
+  if (s2 == 0.0) return;
+  if (*s == 0.0) {
+    *m = m2, *s = s2;
+    return;
+  }
+  if (m2 > *m) {
+    *s = *s * exp(*m - m2) + s2;
+    *m = m2;
+  } else {
+    *s += s2 * exp(m2 - *m);
+  }
+}
+/* softmax / log_softmax output from an element and its row's lse */
+static inline DP_HD double dp_softmax_out_d(double v, double lse, int log_softmax) {
+  return log_softmax ? v - lse : exp(v - lse);
+}
+/* gradient: softmax: y * (gy - sum(gy*y)); log_softmax: gy - exp(y) * sum(gy) */
+static inline DP_HD double dp_softmax_grad_d(double gy, double y, double dot, int log_softmax) {
+  return log_softmax ? gy - exp(y) * dot : y * (gy - dot);
+}
+/* Cross-entropy of one row from its lse, the target logit and the sum of
+ * the logits: (1-eps) * nll + eps * mean_j(-log p_j). */
+static inline DP_HD double dp_ce_loss_d(double lse, double x_target, double sum_x, int64_t classes, double eps) {
+  double nll = lse - x_target;
+  double smooth = lse - sum_x / (double)classes;
+  return (1.0 - eps) * nll + eps * smooth;
+}
+/* d loss / d x_j times the row's scale: (p_j - smoothed one-hot_j) * scale */
+static inline DP_HD double dp_ce_grad_d(double x, double lse, int is_target, int64_t classes, double eps,
+                                        double scale) {
+  double target_p = eps / (double)classes + (is_target ? 1.0 - eps : 0.0);
+  return (exp(x - lse) - target_p) * scale;
+}
+
+/* Welford/Chan merge of (count n, mean, M2 = sum of squared deviations). */
+static inline DP_HD void dp_welford_merge_d(double *n, double *mean, double *m2, double n2, double mean2,
+                                            double m2b) {
+  if (n2 == 0.0) return;
+  double n1 = *n, tot = n1 + n2, delta = mean2 - *mean;
+  *mean += delta * (n2 / tot);
+  *m2 += m2b + delta * delta * (n1 * n2 / tot);
+  *n = tot;
+}
+/* Batch norm backward, elementwise part: w * invstd * (gy - sum_dy/count -
+ * xhat * sum_dy_xhat/count), xhat = (x - mean) * invstd. */
+static inline DP_HD double dp_bn_backward_elemt_d(double gy, double x, double mean, double invstd, double w,
+                                                  double sum_dy, double sum_dy_xhat, double count) {
+  double xhat = (x - mean) * invstd;
+  return w * invstd * (gy - sum_dy / count - xhat * sum_dy_xhat / count);
+}
+/* Layer norm backward for one element: rstd * (g - mean(g) - xhat *
+ * mean(g * xhat)) with g = gy * w. */
+static inline DP_HD double dp_ln_backward_d(double g, double xhat, double rstd, double mean_g, double mean_gx) {
+  return rstd * (g - mean_g - xhat * mean_gx);
+}
+
+/* Average pooling divisor with count_include_pad (PyTorch's default): the
+ * window clipped to the padded input, so it is kh*kw unless a window runs
+ * past the padding. */
+static inline DP_HD int64_t dp_avgpool_divisor(int64_t hstart, int64_t wstart, int64_t kh, int64_t kw, int64_t h,
+                                               int64_t w, int64_t ph, int64_t pw) {
+  int64_t hend = hstart + kh < h + ph ? hstart + kh : h + ph;
+  int64_t wend = wstart + kw < w + pw ? wstart + kw : w + pw;
+  return (hend - hstart) * (wend - wstart);
 }
 
 /* ---- optimizer updates (one element) ---- */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tensor/half.h"
+#include "tensor/dtype_conv.h"
 
 static const struct {
   const char *name;
@@ -51,41 +51,9 @@ dp_dtype dp_promote(dp_dtype a, dp_dtype b) {
   return DP_F32; /* f32 with a half type, or bf16 with f16 */
 }
 
-double dp_load_d(const void *p, dp_dtype t) {
-  switch (t) {
-  case DP_F32: return *(const float *)p;
-  case DP_F64: return *(const double *)p;
-  case DP_I64: return (double)*(const int64_t *)p;
-  case DP_U8: return *(const uint8_t *)p;
-  case DP_BF16: return dp_bf16_to_f32(*(const uint16_t *)p);
-  case DP_F16: return dp_f16_to_f32(*(const uint16_t *)p);
-  default: return 0;
-  }
-}
-
-void dp_store_d(void *p, dp_dtype t, double v) {
-  switch (t) {
-  case DP_F32: *(float *)p = (float)v; break;
-  case DP_F64: *(double *)p = v; break;
-  case DP_I64:
-    /* Truncation toward zero like a C cast; NaN and out-of-range become 0 /
-     * the limit rather than undefined behaviour. */
-    if (isnan(v)) *(int64_t *)p = 0;
-    else if (v >= 9.2233720368547758e18) *(int64_t *)p = INT64_MAX;
-    else if (v <= -9.2233720368547758e18) *(int64_t *)p = INT64_MIN;
-    else *(int64_t *)p = (int64_t)v;
-    break;
-  case DP_U8: {
-    /* Wraps like PyTorch's uint8 conversion of integers. */
-    if (isnan(v) || isinf(v)) *(uint8_t *)p = 0;
-    else *(uint8_t *)p = (uint8_t)(int64_t)fmod(trunc(v), 256.0);
-    break;
-  }
-  case DP_BF16: *(uint16_t *)p = dp_f32_to_bf16((float)v); break;
-  case DP_F16: *(uint16_t *)p = dp_f32_to_f16((float)v); break;
-  default: break;
-  }
-}
+/* One definition shared with the CUDA kernels (dtype_conv.h). */
+double dp_load_d(const void *p, dp_dtype t) { return dp_conv_load_d(p, t); }
+void dp_store_d(void *p, dp_dtype t, double v) { dp_conv_store_d(p, t, v); }
 
 int dp_device_parse(const char *s, dp_device *out) {
   if (strcmp(s, "cpu") == 0) {

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/sgemm.h"
 
 enum { RowMajor = 101, NoTrans = 111, Trans = 112 };
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float,
@@ -77,7 +78,20 @@ const char *dp_blas_info(void) {
   return buf;
 }
 
+/* float32 goes to ddplua's own GEMM (sgemm.h) unless DDPLUA_GEMM=blas or the
+ * CPU has neither AVX-512 nor AVX2+FMA; float64 always to OpenBLAS. */
 int dp_cpu_gemm(const dp_gemm_args *g) {
+  if (g->dtype != DP_F32 && g->dtype != DP_F64)
+    return dp_error("matmul on the cpu supports float32 and float64, got %s", dp_dtype_name(g->dtype));
+  if (g->dtype == DP_F32) {
+    dp_sgemm_impl impl;
+    if (dp_sgemm_get_impl(&impl)) return -1;
+    if (impl != DP_SGEMM_BLAS) return dp_sgemm_run(impl, g);
+  }
+  return dp_cpu_gemm_blas(g);
+}
+
+int dp_cpu_gemm_blas(const dp_gemm_args *g) {
   if (ensure_blas()) return -1;
   if (g->dtype != DP_F32 && g->dtype != DP_F64)
     return dp_error("matmul on the cpu supports float32 and float64, got %s", dp_dtype_name(g->dtype));

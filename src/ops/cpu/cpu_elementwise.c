@@ -14,45 +14,12 @@
 #include "ops/philox.h"
 #include "ops/scalar_math.h"
 
-/* ---- reference scalar functions (double) ---- */
-double dp_unary_ref(dp_unary_op op, double x) {
-  switch (op) {
-  case DP_U_NEG: return -x;
-  case DP_U_EXP: return exp(x);
-  case DP_U_LOG: return log(x);
-  case DP_U_RELU: return dp_relu_d(x);
-  case DP_U_GELU: return dp_gelu_d(x);
-  case DP_U_TANH: return tanh(x);
-  case DP_U_SIGMOID: return dp_sigmoid_d(x);
-  case DP_U_SQRT: return sqrt(x);
-  case DP_U_RSQRT: return 1.0 / sqrt(x);
-  case DP_U_ABS: return fabs(x);
-  case DP_U_SQUARE: return x * x;
-  case DP_U_RECIP: return 1.0 / x;
-  case DP_U_SIGN: return dp_sign_d(x);
-  default: return NAN;
-  }
-}
+/* ---- reference scalar functions (double): the shared table of
+ * scalar_math.h, which the CUDA kernels use too ---- */
+double dp_unary_ref(dp_unary_op op, double x) { return dp_unary_d(op, x); }
 
 /* derivative factor dy/dx from input x and output y */
-double dp_unary_grad_ref(dp_unary_op op, double x, double y) {
-  switch (op) {
-  case DP_U_NEG: return -1.0;
-  case DP_U_EXP: return y;
-  case DP_U_LOG: return 1.0 / x;
-  case DP_U_RELU: return dp_relu_grad_d(y);
-  case DP_U_GELU: return dp_gelu_grad_d(x);
-  case DP_U_TANH: return dp_tanh_grad_d(y);
-  case DP_U_SIGMOID: return dp_sigmoid_grad_d(y);
-  case DP_U_SQRT: return 0.5 / y;
-  case DP_U_RSQRT: return -0.5 * y * y * y;
-  case DP_U_ABS: return dp_sign_d(x);
-  case DP_U_SQUARE: return 2.0 * x;
-  case DP_U_RECIP: return -y * y;
-  case DP_U_SIGN: return 0.0;
-  default: return NAN;
-  }
-}
+double dp_unary_grad_ref(dp_unary_op op, double x, double y) { return dp_unary_grad_d(op, x, y); }
 
 /* Which saved tensor the backward of op reads: 'x', 'y' or 0 (none). */
 char dp_unary_grad_uses(dp_unary_op op) {
@@ -70,43 +37,11 @@ char dp_unary_grad_uses(dp_unary_op op) {
   }
 }
 
-double dp_binary_ref(dp_binary_op op, double a, double b) {
-  switch (op) {
-  case DP_B_ADD: return a + b;
-  case DP_B_SUB: return a - b;
-  case DP_B_MUL: return a * b;
-  case DP_B_DIV: return a / b;
-  case DP_B_MAX: return (a != a || a > b) ? a : b; /* NaN propagates */
-  case DP_B_MIN: return (a != a || a < b) ? a : b;
-  case DP_B_POW: return pow(a, b);
-  case DP_B_EQ: return a == b;
-  case DP_B_NE: return a != b;
-  case DP_B_LT: return a < b;
-  case DP_B_LE: return a <= b;
-  case DP_B_GT: return a > b;
-  case DP_B_GE: return a >= b;
-  default: return NAN;
-  }
-}
+double dp_binary_ref(dp_binary_op op, double a, double b) { return dp_binary_d(op, a, b); }
 
-/* Integer arithmetic stays exact in int64 (the double path would round
- * beyond 2^53). Division of integers is promoted to float by the op layer. */
-static int64_t binary_i64(dp_binary_op op, int64_t a, int64_t b) {
-  switch (op) {
-  case DP_B_ADD: return (int64_t)((uint64_t)a + (uint64_t)b);
-  case DP_B_SUB: return (int64_t)((uint64_t)a - (uint64_t)b);
-  case DP_B_MUL: return (int64_t)((uint64_t)a * (uint64_t)b);
-  case DP_B_MAX: return a > b ? a : b;
-  case DP_B_MIN: return a < b ? a : b;
-  case DP_B_EQ: return a == b;
-  case DP_B_NE: return a != b;
-  case DP_B_LT: return a < b;
-  case DP_B_LE: return a <= b;
-  case DP_B_GT: return a > b;
-  case DP_B_GE: return a >= b;
-  default: return 0;
-  }
-}
+/* Integer arithmetic stays exact in int64. Division of integers is
+ * promoted to float by the op layer. */
+static int64_t binary_i64(dp_binary_op op, int64_t a, int64_t b) { return dp_binary_i64(op, a, b); }
 
 /* ---- copy / cast ---- */
 typedef struct {
@@ -273,6 +208,11 @@ static void unary_row(char **p, const int64_t *s, int64_t n, void *vctx) {
     unary_f32(c->op, (float *)p[0], (const float *)p[1], n);
     return;
   }
+  if (c->to == DP_I64 && c->from == DP_I64) { /* neg/abs/relu/square/sign: exact beyond 2^53 */
+    for (int64_t i = 0; i < n; i++)
+      *(int64_t *)(p[0] + i * s[0]) = dp_unary_i64(c->op, *(const int64_t *)(p[1] + i * s[1]));
+    return;
+  }
   for (int64_t i = 0; i < n; i++)
     dp_store_d(p[0] + i * s[0], c->to, dp_unary_ref(c->op, dp_load_d(p[1] + i * s[1], c->from)));
 }
@@ -299,7 +239,12 @@ static void ugrad_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   if (f32 && c->op == DP_U_RELU && ky > 0) {
     float *gx = (float *)p[0];
     const float *gy = (const float *)p[1], *y = (const float *)p[ky];
-    for (int64_t i = 0; i < n; i++) gx[i] = y[i] > 0.f ? gy[i] : 0.f;
+    /* both values loaded unconditionally so the select vectorises (a
+     * conditional load of gy[i] does not, and mispredicts on random signs) */
+    for (int64_t i = 0; i < n; i++) {
+      float g = gy[i], v = y[i];
+      gx[i] = v > 0.f ? g : 0.f;
+    }
     return;
   }
   if (f32 && c->op == DP_U_GELU && kx > 0) {

@@ -35,8 +35,10 @@ int dp_cpu_reduce(dp_reduce_op op, dp_tensor *out, dp_tensor *idx, const dp_tens
 int dp_cpu_scatter_add_dim(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, int64_t outer, int64_t k,
                            int64_t inner, int64_t base);
 
-/* cpu_blas.c */
+/* cpu_blas.c: dp_cpu_gemm dispatches (float32: sgemm.h unless DDPLUA_GEMM=blas);
+ * dp_cpu_gemm_blas always calls OpenBLAS (the reference path). */
 int dp_cpu_gemm(const dp_gemm_args *g);
+int dp_cpu_gemm_blas(const dp_gemm_args *g);
 
 /* cpu_nn.c: bias/activation epilogue, softmax, cross-entropy, index ops */
 int dp_cpu_bias_act(dp_tensor *y, const dp_tensor *bias, int act, int64_t outer, int64_t c, int64_t inner);

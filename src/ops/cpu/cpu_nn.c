@@ -107,8 +107,7 @@ int dp_cpu_softmax(dp_tensor *y, const dp_tensor *x, int64_t rows, int64_t cols,
     for (int64_t j = 0; j < cols; j++) s += exp(LD(x, xp, b + j) - mx);
     double lse = mx + log(s);
     for (int64_t j = 0; j < cols; j++) {
-      double v = LD(x, xp, b + j);
-      ST(y, yp, b + j, logsm ? v - lse : exp(v - lse));
+      ST(y, yp, b + j, dp_softmax_out_d(LD(x, xp, b + j), lse, logsm));
     }
   }
   return 0;
@@ -123,9 +122,8 @@ int dp_cpu_softmax_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor 
     double dot = 0;
     for (int64_t j = 0; j < cols; j++) dot += logsm ? LD(gy, gp, b + j) : LD(gy, gp, b + j) * LD(y, yp, b + j);
     for (int64_t j = 0; j < cols; j++) {
-      double g = LD(gy, gp, b + j), yv = LD(y, yp, b + j);
       /* log_softmax: gx = gy - exp(y) * sum(gy); softmax: gx = y * (gy - sum(gy*y)) */
-      ST(gx, xp, b + j, logsm ? g - exp(yv) * dot : yv * (g - dot));
+      ST(gx, xp, b + j, dp_softmax_grad_d(LD(gy, gp, b + j), LD(y, yp, b + j), dot, logsm));
     }
   }
   return 0;
@@ -169,9 +167,7 @@ int dp_cpu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_tensor *x, co
       ST(loss, dp_data(loss), r, 0.0);
       continue;
     }
-    double nll = l - LD(x, xp, b + t - base);
-    double smooth = l - sum_x / (double)C; /* mean over classes of -log p_j */
-    ST(loss, dp_data(loss), r, (1.0 - smoothing) * nll + smoothing * smooth);
+    ST(loss, dp_data(loss), r, dp_ce_loss_d(l, LD(x, xp, b + t - base), sum_x, C, smoothing));
   }
   return 0;
 }
@@ -198,11 +194,7 @@ int dp_cpu_cross_entropy_backward(dp_tensor *gx, const dp_tensor *x, const dp_te
       g[t - base] -= (float)((1.0 - smoothing) * sc);
       continue;
     }
-    for (int64_t j = 0; j < C; j++) {
-      double p = exp(LD(x, xp, b + j) - l);
-      double target_p = off + (j == t - base ? 1.0 - smoothing : 0.0);
-      ST(gx, gp, b + j, (p - target_p) * sc);
-    }
+    for (int64_t j = 0; j < C; j++) ST(gx, gp, b + j, dp_ce_grad_d(LD(x, xp, b + j), l, j == t - base, C, smoothing, sc));
   }
   return 0;
 }

@@ -1,0 +1,112 @@
+-- float32 GEMM throughput: ddplua's own GEMM against OpenBLAS, per shape.
+--
+--   ./build/bin/ddplua bench/gemm.lua [threads=1] [rounds=15] [ms=30] [clock=wall|cpu]
+--
+-- Each shape runs through ddp.matmul / ddp.linear on float32 tensors with
+-- the transposes the op layer uses (x @ W^T forward, g @ W and g^T @ x
+-- backward, conv im2col products), once with the implementation
+-- DDPLUA_GEMM selects by default ("own": the CPU's best micro-kernel) and
+-- once with OpenBLAS (ddp.set_gemm_impl("blas"), the same as running with
+-- DDPLUA_GEMM=blas), plus the AVX2 kernel where the CPU has AVX-512 too.
+-- The implementations alternate within every round and each keeps its best
+-- round, so a busy machine slows both alike instead of skewing the ratio.
+-- clock=cpu times with the process's CPU time (os.clock) instead of the
+-- wall clock: on a machine shared with other jobs it counts only the time
+-- the GEMM actually ran (one thread only: CPU time adds up over threads).
+local ddp = require "ddplua"
+
+local opts = { threads = 1, rounds = 15, ms = 30, clock = "wall" }
+for _, a in ipairs(arg or {}) do
+  local k, v = a:match("^(%w+)=(%w+)$")
+  local ok = k ~= nil and opts[k] ~= nil
+  if ok and k ~= "clock" then
+    v = tonumber(v)
+    ok = math.type(v) == "integer" and v >= 1
+  elseif ok then
+    ok = v == "wall" or v == "cpu"
+  end
+  if not ok then
+    error("bench/gemm.lua: bad argument '" .. a ..
+      "' (expected threads=N, rounds=N, ms=N with N >= 1, or clock=wall|cpu)", 0)
+  end
+  opts[k] = v
+end
+if opts.clock == "cpu" and opts.threads > 1 then
+  error("bench/gemm.lua: clock=cpu measures one thread; use the wall clock with threads=" .. opts.threads, 0)
+end
+local clock = opts.clock == "cpu" and os.clock or ddp.clock
+
+-- {M, N, K, what, run(A, B)}: stored operands are built so the product is M x N
+local function nt(x, w) return ddp.matmul(x, w:transpose(1, 2)) end
+local function nn(g, w) return ddp.matmul(g, w) end
+local function tn(g, x) return ddp.matmul(g:transpose(1, 2), x) end
+local shapes = {
+  { 64, 1024, 784, "fwd x@W^T (linear)", function(x, w) return ddp.linear(x, w) end, { 64, 784 }, { 1024, 784 } },
+  { 64, 1024, 1024, "fwd x@W^T", nt, { 64, 1024 }, { 1024, 1024 } },
+  { 64, 10, 1024, "fwd x@W^T", nt, { 64, 1024 }, { 10, 1024 } },
+  { 64, 784, 1024, "bwd dX = g@W", nn, { 64, 1024 }, { 1024, 784 } },
+  { 64, 1024, 1024, "bwd dX = g@W", nn, { 64, 1024 }, { 1024, 1024 } },
+  { 64, 1024, 10, "bwd dX = g@W", nn, { 64, 10 }, { 10, 1024 } },
+  { 1024, 784, 64, "bwd dW = g^T@x", tn, { 64, 1024 }, { 64, 784 } },
+  { 1024, 1024, 64, "bwd dW = g^T@x", tn, { 64, 1024 }, { 64, 1024 } },
+  { 10, 1024, 64, "bwd dW = g^T@x", tn, { 64, 10 }, { 64, 1024 } },
+  { 32, 784, 25, "conv W@cols", nn, { 32, 25 }, { 25, 784 } },
+  { 64, 196, 800, "conv W@cols", nn, { 64, 800 }, { 800, 196 } },
+  { 1024, 1024, 1024, "square", nn, { 1024, 1024 }, { 1024, 1024 } },
+}
+
+local impls = { { name = "own", label = nil }, { name = "blas", label = "OpenBLAS" } }
+ddp.set_gemm_impl("own")
+impls[1].label = "own:" .. ddp.gemm_impl()
+if ddp.gemm_impl() == "avx512" and pcall(ddp.set_gemm_impl, "avx2") then
+  impls[#impls + 1] = { name = "avx2", label = "own:avx2" }
+end
+ddp.set_num_threads(opts.threads)
+
+-- best GFLOP/s of each implementation over the rounds
+local function measure(s)
+  local a, b = ddp.randn(s[6]), ddp.randn(s[7])
+  local flop = 2.0 * s[1] * s[2] * s[3]
+  local best, reps = {}, {}
+  for i, im in ipairs(impls) do -- warm up and size the repetitions to ~opts.ms per round
+    ddp.set_gemm_impl(im.name)
+    local out = s[5](a, b)
+    assert(out:size(1) == s[1] and out:size(2) == s[2], "bench shape mismatch")
+    local t0, n = clock(), 0
+    repeat
+      s[5](a, b)
+      n = n + 1
+    until clock() - t0 > 0.005
+    reps[i] = math.max(1, math.floor(n * opts.ms / 5 + 0.5))
+    best[i] = 0
+  end
+  for _ = 1, opts.rounds do
+    for i, im in ipairs(impls) do
+      ddp.set_gemm_impl(im.name)
+      local t0 = clock()
+      for _ = 1, reps[i] do s[5](a, b) end
+      local gflops = flop * reps[i] / (clock() - t0) / 1e9
+      if gflops > best[i] then best[i] = gflops end
+    end
+    ddp.gc_pace()
+  end
+  return best
+end
+
+ddp.set_gemm_impl("blas")
+print(("float32 GEMM, %d thread(s), best of %d rounds, %s clock; OpenBLAS: %s"):format(opts.threads, opts.rounds,
+  opts.clock, ddp.blas_info()))
+local head = ("%-17s %-20s"):format("M x N x K", "product")
+for _, im in ipairs(impls) do head = head .. ("%12s"):format(im.label) end
+print(head .. ("%11s"):format("own/blas"))
+local log_sum, count = 0, 0
+for _, s in ipairs(shapes) do
+  local best = measure(s)
+  local line = ("%-17s %-20s"):format(("%dx%dx%d"):format(s[1], s[2], s[3]), s[4])
+  for i = 1, #impls do line = line .. ("%12.1f"):format(best[i]) end
+  local ratio = best[1] / best[2]
+  log_sum, count = log_sum + math.log(ratio), count + 1
+  print(line .. ("%10.2fx"):format(ratio))
+end
+print(("geometric mean own/blas: %.2fx (GFLOP/s columns; higher is better)"):format(math.exp(log_sum / count)))
+ddp.set_gemm_impl("own")

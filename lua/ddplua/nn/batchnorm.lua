@@ -1,0 +1,96 @@
+-- nn.BatchNorm1d(num_features [, opts]) (input [N, C] or [N, C, L]) and
+-- nn.BatchNorm2d(num_features [, opts]) (input [N, C, H, W]).
+-- opts: eps=1e-5, momentum=0.1 (false: cumulative average, PyTorch's
+-- momentum=None), affine=true, track_running_stats=true, dtype=, device=.
+-- Buffers running_mean, running_var, num_batches_tracked as in PyTorch.
+local ddp = require "ddplua"
+local Module = require "ddplua.nn.module"
+local util = require "ddplua.nn.util"
+
+local M = {}
+
+local BatchNorm = Module:extend("_BatchNorm")
+M._BatchNorm = BatchNorm
+
+function BatchNorm:__init(num_features, opts)
+  local who = self:_class_name()
+  opts = util.check_opts(who, opts, { "eps", "momentum", "affine", "track_running_stats", "dtype", "device" })
+  self.num_features = util.check_int(who, "num_features", num_features)
+  self.eps = opts.eps or 1e-5
+  if opts.momentum == nil then self.momentum = 0.1 else self.momentum = opts.momentum end
+  if type(self.eps) ~= "number" or self.eps <= 0 then error(who .. ": eps must be a positive number", 3) end
+  if self.momentum ~= false and (type(self.momentum) ~= "number" or self.momentum < 0 or self.momentum > 1) then
+    error(who .. ": momentum must be a number in [0, 1] or false (cumulative average), got " .. tostring(self.momentum),
+      3)
+  end
+  self.affine = opts.affine ~= false
+  self.track_running_stats = opts.track_running_stats ~= false
+  local topts = util.tensor_opts(opts)
+  if self.affine then
+    self:register_parameter("weight", util.parameter(function() return ddp.ones(num_features, topts) end))
+    self:register_parameter("bias", util.parameter(function() return ddp.zeros(num_features, topts) end))
+  else
+    self:register_parameter("weight", nil)
+    self:register_parameter("bias", nil)
+  end
+  if self.track_running_stats then
+    self:register_buffer("running_mean", ddp.zeros(num_features, topts))
+    self:register_buffer("running_var", ddp.ones(num_features, topts))
+    self:register_buffer("num_batches_tracked", ddp.tensor(0, { dtype = "int64", device = opts.device }))
+  else
+    self:register_buffer("running_mean", nil)
+    self:register_buffer("running_var", nil)
+    self:register_buffer("num_batches_tracked", nil)
+  end
+end
+
+function BatchNorm:reset_running_stats()
+  if self.track_running_stats then
+    ddp.no_grad(function()
+      self.running_mean:zero_()
+      self.running_var:fill_(1)
+      self.num_batches_tracked:zero_()
+    end)
+  end
+end
+
+function BatchNorm:forward(x)
+  self:_check_input_dim(x)
+  if x:size(2) ~= self.num_features then
+    error(string.format("%s: expected input with %d channels in dimension 2, got shape %s", tostring(self),
+      self.num_features, util.shape_str(x)), 2)
+  end
+  local factor = self.momentum or 0
+  if self.training and self.track_running_stats then
+    self.num_batches_tracked:add_(1)
+    if self.momentum == false then factor = 1 / self.num_batches_tracked:item() end
+  end
+  -- batch statistics when training or when no running statistics exist
+  local use_batch = self.training or self.running_mean == nil
+  local rm, rv
+  if not self.training or self.track_running_stats then rm, rv = self.running_mean, self.running_var end
+  return ddp.batch_norm(x, rm, rv, self.weight, self.bias, use_batch, factor, self.eps)
+end
+
+function BatchNorm:extra_repr()
+  return string.format("%d, eps=%g, momentum=%s, affine=%s, track_running_stats=%s", self.num_features, self.eps,
+    self.momentum == false and "None" or string.format("%g", self.momentum), self.affine and "True" or "False",
+    self.track_running_stats and "True" or "False")
+end
+
+M.BatchNorm1d = BatchNorm:extend("BatchNorm1d")
+function M.BatchNorm1d:_check_input_dim(x)
+  if x:dim() ~= 2 and x:dim() ~= 3 then
+    error(string.format("%s: expected 2-D or 3-D input ([N, C] or [N, C, L]), got shape %s", tostring(self),
+      util.shape_str(x)), 3)
+  end
+end
+
+M.BatchNorm2d = BatchNorm:extend("BatchNorm2d")
+function M.BatchNorm2d:_check_input_dim(x)
+  if x:dim() ~= 4 then
+    error(string.format("%s: expected 4-D input [N, C, H, W], got shape %s", tostring(self), util.shape_str(x)), 3)
+  end
+end
+
+return M

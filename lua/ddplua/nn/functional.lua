@@ -1,0 +1,41 @@
+-- nn.F: the functional forms of the modules (PyTorch's torch.nn.functional).
+-- Each is the runtime op of the same name; dims are 1-based.
+local ddp = require "ddplua"
+
+local F = {}
+
+function F.relu(x) return x:relu() end
+function F.gelu(x) return x:gelu() end
+function F.tanh(x) return x:tanh() end
+function F.sigmoid(x) return x:sigmoid() end
+function F.softmax(x, dim) return ddp.softmax(x, dim) end
+function F.log_softmax(x, dim) return ddp.log_softmax(x, dim) end
+function F.flatten(x, start_dim, end_dim) return x:flatten(start_dim, end_dim) end
+
+--- linear(x, w [, b [, "relu"]]): the last argument fuses the activation.
+function F.linear(x, w, b, act) return ddp.linear(x, w, b, act) end
+function F.conv2d(x, w, b, stride, padding) return ddp.conv2d(x, w, b, stride or 1, padding or 0) end
+function F.max_pool2d(x, k, stride, padding) return ddp.max_pool2d(x, k, stride or k, padding or 0) end
+function F.avg_pool2d(x, k, stride, padding) return ddp.avg_pool2d(x, k, stride or k, padding or 0) end
+
+function F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
+  return ddp.batch_norm(x, running_mean, running_var, weight, bias, training or false, momentum or 0.1, eps or 1e-5)
+end
+
+function F.layer_norm(x, normalized_shape, weight, bias, eps)
+  return ddp.layer_norm(x, normalized_shape, weight, bias, eps or 1e-5)
+end
+
+--- dropout(x, p = 0.5, training = true), PyTorch's defaults.
+function F.dropout(x, p, training)
+  if training == nil then training = true end
+  return ddp.dropout(x, p or 0.5, training)
+end
+
+function F.embedding(ids, weight) return ddp.embedding(ids, weight) end
+
+--- cross_entropy(logits, target [, {reduction=, label_smoothing=, ignore_index=}])
+function F.cross_entropy(input, target, opts) return ddp.cross_entropy(input, target, opts) end
+function F.mse_loss(input, target, opts) return ddp.mse_loss(input, target, opts) end
+
+return F

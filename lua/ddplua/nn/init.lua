@@ -1,0 +1,30 @@
+-- ddplua.nn: modules (one file each, or one per family as in PyTorch),
+-- nn.F (functional forms) and nn.init (initialisers). nn.SyncBatchNorm is
+-- added by ddplua.distributed.
+local activation = require "ddplua.nn.activation"
+local batchnorm = require "ddplua.nn.batchnorm"
+local loss = require "ddplua.nn.loss"
+local pooling = require "ddplua.nn.pooling"
+
+return {
+  Module = require "ddplua.nn.module",
+  Sequential = require "ddplua.nn.container",
+  Linear = require "ddplua.nn.linear",
+  Conv2d = require "ddplua.nn.conv",
+  MaxPool2d = pooling.MaxPool2d,
+  AvgPool2d = pooling.AvgPool2d,
+  BatchNorm1d = batchnorm.BatchNorm1d,
+  BatchNorm2d = batchnorm.BatchNorm2d,
+  ReLU = activation.ReLU,
+  GELU = activation.GELU,
+  Tanh = activation.Tanh,
+  Sigmoid = activation.Sigmoid,
+  Dropout = require "ddplua.nn.dropout",
+  Flatten = require "ddplua.nn.flatten",
+  Embedding = require "ddplua.nn.embedding",
+  LayerNorm = require "ddplua.nn.layernorm",
+  CrossEntropyLoss = loss.CrossEntropyLoss,
+  MSELoss = loss.MSELoss,
+  F = require "ddplua.nn.functional",
+  init = require "ddplua.nn.initializers",
+}

@@ -1,0 +1,33 @@
+-- optim.Adam(params, {lr=1e-3, betas={0.9, 0.999}, eps=1e-8, weight_decay=0})
+-- and optim.AdamW(params, {..., weight_decay=1e-2}), PyTorch's updates:
+--   Adam:  g += weight_decay * p          AdamW: p *= 1 - lr * weight_decay
+--   m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g^2,  t += 1
+--   p -= lr / (1 - b1^t) * m / (sqrt(v / (1 - b2^t)) + eps)
+local core = require "ddplua.core"
+local Optimizer = require "ddplua.optim.optimizer"
+
+local function check_group(g, fail)
+  for _, key in ipairs({ "lr", "eps", "weight_decay" }) do
+    local v = g[key]
+    if type(v) ~= "number" or v ~= v or v < 0 then
+      fail(string.format("invalid %s %s (expected a number >= 0)", key, tostring(v)))
+    end
+  end
+  local b = g.betas
+  if type(b) ~= "table" or #b ~= 2 then fail("betas must be a pair {beta1, beta2}") end
+  for i = 1, 2 do
+    if type(b[i]) ~= "number" or b[i] < 0 or b[i] >= 1 then
+      fail(string.format("invalid beta parameter at index %d: %s (expected 0 <= beta < 1)", i, tostring(b[i])))
+    end
+  end
+end
+
+local M = {}
+
+M.Adam = Optimizer:extend("Adam", { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 0 }, check_group,
+  function(g, state) core._adam_step(g, state, false) end)
+
+M.AdamW = Optimizer:extend("AdamW", { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 1e-2 },
+  check_group, function(g, state) core._adam_step(g, state, true) end)
+
+return M

@@ -1,0 +1,11 @@
+-- ddplua.optim: SGD, Adam, AdamW (update loops in C, one call per parameter
+-- group per step) and lr_scheduler.StepLR / CosineAnnealingLR.
+local adam = require "ddplua.optim.adam"
+
+return {
+  Optimizer = require "ddplua.optim.optimizer",
+  SGD = require "ddplua.optim.sgd",
+  Adam = adam.Adam,
+  AdamW = adam.AdamW,
+  lr_scheduler = require "ddplua.optim.lr_scheduler",
+}

@@ -1,0 +1,226 @@
+-- optim.Optimizer: parameter groups, zero_grad, step and state dicts shared
+-- by SGD, Adam and AdamW. A subclass gives its name, its hyperparameters
+-- with their defaults, a check of one group, and the C step of one group
+-- (one Lua -> C call per group per step; the loop over parameters is in C).
+--
+-- self.state is keyed by parameter tensor (state[p] = {momentum_buffer=}
+-- or {step=, exp_avg=, exp_avg_sq=}); state_dict() names parameters by
+-- position instead: 1, 2, ... across the groups in order (PyTorch's ids
+-- counted from 1, like every Lua position).
+local ddp = require "ddplua"
+
+local Optimizer = {}
+Optimizer.__index = Optimizer
+Optimizer.__name = "Optimizer"
+
+--- A subclass: cls = Optimizer:extend(name, defaults, check_group, step_group)
+function Optimizer:extend(name, defaults, check_group, step_group)
+  local cls = setmetatable({}, { __index = self, __call = function(c, ...) return c.new(c, ...) end })
+  cls.__index, cls.__name = cls, name
+  cls.defaults_template, cls.check_group, cls.step_group = defaults, check_group, step_group
+  cls.__tostring = self.__tostring
+  return cls
+end
+
+local function type_name(v) return ddp.is_tensor(v) and "tensor" or type(v) end
+
+local function is_group_list(params) return type(params[1]) == "table" and not ddp.is_tensor(params[1]) end
+
+function Optimizer.new(cls, params, opts)
+  local self = setmetatable({ param_groups = {}, state = {} }, cls)
+  local name = cls.__name
+  if type(params) ~= "table" or ddp.is_tensor(params) then
+    error(string.format("%s: expected a list of parameters or of parameter groups, got %s", name,
+      type_name(params)), 3)
+  end
+  if getmetatable(params) and getmetatable(params).__is_module then
+    error(string.format("%s: expected a list of parameters, got a module (pass model:parameters())", name), 3)
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    error(string.format("%s: options must be a table, got %s", name, type(opts)), 3)
+  end
+  opts = opts or {}
+  self.defaults = {}
+  for k, v in pairs(cls.defaults_template) do self.defaults[k] = v end
+  for k, v in pairs(opts) do
+    if cls.defaults_template[k] == nil then
+      error(string.format("%s: unknown option '%s' (valid options: %s)", name, tostring(k), self:_option_names()), 3)
+    end
+    self.defaults[k] = v
+  end
+  if #params == 0 then error(string.format("%s: got an empty parameter list", name), 3) end
+  local groups = is_group_list(params) and params or { { params = params } }
+  for _, g in ipairs(groups) do
+    local ok, err = pcall(self.add_param_group, self, g)
+    if not ok then error(err, 3) end
+  end
+  return self
+end
+
+function Optimizer:_option_names()
+  local names = {}
+  for k in pairs(self.defaults_template) do names[#names + 1] = k end
+  table.sort(names)
+  return table.concat(names, ", ")
+end
+
+--- Adds {params=..., <hyperparameter>=...}; missing hyperparameters take
+--- the optimizer's defaults.
+function Optimizer:add_param_group(group)
+  local name, gi = self.__name, #self.param_groups + 1
+  if type(group) ~= "table" or ddp.is_tensor(group) then
+    error(string.format("%s: parameter group %d must be a table {params=...}, got %s", name, gi, type_name(group)), 2)
+  end
+  local params = group.params
+  if ddp.is_tensor(params) then params = { params } end
+  if type(params) ~= "table" then
+    error(string.format("%s: parameter group %d has no params list", name, gi), 2)
+  end
+  if #params == 0 then error(string.format("%s: parameter group %d has an empty parameter list", name, gi), 2) end
+  local seen = {}
+  for _, g in ipairs(self.param_groups) do for _, p in ipairs(g.params) do seen[p] = true end end
+  local list = {}
+  for i, p in ipairs(params) do
+    if not ddp.is_tensor(p) then
+      error(string.format("%s: parameter %d of group %d is a %s, expected a tensor", name, i, gi, type_name(p)), 2)
+    end
+    if not p.is_leaf then
+      error(string.format("%s: parameter %d of group %d is not a leaf tensor (optimizers update leaves)", name, i,
+        gi), 2)
+    end
+    if not p:is_floating_point() then
+      error(string.format("%s: parameter %d of group %d is %s; parameters must be floating point", name, i, gi,
+        p:dtype()), 2)
+    end
+    if seen[p] then
+      error(string.format("%s: parameter %d of group %d appears in more than one place in the parameter groups",
+        name, i, gi), 2)
+    end
+    seen[p] = true
+    list[i] = p
+  end
+  local g = { params = list }
+  for k, v in pairs(group) do
+    if k ~= "params" then
+      if self.defaults[k] == nil and k ~= "initial_lr" then
+        error(string.format("%s: unknown option '%s' in parameter group %d (valid options: %s)", name, tostring(k),
+          gi, self:_option_names()), 2)
+      end
+      g[k] = v
+    end
+  end
+  for k, v in pairs(self.defaults) do
+    if g[k] == nil then g[k] = type(v) == "table" and { table.unpack(v) } or v end
+  end
+  self.check_group(g, function(msg) error(string.format("%s: %s (parameter group %d)", name, msg, gi), 4) end)
+  self.param_groups[gi] = g
+end
+
+--- Sets every gradient to nil (set_to_none, the default) or zero; tensors
+--- marked with _keep_grad_buf(true) are always zeroed in place.
+function Optimizer:zero_grad(set_to_none)
+  if set_to_none == nil then set_to_none = true end
+  for _, g in ipairs(self.param_groups) do ddp._zero_grads(g.params, set_to_none) end
+end
+
+--- One update of every parameter that has a gradient. With a closure, it
+--- is called with gradients enabled first and its result returned.
+function Optimizer:step(closure)
+  local loss
+  if closure ~= nil then loss = ddp.enable_grad(closure) end
+  for _, g in ipairs(self.param_groups) do
+    self.check_group(g, function(msg) error(string.format("%s: %s", self.__name, msg), 4) end)
+    self.step_group(g, self.state)
+  end
+  return loss
+end
+
+function Optimizer:state_dict()
+  local state, groups, pos = {}, {}, 0
+  for gi, g in ipairs(self.param_groups) do
+    local ids = {}
+    for i, p in ipairs(g.params) do
+      pos = pos + 1
+      ids[i] = pos
+      local s = self.state[p]
+      if s ~= nil then
+        local copy = {}
+        for k, v in pairs(s) do copy[k] = v end
+        state[pos] = copy
+      end
+    end
+    local cg = { params = ids }
+    for k, v in pairs(g) do
+      if k ~= "params" then cg[k] = type(v) == "table" and { table.unpack(v) } or v end
+    end
+    groups[gi] = cg
+  end
+  return { state = state, param_groups = groups }
+end
+
+--- Restores hyperparameters and state saved by state_dict(); the groups
+--- must hold the same numbers of parameters. State tensors are copied and
+--- cast to their parameter's dtype and device.
+function Optimizer:load_state_dict(sd)
+  local name = self.__name
+  if type(sd) ~= "table" or type(sd.param_groups) ~= "table" or type(sd.state) ~= "table" then
+    error(name .. ": load_state_dict expects a table {state=, param_groups=} from state_dict()", 2)
+  end
+  if #sd.param_groups ~= #self.param_groups then
+    error(string.format("%s: loaded state dict has %d parameter groups, the optimizer has %d", name,
+      #sd.param_groups, #self.param_groups), 2)
+  end
+  local by_pos = {}
+  for gi, g in ipairs(self.param_groups) do
+    local sg = sd.param_groups[gi]
+    if type(sg.params) ~= "table" or #sg.params ~= #g.params then
+      error(string.format("%s: parameter group %d of the loaded state dict has %s parameters, the optimizer's has %d",
+        name, gi, type(sg.params) == "table" and tostring(#sg.params) or "no", #g.params), 2)
+    end
+    for i, p in ipairs(g.params) do by_pos[sg.params[i]] = p end
+  end
+  local new_state = {}
+  for pos, s in pairs(sd.state) do
+    local p = by_pos[pos]
+    if p == nil then error(string.format("%s: loaded state names parameter %s, which no group holds", name,
+        tostring(pos)), 2) end
+    local copy = {}
+    for k, v in pairs(s) do
+      if ddp.is_tensor(v) then
+        if table.concat(v:size(), "x") ~= table.concat(p:size(), "x") then
+          error(string.format("%s: loaded state '%s' of parameter %s has shape [%s] but the parameter has shape [%s]",
+            name, k, tostring(pos), table.concat(v:size(), ", "), table.concat(p:size(), ", ")), 2)
+        end
+        copy[k] = ddp.no_grad(function() return v:detach():to(p:dtype(), p:device()):clone() end)
+      else
+        copy[k] = v
+      end
+    end
+    new_state[p] = copy
+  end
+  for gi, g in ipairs(self.param_groups) do
+    for k, v in pairs(sd.param_groups[gi]) do
+      if k ~= "params" then g[k] = type(v) == "table" and { table.unpack(v) } or v end
+    end
+  end
+  self.state = new_state
+end
+
+function Optimizer.__tostring(self)
+  local lines = { self.__name .. " (" }
+  for gi, g in ipairs(self.param_groups) do
+    lines[#lines + 1] = string.format("Parameter Group %d", gi - 1)
+    local keys = {}
+    for k in pairs(g) do if k ~= "params" then keys[#keys + 1] = k end end
+    table.sort(keys)
+    for _, k in ipairs(keys) do
+      local v = g[k]
+      if type(v) == "table" then v = "(" .. table.concat(v, ", ") .. ")" end
+      lines[#lines + 1] = string.format("    %s: %s", k, tostring(v))
+    end
+  end
+  lines[#lines + 1] = ")"
+  return table.concat(lines, "\n")
+end
+
+return Optimizer

@@ -1,0 +1,90 @@
+/* Bindings the Lua nn and optim libraries build on: the keep_grad_buf flag,
+ * zeroing many gradients in one call, and swapping a parameter's data in
+ * place (Module:to keeps the parameter objects an optimizer or DDP already
+ * holds, as PyTorch's param.data = ... does). */
+#include <stdbool.h>
+
+#include "autograd/autograd.h"
+#include "lua/l_util.h"
+#include "ops/ops.h"
+
+/* t:_keep_grad_buf(on) sets the flag and returns t; t:_keep_grad_buf()
+ * returns it. With the flag set, zero_grad zeroes .grad in place instead of
+ * dropping it (DDP points .grad into its bucket memory). */
+static int l_keep_grad_buf(lua_State *L) {
+  dp_tensor *t = lt_check(L, 1);
+  if (lua_isnone(L, 2)) {
+    lua_pushboolean(L, t->keep_grad_buf);
+    return 1;
+  }
+  luaL_checktype(L, 2, LUA_TBOOLEAN);
+  t->keep_grad_buf = lua_toboolean(L, 2);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* _zero_grads(list_of_tensors, set_to_none): one call for a whole module or
+ * parameter group (t:_zero_grad per tensor). A gradient is dropped when
+ * set_to_none is true, or zeroed in place otherwise. A kept gradient buffer
+ * (DDP's bucket view) stays and is only marked zero-pending: the next
+ * backward overwrites it instead of adding, and readers see zeros, so
+ * zeroing it costs no pass over memory. */
+static int l_zero_grads(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  bool set_to_none = lua_isnoneornil(L, 2) ? true : lua_toboolean(L, 2);
+  lua_Integer n = luaL_len(L, 1);
+  for (lua_Integer i = 1; i <= n; i++) {
+    lua_geti(L, 1, i);
+    dp_tensor *t = lt_test(L, -1);
+    if (!t) return luaL_error(L, "zero_grad: element %d is a %s, expected a tensor", (int)i, luaL_typename(L, -1));
+    lua_pop(L, 1);
+    if (!t->grad) continue;
+    if (t->keep_grad_buf) t->grad_zero_pending = true;
+    else if (set_to_none) dp_clear(&t->grad);
+    else LT_CHECK(L, dp_fill_(t->grad, 0));
+  }
+  return 0;
+}
+
+/* _set_data(t, u): t becomes a view of u's storage, shape and dtype (u is
+ * not changed). t must be a leaf; an existing gradient is converted along. */
+static int l_set_data(lua_State *L) {
+  dp_tensor *t = lt_check(L, 1), *u = lt_check(L, 2);
+  if (!dp_is_leaf(t)) return luaL_error(L, "_set_data: the target must be a leaf tensor");
+  if (t->requires_grad && !dp_dtype_is_float(u->dtype))
+    return luaL_error(L, "_set_data: a tensor that requires grad cannot take %s data", dp_dtype_name(u->dtype));
+  LT_CHECK(L, dp_grad_materialize(t));
+  if (t->grad && (t->grad->dtype != u->dtype || !dp_device_eq(dp_dev(t->grad), dp_dev(u)) || !dp_same_shape(t, u))) {
+    if (!dp_same_shape(t, u)) {
+      dp_clear(&t->grad);
+    } else {
+      dp_tensor *g = dp_to(t->grad, u->dtype, dp_dev(u));
+      if (!g) return lt_error(L);
+      dp_release(t->grad);
+      t->grad = g;
+    }
+  }
+  dp_storage_retain(u->storage);
+  dp_storage_release(t->storage);
+  t->storage = u->storage;
+  t->offset = u->offset;
+  t->ndim = u->ndim;
+  for (int d = 0; d < u->ndim; d++) {
+    t->shape[d] = u->shape[d];
+    t->stride[d] = u->stride[d];
+  }
+  t->dtype = u->dtype;
+  lua_settop(L, 1);
+  return 1;
+}
+
+void lt_open_nn_support(lua_State *L, int module, int methods) {
+  static const luaL_Reg funcs[] = {{"_zero_grads", l_zero_grads}, {"_set_data", l_set_data}, {NULL, NULL}};
+  lua_pushvalue(L, module);
+  luaL_setfuncs(L, funcs, 0);
+  lua_pop(L, 1);
+  static const luaL_Reg meths[] = {{"_keep_grad_buf", l_keep_grad_buf}, {NULL, NULL}};
+  lua_pushvalue(L, methods);
+  luaL_setfuncs(L, meths, 0);
+  lua_pop(L, 1);
+}

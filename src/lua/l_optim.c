@@ -1,0 +1,170 @@
+/* Multi-tensor optimizer steps: one Lua->C call per parameter group per
+ * step. Each walks the group's parameters, skips those without a gradient
+ * (as PyTorch does), creates the per-parameter state tensors on first use
+ * and runs the backend's fused update (cpu_optim.c, or the CUDA kernel).
+ *
+ *   _sgd_step(group, state)            group: {params=, lr=, momentum=, dampening=, weight_decay=, nesterov=}
+ *   _adam_step(group, state, decoupled) group: {params=, lr=, betas={b1, b2}, eps=, weight_decay=}
+ *
+ * state is the optimizer's table keyed by parameter tensor; state[p] is
+ * {momentum_buffer=} (SGD) or {step=, exp_avg=, exp_avg_sq=} (Adam). */
+#include <stdbool.h>
+
+#include "lua/l_util.h"
+#include "ops/ops.h"
+
+static double group_number(lua_State *L, int group, const char *key, const char *who) {
+  lua_getfield(L, group, key);
+  int ok;
+  double v = lua_tonumberx(L, -1, &ok);
+  if (!ok) luaL_error(L, "%s: option '%s' must be a number, got %s", who, key, luaL_typename(L, -1));
+  lua_pop(L, 1);
+  return v;
+}
+
+/* The parameter at position i of the group's params, with a gradient that
+ * matches it, or NULL to skip it. */
+static dp_tensor *param_with_grad(lua_State *L, int params, lua_Integer i, const char *who) {
+  lua_geti(L, params, i);
+  dp_tensor *p = lt_test(L, -1);
+  if (!p) luaL_error(L, "%s: parameter %d is a %s, expected a tensor", who, (int)i, luaL_typename(L, -1));
+  lua_pop(L, 1);
+  /* a zero-pending gradient (zero_grad on a kept buffer) steps as zeros */
+  if (dp_grad_materialize(p)) lt_error(L);
+  if (!p->grad) return NULL;
+  char a[128], b[128];
+  if (!dp_same_shape(p, p->grad))
+    luaL_error(L, "%s: parameter %d has shape %s but its gradient has shape %s", who, (int)i,
+               dp_shape_str(p, a, sizeof a), dp_shape_str(p->grad, b, sizeof b));
+  if (p->grad->dtype != p->dtype)
+    luaL_error(L, "%s: parameter %d is %s but its gradient is %s", who, (int)i, dp_dtype_name(p->dtype),
+               dp_dtype_name(p->grad->dtype));
+  if (!dp_device_eq(dp_dev(p), dp_dev(p->grad)))
+    luaL_error(L, "%s: parameter %d and its gradient are on different devices", who, (int)i);
+  if (!dp_is_contiguous(p))
+    luaL_error(L, "%s: parameter %d is not contiguous (optimizers update parameters in place)", who, (int)i);
+  return p;
+}
+
+/* Pushes state[p] (creating an empty table on first use). */
+static void push_param_state(lua_State *L, int state, lua_Integer i, int params) {
+  lua_geti(L, params, i);
+  lua_pushvalue(L, -1);
+  if (lua_rawget(L, state) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -2);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, state); /* state[p] = {} */
+  }
+  lua_remove(L, -2);
+}
+
+/* state table at -1: field `key`, a tensor shaped like p, or a new zeroed one
+ * stored there. *created says whether it was just made. */
+static dp_tensor *state_tensor(lua_State *L, dp_tensor *p, const char *key, lua_Integer i, const char *who,
+                               bool *created) {
+  *created = false;
+  lua_getfield(L, -1, key);
+  dp_tensor *s = lt_test(L, -1);
+  if (!s && !lua_isnil(L, -1))
+    luaL_error(L, "%s: state '%s' of parameter %d is a %s, expected a tensor", who, key, (int)i,
+               luaL_typename(L, -1));
+  lua_pop(L, 1);
+  if (s) {
+    char a[128], b[128];
+    if (!dp_same_shape(s, p) || s->dtype != p->dtype || !dp_is_contiguous(s) ||
+        !dp_device_eq(dp_dev(s), dp_dev(p)))
+      luaL_error(L, "%s: state '%s' of parameter %d is a %s %s tensor, expected a contiguous %s %s one like the "
+                 "parameter", who, key, (int)i, dp_dtype_name(s->dtype), dp_shape_str(s, a, sizeof a),
+                 dp_dtype_name(p->dtype), dp_shape_str(p, b, sizeof b));
+    return s;
+  }
+  s = dp_zeros(p->dtype, p->ndim, p->shape, dp_dev(p));
+  lt_push(L, s); /* raises on NULL */
+  lua_setfield(L, -2, key);
+  *created = true;
+  return s;
+}
+
+static int l_sgd_step(lua_State *L) {
+  const char *who = "SGD";
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  double lr = group_number(L, 1, "lr", who), momentum = group_number(L, 1, "momentum", who);
+  double dampening = group_number(L, 1, "dampening", who), wd = group_number(L, 1, "weight_decay", who);
+  lua_getfield(L, 1, "nesterov");
+  bool nesterov = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  if (lua_getfield(L, 1, "params") != LUA_TTABLE) return luaL_error(L, "%s: group has no params list", who);
+  int params = lua_gettop(L);
+  lua_Integer n = luaL_len(L, params);
+  for (lua_Integer i = 1; i <= n; i++) {
+    dp_tensor *p = param_with_grad(L, params, i, who);
+    if (!p) continue;
+    dp_tensor *buf = NULL;
+    bool first = false;
+    if (momentum != 0) {
+      push_param_state(L, 2, i, params);
+      buf = state_tensor(L, p, "momentum_buffer", i, who, &first);
+      lua_pop(L, 1);
+    }
+    /* buf stays referenced by the state table; the gradient is taken last
+     * so that no Lua error can leak the reference */
+    dp_tensor *g = dp_contiguous(p->grad);
+    if (!g) return lt_error(L);
+    int rc = dp_backend_of(p)->sgd_step(p, g, buf, lr, momentum, dampening, wd, nesterov, first);
+    dp_release(g);
+    LT_CHECK(L, rc);
+    dp_bump_version(p);
+  }
+  return 0;
+}
+
+static int l_adam_step(lua_State *L) {
+  bool decoupled = lua_toboolean(L, 3);
+  const char *who = decoupled ? "AdamW" : "Adam";
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  double lr = group_number(L, 1, "lr", who), eps = group_number(L, 1, "eps", who);
+  double wd = group_number(L, 1, "weight_decay", who);
+  if (lua_getfield(L, 1, "betas") != LUA_TTABLE) return luaL_error(L, "%s: option 'betas' must be a table", who);
+  lua_geti(L, -1, 1);
+  lua_geti(L, -2, 2);
+  int ok1, ok2;
+  double b1 = lua_tonumberx(L, -2, &ok1), b2 = lua_tonumberx(L, -1, &ok2);
+  if (!ok1 || !ok2) return luaL_error(L, "%s: option 'betas' must hold two numbers", who);
+  lua_pop(L, 3);
+  if (lua_getfield(L, 1, "params") != LUA_TTABLE) return luaL_error(L, "%s: group has no params list", who);
+  int params = lua_gettop(L);
+  lua_Integer n = luaL_len(L, params);
+  for (lua_Integer i = 1; i <= n; i++) {
+    dp_tensor *p = param_with_grad(L, params, i, who);
+    if (!p) continue;
+    push_param_state(L, 2, i, params);
+    bool created;
+    dp_tensor *m = state_tensor(L, p, "exp_avg", i, who, &created);
+    dp_tensor *v = state_tensor(L, p, "exp_avg_sq", i, who, &created);
+    lua_getfield(L, -1, "step");
+    lua_Integer step = lua_isnil(L, -1) ? 0 : lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    step++;
+    lua_pushinteger(L, step);
+    lua_setfield(L, -2, "step");
+    lua_pop(L, 1);
+    dp_tensor *g = dp_contiguous(p->grad);
+    if (!g) return lt_error(L);
+    int rc = dp_backend_of(p)->adam_step(p, g, m, v, lr, b1, b2, eps, wd, decoupled, (int64_t)step);
+    dp_release(g);
+    LT_CHECK(L, rc);
+    dp_bump_version(p);
+  }
+  return 0;
+}
+
+void lt_open_optim(lua_State *L, int module) {
+  static const luaL_Reg funcs[] = {{"_sgd_step", l_sgd_step}, {"_adam_step", l_adam_step}, {NULL, NULL}};
+  lua_pushvalue(L, module);
+  luaL_setfuncs(L, funcs, 0);
+  lua_pop(L, 1);
+}

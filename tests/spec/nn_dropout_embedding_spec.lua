@@ -1,0 +1,102 @@
+-- nn.Dropout and nn.Embedding (and their nn.F forms).
+local ddp = require "ddplua"
+local gc = require "helpers.gradcheck"
+local nn = ddp.nn
+
+describe("nn.Dropout", function()
+  it("zeroes about p of the elements and scales the rest by 1/(1-p) while training", function()
+    ddp.manual_seed(1)
+    local x = ddp.rand(20000, { dtype = "float64" }) + 1
+    local d = nn.Dropout(0.3)
+    local y = d(x)
+    local xs, ys = gc.flat_values(x), gc.flat_values(y)
+    local zeros = 0
+    for i, v in ipairs(ys) do
+      if v == 0 then
+        zeros = zeros + 1
+      else
+        assert.is_true(math.abs(v - xs[i] / 0.7) < 1e-12, "kept element " .. i .. " is not scaled by 1/(1-p)")
+      end
+    end
+    -- binomial(20000, 0.3): sd ~ 65, so +-400 is far outside chance
+    assert.is_true(math.abs(zeros - 6000) < 400, zeros .. " zeros")
+    assert.are.equal("Dropout(p=0.3)", tostring(d))
+  end)
+
+  it("is reproducible from the seed and the identity in eval mode or with p = 0", function()
+    local x = ddp.randn(50, 20)
+    ddp.manual_seed(9)
+    local a = nn.Dropout(0.5)(x)
+    ddp.manual_seed(9)
+    local b = nn.Dropout(0.5)(x)
+    assert.are.same(a:totable(), b:totable())
+    local d = nn.Dropout(0.5):eval()
+    assert.are.same(x:totable(), d(x):totable())
+    assert.are.same(x:totable(), nn.Dropout(0)(x):totable())
+    assert.are.same(x:totable(), nn.F.dropout(x, 0.5, false):totable())
+  end)
+
+  it("passes gradients through the kept elements only", function()
+    ddp.manual_seed(2)
+    local x = ddp.randn(200, { dtype = "float64" }):requires_grad_()
+    local y = nn.Dropout(0.4)(x)
+    y:sum():backward()
+    local ys, gs = gc.flat_values(y), gc.flat_values(x.grad)
+    for i, v in ipairs(ys) do
+      local want = v == 0 and 0 or 1 / 0.6
+      assert.is_true(math.abs(gs[i] - want) < 1e-12)
+    end
+  end)
+
+  it("rejects a probability outside [0, 1]", function()
+    local ok, err = pcall(function() return nn.Dropout(1.5) end)
+    assert.is_false(ok)
+    assert.matches("Dropout: probability p must be a number in %[0, 1%], got 1.5", err)
+  end)
+end)
+
+describe("nn.Embedding", function()
+  it("looks up rows by 1-based id and initialises them from N(0, 1)", function()
+    ddp.manual_seed(3)
+    local emb = nn.Embedding(10, 4)
+    assert.are.same({ 10, 4 }, emb.weight:size())
+    local W = emb.weight:totable()
+    local ids = ddp.tensor({ { 1, 10 }, { 3, 3 } })
+    local y = emb(ids)
+    assert.are.same({ 2, 2, 4 }, y:size())
+    local Y = y:totable()
+    assert.are.same(W[1], Y[1][1])
+    assert.are.same(W[10], Y[1][2])
+    assert.are.same(W[3], Y[2][2])
+    local big = nn.Embedding(1000, 20).weight
+    assert.is_true(math.abs(big:mean():item()) < 0.05)
+    assert.is_true(math.abs(math.sqrt((big * big):mean():item()) - 1) < 0.05)
+    assert.are.equal("Embedding(10, 4)", tostring(emb))
+  end)
+
+  it("accumulates gradients into the looked-up rows, repeated ids adding up", function()
+    local emb = nn.Embedding(5, 3):double()
+    local ids = ddp.tensor({ 2, 4, 2, 5 })
+    local gy = ddp.randn(4, 3, { dtype = "float64" })
+    emb(ids):backward(gy)
+    local G, g = gy:totable(), emb.weight.grad:totable()
+    local want = { { 0, 0, 0 }, {}, { 0, 0, 0 }, G[2], G[4] }
+    for k = 1, 3 do want[2][k] = G[1][k] + G[3][k] end
+    assert.is_true(gc.max_abs_diff(emb.weight.grad, want) < 1e-12)
+    assert.are.same(g[1], { 0, 0, 0 })
+    assert.are.same(emb(ids):totable(), nn.F.embedding(ids, emb.weight):totable())
+  end)
+
+  it("names a wrong id dtype and an id out of range", function()
+    local emb = nn.Embedding(5, 3)
+    local ok, err = pcall(function() return emb(ddp.tensor({ 1.0, 2.0 })) end)
+    assert.is_false(ok)
+    assert.matches("Embedding%(5, 3%): expected an int64 tensor of ids 1..5, got float32 tensor", err)
+    ok, err = pcall(function() return emb(ddp.tensor({ 1, 6 })) end)
+    assert.is_false(ok)
+    assert.matches("6.*out of range", err)
+    ok, err = pcall(function() return emb(ddp.tensor({ 0 })) end)
+    assert.is_false(ok)
+    assert.matches("0.*out of range", err)
+  end)
+end)
