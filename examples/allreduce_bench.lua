@@ -76,7 +76,7 @@ local function run(rank, memcpy)
   dist.destroy_process_group()
 end
 
-if os.getenv("WORLD_SIZE") then
+if tonumber(os.getenv("WORLD_SIZE") or "1") > 1 then -- (plain `ddplua script.lua` is a job of one rank)
   -- under the launcher rank 0 measures memcpy while the others wait in init
   local rank = tonumber(os.getenv("RANK"))
   run(rank, rank == 0 and memcpy_gbs() or 0)

@@ -13,7 +13,8 @@ local function main(rank)
   dist.destroy_process_group()
 end
 
-if os.getenv("WORLD_SIZE") then
+-- the host runs a plain `ddplua script.lua` as a job of one rank
+if tonumber(os.getenv("WORLD_SIZE") or "1") > 1 then
   main(tonumber(os.getenv("RANK")))
 else
   dist.spawn(main, tonumber(arg and arg[1]) or 2)

@@ -20,7 +20,7 @@ M.ReduceOp = { SUM = "sum", AVG = "avg", MAX = "max", MIN = "min", PRODUCT = "pr
 for _, k in ipairs {
   "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "barrier", "send", "recv", "new_group",
   "destroy_process_group", "is_initialized", "get_rank", "get_world_size", "get_local_rank", "get_local_world_size",
-  "get_backend", "spawn", "find_free_port",
+  "get_backend", "spawn", "find_free_port", "nccl_available",
 } do
   M[k] = C[k]
 end
@@ -41,17 +41,19 @@ end
 
 local valid_opts = { backend = true, init_method = true, world_size = true, rank = true, timeout = true }
 
+-- "auto" (the default) is nccl when a GPU and NCCL are there (ddp.device()
+-- is then "cuda:<local rank>"), else cpu.
 local function pick_backend(b)
   b = b or os.getenv("DDPLUA_BACKEND")
-  if b == nil or b == "" or b == "auto" then return "cpu" end -- nccl once GPU tensors and an NCCL group exist
+  if b == nil or b == "" or b == "auto" then return C.nccl_available() and "nccl" or "cpu" end
   if b == "cpu" or b == "gloo" then return "cpu" end
   if b == "nccl" then
-    local ok, why = core.cuda_is_available()
-    if not ok then
-      error("init_process_group: backend 'nccl' needs CUDA, but CUDA is not available" ..
-        (why and (" (" .. why .. ")") or "") .. "; use backend='cpu'", 3)
+    local ok, why = C.nccl_available()
+    if ok then return "nccl" end
+    if not core.cuda_is_available() then
+      error("init_process_group: backend 'nccl' needs CUDA, but " .. tostring(why) .. "; use backend='cpu'", 3)
     end
-    error("init_process_group: backend 'nccl' is not part of this build of ddplua; use backend='cpu' " ..
+    error("init_process_group: backend 'nccl' is not available: " .. tostring(why) .. "; use backend='cpu' " ..
       "(it accepts CUDA tensors, staged through host memory)", 3)
   end
   error(string.format("init_process_group: unknown backend %q (expected \"cpu\", \"nccl\" or \"auto\")",
@@ -71,12 +73,13 @@ function M.init_process_group(opts)
         "' (valid: backend, init_method, world_size, rank, timeout)", 2)
     end
   end
-  pick_backend(opts.backend)
+  local backend = pick_backend(opts.backend)
   local timeout = opts.timeout or tonumber(os.getenv("DDPLUA_TIMEOUT") or "") or 300
   if type(timeout) ~= "number" or timeout <= 0 then
     error("init_process_group: timeout must be a positive number of seconds, got " .. tostring(timeout), 2)
   end
   local p = {
+    backend = backend,
     timeout = timeout,
     debug = os.getenv("DDPLUA_DEBUG") == "1",
     rank = opts.rank or env_int("RANK"),

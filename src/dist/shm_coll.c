@@ -2,12 +2,13 @@
  *
  * Everything is built from one primitive, the step: each rank bumps its
  * step counter (a futex word in its control block) and waits until every
- * local rank has reached the same count. Each rank has two staging slots;
- * step t uses slot parity t & 1. In a step a rank first writes its slot,
- * then (after the step) reads the peers' slots, and may write its slot of
- * the *next* parity. That is safe without further synchronisation: the slot
- * of parity t+1 was last read during step t-1, which every rank finished
- * before it reached step t.
+ * local rank has reached the same count. Each rank has two staging slots,
+ * and one rule makes them safe without further synchronisation: between
+ * steps t and t+1 a rank reads slots of parity t (any rank's) and writes
+ * only its own slot of parity t+1. That slot was last read between steps
+ * t-1 and t, which every rank finished before it reached step t. The rule
+ * holds across ops too (an op's first writes are for the step after the
+ * previous op's last), so no op needs a closing step.
  *
  * all_reduce pipelines chunks (reduce_impl): copy a chunk in, reduce my
  * slice of every rank's copy of the previous one, copy the reduced slices of

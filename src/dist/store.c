@@ -406,18 +406,14 @@ static void *serve(void *arg) {
   return NULL;
 }
 
-dp_store_server *dp_store_server_start(const char *bind_addr, int port, const char *token, int *port_out) {
-  if (strlen(token) >= sizeof(((dp_store_server *)0)->token)) {
-    dp_error("store: token too long");
-    return NULL;
-  }
+int dp_store_listen(const char *bind_addr, int port, int *port_out) {
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
   if (!bind_addr || !*bind_addr || strcmp(bind_addr, "0.0.0.0") == 0) sa.sin_addr.s_addr = htonl(INADDR_ANY);
   else if (inet_pton(AF_INET, bind_addr, &sa.sin_addr) != 1) {
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
     if (getaddrinfo(bind_addr, NULL, &hints, &res) != 0) {
       dp_error("store: cannot resolve address '%s'", bind_addr);
-      return NULL;
+      return -1;
     }
     sa.sin_addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
     freeaddrinfo(res);
@@ -425,7 +421,7 @@ dp_store_server *dp_store_server_start(const char *bind_addr, int port, const ch
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     dp_error("store: socket: %s", strerror(errno));
-    return NULL;
+    return -1;
   }
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -436,16 +432,34 @@ dp_store_server *dp_store_server_start(const char *bind_addr, int port, const ch
       dp_error("store: port %d on %s is already in use (pick another --master_port, or omit it to get a free one)",
                port, bind_addr ? bind_addr : "0.0.0.0");
     else dp_error("store: cannot bind %s:%d: %s", bind_addr ? bind_addr : "0.0.0.0", port, strerror(e));
-    return NULL;
+    return -1;
   }
   if (listen(fd, 1024) < 0) {
     dp_error("store: listen: %s", strerror(errno));
     close(fd);
-    return NULL;
+    return -1;
   }
   socklen_t sl = sizeof sa;
   getsockname(fd, (struct sockaddr *)&sa, &sl);
   if (port_out) *port_out = ntohs(sa.sin_port);
+  return fd;
+}
+
+dp_store_server *dp_store_server_start(const char *bind_addr, int port, const char *token, int *port_out) {
+  if (strlen(token) >= sizeof(((dp_store_server *)0)->token)) {
+    dp_error("store: token too long");
+    return NULL;
+  }
+  int fd = dp_store_listen(bind_addr, port, port_out);
+  return fd < 0 ? NULL : dp_store_server_start_fd(fd, token);
+}
+
+dp_store_server *dp_store_server_start_fd(int fd, const char *token) {
+  if (strlen(token) >= sizeof(((dp_store_server *)0)->token)) {
+    close(fd);
+    dp_error("store: token too long");
+    return NULL;
+  }
   dp_store_server *s = dp_xcalloc(1, sizeof *s);
   s->listen_fd = fd;
   snprintf(s->token, sizeof s->token, "%s", token);

@@ -24,6 +24,13 @@ typedef struct dp_store dp_store;
  * use") on failure. */
 dp_store_server *dp_store_server_start(const char *bind_addr, int port, const char *token, int *port_out);
 void dp_store_server_stop(dp_store_server *s);
+/* The two halves of dp_store_server_start, for a process that must fork
+ * workers before it has any thread (a forked child inherits locks other
+ * threads hold): bind + listen (returns the fd, -1 + dp_error), and later
+ * serve on it (takes the fd over). Connections made in between wait in the
+ * listen queue. */
+int dp_store_listen(const char *bind_addr, int port, int *port_out);
+dp_store_server *dp_store_server_start_fd(int listen_fd, const char *token);
 
 /* Connects, retrying until timeout_ms (the server may start later). */
 dp_store *dp_store_connect(const char *host, int port, const char *token, int timeout_ms);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "lua/l_dist.h"
+#include "ops/backend.h"
 
 ldist_state lt_dist;
 
@@ -166,9 +167,9 @@ static int exchange_hosts(int rank, int size, int timeout_ms) {
   return rc;
 }
 
-/* core.dist._init{rank=, world_size=, master_addr=, master_port=, token=,
- * serve=, bind=, timeout=, node_rank=, local_rank=, local_size=, nnodes=,
- * debug=} */
+/* core.dist._init{backend=, rank=, world_size=, master_addr=, master_port=,
+ * token=, serve=, bind=, timeout=, node_rank=, local_rank=, local_size=,
+ * nnodes=, debug=} */
 static int l_init(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   if (lt_dist.world)
@@ -181,7 +182,8 @@ static int l_init(lua_State *L) {
   lua_pop(L, 1);
   int timeout_ms = (int)(timeout_s * 1000);
   const char *addr = get_str_field(L, 1, "master_addr"), *token = get_str_field(L, 1, "token");
-  const char *bind = get_str_field(L, 1, "bind");
+  const char *bind = get_str_field(L, 1, "bind"), *backend = get_str_field(L, 1, "backend");
+  if (!backend) backend = "cpu";
   lua_getfield(L, 1, "serve");
   bool serve = lua_toboolean(L, -1);
   lua_getfield(L, 1, "debug");
@@ -222,7 +224,7 @@ static int l_init(lua_State *L) {
                      .debug = debug,
                      .job_token = token,
                      .prefix = lt_dist.prefix};
-  dp_pg *pg = dp_pg_cpu_new(&init);
+  dp_pg *pg = strcmp(backend, "nccl") == 0 ? dp_pg_nccl_new(&init) : dp_pg_cpu_new(&init);
   if (!pg) {
     close_store();
     return lt_error(L);
@@ -400,6 +402,18 @@ static int g_gc(lua_State *L) {
   return 0;
 }
 
+/* nccl_available() -> true, or false and why (no CUDA, no NCCL in the
+ * plugin, no GPU visible). */
+static int l_nccl_available(lua_State *L) {
+  const dp_backend *b = dp_backend_require(DP_CUDA);
+  const char *why = !b ? dp_errmsg() : !b->pg_new ? "the CUDA plugin was built without NCCL"
+                                     : b->device_count() < 1 ? "no GPU is visible" : NULL;
+  lua_pushboolean(L, why == NULL);
+  if (!why) return 1;
+  lua_pushstring(L, why);
+  return 2;
+}
+
 /* The default group as an object (for `{group = dist.group.WORLD}`). */
 static int l_world(lua_State *L) {
   if (!lt_dist.world) return 0;
@@ -430,6 +444,7 @@ void lt_open_dist(lua_State *L, int module) {
                                 {"get_local_world_size", l_get_local_world_size},
                                 {"get_backend", l_get_backend},
                                 {"_world", l_world},
+                                {"nccl_available", l_nccl_available},
                                 {NULL, NULL}};
   lua_newtable(L);
   int dist = lua_gettop(L);

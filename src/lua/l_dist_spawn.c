@@ -55,8 +55,9 @@ static void write_all(int fd, const char *s, size_t n) {
 
 /* In the child: never returns. */
 static void child_main(lua_State *L, int nargs, int rank, int n, int port, const char *token, int err_fd,
-                       pid_t parent) {
+                       pid_t parent, int listen_fd) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  close(listen_fd);
   if (getppid() != parent) _exit(1); /* the parent died before prctl */
   in_child = true;
   lt_dist_forget();
@@ -105,9 +106,11 @@ static int l_spawn(lua_State *L) {
     return luaL_error(L, "spawn: call it before init_process_group (the children create their own process group)");
   char token[40];
   dp_store_make_token(token, sizeof token);
-  int port = 0;
-  dp_store_server *srv = dp_store_server_start("127.0.0.1", 0, token, &port);
-  if (!srv) return luaL_error(L, "spawn: %s", dp_errmsg());
+  /* the store's thread starts after the forks: a child must not inherit
+   * a lock some thread of ours holds (allocators differ in how they survive
+   * fork); the children's connections wait in the listen queue meanwhile */
+  int port = 0, lfd = dp_store_listen("127.0.0.1", 0, &port);
+  if (lfd < 0) return luaL_error(L, "spawn: %s", dp_errmsg());
   int nargs = lua_gettop(L) - 2;
   pid_t *pids = lua_newuserdatauv(L, sizeof(pid_t) * (size_t)n, 0);
   int *fds = lua_newuserdatauv(L, sizeof(int) * (size_t)n, 0);
@@ -127,7 +130,7 @@ static int l_spawn(lua_State *L) {
     if (pid == 0) {
       close(p[0]);
       for (int i = 0; i < started; i++) close(fds[i]);
-      child_main(L, nargs, started, (int)n, port, token, p[1], parent);
+      child_main(L, nargs, started, (int)n, port, token, p[1], parent, lfd);
     }
     close(p[1]);
     pids[started] = pid;
@@ -135,6 +138,13 @@ static int l_spawn(lua_State *L) {
     status[started] = -1;
   }
   int failed = started < n ? -2 : -1; /* -2: fork failed; else the first failing rank */
+  dp_store_server *srv = dp_store_server_start_fd(lfd, token);
+  char srv_err[256] = "";
+  if (!srv) {
+    snprintf(srv_err, sizeof srv_err, "%s", dp_errmsg());
+    for (int r = 0; r < started; r++) kill(pids[r], SIGKILL);
+    failed = -3;
+  }
   int left = started;
   int64_t kill_at = -1;
   int64_t t = 0;
@@ -163,13 +173,14 @@ static int l_spawn(lua_State *L) {
       t += 5;
     }
   }
-  dp_store_server_stop(srv);
+  if (srv) dp_store_server_stop(srv);
   char msg[MAX_ERR + 1] = "";
   if (failed >= 0) {
     ssize_t k = read(fds[failed], msg, MAX_ERR);
     msg[k > 0 ? k : 0] = 0;
   }
   for (int r = 0; r < started; r++) close(fds[r]);
+  if (failed == -3) return luaL_error(L, "spawn: cannot serve the rendezvous store: %s", srv_err);
   if (failed == -2)
     return luaL_error(L, "spawn: could only start %d of %d processes: %s", started, (int)n, strerror(errno));
   if (failed >= 0) {

@@ -255,15 +255,22 @@ static int rank_main(int rank, int size, const int *nodes, const char *prefix) {
   return fails ? 1 : 0;
 }
 
+/* The store's thread starts after the forks (a child must not inherit a
+ * lock held by a thread of the parent). */
 static int run(int size, const int *nodes, const char *prefix) {
   pid_t pids[8];
+  int lfd = dp_store_listen("127.0.0.1", 0, &port);
+  CHECK(lfd >= 0);
   for (int r = 0; r < size; r++) {
     pids[r] = fork();
     if (pids[r] == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
+      close(lfd);
       _exit(rank_main(r, size, nodes, prefix));
     }
   }
+  dp_store_server *srv = dp_store_server_start_fd(lfd, token);
+  CHECK(srv != NULL);
   int bad = 0;
   for (int r = 0; r < size; r++) {
     int status;
@@ -273,6 +280,7 @@ static int run(int size, const int *nodes, const char *prefix) {
       bad++;
     }
   }
+  dp_store_server_stop(srv);
   return bad;
 }
 
@@ -286,14 +294,11 @@ static int count_segments(void) {
 }
 
 int main(void) {
-  dp_store_server *srv = dp_store_server_start("127.0.0.1", 0, token, &port);
-  CHECK(srv != NULL);
   const int one_node[4] = {0, 0, 0, 0}, two_nodes[4] = {0, 0, 1, 1}, uneven[3] = {0, 1, 1};
   CHECK(run(2, one_node, "shm2") == 0);
   CHECK(run(4, one_node, "shm4") == 0);
   CHECK(run(4, two_nodes, "tcp4") == 0);
   CHECK(run(3, uneven, "tcp3") == 0);
   CHECK(count_segments() == 0);
-  dp_store_server_stop(srv);
   TEST_DONE();
 }

@@ -451,6 +451,50 @@ local function alive(pid)
   return st ~= nil and not st:match("^%d+ %b() [ZX]")
 end
 
+describe("under the launcher", function()
+  local function job(args, script)
+    return run(string.format("%s %s tests/mp/scripts/%s", BIN, args, script))
+  end
+
+  local function no_segments_left(out)
+    local token = out:match("token (%x+)")
+    assert.is_not_nil(token, out)
+    assert.equal(0, segments(token))
+  end
+
+  for _, n in ipairs { 2, 4 } do
+    it("runs every collective with --nproc " .. n, function()
+      local out, ok = job("--nproc " .. n, "launcher_collectives.lua")
+      assert.is_true(ok, out)
+      assert.matches("%[rank 0%] collectives ok", out)
+      no_segments_left(out)
+    end)
+  end
+
+  for _, split in ipairs { { 2, 2 }, { 3, 1 } } do
+    it(string.format("runs them across two nodes of %d and %d ranks (TCP between the nodes)", split[1], split[2]),
+      function()
+        local port = dist.find_free_port()
+        local node = function(r, np)
+          return string.format("%s --nnodes 2 --node_rank %d --nproc %d --master_port %d " ..
+            "tests/mp/scripts/launcher_collectives.lua", BIN, r, np, port)
+        end
+        local out, ok = run(string.format("(%s >/dev/null 2>&1 & %s; rc=$?; wait; exit $rc)", node(1, split[2]),
+          node(0, split[1])))
+        assert.is_true(ok, out)
+        assert.matches("%[rank 0%] collectives ok", out)
+        no_segments_left(out)
+      end)
+  end
+
+  it("fails with the deadline error naming the rank that never arrived", function()
+    local out, ok = job("--nproc 3 --timeout 0.5", "launcher_timeout.lua")
+    assert.is_not_true(ok)
+    assert.matches("all_reduce #2 %(sum, float32, 10 elements%) .*timed out after 0.5 s on rank [01]: " ..
+      "rank 2 never arrived", out)
+  end)
+end)
+
 describe("failures", function()
   it("spawned children die with their parent", function()
     local file = os.tmpname()
