@@ -106,13 +106,104 @@ benchmarks[#benchmarks + 1] = function(c)
   }
 end
 
+-- 2-rank DDP MLP: against PyTorch's 2-rank DDP (gloo) and against ddplua's
+-- own single process (the first row's workload without DDP).
+benchmarks[#benchmarks + 1] = function(c)
+  local ours2 = string.format("%s --nproc 2 %s/bench/ddp_mlp.lua steps=200 batch=64", c.ddplua, c.root)
+  local ours1 = string.format("%s %s/bench/mlp.lua steps=200", c.ddplua, c.root)
+  local peer2 = string.format("%s %s/torch_ddp_mlp.py 2 200 64", c.python, c.peers)
+  local peer1 = string.format("%s %s/torch_ddp_mlp.py 1 200 64", c.python, c.peers)
+  local o2, o1, t2, t1 = c.repeat_runs(
+    function() return { sps = c.field(c.run(ours2), "samples/s", ours2) } end,
+    function() return { sps = c.field(c.run(ours1), "samples/s", ours1) } end,
+    function() return { sps = c.field(c.run(peer2), "samples/s", peer2) } end,
+    function() return { sps = c.field(c.run(peer1), "samples/s", peer1) } end)
+  local a2, a1, b2, b1 = c.median(o2.sps), c.median(o1.sps), c.median(t2.sps), c.median(t1.sps)
+  return {
+    { name = "MLP DDP 2 processes, samples/s", ours = a2, theirs = b2, fmt = "%.0f", ratio = a2 / b2,
+      goal = ">= 2.00x", pass = a2 / b2 >= 2.0 },
+    { name = "MLP 2 processes / 1 process", ours = a2 / a1, theirs = b2 / b1, fmt = "%.2f", ratio = nil,
+      goal = ">= 1.60", pass = a2 / a1 >= 1.6 },
+  }
+end
+
+-- Launch latency: `ddplua --nproc 2 examples/hello.lua` (init, one
+-- all_reduce, destroy) against PyTorch's mp.spawn + gloo hello.
+benchmarks[#benchmarks + 1] = function(c)
+  local launch = dofile(c.root .. "/bench/launch.lua")
+  local rows, peer = launch.measure(20, c.reps)
+  local hello
+  for _, r in ipairs(rows) do
+    if r.name:find("hello") then hello = r.seconds end
+  end
+  if not hello or not peer then error("bench: launch measurement incomplete", 0) end
+  return {
+    { name = "launch --nproc 2 hello.lua, ms", ours = hello * 1000, theirs = peer * 1000, fmt = "%.1f",
+      ratio = hello / peer, goal = "<= 0.02x", pass = hello / peer <= 0.02 },
+  }
+end
+
+-- all_reduce between 2 ranks: algbw against gloo at 16 MiB and 100 MiB, and
+-- busbw as a fraction of this machine's memcpy bandwidth.
+benchmarks[#benchmarks + 1] = function(c)
+  local cases = { { floats = 4194304, iters = 20, label = "16 MiB" }, { floats = 26214400, iters = 5, label = "100 MiB" } }
+  local out = {}
+  for _, case in ipairs(cases) do
+    local ours_cmd = string.format("%s %s/examples/allreduce_bench.lua nproc=2 sizes=%d iters=%d shared=0", c.ddplua,
+      c.root, case.floats * 4, case.iters * 3)
+    local peer_cmd = string.format("%s %s/torch_allreduce.py 2 %d %d", c.python, c.peers, case.floats, case.iters)
+    local ours, theirs = c.repeat_runs(function()
+      local text = c.run(ours_cmd)
+      local row = text:match("\n%s*" .. case.floats * 4 .. "%s+[^\n]*")
+      local memcpy = tonumber(text:match("memcpy ([%d.]+) GB/s"))
+      if not row or not memcpy then error("bench: allreduce_bench printed no result:\n" .. text, 0) end
+      local v = {}
+      for x in row:gmatch("[%d.]+") do v[#v + 1] = tonumber(x) end
+      return { algbw = v[5], bus = v[6] / memcpy }
+    end, function()
+      return { algbw = c.field(c.run(peer_cmd), "algbw", peer_cmd) }
+    end)
+    local a, g = c.median(ours.algbw), c.median(theirs.algbw)
+    out[#out + 1] = { name = "all_reduce 2 ranks " .. case.label .. ", GB/s", ours = a, theirs = g, fmt = "%.2f",
+      ratio = a / g, goal = ">= 5.00x", pass = a / g >= 5 }
+    out[#out + 1] = { name = "  busbw / memcpy bandwidth", ours = c.median(ours.bus), fmt = "%.2f", goal = "(info)",
+      pass = true }
+  end
+  return out
+end
+
+-- CSVImageDataset: images/s of a loop that loads 3x96x96 batches while a
+-- stand-in training step computes, with 2 C workers decoding in the
+-- background against none (decoding on the training thread); no peer.
+benchmarks[#benchmarks + 1] = function(c)
+  local cmd = string.format("%s %s/bench/csv_images.lua n=2000 epochs=2 dir=%s", c.ddplua, c.root,
+    os.getenv("DDPLUA_BENCH_CSV") or "runs/bench_csv")
+  local runs = c.repeat_runs(function()
+    local text = c.run(cmd)
+    local block = text:match("3x96x96.-\n(.*)$")
+    local function col(workers)
+      local line = block and block:match("\n" .. workers .. "%s+[^\n]*")
+      local v = {}
+      for x in (line or ""):gmatch("[%d.]+") do v[#v + 1] = tonumber(x) end
+      if not v[4] then error("bench: csv_images printed no row for " .. workers .. " workers:\n" .. text, 0) end
+      return v[4] -- prefetch + step
+    end
+    return { pool = col(2), none = col(0) }
+  end)
+  local pool, none = c.median(runs.pool), c.median(runs.none)
+  return {
+    { name = "CSV images/s, 2 workers vs 0", ours = pool, theirs = none, fmt = "%.0f", ratio = pool / none,
+      goal = "(info)", pass = true },
+  }
+end
+
 local rows = {}
 for _, b in ipairs(benchmarks) do
   for _, r in ipairs(b(ctx)) do rows[#rows + 1] = r end
 end
 
 local function cell(fmt, v) return v == nil and "-" or string.format(fmt, v) end
-local row_fmt = "%-34s %12s %12s %8s %10s  %s"
+local row_fmt = "%-36s %12s %12s %8s %10s  %s"
 local header = string.format(row_fmt, "benchmark", "ddplua", "PyTorch", "ratio", "goal", "result")
 print(string.format("ddplua benchmarks (%d repetitions, medians; %s)", ctx.reps, ddp.blas_info()))
 print(header)

@@ -12,7 +12,7 @@
 --
 -- Settings (key=value, or YAML via --config): model=mlp|cnn epochs=5 lr=0.05 (for a global batch of 64,
 -- scaled linearly with batch_size x processes) momentum=0.9
--- schedule=cosine|none batch_size=64 (per process) seed=0 batchnorm=false (CNN: BatchNorm2d after
+-- schedule=cosine|none batch_size=64 (per process) seed=0 batchnorm=true (CNN: BatchNorm2d after
 -- each conv, SyncBatchNorm under DDP) train_samples=0 (0 = all 60000) root=<dataset dir> threads=0
 -- run_name=fashion_mnist (runs/<run_name>/: config.yaml, metrics.jsonl, last.safetensors) resume=""
 -- stop_after=0 (stop after that many epochs of this process, as if interrupted; 0 = run to the end)
@@ -21,7 +21,7 @@ local nn, optim, data, dist = ddp.nn, ddp.optim, ddp.data, ddp.distributed
 
 local cfg, run_dir = ddp.config {
   model = "mlp", epochs = 5, lr = 0.05, momentum = 0.9, schedule = "cosine", batch_size = 64, seed = 0,
-  batchnorm = false, train_samples = 0, root = data.FashionMNIST.default_root, threads = 0,
+  batchnorm = true, train_samples = 0, root = data.FashionMNIST.default_root, threads = 0,
   run_name = "fashion_mnist", resume = "", log_every = 50, stop_after = 0,
 }
 
