@@ -5,6 +5,7 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
+MAKEFLAGS  += --no-print-directory
 
 .PHONY: all deps deps-test build asan run test test-c test-spec test-mp test-asan bench install clean
 

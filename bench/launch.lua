@@ -41,7 +41,9 @@ local function repo_root()
 end
 
 local function peers_dir(root)
-  local candidates = { os.getenv("DDPLUA_PEERS"), root .. "/../shared/peers", root .. "/../../shared/peers" }
+  -- (an unset DDPLUA_PEERS must not end the list: ipairs stops at a nil)
+  local candidates = { root .. "/../shared/peers", root .. "/../../shared/peers" }
+  if os.getenv("DDPLUA_PEERS") then table.insert(candidates, 1, os.getenv("DDPLUA_PEERS")) end
   for _, d in ipairs(candidates) do
     local f = d and io.open(d .. "/torch_hello.py")
     if f then

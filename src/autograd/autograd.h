@@ -85,6 +85,17 @@ dp_tensor *dp_node_saved(dp_node *n, int k);
 int dp_node_check_saved(dp_node *n);
 /* Whether input i needs a gradient. */
 bool dp_node_needs(const dp_node *n, int i);
+/* In-place gradient delivery for backward functions that can write a
+ * leaf's gradient themselves (a GEMM with beta): returns the leaf's .grad
+ * when input i is a leaf whose gradient buffer is kept (DDP's bucket
+ * views: keep_grad_buf) and is contiguous with the leaf's shape, dtype and
+ * device, with *beta = 0 when that buffer is zero-pending (overwrite) and 1
+ * otherwise (accumulate); NULL otherwise (return gin[i] as usual). After
+ * writing, call dp_node_grad_sink_done and leave gin[i] NULL: the engine
+ * then counts the leaf as having received its gradient. This saves DDP a
+ * copy of every gradient into its buckets. */
+dp_tensor *dp_node_grad_sink(dp_node *n, int i, dp_dtype dt, double *beta);
+void dp_node_grad_sink_done(dp_node *n, int i);
 /* Makes `out` output `nr` of n: sets requires_grad and grad_fn. Consumes
  * nothing; call once per output. Releases the creator's reference to n
  * when `last` is true. */

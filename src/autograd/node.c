@@ -83,6 +83,24 @@ int dp_node_check_saved(dp_node *n) {
 
 dp_tensor *dp_node_saved(dp_node *n, int k) { return n->saved[k]; }
 
+dp_tensor *dp_node_grad_sink(dp_node *n, int i, dp_dtype dt, double *beta) {
+  dp_tensor *leaf = n->next[i].leaf;
+  if (!leaf || !leaf->keep_grad_buf || !leaf->grad) return NULL;
+  dp_tensor *g = leaf->grad;
+  if (g->dtype != dt || leaf->dtype != dt || !dp_same_shape(g, leaf) || !dp_is_contiguous(g) ||
+      !dp_device_eq(dp_dev(g), dp_dev(leaf)))
+    return NULL;
+  *beta = leaf->grad_zero_pending ? 0.0 : 1.0;
+  return g;
+}
+
+void dp_node_grad_sink_done(dp_node *n, int i) {
+  dp_tensor *leaf = n->next[i].leaf;
+  leaf->grad_zero_pending = false;
+  leaf->bw_got = true;
+  dp_bump_version(leaf->grad);
+}
+
 bool dp_node_needs(const dp_node *n, int i) { return n->next[i].fn || n->next[i].leaf; }
 
 void dp_node_attach(dp_node *n, dp_tensor *out, int nr) {

@@ -38,6 +38,7 @@ struct dp_reducer {
   bucket *buckets;
   int n_buckets;
   int next_launch; /* buckets launch in order */
+  int launched_async; /* of them, started from gradient hooks during backward */
   bool sync, find_unused, any_ready;
   int post_hook_id;
   char error[512]; /* first failure inside a hook, reported after backward */
@@ -55,14 +56,25 @@ static void set_error(dp_reducer *r) {
   if (!r->error[0]) snprintf(r->error, sizeof r->error, "%s", dp_errmsg());
 }
 
-/* Launches ready buckets in order. */
-static void launch_ready(dp_reducer *r) {
+/* Launches ready buckets in order. From a gradient hook (in_hook) they go
+ * to the group's communication thread and backward continues; a CPU
+ * bucket that is the last one is left to the post-backward finalisation,
+ * which runs it on this thread: nothing is left to overlap with by then,
+ * and a hand-off to the communication thread only adds two wake-ups on a
+ * machine whose cores all compute. */
+static void launch_ready(dp_reducer *r, bool in_hook) {
   while (r->next_launch < r->n_buckets) {
     bucket *b = &r->buckets[r->next_launch];
     if (b->pending > 0) return;
-    if (!r->error[0] && r->pg->ops->all_reduce(r->pg, b->flat, DP_RED_AVG, &b->work)) set_error(r);
+    bool last = r->next_launch == r->n_buckets - 1;
+    bool cpu = dp_dev(b->flat).type == DP_CPU;
+    if (in_hook && last && cpu) return;
+    dp_work **w = in_hook ? &b->work : NULL;
+    /* one rank: the average is the gradient itself */
+    if (!r->error[0] && r->pg->size > 1 && r->pg->ops->all_reduce(r->pg, b->flat, DP_RED_AVG, w)) set_error(r);
     b->launched = true;
     b->launch_time = now_ms();
+    if (in_hook) r->launched_async++;
     r->next_launch++;
   }
 }
@@ -73,9 +85,10 @@ static void grad_ready(dp_tensor *leaf, void *ctx) {
   (void)leaf;
   if (!r->sync || r->ready[h->index]) return;
   r->ready[h->index] = true;
+  if (!r->any_ready) r->stats.last_backward_start_ms = now_ms(); /* the first gradient of this backward */
   r->any_ready = true;
   bucket *b = &r->buckets[r->bucket_of[h->index]];
-  if (--b->pending == 0) launch_ready(r);
+  if (--b->pending == 0) launch_ready(r, true);
 }
 
 static void reset(dp_reducer *r) {
@@ -90,6 +103,7 @@ static void reset(dp_reducer *r) {
     }
   }
   r->next_launch = 0;
+  r->launched_async = 0;
   r->any_ready = false;
   r->error[0] = 0;
 }
@@ -102,7 +116,8 @@ static int finalize(void *ctx, bool ok) {
   }
   r->stats.backward_passes++;
   double end = now_ms();
-  int in_bw = r->next_launch;
+  if (r->stats.last_backward_start_ms > 0) r->stats.backward_ms_total += end - r->stats.last_backward_start_ms;
+  int in_bw = r->launched_async;
   int rc = 0;
   if (ok && !r->error[0]) {
     /* parameters that never got a gradient */
@@ -130,7 +145,7 @@ static int finalize(void *ctx, bool ok) {
                "forward outputs take part in the loss",
                missing, names, missing > 8 ? ", ..." : "");
     } else {
-      launch_ready(r);
+      launch_ready(r, false);
     }
   }
   r->stats.launched_in_backward = in_bw;
@@ -143,6 +158,7 @@ static int finalize(void *ctx, bool ok) {
   }
   if (r->error[0]) rc = dp_error("%s", r->error);
   else r->stats.synced_passes++;
+  r->stats.finalize_ms_total += now_ms() - end;
   reset(r);
   return rc;
 }

@@ -39,6 +39,9 @@ typedef struct {
   int launched_after;       /* buckets launched by the post-backward finalisation */
   double first_launch_before_end_ms; /* how long before the end of backward the first bucket started */
   long long backward_passes, synced_passes;
+  double finalize_ms_total;    /* time in the post-backward finalisation (last buckets, waits) */
+  double backward_ms_total;    /* from each backward's first ready gradient to its end */
+  double last_backward_start_ms;
   bool shared_buckets; /* buckets live in the group's shared memory */
 } dp_reducer_stats;
 

@@ -2,6 +2,7 @@
  * in blocks that stay in L1 while every source is folded in. */
 #include "dist/reduce_kern.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -99,12 +100,21 @@ void dp_reduce_n(void *dst, const void *const *src, int k, size_t n, dp_dtype dt
   }
 }
 
+/* x / k; for a power of two k that is exactly x * (1/k), which vectorises
+ * at full rate where a division does not (the 2-rank average of DDP). */
 void dp_reduce_scale(void *dst, size_t n, dp_dtype dt, int k) {
+  bool pow2 = k > 0 && (k & (k - 1)) == 0;
   if (dt == DP_F32) {
-    float *d = dst, s = (float)k;
-    for (size_t i = 0; i < n; i++) d[i] /= s;
+    float *d = dst, s = (float)k, r = 1.0f / s;
+    if (pow2)
+      for (size_t i = 0; i < n; i++) d[i] *= r;
+    else
+      for (size_t i = 0; i < n; i++) d[i] /= s;
   } else if (dt == DP_F64) {
-    double *d = dst, s = (double)k;
-    for (size_t i = 0; i < n; i++) d[i] /= s;
+    double *d = dst, s = (double)k, r = 1.0 / s;
+    if (pow2)
+      for (size_t i = 0; i < n; i++) d[i] *= r;
+    else
+      for (size_t i = 0; i < n; i++) d[i] /= s;
   }
 }

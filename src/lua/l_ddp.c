@@ -95,6 +95,10 @@ static int l_stats(lua_State *L) {
   lua_setfield(L, -2, "synced_passes");
   lua_pushboolean(L, s.shared_buckets);
   lua_setfield(L, -2, "shared_buckets");
+  lua_pushnumber(L, s.finalize_ms_total);
+  lua_setfield(L, -2, "finalize_ms_total");
+  lua_pushnumber(L, s.backward_ms_total);
+  lua_setfield(L, -2, "backward_ms_total");
   return 1;
 }
 

@@ -258,25 +258,32 @@ static int linear_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
     dp_release(gx);
     if (!gin[0]) goto out;
   }
-  if (dp_node_needs(n, 1)) { /* gw = g^T @ x */
+  if (dp_node_needs(n, 1)) { /* gw = g^T @ x, straight into DDP's bucket when it has one */
     x2 = dp_reshape(x, 2, (int64_t[]){rows, in});
     dp_tensor *gt = x2 ? dp_transpose(g, 0, 1) : NULL;
-    dp_tensor *gw = gt ? dp_empty(g->dtype, 2, (int64_t[]){outf, in}, dp_dev(g)) : NULL;
-    int r = gw ? gemm_batched(gw, gt, x2, 0.0) : -1;
+    double beta = 0.0;
+    dp_tensor *sink = gt ? dp_node_grad_sink(n, 1, g->dtype, &beta) : NULL;
+    dp_tensor *gw = sink ? NULL : gt ? dp_empty(g->dtype, 2, (int64_t[]){outf, in}, dp_dev(g)) : NULL;
+    int r = (sink || gw) ? gemm_batched(sink ? sink : gw, gt, x2, beta) : -1;
     dp_release(gt);
     if (r) {
       dp_release(gw);
       goto out;
     }
-    gin[1] = gw;
+    if (sink) dp_node_grad_sink_done(n, 1);
+    else gin[1] = gw;
   }
   if (n->n_inputs > 2 && dp_node_needs(n, 2)) {
-    dp_tensor *gb = dp_empty(g->dtype, 1, &outf, dp_dev(g));
-    if (!gb || dp_backend_of(g)->channel_sum(gb, g, rows, outf, 1)) {
+    double beta = 0.0;
+    dp_tensor *sink = dp_node_grad_sink(n, 2, g->dtype, &beta);
+    if (sink && beta != 0.0) sink = NULL; /* channel_sum overwrites: accumulate the usual way */
+    dp_tensor *gb = sink ? NULL : dp_empty(g->dtype, 1, &outf, dp_dev(g));
+    if ((!sink && !gb) || dp_backend_of(g)->channel_sum(sink ? sink : gb, g, rows, outf, 1)) {
       dp_release(gb);
       goto out;
     }
-    gin[2] = gb;
+    if (sink) dp_node_grad_sink_done(n, 2);
+    else gin[2] = gb;
   }
   rc = 0;
 out:
