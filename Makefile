@@ -7,7 +7,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 MAKEFLAGS  += --no-print-directory
 
-.PHONY: all deps deps-test build asan run test test-c test-spec test-mp test-asan bench install clean
+.PHONY: all deps deps-test build asan run test test-c test-spec test-mp test-asan bench install format clean
 
 all: build
 
@@ -57,6 +57,10 @@ test-asan:
 
 bench: deps-test build
 	@./$(BUILD)/bin/ddplua bench/run.lua
+
+# Reformats the C sources with the project's .clang-format.
+format:
+	@clang-format -i $$(git ls-files 'src/*.c' 'src/*.h' 'tests/c/*.c' 'tests/c/*.h')
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
