@@ -53,7 +53,8 @@ local dt = ddp.clock() - t0
 local st = model:reducer_stats()
 if rank == 0 then
   print(string.format("ddplua_ddp_mlp nproc=%d steps=%d batch/rank=%d time=%.3fs samples/s=%.0f loss=%.3f " ..
-    "buckets=%d launched_in_backward=%d", world, cfg.steps, bs, dt, world * cfg.steps * bs / dt, loss:item(),
-    st.buckets, st.launched_in_backward))
+    "buckets=%d launched_in_backward=%d first_bucket_before_end_ms=%.3f finalize_ms/step=%.3f", world, cfg.steps, bs,
+    dt, world * cfg.steps * bs / dt, loss:item(), st.buckets, st.launched_in_backward, st.first_launch_before_end_ms,
+    st.finalize_ms_total / st.backward_passes))
 end
 dist.destroy_process_group()
