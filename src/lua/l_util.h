@@ -59,6 +59,7 @@ void lt_gc_pace(lua_State *L);
 /* Registration of the binding files (each adds functions to the module
  * table at -1 and methods to the tensor method table at -2... see l_core.c). */
 void lt_open_tensor(lua_State *L, int module, int methods);
+void lt_open_tensor_create(lua_State *L, int module);
 void lt_open_tensor_ops(lua_State *L, int module, int methods);
 void lt_open_nn_ops(lua_State *L, int module, int methods);
 void lt_open_nn_layers(lua_State *L, int module, int methods);
