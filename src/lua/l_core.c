@@ -188,7 +188,7 @@ int luaopen_ddplua_core(lua_State *L) {
   lt_open_optim(L, module);
   lt_open_data(L, module);
   lt_open_dist(L, module);
-  lt_open_ddp(L, module, methods);
+  lt_open_ddp(L, module);
   lt_open_io(L, module);
   lt_open_cuda(L, module);
   lt_open_image(L, module);

@@ -110,25 +110,6 @@ static int l_bucket_of(lua_State *L) {
   return 1;
 }
 
-/* t:_zero_grad(set_to_none): what Module/Optimizer zero_grad does per
- * parameter. A gradient that lives in DDP's bucket memory (keep_grad_buf)
- * is kept and marked zero-pending: the next backward overwrites it instead
- * of adding, so zeroing costs no pass over memory. */
-static int l_tensor_zero_grad(lua_State *L) {
-  dp_tensor *t = lt_check(L, 1);
-  bool to_none = lua_isnoneornil(L, 2) ? true : lua_toboolean(L, 2);
-  if (!t->grad) return 0;
-  if (t->keep_grad_buf) {
-    t->grad_zero_pending = true;
-  } else if (to_none) {
-    dp_clear(&t->grad);
-  } else {
-    dp_bump_version(t->grad);
-    LT_CHECK(L, dp_backend_of(t->grad)->fill(t->grad, 0.0));
-  }
-  return 0;
-}
-
 static dp_tensor *opt_tensor(lua_State *L, int idx) { return lua_isnoneornil(L, idx) ? NULL : lt_check(L, idx); }
 
 /* core.sync_batch_norm(x, running_mean, running_var, weight, bias, training,
@@ -142,7 +123,7 @@ static int l_sync_batch_norm(lua_State *L) {
   return lt_push(L, dp_sync_batch_norm(x, rm, rv, w, b, training, momentum, eps, pg));
 }
 
-void lt_open_ddp(lua_State *L, int module, int methods) {
+void lt_open_ddp(lua_State *L, int module) {
   lua_pushcfunction(L, l_sync_batch_norm);
   lua_setfield(L, module, "sync_batch_norm");
   luaL_newmetatable(L, REDUCER_MT);
@@ -156,6 +137,4 @@ void lt_open_ddp(lua_State *L, int module, int methods) {
   lua_pop(L, 1);
   lua_pushcfunction(L, l_reducer_new);
   lua_setfield(L, module, "ddp_reducer");
-  lua_pushcfunction(L, l_tensor_zero_grad);
-  lua_setfield(L, methods, "_zero_grad");
 }

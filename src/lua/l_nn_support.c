@@ -24,7 +24,7 @@ static int l_keep_grad_buf(lua_State *L) {
 }
 
 /* _zero_grads(list_of_tensors, set_to_none): one call for a whole module or
- * parameter group (t:_zero_grad per tensor). A gradient is dropped when
+ * parameter group. A gradient is dropped when
  * set_to_none is true, or zeroed in place otherwise. A kept gradient buffer
  * (DDP's bucket view) stays and is only marked zero-pending: the next
  * backward overwrites it instead of adding, and readers see zeros, so

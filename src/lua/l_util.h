@@ -66,7 +66,7 @@ void lt_open_nn_layers(lua_State *L, int module, int methods);
 void lt_open_nn_support(lua_State *L, int module, int methods);
 void lt_open_optim(lua_State *L, int module);
 void lt_open_data(lua_State *L, int module);
-void lt_open_ddp(lua_State *L, int module, int methods);
+void lt_open_ddp(lua_State *L, int module);
 void lt_open_cuda(lua_State *L, int module); /* l_cuda.c: CUDA device controls, autocast, unscale */
 
 #endif
