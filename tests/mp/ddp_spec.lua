@@ -55,6 +55,28 @@ end
 
 local function max_diff(a, b) return (a - b):abs():max():item() end
 
+-- One rank's STEPS SGD steps on its batch of B rows of each global batch.
+local function train_rank(model, opt, kind, rank)
+  local x, y = data(kind, STEPS * R * B)
+  for s = 0, STEPS - 1 do
+    local first = s * R * B + rank * B + 1
+    opt:zero_grad()
+    local loss = ddp.cross_entropy(model(x:narrow(1, first, B)), y:narrow(1, first, B))
+    loss:backward()
+    opt:step()
+  end
+end
+
+-- The rank's final state equals the single-process reference, and every
+-- rank holds bitwise the same state.
+local function check_against(module, ref, what)
+  local mine = state_of(module)
+  assert(max_diff(mine, ref) < 1e-10, what .. " differs from the single process by " .. max_diff(mine, ref))
+  local all = ddp.zeros({ R, mine:numel() }, { dtype = "float64" })
+  dist.all_gather(all, mine)
+  assert(max_diff(all[1], all[2]) == 0, "ranks are not bitwise identical")
+end
+
 describe("DistributedDataParallel", function()
   local ref_mlp = reference_full(mlp, "mlp")
 
@@ -62,20 +84,8 @@ describe("DistributedDataParallel", function()
     dist.spawn(function(rank)
       dist.init_process_group { backend = "cpu" }
       local model = dist.DistributedDataParallel(mlp())
-      local opt = sgd(model)
-      local x, y = data("mlp", STEPS * R * B)
-      for s = 0, STEPS - 1 do
-        local first = s * R * B + rank * B + 1
-        opt:zero_grad()
-        local loss = ddp.cross_entropy(model(x:narrow(1, first, B)), y:narrow(1, first, B))
-        loss:backward()
-        opt:step()
-      end
-      local mine = state_of(model.module)
-      assert(max_diff(mine, ref_mlp) < 1e-10, "DDP differs from the single process by " .. max_diff(mine, ref_mlp))
-      local all = ddp.zeros({ R, mine:numel() }, { dtype = "float64" })
-      dist.all_gather(all, mine)
-      assert(max_diff(all[1], all[2]) == 0, "ranks are not bitwise identical")
+      train_rank(model, sgd(model), "mlp", rank)
+      check_against(model.module, ref_mlp, "DDP")
       local st = model:reducer_stats()
       assert(st.synced_passes == STEPS, "expected " .. STEPS .. " synced backward passes, got " .. st.synced_passes)
       dist.destroy_process_group()
@@ -118,20 +128,8 @@ describe("DistributedDataParallel", function()
       local model = nn.SyncBatchNorm.convert_sync_batchnorm(cnn())
       assert(tostring(model):find("SyncBatchNorm"), "convert_sync_batchnorm did not convert")
       model = dist.DistributedDataParallel(model)
-      local opt = sgd(model)
-      local x, y = data("cnn", STEPS * R * B)
-      for s = 0, STEPS - 1 do
-        local first = s * R * B + rank * B + 1
-        opt:zero_grad()
-        local loss = ddp.cross_entropy(model(x:narrow(1, first, B)), y:narrow(1, first, B))
-        loss:backward()
-        opt:step()
-      end
-      local mine = state_of(model.module)
-      assert(max_diff(mine, ref) < 1e-10, "DDP+SyncBN differs from the single process by " .. max_diff(mine, ref))
-      local all = ddp.zeros({ R, mine:numel() }, { dtype = "float64" })
-      dist.all_gather(all, mine)
-      assert(max_diff(all[1], all[2]) == 0, "ranks are not bitwise identical")
+      train_rank(model, sgd(model), "cnn", rank)
+      check_against(model.module, ref, "DDP+SyncBN")
       dist.destroy_process_group()
     end, R)
   end)
@@ -235,20 +233,12 @@ describe("DistributedDataParallel", function()
   end)
 
   it("an optimizer built from the unwrapped module's parameters after wrapping trains the same", function()
-    local ref = ref_mlp
     dist.spawn(function(rank)
       dist.init_process_group { backend = "cpu" }
       local inner = mlp()
       local model = dist.DistributedDataParallel(inner)
-      local opt = sgd(inner) -- the same tensors: works, as in PyTorch
-      local x, y = data("mlp", STEPS * R * B)
-      for s = 0, STEPS - 1 do
-        local first = s * R * B + rank * B + 1
-        opt:zero_grad()
-        ddp.cross_entropy(model(x:narrow(1, first, B)), y:narrow(1, first, B)):backward()
-        opt:step()
-      end
-      assert(max_diff(state_of(inner), ref) < 1e-10)
+      train_rank(model, sgd(inner), "mlp", rank) -- the same tensors: works, as in PyTorch
+      check_against(inner, ref_mlp, "an optimizer on the unwrapped module")
       dist.destroy_process_group()
     end, R)
   end)
