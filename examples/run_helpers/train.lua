@@ -4,7 +4,7 @@
 --
 --   ddplua examples/run_helpers/train.lua --config configs/run_helpers.yaml epochs=8
 --   ddplua examples/run_helpers/train.lua resume=runs/<run>/last.safetensors epochs=12 run_name=<run>
---   ddplua plot runs/<run>     (until the host dispatches tools: ddplua lua/ddplua/tools/plot.lua runs/<run>)
+--   ddplua plot runs/<run>
 --
 -- The task is deliberately tiny and self-contained (a 2-layer MLP telling
 -- three rings of points apart, SGD with momentum written out with tensor
