@@ -243,6 +243,33 @@ describe("DistributedDataParallel", function()
     end, R)
   end)
 
+  it("gather_for_metrics covers every test item exactly once (5 items on 2 ranks, one padding duplicate)", function()
+    dist.spawn(function(rank)
+      dist.init_process_group { backend = "cpu" }
+      local ds = ddp.data.TensorDataset(ddp.arange(1, 6), ddp.arange(1, 6) * 10)
+      local sampler = ddp.data.DistributedSampler(ds, { shuffle = true, seed = 4 })
+      local loader = ddp.data.DataLoader(ds, { batch_size = 2, sampler = sampler })
+      local ids, labels = {}, {}
+      for x, y in loader:iter() do
+        ids[#ids + 1], labels[#labels + 1] = x, y
+      end
+      local all_ids = dist.gather_for_metrics(ddp.cat(ids), sampler)
+      local all_labels = dist.gather_for_metrics(ddp.cat(labels), sampler)
+      local seen = {}
+      for i, id in ipairs(all_ids:totable()) do
+        assert(not seen[id], "item " .. id .. " counted twice")
+        seen[id] = true
+        assert(all_labels:totable()[i] == id * 10, "predictions and labels are not aligned")
+      end
+      for id = 1, 5 do assert(seen[id], "item " .. id .. " missing") end
+      local ok, err = pcall(dist.gather_for_metrics, ddp.cat(ids):narrow(1, 1, 2), sampler)
+      assert(not ok and tostring(err):find("has 2 rows but the sampler gives this rank 3"), tostring(err))
+      ok, err = pcall(dist.gather_for_metrics, ddp.cat(ids), {})
+      assert(not ok and tostring(err):find("DistributedSampler"), tostring(err))
+      dist.destroy_process_group()
+    end, 2)
+  end)
+
   it("state_dict keys carry the module. prefix and load back", function()
     dist.spawn(function()
       dist.init_process_group { backend = "cpu" }
