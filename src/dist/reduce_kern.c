@@ -118,3 +118,39 @@ void dp_reduce_scale(void *dst, size_t n, dp_dtype dt, int k) {
       for (size_t i = 0; i < n; i++) d[i] /= s;
   }
 }
+
+/* Two ranks' copies averaged (or summed) into both at once: one pass that
+ * reads each line of a and b once and writes both, with no staging buffer
+ * between the fold and the copies out. The arithmetic is dp_reduce_n's
+ * followed by dp_reduce_scale's, in the same order, so the bits are too. */
+static void pair_f32(float *restrict a, float *restrict b, size_t n, int div) {
+  if (div <= 1) {
+    for (size_t i = 0; i < n; i++) a[i] = b[i] = a[i] + b[i];
+  } else if ((div & (div - 1)) == 0) {
+    float r = 1.0f / (float)div;
+    for (size_t i = 0; i < n; i++) a[i] = b[i] = (a[i] + b[i]) * r;
+  } else {
+    float s = (float)div;
+    for (size_t i = 0; i < n; i++) a[i] = b[i] = (a[i] + b[i]) / s;
+  }
+}
+
+static void pair_f64(double *restrict a, double *restrict b, size_t n, int div) {
+  if (div <= 1) {
+    for (size_t i = 0; i < n; i++) a[i] = b[i] = a[i] + b[i];
+  } else if ((div & (div - 1)) == 0) {
+    double r = 1.0 / (double)div;
+    for (size_t i = 0; i < n; i++) a[i] = b[i] = (a[i] + b[i]) * r;
+  } else {
+    double s = (double)div;
+    for (size_t i = 0; i < n; i++) a[i] = b[i] = (a[i] + b[i]) / s;
+  }
+}
+
+bool dp_reduce_pair_inplace(void *a, void *b, size_t n, dp_dtype dt, dp_redop op, int avg_div) {
+  if (op != DP_RED_SUM && op != DP_RED_AVG) return false;
+  if (dt == DP_F32) pair_f32(a, b, n, avg_div);
+  else if (dt == DP_F64) pair_f64(a, b, n, avg_div);
+  else return false;
+  return true;
+}

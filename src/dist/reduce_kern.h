@@ -19,4 +19,9 @@ void dp_reduce_n(void *dst, const void *const *src, int k, size_t n, dp_dtype dt
 /* dst[i] /= k (floating dtypes), the last step of avg. */
 void dp_reduce_scale(void *dst, size_t n, dp_dtype dt, int k);
 
+/* a[i] = b[i] = a[i] + b[i] (divided by avg_div when > 0), bit-identical to
+ * dp_reduce_n over {a, b} then dp_reduce_scale. a and b must not overlap.
+ * False (nothing done) for ops and dtypes it does not cover. */
+bool dp_reduce_pair_inplace(void *a, void *b, size_t n, dp_dtype dt, dp_redop op, int avg_div);
+
 #endif

@@ -138,6 +138,10 @@ static int reduce_in_place(coll_ctx *c, size_t n, dp_dtype dt, dp_redop op, int 
   uint8_t *tmp = shm_slot(g->seg, g->lrank, 0); /* every rank is past the previous op: any slot is free */
   size_t block = (g->seg->hdr->slot_bytes < ((size_t)128 << 10) ? g->seg->hdr->slot_bytes : (size_t)128 << 10) / es;
   const void *src[DP_PG_MAX_LOCAL];
+  /* two ranks (the common single-node DDP case): one fused pass, no staging */
+  if (L == 2 && root < 0 &&
+      dp_reduce_pair_inplace(pool_data(c, 0) + lo * es, pool_data(c, 1) + lo * es, hi - lo, dt, op, avg_div))
+    return shm_step(c);
   for (size_t b = lo; b < hi; b += block) {
     size_t m = hi - b < block ? hi - b : block;
     for (int l = 0; l < L; l++) src[l] = pool_data(c, l) + b * es;

@@ -176,6 +176,8 @@ int luaopen_ddplua_core(lua_State *L) {
                                    {"synchronize", l_synchronize},
                                    {"gc_pace", l_collectgarbage_paced},
                                    {NULL, NULL}};
+  /* young collections free each step's tensors cheaply (see lt_gc_pace) */
+  lua_gc(L, LUA_GCGEN, 0, 0);
   lua_newtable(L); /* module */
   int module = lua_gettop(L);
   luaL_setfuncs(L, funcs, 0);

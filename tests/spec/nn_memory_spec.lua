@@ -39,4 +39,49 @@ describe("training memory", function()
     assert.is_true(peak_after <= live_warm + (20 << 20), string.format("peak %d over a live set of %d", peak_after,
       live_warm))
   end)
+
+  -- the pacer's young collections: garbage from the last few MiB only.
+  -- churn(n, keep, from): n rounds making a 1 MiB tensor, kept for `keep`
+  -- rounds (0: dropped at once); the most live bytes, above those live at
+  -- the start, seen from round `from` on (by then the pacer has run a full
+  -- collection of its own, whatever state earlier specs left it in).
+  local function churn(n, keep, from)
+    collectgarbage()
+    local base, peak, ring = ddp.memory_stats().live_bytes, 0, {}
+    for i = 1, n do
+      local t = ddp.zeros(256, 1024)
+      if keep > 0 then ring[i % keep + 1] = t end
+      t = nil
+      if i >= from then peak = math.max(peak, ddp.memory_stats().live_bytes - base) end
+    end
+    return peak, base
+  end
+  local MiB = 1 << 20
+
+  it("frees short-lived tensors within a few MiB (generational young collections)", function()
+    assert.are.equal("generational", collectgarbage("generational"))
+    local peak = churn(200, 0, 1)
+    -- young window 4 MiB + the tensor being made; a full-collection-only
+    -- pacer lets 16 MiB or more pile up
+    assert.is_true(peak <= 6 * MiB, string.format("garbage peaked at %.1f MiB", peak / MiB))
+  end)
+
+  it("still reclaims tensors that grew old before dying, and in incremental mode", function()
+    -- 40 MiB kept live, each tensor through many young collections: only full
+    -- collections free them, one once the bytes made since the last exceed
+    -- those live after it (>= 16 MiB); without them this grows by 1 MiB a round
+    local peak, base = churn(1000, 40, 600)
+    local live = base + 41 * MiB
+    assert.is_true(peak <= 41 * MiB + math.max(live, 16 * MiB) + 4 * MiB,
+      string.format("peak %.1f MiB over 40 MiB kept (%.1f MiB live at the start)", peak / MiB, base / MiB))
+    collectgarbage("incremental")
+    local ok, err = pcall(function()
+      local p2, base2 = churn(600, 0, 300)
+      local bound = math.max(base2 + MiB, 16 * MiB) + 5 * MiB
+      assert.is_true(p2 <= bound, string.format("incremental: garbage peaked at %.1f MiB (bound %.1f)", p2 / MiB,
+        bound / MiB))
+    end)
+    collectgarbage("generational")
+    assert(ok, err)
+  end)
 end)
