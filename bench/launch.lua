@@ -1,8 +1,9 @@
 -- Launch latency of the host: `ddplua --nproc 2 SCRIPT`, from exec to exit, median of N runs, beside
 -- PyTorch's mp.spawn + gloo hello (peers/torch_hello.py) measured in the same run.
 --   ./build/bin/ddplua bench/launch.lua [runs=20] [peer_runs=3]
--- Workloads: a trivial script (prints its rank), and examples/hello.lua (init_process_group, one
--- all_reduce, destroy) when it exists. Each run goes through /bin/sh (os.execute); the time of
+-- Workloads: a trivial script (prints its rank), examples/hello.lua (init_process_group, one
+-- all_reduce, destroy) when it exists, and bench/first_step.lua (Fashion-MNIST loaded, DDP wrap, one step:
+-- the wait before a rerun trains). Each run goes through /bin/sh (os.execute); the time of
 -- `sh -c 'exec true'` is printed as the floor included in every figure.
 -- Goal: <= 1/50 of PyTorch's figure (2.8-4.5 s on the 2-core reference machine), i.e. well under 60 ms.
 local clock = require("ddplua.core").clock
@@ -73,6 +74,9 @@ function M.measure(runs, peer_runs)
     rows[#rows + 1] = { name = "ddplua --nproc 2 examples/hello.lua", seconds = ddplua("--nproc 2 " .. q(hello)),
       launch = true }
   end
+  local first = root .. "/bench/first_step.lua"
+  rows[#rows + 1] = { name = "ddplua --nproc 2 bench/first_step.lua", seconds = ddplua("--nproc 2 " .. q(first)),
+    first_step = true }
   os.remove(trivial)
   local peer, peers = nil, peers_dir(root)
   if peers and os.execute("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") then

@@ -149,14 +149,17 @@ end
 benchmarks[#benchmarks + 1] = function(c)
   local launch = dofile(c.root .. "/bench/launch.lua")
   local rows, peer = launch.measure(20, c.reps)
-  local hello
+  local hello, first
   for _, r in ipairs(rows) do
     if r.name:find("hello") then hello = r.seconds end
+    if r.first_step then first = r.seconds end
   end
   if not hello or not peer then error("bench: launch measurement incomplete", 0) end
   return {
     { name = "launch --nproc 2 hello.lua, ms", ours = hello * 1000, theirs = peer * 1000, fmt = "%.1f",
       ratio = hello / peer, goal = "<= 0.02x", pass = hello / peer <= 0.02 },
+    { name = "  first step --nproc 2 (data, DDP), ms", ours = first * 1000, fmt = "%.1f", goal = "(info)",
+      pass = true },
   }
 end
 

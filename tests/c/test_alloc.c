@@ -1,6 +1,7 @@
 /* The CPU caching allocator: 64-byte alignment, exact-size reuse (most
  * recently freed first), small blocks bypassing the cache, the byte
- * accounting, emptying the cache, and concurrent use (the DDP
+ * accounting, emptying the cache, large blocks (mapped on their own,
+ * 2 MiB-aligned, every byte usable), and concurrent use (the DDP
  * communication thread frees tensors too). */
 #include <pthread.h>
 #include <stdint.h>
@@ -98,8 +99,50 @@ static void test_threads(void) {
   CHECK(dp_cpu_mem_stats().cached_bytes == 0);
 }
 
+/* Blocks of 4 MiB and more: whole, distinct, cached and reused like the
+ * rest; around the 4 MiB threshold too. Outside ASan they are mapped on
+ * their own, 2 MiB-aligned (huge pages). */
+static void test_large(void) {
+  dp_cpu_empty_cache();
+  dp_mem_stats s0 = dp_cpu_mem_stats();
+  const size_t sizes[] = {((size_t)4 << 20) - 64, (size_t)4 << 20, ((size_t)4 << 20) + 64, ((size_t)9 << 20) + 1};
+  unsigned char *p[4];
+  size_t total = 0;
+  for (int i = 0; i < 4; i++) {
+    p[i] = dp_cpu_alloc(sizes[i]);
+    CHECK(p[i] && (uintptr_t)p[i] % 64 == 0);
+    if (!p[i]) return;
+    memset(p[i], 0x5a + i, sizes[i]); /* every byte is writable */
+    total += (sizes[i] + 63) & ~(size_t)63;
+  }
+#if !defined(__SANITIZE_ADDRESS__)
+  CHECK((uintptr_t)p[1] % ((size_t)2 << 20) == 0 && (uintptr_t)p[3] % ((size_t)2 << 20) == 0);
+#endif
+  for (int i = 0; i < 4; i++) /* no block overlaps another: each still holds its own pattern at both ends */
+    CHECK(p[i][0] == 0x5a + i && p[i][sizes[i] - 1] == 0x5a + i);
+  CHECK(dp_cpu_mem_stats().live_bytes == s0.live_bytes + total);
+  for (int i = 0; i < 4; i++) dp_cpu_free(p[i], sizes[i]);
+  CHECK(dp_cpu_mem_stats().cached_bytes == total && dp_cpu_mem_stats().live_bytes == s0.live_bytes);
+  void *again = dp_cpu_alloc(sizes[3]);
+  CHECK(again == p[3] && dp_cpu_mem_stats().cache_hits == s0.cache_hits + 1);
+  dp_cpu_free(again, sizes[3]);
+  dp_cpu_empty_cache(); /* unmaps them */
+  CHECK(dp_cpu_mem_stats().cached_bytes == 0);
+  /* past half the cache's bound a block is not kept */
+  size_t big = (size_t)300 << 20;
+  unsigned char *q = dp_cpu_alloc(big);
+  CHECK(q != NULL);
+  if (q) {
+    q[0] = 1;
+    q[big - 1] = 2;
+    dp_cpu_free(q, big);
+  }
+  CHECK(dp_cpu_mem_stats().cached_bytes == 0 && dp_cpu_mem_stats().live_bytes == s0.live_bytes);
+}
+
 int main(void) {
   test_reuse();
+  test_large();
   test_storage();
   test_threads();
   TEST_DONE();
