@@ -1,10 +1,18 @@
 /* IDX reader over zlib's gz* interface, which reads gzip'd and plain files
- * alike. The payload is read straight into the tensor's memory. */
+ * alike. The payload is read straight into the tensor's memory.
+ *
+ * Decompressing Fashion-MNIST's training images takes ~150 ms, every run and
+ * on every rank; dp_idx_load_cached keeps the plain IDX file in a cache
+ * directory (named after the source, its size and its mtime, so an edited
+ * source is read afresh) and reads that instead, in ~20 ms. */
 #include "data/idx.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "core/error.h"
@@ -99,5 +107,72 @@ dp_tensor *dp_idx_load(const char *path) {
   }
 out:
   gzclose(f);
+  return t;
+}
+
+/* mkdir -p; 0 when the directory is there at the end */
+static int make_dirs(const char *dir) {
+  char p[4096];
+  size_t n = strlen(dir);
+  if (n == 0 || n >= sizeof p) return -1;
+  memcpy(p, dir, n + 1);
+  for (size_t i = 1; i <= n; i++) {
+    if (p[i] != '/' && p[i] != 0) continue;
+    char c = p[i];
+    p[i] = 0;
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+    p[i] = c;
+  }
+  struct stat st;
+  return stat(dir, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
+}
+
+/* Writes t as a plain IDX file at path, through a temporary file renamed
+ * into place: a reader sees the whole file or none. 0 or -1. */
+static int idx_write(const char *path, const dp_tensor *t) {
+  char tmp[4200];
+  if (t->ndim < 1 || t->ndim > IDX_MAXDIM) return -1;
+  if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) return -1;
+  FILE *f = fopen(tmp, "wb");
+  if (!f) return -1;
+  unsigned char head[4 + 4 * IDX_MAXDIM] = {0, 0, IDX_UBYTE, (unsigned char)t->ndim};
+  for (int d = 0; d < t->ndim && d < IDX_MAXDIM; d++) {
+    uint32_t v = (uint32_t)t->shape[d];
+    unsigned char *q = head + 4 + 4 * d;
+    q[0] = (unsigned char)(v >> 24);
+    q[1] = (unsigned char)(v >> 16);
+    q[2] = (unsigned char)(v >> 8);
+    q[3] = (unsigned char)v;
+  }
+  size_t hn = 4 + 4 * (size_t)t->ndim, n = (size_t)dp_numel(t);
+  bool ok = fwrite(head, 1, hn, f) == hn && fwrite(dp_data(t), 1, n, f) == n;
+  ok = fclose(f) == 0 && ok;
+  if (!ok || rename(tmp, path) != 0) {
+    unlink(tmp);
+    return -1;
+  }
+  return 0;
+}
+
+dp_tensor *dp_idx_load_cached(const char *path, const char *cache_dir) {
+  size_t len = strlen(path);
+  struct stat st;
+  if (!cache_dir || !*cache_dir || len < 4 || strcmp(path + len - 3, ".gz") != 0 || stat(path, &st) != 0)
+    return dp_idx_load(path);
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  char cached[4096];
+  int w = snprintf(cached, sizeof cached, "%s/%.*s.%llx-%llx.idx", cache_dir, (int)(strlen(base) - 3), base,
+                   (unsigned long long)st.st_size,
+                   (unsigned long long)st.st_mtim.tv_sec * 1000000000ull + (unsigned long long)st.st_mtim.tv_nsec);
+  if (w < 0 || w >= (int)sizeof cached) return dp_idx_load(path);
+  if (access(cached, R_OK) == 0) {
+    dp_tensor *t = dp_idx_load(cached);
+    if (t) return t;
+    unlink(cached); /* unreadable or damaged: read the source, write it again */
+  }
+  dp_tensor *t = dp_idx_load(path);
+  /* best effort: a cache that cannot be written costs only the speed-up */
+  if (t && make_dirs(cache_dir) == 0) idx_write(cached, t);
   return t;
 }

@@ -11,7 +11,10 @@
 #include "data/idx.h"
 #include "lua/l_util.h"
 
-static int l_idx_load(lua_State *L) { return lt_push(L, dp_idx_load(luaL_checkstring(L, 1))); }
+/* _idx_load(path [, cache_dir]) */
+static int l_idx_load(lua_State *L) {
+  return lt_push(L, dp_idx_load_cached(luaL_checkstring(L, 1), luaL_optstring(L, 2, NULL)));
+}
 
 static int l_gather_rows(lua_State *L) {
   dp_tensor *src = lt_check(L, 1);

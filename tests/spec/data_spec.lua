@@ -365,4 +365,68 @@ describe("data.FashionMNIST", function()
     assert.is_true(math.abs(x[1][1][1][1]:item() - 1 / 255) < 1e-7)
     os.execute("rm -rf " .. dir)
   end)
+
+  it("keeps decompressed files in cache_dir, reads them back, and follows a changed source", function()
+    local src, top = tmpdir(), tmpdir()
+    local cache = top .. "/a/b" -- made as needed
+    local function ls(dir)
+      local names, p = {}, io.popen("ls -1 " .. dir .. " 2>/dev/null")
+      for line in p:lines() do names[#names + 1] = line end
+      p:close()
+      table.sort(names)
+      return names
+    end
+    local function put_gz(name, bytes)
+      write(src .. "/" .. name, bytes)
+      assert(os.execute("gzip -f " .. src .. "/" .. name))
+    end
+    put_gz("t10k-images-idx3-ubyte", idx_bytes({ 3, 2, 2 }, string.rep("\7", 12)))
+    put_gz("t10k-labels-idx1-ubyte", idx_bytes({ 3 }, string.char(4, 5, 6)))
+    local first = data.FashionMNIST { root = src, split = "test", cache_dir = cache }
+    local files = ls(cache)
+    assert.are.equal(2, #files)
+    assert.matches("^t10k%-images%-idx3%-ubyte%.%x+%-%x+%.idx$", files[1])
+    assert.matches("^t10k%-labels%-idx1%-ubyte%.%x+%-%x+%.idx$", files[2])
+    -- the cached file is the plain IDX file
+    local f = assert(io.open(cache .. "/" .. files[1], "rb"))
+    assert.are.equal(idx_bytes({ 3, 2, 2 }, string.rep("\7", 12)), f:read("a"))
+    f:close()
+    -- a second load reads the cache: change it (still valid) and the data follows
+    write(cache .. "/" .. files[2], idx_bytes({ 3 }, string.char(9, 8, 7)))
+    local second = data.FashionMNIST { root = src, split = "test", cache_dir = cache }
+    assert.are.same({ 10, 9, 8 }, second.labels:totable())
+    assert.are.same({ 5, 6, 7 }, first.labels:totable())
+    -- a damaged cache file is replaced from the source
+    write(cache .. "/" .. files[1], idx_bytes({ 3, 2, 2 }, "\1\2"))
+    local third = data.FashionMNIST { root = src, split = "test", cache_dir = cache }
+    assert.are.equal(7, third.images:max():item())
+    assert.are.same(files, ls(cache))
+    f = assert(io.open(cache .. "/" .. files[1], "rb"))
+    assert.are.equal(4 + 3 * 4 + 12, #f:read("a"))
+    f:close()
+    -- a new source (another size) is read afresh, under a new name
+    put_gz("t10k-labels-idx1-ubyte", idx_bytes({ 3 }, string.char(1, 1, 1)) .. "")
+    put_gz("t10k-images-idx3-ubyte", idx_bytes({ 3, 2, 3 }, string.rep("\3", 18)))
+    local fourth = data.FashionMNIST { root = src, split = "test", cache_dir = cache }
+    assert.are.same({ 3, 1, 2, 3 }, fourth.images:size())
+    assert.are.same({ 2, 2, 2 }, fourth.labels:totable())
+    assert.are.equal(4, #ls(cache)) -- nothing half-written left beside them (no .tmp files)
+    for _, name in ipairs(ls(cache)) do assert.is_nil(name:find("tmp", 1, true)) end
+    -- a cache that cannot be written only costs the speed-up; false turns it off
+    local blocker = top .. "/file"
+    write(blocker, "x")
+    local fifth = data.FashionMNIST { root = src, split = "test", cache_dir = blocker .. "/sub" }
+    assert.are.same({ 2, 2, 2 }, fifth.labels:totable())
+    for _, none in ipairs({ false, "", "off" }) do assert.is_nil(data.FashionMNIST.cache_dir(none)) end
+    assert.are.equal("/x/y", data.FashionMNIST.cache_dir("/x/y"))
+    if os.getenv("DDPLUA_CACHE_DIR") == nil and os.getenv("XDG_CACHE_HOME") == nil and os.getenv("HOME") then
+      assert.are.equal(os.getenv("HOME") .. "/.cache/ddplua", data.FashionMNIST.cache_dir(nil))
+    end
+    local sixth = data.FashionMNIST { root = src, split = "test", cache_dir = false }
+    assert.are.same({ 2, 2, 2 }, sixth.labels:totable())
+    fails("FashionMNIST: cache_dir must be a directory path, false or \"off\", got number",
+      function() data.FashionMNIST { root = src, split = "test", cache_dir = 42 } end)
+    os.execute("rm -rf " .. src .. " " .. top)
+  end)
 end)
+

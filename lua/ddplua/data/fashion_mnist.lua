@@ -1,5 +1,9 @@
--- data.FashionMNIST{root="/usr/share/datasets/fashion-mnist", split="train"|"test"}
--- Reads the gzip'd IDX files (in C, with zlib). Images stay uint8 in memory
+-- data.FashionMNIST{root="/usr/share/datasets/fashion-mnist", split="train"|"test", cache_dir=}
+-- Reads the gzip'd IDX files (in C, with zlib). The first load keeps the
+-- decompressed files in cache_dir (default $DDPLUA_CACHE_DIR, else
+-- $XDG_CACHE_HOME/ddplua, else ~/.cache/ddplua; false, "" or "off": none),
+-- named after each source's size and mtime; later loads read those (20 ms
+-- instead of 150 ms for the training images). Images stay uint8 in memory
 -- (47 MB for the training split instead of 188 MB of float32) and become
 -- float32 in [0, 1] when a batch is gathered; labels are int64 1..10.
 -- Items: x float32 [1, 28, 28], y the label (an integer 1..10).
@@ -27,8 +31,26 @@ local function locate(root, name)
   return gz
 end
 
-local function load(path)
-  local ok, t = pcall(ddp._idx_load, path)
+--- The cache directory from the option or the environment, or nil for none.
+function FashionMNIST.cache_dir(opt)
+  local dir = opt
+  if dir == nil then
+    dir = os.getenv("DDPLUA_CACHE_DIR")
+    if dir == nil then
+      local xdg, home = os.getenv("XDG_CACHE_HOME"), os.getenv("HOME")
+      if xdg and xdg ~= "" then dir = xdg .. "/ddplua"
+      elseif home and home ~= "" then dir = home .. "/.cache/ddplua" end
+    end
+  end
+  if dir == false or dir == "" or dir == "off" then return nil end
+  if type(dir) ~= "string" then
+    error("FashionMNIST: cache_dir must be a directory path, false or \"off\", got " .. type(dir), 4)
+  end
+  return dir
+end
+
+local function load(path, cache_dir)
+  local ok, t = pcall(ddp._idx_load, path, cache_dir)
   if ok then return t end
   local msg = tostring(t)
   if msg:find("cannot open", 1, true) then
@@ -42,8 +64,8 @@ function FashionMNIST.new(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error("FashionMNIST: expected an options table {root=, split=}", 3) end
   for k in pairs(opts) do
-    if k ~= "root" and k ~= "split" then
-      error("FashionMNIST: unknown option '" .. tostring(k) .. "' (valid options: root, split)", 3)
+    if k ~= "root" and k ~= "split" and k ~= "cache_dir" then
+      error("FashionMNIST: unknown option '" .. tostring(k) .. "' (valid options: root, split, cache_dir)", 3)
     end
   end
   local split = opts.split or "train"
@@ -52,7 +74,8 @@ function FashionMNIST.new(opts)
   local root = opts.root or FashionMNIST.default_root
   local image_path = locate(root, prefix .. "-images-idx3-ubyte")
   local label_path = locate(root, prefix .. "-labels-idx1-ubyte")
-  local images, labels = load(image_path), load(label_path)
+  local cache_dir = FashionMNIST.cache_dir(opts.cache_dir)
+  local images, labels = load(image_path, cache_dir), load(label_path, cache_dir)
   if images:dim() ~= 3 then
     error(string.format("FashionMNIST: %s holds a %d-dimensional array, expected images [N, 28, 28]", image_path,
       images:dim()), 3)
