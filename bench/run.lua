@@ -1,7 +1,7 @@
 -- The benchmark table: each ddplua benchmark beside its PyTorch peer, run in
 -- the same session, several repetitions, medians.
 --
---   ./build/bin/ddplua bench/run.lua [reps=3]        (make bench)
+--   ./build/bin/ddplua bench/run.lua [reps=5]        (make bench)
 --
 -- Peers are /usr/bin/python3 scripts from ../shared/peers relative to the
 -- repository root (override with DDPLUA_PEERS=dir). To add a benchmark,
@@ -14,7 +14,7 @@ local ctx = {
   root = script_dir .. "/..",
   ddplua = arg and arg[-1] or "ddplua", -- the host running this script
   python = "/usr/bin/python3",
-  reps = 3,
+  reps = 5,
 }
 ctx.peers = os.getenv("DDPLUA_PEERS") or ctx.root .. "/../shared/peers"
 do
