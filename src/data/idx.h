@@ -10,7 +10,7 @@
  * bad magic, unsupported type, truncated, corrupt gzip, trailing bytes). */
 dp_tensor *dp_idx_load(const char *path);
 /* dp_idx_load for a gzip'd file (path ending in .gz) through a cache of the
- * plain file in cache_dir (created as needed), keyed by the source's name,
+ * plain file in cache_dir (created as needed), keyed by the source's path,
  * size and mtime. A cache file that fails to load is replaced; one that
  * cannot be written is skipped. NULL or "" cache_dir: no cache. */
 dp_tensor *dp_idx_load_cached(const char *path, const char *cache_dir);

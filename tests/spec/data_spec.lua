@@ -385,12 +385,20 @@ describe("data.FashionMNIST", function()
     local first = data.FashionMNIST { root = src, split = "test", cache_dir = cache }
     local files = ls(cache)
     assert.are.equal(2, #files)
-    assert.matches("^t10k%-images%-idx3%-ubyte%.%x+%-%x+%.idx$", files[1])
-    assert.matches("^t10k%-labels%-idx1%-ubyte%.%x+%-%x+%.idx$", files[2])
+    assert.matches("^t10k%-images%-idx3%-ubyte%.%x+%-%x+%-%x+%.idx$", files[1])
+    assert.matches("^t10k%-labels%-idx1%-ubyte%.%x+%-%x+%-%x+%.idx$", files[2])
     -- the cached file is the plain IDX file
     local f = assert(io.open(cache .. "/" .. files[1], "rb"))
     assert.are.equal(idx_bytes({ 3, 2, 2 }, string.rep("\7", 12)), f:read("a"))
     f:close()
+    -- the same files elsewhere (same names, sizes and mtimes) get their own entries
+    local copy = top .. "/copy"
+    assert(os.execute("cp -rp " .. src .. " " .. copy))
+    data.FashionMNIST { root = copy, split = "test", cache_dir = cache }
+    assert.are.equal(4, #ls(cache))
+    assert(os.execute("rm -rf " .. copy .. " " .. cache .. "/*"))
+    data.FashionMNIST { root = src, split = "test", cache_dir = cache }
+    assert.are.same(files, ls(cache))
     -- a second load reads the cache: change it (still valid) and the data follows
     write(cache .. "/" .. files[2], idx_bytes({ 3 }, string.char(9, 8, 7)))
     local second = data.FashionMNIST { root = src, split = "test", cache_dir = cache }
