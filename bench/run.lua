@@ -116,7 +116,7 @@ benchmarks[#benchmarks + 1] = function(c)
   local peer2 = string.format("%s %s/torch_ddp_mlp.py 2 200 64", c.python, c.peers)
   local peer1 = string.format("%s %s/torch_ddp_mlp.py 1 200 64", c.python, c.peers)
   -- the machine's own ceiling: two independent single processes side by
-  -- side (no communication at all), summed
+  -- side (no communication at all), summed, over a single one run next
   local pair = string.format("(%s & %s; wait)", plain1, plain1)
   local o2, o1, t2, t1, op, p1 = c.repeat_runs(
     function() return { sps = c.field(c.run(ours2), "samples/s", ours2) } end,
@@ -131,12 +131,21 @@ benchmarks[#benchmarks + 1] = function(c)
     function() return { sps = c.field(c.run(plain1), "samples/s", plain1) } end)
   local a2, a1, b2, b1 = c.median(o2.sps), c.median(o1.sps), c.median(t2.sps), c.median(t1.sps)
   local plain = c.median(p1.sps)
-  local ceiling = c.median(op.sps) / plain
+  -- ratios are taken within each repetition, between runs seconds apart,
+  -- then their median: this VM's speed drifts over minutes, and a ratio of
+  -- medians would pair a 2-process run with a 1-process run from another phase
+  local function paired(num, den)
+    local r = {}
+    for i = 1, #num do r[i] = num[i] / den[i] end
+    return c.median(r)
+  end
+  local ours_ratio, peer_ratio = paired(o2.sps, o1.sps), paired(t2.sps, t1.sps)
+  local ceiling = paired(op.sps, p1.sps)
   return {
     { name = "MLP DDP 2 processes, samples/s", ours = a2, theirs = b2, fmt = "%.0f", ratio = a2 / b2,
       goal = ">= 2.00x", pass = a2 / b2 >= 2.0 },
-    { name = "MLP 2 processes / 1 process", ours = a2 / a1, theirs = b2 / b1, fmt = "%.2f", ratio = nil,
-      goal = ">= 1.60", pass = a2 / a1 >= 1.6 },
+    { name = "MLP 2 processes / 1 process", ours = ours_ratio, theirs = peer_ratio, fmt = "%.2f", ratio = nil,
+      goal = ">= 1.60", pass = ours_ratio >= 1.6 },
     { name = "MLP DDP 1 process, samples/s", ours = a1, theirs = b1, fmt = "%.0f", ratio = a1 / b1,
       goal = "(info)", pass = true },
     { name = "  without DDP (bench/mlp.lua)", ours = plain, fmt = "%.0f", goal = "(info)", pass = true },
