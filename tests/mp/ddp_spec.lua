@@ -134,6 +134,27 @@ describe("DistributedDataParallel", function()
     end, R)
   end)
 
+  it("SyncBatchNorm under a process group names a wrong input and counts batches (cumulative momentum)", function()
+    dist.spawn(function()
+      dist.init_process_group { backend = "cpu" }
+      local sbn = nn.SyncBatchNorm(3, { momentum = false }):double()
+      local ok, err = pcall(function() return sbn(ddp.randn(2, 4, 3, 3, { dtype = "float64" })) end)
+      assert(not ok and tostring(err):find("SyncBatchNorm%(3.-expected input with 3 channels in dimension 2"),
+        "wrong channels: " .. tostring(err))
+      ok, err = pcall(function() return sbn(ddp.randn(3, { dtype = "float64" })) end)
+      assert(not ok and tostring(err):find("at least 2%-D input"), "1-D input: " .. tostring(err))
+      assert(sbn.num_batches_tracked:item() == 0, "a rejected input was counted")
+      -- momentum=false: the running mean is the plain average of the batch means so far
+      for i = 1, 3 do
+        local x = ddp.full({ 2, 3, 2, 2 }, i, { dtype = "float64" })
+        sbn(x)
+      end
+      assert(sbn.num_batches_tracked:item() == 3, "batches counted: " .. sbn.num_batches_tracked:item())
+      assert(math.abs(sbn.running_mean[1]:item() - 2) < 1e-12, "cumulative mean " .. sbn.running_mean[1]:item())
+      dist.destroy_process_group()
+    end, R)
+  end)
+
   it("a global batch that does not divide evenly (33 + 30) matches one process when the loss is scaled " ..
     "by the global batch", function()
     local sizes = { 33, 30 }

@@ -54,17 +54,26 @@ function BatchNorm:reset_running_stats()
   end
 end
 
-function BatchNorm:forward(x)
-  self:_check_input_dim(x)
+--- Checks x's channel count and, in training with running statistics,
+--- counts the batch; returns the running statistics' update factor
+--- (momentum, or 1/batches for the cumulative average). Shared with
+--- SyncBatchNorm; errors point at forward's caller.
+function BatchNorm:_count_batch(x)
   if x:size(2) ~= self.num_features then
     error(string.format("%s: expected input with %d channels in dimension 2, got shape %s", tostring(self),
-      self.num_features, util.shape_str(x)), 2)
+      self.num_features, util.shape_str(x)), 3)
   end
   local factor = self.momentum or 0
   if self.training and self.track_running_stats then
     self.num_batches_tracked:add_(1)
     if self.momentum == false then factor = 1 / self.num_batches_tracked:item() end
   end
+  return factor
+end
+
+function BatchNorm:forward(x)
+  self:_check_input_dim(x)
+  local factor = self:_count_batch(x)
   -- batch statistics when training or when no running statistics exist
   local use_batch = self.training or self.running_mean == nil
   local rm, rv

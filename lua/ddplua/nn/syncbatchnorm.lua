@@ -36,15 +36,7 @@ function SyncBatchNorm:forward(x)
   local dist = ddp.distributed
   if not (self.training and dist.is_initialized()) then return batchnorm._BatchNorm.forward(self, x) end
   self:_check_input_dim(x)
-  if x:size(2) ~= self.num_features then
-    error(string.format("%s: expected input with %d channels in dimension 2, got shape %s", tostring(self),
-      self.num_features, util.shape_str(x)), 2)
-  end
-  local factor = self.momentum or 0
-  if self.track_running_stats then
-    self.num_batches_tracked:add_(1)
-    if self.momentum == false then factor = 1 / self.num_batches_tracked:item() end
-  end
+  local factor = self:_count_batch(x) -- training here
   local rm, rv
   if self.track_running_stats then rm, rv = self.running_mean, self.running_var end
   return ddp.sync_batch_norm(x, rm, rv, self.weight, self.bias, true, factor, self.eps, self.process_group)
