@@ -7,20 +7,9 @@ local CSVImageDataset = require "ddplua.data.csv_image"
 local T = require "ddplua.data.transforms"
 local image = ddp.core.image
 
-local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
-local function make_dir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. shell_quote(d)))
-  return d
-end
-
-local function write_text(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local io_util = require "helpers.io_util"
+local make_dir, write_text = io_util.tmpdir, io_util.write
 
 -- A uint8 [h, w, c] image with pseudo-random content from `seed`.
 local function random_image(h, w, c, seed)
@@ -149,7 +138,7 @@ end
 describe("core.image files", function()
   local dir
   setup(function() dir = make_dir() end)
-  teardown(function() os.execute("rm -rf " .. shell_quote(dir)) end)
+  teardown(function() io_util.rm_rf(dir) end)
 
   it("writes and reads PNG exactly and JPEG closely, converting channels", function()
     local img = random_image(9, 12, 3, 1)
@@ -307,7 +296,7 @@ describe("data.CSVImageDataset", function()
     dir = make_dir()
     csv = make_dataset(dir, 30)
   end)
-  teardown(function() os.execute("rm -rf " .. shell_quote(dir)) end)
+  teardown(function() io_util.rm_rf(dir) end)
 
   it("loads items and batches: x [B, C, H, W] float32, y int64 labels 1..K", function()
     local ds = CSVImageDataset { csv = csv, transform = { T.ToTensor() }, num_workers = 2 }
@@ -408,7 +397,7 @@ describe("data.CSVImageDataset", function()
     assert.are.same(train_rows(4), train_rows(4))
     assert.are_not.same(train_rows(4), train_rows(5))
     assert.are.equal(52, #train_rows(4, { 0.5, 0.25, 0.25 })) -- floor(51.5) + the first of 2 left over
-    os.execute("rm -rf " .. shell_quote(big))
+    io_util.rm_rf(big)
   end)
 
   it("numbers string labels by sorted class name and reads quoted CSV fields", function()
@@ -423,7 +412,7 @@ describe("data.CSVImageDataset", function()
     assert.are.same({ 2, 1 }, y:totable())
     assert.are.same({ 2, 1, 6, 6 }, x:size())
     ds:close()
-    os.execute("rm -rf " .. shell_quote(d))
+    io_util.rm_rf(d)
   end)
 
   it("resizes with size= and otherwise requires one image size, naming the odd row", function()
@@ -440,7 +429,7 @@ describe("data.CSVImageDataset", function()
     assert.matches("is 15x15 (HxW) after the transforms but this dataset's items are 10x10", err, 1, true)
     assert.are.same({ 1, 15, 15 }, plain:get(4):size()) -- one item may have its own size
     plain:close()
-    os.execute("rm -rf " .. shell_quote(d))
+    io_util.rm_rf(d)
   end)
 
   describe("errors name the CSV file and row", function()
@@ -470,7 +459,7 @@ describe("data.CSVImageDataset", function()
         assert.are.same({ 2, 3, 10, 8 }, ds:get_batch({ 1, 2 }):size()) -- the others still load
         ds:close()
       end
-      os.execute("rm -rf " .. shell_quote(d))
+      io_util.rm_rf(d)
     end)
 
     it("for bad labels, missing columns and malformed rows, when the dataset is made", function()
@@ -493,7 +482,7 @@ describe("data.CSVImageDataset", function()
       assert.matches("'" .. list .. "': row 2 (line 3) has 3 fields but the header has 2", e, 1, true)
       e = err_of(CSVImageDataset, { csv = d .. "/nope.csv" })
       assert.matches("nope.csv': cannot open", e, 1, true)
-      os.execute("rm -rf " .. shell_quote(d))
+      io_util.rm_rf(d)
     end)
 
     it("for bad options and indices", function()

@@ -12,18 +12,8 @@ local function fails(pattern, fn)
   assert.matches(pattern, tostring(err))
 end
 
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. d))
-  return d
-end
-
-local function write(path, bytes)
-  local f = assert(io.open(path, "wb"))
-  f:write(bytes)
-  f:close()
-end
+local io_util = require "helpers.io_util"
+local tmpdir, write = io_util.tmpdir, io_util.write
 
 -- An uncompressed IDX file of unsigned bytes: dims, then `payload` bytes.
 local function idx_bytes(dims, payload)
@@ -363,7 +353,7 @@ describe("data.FashionMNIST", function()
     assert.are.same({ 3, 1 }, y:totable())
     assert.are.same({ 2, 1, 2, 2 }, x:size())
     assert.is_true(math.abs(x[1][1][1][1]:item() - 1 / 255) < 1e-7)
-    os.execute("rm -rf " .. dir)
+    io_util.rm_rf(dir)
   end)
 
   it("keeps decompressed files in cache_dir, reads them back, and follows a changed source", function()
@@ -434,7 +424,8 @@ describe("data.FashionMNIST", function()
     assert.are.same({ 2, 2, 2 }, sixth.labels:totable())
     fails("FashionMNIST: cache_dir must be a directory path, false or \"off\", got number",
       function() data.FashionMNIST { root = src, split = "test", cache_dir = 42 } end)
-    os.execute("rm -rf " .. src .. " " .. top)
+    io_util.rm_rf(src)
+    io_util.rm_rf(top)
   end)
 end)
 
