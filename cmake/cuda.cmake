@@ -1,4 +1,4 @@
-# The CUDA backend plugin, lib/ddplua_cuda.so: kernels (src/ops/cuda/*.cu),
+# The CUDA backend plugin, lib/ddplua_cuda.so: kernels (src/backends/cuda/*.cu),
 # cuBLAS GEMMs, the caching allocator and the NCCL process group. Included
 # from CMakeLists.txt when DDPLUA_CUDA is ON; without a toolkit it prints
 # one line and builds nothing CUDA (the runtime then says why CUDA is
@@ -29,7 +29,7 @@ endif()
 message(STATUS "ddplua: CUDA backend for ${CMAKE_CUDA_ARCHITECTURES} with CUDA ${CUDAToolkit_VERSION}, "
                "NCCL ${NCCL_LIBRARY}")
 
-file(GLOB DDPLUA_CUDA_SOURCES CONFIGURE_DEPENDS src/ops/cuda/*.c src/ops/cuda/*.cu)
+file(GLOB DDPLUA_CUDA_SOURCES CONFIGURE_DEPENDS src/backends/cuda/*.c src/backends/cuda/*.cu)
 add_library(ddplua_cuda MODULE ${DDPLUA_CUDA_SOURCES})
 target_include_directories(ddplua_cuda PRIVATE src ${NCCL_INCLUDE_DIR} ${LUA_INCLUDE_DIRS})
 target_link_libraries(ddplua_cuda PRIVATE CUDA::cudart CUDA::cublas CUDA::cublasLt ${NCCL_LIBRARY} Threads::Threads m)

@@ -177,11 +177,11 @@ function M.gather_for_metrics(t, sampler, opts)
   return all:index_select(1, sampler:gather_order())
 end
 
--- DistributedDataParallel lives in ddplua/ddp.lua (loaded on first use).
+-- DistributedDataParallel lives in ddplua/distributed_data_parallel.lua (loaded on first use).
 setmetatable(M, {
   __index = function(t, k)
     if k == "DistributedDataParallel" or k == "DDP" then
-      local v = require "ddplua.ddp"
+      local v = require "ddplua.distributed_data_parallel"
       rawset(t, "DistributedDataParallel", v)
       rawset(t, "DDP", v)
       return v

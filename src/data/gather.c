@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "ops/backend.h"
+#include "backends/backend.h"
 #include "ops/ops.h"
 
 static int check_indices(const dp_tensor *src, const int64_t *idx, int64_t n, int64_t base) {

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "dist/store.h"
+#include "distributed/store.h"
 
 #define DDPLUA_VERSION "0.1"
 /* Set in the environment of a worker the host exec'ed (value: the host's

@@ -6,8 +6,8 @@
 
 #include "autograd/autograd.h"
 #include "lua/l_util.h"
-#include "ops/cpu/cpu_kernels.h"
-#include "ops/cpu/sgemm.h"
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/sgemm.h"
 #include "ops/ops.h"
 
 static int l_manual_seed(lua_State *L) {
@@ -153,7 +153,7 @@ static int l_collectgarbage_paced(lua_State *L) {
 /* strong references: a weak one would not pull the object out of the static runtime */
 void lt_open_dist(lua_State *L, int module);
 void lt_open_io(lua_State *L, int module);
-void lt_open_image(lua_State *L, int module); /* core.image (l_image.c) */
+void lt_open_image(lua_State *L, int module); /* core.image (l_data_image.c) */
 
 int luaopen_ddplua_core(lua_State *L);
 int luaopen_ddplua_core(lua_State *L) {

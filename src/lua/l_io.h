@@ -1,5 +1,5 @@
 /* Registration of the io bindings (l_io.c: YAML, JSON, files, terminal,
- * RNG state, raw bytes; l_safetensors.c: ddp.save / ddp.load). */
+ * RNG state, raw bytes; l_io_safetensors.c: ddp.save / ddp.load). */
 #ifndef DP_L_IO_H
 #define DP_L_IO_H
 

@@ -49,7 +49,7 @@ dp_device lt_check_device(lua_State *L, int idx);
 void lt_check_keys(lua_State *L, int idx, const char *what, const char *const *valid);
 
 /* The process group behind a Lua group object (nil/none: the default
- * group); raises a Lua error if none is initialised. Defined in l_dist.c. */
+ * group); raises a Lua error if none is initialised. Defined in l_distributed.c. */
 struct dp_pg;
 struct dp_pg *lt_check_pg(lua_State *L, int idx);
 
@@ -67,6 +67,6 @@ void lt_open_nn_support(lua_State *L, int module, int methods);
 void lt_open_optim(lua_State *L, int module);
 void lt_open_data(lua_State *L, int module);
 void lt_open_ddp(lua_State *L, int module);
-void lt_open_cuda(lua_State *L, int module); /* l_cuda.c: CUDA device controls, autocast, unscale */
+void lt_open_cuda(lua_State *L, int module); /* l_backend_cuda.c: CUDA device controls, autocast, unscale */
 
 #endif

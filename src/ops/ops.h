@@ -6,15 +6,15 @@
  * All dims and indices are 0-based here (the Lua layer converts). Results
  * are new references; NULL + dp_errmsg() on error.
  *
- * Adding an op is a checklist: the kernel in src/ops/cpu (and
- * src/ops/cuda), its backend entry in backend.h, the forward + backward
+ * Adding an op is a checklist: the kernel in src/backends/cpu (and
+ * src/backends/cuda), its backend entry in backend.h, the forward + backward
  * function in the family's file here, the binding in src/lua, the Lua
  * wrapper if it is a module, and a spec with a float64 finite-difference
  * check. */
 #ifndef DP_OPS_H
 #define DP_OPS_H
 
-#include "ops/backend.h"
+#include "backends/backend.h"
 #include "tensor/tensor.h"
 
 /* ---- elementwise (ops/elementwise.c) ---- */

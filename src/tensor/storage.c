@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
-#include "ops/backend.h"
+#include "backends/backend.h"
 
 static atomic_size_t alloc_counter;
 

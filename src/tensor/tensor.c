@@ -7,7 +7,7 @@
 
 #include "autograd/autograd.h"
 #include "core/error.h"
-#include "ops/backend.h"
+#include "backends/backend.h"
 
 void dp_retain(dp_tensor *t) {
   if (t) atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed);

@@ -3,7 +3,7 @@
  * arithmetic, so it runs without a GPU. */
 #include <stdlib.h>
 
-#include "ops/cuda/cuda_size_class.h"
+#include "backends/cuda/cuda_size_class.h"
 #include "test_util.h"
 
 int main(void) {

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "dist/pg.h"
+#include "distributed/pg.h"
 #include "ops/ops.h"
 #include "test_util.h"
 

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "dist/pg.h"
+#include "distributed/pg.h"
 #include "ops/ops.h"
 #include "test_util.h"
 

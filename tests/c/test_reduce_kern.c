@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/reduce_kern.h"
+#include "distributed/reduce_kern.h"
 #include "test_util.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;

@@ -1,4 +1,4 @@
-/* ddplua's float32 GEMM (src/ops/cpu/sgemm.c) against a float64 reference
+/* ddplua's float32 GEMM (src/backends/cpu/sgemm.c) against a float64 reference
  * loop: every transpose combination, both orientations the driver picks,
  * alpha/beta (beta = 0 ignores NaN in C), leading dimensions wider than the
  * matrices (the gaps must stay untouched), batch strides (including a
@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "ops/cpu/cpu_kernels.h"
-#include "ops/cpu/sgemm.h"
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/sgemm.h"
 #include "test_util.h"
 
 static const float GAP = 12345.0f; /* value of elements between rows (ld > width) */

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "dist/store.h"
+#include "distributed/store.h"
 #include "test_util.h"
 
 static int port;

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "ops/cpu/cpu_iter.h"
+#include "backends/cpu/cpu_iter.h"
 #include "ops/ops.h"
 #include "test_util.h"
 

@@ -1,0 +1,241 @@
+/* The backend interface: one struct of function pointers per device type
+ * (ggml's pattern). The op layer in src/ops checks arguments, allocates
+ * outputs, records autograd and calls these; a backend only computes.
+ *
+ * Conventions every backend follows:
+ *  - return 0, or -1 after dp_error(...);
+ *  - tensors live on the backend's device; "contiguous" in a comment means
+ *    the op layer guarantees it, otherwise arbitrary strides are allowed
+ *    (including 0-strides from broadcasting) for inputs, and outputs are
+ *    dense in the given strides (never overlapping);
+ *  - index tensors are int64 and `base` says whether they count from 0 or 1
+ *    (Lua positions are 1-based; internal users pass 0);
+ *  - floating math follows the scalar functions of ops/scalar_math.h, which
+ *    the CPU and CUDA kernels share, so both devices compute the same
+ *    arithmetic.
+ * The CUDA backend is a plugin (ddplua_cuda.so) loaded on first use, so the
+ * runtime starts fast and builds without a CUDA toolkit. */
+#ifndef DP_BACKEND_H
+#define DP_BACKEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "distributed/store.h"
+#include "ops/op_enums.h"
+#include "tensor/tensor.h"
+
+/* C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b], row-major, b < batch.
+ * A is m x k after op, B is k x n after op; ld* are row strides of the
+ * matrices as stored; stride* are batch strides in elements. */
+typedef struct {
+  dp_dtype dtype; /* F32 or F64 (BF16/F16 on CUDA with F32 accumulation) */
+  bool trans_a, trans_b;
+  int64_t m, n, k, batch;
+  double alpha, beta;
+  const void *a;
+  int64_t lda, stride_a;
+  const void *b;
+  int64_t ldb, stride_b;
+  void *c;
+  int64_t ldc, stride_c;
+  int device;
+} dp_gemm_args;
+
+/* 2-d sliding-window geometry shared by conv (im2col) and pooling. */
+typedef struct {
+  int64_t n, c, h, w;      /* input NCHW */
+  int64_t kh, kw, sh, sw, ph, pw;
+  int64_t oh, ow;          /* output spatial size */
+} dp_window2d;
+
+/* Device memory accounting (the CUDA caching allocator). */
+typedef struct {
+  size_t live_bytes;     /* bytes held by tensors (rounded to the block size) */
+  size_t peak_bytes;     /* high-water mark of live_bytes */
+  size_t cached_bytes;   /* freed blocks kept for reuse */
+  size_t allocs;         /* allocations served */
+  size_t cache_hits;     /* ... of which from the cache */
+  size_t device_mallocs; /* cudaMalloc calls */
+  size_t device_total, device_free; /* as the driver reports them */
+} dp_device_mem_stats;
+
+struct dp_pg;
+struct dp_pg_init;
+
+typedef struct dp_backend {
+  const char *name;
+  int (*device_count)(void);
+  void *(*alloc)(int device, size_t nbytes);
+  void (*free)(int device, void *p, size_t nbytes);
+  int (*synchronize)(int device); /* device < 0: every device in use */
+
+  /* dst <- src, same device, any strides, casting dtypes. */
+  int (*copy)(dp_tensor *dst, const dp_tensor *src);
+  /* Contiguous, same dtype and size, one side on the CPU. NULL on the CPU
+   * backend. */
+  int (*copy_from_cpu)(dp_tensor *dst, const dp_tensor *src_cpu);
+  int (*copy_to_cpu)(dp_tensor *dst_cpu, const dp_tensor *src);
+  int (*fill)(dp_tensor *t, double v);
+  /* out[i] = start + i * step (out contiguous, any dtype) */
+  int (*arange)(dp_tensor *out, double start, double step);
+  /* Philox(seed, offset + i): same numbers on every backend. out contiguous. */
+  int (*rand)(dp_tensor *out, dp_rand_kind kind, uint64_t seed, uint64_t offset, double a, double b);
+
+  /* ---- elementwise: out and inputs have the same shape ---- */
+  int (*unary)(dp_unary_op op, dp_tensor *out, const dp_tensor *x);
+  /* gx = gy * f'(.) using x (input) and/or y (output), whichever op needs. */
+  int (*unary_backward)(dp_unary_op op, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x,
+                        const dp_tensor *y);
+  int (*binary)(dp_binary_op op, dp_tensor *out, const dp_tensor *a, const dp_tensor *b);
+  /* out = a (op) s, or s (op) a when scalar_first. */
+  int (*binary_scalar)(dp_binary_op op, dp_tensor *out, const dp_tensor *a, double s, bool scalar_first);
+
+  /* ---- reductions: x contiguous, seen as [outer, k, inner]; out (and idx
+   * for MAX/MIN, may be NULL) contiguous [outer, inner]. ARGMAX/ARGMIN
+   * write int64 positions (+base) into out. ---- */
+  int (*reduce)(dp_reduce_op op, dp_tensor *out, dp_tensor *idx, const dp_tensor *x, int64_t outer,
+                int64_t k, int64_t inner, int64_t base);
+  /* gx (contiguous [outer,k,inner], zeroed by the caller) [o, idx[o,i], i] += gy[o,i] */
+  int (*scatter_add_dim)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, int64_t outer,
+                         int64_t k, int64_t inner, int64_t base);
+
+  int (*gemm)(const dp_gemm_args *g);
+
+  /* ---- nn ---- */
+  /* y [outer, c, inner] contiguous, in place: y = act(y + bias[c]); bias may
+   * be NULL; act < 0 for none (else DP_U_RELU / DP_U_GELU / ...). */
+  int (*bias_act)(dp_tensor *y, const dp_tensor *bias, int act, int64_t outer, int64_t c, int64_t inner);
+  /* gb[c] = sum over outer, inner of gy [outer, c, inner] (contiguous) */
+  int (*channel_sum)(dp_tensor *gb, const dp_tensor *gy, int64_t outer, int64_t c, int64_t inner);
+  /* rows x cols, contiguous. */
+  int (*softmax)(dp_tensor *y, const dp_tensor *x, int64_t rows, int64_t cols, bool log);
+  int (*softmax_backward)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *y, int64_t rows,
+                          int64_t cols, bool log);
+  /* Per-row loss (float dtype of x) and log-sum-exp (same dtype) of logits x
+   * [rows, classes]; target int64 [rows] (+base). Rows whose target equals
+   * ignore_index get loss 0. Label smoothing eps: loss = (1-eps)*nll +
+   * eps*mean_j(-logp_j). A target out of range is an error naming it. */
+  int (*cross_entropy)(dp_tensor *loss, dp_tensor *lse, const dp_tensor *x, const dp_tensor *target,
+                       int64_t base, double smoothing, int64_t ignore_index);
+  /* gx = (softmax(x) - smoothed_onehot) * scale[row] (scale = upstream grad
+   * over the normaliser; 0 for ignored rows). */
+  int (*cross_entropy_backward)(dp_tensor *gx, const dp_tensor *x, const dp_tensor *lse,
+                                const dp_tensor *target, const dp_tensor *scale, int64_t base,
+                                double smoothing, int64_t ignore_index);
+  /* cols [nb, c*kh*kw, oh*ow] from images n0..n0+nb-1 of x (contiguous). */
+  int (*im2col)(dp_tensor *cols, const dp_tensor *x, const dp_window2d *g, int64_t n0, int64_t nb);
+  /* gx images n0.. += col2im(cols); gx zeroed by the caller. */
+  int (*col2im)(dp_tensor *gx, const dp_tensor *cols, const dp_window2d *g, int64_t n0, int64_t nb);
+  /* Pooling: x, gy, y, idx contiguous NCHW; windows follow
+   * dp_window_range (ops/scalar_math.h), padding <= kernel / 2 so no
+   * window is empty. idx (int64) holds the winner's position iy * w + ix
+   * in its plane; NaN wins, else the first maximum. The backward kernels
+   * overwrite gx (contiguous, x's shape). */
+  int (*max_pool2d)(dp_tensor *y, dp_tensor *idx, const dp_tensor *x, const dp_window2d *g);
+  int (*max_pool2d_backward)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, const dp_window2d *g);
+  /* count_include_pad semantics as PyTorch's default (true). */
+  int (*avg_pool2d)(dp_tensor *y, const dp_tensor *x, const dp_window2d *g);
+  int (*avg_pool2d_backward)(dp_tensor *gx, const dp_tensor *gy, const dp_window2d *g);
+  /* Batch norm: x, gy, gx, y [n, c, inner] contiguous; every per-channel
+   * tensor (mean, var, invstd, w, b, sums) contiguous [c] in x's dtype
+   * (the op layer converts). mean/var (biased) [c]. */
+  int (*bn_stats)(dp_tensor *mean, dp_tensor *var, const dp_tensor *x, int64_t n, int64_t c, int64_t inner);
+  /* y = (x - mean) * invstd * w + b; w, b may be NULL. */
+  int (*bn_forward)(dp_tensor *y, const dp_tensor *x, const dp_tensor *mean, const dp_tensor *invstd,
+                    const dp_tensor *w, const dp_tensor *b, int64_t n, int64_t c, int64_t inner);
+  /* sum_dy[c] = sum gy; sum_dy_xhat[c] = sum gy * (x - mean) * invstd */
+  int (*bn_backward_reduce)(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_tensor *gy,
+                            const dp_tensor *x, const dp_tensor *mean, const dp_tensor *invstd,
+                            int64_t n, int64_t c, int64_t inner);
+  /* gx = w*invstd*(gy - sum_dy/count - xhat*sum_dy_xhat/count); w may be NULL */
+  int (*bn_backward_elemt)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x, const dp_tensor *mean,
+                           const dp_tensor *invstd, const dp_tensor *w, const dp_tensor *sum_dy,
+                           const dp_tensor *sum_dy_xhat, double count, int64_t n, int64_t c, int64_t inner);
+  /* rows x cols contiguous; mean/rstd [rows] in x's dtype; w, b [cols]
+   * (x's dtype) or NULL. */
+  int (*layer_norm)(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_tensor *x, const dp_tensor *w,
+                    const dp_tensor *b, int64_t rows, int64_t cols, double eps);
+  /* gw, gb may be NULL (no affine); they are overwritten, not accumulated. */
+  int (*layer_norm_backward)(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy,
+                             const dp_tensor *x, const dp_tensor *mean, const dp_tensor *rstd,
+                             const dp_tensor *w, int64_t rows, int64_t cols);
+  /* out = x * keep / (1 - p), keep = Philox-uniform(seed, offset + i) >= p.
+   * Same call on gy gives the backward (the mask is recomputed). */
+  int (*dropout)(dp_tensor *out, const dp_tensor *x, double p, uint64_t seed, uint64_t offset);
+  /* out [n, d] = src[idx[i] - base, :] for src [rows, d] contiguous; an index
+   * out of range is an error naming it and its position. */
+  int (*index_select)(dp_tensor *out, const dp_tensor *src, const dp_tensor *idx, int64_t base);
+  /* dst[idx[i] - base, :] += src[i, :] */
+  int (*index_add)(dp_tensor *dst, const dp_tensor *idx, const dp_tensor *src, int64_t base);
+
+  /* ---- optimizers: all contiguous, same numel; state tensors updated in
+   * place. ---- */
+  int (*sgd_step)(dp_tensor *p, const dp_tensor *g, dp_tensor *buf, double lr, double momentum,
+                  double dampening, double weight_decay, bool nesterov, bool first_step);
+  int (*adam_step)(dp_tensor *p, const dp_tensor *g, dp_tensor *m, dp_tensor *v, double lr, double beta1,
+                   double beta2, double eps, double weight_decay, bool decoupled, int64_t step);
+  /* g *= inv_scale; sets *found_inf when any element is inf/nan. */
+  int (*unscale)(dp_tensor *g, double inv_scale, int *found_inf);
+
+  /* ---- device extras: NULL on the CPU backend ---- */
+  /* unscale over a list of gradients on this backend's devices with one
+   * wait for the found-inf flag instead of one per tensor (GradScaler). */
+  int (*unscale_list)(dp_tensor *const *gs, int n, double inv_scale, int *found_inf);
+  int (*memory_stats)(int device, dp_device_mem_stats *out);
+  /* Returns cached device blocks to the driver (after waiting for the
+   * device: they may still be in use by queued kernels). */
+  int (*empty_cache)(void);
+  /* Named switches: "tf32" (float32 GEMMs on tensor cores, 0/1), "sync"
+   * (wait after every kernel so device errors surface at the op, 0/1).
+   * Unknown names are an error naming them. */
+  int (*set_option)(const char *name, double value);
+  int (*get_option)(const char *name, double *value);
+  /* "NVIDIA H200 (sm_90, 139.8 GiB)", or NULL + dp_error for a bad index */
+  const char *(*device_name)(int device);
+  /* The NCCL process group (distributed/pg.h: dp_pg_nccl_new calls this). */
+  struct dp_pg *(*pg_new)(const struct dp_pg_init *init);
+} dp_backend;
+
+/* What the runtime hands a backend plugin (the CUDA backend is built as a
+ * separate shared object and resolves nothing from the runtime by symbol:
+ * the runtime may be loaded RTLD_LOCAL by stock lua5.4, and the plugin is
+ * linked with --no-undefined to keep it that way). */
+typedef struct {
+  int abi_version; /* DP_PLUGIN_ABI */
+  int (*error)(const char *fmt, ...);
+  void (*error_prefix)(const char *prefix);
+  const char *(*errmsg)(void);
+  /* storage lifetime: NCCL work keeps its buffers alive until the
+   * collective has finished on the device */
+  void (*storage_retain)(dp_storage *s);
+  void (*storage_release)(dp_storage *s);
+  /* the rendezvous store (NCCL unique ids, debug cross-checks) */
+  int (*store_set)(dp_store *s, const char *key, const void *val, size_t len);
+  int (*store_get)(dp_store *s, const char *key, void **val, size_t *len, int timeout_ms);
+  int (*store_add)(dp_store *s, const char *key, int64_t delta, int64_t *result);
+} dp_runtime_api;
+#define DP_PLUGIN_ABI 2
+/* Exported by ddplua_cuda.so. Returns NULL and writes err when no GPU can
+ * be used (driver missing, no device visible). */
+typedef const dp_backend *(*dp_plugin_init_fn)(const dp_runtime_api *api, char *err, size_t errlen);
+#define DP_CUDA_PLUGIN_INIT "dp_cuda_plugin_init"
+
+/* The backend for a device type, or NULL if not available/loaded. */
+const dp_backend *dp_backend_get(int devtype);
+/* Same, loading the CUDA plugin on first use; NULL + dp_error naming why
+ * (built without CUDA, no GPU visible, driver error). */
+const dp_backend *dp_backend_require(int devtype);
+/* GPUs this process could use, counted without initialising the driver
+ * (/proc/driver/nvidia/gpus, narrowed by CUDA_VISIBLE_DEVICES): what the
+ * launcher may call before it forks workers, since a CUDA driver
+ * initialised in a parent does not survive fork. 0 without a driver. */
+int dp_cuda_count_without_init(void);
+/* The backend of a tensor's device (loaded: a tensor on it exists). */
+static inline const dp_backend *dp_backend_of(const dp_tensor *t) {
+  return dp_backend_get(t->storage->device.type);
+}
+
+extern const dp_backend dp_cpu_backend;
+
+#endif

@@ -1,0 +1,64 @@
+/* The CPU backend's function table. */
+#include <stdlib.h>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "tensor/storage.h"
+
+static int cpu_device_count(void) { return 1; }
+static void *cpu_alloc(int device, size_t n) {
+  (void)device;
+  return dp_cpu_alloc(n);
+}
+static void cpu_free(int device, void *p, size_t n) {
+  (void)device;
+  dp_cpu_free(p, n);
+}
+static int cpu_sync(int device) {
+  (void)device;
+  return 0;
+}
+
+const dp_backend dp_cpu_backend = {
+    .name = "cpu",
+    .device_count = cpu_device_count,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .synchronize = cpu_sync,
+    .copy = dp_cpu_copy,
+    .copy_from_cpu = NULL,
+    .copy_to_cpu = NULL,
+    .fill = dp_cpu_fill,
+    .arange = dp_cpu_arange,
+    .rand = dp_cpu_rand,
+    .unary = dp_cpu_unary,
+    .unary_backward = dp_cpu_unary_backward,
+    .binary = dp_cpu_binary,
+    .binary_scalar = dp_cpu_binary_scalar,
+    .reduce = dp_cpu_reduce,
+    .scatter_add_dim = dp_cpu_scatter_add_dim,
+    .gemm = dp_cpu_gemm,
+    .bias_act = dp_cpu_bias_act,
+    .channel_sum = dp_cpu_channel_sum,
+    .softmax = dp_cpu_softmax,
+    .softmax_backward = dp_cpu_softmax_backward,
+    .cross_entropy = dp_cpu_cross_entropy,
+    .cross_entropy_backward = dp_cpu_cross_entropy_backward,
+    .im2col = dp_cpu_im2col,
+    .col2im = dp_cpu_col2im,
+    .max_pool2d = dp_cpu_max_pool2d,
+    .max_pool2d_backward = dp_cpu_max_pool2d_backward,
+    .avg_pool2d = dp_cpu_avg_pool2d,
+    .avg_pool2d_backward = dp_cpu_avg_pool2d_backward,
+    .bn_stats = dp_cpu_bn_stats,
+    .bn_forward = dp_cpu_bn_forward,
+    .bn_backward_reduce = dp_cpu_bn_backward_reduce,
+    .bn_backward_elemt = dp_cpu_bn_backward_elemt,
+    .layer_norm = dp_cpu_layer_norm,
+    .layer_norm_backward = dp_cpu_layer_norm_backward,
+    .dropout = dp_cpu_dropout,
+    .index_select = dp_cpu_index_select,
+    .index_add = dp_cpu_index_add,
+    .sgd_step = dp_cpu_sgd_step,
+    .adam_step = dp_cpu_adam_step,
+    .unscale = dp_cpu_unscale,
+};

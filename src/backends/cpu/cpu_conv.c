@@ -1,0 +1,265 @@
+/* CPU kernels for 2-d sliding windows: im2col / col2im (convolution runs
+ * as a GEMM over the column matrix) and max / average pooling.
+ *
+ * All tensors are contiguous NCHW (the op layer guarantees it). float32 has
+ * dedicated loops (rows copied with memcpy where the stride is 1); every
+ * other dtype goes through the double reference path, which evaluates each
+ * window element by element with explicit bounds checks so the specs can
+ * hold the fast path against it. */
+#include <math.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "backends/cpu/cpu_kernels.h"
+#include "ops/scalar_math.h"
+
+#define LD(t, p, i) dp_load_d((const char *)(p) + (size_t)(i) * dp_elsize(t), (t)->dtype)
+#define ST(t, p, i, v) dp_store_d((char *)(p) + (size_t)(i) * dp_elsize(t), (t)->dtype, (v))
+
+/* Output columns [lo, hi) whose input column ox * sw - pw + kj is inside
+ * the image: the rest read padding. */
+static void valid_cols(const dp_window2d *g, int64_t kj, int64_t *lo, int64_t *hi) {
+  int64_t a = dp_ceil_div(g->pw - kj, g->sw), b = dp_ceil_div(g->w + g->pw - kj, g->sw);
+  *lo = a < 0 ? 0 : a > g->ow ? g->ow : a;
+  *hi = b < *lo ? *lo : b > g->ow ? g->ow : b;
+}
+
+/* ---- im2col: cols[n, (c*kh + ki)*kw + kj, oy*ow + ox] = x[n, c, iy, ix] ---- */
+
+static void im2col_f32(float *cols, const float *x, const dp_window2d *g, int64_t nb) {
+  int64_t L = g->oh * g->ow, plane = g->h * g->w, kk = g->kh * g->kw;
+  for (int64_t n = 0; n < nb; n++)
+    for (int64_t c = 0; c < g->c; c++) {
+      const float *xp = x + (n * g->c + c) * plane;
+      for (int64_t ki = 0; ki < g->kh; ki++)
+        for (int64_t kj = 0; kj < g->kw; kj++) {
+          float *row = cols + ((n * g->c + c) * kk + ki * g->kw + kj) * L;
+          int64_t lo, hi;
+          valid_cols(g, kj, &lo, &hi);
+          for (int64_t oy = 0; oy < g->oh; oy++) {
+            float *r = row + oy * g->ow;
+            int64_t iy = oy * g->sh - g->ph + ki;
+            if (iy < 0 || iy >= g->h) {
+              memset(r, 0, sizeof(float) * (size_t)g->ow);
+              continue;
+            }
+            const float *src = xp + iy * g->w - g->pw + kj; /* src[ox * sw] is column ox */
+            for (int64_t ox = 0; ox < lo; ox++) r[ox] = 0.f;
+            if (g->sw == 1) memcpy(r + lo, src + lo, sizeof(float) * (size_t)(hi - lo));
+            else
+              for (int64_t ox = lo; ox < hi; ox++) r[ox] = src[ox * g->sw];
+            for (int64_t ox = hi; ox < g->ow; ox++) r[ox] = 0.f;
+          }
+        }
+    }
+}
+
+int dp_cpu_im2col(dp_tensor *cols, const dp_tensor *x, const dp_window2d *g, int64_t n0, int64_t nb) {
+  int64_t plane = g->h * g->w, img = g->c * plane;
+  if (x->dtype == DP_F32 && cols->dtype == DP_F32) {
+    im2col_f32(dp_data(cols), (const float *)dp_data(x) + n0 * img, g, nb);
+    return 0;
+  }
+  const char *xp = dp_data(x);
+  char *cp = dp_data(cols);
+  int64_t k = 0;
+  for (int64_t n = n0; n < n0 + nb; n++)
+    for (int64_t c = 0; c < g->c; c++)
+      for (int64_t ki = 0; ki < g->kh; ki++)
+        for (int64_t kj = 0; kj < g->kw; kj++)
+          for (int64_t oy = 0; oy < g->oh; oy++)
+            for (int64_t ox = 0; ox < g->ow; ox++, k++) {
+              int64_t iy = oy * g->sh - g->ph + ki, ix = ox * g->sw - g->pw + kj;
+              bool inside = iy >= 0 && iy < g->h && ix >= 0 && ix < g->w;
+              ST(cols, cp, k, inside ? LD(x, xp, n * img + c * plane + iy * g->w + ix) : 0.0);
+            }
+  return 0;
+}
+
+/* ---- col2im: the adjoint, accumulating into gx ---- */
+
+static void col2im_f32(float *gx, const float *cols, const dp_window2d *g, int64_t nb) {
+  int64_t L = g->oh * g->ow, plane = g->h * g->w, kk = g->kh * g->kw;
+  for (int64_t n = 0; n < nb; n++)
+    for (int64_t c = 0; c < g->c; c++) {
+      float *gp = gx + (n * g->c + c) * plane;
+      for (int64_t ki = 0; ki < g->kh; ki++)
+        for (int64_t kj = 0; kj < g->kw; kj++) {
+          const float *row = cols + ((n * g->c + c) * kk + ki * g->kw + kj) * L;
+          int64_t lo, hi;
+          valid_cols(g, kj, &lo, &hi);
+          for (int64_t oy = 0; oy < g->oh; oy++) {
+            int64_t iy = oy * g->sh - g->ph + ki;
+            if (iy < 0 || iy >= g->h) continue;
+            const float *r = row + oy * g->ow;
+            float *dst = gp + iy * g->w - g->pw + kj;
+            if (g->sw == 1)
+              for (int64_t ox = lo; ox < hi; ox++) dst[ox] += r[ox];
+            else
+              for (int64_t ox = lo; ox < hi; ox++) dst[ox * g->sw] += r[ox];
+          }
+        }
+    }
+}
+
+int dp_cpu_col2im(dp_tensor *gx, const dp_tensor *cols, const dp_window2d *g, int64_t n0, int64_t nb) {
+  int64_t plane = g->h * g->w, img = g->c * plane;
+  if (gx->dtype == DP_F32 && cols->dtype == DP_F32) {
+    col2im_f32((float *)dp_data(gx) + n0 * img, dp_data(cols), g, nb);
+    return 0;
+  }
+  char *gp = dp_data(gx);
+  const char *cp = dp_data(cols);
+  int64_t k = 0;
+  for (int64_t n = n0; n < n0 + nb; n++)
+    for (int64_t c = 0; c < g->c; c++)
+      for (int64_t ki = 0; ki < g->kh; ki++)
+        for (int64_t kj = 0; kj < g->kw; kj++)
+          for (int64_t oy = 0; oy < g->oh; oy++)
+            for (int64_t ox = 0; ox < g->ow; ox++, k++) {
+              int64_t iy = oy * g->sh - g->ph + ki, ix = ox * g->sw - g->pw + kj;
+              if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w) continue;
+              int64_t e = n * img + c * plane + iy * g->w + ix;
+              ST(gx, gp, e, LD(gx, gp, e) + LD(cols, cp, k));
+            }
+  return 0;
+}
+
+/* ---- max pooling: idx holds the winner's position iy * w + ix in its
+ * plane; NaN wins (propagates, as PyTorch); the first maximum wins ties ---- */
+
+/* Position of the maximum of rows [y0, y1) x columns [x0, x1) of a plane
+ * with row length w; its value in *m. */
+static int64_t window_max_f32(const float *p, int64_t w, int64_t y0, int64_t y1, int64_t x0, int64_t x1, float *m) {
+  int64_t best = y0 * w + x0;
+  float bv = -INFINITY;
+  for (int64_t iy = y0; iy < y1; iy++)
+    for (int64_t ix = x0; ix < x1; ix++) {
+      float v = p[iy * w + ix];
+      if (isnan(v)) {
+        *m = v;
+        return iy * w + ix;
+      }
+      if (v > bv) bv = v, best = iy * w + ix;
+    }
+  *m = bv;
+  return best;
+}
+
+static int64_t window_max_ref(const dp_tensor *x, const char *p, int64_t w, int64_t y0, int64_t y1, int64_t x0,
+                              int64_t x1, double *m) {
+  int64_t best = y0 * w + x0;
+  double bv = -INFINITY;
+  for (int64_t iy = y0; iy < y1; iy++)
+    for (int64_t ix = x0; ix < x1; ix++) {
+      double v = LD(x, p, iy * w + ix);
+      if (isnan(v)) {
+        *m = v;
+        return iy * w + ix;
+      }
+      if (v > bv) bv = v, best = iy * w + ix;
+    }
+  *m = bv;
+  return best;
+}
+
+int dp_cpu_max_pool2d(dp_tensor *y, dp_tensor *idx, const dp_tensor *x, const dp_window2d *g) {
+  int64_t planes = g->n * g->c, plane = g->h * g->w, L = g->oh * g->ow;
+  int64_t *ip = dp_data(idx);
+  bool f32 = x->dtype == DP_F32 && y->dtype == DP_F32;
+  const char *xp = dp_data(x);
+  char *yp = dp_data(y);
+  for (int64_t pl = 0; pl < planes; pl++)
+    for (int64_t oy = 0; oy < g->oh; oy++) {
+      int64_t y0, y1;
+      dp_window_range(oy, g->h, g->kh, g->sh, g->ph, &y0, &y1);
+      for (int64_t ox = 0; ox < g->ow; ox++) {
+        int64_t x0, x1, o = pl * L + oy * g->ow + ox;
+        dp_window_range(ox, g->w, g->kw, g->sw, g->pw, &x0, &x1);
+        if (f32) {
+          ip[o] = window_max_f32((const float *)xp + pl * plane, g->w, y0, y1, x0, x1, (float *)yp + o);
+        } else {
+          double m;
+          ip[o] = window_max_ref(x, xp + (size_t)(pl * plane) * dp_elsize(x), g->w, y0, y1, x0, x1, &m);
+          ST(y, yp, o, m);
+        }
+      }
+    }
+  return 0;
+}
+
+int dp_cpu_max_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, const dp_window2d *g) {
+  int64_t planes = g->n * g->c, plane = g->h * g->w, L = g->oh * g->ow;
+  const int64_t *ip = dp_data(idx);
+  memset(dp_data(gx), 0, (size_t)(planes * plane) * dp_elsize(gx));
+  char *gp = dp_data(gx);
+  const char *yp = dp_data(gy);
+  bool f32 = gx->dtype == DP_F32 && gy->dtype == DP_F32;
+  for (int64_t pl = 0; pl < planes; pl++)
+    for (int64_t o = 0; o < L; o++) {
+      int64_t k = ip[pl * L + o];
+      if (k < 0 || k >= plane)
+        return dp_error("max_pool2d backward: saved index %lld is outside the plane", (long long)k);
+      int64_t e = pl * plane + k;
+      if (f32) ((float *)gp)[e] += ((const float *)yp)[pl * L + o];
+      else ST(gx, gp, e, LD(gx, gp, e) + LD(gy, yp, pl * L + o));
+    }
+  return 0;
+}
+
+/* ---- average pooling (count_include_pad = true) ---- */
+
+int dp_cpu_avg_pool2d(dp_tensor *y, const dp_tensor *x, const dp_window2d *g) {
+  int64_t planes = g->n * g->c, plane = g->h * g->w, L = g->oh * g->ow;
+  bool f32 = x->dtype == DP_F32 && y->dtype == DP_F32;
+  const char *xp = dp_data(x);
+  char *yp = dp_data(y);
+  for (int64_t pl = 0; pl < planes; pl++)
+    for (int64_t oy = 0; oy < g->oh; oy++) {
+      int64_t y0, y1;
+      int64_t dh = dp_window_range(oy, g->h, g->kh, g->sh, g->ph, &y0, &y1);
+      for (int64_t ox = 0; ox < g->ow; ox++) {
+        int64_t x0, x1;
+        int64_t dw = dp_window_range(ox, g->w, g->kw, g->sw, g->pw, &x0, &x1);
+        int64_t o = pl * L + oy * g->ow + ox;
+        if (f32) {
+          const float *xf = (const float *)xp + pl * plane;
+          float s = 0.f;
+          for (int64_t iy = y0; iy < y1; iy++)
+            for (int64_t ix = x0; ix < x1; ix++) s += xf[iy * g->w + ix];
+          ((float *)yp)[o] = s / (float)(dh * dw);
+        } else {
+          double s = 0;
+          for (int64_t iy = y0; iy < y1; iy++)
+            for (int64_t ix = x0; ix < x1; ix++) s += LD(x, xp, pl * plane + iy * g->w + ix);
+          ST(y, yp, o, s / (double)(dh * dw));
+        }
+      }
+    }
+  return 0;
+}
+
+int dp_cpu_avg_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, const dp_window2d *g) {
+  int64_t planes = g->n * g->c, plane = g->h * g->w, L = g->oh * g->ow;
+  memset(dp_data(gx), 0, (size_t)(planes * plane) * dp_elsize(gx));
+  bool f32 = gx->dtype == DP_F32 && gy->dtype == DP_F32;
+  char *gp = dp_data(gx);
+  const char *yp = dp_data(gy);
+  for (int64_t pl = 0; pl < planes; pl++)
+    for (int64_t oy = 0; oy < g->oh; oy++) {
+      int64_t y0, y1;
+      int64_t dh = dp_window_range(oy, g->h, g->kh, g->sh, g->ph, &y0, &y1);
+      for (int64_t ox = 0; ox < g->ow; ox++) {
+        int64_t x0, x1;
+        int64_t dw = dp_window_range(ox, g->w, g->kw, g->sw, g->pw, &x0, &x1);
+        double v = LD(gy, yp, pl * L + oy * g->ow + ox) / (double)(dh * dw);
+        for (int64_t iy = y0; iy < y1; iy++)
+          for (int64_t ix = x0; ix < x1; ix++) {
+            int64_t e = pl * plane + iy * g->w + ix;
+            if (f32) ((float *)gp)[e] += (float)v;
+            else ST(gx, gp, e, LD(gx, gp, e) + v);
+          }
+      }
+    }
+  return 0;
+}

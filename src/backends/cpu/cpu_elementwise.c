@@ -1,0 +1,415 @@
+/* CPU elementwise kernels: copy/cast, fill, unary, binary, their backward.
+ *
+ * Two paths per kernel: a float32 unit-stride loop the compiler vectorises,
+ * and the reference path that loads every element as double (dp_load_d),
+ * applies the double version of the math and stores in the output dtype.
+ * float64, integers and strided views take the reference path; the specs
+ * check the float32 path against it. */
+#include <math.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "backends/cpu/cpu_iter.h"
+#include "backends/cpu/cpu_kernels.h"
+#include "ops/philox.h"
+#include "ops/scalar_math.h"
+
+/* ---- reference scalar functions (double): the shared table of
+ * scalar_math.h, which the CUDA kernels use too ---- */
+double dp_unary_ref(dp_unary_op op, double x) { return dp_unary_d(op, x); }
+
+/* derivative factor dy/dx from input x and output y */
+double dp_unary_grad_ref(dp_unary_op op, double x, double y) { return dp_unary_grad_d(op, x, y); }
+
+/* Which saved tensor the backward of op reads: 'x', 'y' or 0 (none). */
+char dp_unary_grad_uses(dp_unary_op op) {
+  switch (op) {
+  case DP_U_EXP:
+  case DP_U_RELU:
+  case DP_U_TANH:
+  case DP_U_SIGMOID:
+  case DP_U_SQRT:
+  case DP_U_RSQRT:
+  case DP_U_RECIP: return 'y';
+  case DP_U_NEG:
+  case DP_U_SIGN: return 0;
+  default: return 'x';
+  }
+}
+
+double dp_binary_ref(dp_binary_op op, double a, double b) { return dp_binary_d(op, a, b); }
+
+/* Integer arithmetic stays exact in int64. Division of integers is
+ * promoted to float by the op layer. */
+static int64_t binary_i64(dp_binary_op op, int64_t a, int64_t b) { return dp_binary_i64(op, a, b); }
+
+/* ---- copy / cast ---- */
+typedef struct {
+  dp_dtype to, from;
+} cast_ctx;
+
+static void copy_row(char **p, const int64_t *s, int64_t n, void *vctx) {
+  cast_ctx *c = vctx;
+  size_t es = dp_dtype_size(c->to);
+  if (c->to == c->from) {
+    if (s[0] == (int64_t)es && s[1] == (int64_t)es) {
+      memcpy(p[0], p[1], (size_t)n * es);
+      return;
+    }
+    if (s[1] == 0) { /* a broadcast value: typed stores, not a memcpy call per element */
+      if (es == 4) {
+        uint32_t v;
+        memcpy(&v, p[1], 4);
+        for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], &v, 4);
+      } else if (es == 8) {
+        uint64_t v;
+        memcpy(&v, p[1], 8);
+        for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], &v, 8);
+      } else {
+        for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], p[1], es);
+      }
+      return;
+    }
+    for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], p[1] + i * s[1], es);
+    return;
+  }
+  if (c->to == DP_F32 && c->from == DP_U8 && s[0] == 4 && s[1] == 1) {
+    float *o = (float *)p[0];
+    const uint8_t *x = (const uint8_t *)p[1];
+    for (int64_t i = 0; i < n; i++) o[i] = x[i];
+    return;
+  }
+  if (c->to == DP_I64 && c->from == DP_U8) {
+    for (int64_t i = 0; i < n; i++) *(int64_t *)(p[0] + i * s[0]) = *(uint8_t *)(p[1] + i * s[1]);
+    return;
+  }
+  if (c->to == DP_U8 && c->from == DP_I64) {
+    for (int64_t i = 0; i < n; i++) *(uint8_t *)(p[0] + i * s[0]) = (uint8_t) * (int64_t *)(p[1] + i * s[1]);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) dp_store_d(p[0] + i * s[0], c->to, dp_load_d(p[1] + i * s[1], c->from));
+}
+
+int dp_cpu_copy(dp_tensor *dst, const dp_tensor *src) {
+  cast_ctx c = {dst->dtype, src->dtype};
+  const dp_tensor *ops[2] = {dst, src};
+  dp_cpu_foreach(2, ops, copy_row, &c);
+  return 0;
+}
+
+static void fill_row(char **p, const int64_t *s, int64_t n, void *vctx) {
+  const dp_tensor *t = ((const dp_tensor **)vctx)[0];
+  double v = *((const double **)vctx)[1];
+  size_t es = dp_elsize(t);
+  char one[8];
+  dp_store_d(one, t->dtype, v);
+  if (s[0] == 4 && t->dtype == DP_F32) {
+    float f = *(float *)one, *o = (float *)p[0];
+    for (int64_t i = 0; i < n; i++) o[i] = f;
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], one, es);
+}
+
+int dp_cpu_fill(dp_tensor *t, double v) {
+  if (v == 0.0 && dp_is_contiguous(t)) {
+    memset(dp_data(t), 0, (size_t)dp_numel(t) * dp_elsize(t));
+    return 0;
+  }
+  const void *ctx[2] = {t, &v};
+  const dp_tensor *ops[1] = {t};
+  dp_cpu_foreach(1, ops, fill_row, ctx);
+  return 0;
+}
+
+int dp_cpu_arange(dp_tensor *out, double start, double step) {
+  int64_t n = dp_numel(out);
+  char *p = dp_data(out);
+  size_t es = dp_elsize(out);
+  if (out->dtype == DP_I64) {
+    for (int64_t i = 0; i < n; i++) ((int64_t *)p)[i] = (int64_t)start + i * (int64_t)step;
+    return 0;
+  }
+  for (int64_t i = 0; i < n; i++) dp_store_d(p + (size_t)i * es, out->dtype, start + (double)i * step);
+  return 0;
+}
+
+int dp_cpu_rand(dp_tensor *out, dp_rand_kind kind, uint64_t seed, uint64_t offset, double a, double b) {
+  int64_t n = dp_numel(out);
+  char *p = dp_data(out);
+  size_t es = dp_elsize(out);
+  if (kind == DP_RAND_UNIFORM && out->dtype == DP_F32) {
+    float *o = (float *)p, fa = (float)a, fs = (float)(b - a);
+    for (int64_t i = 0; i < n; i++) o[i] = fa + fs * dp_philox_uniform_f(seed, offset + (uint64_t)i);
+    return 0;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    double v = kind == DP_RAND_UNIFORM ? a + (b - a) * dp_philox_uniform_d(seed, offset + (uint64_t)i)
+                                       : a + b * dp_philox_normal_d(seed, offset + (uint64_t)i);
+    dp_store_d(p + (size_t)i * es, out->dtype, v);
+  }
+  return 0;
+}
+
+/* ---- unary ---- */
+typedef struct {
+  dp_unary_op op;
+  dp_dtype to, from;
+} unary_ctx;
+
+static void unary_f32(dp_unary_op op, float *o, const float *x, int64_t n) {
+  switch (op) {
+  case DP_U_NEG:
+    for (int64_t i = 0; i < n; i++) o[i] = -x[i];
+    break;
+  case DP_U_RELU:
+    for (int64_t i = 0; i < n; i++) o[i] = dp_relu_f(x[i]);
+    break;
+  case DP_U_EXP:
+    for (int64_t i = 0; i < n; i++) o[i] = expf(x[i]);
+    break;
+  case DP_U_LOG:
+    for (int64_t i = 0; i < n; i++) o[i] = logf(x[i]);
+    break;
+  case DP_U_GELU:
+    for (int64_t i = 0; i < n; i++) o[i] = dp_gelu_f(x[i]);
+    break;
+  case DP_U_TANH:
+    for (int64_t i = 0; i < n; i++) o[i] = tanhf(x[i]);
+    break;
+  case DP_U_SIGMOID:
+    for (int64_t i = 0; i < n; i++) o[i] = dp_sigmoid_f(x[i]);
+    break;
+  case DP_U_SQRT:
+    for (int64_t i = 0; i < n; i++) o[i] = sqrtf(x[i]);
+    break;
+  case DP_U_RSQRT:
+    for (int64_t i = 0; i < n; i++) o[i] = 1.f / sqrtf(x[i]);
+    break;
+  case DP_U_ABS:
+    for (int64_t i = 0; i < n; i++) o[i] = fabsf(x[i]);
+    break;
+  case DP_U_SQUARE:
+    for (int64_t i = 0; i < n; i++) o[i] = x[i] * x[i];
+    break;
+  case DP_U_RECIP:
+    for (int64_t i = 0; i < n; i++) o[i] = 1.f / x[i];
+    break;
+  case DP_U_SIGN:
+    for (int64_t i = 0; i < n; i++) o[i] = dp_sign_f(x[i]);
+    break;
+  default: break;
+  }
+}
+
+static void unary_row(char **p, const int64_t *s, int64_t n, void *vctx) {
+  unary_ctx *c = vctx;
+  if (c->to == DP_F32 && c->from == DP_F32 && s[0] == 4 && s[1] == 4) {
+    unary_f32(c->op, (float *)p[0], (const float *)p[1], n);
+    return;
+  }
+  if (c->to == DP_I64 && c->from == DP_I64) { /* neg/abs/relu/square/sign: exact beyond 2^53 */
+    for (int64_t i = 0; i < n; i++)
+      *(int64_t *)(p[0] + i * s[0]) = dp_unary_i64(c->op, *(const int64_t *)(p[1] + i * s[1]));
+    return;
+  }
+  for (int64_t i = 0; i < n; i++)
+    dp_store_d(p[0] + i * s[0], c->to, dp_unary_ref(c->op, dp_load_d(p[1] + i * s[1], c->from)));
+}
+
+int dp_cpu_unary(dp_unary_op op, dp_tensor *out, const dp_tensor *x) {
+  unary_ctx c = {op, out->dtype, x->dtype};
+  const dp_tensor *ops[2] = {out, x};
+  dp_cpu_foreach(2, ops, unary_row, &c);
+  return 0;
+}
+
+typedef struct {
+  dp_unary_op op;
+  dp_dtype dt[4];
+  bool has_x, has_y;
+} ugrad_ctx;
+
+static void ugrad_row(char **p, const int64_t *s, int64_t n, void *vctx) {
+  ugrad_ctx *c = vctx;
+  /* operands: gx, gy, [x], [y] (in that order, absent ones skipped) */
+  int kx = c->has_x ? 2 : -1, ky = c->has_y ? (c->has_x ? 3 : 2) : -1;
+  bool f32 = c->dt[0] == DP_F32 && s[0] == 4 && s[1] == 4 && (kx < 0 || s[kx] == 4) && (ky < 0 || s[ky] == 4);
+  for (int k = 1; k < 4; k++) f32 = f32 && c->dt[k] == DP_F32;
+  if (f32 && c->op == DP_U_RELU && ky > 0) {
+    float *gx = (float *)p[0];
+    const float *gy = (const float *)p[1], *y = (const float *)p[ky];
+    /* both values loaded unconditionally so the select vectorises (a
+     * conditional load of gy[i] does not, and mispredicts on random signs) */
+    for (int64_t i = 0; i < n; i++) {
+      float g = gy[i], v = y[i];
+      gx[i] = v > 0.f ? g : 0.f;
+    }
+    return;
+  }
+  if (f32 && c->op == DP_U_GELU && kx > 0) {
+    float *gx = (float *)p[0];
+    const float *gy = (const float *)p[1], *x = (const float *)p[kx];
+    for (int64_t i = 0; i < n; i++) gx[i] = gy[i] * dp_gelu_grad_f(x[i]);
+    return;
+  }
+  if (f32 && (c->op == DP_U_TANH || c->op == DP_U_SIGMOID) && ky > 0) {
+    float *gx = (float *)p[0];
+    const float *gy = (const float *)p[1], *y = (const float *)p[ky];
+    if (c->op == DP_U_TANH)
+      for (int64_t i = 0; i < n; i++) gx[i] = gy[i] * dp_tanh_grad_f(y[i]);
+    else
+      for (int64_t i = 0; i < n; i++) gx[i] = gy[i] * dp_sigmoid_grad_f(y[i]);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    double x = kx > 0 ? dp_load_d(p[kx] + i * s[kx], c->dt[kx]) : 0.0;
+    double y = ky > 0 ? dp_load_d(p[ky] + i * s[ky], c->dt[ky]) : 0.0;
+    double gy = dp_load_d(p[1] + i * s[1], c->dt[1]);
+    dp_store_d(p[0] + i * s[0], c->dt[0], gy * dp_unary_grad_ref(c->op, x, y));
+  }
+}
+
+int dp_cpu_unary_backward(dp_unary_op op, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x,
+                          const dp_tensor *y) {
+  ugrad_ctx c = {.op = op, .has_x = x != NULL, .has_y = y != NULL};
+  const dp_tensor *ops[4] = {gx, gy, NULL, NULL};
+  int k = 2;
+  if (x) ops[k++] = x;
+  if (y) ops[k++] = y;
+  for (int i = 0; i < 4; i++) c.dt[i] = i < k ? ops[i]->dtype : DP_F32;
+  dp_cpu_foreach(k, ops, ugrad_row, &c);
+  return 0;
+}
+
+/* ---- binary ---- */
+typedef struct {
+  dp_binary_op op;
+  dp_dtype to, a, b;
+  double s;
+  bool scalar_first;
+} binary_ctx;
+
+static void binary_f32(dp_binary_op op, float *o, const float *a, const float *b, int64_t sb, int64_t n) {
+  if (sb == 0) {
+    float v = *b;
+    switch (op) {
+    case DP_B_ADD:
+      for (int64_t i = 0; i < n; i++) o[i] = a[i] + v;
+      return;
+    case DP_B_SUB:
+      for (int64_t i = 0; i < n; i++) o[i] = a[i] - v;
+      return;
+    case DP_B_MUL:
+      for (int64_t i = 0; i < n; i++) o[i] = a[i] * v;
+      return;
+    case DP_B_DIV:
+      for (int64_t i = 0; i < n; i++) o[i] = a[i] / v;
+      return;
+    default: break;
+    }
+  } else {
+    switch (op) {
+    case DP_B_ADD:
+      for (int64_t i = 0; i < n; i++) o[i] = a[i] + b[i];
+      return;
+    case DP_B_SUB:
+      for (int64_t i = 0; i < n; i++) o[i] = a[i] - b[i];
+      return;
+    case DP_B_MUL:
+      for (int64_t i = 0; i < n; i++) o[i] = a[i] * b[i];
+      return;
+    case DP_B_DIV:
+      for (int64_t i = 0; i < n; i++) o[i] = a[i] / b[i];
+      return;
+    default: break;
+    }
+  }
+  for (int64_t i = 0; i < n; i++) o[i] = (float)dp_binary_ref(op, a[i], b[sb ? i : 0]);
+}
+
+static bool is_arith(dp_binary_op op) { return op <= DP_B_DIV; }
+
+static void binary_row(char **p, const int64_t *s, int64_t n, void *vctx) {
+  binary_ctx *c = vctx;
+  if (c->to == DP_F32 && c->a == DP_F32 && c->b == DP_F32 && s[0] == 4 && s[1] == 4 && (s[2] == 4 || s[2] == 0)) {
+    binary_f32(c->op, (float *)p[0], (const float *)p[1], (const float *)p[2], s[2], n);
+    return;
+  }
+  if (c->to == DP_I64 && c->a == DP_I64 && c->b == DP_I64) {
+    for (int64_t i = 0; i < n; i++)
+      *(int64_t *)(p[0] + i * s[0]) = binary_i64(c->op, *(int64_t *)(p[1] + i * s[1]), *(int64_t *)(p[2] + i * s[2]));
+    return;
+  }
+  if (c->to == DP_U8 && c->a == DP_I64 && c->b == DP_I64 && !is_arith(c->op)) {
+    for (int64_t i = 0; i < n; i++)
+      *(uint8_t *)(p[0] + i * s[0]) =
+          (uint8_t)binary_i64(c->op, *(int64_t *)(p[1] + i * s[1]), *(int64_t *)(p[2] + i * s[2]));
+    return;
+  }
+  for (int64_t i = 0; i < n; i++)
+    dp_store_d(p[0] + i * s[0], c->to,
+               dp_binary_ref(c->op, dp_load_d(p[1] + i * s[1], c->a), dp_load_d(p[2] + i * s[2], c->b)));
+}
+
+int dp_cpu_binary(dp_binary_op op, dp_tensor *out, const dp_tensor *a, const dp_tensor *b) {
+  binary_ctx c = {op, out->dtype, a->dtype, b->dtype, 0, false};
+  const dp_tensor *ops[3] = {out, a, b};
+  dp_cpu_foreach(3, ops, binary_row, &c);
+  return 0;
+}
+
+static void binary_scalar_row(char **p, const int64_t *s, int64_t n, void *vctx) {
+  binary_ctx *c = vctx;
+  if (c->to == DP_F32 && c->a == DP_F32 && s[0] == 4 && s[1] == 4 && is_arith(c->op)) {
+    float *o = (float *)p[0], v = (float)c->s;
+    const float *a = (const float *)p[1];
+    if (!c->scalar_first) {
+      binary_f32(c->op, o, a, &v, 0, n);
+      return;
+    }
+    switch (c->op) {
+    case DP_B_SUB:
+      for (int64_t i = 0; i < n; i++) o[i] = v - a[i];
+      return;
+    case DP_B_DIV:
+      for (int64_t i = 0; i < n; i++) o[i] = v / a[i];
+      return;
+    default: binary_f32(c->op, o, a, &v, 0, n); return; /* commutative */
+    }
+  }
+  for (int64_t i = 0; i < n; i++) {
+    double a = dp_load_d(p[1] + i * s[1], c->a);
+    double r = c->scalar_first ? dp_binary_ref(c->op, c->s, a) : dp_binary_ref(c->op, a, c->s);
+    dp_store_d(p[0] + i * s[0], c->to, r);
+  }
+}
+
+int dp_cpu_binary_scalar(dp_binary_op op, dp_tensor *out, const dp_tensor *a, double s, bool scalar_first) {
+  binary_ctx c = {op, out->dtype, a->dtype, a->dtype, s, scalar_first};
+  const dp_tensor *ops[2] = {out, a};
+  dp_cpu_foreach(2, ops, binary_scalar_row, &c);
+  return 0;
+}
+
+/* ---- dropout: out = x * keep / (1-p), keep from Philox (recomputed in
+ * backward with the same seed/offset) ---- */
+int dp_cpu_dropout(dp_tensor *out, const dp_tensor *x, double p, uint64_t seed, uint64_t offset) {
+  int64_t n = dp_numel(out);
+  if (out->dtype == DP_F32) {
+    float *o = dp_data(out), scale = (float)(1.0 / (1.0 - p)), fp = (float)p;
+    const float *xi = dp_data(x);
+    for (int64_t i = 0; i < n; i++)
+      o[i] = dp_philox_uniform_f(seed, offset + (uint64_t)i) >= fp ? xi[i] * scale : 0.f;
+    return 0;
+  }
+  char *o = dp_data(out);
+  const char *xi = dp_data(x);
+  size_t es = dp_elsize(out);
+  double scale = 1.0 / (1.0 - p);
+  for (int64_t i = 0; i < n; i++) {
+    bool keep = dp_philox_uniform_f(seed, offset + (uint64_t)i) >= (float)p;
+    dp_store_d(o + (size_t)i * es, out->dtype, keep ? dp_load_d(xi + (size_t)i * es, x->dtype) * scale : 0.0);
+  }
+  return 0;
+}

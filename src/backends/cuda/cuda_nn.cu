@@ -1,0 +1,308 @@
+/* CUDA kernels for the bias/activation epilogue, bias gradients, softmax,
+ * cross-entropy and row gather/scatter (embedding).
+ *
+ * Row kernels (softmax, cross-entropy) give each row a warp, or a block
+ * when the row is long, and accumulate in double with the per-row formulas
+ * of scalar_math.h that the CPU kernels use. Errors in the data (a class or
+ * an index out of range) are recorded with dp_cu_report and raised by the
+ * host at the next sync point; the affected outputs are NaN / zero so that
+ * nothing reads out of bounds in the meantime. */
+#include "backends/cuda/cuda_kernels.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+/* ---- y = act(y + bias[c]) on [outer, c, inner] ---- */
+__global__ void k_bias_act(char *y, dp_dtype ydt, const char *bias, dp_dtype bdt, int act, int64_t n, int64_t ch,
+                           int64_t inner, bool fmode) {
+  DP_CU_LOOP(i, n) {
+    int64_t q, r, c;
+    dp_cu_divmod(i, inner, &q, &r);
+    dp_cu_divmod(q, ch, &q, &c);
+    if (fmode) {
+      float v = dp_cu_ldf(y, i, ydt) + (bias ? dp_cu_ldf(bias, c, bdt) : 0.f);
+      dp_cu_stf(y, i, ydt, act < 0 ? v : dp_unary_f((dp_unary_op)act, v));
+    } else {
+      double v = dp_cu_ld(y, i, ydt) + (bias ? dp_cu_ld(bias, c, bdt) : 0.0);
+      dp_cu_st(y, i, ydt, act < 0 ? v : dp_unary_d((dp_unary_op)act, v));
+    }
+  }
+}
+
+int dp_cu_bias_act(const dp_cu_ctx *c, void *y, dp_dtype ydt, const void *bias, dp_dtype bdt, int act, int64_t outer,
+                   int64_t ch, int64_t inner) {
+  int64_t n = outer * ch * inner;
+  if (n == 0) return 0;
+  bool fmode = dp_dtype_is_f32ish(ydt) && (!bias || dp_dtype_is_f32ish(bdt));
+  k_bias_act<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)y, ydt, (const char *)bias,
+                                                                                 bdt, act, n, ch, inner, fmode);
+  return dp_cu_after_launch(c, "bias_act");
+}
+
+/* ---- gb[c] = sum of gy [outer, c, inner] over outer and inner ----
+ * inner == 1 is a column sum: the reduction kernels' [1, outer, c] case.
+ * Otherwise a block per (channel, split) walks its slice of outer*inner. */
+__global__ void k_channel_sum(const char *gy, dp_dtype gydt, int64_t outer, int64_t ch, int64_t inner, int64_t splits,
+                              double *partial) {
+  __shared__ double shm[32];
+  int64_t c = blockIdx.x / splits, s = blockIdx.x % splits;
+  int64_t total = outer * inner, chunk = (total + splits - 1) / splits;
+  int64_t j0 = s * chunk, j1 = j0 + chunk < total ? j0 + chunk : total;
+  double acc = 0;
+  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+    int64_t o, i;
+    dp_cu_divmod(j, inner, &o, &i);
+    acc += dp_cu_ld(gy, (o * ch + c) * inner + i, gydt);
+  }
+  acc = dp_cu_group_reduce(
+      acc, [](double a, double b) { return a + b; }, true, shm);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+__global__ void k_sum_splits(char *out, dp_dtype odt, const double *partial, int64_t n, int64_t splits) {
+  DP_CU_LOOP(c, n) {
+    double acc = 0;
+    for (int64_t s = 0; s < splits; s++) acc += partial[c * splits + s];
+    dp_cu_st(out, c, odt, acc);
+  }
+}
+
+int dp_cu_channel_sum(const dp_cu_ctx *c, void *gb, dp_dtype gbdt, const void *gy, dp_dtype gydt, int64_t outer,
+                      int64_t ch, int64_t inner) {
+  if (ch == 0) return 0;
+  if (inner == 1) return dp_cu_reduce(c, DP_R_SUM, gb, gbdt, NULL, gy, gydt, 1, outer, ch, 0);
+  int64_t total = outer * inner, splits = 1;
+  if (ch < 2 * c->sm_count && total > 16384) {
+    splits = (2 * c->sm_count + ch - 1) / ch;
+    if (splits > total / 8192) splits = total / 8192;
+    if (splits < 1) splits = 1;
+  }
+  size_t pbytes = (size_t)(ch * splits) * sizeof(double);
+  double *partial = (double *)dp_cu_scratch(c, pbytes);
+  if (!partial) return -1;
+  k_channel_sum<<<(unsigned)(ch * splits), DP_CU_THREADS, 0, c->stream>>>((const char *)gy, gydt, outer, ch, inner,
+                                                                          splits, partial);
+  int rc = dp_cu_after_launch(c, "channel_sum");
+  if (!rc) {
+    k_sum_splits<<<dp_cu_blocks(c, ch, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)gb, gbdt, partial, ch,
+                                                                                      splits);
+    rc = dp_cu_after_launch(c, "channel_sum");
+  }
+  dp_cu_scratch_free(c, partial, pbytes);
+  return rc;
+}
+
+/* ---- softmax / log_softmax over rows ---- */
+__device__ __forceinline__ void lse_add(dp_cu_pair *p, double v) {
+  if (v != -INFINITY) dp_lse_merge_d(&p->a, &p->b, v, 1.0); /* exp(-inf) adds nothing */
+}
+
+__device__ __forceinline__ double row_lse(const char *x, dp_dtype xdt, int64_t base, int64_t cols, dp_cu_rows g,
+                                          dp_cu_pair *shm) {
+  dp_cu_pair p = {-INFINITY, 0.0};
+  for (int64_t j = g.lane; j < cols; j += g.size) lse_add(&p, dp_cu_ld(x, base + j, xdt));
+  p = dp_cu_group_reduce(
+      p, [](dp_cu_pair a, dp_cu_pair b) { return dp_cu_lse2(a, b); }, g.block, shm);
+  return p.a + log(p.b);
+}
+
+__global__ void k_softmax(char *y, dp_dtype ydt, const char *x, dp_dtype xdt, int64_t rows, int64_t cols, bool logsm,
+                          bool block) {
+  __shared__ dp_cu_pair shm[32];
+  dp_cu_rows g = dp_cu_rows_here(block);
+  if (g.row >= rows) return; /* whole warps (warp mode) or whole blocks */
+  int64_t base = g.row * cols;
+  double lse = row_lse(x, xdt, base, cols, g, shm);
+  for (int64_t j = g.lane; j < cols; j += g.size)
+    dp_cu_st(y, base + j, ydt, dp_softmax_out_d(dp_cu_ld(x, base + j, xdt), lse, logsm));
+}
+
+int dp_cu_softmax(const dp_cu_ctx *c, void *y, dp_dtype ydt, const void *x, dp_dtype xdt, int64_t rows, int64_t cols,
+                  bool log) {
+  if (rows == 0 || cols == 0) return 0;
+  bool block = dp_cu_rows_by_block(cols);
+  k_softmax<<<dp_cu_rows_grid(rows, block), DP_CU_THREADS, 0, c->stream>>>((char *)y, ydt, (const char *)x, xdt, rows,
+                                                                           cols, log, block);
+  return dp_cu_after_launch(c, "softmax");
+}
+
+__global__ void k_softmax_backward(char *gx, dp_dtype gxdt, const char *gy, dp_dtype gydt, const char *y, dp_dtype ydt,
+                                   int64_t rows, int64_t cols, bool logsm, bool block) {
+  __shared__ double shm[32];
+  dp_cu_rows g = dp_cu_rows_here(block);
+  if (g.row >= rows) return;
+  int64_t base = g.row * cols;
+  double dot = 0;
+  for (int64_t j = g.lane; j < cols; j += g.size) {
+    double gv = dp_cu_ld(gy, base + j, gydt);
+    dot += logsm ? gv : gv * dp_cu_ld(y, base + j, ydt);
+  }
+  dot = dp_cu_group_reduce(
+      dot, [](double a, double b) { return a + b; }, g.block, shm);
+  for (int64_t j = g.lane; j < cols; j += g.size)
+    dp_cu_st(gx, base + j, gxdt,
+             dp_softmax_grad_d(dp_cu_ld(gy, base + j, gydt), dp_cu_ld(y, base + j, ydt), dot, logsm));
+}
+
+int dp_cu_softmax_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const void *gy, dp_dtype gydt, const void *y,
+                           dp_dtype ydt, int64_t rows, int64_t cols, bool log) {
+  if (rows == 0 || cols == 0) return 0;
+  bool block = dp_cu_rows_by_block(cols);
+  k_softmax_backward<<<dp_cu_rows_grid(rows, block), DP_CU_THREADS, 0, c->stream>>>(
+      (char *)gx, gxdt, (const char *)gy, gydt, (const char *)y, ydt, rows, cols, log, block);
+  return dp_cu_after_launch(c, "softmax backward");
+}
+
+/* ---- cross-entropy (fused log-softmax + NLL, label smoothing) ---- */
+__global__ void k_cross_entropy(char *loss, dp_dtype ldt, char *lse_out, dp_dtype lsedt, const char *x, dp_dtype xdt,
+                                const int64_t *target, int64_t rows, int64_t C, int64_t base, double eps,
+                                int64_t ignore, bool block, const dp_cu_ctx ctx) {
+  __shared__ dp_cu_pair shm[32];
+  dp_cu_rows g = dp_cu_rows_here(block);
+  if (g.row >= rows) return;
+  int64_t rb = g.row * C;
+  dp_cu_pair p = {-INFINITY, 0.0};
+  double sum_x = 0;
+  for (int64_t j = g.lane; j < C; j += g.size) {
+    double v = dp_cu_ld(x, rb + j, xdt);
+    lse_add(&p, v);
+    sum_x += v;
+  }
+  p = dp_cu_group_reduce(
+      p, [](dp_cu_pair a, dp_cu_pair b) { return dp_cu_lse2(a, b); }, g.block, shm);
+  sum_x = dp_cu_group_reduce(
+      sum_x, [](double a, double b) { return a + b; }, g.block, (double *)shm);
+  if (g.lane != 0) return;
+  double l = p.a + log(p.b);
+  dp_cu_st(lse_out, g.row, lsedt, l);
+  int64_t t = target[g.row];
+  if (t == ignore) {
+    dp_cu_st(loss, g.row, ldt, 0.0);
+  } else if (t - base < 0 || t - base >= C) {
+    dp_cu_report(ctx, DP_CU_FAULT_TARGET, t, g.row + base, base, C - 1 + base);
+    dp_cu_st(loss, g.row, ldt, NAN);
+  } else {
+    dp_cu_st(loss, g.row, ldt, dp_ce_loss_d(l, dp_cu_ld(x, rb + t - base, xdt), sum_x, C, eps));
+  }
+}
+
+int dp_cu_cross_entropy(const dp_cu_ctx *c, void *loss, dp_dtype ldt, void *lse, dp_dtype lsedt, const void *x,
+                        dp_dtype xdt, const int64_t *target, int64_t rows, int64_t classes, int64_t base,
+                        double smoothing, int64_t ignore_index) {
+  if (rows == 0) return 0;
+  bool block = dp_cu_rows_by_block(classes);
+  k_cross_entropy<<<dp_cu_rows_grid(rows, block), DP_CU_THREADS, 0, c->stream>>>(
+      (char *)loss, ldt, (char *)lse, lsedt, (const char *)x, xdt, target, rows, classes, base, smoothing, ignore_index,
+      block, *c);
+  return dp_cu_after_launch(c, "cross_entropy");
+}
+
+/* elementwise: gx = (softmax(x) - smoothed one-hot) * scale[row] */
+__global__ void k_cross_entropy_backward(char *gx, dp_dtype gxdt, const char *x, dp_dtype xdt, const char *lse,
+                                         dp_dtype lsedt, const int64_t *target, const char *scale, dp_dtype sdt,
+                                         int64_t rows, int64_t C, int64_t base, double eps, int64_t ignore) {
+  DP_CU_LOOP(e, rows * C) {
+    int64_t r, j;
+    dp_cu_divmod(e, C, &r, &j);
+    int64_t t = target[r];
+    double sc = dp_cu_ld(scale, r, sdt);
+    double v = 0.0;
+    if (t != ignore && sc != 0.0)
+      v = dp_ce_grad_d(dp_cu_ld(x, e, xdt), dp_cu_ld(lse, r, lsedt), j == t - base, C, eps, sc);
+    dp_cu_st(gx, e, gxdt, v);
+  }
+}
+
+int dp_cu_cross_entropy_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const void *x, dp_dtype xdt,
+                                 const void *lse, dp_dtype lsedt, const int64_t *target, const void *scale,
+                                 dp_dtype sdt, int64_t rows, int64_t classes, int64_t base, double smoothing,
+                                 int64_t ignore_index) {
+  int64_t n = rows * classes;
+  if (n == 0) return 0;
+  k_cross_entropy_backward<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(
+      (char *)gx, gxdt, (const char *)x, xdt, (const char *)lse, lsedt, target, (const char *)scale, sdt, rows, classes,
+      base, smoothing, ignore_index);
+  return dp_cu_after_launch(c, "cross_entropy backward");
+}
+
+/* ---- out [n, d] = src[idx[i] - base, :] ---- */
+__global__ void k_index_select(char *out, const char *src, int es, int64_t rows, int64_t d, const int64_t *idx,
+                               int64_t n, int64_t base, const dp_cu_ctx ctx) {
+  DP_CU_LOOP(e, n * d) {
+    int64_t i, j;
+    dp_cu_divmod(e, d, &i, &j);
+    int64_t k = idx[i] - base;
+    char *o = out + e * es;
+    if (k < 0 || k >= rows) {
+      if (j == 0) dp_cu_report(ctx, DP_CU_FAULT_INDEX_SELECT, idx[i], i + base, base, rows - 1 + base);
+      for (int b = 0; b < es; b++) o[b] = 0;
+      continue;
+    }
+    const char *s = src + (k * d + j) * es;
+    switch (es) {
+    case 1: *(uint8_t *)o = *(const uint8_t *)s; break;
+    case 2: *(uint16_t *)o = *(const uint16_t *)s; break;
+    case 4: *(uint32_t *)o = *(const uint32_t *)s; break;
+    default: *(uint64_t *)o = *(const uint64_t *)s; break;
+    }
+  }
+}
+
+int dp_cu_index_select(const dp_cu_ctx *c, void *out, const void *src, dp_dtype dt, int64_t rows, int64_t d,
+                       const int64_t *idx, int64_t n, int64_t base) {
+  if (n * d == 0) return 0;
+  k_index_select<<<dp_cu_blocks(c, n * d, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(
+      (char *)out, (const char *)src, (int)dp_dtype_bytes(dt), rows, d, idx, n, base, *c);
+  return dp_cu_after_launch(c, "index_select");
+}
+
+/* ---- dst[idx[i] - base, :] += src[i, :] (atomics: indices repeat) ---- */
+__device__ __forceinline__ void atomic_add_u8(uint8_t *p, unsigned v) {
+  unsigned *word = (unsigned *)((uintptr_t)p & ~(uintptr_t)3);
+  unsigned shift = ((unsigned)(uintptr_t)p & 3u) * 8u;
+  unsigned old = *word, assumed;
+  do {
+    assumed = old;
+    unsigned byte = ((assumed >> shift) + v) & 0xffu;
+    old = atomicCAS(word, assumed, (assumed & ~(0xffu << shift)) | (byte << shift));
+  } while (old != assumed);
+}
+
+__global__ void k_index_add(char *dst, dp_dtype ddt, int64_t rows, int64_t d, const int64_t *idx, int64_t n,
+                            const char *src, dp_dtype sdt, int64_t base, const dp_cu_ctx ctx) {
+  DP_CU_LOOP(e, n * d) {
+    int64_t i, j;
+    dp_cu_divmod(e, d, &i, &j);
+    int64_t k = idx[i] - base;
+    if (k < 0 || k >= rows) {
+      if (j == 0) dp_cu_report(ctx, DP_CU_FAULT_INDEX_ADD, idx[i], i + base, base, rows - 1 + base);
+      continue;
+    }
+    char *o = dp_cu_at(dst, k * d + j, ddt);
+    switch (ddt) {
+    case DP_F32: atomicAdd((float *)o, dp_cu_ldf(src, e, sdt)); break;
+    case DP_F64: atomicAdd((double *)o, dp_cu_ld(src, e, sdt)); break;
+    case DP_BF16: atomicAdd((__nv_bfloat16 *)o, __float2bfloat16_rn(dp_cu_ldf(src, e, sdt))); break;
+    case DP_F16: atomicAdd((__half *)o, __float2half_rn(dp_cu_ldf(src, e, sdt))); break;
+    case DP_I64: {
+      long long v = sdt == DP_I64 ? ((const long long *)src)[e] : (long long)dp_cu_ld(src, e, sdt);
+      atomicAdd((unsigned long long *)o, (unsigned long long)v);
+      break;
+    }
+    default: {
+      uint8_t v8;
+      dp_conv_store_d(&v8, DP_U8, dp_cu_ld(src, e, sdt));
+      atomic_add_u8((uint8_t *)o, v8);
+      break;
+    }
+    }
+  }
+}
+
+int dp_cu_index_add(const dp_cu_ctx *c, void *dst, dp_dtype ddt, int64_t rows, int64_t d, const int64_t *idx, int64_t n,
+                    const void *src, dp_dtype sdt, int64_t base) {
+  if (n * d == 0) return 0;
+  k_index_add<<<dp_cu_blocks(c, n * d, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)dst, ddt, rows, d, idx, n,
+                                                                                      (const char *)src, sdt, base, *c);
+  return dp_cu_after_launch(c, "index_add");
+}

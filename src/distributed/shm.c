@@ -1,0 +1,356 @@
+/* Shared-memory segment of a process group on one node: creation, mapping,
+ * unlinking, futex waits, the abort flag and the alloc_shared pool. */
+#include "distributed/shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+#define SHM_MAGIC 0x31676573756c6464ull /* "ddluseg1" */
+#define PAGE ((size_t)4096)
+
+struct pool_range {
+  size_t off, len;
+};
+
+static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static size_t env_size(const char *name, size_t dflt, size_t unit, size_t lo, size_t hi) {
+  const char *v = getenv(name);
+  if (!v || !*v) return dflt;
+  char *end;
+  unsigned long long x = strtoull(v, &end, 10);
+  if (*end || x * unit < lo || x * unit > hi) return dflt;
+  return (size_t)x * unit;
+}
+
+shm_sizes shm_default_sizes(void) {
+  shm_sizes s;
+  /* 1 MiB per slot (half of a rank's staging area): room for a 512 KiB
+   * all_reduce chunk and its reduced slice; broadcast and gathers move up to
+   * a slot per step */
+  s.slot_bytes = round_up(env_size("DDPLUA_SHM_SLOT_KB", 1 << 20, 1024, 64 << 10, 64 << 20), PAGE);
+  s.chan_bytes = 128 << 10;
+  /* pool: address space only; pages are allocated per alloc_shared */
+  s.pool_bytes = round_up(env_size("DDPLUA_SHM_POOL_MB", (size_t)1 << 30, 1 << 20, 0, (size_t)1 << 40), PAGE);
+  return s;
+}
+
+static void layout(shm_header *h, int nlocal, shm_sizes sz) {
+  size_t n = (size_t)nlocal;
+  h->magic = SHM_MAGIC;
+  h->nlocal = (uint32_t)nlocal;
+  h->slot_bytes = sz.slot_bytes;
+  h->chan_bytes = sz.chan_bytes;
+  h->pool_bytes = sz.pool_bytes;
+  h->ctl_off = PAGE;
+  h->chan_ctl_off = round_up(h->ctl_off + n * sizeof(shm_rank_ctl), PAGE);
+  h->slots_off = round_up(h->chan_ctl_off + n * n * sizeof(shm_chan_ctl), PAGE);
+  h->chans_off = h->slots_off + n * 2 * sz.slot_bytes;
+  h->pools_off = h->chans_off + n * n * 2 * sz.chan_bytes;
+  h->total = h->pools_off + n * sz.pool_bytes;
+}
+
+static shm_seg *seg_new(const char *name, int fd, void *base, size_t size, int me, int nlocal) {
+  shm_seg *s = dp_xcalloc(1, sizeof *s);
+  atomic_init(&s->refs, 1);
+  s->fd = fd;
+  snprintf(s->name, sizeof s->name, "%s", name);
+  s->base = base;
+  s->size = size;
+  s->hdr = base;
+  s->me = me;
+  s->nlocal = nlocal;
+  pthread_mutex_init(&s->pool_mu, NULL);
+  s->cap_free = 8;
+  s->free = dp_xmalloc(sizeof(pool_range) * (size_t)s->cap_free);
+  s->free[0] = (pool_range){0, s->hdr->pool_bytes};
+  s->n_free = s->hdr->pool_bytes ? 1 : 0;
+  return s;
+}
+
+shm_seg *shm_create(const char *name, int nlocal, shm_sizes sz) {
+  shm_header h = {0};
+  layout(&h, nlocal, sz);
+  int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    dp_error("cannot create shared memory segment /dev/shm%s: %s", name, strerror(errno));
+    return NULL;
+  }
+  /* allocate what is used from the start, so a full /dev/shm fails here */
+  int err = ftruncate(fd, (off_t)h.total) ? errno : posix_fallocate(fd, 0, (off_t)h.chans_off);
+  void *base = err ? MAP_FAILED : mmap(NULL, h.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (!err && base == MAP_FAILED) err = errno;
+  if (err) {
+    shm_unlink(name);
+    close(fd);
+    dp_error("cannot allocate the %.1f MiB shared memory segment /dev/shm%s: %s", (double)h.chans_off / 1048576.0,
+             name, err == ENOSPC ? "no space left in /dev/shm" : strerror(err));
+    return NULL;
+  }
+  memcpy(base, &h, sizeof h);
+  shm_header *hd = base;
+  atomic_store(&hd->mapped, 1);
+  shm_seg *s = seg_new(name, fd, base, h.total, 0, nlocal);
+  atomic_store(&shm_ctl(s, 0)->pid, (int32_t)getpid());
+  return s;
+}
+
+shm_seg *shm_attach(const char *name, int me, int nlocal) {
+  int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    dp_error("cannot open shared memory segment /dev/shm%s: %s", name, strerror(errno));
+    return NULL;
+  }
+  struct stat st;
+  shm_header h;
+  if (fstat(fd, &st) || (size_t)st.st_size < sizeof h || pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h ||
+      h.magic != SHM_MAGIC || h.nlocal != (uint32_t)nlocal || h.total != (uint64_t)st.st_size) {
+    close(fd);
+    dp_error("shared memory segment /dev/shm%s is not a ddplua segment for %d local ranks", name, nlocal);
+    return NULL;
+  }
+  void *base = mmap(NULL, h.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    dp_error("cannot map shared memory segment /dev/shm%s: %s", name, strerror(errno));
+    close(fd);
+    return NULL;
+  }
+  shm_seg *s = seg_new(name, fd, base, h.total, me, nlocal);
+  atomic_store(&shm_ctl(s, me)->pid, (int32_t)getpid());
+  atomic_fetch_add(&s->hdr->mapped, 1);
+  syscall(SYS_futex, &s->hdr->mapped, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+  s->unlinked = true; /* the leader removes the name */
+  return s;
+}
+
+int shm_wait_mapped_and_unlink(shm_seg *s, int64_t deadline_ms) {
+  for (;;) {
+    uint32_t v = atomic_load(&s->hdr->mapped);
+    if (v >= (uint32_t)s->nlocal) break;
+    int64_t left = deadline_ms - mono_ms();
+    if (left <= 0) {
+      shm_unlink(s->name);
+      s->unlinked = true;
+      return dp_error("only %u of %d local ranks mapped the shared memory segment in time", v, s->nlocal);
+    }
+    struct timespec ts = {left / 1000, (left % 1000) * 1000000};
+    syscall(SYS_futex, &s->hdr->mapped, FUTEX_WAIT, v, &ts, NULL, 0);
+  }
+  shm_unlink(s->name);
+  s->unlinked = true;
+  return 0;
+}
+
+void shm_seg_retain(shm_seg *s) { atomic_fetch_add(&s->refs, 1); }
+
+void shm_seg_release(shm_seg *s) {
+  if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
+  if (!s->unlinked) shm_unlink(s->name);
+  munmap(s->base, s->size);
+  close(s->fd);
+  pthread_mutex_destroy(&s->pool_mu);
+  free(s->free);
+  free(s);
+}
+
+uint8_t *shm_chan_buf(shm_seg *s, int from, int to, uint32_t parity) {
+  size_t pair = (size_t)from * (size_t)s->nlocal + (size_t)to;
+  size_t off = s->hdr->chans_off + (pair * 2 + (parity & 1)) * s->hdr->chan_bytes;
+  shm_chan_ctl *c = shm_chan(s, from, to);
+  /* the sender allocates the channel's pages on first use (the receiver
+   * sees them through the shared file) */
+  if (from == s->me && !atomic_load_explicit(&c->touched, memory_order_acquire)) {
+    if (posix_fallocate(s->fd, (off_t)(off - (parity & 1) * s->hdr->chan_bytes), (off_t)(2 * s->hdr->chan_bytes)))
+      return NULL;
+    atomic_store_explicit(&c->touched, 1, memory_order_release);
+  }
+  return s->base + off;
+}
+
+/* ---- waiting ---- */
+
+static long futex_wait(_Atomic uint32_t *w, uint32_t v, int64_t ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+  return syscall(SYS_futex, w, FUTEX_WAIT, v, &ts, NULL, 0);
+}
+
+static void futex_wake_all(_Atomic uint32_t *w) { syscall(SYS_futex, w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0); }
+
+void shm_post(_Atomic uint32_t *word, _Atomic uint32_t *waiters, uint32_t v) {
+  /* seq_cst store then load: pairs with the waiter's increment-then-load,
+   * so either the waiter sees v or we see the waiter */
+  atomic_store(word, v);
+  if (atomic_load(waiters)) futex_wake_all(word);
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+bool shm_pid_alive(int pid) {
+  if (pid <= 0) return true;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  /* a dead child not yet reaped still answers kill(); look at its state */
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "re");
+  if (!f) return true;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')');
+  return !(p && (p[2] == 'Z' || p[2] == 'X'));
+}
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int shm_wait_ge(_Atomic uint32_t *word, _Atomic uint32_t *waiters, uint32_t target, const shm_wait *w) {
+  if (shm_ge(atomic_load_explicit(word, memory_order_acquire), target)) return SHM_OK;
+  /* spin for a bounded time (not a count: under a hypervisor one pause can
+   * cost 200 ns), then sleep */
+  if (w->spin > 0) {
+    int64_t end = mono_ns() + (int64_t)w->spin * 1000;
+    do {
+      for (int i = 0; i < 8; i++) {
+        if (shm_ge(atomic_load_explicit(word, memory_order_acquire), target)) return SHM_OK;
+        cpu_relax();
+      }
+    } while (mono_ns() < end);
+  }
+  int64_t last_check = mono_ms();
+  for (;;) {
+    atomic_fetch_add(waiters, 1);
+    uint32_t v = atomic_load(word);
+    if (shm_ge(v, target)) {
+      atomic_fetch_sub(waiters, 1);
+      return SHM_OK;
+    }
+    if (atomic_load(&w->seg->hdr->aborted)) {
+      atomic_fetch_sub(waiters, 1);
+      return SHM_ABORTED;
+    }
+    int64_t now = mono_ms(), left = w->deadline_ms - now;
+    if (left <= 0) {
+      atomic_fetch_sub(waiters, 1);
+      return SHM_TIMEOUT;
+    }
+    /* sleep in slices: the peer's liveness is checked between them */
+    futex_wait(word, v, left < 100 ? left : 100);
+    atomic_fetch_sub(waiters, 1);
+    if (shm_ge(atomic_load(word), target)) return SHM_OK;
+    now = mono_ms();
+    if (w->watch_pid && now - last_check >= 100) {
+      last_check = now;
+      if (!shm_pid_alive(w->watch_pid)) return shm_ge(atomic_load(word), target) ? SHM_OK : SHM_DEAD;
+    }
+  }
+}
+
+void shm_abort(shm_seg *s, int rank, const char *msg) {
+  uint32_t expected = 0;
+  if (atomic_compare_exchange_strong(&s->hdr->aborted, &expected, 2)) {
+    s->hdr->abort_rank = rank;
+    snprintf(s->hdr->abort_msg, sizeof s->hdr->abort_msg, "%s", msg);
+    atomic_store(&s->hdr->aborted, 1);
+  }
+  for (int i = 0; i < s->nlocal; i++) {
+    futex_wake_all(&shm_ctl(s, i)->step);
+    for (int j = 0; j < s->nlocal; j++) {
+      futex_wake_all(&shm_chan(s, i, j)->sent);
+      futex_wake_all(&shm_chan(s, i, j)->acked);
+    }
+  }
+}
+
+int shm_default_spin(int nlocal) {
+  const char *v = getenv("DDPLUA_SPIN_US");
+  if (v && *v) return atoi(v);
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  /* more ranks than cores: a spinning rank holds the core its peer needs */
+  return nlocal > ncpu ? 0 : 20;
+}
+
+/* ---- pool ---- */
+
+int64_t shm_pool_alloc(shm_seg *s, size_t nbytes) {
+  size_t need = round_up(nbytes ? nbytes : 1, PAGE);
+  pthread_mutex_lock(&s->pool_mu);
+  int i = 0;
+  while (i < s->n_free && s->free[i].len < need) i++;
+  if (i == s->n_free) {
+    pthread_mutex_unlock(&s->pool_mu);
+    return -1;
+  }
+  size_t off = s->free[i].off;
+  off_t file_off = (off_t)(s->hdr->pools_off + (size_t)s->me * s->hdr->pool_bytes + off);
+  if (posix_fallocate(s->fd, file_off, (off_t)need) != 0) {
+    pthread_mutex_unlock(&s->pool_mu);
+    return -1;
+  }
+  s->free[i].off += need;
+  s->free[i].len -= need;
+  if (s->free[i].len == 0) {
+    memmove(&s->free[i], &s->free[i + 1], sizeof(pool_range) * (size_t)(s->n_free - i - 1));
+    s->n_free--;
+  }
+  pthread_mutex_unlock(&s->pool_mu);
+  return (int64_t)off;
+}
+
+void shm_pool_free(shm_seg *s, int64_t off64, size_t nbytes) {
+  size_t off = (size_t)off64, len = round_up(nbytes ? nbytes : 1, PAGE);
+  pthread_mutex_lock(&s->pool_mu);
+  /* give the pages back to the system; the range stays reserved in the file */
+  fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+            (off_t)(s->hdr->pools_off + (size_t)s->me * s->hdr->pool_bytes + off), (off_t)len);
+  int i = 0;
+  while (i < s->n_free && s->free[i].off < off) i++;
+  bool merge_prev = i > 0 && s->free[i - 1].off + s->free[i - 1].len == off;
+  bool merge_next = i < s->n_free && off + len == s->free[i].off;
+  if (merge_prev && merge_next) {
+    s->free[i - 1].len += len + s->free[i].len;
+    memmove(&s->free[i], &s->free[i + 1], sizeof(pool_range) * (size_t)(s->n_free - i - 1));
+    s->n_free--;
+  } else if (merge_prev) {
+    s->free[i - 1].len += len;
+  } else if (merge_next) {
+    s->free[i].off = off;
+    s->free[i].len += len;
+  } else {
+    if (s->n_free == s->cap_free) {
+      s->cap_free *= 2;
+      s->free = dp_xrealloc(s->free, sizeof(pool_range) * (size_t)s->cap_free);
+    }
+    memmove(&s->free[i + 1], &s->free[i], sizeof(pool_range) * (size_t)(s->n_free - i));
+    s->free[i] = (pool_range){off, len};
+    s->n_free++;
+  }
+  pthread_mutex_unlock(&s->pool_mu);
+}

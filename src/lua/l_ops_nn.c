@@ -1,0 +1,80 @@
+/* Functional nn bindings (ddp.nn.F builds on these): linear, softmax,
+ * losses. Convolution, pooling, normalisation, dropout and embedding are
+ * in l_ops_layers.c. */
+#include <string.h>
+
+#include "lua/l_util.h"
+#include "ops/ops.h"
+
+static dp_tensor *opt_tensor(lua_State *L, int idx) { return lua_isnoneornil(L, idx) ? NULL : lt_check(L, idx); }
+
+/* linear(x, w [, b [, act]]) act: "relu" | "tanh" | "sigmoid" */
+static int l_linear(lua_State *L) {
+  dp_tensor *x = lt_check(L, 1), *w = lt_check(L, 2), *b = opt_tensor(L, 3);
+  int act = -1;
+  if (!lua_isnoneornil(L, 4)) {
+    const char *a = luaL_checkstring(L, 4);
+    if (strcmp(a, "relu") == 0) act = DP_U_RELU;
+    else if (strcmp(a, "tanh") == 0) act = DP_U_TANH;
+    else if (strcmp(a, "sigmoid") == 0) act = DP_U_SIGMOID;
+    else return luaL_error(L, "linear: unknown fused activation '%s' (expected relu, tanh or sigmoid)", a);
+  }
+  return lt_push(L, dp_linear(x, w, b, act));
+}
+
+static int softmax(lua_State *L, bool log) {
+  dp_tensor *x = lt_check(L, 1);
+  int d = lua_isnoneornil(L, 2) ? (x->ndim ? x->ndim - 1 : 0) : lt_check_dim(L, 2, x->ndim, 0);
+  return lt_push(L, log ? dp_log_softmax(x, d) : dp_softmax(x, d));
+}
+static int l_softmax(lua_State *L) { return softmax(L, false); }
+static int l_log_softmax(lua_State *L) { return softmax(L, true); }
+
+static dp_reduction read_reduction(lua_State *L, const char *s) {
+  if (!s || strcmp(s, "mean") == 0) return DP_REDUCE_MEAN;
+  if (strcmp(s, "sum") == 0) return DP_REDUCE_SUM;
+  if (strcmp(s, "none") == 0) return DP_REDUCE_NONE;
+  luaL_error(L, "unknown reduction '%s' (expected \"mean\", \"sum\" or \"none\")", s);
+  return DP_REDUCE_MEAN;
+}
+
+/* cross_entropy(logits, target [, {reduction=, label_smoothing=, ignore_index=}]) */
+static int l_cross_entropy(lua_State *L) {
+  dp_tensor *x = lt_check(L, 1), *t = lt_check(L, 2);
+  const char *red = NULL;
+  double smoothing = 0;
+  int64_t ignore = -100; /* PyTorch's default; never a valid 1-based class */
+  if (lua_istable(L, 3)) {
+    static const char *const valid[] = {"reduction", "label_smoothing", "ignore_index", NULL};
+    lt_check_keys(L, 3, "cross_entropy", valid);
+    if (lua_getfield(L, 3, "reduction") != LUA_TNIL) red = luaL_checkstring(L, -1);
+    if (lua_getfield(L, 3, "label_smoothing") != LUA_TNIL) smoothing = luaL_checknumber(L, -1);
+    if (lua_getfield(L, 3, "ignore_index") != LUA_TNIL) ignore = luaL_checkinteger(L, -1);
+  }
+  return lt_push(L, dp_cross_entropy(x, t, read_reduction(L, red), smoothing, ignore, 1));
+}
+
+static int l_mse_loss(lua_State *L) {
+  dp_tensor *a = lt_check(L, 1), *b = lt_check(L, 2);
+  const char *red = NULL;
+  if (lua_istable(L, 3)) {
+    static const char *const valid[] = {"reduction", NULL};
+    lt_check_keys(L, 3, "mse_loss", valid);
+    if (lua_getfield(L, 3, "reduction") != LUA_TNIL) red = luaL_checkstring(L, -1);
+  }
+  return lt_push(L, dp_mse_loss(a, b, read_reduction(L, red)));
+}
+
+void lt_open_nn_ops(lua_State *L, int module, int methods) {
+  static const luaL_Reg funcs[] = {{"linear", l_linear},           {"softmax", l_softmax},
+                                   {"log_softmax", l_log_softmax}, {"cross_entropy", l_cross_entropy},
+                                   {"mse_loss", l_mse_loss},       {NULL, NULL}};
+  lua_pushvalue(L, module);
+  luaL_setfuncs(L, funcs, 0);
+  lua_pop(L, 1);
+  static const luaL_Reg meths[] = {{"softmax", l_softmax}, {"log_softmax", l_log_softmax}, {NULL, NULL}};
+  lua_pushvalue(L, methods);
+  luaL_setfuncs(L, meths, 0);
+  lua_pop(L, 1);
+  lt_open_nn_layers(L, module, methods);
+}
