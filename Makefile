@@ -7,7 +7,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 MAKEFLAGS  += --no-print-directory
 
-.PHONY: all deps deps-test build asan run test test-c test-spec test-mp test-asan bench install format clean
+.PHONY: all deps deps-test build asan run test test-c test-spec test-mp test-asan bench install format format-check clean
 
 all: build
 
@@ -17,11 +17,12 @@ deps:
 deps-test:
 	@sh tools/deps.sh test
 
-build: deps
+# build only: `make run`, `make test` and `make bench` install what is missing first
+build:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-asan: deps
+asan:
 	@cmake -S . -B $(ASAN_BUILD) -DDDPLUA_SANITIZE=ON -DDDPLUA_CUDA=OFF $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 
@@ -30,11 +31,13 @@ asan: deps
 install: build
 	@sh tools/install_links.sh $(BUILD)
 
-run: build install
+run: deps
+	@$(MAKE) build install
 	@./$(BUILD)/bin/ddplua --nproc 2 examples/fashion_mnist/train.lua
 
-test: deps-test build install asan
-	@$(MAKE) --no-print-directory test-c test-spec test-mp test-asan
+test: deps-test
+	@$(MAKE) build install asan
+	@$(MAKE) format-check test-c test-spec test-mp test-asan
 
 test-c:
 	@echo "== C unit tests (ctest)"
@@ -55,12 +58,21 @@ test-asan:
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  DDPLUA_ASAN=1 busted --cpath="./$(ASAN_BUILD)/lib/?.so" tests/spec
 
-bench: deps-test build
+bench: deps-test
+	@$(MAKE) build
 	@./$(BUILD)/bin/ddplua bench/run.lua
 
-# Reformats the C sources with the project's .clang-format.
+# The C and CUDA sources under the project's .clang-format.
+FORMAT_FILES = $$(git ls-files 'src/*.c' 'src/*.h' 'src/*.cu' 'src/*.cuh' 'tests/c/*.c' 'tests/c/*.h' 'bench/*.c')
+
+# Reformats them in place.
 format:
-	@clang-format -i $$(git ls-files 'src/*.c' 'src/*.h' 'tests/c/*.c' 'tests/c/*.h')
+	@clang-format -i $(FORMAT_FILES)
+
+# Fails, naming the files, when one differs from its formatted self.
+format-check:
+	@echo "== format check (clang-format)"
+	@clang-format --dry-run -Werror $(FORMAT_FILES)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

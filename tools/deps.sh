@@ -1,11 +1,11 @@
 #!/bin/sh
 # Installs the Debian packages ddplua needs, when they are missing.
-# usage: tools/deps.sh [run|test|bench]   (test and bench add PyTorch, the peer)
+# usage: tools/deps.sh [run|test|bench]   (test and bench add PyTorch, the peer, and clang-format)
 set -e
 want="gcc make cmake pkg-config lua5.4 liblua5.4-dev libyaml-dev libopenblas-dev zlib1g-dev
       libpng-dev libjpeg-dev lua-busted dataset-fashion-mnist gnuplot-nox iproute2 procps"
 case "${1:-run}" in
-  test|bench) want="$want python3 python3-torch python3-numpy" ;;
+  test|bench) want="$want python3 python3-torch python3-numpy clang-format" ;;
 esac
 missing=""
 for p in $want; do

@@ -73,8 +73,7 @@ bool dp_any_requires_grad(int n, dp_tensor *const *ts);
 
 /* Creates a node for an op with the given inputs (inputs that need no
  * gradient get empty edges; NULL inputs are allowed, e.g. an absent bias). */
-dp_node *dp_node_new(const char *name, dp_backward_fn fn, int n_inputs, dp_tensor *const *inputs,
-                     int n_outputs);
+dp_node *dp_node_new(const char *name, dp_backward_fn fn, int n_inputs, dp_tensor *const *inputs, int n_outputs);
 /* Saves a detached alias of t (NULL allowed); returns its slot. */
 int dp_node_save(dp_node *n, const dp_tensor *t);
 /* Saved tensor k (NULL if none was saved in that slot). The engine has

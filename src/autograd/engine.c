@@ -298,7 +298,8 @@ done:
   char first_err[1024] = "";
   for (int i = 0; i < n_post_hooks; i++) {
     bool ok = rc == 0 && !first_err[0];
-    if (post_hooks[i].fn(post_hooks[i].ctx, ok) && !first_err[0]) snprintf(first_err, sizeof first_err, "%s", dp_errmsg());
+    if (post_hooks[i].fn(post_hooks[i].ctx, ok) && !first_err[0])
+      snprintf(first_err, sizeof first_err, "%s", dp_errmsg());
   }
   if (first_err[0] && rc == 0) rc = dp_error("%s", first_err);
   return rc;

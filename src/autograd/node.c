@@ -21,8 +21,7 @@ bool dp_any_requires_grad(int n, dp_tensor *const *ts) {
   return false;
 }
 
-dp_node *dp_node_new(const char *name, dp_backward_fn fn, int n_inputs, dp_tensor *const *inputs,
-                     int n_outputs) {
+dp_node *dp_node_new(const char *name, dp_backward_fn fn, int n_inputs, dp_tensor *const *inputs, int n_outputs) {
   dp_node *n = dp_xcalloc(1, sizeof *n);
   atomic_init(&n->refcount, 1);
   n->name = name;

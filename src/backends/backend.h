@@ -44,19 +44,19 @@ typedef struct {
 
 /* 2-d sliding-window geometry shared by conv (im2col) and pooling. */
 typedef struct {
-  int64_t n, c, h, w;      /* input NCHW */
+  int64_t n, c, h, w; /* input NCHW */
   int64_t kh, kw, sh, sw, ph, pw;
-  int64_t oh, ow;          /* output spatial size */
+  int64_t oh, ow; /* output spatial size */
 } dp_window2d;
 
 /* Device memory accounting (the CUDA caching allocator). */
 typedef struct {
-  size_t live_bytes;     /* bytes held by tensors (rounded to the block size) */
-  size_t peak_bytes;     /* high-water mark of live_bytes */
-  size_t cached_bytes;   /* freed blocks kept for reuse */
-  size_t allocs;         /* allocations served */
-  size_t cache_hits;     /* ... of which from the cache */
-  size_t device_mallocs; /* cudaMalloc calls */
+  size_t live_bytes;                /* bytes held by tensors (rounded to the block size) */
+  size_t peak_bytes;                /* high-water mark of live_bytes */
+  size_t cached_bytes;              /* freed blocks kept for reuse */
+  size_t allocs;                    /* allocations served */
+  size_t cache_hits;                /* ... of which from the cache */
+  size_t device_mallocs;            /* cudaMalloc calls */
   size_t device_total, device_free; /* as the driver reports them */
 } dp_device_mem_stats;
 
@@ -85,8 +85,7 @@ typedef struct dp_backend {
   /* ---- elementwise: out and inputs have the same shape ---- */
   int (*unary)(dp_unary_op op, dp_tensor *out, const dp_tensor *x);
   /* gx = gy * f'(.) using x (input) and/or y (output), whichever op needs. */
-  int (*unary_backward)(dp_unary_op op, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x,
-                        const dp_tensor *y);
+  int (*unary_backward)(dp_unary_op op, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x, const dp_tensor *y);
   int (*binary)(dp_binary_op op, dp_tensor *out, const dp_tensor *a, const dp_tensor *b);
   /* out = a (op) s, or s (op) a when scalar_first. */
   int (*binary_scalar)(dp_binary_op op, dp_tensor *out, const dp_tensor *a, double s, bool scalar_first);
@@ -94,11 +93,11 @@ typedef struct dp_backend {
   /* ---- reductions: x contiguous, seen as [outer, k, inner]; out (and idx
    * for MAX/MIN, may be NULL) contiguous [outer, inner]. ARGMAX/ARGMIN
    * write int64 positions (+base) into out. ---- */
-  int (*reduce)(dp_reduce_op op, dp_tensor *out, dp_tensor *idx, const dp_tensor *x, int64_t outer,
-                int64_t k, int64_t inner, int64_t base);
+  int (*reduce)(dp_reduce_op op, dp_tensor *out, dp_tensor *idx, const dp_tensor *x, int64_t outer, int64_t k,
+                int64_t inner, int64_t base);
   /* gx (contiguous [outer,k,inner], zeroed by the caller) [o, idx[o,i], i] += gy[o,i] */
-  int (*scatter_add_dim)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, int64_t outer,
-                         int64_t k, int64_t inner, int64_t base);
+  int (*scatter_add_dim)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, int64_t outer, int64_t k,
+                         int64_t inner, int64_t base);
 
   int (*gemm)(const dp_gemm_args *g);
 
@@ -110,19 +109,17 @@ typedef struct dp_backend {
   int (*channel_sum)(dp_tensor *gb, const dp_tensor *gy, int64_t outer, int64_t c, int64_t inner);
   /* rows x cols, contiguous. */
   int (*softmax)(dp_tensor *y, const dp_tensor *x, int64_t rows, int64_t cols, bool log);
-  int (*softmax_backward)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *y, int64_t rows,
-                          int64_t cols, bool log);
+  int (*softmax_backward)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *y, int64_t rows, int64_t cols, bool log);
   /* Per-row loss (float dtype of x) and log-sum-exp (same dtype) of logits x
    * [rows, classes]; target int64 [rows] (+base). Rows whose target equals
    * ignore_index get loss 0. Label smoothing eps: loss = (1-eps)*nll +
    * eps*mean_j(-logp_j). A target out of range is an error naming it. */
-  int (*cross_entropy)(dp_tensor *loss, dp_tensor *lse, const dp_tensor *x, const dp_tensor *target,
-                       int64_t base, double smoothing, int64_t ignore_index);
+  int (*cross_entropy)(dp_tensor *loss, dp_tensor *lse, const dp_tensor *x, const dp_tensor *target, int64_t base,
+                       double smoothing, int64_t ignore_index);
   /* gx = (softmax(x) - smoothed_onehot) * scale[row] (scale = upstream grad
    * over the normaliser; 0 for ignored rows). */
-  int (*cross_entropy_backward)(dp_tensor *gx, const dp_tensor *x, const dp_tensor *lse,
-                                const dp_tensor *target, const dp_tensor *scale, int64_t base,
-                                double smoothing, int64_t ignore_index);
+  int (*cross_entropy_backward)(dp_tensor *gx, const dp_tensor *x, const dp_tensor *lse, const dp_tensor *target,
+                                const dp_tensor *scale, int64_t base, double smoothing, int64_t ignore_index);
   /* cols [nb, c*kh*kw, oh*ow] from images n0..n0+nb-1 of x (contiguous). */
   int (*im2col)(dp_tensor *cols, const dp_tensor *x, const dp_window2d *g, int64_t n0, int64_t nb);
   /* gx images n0.. += col2im(cols); gx zeroed by the caller. */
@@ -145,9 +142,8 @@ typedef struct dp_backend {
   int (*bn_forward)(dp_tensor *y, const dp_tensor *x, const dp_tensor *mean, const dp_tensor *invstd,
                     const dp_tensor *w, const dp_tensor *b, int64_t n, int64_t c, int64_t inner);
   /* sum_dy[c] = sum gy; sum_dy_xhat[c] = sum gy * (x - mean) * invstd */
-  int (*bn_backward_reduce)(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_tensor *gy,
-                            const dp_tensor *x, const dp_tensor *mean, const dp_tensor *invstd,
-                            int64_t n, int64_t c, int64_t inner);
+  int (*bn_backward_reduce)(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_tensor *gy, const dp_tensor *x,
+                            const dp_tensor *mean, const dp_tensor *invstd, int64_t n, int64_t c, int64_t inner);
   /* gx = w*invstd*(gy - sum_dy/count - xhat*sum_dy_xhat/count); w may be NULL */
   int (*bn_backward_elemt)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x, const dp_tensor *mean,
                            const dp_tensor *invstd, const dp_tensor *w, const dp_tensor *sum_dy,
@@ -157,9 +153,9 @@ typedef struct dp_backend {
   int (*layer_norm)(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_tensor *x, const dp_tensor *w,
                     const dp_tensor *b, int64_t rows, int64_t cols, double eps);
   /* gw, gb may be NULL (no affine); they are overwritten, not accumulated. */
-  int (*layer_norm_backward)(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy,
-                             const dp_tensor *x, const dp_tensor *mean, const dp_tensor *rstd,
-                             const dp_tensor *w, int64_t rows, int64_t cols);
+  int (*layer_norm_backward)(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
+                             const dp_tensor *mean, const dp_tensor *rstd, const dp_tensor *w, int64_t rows,
+                             int64_t cols);
   /* out = x * keep / (1 - p), keep = Philox-uniform(seed, offset + i) >= p.
    * Same call on gy gives the backward (the mask is recomputed). */
   int (*dropout)(dp_tensor *out, const dp_tensor *x, double p, uint64_t seed, uint64_t offset);
@@ -171,10 +167,10 @@ typedef struct dp_backend {
 
   /* ---- optimizers: all contiguous, same numel; state tensors updated in
    * place. ---- */
-  int (*sgd_step)(dp_tensor *p, const dp_tensor *g, dp_tensor *buf, double lr, double momentum,
-                  double dampening, double weight_decay, bool nesterov, bool first_step);
-  int (*adam_step)(dp_tensor *p, const dp_tensor *g, dp_tensor *m, dp_tensor *v, double lr, double beta1,
-                   double beta2, double eps, double weight_decay, bool decoupled, int64_t step);
+  int (*sgd_step)(dp_tensor *p, const dp_tensor *g, dp_tensor *buf, double lr, double momentum, double dampening,
+                  double weight_decay, bool nesterov, bool first_step);
+  int (*adam_step)(dp_tensor *p, const dp_tensor *g, dp_tensor *m, dp_tensor *v, double lr, double beta1, double beta2,
+                   double eps, double weight_decay, bool decoupled, int64_t step);
   /* g *= inv_scale; sets *found_inf when any element is inf/nan. */
   int (*unscale)(dp_tensor *g, double inv_scale, int *found_inf);
 
@@ -232,9 +228,7 @@ const dp_backend *dp_backend_require(int devtype);
  * initialised in a parent does not survive fork. 0 without a driver. */
 int dp_cuda_count_without_init(void);
 /* The backend of a tensor's device (loaded: a tensor on it exists). */
-static inline const dp_backend *dp_backend_of(const dp_tensor *t) {
-  return dp_backend_get(t->storage->device.type);
-}
+static inline const dp_backend *dp_backend_of(const dp_tensor *t) { return dp_backend_get(t->storage->device.type); }
 
 extern const dp_backend dp_cpu_backend;
 

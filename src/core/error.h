@@ -25,12 +25,12 @@ void dp_error_prefix(const char *prefix);
 const char *dp_errmsg(void);
 void dp_error_clear(void);
 
-#define DP_ASSERT(cond)                                                                  \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      fprintf(stderr, "ddplua: internal error at %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-      abort();                                                                           \
-    }                                                                                    \
+#define DP_ASSERT(cond)                                                                                                \
+  do {                                                                                                                 \
+    if (!(cond)) {                                                                                                     \
+      fprintf(stderr, "ddplua: internal error at %s:%d: %s\n", __FILE__, __LINE__, #cond);                             \
+      abort();                                                                                                         \
+    }                                                                                                                  \
   } while (0)
 
 /* Allocation that cannot fail silently: out of host memory for bookkeeping

@@ -9,16 +9,16 @@
 #include "data/image_decode.h"
 
 #include <errno.h>
-#include <stdbool.h>
 #include <png.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include <jpeglib.h>
 #include <jerror.h>
+#include <jpeglib.h>
 
 #include "core/error.h"
 

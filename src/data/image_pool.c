@@ -75,9 +75,9 @@ struct dp_image_set {
   int nq;
   job *orphans; /* dropped jobs that workers still had items of */
   bool stop;
-  bool hold;          /* a fork is being prepared: claim nothing */
-  int busy;           /* threads inside an item */
-  pthread_cond_t idle; /* busy fell to 0 while holding */
+  bool hold;                                /* a fork is being prepared: claim nothing */
+  int busy;                                 /* threads inside an item */
+  pthread_cond_t idle;                      /* busy fell to 0 while holding */
   struct dp_image_set *reg_prev, *reg_next; /* live sets, for the fork handlers */
   dp_image_set_stats stats;
 };
@@ -554,8 +554,7 @@ int dp_image_set_get_batch(dp_image_set *s, const int64_t *idx, int64_t n, dp_te
 
 int dp_image_set_get_item(dp_image_set *s, int64_t i, dp_tensor **x, int64_t *label) {
   *x = NULL;
-  if (i < 0 || i >= s->n)
-    return dp_error("get: index %lld is out of range 1..%lld", (long long)i + 1, (long long)s->n);
+  if (i < 0 || i >= s->n) return dp_error("get: index %lld is out of range 1..%lld", (long long)i + 1, (long long)s->n);
   dp_image img;
   if (dp_image_read(s->paths[i], s->channels, &img)) {
     char *m = item_error(s, i, dp_errmsg());

@@ -35,13 +35,13 @@
 typedef struct dp_image_set dp_image_set;
 
 typedef struct {
-  const char *csv;           /* named in messages */
-  int64_t n;                 /* items */
-  const char *const *paths;  /* n image files (copied) */
-  const int64_t *labels;     /* n 0-based class ids (batches hold them + 1) */
-  const int64_t *rows;       /* n 1-based CSV data rows; row - 1 keys the item's randomness */
-  const int64_t *lines;      /* n CSV file lines */
-  int channels;              /* 1, 3 or 4 */
+  const char *csv;          /* named in messages */
+  int64_t n;                /* items */
+  const char *const *paths; /* n image files (copied) */
+  const int64_t *labels;    /* n 0-based class ids (batches hold them + 1) */
+  const int64_t *rows;      /* n 1-based CSV data rows; row - 1 keys the item's randomness */
+  const int64_t *lines;     /* n CSV file lines */
+  int channels;             /* 1, 3 or 4 */
   const dp_img_pipeline *pipeline;
   uint64_t seed;
   int num_workers; /* 0: everything on the calling thread; < 0: min(4, cores) */

@@ -30,14 +30,14 @@ struct dp_reducer {
   int n;
   dp_tensor **params; /* retained, requires_grad ones only */
   char **names;
-  int *orig_index;  /* position among the parameters the caller passed */
-  int *bucket_of;   /* per param */
-  bool *ready;      /* per param, this backward */
+  int *orig_index; /* position among the parameters the caller passed */
+  int *bucket_of;  /* per param */
+  bool *ready;     /* per param, this backward */
   int *hook_ids;
   hook_ctx *hctx;
   bucket *buckets;
   int n_buckets;
-  int next_launch; /* buckets launch in order */
+  int next_launch;    /* buckets launch in order */
   int launched_async; /* of them, started from gradient hooks during backward */
   bool sync, find_unused, any_ready;
   int post_hook_id;
@@ -235,8 +235,8 @@ static int build_buckets(dp_reducer *r, size_t cap, size_t first_cap) {
   return 0;
 }
 
-dp_reducer *dp_reducer_new(dp_pg *pg, dp_tensor *const *params, const char *const *names, int n,
-                           size_t bucket_bytes, size_t first_bucket_bytes, bool find_unused) {
+dp_reducer *dp_reducer_new(dp_pg *pg, dp_tensor *const *params, const char *const *names, int n, size_t bucket_bytes,
+                           size_t first_bucket_bytes, bool find_unused) {
   dp_reducer *r = dp_xcalloc(1, sizeof *r);
   r->pg = pg;
   r->sync = true;

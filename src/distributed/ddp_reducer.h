@@ -35,20 +35,20 @@ typedef struct {
   int n_params;
   size_t bucket_bytes_total;
   /* last synced backward */
-  int launched_in_backward; /* buckets whose all-reduce started before backward ended */
-  int launched_after;       /* buckets launched by the post-backward finalisation */
+  int launched_in_backward;          /* buckets whose all-reduce started before backward ended */
+  int launched_after;                /* buckets launched by the post-backward finalisation */
   double first_launch_before_end_ms; /* how long before the end of backward the first bucket started */
   long long backward_passes, synced_passes;
-  double finalize_ms_total;    /* time in the post-backward finalisation (last buckets, waits) */
-  double backward_ms_total;    /* from each backward's first ready gradient to its end */
+  double finalize_ms_total; /* time in the post-backward finalisation (last buckets, waits) */
+  double backward_ms_total; /* from each backward's first ready gradient to its end */
   double last_backward_start_ms;
   bool shared_buckets; /* buckets live in the group's shared memory */
 } dp_reducer_stats;
 
 /* names[i] names params[i] in errors ("fc1.weight"). Retains the
  * parameters and the group stays borrowed (must outlive the reducer). */
-dp_reducer *dp_reducer_new(dp_pg *pg, dp_tensor *const *params, const char *const *names, int n,
-                           size_t bucket_bytes, size_t first_bucket_bytes, bool find_unused);
+dp_reducer *dp_reducer_new(dp_pg *pg, dp_tensor *const *params, const char *const *names, int n, size_t bucket_bytes,
+                           size_t first_bucket_bytes, bool find_unused);
 void dp_reducer_free(dp_reducer *r);
 void dp_reducer_set_sync(dp_reducer *r, bool sync);
 bool dp_reducer_get_sync(const dp_reducer *r);

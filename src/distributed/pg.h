@@ -58,18 +58,18 @@ typedef struct dp_pg_ops {
 
 struct dp_pg {
   const dp_pg_ops *ops;
-  int rank, size;        /* within this group */
-  int global_rank;       /* in the default group */
+  int rank, size;  /* within this group */
+  int global_rank; /* in the default group */
   int timeout_ms;
-  uint64_t seq;          /* collectives issued so far */
-  bool debug;            /* DDPLUA_DEBUG=1: cross-check op/dtype/count */
-  dp_store *store;       /* shared with the default group */
-  char prefix[64];       /* store key prefix of this group */
+  uint64_t seq;    /* collectives issued so far */
+  bool debug;      /* DDPLUA_DEBUG=1: cross-check op/dtype/count */
+  dp_store *store; /* shared with the default group */
+  char prefix[64]; /* store key prefix of this group */
 };
 
 /* Completion handles. */
 struct dp_work {
-  int (*wait)(dp_work *w);     /* 0, or -1 + dp_error naming the collective */
+  int (*wait)(dp_work *w); /* 0, or -1 + dp_error naming the collective */
   bool (*is_completed)(dp_work *w);
   void (*release)(dp_work *w);
 };

@@ -11,8 +11,8 @@
 #include "distributed/reduce_kern.h"
 #include "ops/ops.h"
 
-static const char *const kind_names[OP_NKINDS] = {"all_reduce", "broadcast", "reduce", "all_gather",
-                                                   "reduce_scatter", "barrier", "send", "recv"};
+static const char *const kind_names[OP_NKINDS] = {"all_reduce",     "broadcast", "reduce", "all_gather",
+                                                  "reduce_scatter", "barrier",   "send",   "recv"};
 
 const char *op_kind_name(op_kind k) { return k >= 0 && k < OP_NKINDS ? kind_names[k] : "?"; }
 
@@ -81,8 +81,7 @@ static int stage(dp_tensor *t, bool copy_in, dp_tensor **host, dp_tensor **dev) 
 }
 
 static bool writes_t(const cpu_op *op) {
-  return op->d.kind == OP_ALL_REDUCE || op->d.kind == OP_BROADCAST || op->d.kind == OP_REDUCE ||
-         op->d.kind == OP_RECV;
+  return op->d.kind == OP_ALL_REDUCE || op->d.kind == OP_BROADCAST || op->d.kind == OP_REDUCE || op->d.kind == OP_RECV;
 }
 
 int cpu_op_finish(cpu_op *op, int rc) {
@@ -209,8 +208,8 @@ static int cpu_all_gather(dp_pg *pg, dp_tensor *out, dp_tensor *in, dp_work **wo
   cpu_pg *g = (cpu_pg *)pg;
   if (check_pair(out, in, "all_gather")) return -1;
   if (dp_numel(out) != dp_numel(in) * pg->size)
-    return dp_error("all_gather: the output has %lld elements, expected %d x %lld", (long long)dp_numel(out),
-                    pg->size, (long long)dp_numel(in));
+    return dp_error("all_gather: the output has %lld elements, expected %d x %lld", (long long)dp_numel(out), pg->size,
+                    (long long)dp_numel(in));
   cpu_op o = new_op(OP_ALL_GATHER, -1, in->dtype, dp_numel(in), -1, -1);
   if (stage(in, true, &o.t, &o.dev_t) || stage(out, false, &o.out, &o.dev_out)) {
     cpu_op_finish(&o, -1);

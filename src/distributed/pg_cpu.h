@@ -38,16 +38,15 @@ typedef enum {
 
 const char *op_kind_name(op_kind k);
 
-
 /* "all_reduce(sum, float32, 1000)" */
 void coll_desc_str(const coll_desc *d, char *buf, size_t n);
 
 typedef struct cpu_op {
   coll_desc d;
-  uint64_t seq;   /* per-group sequence number of collectives (p2p: 0) */
-  int peer;       /* group rank: root of broadcast/reduce, peer of send/recv */
-  dp_tensor *t;   /* host, contiguous: the data / input */
-  dp_tensor *out; /* host, contiguous: all_gather / reduce_scatter output */
+  uint64_t seq;               /* per-group sequence number of collectives (p2p: 0) */
+  int peer;                   /* group rank: root of broadcast/reduce, peer of send/recv */
+  dp_tensor *t;               /* host, contiguous: the data / input */
+  dp_tensor *out;             /* host, contiguous: all_gather / reduce_scatter output */
   dp_tensor *dev_t, *dev_out; /* device originals staged into t / out (copied back), or NULL */
 } cpu_op;
 
@@ -56,9 +55,9 @@ typedef struct cpu_work cpu_work;
 typedef struct cpu_pg {
   dp_pg base;
   /* membership (indexed by group rank) */
-  int *granks;     /* global rank of each group rank */
-  int *node_of;    /* node index within the group */
-  int *lrank_of;   /* index within its node */
+  int *granks;   /* global rank of each group rank */
+  int *node_of;  /* node index within the group */
+  int *lrank_of; /* index within its node */
   int nnodes, my_node;
   int *node_first; /* first group rank of each node (ranks of a node are contiguous) */
   int *node_size;

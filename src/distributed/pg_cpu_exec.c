@@ -108,56 +108,49 @@ int cpu_exec(cpu_pg *g, cpu_op *op) {
   int rc = 0;
   void *tmp = NULL;
   switch ((op_kind)op->d.kind) {
-    case OP_ALL_REDUCE:
-      rc = hier_all_reduce(&c, data, n, dt, rop);
-      break;
-    case OP_BROADCAST:
-      rc = exec_broadcast(&c, data, n * es, op->peer);
-      break;
-    case OP_REDUCE: {
-      int avg_div = rop == DP_RED_AVG ? g->base.size : 0;
-      if (g->nnodes == 1) {
-        if (g->lsize > 1) rc = shm_reduce(&c, data, n, dt, rop, g->lrank_of[op->peer], avg_div);
-        else if (avg_div) dp_reduce_scale(data, n, dt, avg_div);
-      } else {
-        rc = scratch_all_reduce(&c, data, n, dt, rop, &tmp);
-        if (!rc && g->base.rank == op->peer) memcpy(data, tmp, n * es);
-      }
-      break;
+  case OP_ALL_REDUCE: rc = hier_all_reduce(&c, data, n, dt, rop); break;
+  case OP_BROADCAST: rc = exec_broadcast(&c, data, n * es, op->peer); break;
+  case OP_REDUCE: {
+    int avg_div = rop == DP_RED_AVG ? g->base.size : 0;
+    if (g->nnodes == 1) {
+      if (g->lsize > 1) rc = shm_reduce(&c, data, n, dt, rop, g->lrank_of[op->peer], avg_div);
+      else if (avg_div) dp_reduce_scale(data, n, dt, avg_div);
+    } else {
+      rc = scratch_all_reduce(&c, data, n, dt, rop, &tmp);
+      if (!rc && g->base.rank == op->peer) memcpy(data, tmp, n * es);
     }
-    case OP_ALL_GATHER:
-      rc = exec_all_gather(&c, data, n * es, out);
-      break;
-    case OP_REDUCE_SCATTER: {
-      size_t R = (size_t)g->base.size;
-      if (g->nnodes == 1 && g->lsize > 1) {
-        rc = shm_reduce_scatter(&c, data, out, n, dt, rop, rop == DP_RED_AVG ? (int)R : 0);
-      } else if (g->nnodes == 1) {
-        memmove(out, data, n * es);
-      } else {
-        rc = scratch_all_reduce(&c, data, n * R, dt, rop, &tmp);
-        if (!rc) memcpy(out, (uint8_t *)tmp + (size_t)g->base.rank * n * es, n * es);
-      }
-      break;
+    break;
+  }
+  case OP_ALL_GATHER: rc = exec_all_gather(&c, data, n * es, out); break;
+  case OP_REDUCE_SCATTER: {
+    size_t R = (size_t)g->base.size;
+    if (g->nnodes == 1 && g->lsize > 1) {
+      rc = shm_reduce_scatter(&c, data, out, n, dt, rop, rop == DP_RED_AVG ? (int)R : 0);
+    } else if (g->nnodes == 1) {
+      memmove(out, data, n * es);
+    } else {
+      rc = scratch_all_reduce(&c, data, n * R, dt, rop, &tmp);
+      if (!rc) memcpy(out, (uint8_t *)tmp + (size_t)g->base.rank * n * es, n * es);
     }
-    case OP_BARRIER:
-      if (g->nnodes == 1) {
-        rc = g->lsize > 1 ? shm_barrier(&c) : 0;
-      } else {
-        int64_t one = 1;
-        rc = scratch_all_reduce(&c, &one, 1, DP_I64, DP_RED_SUM, &tmp);
-      }
-      break;
-    case OP_SEND:
-      if (g->node_of[op->peer] == g->my_node) rc = shm_send(&c, data, n * es, g->lrank_of[op->peer]);
-      else rc = tcp_send(&c, data, n * es, op->peer);
-      break;
-    case OP_RECV:
-      if (g->node_of[op->peer] == g->my_node) rc = shm_recv(&c, data, n * es, g->lrank_of[op->peer]);
-      else rc = tcp_recv(&c, data, n * es, op->peer);
-      break;
-    default:
-      rc = dp_error("unknown process group op %d", op->d.kind);
+    break;
+  }
+  case OP_BARRIER:
+    if (g->nnodes == 1) {
+      rc = g->lsize > 1 ? shm_barrier(&c) : 0;
+    } else {
+      int64_t one = 1;
+      rc = scratch_all_reduce(&c, &one, 1, DP_I64, DP_RED_SUM, &tmp);
+    }
+    break;
+  case OP_SEND:
+    if (g->node_of[op->peer] == g->my_node) rc = shm_send(&c, data, n * es, g->lrank_of[op->peer]);
+    else rc = tcp_send(&c, data, n * es, op->peer);
+    break;
+  case OP_RECV:
+    if (g->node_of[op->peer] == g->my_node) rc = shm_recv(&c, data, n * es, g->lrank_of[op->peer]);
+    else rc = tcp_recv(&c, data, n * es, op->peer);
+    break;
+  default: rc = dp_error("unknown process group op %d", op->d.kind);
   }
   free(tmp);
   if (rc) cpu_fail(g, dp_errmsg());

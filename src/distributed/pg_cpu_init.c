@@ -165,7 +165,8 @@ dp_pg *cpu_pg_create(const cpu_pg_params *p) {
       g->node_first[g->nnodes++] = r;
     } else if (map[id] != g->nnodes - 1) {
       dp_error("process group: the ranks of a node must be numbered contiguously, but rank %d is on the node of "
-               "rank %d with other nodes' ranks in between", g->granks[r], g->granks[g->node_first[map[id]]]);
+               "rank %d with other nodes' ranks in between",
+               g->granks[r], g->granks[g->node_first[map[id]]]);
       free(map);
       goto fail;
     }

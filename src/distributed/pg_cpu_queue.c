@@ -17,7 +17,7 @@ struct cpu_work {
   dp_work base;
   cpu_pg *g;
   cpu_op op;
-  atomic_int refs; /* the user's handle + the queue's */
+  atomic_int refs;  /* the user's handle + the queue's */
   atomic_bool done; /* set under q_mu; read without it once true */
   bool finished;
   int rc;
@@ -51,9 +51,7 @@ static int work_wait(dp_work *base) {
   return 0;
 }
 
-static bool work_is_completed(dp_work *base) {
-  return atomic_load(&((cpu_work *)base)->done);
-}
+static bool work_is_completed(dp_work *base) { return atomic_load(&((cpu_work *)base)->done); }
 
 static void work_release(dp_work *base) {
   cpu_work *w = (cpu_work *)base;

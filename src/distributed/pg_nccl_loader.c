@@ -1,9 +1,9 @@
 /* The runtime's door to the NCCL process group, which lives in the CUDA
  * plugin (src/backends/cuda/nccl_group.c) because it needs the CUDA and NCCL
  * libraries: load the plugin on first use and ask it for a group. */
+#include "backends/backend.h"
 #include "core/error.h"
 #include "distributed/pg.h"
-#include "backends/backend.h"
 
 dp_pg *dp_pg_nccl_new(const dp_pg_init *init) {
   const dp_backend *b = dp_backend_require(DP_CUDA);

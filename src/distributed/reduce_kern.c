@@ -17,72 +17,65 @@ bool dp_redop_supported(dp_redop op, dp_dtype dt) {
 /* NaN propagates through max/min as in PyTorch. */
 static void fold_f32(float *d, const float *a, const float *b, size_t n, dp_redop op) {
   switch (op) {
-    case DP_RED_SUM:
-    case DP_RED_AVG:
-      for (size_t i = 0; i < n; i++) d[i] = a[i] + b[i];
-      break;
-    case DP_RED_PROD:
-      for (size_t i = 0; i < n; i++) d[i] = a[i] * b[i];
-      break;
-    case DP_RED_MAX:
-      for (size_t i = 0; i < n; i++) d[i] = (a[i] > b[i] || a[i] != a[i]) ? a[i] : b[i];
-      break;
-    case DP_RED_MIN:
-      for (size_t i = 0; i < n; i++) d[i] = (a[i] < b[i] || a[i] != a[i]) ? a[i] : b[i];
-      break;
+  case DP_RED_SUM:
+  case DP_RED_AVG:
+    for (size_t i = 0; i < n; i++) d[i] = a[i] + b[i];
+    break;
+  case DP_RED_PROD:
+    for (size_t i = 0; i < n; i++) d[i] = a[i] * b[i];
+    break;
+  case DP_RED_MAX:
+    for (size_t i = 0; i < n; i++) d[i] = (a[i] > b[i] || a[i] != a[i]) ? a[i] : b[i];
+    break;
+  case DP_RED_MIN:
+    for (size_t i = 0; i < n; i++) d[i] = (a[i] < b[i] || a[i] != a[i]) ? a[i] : b[i];
+    break;
   }
 }
 
 static void fold_f64(double *d, const double *a, const double *b, size_t n, dp_redop op) {
   switch (op) {
-    case DP_RED_SUM:
-    case DP_RED_AVG:
-      for (size_t i = 0; i < n; i++) d[i] = a[i] + b[i];
-      break;
-    case DP_RED_PROD:
-      for (size_t i = 0; i < n; i++) d[i] = a[i] * b[i];
-      break;
-    case DP_RED_MAX:
-      for (size_t i = 0; i < n; i++) d[i] = (a[i] > b[i] || a[i] != a[i]) ? a[i] : b[i];
-      break;
-    case DP_RED_MIN:
-      for (size_t i = 0; i < n; i++) d[i] = (a[i] < b[i] || a[i] != a[i]) ? a[i] : b[i];
-      break;
+  case DP_RED_SUM:
+  case DP_RED_AVG:
+    for (size_t i = 0; i < n; i++) d[i] = a[i] + b[i];
+    break;
+  case DP_RED_PROD:
+    for (size_t i = 0; i < n; i++) d[i] = a[i] * b[i];
+    break;
+  case DP_RED_MAX:
+    for (size_t i = 0; i < n; i++) d[i] = (a[i] > b[i] || a[i] != a[i]) ? a[i] : b[i];
+    break;
+  case DP_RED_MIN:
+    for (size_t i = 0; i < n; i++) d[i] = (a[i] < b[i] || a[i] != a[i]) ? a[i] : b[i];
+    break;
   }
 }
 
 /* int64 sums and products wrap like PyTorch's (computed unsigned: no UB). */
 static void fold_i64(int64_t *d, const int64_t *a, const int64_t *b, size_t n, dp_redop op) {
   switch (op) {
-    case DP_RED_SUM:
-    case DP_RED_AVG:
-      for (size_t i = 0; i < n; i++) d[i] = (int64_t)((uint64_t)a[i] + (uint64_t)b[i]);
-      break;
-    case DP_RED_PROD:
-      for (size_t i = 0; i < n; i++) d[i] = (int64_t)((uint64_t)a[i] * (uint64_t)b[i]);
-      break;
-    case DP_RED_MAX:
-      for (size_t i = 0; i < n; i++) d[i] = a[i] > b[i] ? a[i] : b[i];
-      break;
-    case DP_RED_MIN:
-      for (size_t i = 0; i < n; i++) d[i] = a[i] < b[i] ? a[i] : b[i];
-      break;
+  case DP_RED_SUM:
+  case DP_RED_AVG:
+    for (size_t i = 0; i < n; i++) d[i] = (int64_t)((uint64_t)a[i] + (uint64_t)b[i]);
+    break;
+  case DP_RED_PROD:
+    for (size_t i = 0; i < n; i++) d[i] = (int64_t)((uint64_t)a[i] * (uint64_t)b[i]);
+    break;
+  case DP_RED_MAX:
+    for (size_t i = 0; i < n; i++) d[i] = a[i] > b[i] ? a[i] : b[i];
+    break;
+  case DP_RED_MIN:
+    for (size_t i = 0; i < n; i++) d[i] = a[i] < b[i] ? a[i] : b[i];
+    break;
   }
 }
 
 static void fold(void *d, const void *a, const void *b, size_t n, dp_dtype dt, dp_redop op) {
   switch (dt) {
-    case DP_F32:
-      fold_f32(d, a, b, n, op);
-      break;
-    case DP_F64:
-      fold_f64(d, a, b, n, op);
-      break;
-    case DP_I64:
-      fold_i64(d, a, b, n, op);
-      break;
-    default:
-      break; /* callers check dp_redop_supported */
+  case DP_F32: fold_f32(d, a, b, n, op); break;
+  case DP_F64: fold_f64(d, a, b, n, op); break;
+  case DP_I64: fold_i64(d, a, b, n, op); break;
+  default: break; /* callers check dp_redop_supported */
   }
 }
 

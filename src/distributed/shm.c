@@ -102,8 +102,8 @@ shm_seg *shm_create(const char *name, int nlocal, shm_sizes sz) {
   if (err) {
     shm_unlink(name);
     close(fd);
-    dp_error("cannot allocate the %.1f MiB shared memory segment /dev/shm%s: %s", (double)h.chans_off / 1048576.0,
-             name, err == ENOSPC ? "no space left in /dev/shm" : strerror(err));
+    dp_error("cannot allocate the %.1f MiB shared memory segment /dev/shm%s: %s", (double)h.chans_off / 1048576.0, name,
+             err == ENOSPC ? "no space left in /dev/shm" : strerror(err));
     return NULL;
   }
   memcpy(base, &h, sizeof h);

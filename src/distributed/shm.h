@@ -108,9 +108,7 @@ int shm_wait_mapped_and_unlink(shm_seg *s, int64_t deadline_ms);
 void shm_seg_retain(shm_seg *s);
 void shm_seg_release(shm_seg *s);
 
-static inline shm_rank_ctl *shm_ctl(shm_seg *s, int i) {
-  return (shm_rank_ctl *)(s->base + s->hdr->ctl_off) + i;
-}
+static inline shm_rank_ctl *shm_ctl(shm_seg *s, int i) { return (shm_rank_ctl *)(s->base + s->hdr->ctl_off) + i; }
 static inline uint8_t *shm_slot(shm_seg *s, int i, uint32_t parity) {
   return s->base + s->hdr->slots_off + ((size_t)i * 2 + (parity & 1)) * s->hdr->slot_bytes;
 }

@@ -43,10 +43,10 @@ static int wait_error(coll_ctx *c, int rc, int j) {
       nmiss++;
     }
     if (nmiss)
-      return dp_error("%s timed out after %.1f s on rank %d: rank%s %s never arrived", ctx,
-                      g->base.timeout_ms / 1000.0, me, nmiss > 1 ? "s" : "", list);
-    return dp_error("%s timed out after %.1f s on rank %d waiting for rank %d", ctx, g->base.timeout_ms / 1000.0,
-                    me, grank_of_local(g, j));
+      return dp_error("%s timed out after %.1f s on rank %d: rank%s %s never arrived", ctx, g->base.timeout_ms / 1000.0,
+                      me, nmiss > 1 ? "s" : "", list);
+    return dp_error("%s timed out after %.1f s on rank %d waiting for rank %d", ctx, g->base.timeout_ms / 1000.0, me,
+                    grank_of_local(g, j));
   }
   if (rc == SHM_DEAD)
     return dp_error("%s failed on rank %d: rank %d (pid %d) exited", ctx, me, grank_of_local(g, j),
@@ -186,7 +186,7 @@ static int reduce_impl(coll_ctx *c, void *data, size_t n, dp_dtype dt, dp_redop 
   uint8_t *d = data;
   const void *src[DP_PG_MAX_LOCAL];
   for (size_t i = 0; i <= nchunks + 1; i++) {
-    uint32_t T = my_step(c) + 1; /* the step this iteration's writes are for */
+    uint32_t T = my_step(c) + 1;        /* the step this iteration's writes are for */
     if (i < nchunks && !mine_in_pool) { /* the peers' slices of chunk i (mine I read from my tensor) */
       size_t off = i * chunk, len = n - off < chunk ? n - off : chunk, q = slice_len(len, L, es);
       size_t lo = (size_t)me * q < len ? (size_t)me * q : len, hi = lo + q < len ? lo + q : len;
@@ -359,8 +359,8 @@ int shm_recv(coll_ctx *c, void *data, size_t nbytes, int src) {
     if (k == 0 && (h->nbytes != nbytes || h->dtype != c->op->d.dtype)) {
       char ctx[256];
       cpu_op_ctx(c->op, ctx, sizeof ctx);
-      return dp_error("%s: rank %d sent %lld %s elements but rank %d expected %lld %s elements",
-                      ctx, grank_of_local(c->g, src), (long long)h->count, dp_dtype_name((dp_dtype)h->dtype),
+      return dp_error("%s: rank %d sent %lld %s elements but rank %d expected %lld %s elements", ctx,
+                      grank_of_local(c->g, src), (long long)h->count, dp_dtype_name((dp_dtype)h->dtype),
                       c->g->base.global_rank, (long long)c->op->d.count, dp_dtype_name((dp_dtype)c->op->d.dtype));
     }
     size_t off = k * payload, len = nbytes - off < payload ? nbytes - off : payload;

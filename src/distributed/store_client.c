@@ -1,6 +1,7 @@
 /* The rendezvous store's client (store.h has the protocol) and job tokens. */
 #include "distributed/store.h"
 
+#include "core/error.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +18,6 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-#include "core/error.h"
 
 #include "distributed/store_wire.h"
 

@@ -2,6 +2,7 @@
  * connection (store.h has the protocol). */
 #include "distributed/store.h"
 
+#include "core/error.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -18,7 +19,6 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-#include "core/error.h"
 
 #include "distributed/store_wire.h"
 

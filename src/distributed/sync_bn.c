@@ -54,8 +54,8 @@ out:
   return rc;
 }
 
-dp_tensor *dp_sync_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w,
-                              dp_tensor *b, bool training, double momentum, double eps, dp_pg *pg) {
+dp_tensor *dp_sync_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w, dp_tensor *b,
+                              bool training, double momentum, double eps, dp_pg *pg) {
   if (!training || !pg || pg->size == 1)
     return dp_batch_norm(x, running_mean, running_var, w, b, training || !running_mean, momentum, eps);
   bool prev = dp_set_grad_enabled(false);

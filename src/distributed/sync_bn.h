@@ -5,7 +5,7 @@
 
 /* Batch norm over the global batch of the group's ranks (see sync_bn.c).
  * Falls back to dp_batch_norm when not training or the group has one rank. */
-dp_tensor *dp_sync_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w,
-                              dp_tensor *b, bool training, double momentum, double eps, dp_pg *pg);
+dp_tensor *dp_sync_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w, dp_tensor *b,
+                              bool training, double momentum, double eps, dp_pg *pg);
 
 #endif

@@ -23,7 +23,7 @@
 #include "distributed/reduce_kern.h"
 
 #define HELLO_MAGIC 0x6c6c6568706464ull /* "ddphell" */
-#define PIECE ((size_t)4 << 20)       /* ring pieces: bounded temporary memory */
+#define PIECE ((size_t)4 << 20)         /* ring pieces: bounded temporary memory */
 
 int64_t pg_now_ms(void) {
   struct timespec ts;
@@ -317,8 +317,8 @@ int tcp_recv(coll_ctx *c, void *data, size_t nbytes, int src) {
   if (h.nbytes != nbytes || h.dtype != c->op->d.dtype) {
     char ctx[256];
     cpu_op_ctx(c->op, ctx, sizeof ctx);
-    return dp_error("%s: rank %d sent %lld %s elements but rank %d expected %lld %s elements", ctx,
-                    c->g->granks[src], (long long)h.count, dp_dtype_name((dp_dtype)h.dtype), c->g->base.global_rank,
+    return dp_error("%s: rank %d sent %lld %s elements but rank %d expected %lld %s elements", ctx, c->g->granks[src],
+                    (long long)h.count, dp_dtype_name((dp_dtype)h.dtype), c->g->base.global_rank,
                     (long long)c->op->d.count, dp_dtype_name((dp_dtype)c->op->d.dtype));
   }
   return xfer(c, -1, NULL, 0, src, data, nbytes);

@@ -49,9 +49,9 @@ typedef struct {
   char *log_dir;         /* NULL: no logs */
   bool nproc_given, nnodes_given;
   /* what to run */
-  char *script;          /* path of the script (or of the tool) */
-  int n_pre;             /* argv[0..n_pre) are the host's own arguments (arg[-n_pre..-1]) */
-  int args_pos;          /* argv[args_pos..argc) are the script's arguments */
+  char *script; /* path of the script (or of the tool) */
+  int n_pre;    /* argv[0..n_pre) are the host's own arguments (arg[-n_pre..-1]) */
+  int args_pos; /* argv[args_pos..argc) are the script's arguments */
 } dp_host_opts;
 
 /* Parses argv (and the --config file's `ddplua:` and `script:`). Returns 0
@@ -130,13 +130,13 @@ void dp_relay_free(dp_relay *r);
 
 typedef struct {
   const dp_host_opts *opts;
-  char **argv;            /* the host's own command line: each worker gets the same */
-  const char *self_exe;   /* /proc/self/exe resolved */
-  int n_workers;          /* workers started by this host */
+  char **argv;                      /* the host's own command line: each worker gets the same */
+  const char *self_exe;             /* /proc/self/exe resolved */
+  int n_workers;                    /* workers started by this host */
   int first_rank, first_local_rank; /* worker i gets RANK first_rank+i, LOCAL_RANK first_local_rank+i */
-  int node_rank, nnodes;  /* for messages */
-  char *const *job_env;   /* NULL-terminated "NAME=value" entries every worker gets */
-  dp_rdzv *rdzv;          /* multi-node: stop requests from other nodes; NULL otherwise */
+  int node_rank, nnodes;            /* for messages */
+  char *const *job_env;             /* NULL-terminated "NAME=value" entries every worker gets */
+  dp_rdzv *rdzv;                    /* multi-node: stop requests from other nodes; NULL otherwise */
 } dp_supervise_args;
 
 /* Runs the workers to completion; returns the host's exit code. Signals

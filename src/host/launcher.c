@@ -192,9 +192,16 @@ static int supervise(const dp_host_opts *o, dp_placement *p, int n_workers, char
   strlist env = {0};
   job_env(&env, o, p);
   env_add(&env, "DDPLUA_RANK_PREFIX", "1");
-  dp_supervise_args a = {.opts = o, .argv = argv, .self_exe = exe, .n_workers = n_workers,
-                         .first_rank = p->rank, .first_local_rank = p->local_rank, .node_rank = p->node_rank,
-                         .nnodes = p->nnodes, .job_env = env.v, .rdzv = rdzv};
+  dp_supervise_args a = {.opts = o,
+                         .argv = argv,
+                         .self_exe = exe,
+                         .n_workers = n_workers,
+                         .first_rank = p->rank,
+                         .first_local_rank = p->local_rank,
+                         .node_rank = p->node_rank,
+                         .nnodes = p->nnodes,
+                         .job_env = env.v,
+                         .rdzv = rdzv};
   block_supervisor_signals();
   int rc = dp_supervise(&a);
   env_free(&env);

@@ -21,49 +21,59 @@
 #include "host/host.h"
 #include "io/yaml_lua.h"
 
-enum { OPT_NPROC, OPT_NNODES, OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT, OPT_BACKEND, OPT_TIMEOUT,
-       OPT_LOG_DIR, OPT_CONFIG, N_OPTS };
+enum {
+  OPT_NPROC,
+  OPT_NNODES,
+  OPT_NODE_RANK,
+  OPT_MASTER_ADDR,
+  OPT_MASTER_PORT,
+  OPT_BACKEND,
+  OPT_TIMEOUT,
+  OPT_LOG_DIR,
+  OPT_CONFIG,
+  N_OPTS
+};
 
 /* Options in the order --help lists them; `config` is command-line only. */
 static const struct {
   const char *name, *expects;
 } opt_info[N_OPTS] = {
-  [OPT_NPROC] = {"nproc", "a positive integer or 'auto'"},
-  [OPT_NNODES] = {"nnodes", "a positive integer"},
-  [OPT_NODE_RANK] = {"node_rank", "an integer from 0 to nnodes-1"},
-  [OPT_MASTER_ADDR] = {"master_addr", "a host name or IPv4 address"},
-  [OPT_MASTER_PORT] = {"master_port", "a port number from 1 to 65535"},
-  [OPT_BACKEND] = {"backend", "one of auto, nccl, cpu"},
-  [OPT_TIMEOUT] = {"timeout", "a positive number of seconds"},
-  [OPT_LOG_DIR] = {"log_dir", "a directory name"},
-  [OPT_CONFIG] = {"config", "a YAML file"},
+    [OPT_NPROC] = {"nproc", "a positive integer or 'auto'"},
+    [OPT_NNODES] = {"nnodes", "a positive integer"},
+    [OPT_NODE_RANK] = {"node_rank", "an integer from 0 to nnodes-1"},
+    [OPT_MASTER_ADDR] = {"master_addr", "a host name or IPv4 address"},
+    [OPT_MASTER_PORT] = {"master_port", "a port number from 1 to 65535"},
+    [OPT_BACKEND] = {"backend", "one of auto, nccl, cpu"},
+    [OPT_TIMEOUT] = {"timeout", "a positive number of seconds"},
+    [OPT_LOG_DIR] = {"log_dir", "a directory name"},
+    [OPT_CONFIG] = {"config", "a YAML file"},
 };
 
 static const char usage_text[] =
-  "usage: ddplua [options] script.lua [key=value ...] [script args ...]\n"
-  "       ddplua [options] --config run.yaml [key=value ...]   (run.yaml names the script)\n"
-  "       ddplua TOOL [args ...]                               (lua/ddplua/tools/TOOL.lua, e.g. plot)\n"
-  "\n"
-  "Runs a Lua script in-process, or as N ranks of a data-parallel job, each with RANK, LOCAL_RANK,\n"
-  "WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR and MASTER_PORT set (as torchrun does).\n"
-  "\n"
-  "options:\n"
-  "  --nproc N|auto      processes on this node (default 1: run in-process; auto: one per visible GPU,\n"
-  "                      else one per core)\n"
-  "  --nnodes N          nodes in the job (default 1); each node runs its own ddplua\n"
-  "  --node_rank R       this node's index, 0..N-1 (node 0 serves the rendezvous store)\n"
-  "  --master_addr A     node 0's address (default 127.0.0.1)\n"
-  "  --master_port P     the store's port (default: a free one on one node, 29500 across nodes)\n"
-  "  --backend B         auto|nccl|cpu for init_process_group (default auto)\n"
-  "  --config FILE       YAML run file: its `ddplua:` section sets these options (the command line\n"
-  "                      wins), `script:` names the script; passed to the script as DDPLUA_CONFIG\n"
-  "  --log_dir DIR       also write each rank's output to DIR/rank_N.log\n"
-  "  --timeout S         deadline in seconds for rendezvous and every collective (default 300)\n"
-  "  --help, --version\n"
-  "\n"
-  "Each rank's output is printed line by line as \"[rank N] ...\". When a rank fails, the others are\n"
-  "stopped and ddplua exits with that rank's exit code (128+signal if it was killed).\n"
-  "Under Slurm (srun) or Open MPI (mpirun) each process is already one rank and runs in-process.\n";
+    "usage: ddplua [options] script.lua [key=value ...] [script args ...]\n"
+    "       ddplua [options] --config run.yaml [key=value ...]   (run.yaml names the script)\n"
+    "       ddplua TOOL [args ...]                               (lua/ddplua/tools/TOOL.lua, e.g. plot)\n"
+    "\n"
+    "Runs a Lua script in-process, or as N ranks of a data-parallel job, each with RANK, LOCAL_RANK,\n"
+    "WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR and MASTER_PORT set (as torchrun does).\n"
+    "\n"
+    "options:\n"
+    "  --nproc N|auto      processes on this node (default 1: run in-process; auto: one per visible GPU,\n"
+    "                      else one per core)\n"
+    "  --nnodes N          nodes in the job (default 1); each node runs its own ddplua\n"
+    "  --node_rank R       this node's index, 0..N-1 (node 0 serves the rendezvous store)\n"
+    "  --master_addr A     node 0's address (default 127.0.0.1)\n"
+    "  --master_port P     the store's port (default: a free one on one node, 29500 across nodes)\n"
+    "  --backend B         auto|nccl|cpu for init_process_group (default auto)\n"
+    "  --config FILE       YAML run file: its `ddplua:` section sets these options (the command line\n"
+    "                      wins), `script:` names the script; passed to the script as DDPLUA_CONFIG\n"
+    "  --log_dir DIR       also write each rank's output to DIR/rank_N.log\n"
+    "  --timeout S         deadline in seconds for rendezvous and every collective (default 300)\n"
+    "  --help, --version\n"
+    "\n"
+    "Each rank's output is printed line by line as \"[rank N] ...\". When a rank fails, the others are\n"
+    "stopped and ddplua exits with that rank's exit code (128+signal if it was killed).\n"
+    "Under Slurm (srun) or Open MPI (mpirun) each process is already one rank and runs in-process.\n";
 
 static int usage_error(const char *fmt, const char *a, const char *b) {
   fprintf(stderr, "ddplua: ");
@@ -207,7 +217,7 @@ static int load_config(dp_host_opts *o, const char *shown_path, const bool *give
   if (!L) return dp_error("out of memory");
   int rc = -1;
   if (dp_yaml_push_file(L, shown_path) != 0) goto out; /* "<file>:<line>:<column>: <problem>" */
-  if (lua_isnil(L, -1)) { /* empty file */
+  if (lua_isnil(L, -1)) {                              /* empty file */
     rc = 0;
     goto out;
   }
@@ -268,8 +278,7 @@ static int load_config(dp_host_opts *o, const char *shown_path, const bool *give
     }
     char abs[PATH_MAX];
     if (access(alt, R_OK) != 0 || !realpath(alt, abs)) {
-      dp_error("%s: script '%s' not found (looked in the current directory and next to the YAML file)",
-               shown_path, s);
+      dp_error("%s: script '%s' not found (looked in the current directory and next to the YAML file)", shown_path, s);
       goto out;
     }
     *script = dp_xstrdup(abs);
@@ -304,8 +313,7 @@ static int resolve_tool(const char *name, char **path) {
       k += (size_t)snprintf(list + k, sizeof list - k, "%s%.*s", k ? ", " : "", (int)len - 4, e->d_name);
   }
   if (d) closedir(d);
-  fprintf(stderr, "ddplua: '%s' is neither a script file nor a tool; available tools: %s\n", name,
-          k ? list : "(none)");
+  fprintf(stderr, "ddplua: '%s' is neither a script file nor a tool; available tools: %s\n", name, k ? list : "(none)");
   return 2;
 }
 

@@ -94,8 +94,7 @@ static int master_from_env(dp_placement *p, const char *fallback_addr, const cha
     return dp_error("%s: MASTER_PORT is not set and there is no job id to derive one from", p->scheduler);
   }
   char what[512];
-  snprintf(what, sizeof what, "%s|%s|%s|%d", p->scheduler, port_seed ? port_seed : "", p->master_addr,
-           p->master_port);
+  snprintf(what, sizeof what, "%s|%s|%s|%d", p->scheduler, port_seed ? port_seed : "", p->master_addr, p->master_port);
   dp_shared_token(what, p->token, sizeof p->token);
   return 0;
 }

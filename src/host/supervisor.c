@@ -53,11 +53,11 @@ typedef struct {
   int n, alive;
   pid_t pgid;
   stop_kind stop;
-  int failed;          /* index of the worker whose failure stopped the job */
-  int host_signal;     /* the signal that stopped the host */
+  int failed;      /* index of the worker whose failure stopped the job */
+  int host_signal; /* the signal that stopped the host */
   int remote_code;
   char remote_msg[1024];
-  int64_t kill_at_ms;  /* SIGKILL the group at this time; -1: not pending */
+  int64_t kill_at_ms; /* SIGKILL the group at this time; -1: not pending */
 } sup;
 
 static int64_t now_ms(void) {
@@ -216,8 +216,7 @@ static void tell_other_nodes(sup *s) {
     code = 1;
   } else {
     char sn[32];
-    snprintf(msg, sizeof msg, "node %d's host received %s", s->a->node_rank,
-             signame(s->host_signal, sn, sizeof sn));
+    snprintf(msg, sizeof msg, "node %d's host received %s", s->a->node_rank, signame(s->host_signal, sn, sizeof sn));
     code = 128 + s->host_signal;
   }
   dp_rdzv_stop_others(s->a->rdzv, code, msg);
@@ -334,8 +333,8 @@ static int finish(sup *s) {
     dp_relay_print_tail(s->w[s->failed].relay, 2);
     return failure_code(&s->w[s->failed]);
   case STOP_SIGNAL:
-    fprintf(stderr, "ddplua: received %s; stopped all %d ranks of this node\n",
-            signame(s->host_signal, sn, sizeof sn), s->n);
+    fprintf(stderr, "ddplua: received %s; stopped all %d ranks of this node\n", signame(s->host_signal, sn, sizeof sn),
+            s->n);
     return 128 + s->host_signal;
   case STOP_REMOTE:
     fprintf(stderr, "ddplua: stopped because another node failed: %s\n", s->remote_msg);

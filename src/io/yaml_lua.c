@@ -19,7 +19,7 @@ static int is_int(const char *s, lua_Integer *out) {
   else if (p[0] == '0' && p[1] == 'o') base = 8, p += 2;
   if (!*p) return 0;
   for (const char *q = p; *q; q++) {
-    int ok = base == 16 ? (*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'f') || (*q >= 'A' && *q <= 'F')
+    int ok = base == 16  ? (*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'f') || (*q >= 'A' && *q <= 'F')
              : base == 8 ? (*q >= '0' && *q <= '7')
                          : (*q >= '0' && *q <= '9');
     if (!ok) return 0;

@@ -3,9 +3,9 @@
  * GradScaler). lua/ddplua/amp.lua builds the user-facing API on these. */
 #include <string.h>
 
+#include "backends/backend.h"
 #include "lua/l_util.h"
 #include "ops/autocast.h"
-#include "backends/backend.h"
 
 static const dp_backend *cuda_or_error(lua_State *L) {
   const dp_backend *b = dp_backend_require(DP_CUDA);

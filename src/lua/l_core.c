@@ -5,9 +5,9 @@
 #include <time.h>
 
 #include "autograd/autograd.h"
-#include "lua/l_util.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/sgemm.h"
+#include "lua/l_util.h"
 #include "ops/ops.h"
 
 static int l_manual_seed(lua_State *L) {

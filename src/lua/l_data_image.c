@@ -347,8 +347,9 @@ static int64_t *read_indices(lua_State *L, int idx, int64_t *n, const char *what
     lua_geti(L, idx, i + 1);
     int ok;
     out[i] = lua_tointegerx(L, -1, &ok) - 1;
-    if (!ok) luaL_error(L, "%s: indices[%d] must be an integer position, got %s", what, (int)i + 1,
-                        luaL_tolstring(L, -1, NULL));
+    if (!ok)
+      luaL_error(L, "%s: indices[%d] must be an integer position, got %s", what, (int)i + 1,
+                 luaL_tolstring(L, -1, NULL));
     lua_pop(L, 1);
   }
   return out;
@@ -429,10 +430,9 @@ static int l_set_close(lua_State *L) {
 }
 
 void lt_open_image(lua_State *L, int module) {
-  static const luaL_Reg set_methods[] = {{"get_batch", l_set_get_batch}, {"prefetch", l_set_prefetch},
-                                         {"get", l_set_get},             {"len", l_set_len},
-                                         {"set_epoch", l_set_set_epoch}, {"info", l_set_info},
-                                         {"close", l_set_close},         {NULL, NULL}};
+  static const luaL_Reg set_methods[] = {
+      {"get_batch", l_set_get_batch}, {"prefetch", l_set_prefetch}, {"get", l_set_get},     {"len", l_set_len},
+      {"set_epoch", l_set_set_epoch}, {"info", l_set_info},         {"close", l_set_close}, {NULL, NULL}};
   luaL_newmetatable(L, IMAGE_SET_MT);
   luaL_newlib(L, set_methods);
   lua_setfield(L, -2, "__index");
@@ -444,11 +444,9 @@ void lt_open_image(lua_State *L, int module) {
   lua_setfield(L, -2, "__len");
   lua_pop(L, 1);
 
-  static const luaL_Reg funcs[] = {{"read", l_read},         {"write_png", l_write_png},
-                                   {"write_jpeg", l_write_jpeg}, {"read_idx", l_read_idx},
-                                   {"read_csv", l_read_csv}, {"permutation", l_permutation},
-                                   {"apply", l_apply},       {"dataset", l_dataset},
-                                   {NULL, NULL}};
+  static const luaL_Reg funcs[] = {{"read", l_read},         {"write_png", l_write_png}, {"write_jpeg", l_write_jpeg},
+                                   {"read_idx", l_read_idx}, {"read_csv", l_read_csv},   {"permutation", l_permutation},
+                                   {"apply", l_apply},       {"dataset", l_dataset},     {NULL, NULL}};
   luaL_newlib(L, funcs);
   lua_setfield(L, module, "image");
 }

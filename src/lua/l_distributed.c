@@ -11,8 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lua/l_distributed.h"
 #include "backends/backend.h"
+#include "lua/l_distributed.h"
 
 ldist_state lt_dist;
 
@@ -406,8 +406,10 @@ static int g_gc(lua_State *L) {
  * plugin, no GPU visible). */
 static int l_nccl_available(lua_State *L) {
   const dp_backend *b = dp_backend_require(DP_CUDA);
-  const char *why = !b ? dp_errmsg() : !b->pg_new ? "the CUDA plugin was built without NCCL"
-                                     : b->device_count() < 1 ? "no GPU is visible" : NULL;
+  const char *why = !b                      ? dp_errmsg()
+                    : !b->pg_new            ? "the CUDA plugin was built without NCCL"
+                    : b->device_count() < 1 ? "no GPU is visible"
+                                            : NULL;
   lua_pushboolean(L, why == NULL);
   if (!why) return 1;
   lua_pushstring(L, why);
@@ -423,8 +425,8 @@ static int l_world(lua_State *L) {
 
 void lt_open_dist(lua_State *L, int module) {
   luaL_newmetatable(L, DP_GROUP_MT);
-  static const luaL_Reg gm[] = {{"rank", g_rank}, {"size", g_size}, {"ranks", g_ranks}, {"is_member", g_is_member},
-                                {NULL, NULL}};
+  static const luaL_Reg gm[] = {
+      {"rank", g_rank}, {"size", g_size}, {"ranks", g_ranks}, {"is_member", g_is_member}, {NULL, NULL}};
   lua_newtable(L);
   luaL_setfuncs(L, gm, 0);
   lua_setfield(L, -2, "__index");

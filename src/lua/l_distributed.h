@@ -25,8 +25,8 @@ typedef struct lgroup {
 } lgroup;
 
 typedef struct {
-  lgroup *world;   /* the default group, NULL before init */
-  lgroup *groups;  /* every live group, the default one included */
+  lgroup *world;  /* the default group, NULL before init */
+  lgroup *groups; /* every live group, the default one included */
   dp_store *store;
   dp_store_server *server; /* when this process serves the store */
   int generation;          /* init_process_group calls so far: store key prefix */

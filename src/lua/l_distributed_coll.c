@@ -252,8 +252,8 @@ static int l_all_gather(lua_State *L) {
       return luaL_error(L, "all_gather: the output is %s but the input is %s", dp_dtype_name(out->dtype),
                         dp_dtype_name(t->dtype));
     if (dp_numel(out) != dp_numel(t) * n)
-      return luaL_error(L, "all_gather: the output has %d elements, expected world size %d x %d", (int)dp_numel(out),
-                        n, (int)dp_numel(t));
+      return luaL_error(L, "all_gather: the output has %d elements, expected world size %d x %d", (int)dp_numel(out), n,
+                        (int)dp_numel(t));
     flat = dense(L, out, true, &cb);
   } else if (lua_istable(L, 1)) {
     int len = (int)luaL_len(L, 1);
@@ -297,8 +297,8 @@ static int l_reduce_scatter(lua_State *L) {
       return luaL_error(L, "reduce_scatter: the input is %s but the output is %s", dp_dtype_name(in->dtype),
                         dp_dtype_name(out->dtype));
     if (dp_numel(in) != dp_numel(out) * n)
-      return luaL_error(L, "reduce_scatter: the input has %d elements, expected world size %d x %d",
-                        (int)dp_numel(in), n, (int)dp_numel(out));
+      return luaL_error(L, "reduce_scatter: the input has %d elements, expected world size %d x %d", (int)dp_numel(in),
+                        n, (int)dp_numel(out));
     flat = dense(L, in, false, &cb);
   } else if (lua_istable(L, 2)) {
     int len = (int)luaL_len(L, 2);
@@ -391,11 +391,16 @@ void lt_open_dist_coll(lua_State *L, int dist) {
   lua_pushstring(L, "Work");
   lua_setfield(L, -2, "__name");
   lua_pop(L, 1);
-  static const luaL_Reg fs[] = {{"all_reduce", l_all_reduce},   {"broadcast", l_broadcast},
-                                {"reduce", l_reduce},           {"all_gather", l_all_gather},
-                                {"reduce_scatter", l_reduce_scatter}, {"barrier", l_barrier},
-                                {"send", l_send},               {"recv", l_recv},
-                                {"_alloc_shared", l_alloc_shared}, {NULL, NULL}};
+  static const luaL_Reg fs[] = {{"all_reduce", l_all_reduce},
+                                {"broadcast", l_broadcast},
+                                {"reduce", l_reduce},
+                                {"all_gather", l_all_gather},
+                                {"reduce_scatter", l_reduce_scatter},
+                                {"barrier", l_barrier},
+                                {"send", l_send},
+                                {"recv", l_recv},
+                                {"_alloc_shared", l_alloc_shared},
+                                {NULL, NULL}};
   lua_pushvalue(L, dist);
   luaL_setfuncs(L, fs, 0);
   lua_pop(L, 1);

@@ -3,10 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/backend.h"
 #include "distributed/ddp_reducer.h"
 #include "distributed/sync_bn.h"
 #include "lua/l_util.h"
-#include "backends/backend.h"
 
 #define REDUCER_MT "ddplua.Reducer"
 
@@ -127,8 +127,11 @@ void lt_open_ddp(lua_State *L, int module) {
   lua_pushcfunction(L, l_sync_batch_norm);
   lua_setfield(L, module, "sync_batch_norm");
   luaL_newmetatable(L, REDUCER_MT);
-  static const luaL_Reg meths[] = {{"set_sync", l_set_sync}, {"stats", l_stats}, {"bucket_of", l_bucket_of},
-                                   {"release", l_reducer_gc}, {NULL, NULL}};
+  static const luaL_Reg meths[] = {{"set_sync", l_set_sync},
+                                   {"stats", l_stats},
+                                   {"bucket_of", l_bucket_of},
+                                   {"release", l_reducer_gc},
+                                   {NULL, NULL}};
   lua_newtable(L);
   luaL_setfuncs(L, meths, 0);
   lua_setfield(L, -2, "__index");

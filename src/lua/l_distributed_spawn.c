@@ -54,8 +54,8 @@ static void write_all(int fd, const char *s, size_t n) {
 }
 
 /* In the child: never returns. */
-static void child_main(lua_State *L, int nargs, int rank, int n, int port, const char *token, int err_fd,
-                       pid_t parent, int listen_fd) {
+static void child_main(lua_State *L, int nargs, int rank, int n, int port, const char *token, int err_fd, pid_t parent,
+                       int listen_fd) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   close(listen_fd);
   if (getppid() != parent) _exit(1); /* the parent died before prctl */

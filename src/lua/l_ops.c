@@ -12,7 +12,8 @@ static int binary(lua_State *L, dp_binary_op op) {
   if (a && b) return lt_push(L, dp_binary(op, a, b));
   if (a && lua_type(L, 2) == LUA_TNUMBER) return lt_push(L, dp_binary_scalar(op, a, lua_tonumber(L, 2), false));
   if (b && lua_type(L, 1) == LUA_TNUMBER) return lt_push(L, dp_binary_scalar(op, b, lua_tonumber(L, 1), true));
-  if (!a && !b) return luaL_error(L, "expected a tensor operand, got %s and %s", luaL_typename(L, 1), luaL_typename(L, 2));
+  if (!a && !b)
+    return luaL_error(L, "expected a tensor operand, got %s and %s", luaL_typename(L, 1), luaL_typename(L, 2));
   return luaL_error(L, "cannot combine a tensor with a %s (expected a tensor or a number)",
                     luaL_typename(L, a ? 2 : 1));
 }
@@ -46,7 +47,7 @@ static int l_ge(lua_State *L) { return binary(L, DP_B_GE); }
 
 static int l_unm(lua_State *L) { return lt_push(L, dp_neg(lt_check(L, 1))); }
 
-#define UNARY(name, op)                                                                                           \
+#define UNARY(name, op)                                                                                                \
   static int l_##name(lua_State *L) { return lt_push(L, dp_unary(op, lt_check(L, 1))); }
 UNARY(neg, DP_U_NEG)
 UNARY(exp, DP_U_EXP)
@@ -255,17 +256,47 @@ static int l_stack(lua_State *L) {
 }
 
 void lt_open_tensor_ops(lua_State *L, int module, int methods) {
-  static const luaL_Reg meths[] = {
-      {"add", l_add},         {"sub", l_sub},         {"mul", l_mul},         {"div", l_div},
-      {"pow", l_pow},         {"maximum", l_maximum}, {"minimum", l_minimum}, {"eq", l_eq},
-      {"ne", l_ne},           {"lt", l_lt},           {"le", l_le},           {"gt", l_gt},
-      {"ge", l_ge},           {"neg", l_neg},         {"exp", l_exp},         {"log", l_log},
-      {"relu", l_relu},       {"gelu", l_gelu},       {"tanh", l_tanh},       {"sigmoid", l_sigmoid},
-      {"sqrt", l_sqrt},       {"rsqrt", l_rsqrt},     {"abs", l_abs},         {"square", l_square},
-      {"reciprocal", l_reciprocal}, {"sign", l_sign}, {"clamp", l_clamp},     {"add_", l_add_},
-      {"sub_", l_sub_},       {"mul_", l_mul_},       {"div_", l_div_},       {"sum", l_sum},
-      {"mean", l_mean},       {"max", l_max},         {"min", l_min},         {"argmax", l_argmax},
-      {"argmin", l_argmin},   {"matmul", l_matmul}, {"index_select", l_index_select},   {"mm", l_mm},           {NULL, NULL}};
+  static const luaL_Reg meths[] = {{"add", l_add},
+                                   {"sub", l_sub},
+                                   {"mul", l_mul},
+                                   {"div", l_div},
+                                   {"pow", l_pow},
+                                   {"maximum", l_maximum},
+                                   {"minimum", l_minimum},
+                                   {"eq", l_eq},
+                                   {"ne", l_ne},
+                                   {"lt", l_lt},
+                                   {"le", l_le},
+                                   {"gt", l_gt},
+                                   {"ge", l_ge},
+                                   {"neg", l_neg},
+                                   {"exp", l_exp},
+                                   {"log", l_log},
+                                   {"relu", l_relu},
+                                   {"gelu", l_gelu},
+                                   {"tanh", l_tanh},
+                                   {"sigmoid", l_sigmoid},
+                                   {"sqrt", l_sqrt},
+                                   {"rsqrt", l_rsqrt},
+                                   {"abs", l_abs},
+                                   {"square", l_square},
+                                   {"reciprocal", l_reciprocal},
+                                   {"sign", l_sign},
+                                   {"clamp", l_clamp},
+                                   {"add_", l_add_},
+                                   {"sub_", l_sub_},
+                                   {"mul_", l_mul_},
+                                   {"div_", l_div_},
+                                   {"sum", l_sum},
+                                   {"mean", l_mean},
+                                   {"max", l_max},
+                                   {"min", l_min},
+                                   {"argmax", l_argmax},
+                                   {"argmin", l_argmin},
+                                   {"matmul", l_matmul},
+                                   {"index_select", l_index_select},
+                                   {"mm", l_mm},
+                                   {NULL, NULL}};
   lua_pushvalue(L, methods);
   luaL_setfuncs(L, meths, 0);
   lua_pop(L, 1);

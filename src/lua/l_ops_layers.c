@@ -118,8 +118,9 @@ static int l_batch_norm_gather_stats(lua_State *L) {
       lua_geti(L, 3, i + 1);
       int ok;
       lua_Number v = lua_tonumberx(L, -1, &ok);
-      if (!ok) return luaL_error(L, "batch_norm_gather_stats: count %d must be a number, got %s", (int)(i + 1),
-                                 luaL_typename(L, -1));
+      if (!ok)
+        return luaL_error(L, "batch_norm_gather_stats: count %d must be a number, got %s", (int)(i + 1),
+                          luaL_typename(L, -1));
       ((double *)dp_data(owned))[i] = v;
       lua_pop(L, 1);
     }

@@ -68,16 +68,16 @@ static dp_tensor *state_tensor(lua_State *L, dp_tensor *p, const char *key, lua_
   lua_getfield(L, -1, key);
   dp_tensor *s = lt_test(L, -1);
   if (!s && !lua_isnil(L, -1))
-    luaL_error(L, "%s: state '%s' of parameter %d is a %s, expected a tensor", who, key, (int)i,
-               luaL_typename(L, -1));
+    luaL_error(L, "%s: state '%s' of parameter %d is a %s, expected a tensor", who, key, (int)i, luaL_typename(L, -1));
   lua_pop(L, 1);
   if (s) {
     char a[128], b[128];
-    if (!dp_same_shape(s, p) || s->dtype != p->dtype || !dp_is_contiguous(s) ||
-        !dp_device_eq(dp_dev(s), dp_dev(p)))
-      luaL_error(L, "%s: state '%s' of parameter %d is a %s %s tensor, expected a contiguous %s %s one like the "
-                 "parameter", who, key, (int)i, dp_dtype_name(s->dtype), dp_shape_str(s, a, sizeof a),
-                 dp_dtype_name(p->dtype), dp_shape_str(p, b, sizeof b));
+    if (!dp_same_shape(s, p) || s->dtype != p->dtype || !dp_is_contiguous(s) || !dp_device_eq(dp_dev(s), dp_dev(p)))
+      luaL_error(L,
+                 "%s: state '%s' of parameter %d is a %s %s tensor, expected a contiguous %s %s one like the "
+                 "parameter",
+                 who, key, (int)i, dp_dtype_name(s->dtype), dp_shape_str(s, a, sizeof a), dp_dtype_name(p->dtype),
+                 dp_shape_str(p, b, sizeof b));
     return s;
   }
   s = dp_zeros(p->dtype, p->ndim, p->shape, dp_dev(p));

@@ -230,7 +230,8 @@ static int l_select(lua_State *L) {
   int d = lt_check_dim(L, 2, t->ndim, 0);
   lua_Integer i = luaL_checkinteger(L, 3);
   if (i == 0 || i > t->shape[d] || i < -t->shape[d])
-    return luaL_error(L, "select: index %d out of range for dimension %d of size %d (positions are 1..%d or "
+    return luaL_error(L,
+                      "select: index %d out of range for dimension %d of size %d (positions are 1..%d or "
                       "negative from the end)",
                       (int)i, d + 1, (int)t->shape[d], (int)t->shape[d]);
   return lt_push(L, dp_select(t, d, i > 0 ? i - 1 : t->shape[d] + i));
@@ -448,18 +449,49 @@ static int l_free(lua_State *L) { /* releases memory now instead of at GC */
 
 void lt_open_tensor(lua_State *L, int module, int methods) {
   static const luaL_Reg funcs[] = {{"is_tensor", l_is_tensor}, {NULL, NULL}};
-  static const luaL_Reg meths[] = {
-      {"size", l_size},         {"stride", l_stride},     {"dim", l_dim},         {"numel", l_numel},
-      {"nelement", l_numel},    {"dtype", l_dtype},       {"device", l_device},   {"is_contiguous", l_is_contiguous},
-      {"element_size", l_element_size}, {"data_ptr", l_data_ptr}, {"to", l_to},   {"float", l_float},
-      {"double", l_double},     {"long", l_long},         {"byte", l_byte},       {"cpu", l_cpu},
-      {"cuda", l_cuda},         {"clone", l_clone},       {"contiguous", l_contiguous}, {"detach", l_detach},
-      {"view", l_view},         {"reshape", l_reshape},   {"view_as", l_view_as}, {"expand", l_expand},
-      {"expand_as", l_expand_as}, {"transpose", l_transpose}, {"t", l_t},         {"permute", l_permute},
-      {"narrow", l_narrow},     {"select", l_select},     {"flatten", l_flatten}, {"unsqueeze", l_unsqueeze},
-      {"squeeze", l_squeeze},   {"item", l_item},         {"totable", l_totable}, {"tolist", l_totable},
-      {"fill_", l_fill_},       {"zero_", l_zero_},       {"copy_", l_copy_},     {"requires_grad_", l_requires_grad_},
-      {"backward", l_backward}, {"free", l_free},         {NULL, NULL}};
+  static const luaL_Reg meths[] = {{"size", l_size},
+                                   {"stride", l_stride},
+                                   {"dim", l_dim},
+                                   {"numel", l_numel},
+                                   {"nelement", l_numel},
+                                   {"dtype", l_dtype},
+                                   {"device", l_device},
+                                   {"is_contiguous", l_is_contiguous},
+                                   {"element_size", l_element_size},
+                                   {"data_ptr", l_data_ptr},
+                                   {"to", l_to},
+                                   {"float", l_float},
+                                   {"double", l_double},
+                                   {"long", l_long},
+                                   {"byte", l_byte},
+                                   {"cpu", l_cpu},
+                                   {"cuda", l_cuda},
+                                   {"clone", l_clone},
+                                   {"contiguous", l_contiguous},
+                                   {"detach", l_detach},
+                                   {"view", l_view},
+                                   {"reshape", l_reshape},
+                                   {"view_as", l_view_as},
+                                   {"expand", l_expand},
+                                   {"expand_as", l_expand_as},
+                                   {"transpose", l_transpose},
+                                   {"t", l_t},
+                                   {"permute", l_permute},
+                                   {"narrow", l_narrow},
+                                   {"select", l_select},
+                                   {"flatten", l_flatten},
+                                   {"unsqueeze", l_unsqueeze},
+                                   {"squeeze", l_squeeze},
+                                   {"item", l_item},
+                                   {"totable", l_totable},
+                                   {"tolist", l_totable},
+                                   {"fill_", l_fill_},
+                                   {"zero_", l_zero_},
+                                   {"copy_", l_copy_},
+                                   {"requires_grad_", l_requires_grad_},
+                                   {"backward", l_backward},
+                                   {"free", l_free},
+                                   {NULL, NULL}};
   lua_pushvalue(L, module);
   luaL_setfuncs(L, funcs, 0);
   lua_pop(L, 1);

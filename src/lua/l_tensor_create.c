@@ -7,7 +7,6 @@
 #include "lua/l_util.h"
 #include "ops/ops.h"
 
-
 /* Walks a nested Lua table to find its shape and whether every leaf is an
  * integer (so ddp.tensor{1, 2} is int64 as in PyTorch). */
 static void table_shape(lua_State *L, int idx, int depth, int *ndim, int64_t *shape, bool *all_int, bool *any_bool) {
@@ -31,8 +30,7 @@ static void table_shape(lua_State *L, int idx, int depth, int *ndim, int64_t *sh
     } else if (ty == LUA_TBOOLEAN) {
       *any_bool = true;
     } else {
-      luaL_error(L, "tensor(): expected numbers or nested tables, got %s at position %d", luaL_typename(L, -1),
-                 (int)i);
+      luaL_error(L, "tensor(): expected numbers or nested tables, got %s at position %d", luaL_typename(L, -1), (int)i);
     }
     lua_pop(L, 1);
   }
@@ -191,12 +189,10 @@ static int l_randperm(lua_State *L) {
   return lt_push(L, dp_randperm(n, 1));
 }
 
-
 void lt_open_tensor_create(lua_State *L, int module) {
-  static const luaL_Reg funcs[] = {{"tensor", l_tensor}, {"zeros", l_zeros},   {"ones", l_ones},
-                                   {"empty", l_empty},   {"full", l_full},     {"rand", l_rand},
-                                   {"randn", l_randn},   {"arange", l_arange}, {"randperm", l_randperm},
-                                   {NULL, NULL}};
+  static const luaL_Reg funcs[] = {
+      {"tensor", l_tensor}, {"zeros", l_zeros}, {"ones", l_ones},     {"empty", l_empty},       {"full", l_full},
+      {"rand", l_rand},     {"randn", l_randn}, {"arange", l_arange}, {"randperm", l_randperm}, {NULL, NULL}};
   lua_pushvalue(L, module);
   luaL_setfuncs(L, funcs, 0);
   lua_pop(L, 1);

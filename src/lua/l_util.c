@@ -70,8 +70,7 @@ int lt_dim_value(lua_State *L, lua_Integer d, int ndim, int extra) {
   if (d >= 1 && d <= n) return (int)d - 1;
   if (d < 0 && d >= -n) return (int)(d + n);
   if (d == 0)
-    return luaL_error(L, "dimension 0 is not valid: dimensions count from 1 (1..%d), or from the end (-1..-%d)",
-                      n, n);
+    return luaL_error(L, "dimension 0 is not valid: dimensions count from 1 (1..%d), or from the end (-1..-%d)", n, n);
   if (n == 0) return luaL_error(L, "dimension %d out of range: the tensor is 0-dimensional", (int)d);
   return luaL_error(L, "dimension %d out of range for a %d-dimensional tensor (expected 1..%d or -%d..-1)", (int)d,
                     ndim, n, n);

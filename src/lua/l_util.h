@@ -21,9 +21,9 @@ dp_tensor *lt_check(lua_State *L, int idx);
 dp_tensor *lt_test(lua_State *L, int idx); /* NULL if not a tensor */
 /* Raises dp_errmsg() as a Lua error (with the caller's position). */
 int lt_error(lua_State *L);
-#define LT_CHECK(L, expr)                                                                                        \
-  do {                                                                                                           \
-    if ((expr) != 0) lt_error(L);                                                                                \
+#define LT_CHECK(L, expr)                                                                                              \
+  do {                                                                                                                 \
+    if ((expr) != 0) lt_error(L);                                                                                      \
   } while (0)
 
 /* 1-based / negative dim at stack idx -> 0-based; error names the dim and

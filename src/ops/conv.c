@@ -50,9 +50,25 @@ static int64_t chunk_images(const conv_geom *cg, size_t es) {
 /* C[b] = op(A[b]) @ op(B[b]) (+ beta C[b]) on contiguous matrices. */
 static int gemm(dp_tensor *like, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t batch, const void *a,
                 int64_t lda, int64_t sa, const void *b, int64_t ldb, int64_t sb, void *c, int64_t sc, double beta) {
-  dp_gemm_args ga = {.dtype = like->dtype, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .batch = batch,
-                     .alpha = 1.0, .beta = beta, .a = a, .lda = lda, .stride_a = sa, .b = b, .ldb = ldb,
-                     .stride_b = sb, .c = c, .ldc = n, .stride_c = sc, .device = dp_dev(like).index};
+  dp_gemm_args ga = {.dtype = like->dtype,
+                     .trans_a = ta,
+                     .trans_b = tb,
+                     .m = m,
+                     .n = n,
+                     .k = k,
+                     .batch = batch,
+                     .alpha = 1.0,
+                     .beta = beta,
+                     .a = a,
+                     .lda = lda,
+                     .stride_a = sa,
+                     .b = b,
+                     .ldb = ldb,
+                     .stride_b = sb,
+                     .c = c,
+                     .ldc = n,
+                     .stride_c = sc,
+                     .device = dp_dev(like).index};
   return dp_backend_of(like)->gemm(&ga);
 }
 
@@ -112,8 +128,8 @@ static int conv_backward_data(dp_tensor *gx, dp_tensor *gw, dp_tensor *gy, dp_te
        * a batched GEMM writes one output per batch entry */
       size_t es = dp_elsize(gy);
       for (int64_t i = 0; i < nb; i++)
-        if (gemm(gw, false, true, O, CK, L, 1, gyp + (size_t)(i * O * L) * es, L, 0, src + (size_t)(i * CK * L) * es,
-                 L, 0, dp_data(gw), 0, (n0 + i) ? 1.0 : 0.0))
+        if (gemm(gw, false, true, O, CK, L, 1, gyp + (size_t)(i * O * L) * es, L, 0, src + (size_t)(i * CK * L) * es, L,
+                 0, dp_data(gw), 0, (n0 + i) ? 1.0 : 0.0))
           goto fail;
     }
     if (gx) { /* gcols[n] [CK, L] = W^T [CK, O] @ gy[n] [O, L] */

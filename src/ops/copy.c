@@ -28,8 +28,7 @@ static int cross_device_copy(dp_tensor *dst, dp_tensor *src) {
   if (!staged) goto out;
   if (dp_dev(src).type == DP_CPU) rc = dp_backend_of(staged)->copy_from_cpu(staged, s);
   else if (dp_dev(dst).type == DP_CPU) rc = dp_backend_of(s)->copy_to_cpu(staged, s);
-  else { /* device to device through the host */
-    dp_tensor *h = dp_empty(s->dtype, s->ndim, s->shape, dp_cpu());
+  else { /* device to device through the host */ dp_tensor *h = dp_empty(s->dtype, s->ndim, s->shape, dp_cpu());
     rc = h ? dp_backend_of(s)->copy_to_cpu(h, s) : -1;
     if (!rc) rc = dp_backend_of(staged)->copy_from_cpu(staged, h);
     dp_release(h);

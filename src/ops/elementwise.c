@@ -106,9 +106,9 @@ static int unary_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
 }
 
 dp_tensor *dp_unary(dp_unary_op op, dp_tensor *x) {
-  static const char *names[DP_U_COUNT] = {"NegBackward",  "ExpBackward",   "LogBackward",   "ReluBackward",
-                                          "GeluBackward", "TanhBackward",  "SigmoidBackward", "SqrtBackward",
-                                          "RsqrtBackward", "AbsBackward",  "SquareBackward", "ReciprocalBackward",
+  static const char *names[DP_U_COUNT] = {"NegBackward",   "ExpBackward",  "LogBackward",     "ReluBackward",
+                                          "GeluBackward",  "TanhBackward", "SigmoidBackward", "SqrtBackward",
+                                          "RsqrtBackward", "AbsBackward",  "SquareBackward",  "ReciprocalBackward",
                                           "SignBackward"};
   if ((unsigned)op >= DP_U_COUNT) {
     dp_error("unknown unary op %d", (int)op);
@@ -176,7 +176,8 @@ static int binary_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   case DP_B_MAX:
   case DP_B_MIN: { /* ties split the gradient equally, as PyTorch */
     dp_tensor *win = dp_binary(op == DP_B_MAX ? DP_B_GT : DP_B_LT, a, b), *tie = dp_binary(DP_B_EQ, a, b);
-    dp_tensor *wf = win ? dp_to(win, gy->dtype, dp_dev(gy)) : NULL, *tf = tie ? dp_to(tie, gy->dtype, dp_dev(gy)) : NULL;
+    dp_tensor *wf = win ? dp_to(win, gy->dtype, dp_dev(gy)) : NULL,
+              *tf = tie ? dp_to(tie, gy->dtype, dp_dev(gy)) : NULL;
     dp_tensor *half = tf ? dp_binary_scalar(DP_B_MUL, tf, 0.5, false) : NULL;
     dp_tensor *ma = (wf && half) ? dp_add(wf, half) : NULL; /* weight of a */
     if (ma && na) ga = dp_mul(gy, ma);
@@ -239,7 +240,7 @@ dp_tensor *dp_binary(dp_binary_op op, dp_tensor *a, dp_tensor *b) {
   }
   dp_tensor *ins[2] = {a, b};
   if (op < DP_B_EQ && dp_any_requires_grad(2, ins)) {
-    static const char *names[] = {"AddBackward", "SubBackward",     "MulBackward", "DivBackward",
+    static const char *names[] = {"AddBackward",     "SubBackward",     "MulBackward", "DivBackward",
                                   "MaximumBackward", "MinimumBackward", "PowBackward"};
     dp_node *n = dp_node_new(names[op], binary_backward, 2, ins, 1);
     n->i[0] = op;
@@ -265,15 +266,15 @@ static int binary_scalar_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin)
   case DP_B_MUL: g = dp_binary_scalar(DP_B_MUL, gy, s, false); break;
   case DP_B_DIV:
     if (!first) g = dp_binary_scalar(DP_B_DIV, gy, s, false);
-    else { /* d(s/a) = -y/a */
-      dp_tensor *t = dp_div(y, a), *u = t ? dp_mul(gy, t) : NULL;
+    else { /* d(s/a) = -y/a */ dp_tensor *t = dp_div(y, a), *u = t ? dp_mul(gy, t) : NULL;
       g = u ? dp_neg(u) : NULL;
       dp_release(t), dp_release(u);
     }
     break;
   case DP_B_POW:
     if (!first) { /* s * a^(s-1) */
-      dp_tensor *p = dp_binary_scalar(DP_B_POW, a, s - 1.0, false), *t = p ? dp_binary_scalar(DP_B_MUL, p, s, false) : NULL;
+      dp_tensor *p = dp_binary_scalar(DP_B_POW, a, s - 1.0, false),
+                *t = p ? dp_binary_scalar(DP_B_MUL, p, s, false) : NULL;
       g = t ? dp_mul(gy, t) : NULL;
       dp_release(p), dp_release(t);
     } else { /* s^a: y * log(s) */
@@ -286,7 +287,8 @@ static int binary_scalar_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin)
   case DP_B_MIN: {
     dp_tensor *win = dp_binary_scalar(op == DP_B_MAX ? DP_B_GT : DP_B_LT, a, s, false);
     dp_tensor *tie = dp_binary_scalar(DP_B_EQ, a, s, false);
-    dp_tensor *wf = win ? dp_to(win, gy->dtype, dp_dev(gy)) : NULL, *tf = tie ? dp_to(tie, gy->dtype, dp_dev(gy)) : NULL;
+    dp_tensor *wf = win ? dp_to(win, gy->dtype, dp_dev(gy)) : NULL,
+              *tf = tie ? dp_to(tie, gy->dtype, dp_dev(gy)) : NULL;
     dp_tensor *half = tf ? dp_binary_scalar(DP_B_MUL, tf, 0.5, false) : NULL;
     dp_tensor *m = (wf && half) ? dp_add(wf, half) : NULL;
     g = m ? dp_mul(gy, m) : NULL;
@@ -309,8 +311,7 @@ dp_tensor *dp_binary_scalar(dp_binary_op op, dp_tensor *a, double s, bool scalar
    * an integer tensor integer unless it has a fraction. */
   dp_dtype odt = a->dtype;
   if (op >= DP_B_EQ) odt = DP_U8;
-  else if (!dp_dtype_is_float(odt) && (op == DP_B_DIV || op == DP_B_POW || s != floor(s) || isinf(s)))
-    odt = DP_F32;
+  else if (!dp_dtype_is_float(odt) && (op == DP_B_DIV || op == DP_B_POW || s != floor(s) || isinf(s))) odt = DP_F32;
   dp_tensor *out = dp_empty(odt, a->ndim, a->shape, dp_dev(a));
   if (!out) return NULL;
   if (dp_backend_of(a)->binary_scalar(op, out, a, s, scalar_first)) {
@@ -318,7 +319,7 @@ dp_tensor *dp_binary_scalar(dp_binary_op op, dp_tensor *a, double s, bool scalar
     return NULL;
   }
   if (op < DP_B_EQ && dp_any_requires_grad(1, &a)) {
-    static const char *names[] = {"AddBackward", "SubBackward",     "MulBackward", "DivBackward",
+    static const char *names[] = {"AddBackward",     "SubBackward",     "MulBackward", "DivBackward",
                                   "MaximumBackward", "MinimumBackward", "PowBackward"};
     dp_node *n = dp_node_new(names[op], binary_scalar_backward, 1, &a, 1);
     n->i[0] = op;

@@ -207,7 +207,7 @@ dp_tensor *dp_cross_entropy(dp_tensor *logits, dp_tensor *target, dp_reduction r
     } else {
       dp_tensor *s = dp_sum(loss, 0, NULL, false);
       out = (s && red == DP_REDUCE_MEAN) ? dp_binary_scalar(DP_B_DIV, s, count > 0 ? count : 0.0 / 0.0, false)
-                                          : (s ? (dp_retain(s), s) : NULL);
+                                         : (s ? (dp_retain(s), s) : NULL);
       dp_release(s);
     }
   }

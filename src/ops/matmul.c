@@ -151,8 +151,8 @@ static dp_tensor *matmul_impl(dp_tensor *a, dp_tensor *b) {
     return NULL;
   }
   if (a->dtype != b->dtype || !dp_dtype_is_float(a->dtype)) {
-    dp_error("matmul: expected two floating point tensors of the same dtype, got %s and %s",
-             dp_dtype_name(a->dtype), dp_dtype_name(b->dtype));
+    dp_error("matmul: expected two floating point tensors of the same dtype, got %s and %s", dp_dtype_name(a->dtype),
+             dp_dtype_name(b->dtype));
     return NULL;
   }
   int64_t k = a->shape[a->ndim - 1], kb = b->ndim == 1 ? b->shape[0] : b->shape[b->ndim - 2];
@@ -223,7 +223,7 @@ static dp_tensor *matmul_impl(dp_tensor *a, dp_tensor *b) {
 /* Autocast (autocast.h) casts float32 CUDA operands to bfloat16/float16 first. */
 dp_tensor *dp_matmul(dp_tensor *a, dp_tensor *b) {
   dp_autocast_scope ac;
-  if (dp_autocast_cast(&ac, 2, (dp_tensor **[]){&a, &b})) return NULL;
+  if (dp_autocast_cast(&ac, 2, (dp_tensor * *[]){&a, &b})) return NULL;
   return dp_autocast_done(&ac, matmul_impl(a, b));
 }
 
@@ -341,8 +341,8 @@ static dp_tensor *linear_impl(dp_tensor *x, dp_tensor *w, dp_tensor *b, int act)
   }
   dp_tensor *ins[3] = {x, w, b};
   if (dp_any_requires_grad(b ? 3 : 2, ins)) {
-    dp_node *n = dp_node_new(act == DP_U_RELU ? "LinearReluBackward" : "LinearBackward", linear_backward,
-                             b ? 3 : 2, ins, 1);
+    dp_node *n =
+        dp_node_new(act == DP_U_RELU ? "LinearReluBackward" : "LinearBackward", linear_backward, b ? 3 : 2, ins, 1);
     n->i[0] = act;
     n->i[1] = rows;
     dp_node_save(n, dp_node_needs(n, 1) ? x : NULL);
@@ -356,6 +356,6 @@ static dp_tensor *linear_impl(dp_tensor *x, dp_tensor *w, dp_tensor *b, int act)
 
 dp_tensor *dp_linear(dp_tensor *x, dp_tensor *w, dp_tensor *b, int act) {
   dp_autocast_scope ac;
-  if (dp_autocast_cast(&ac, 3, (dp_tensor **[]){&x, &w, &b})) return NULL;
+  if (dp_autocast_cast(&ac, 3, (dp_tensor * *[]){&x, &w, &b})) return NULL;
   return dp_autocast_done(&ac, linear_impl(x, w, b, act));
 }

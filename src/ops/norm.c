@@ -73,8 +73,8 @@ int dp_batch_norm_gather_stats(dp_tensor *mean_all, dp_tensor *var_all, dp_tenso
   *mean = *var = NULL;
   const char *op = "batch_norm_gather_stats";
   if (mean_all->ndim != 2 || !dp_same_shape(mean_all, var_all))
-    return dp_error("%s: expected means and variances of one shape [replicas, C], got %s and %s", op,
-                    SHAPE(mean_all), SHAPE(var_all));
+    return dp_error("%s: expected means and variances of one shape [replicas, C], got %s and %s", op, SHAPE(mean_all),
+                    SHAPE(var_all));
   if (counts->ndim != 1 || counts->shape[0] != mean_all->shape[0])
     return dp_error("%s: expected one count per replica ([%" PRId64 "]), got shape %s", op, mean_all->shape[0],
                     SHAPE(counts));
@@ -112,8 +112,8 @@ int dp_batch_norm_update_stats(dp_tensor *running_mean, dp_tensor *running_var, 
   const char *op = "batch_norm_update_stats";
   if (running_mean->ndim != 1 || !dp_same_shape(running_mean, mean) || !dp_same_shape(running_var, var) ||
       !dp_same_shape(mean, var))
-    return dp_error("%s: running_mean %s, running_var %s, mean %s and var %s must all be [C]", op,
-                    SHAPE(running_mean), SHAPE(running_var), SHAPE(mean), SHAPE(var));
+    return dp_error("%s: running_mean %s, running_var %s, mean %s and var %s must all be [C]", op, SHAPE(running_mean),
+                    SHAPE(running_var), SHAPE(mean), SHAPE(var));
   if (dp_check_same_device(op, running_mean, mean) || dp_check_same_device(op, running_var, var)) return -1;
   if (count < 1) return dp_error("%s: count must be >= 1, got %g", op, count);
   /* PyTorch keeps the unbiased variance in running_var */
@@ -156,8 +156,8 @@ dp_tensor *dp_batch_norm_elemt(dp_tensor *x, dp_tensor *mean, dp_tensor *invstd,
   return y;
 }
 
-int dp_batch_norm_backward_reduce(dp_tensor *gy, dp_tensor *x, dp_tensor *mean, dp_tensor *invstd,
-                                  dp_tensor **sum_dy, dp_tensor **sum_dy_xhat) {
+int dp_batch_norm_backward_reduce(dp_tensor *gy, dp_tensor *x, dp_tensor *mean, dp_tensor *invstd, dp_tensor **sum_dy,
+                                  dp_tensor **sum_dy_xhat) {
   const char *op = "batch_norm_backward_reduce";
   *sum_dy = *sum_dy_xhat = NULL;
   if (check_bn_input(op, x) || check_channel(op, "mean", mean, x) || check_channel(op, "invstd", invstd, x) ||
@@ -181,8 +181,8 @@ int dp_batch_norm_backward_reduce(dp_tensor *gy, dp_tensor *x, dp_tensor *mean, 
   return 0;
 }
 
-dp_tensor *dp_batch_norm_backward_elemt(dp_tensor *gy, dp_tensor *x, dp_tensor *mean, dp_tensor *invstd,
-                                        dp_tensor *w, dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, double count) {
+dp_tensor *dp_batch_norm_backward_elemt(dp_tensor *gy, dp_tensor *x, dp_tensor *mean, dp_tensor *invstd, dp_tensor *w,
+                                        dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, double count) {
   const char *op = "batch_norm_backward_elemt";
   if (check_bn_input(op, x) || check_channel(op, "mean", mean, x) || check_channel(op, "invstd", invstd, x) ||
       check_channel(op, "weight", w, x) || check_channel(op, "sum_dy", sum_dy, x) ||
@@ -237,8 +237,8 @@ out:
   return rc;
 }
 
-dp_tensor *dp_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w,
-                         dp_tensor *b, bool training, double momentum, double eps) {
+dp_tensor *dp_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w, dp_tensor *b,
+                         bool training, double momentum, double eps) {
   const char *op = "batch_norm";
   if (check_bn_input(op, x) || check_channel(op, "running_mean", running_mean, x) ||
       check_channel(op, "running_var", running_var, x) || check_channel(op, "weight", w, x) ||

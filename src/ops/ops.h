@@ -92,8 +92,7 @@ dp_tensor *dp_cross_entropy(dp_tensor *logits, dp_tensor *target, dp_reduction r
                             int64_t ignore_index, int64_t base);
 dp_tensor *dp_mse_loss(dp_tensor *a, dp_tensor *b, dp_reduction red);
 /* x [N, C, H, W] or [C, H, W], w [O, C, kh, kw], b [O] or NULL. */
-dp_tensor *dp_conv2d(dp_tensor *x, dp_tensor *w, dp_tensor *b, const int64_t stride[2],
-                     const int64_t padding[2]);
+dp_tensor *dp_conv2d(dp_tensor *x, dp_tensor *w, dp_tensor *b, const int64_t stride[2], const int64_t padding[2]);
 /* Floor mode; padding at most half the kernel; avg counts the padding. */
 dp_tensor *dp_max_pool2d(dp_tensor *x, const int64_t k[2], const int64_t stride[2], const int64_t pad[2]);
 dp_tensor *dp_avg_pool2d(dp_tensor *x, const int64_t k[2], const int64_t stride[2], const int64_t pad[2]);
@@ -101,8 +100,8 @@ dp_tensor *dp_avg_pool2d(dp_tensor *x, const int64_t k[2], const int64_t stride[
  * NULL); w, b may be NULL. Training uses the batch statistics (biased
  * variance) and moves running_mean/running_var towards them by momentum,
  * the variance unbiased (PyTorch's rule); evaluation uses the running ones. */
-dp_tensor *dp_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w,
-                         dp_tensor *b, bool training, double momentum, double eps);
+dp_tensor *dp_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w, dp_tensor *b,
+                         bool training, double momentum, double eps);
 /* The pieces dp_batch_norm is made of, without autograd, for
  * SyncBatchNorm (ops/norm.c): stats per rank -> all-gather -> gather_stats
  * -> update_stats / invstd -> elemt; backward: backward_reduce ->
@@ -124,12 +123,12 @@ dp_tensor *dp_batch_norm_invstd(dp_tensor *var, double eps); /* 1 / sqrt(var + e
 dp_tensor *dp_batch_norm_elemt(dp_tensor *x, dp_tensor *mean, dp_tensor *invstd, dp_tensor *w, dp_tensor *b);
 /* Per channel: sum_dy = sum of gy (the bias gradient), sum_dy_xhat = sum
  * of gy * (x - mean) * invstd (the weight gradient). */
-int dp_batch_norm_backward_reduce(dp_tensor *gy, dp_tensor *x, dp_tensor *mean, dp_tensor *invstd,
-                                  dp_tensor **sum_dy, dp_tensor **sum_dy_xhat);
+int dp_batch_norm_backward_reduce(dp_tensor *gy, dp_tensor *x, dp_tensor *mean, dp_tensor *invstd, dp_tensor **sum_dy,
+                                  dp_tensor **sum_dy_xhat);
 /* gx = w * invstd * (gy - sum_dy / count - xhat * sum_dy_xhat / count);
  * w may be NULL. */
-dp_tensor *dp_batch_norm_backward_elemt(dp_tensor *gy, dp_tensor *x, dp_tensor *mean, dp_tensor *invstd,
-                                        dp_tensor *w, dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, double count);
+dp_tensor *dp_batch_norm_backward_elemt(dp_tensor *gy, dp_tensor *x, dp_tensor *mean, dp_tensor *invstd, dp_tensor *w,
+                                        dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, double count);
 /* Normalises over the last n_norm_dims dims; w, b (or NULL) have their shape. */
 dp_tensor *dp_layer_norm(dp_tensor *x, int n_norm_dims, dp_tensor *w, dp_tensor *b, double eps);
 /* p in [0, 1]; the identity when !training or p == 0; zeros when p == 1. */

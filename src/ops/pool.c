@@ -7,8 +7,8 @@
 
 /* x as a contiguous 4-d tensor (an unbatched input gains N = 1) and the
  * window geometry; NULL + error naming the arguments. */
-static dp_tensor *pool_input(const char *op, dp_tensor *x, const int64_t k[2], const int64_t s[2],
-                             const int64_t p[2], dp_window2d *g) {
+static dp_tensor *pool_input(const char *op, dp_tensor *x, const int64_t k[2], const int64_t s[2], const int64_t p[2],
+                             dp_window2d *g) {
   if (x->ndim != 3 && x->ndim != 4) {
     dp_error("%s: expected a 3- or 4-dimensional input ([C, H, W] or [N, C, H, W]), got shape %s", op, SHAPE(x));
     return NULL;
@@ -24,8 +24,7 @@ static dp_tensor *pool_input(const char *op, dp_tensor *x, const int64_t k[2], c
       return NULL;
     }
     if (p[d] < 0 || p[d] > k[d] / 2) {
-      dp_error("%s: padding %" PRId64 "x%" PRId64 " must be >= 0 and at most half the kernel size %" PRId64
-               "x%" PRId64,
+      dp_error("%s: padding %" PRId64 "x%" PRId64 " must be >= 0 and at most half the kernel size %" PRId64 "x%" PRId64,
                op, p[0], p[1], k[0], k[1]);
       return NULL;
     }
@@ -37,8 +36,8 @@ static dp_tensor *pool_input(const char *op, dp_tensor *x, const int64_t k[2], c
   g->oh = dp_window_out(g->h, g->kh, g->sh, g->ph);
   g->ow = dp_window_out(g->w, g->kw, g->sw, g->pw);
   if (g->oh < 1 || g->ow < 1) {
-    dp_error("%s: kernel size %" PRId64 "x%" PRId64 " does not fit the input %" PRId64 "x%" PRId64
-             " padded by %" PRId64 "x%" PRId64 " (input shape %s)",
+    dp_error("%s: kernel size %" PRId64 "x%" PRId64 " does not fit the input %" PRId64 "x%" PRId64 " padded by %" PRId64
+             "x%" PRId64 " (input shape %s)",
              op, k[0], k[1], g->h, g->w, p[0], p[1], SHAPE(x));
     return NULL;
   }
@@ -59,8 +58,16 @@ static void save_geometry(dp_node *n, const dp_window2d *g) {
 static dp_window2d load_geometry(const dp_node *n) {
   int nd = n->in_ndim[0], lead = nd - 4;
   const int64_t *sh = n->in_shape[0];
-  dp_window2d g = {.n = lead < 0 ? 1 : sh[0], .c = sh[lead + 1], .h = sh[lead + 2], .w = sh[lead + 3],
-                   .kh = n->i[0], .kw = n->i[1], .sh = n->i[2], .sw = n->i[3], .ph = n->i[4], .pw = n->i[5]};
+  dp_window2d g = {.n = lead < 0 ? 1 : sh[0],
+                   .c = sh[lead + 1],
+                   .h = sh[lead + 2],
+                   .w = sh[lead + 3],
+                   .kh = n->i[0],
+                   .kw = n->i[1],
+                   .sh = n->i[2],
+                   .sw = n->i[3],
+                   .ph = n->i[4],
+                   .pw = n->i[5]};
   g.oh = dp_window_out(g.h, g.kh, g.sh, g.ph);
   g.ow = dp_window_out(g.w, g.kw, g.sw, g.pw);
   return g;

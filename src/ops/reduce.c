@@ -7,8 +7,7 @@
 #include "ops/op_util.h"
 
 /* Reduces one dim of x (any strides) keeping it as size 1. */
-static dp_tensor *reduce_one(dp_reduce_op op, dp_tensor *x, int dim, dp_dtype odt, dp_tensor **idx_out,
-                             int64_t base) {
+static dp_tensor *reduce_one(dp_reduce_op op, dp_tensor *x, int dim, dp_dtype odt, dp_tensor **idx_out, int64_t base) {
   dp_tensor *c = dp_contiguous_raw(x);
   if (!c) return NULL;
   int64_t outer = 1, inner = 1, k = c->shape[dim];

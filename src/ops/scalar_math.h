@@ -292,8 +292,7 @@ static inline DP_HD double dp_ce_grad_d(double x, double lse, int is_target, int
 }
 
 /* Welford/Chan merge of (count n, mean, M2 = sum of squared deviations). */
-static inline DP_HD void dp_welford_merge_d(double *n, double *mean, double *m2, double n2, double mean2,
-                                            double m2b) {
+static inline DP_HD void dp_welford_merge_d(double *n, double *mean, double *m2, double n2, double mean2, double m2b) {
   if (n2 == 0.0) return;
   double n1 = *n, tot = n1 + n2, delta = mean2 - *mean;
   *mean += delta * (n2 / tot);
@@ -327,8 +326,8 @@ static inline DP_HD int64_t dp_avgpool_divisor(int64_t hstart, int64_t wstart, i
 
 /* SGD with PyTorch's semantics: g += wd*p; buf = first ? g : mu*buf +
  * (1-dampening)*g; step = nesterov ? g + mu*buf : buf; p -= lr*step. */
-static inline DP_HD void dp_sgd_update_f(float *p, float g, float *buf, float lr, float mu, float damp,
-                                         float wd, int nesterov, int first) {
+static inline DP_HD void dp_sgd_update_f(float *p, float g, float *buf, float lr, float mu, float damp, float wd,
+                                         int nesterov, int first) {
   if (wd != 0.f) g += wd * *p;
   float step = g;
   if (mu != 0.f) {
@@ -338,8 +337,8 @@ static inline DP_HD void dp_sgd_update_f(float *p, float g, float *buf, float lr
   }
   *p -= lr * step;
 }
-static inline DP_HD void dp_sgd_update_d(double *p, double g, double *buf, double lr, double mu, double damp,
-                                         double wd, int nesterov, int first) {
+static inline DP_HD void dp_sgd_update_d(double *p, double g, double *buf, double lr, double mu, double damp, double wd,
+                                         int nesterov, int first) {
   if (wd != 0.0) g += wd * *p;
   double step = g;
   if (mu != 0.0) {
@@ -363,9 +362,8 @@ static inline DP_HD void dp_adam_update_f(float *p, float g, float *m, float *v,
   float denom = sqrtf(*v / bc2) + eps;
   *p -= (lr / bc1) * *m / denom;
 }
-static inline DP_HD void dp_adam_update_d(double *p, double g, double *m, double *v, double lr, double b1,
-                                          double b2, double eps, double wd, int decoupled, double bc1,
-                                          double bc2) {
+static inline DP_HD void dp_adam_update_d(double *p, double g, double *m, double *v, double lr, double b1, double b2,
+                                          double eps, double wd, int decoupled, double bc1, double bc2) {
   if (wd != 0.0) {
     if (decoupled) *p *= 1.0 - lr * wd;
     else g += wd * *p;

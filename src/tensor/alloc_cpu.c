@@ -27,7 +27,7 @@
 #define NBUCKETS 256
 
 typedef struct block {
-  struct block *next; /* same-size list (LIFO) */
+  struct block *next;          /* same-size list (LIFO) */
   struct block *older, *newer; /* global age list for trimming */
   void *ptr;
   size_t size;

@@ -8,15 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum {
-  DP_F32 = 0,
-  DP_F64,
-  DP_I64,
-  DP_U8,
-  DP_BF16,
-  DP_F16,
-  DP_NDTYPES
-} dp_dtype;
+typedef enum { DP_F32 = 0, DP_F64, DP_I64, DP_U8, DP_BF16, DP_F16, DP_NDTYPES } dp_dtype;
 
 typedef enum { DP_CPU = 0, DP_CUDA = 1 } dp_devtype;
 
@@ -26,9 +18,7 @@ typedef struct {
 } dp_device;
 
 static inline dp_device dp_cpu(void) { return (dp_device){DP_CPU, 0}; }
-static inline bool dp_device_eq(dp_device a, dp_device b) {
-  return a.type == b.type && a.index == b.index;
-}
+static inline bool dp_device_eq(dp_device a, dp_device b) { return a.type == b.type && a.index == b.index; }
 
 size_t dp_dtype_size(dp_dtype t);
 const char *dp_dtype_name(dp_dtype t); /* "float32", ... (PyTorch's names) */

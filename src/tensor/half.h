@@ -49,7 +49,7 @@ static inline DP_HD uint16_t dp_f32_to_f16(float f) {
   uint32_t u = dp_f32_to_bits(f);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); /* NaN */
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
   if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* overflow -> inf */
   if (a < 0x38800000u) {                                   /* subnormal or zero in f16 */
     if (a < 0x33000000u) return (uint16_t)sign;            /* rounds to zero */

@@ -2,8 +2,8 @@
 
 #include <stdlib.h>
 
-#include "core/error.h"
 #include "backends/backend.h"
+#include "core/error.h"
 
 static atomic_size_t alloc_counter;
 
@@ -43,8 +43,7 @@ dp_storage *dp_storage_new(size_t nbytes, dp_device dev) {
   return s;
 }
 
-dp_storage *dp_storage_wrap(void *data, size_t nbytes, dp_device dev,
-                            void (*release)(dp_storage *), void *ctx) {
+dp_storage *dp_storage_wrap(void *data, size_t nbytes, dp_device dev, void (*release)(dp_storage *), void *ctx) {
   dp_storage *s = dp_xcalloc(1, sizeof *s);
   atomic_init(&s->refcount, 1);
   atomic_init(&s->version, 0);

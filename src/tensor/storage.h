@@ -31,8 +31,7 @@ struct dp_storage {
 dp_storage *dp_storage_new(size_t nbytes, dp_device dev);
 /* Wraps foreign memory; release(s) is called when the last reference goes
  * (it must free s->data if appropriate, not s itself). */
-dp_storage *dp_storage_wrap(void *data, size_t nbytes, dp_device dev,
-                            void (*release)(dp_storage *), void *ctx);
+dp_storage *dp_storage_wrap(void *data, size_t nbytes, dp_device dev, void (*release)(dp_storage *), void *ctx);
 void dp_storage_retain(dp_storage *s);
 void dp_storage_release(dp_storage *s);
 

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
-#include "core/error.h"
 #include "backends/backend.h"
+#include "core/error.h"
 
 void dp_retain(dp_tensor *t) {
   if (t) atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed);
@@ -42,8 +42,7 @@ void dp_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
 }
 
 int dp_check_shape(int ndim, const int64_t *shape) {
-  if (ndim < 0 || ndim > DP_MAXDIM)
-    return dp_error("a tensor has at most %d dimensions, got %d", DP_MAXDIM, ndim);
+  if (ndim < 0 || ndim > DP_MAXDIM) return dp_error("a tensor has at most %d dimensions, got %d", DP_MAXDIM, ndim);
   int64_t n = 1;
   for (int d = 0; d < ndim; d++) {
     if (shape[d] < 0) {
@@ -59,8 +58,8 @@ int dp_check_shape(int ndim, const int64_t *shape) {
   return 0;
 }
 
-static dp_tensor *tensor_struct(dp_storage *s, dp_dtype dt, int ndim, const int64_t *shape,
-                                const int64_t *stride, int64_t offset) {
+static dp_tensor *tensor_struct(dp_storage *s, dp_dtype dt, int ndim, const int64_t *shape, const int64_t *stride,
+                                int64_t offset) {
   dp_tensor *t = dp_xcalloc(1, sizeof *t);
   atomic_init(&t->refcount, 1);
   t->storage = s;
@@ -110,8 +109,8 @@ dp_tensor *dp_zeros_like(const dp_tensor *t) { return dp_zeros(t->dtype, t->ndim
 dp_tensor *dp_scalar(double v, dp_dtype dt, dp_device dev) { return dp_full(dt, 0, NULL, v, dev); }
 
 /* Checks that every element a view can address lies inside the storage. */
-static int check_view_fits(size_t nbytes, dp_dtype dt, int ndim, const int64_t *shape,
-                           const int64_t *stride, int64_t offset) {
+static int check_view_fits(size_t nbytes, dp_dtype dt, int ndim, const int64_t *shape, const int64_t *stride,
+                           int64_t offset) {
   if (offset < 0) return dp_error("view offset %" PRId64 " is negative", offset);
   int64_t lo = offset, hi = offset;
   for (int d = 0; d < ndim; d++) {
@@ -121,13 +120,13 @@ static int check_view_fits(size_t nbytes, dp_dtype dt, int ndim, const int64_t *
   }
   int64_t cap = (int64_t)(nbytes / dp_dtype_size(dt));
   if (lo < 0 || hi >= cap)
-    return dp_error("view reaches element %" PRId64 " of a storage holding %" PRId64 " elements",
-                    lo < 0 ? lo : hi, cap);
+    return dp_error("view reaches element %" PRId64 " of a storage holding %" PRId64 " elements", lo < 0 ? lo : hi,
+                    cap);
   return 0;
 }
 
-dp_tensor *dp_from_storage(dp_storage *s, dp_dtype dt, int ndim, const int64_t *shape,
-                           const int64_t *stride, int64_t offset) {
+dp_tensor *dp_from_storage(dp_storage *s, dp_dtype dt, int ndim, const int64_t *shape, const int64_t *stride,
+                           int64_t offset) {
   if (dp_check_shape(ndim, shape)) return NULL;
   int64_t cstride[DP_MAXDIM];
   if (!stride) {
@@ -144,8 +143,7 @@ dp_tensor *dp_alias(const dp_tensor *t) {
   return tensor_struct(t->storage, t->dtype, t->ndim, t->shape, t->stride, t->offset);
 }
 
-dp_tensor *dp_as_strided(const dp_tensor *t, int ndim, const int64_t *shape, const int64_t *stride,
-                         int64_t offset) {
+dp_tensor *dp_as_strided(const dp_tensor *t, int ndim, const int64_t *shape, const int64_t *stride, int64_t offset) {
   return dp_from_storage(t->storage, t->dtype, ndim, shape, stride, offset);
 }
 
@@ -181,9 +179,7 @@ const char *dp_shape_str_n(int ndim, const int64_t *shape, char *buf, size_t n) 
   return buf;
 }
 
-const char *dp_shape_str(const dp_tensor *t, char *buf, size_t n) {
-  return dp_shape_str_n(t->ndim, t->shape, buf, n);
-}
+const char *dp_shape_str(const dp_tensor *t, char *buf, size_t n) { return dp_shape_str_n(t->ndim, t->shape, buf, n); }
 
 static int64_t elem_offset(const dp_tensor *t, const int64_t *idx) {
   int64_t off = t->offset;
@@ -194,8 +190,8 @@ static int64_t elem_offset(const dp_tensor *t, const int64_t *idx) {
 static int check_index(const dp_tensor *t, const int64_t *idx) {
   for (int d = 0; d < t->ndim; d++)
     if (idx[d] < 0 || idx[d] >= t->shape[d])
-      return dp_error("index %" PRId64 " out of range for dimension %d of size %" PRId64, idx[d] + 1,
-                      d + 1, t->shape[d]);
+      return dp_error("index %" PRId64 " out of range for dimension %d of size %" PRId64, idx[d] + 1, d + 1,
+                      t->shape[d]);
   return 0;
 }
 

@@ -41,8 +41,8 @@ typedef struct dp_tensor {
 
   /* autograd */
   bool requires_grad;
-  bool keep_grad_buf;  /* zero_grad zeroes .grad in place instead of dropping
-                          it (DDP points .grad into its bucket memory) */
+  bool keep_grad_buf;     /* zero_grad zeroes .grad in place instead of dropping
+                             it (DDP points .grad into its bucket memory) */
   bool grad_zero_pending; /* .grad counts as zero: the next accumulation
                              overwrites it; readers materialise the zeros
                              (dp_grad_materialize) */
@@ -50,9 +50,9 @@ typedef struct dp_tensor {
   struct dp_node *grad_fn; /* NULL for leaves */
   int output_nr;           /* which output of grad_fn this is */
   dp_grad_hook *hooks;
-  int bw_pending;          /* engine scratch: contributions still expected */
-  bool bw_got;             /* engine scratch: a gradient arrived this pass */
-  unsigned saved_version;  /* storage version when saved for backward */
+  int bw_pending;         /* engine scratch: contributions still expected */
+  bool bw_got;            /* engine scratch: a gradient arrived this pass */
+  unsigned saved_version; /* storage version when saved for backward */
 } dp_tensor;
 
 /* ---- lifetime ---- */
@@ -69,14 +69,13 @@ dp_tensor *dp_full(dp_dtype dt, int ndim, const int64_t *shape, double v, dp_dev
 dp_tensor *dp_zeros_like(const dp_tensor *t);
 dp_tensor *dp_scalar(double v, dp_dtype dt, dp_device dev); /* 0-dim */
 /* A tensor over existing storage (retains it). Checks the view fits. */
-dp_tensor *dp_from_storage(dp_storage *s, dp_dtype dt, int ndim, const int64_t *shape,
-                           const int64_t *stride, int64_t offset);
+dp_tensor *dp_from_storage(dp_storage *s, dp_dtype dt, int ndim, const int64_t *shape, const int64_t *stride,
+                           int64_t offset);
 
 /* ---- raw views: share storage, no autograd (ops/view.c has the
  * differentiable versions) ---- */
 dp_tensor *dp_alias(const dp_tensor *t); /* same view, detached */
-dp_tensor *dp_as_strided(const dp_tensor *t, int ndim, const int64_t *shape,
-                         const int64_t *stride, int64_t offset);
+dp_tensor *dp_as_strided(const dp_tensor *t, int ndim, const int64_t *shape, const int64_t *stride, int64_t offset);
 
 /* ---- queries ---- */
 int64_t dp_numel(const dp_tensor *t);

@@ -143,9 +143,9 @@ static void test_hook_order(void) {
   dp_add_grad_hook(w1, on_ready, &h1);
   dp_add_grad_hook(w2, on_ready, &h2);
   dp_add_grad_hook(w3, on_ready, &h3);
-  dp_tensor *l1 = rec("L1", 1, &w1, 1.0);                          /* layer 1 */
-  dp_tensor *l2 = rec("L2", 2, (dp_tensor *[]){l1, w2}, 1.0);      /* layer 2 */
-  dp_tensor *l3 = rec("L3", 2, (dp_tensor *[]){l2, w3}, 1.0);      /* layer 3 */
+  dp_tensor *l1 = rec("L1", 1, &w1, 1.0);                     /* layer 1 */
+  dp_tensor *l2 = rec("L2", 2, (dp_tensor *[]){l1, w2}, 1.0); /* layer 2 */
+  dp_tensor *l3 = rec("L3", 2, (dp_tensor *[]){l2, w3}, 1.0); /* layer 3 */
   dp_tensor *g = dp_full(DP_F64, 1, (int64_t[]){2}, 1.0, dp_cpu());
   CHECK(dp_backward(l3, g, false) == 0);
   CHECK(n_hooks == 3 && strcmp(hook_order[0], "w3") == 0 && strcmp(hook_order[1], "w2") == 0 &&

@@ -65,8 +65,15 @@ static dp_img_pipeline augment(void) {
 }
 
 static dp_image_set *open_set(int workers, const dp_img_pipeline *p) {
-  dp_image_set_config cfg = {.csv = "list.csv", .n = N, .paths = (const char *const *)paths, .labels = labels,
-                             .rows = rows, .lines = lines, .channels = 3, .pipeline = p, .seed = 42,
+  dp_image_set_config cfg = {.csv = "list.csv",
+                             .n = N,
+                             .paths = (const char *const *)paths,
+                             .labels = labels,
+                             .rows = rows,
+                             .lines = lines,
+                             .channels = 3,
+                             .pipeline = p,
+                             .seed = 42,
                              .num_workers = workers};
   dp_image_set *s = dp_image_set_new(&cfg);
   CHECK(s != NULL);
@@ -229,7 +236,7 @@ static void test_shutdown(void) {
     CHECK(dp_image_set_prefetch(s, many, 64) == 0);
     CHECK(dp_image_set_prefetch(s, many + 1, 63) == 0);
     CHECK(dp_image_set_prefetch(s, many + 2, 62) == 0); /* drops the first */
-    if (round == 1) { /* an error waiting in a queued batch goes with it */
+    if (round == 1) {                                   /* an error waiting in a queued batch goes with it */
       int64_t bad[] = {5, 0};
       CHECK(dp_image_set_prefetch(s, bad, 2) == 0);
     }

@@ -227,8 +227,13 @@ static void test_subgroup(dp_pg *g, int *fails) {
 static int rank_main(int rank, int size, const int *nodes, const char *prefix) {
   dp_store *st = dp_store_connect("127.0.0.1", port, token, 10000);
   if (!st) return 2;
-  dp_pg_init init = {.store = st, .rank = rank, .size = size, .node_rank = nodes[rank], .timeout_ms = 20000,
-                     .job_token = token, .prefix = prefix};
+  dp_pg_init init = {.store = st,
+                     .rank = rank,
+                     .size = size,
+                     .node_rank = nodes[rank],
+                     .timeout_ms = 20000,
+                     .job_token = token,
+                     .prefix = prefix};
   dp_pg *g = dp_pg_cpu_new(&init);
   if (!g) {
     fprintf(stderr, "rank %d: %s\n", rank, dp_errmsg());

@@ -38,8 +38,8 @@ static void check_pair(dp_dtype dt, dp_redop op, int div, size_t n) {
   if (div) dp_reduce_scale(ref, n, dt, div);
   CHECK(dp_reduce_pair_inplace(a, b, n, dt, op, div));
   if (memcmp(a, ref, n * es) != 0 || memcmp(b, ref, n * es) != 0) {
-    fprintf(stderr, "pair %s %s div=%d n=%zu differs from reduce_n + scale\n", dp_dtype_name(dt),
-            dp_redop_name(op), div, n);
+    fprintf(stderr, "pair %s %s div=%d n=%zu differs from reduce_n + scale\n", dp_dtype_name(dt), dp_redop_name(op),
+            div, n);
     test_failures++;
   }
   free(a);

@@ -15,9 +15,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/error.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/sgemm.h"
+#include "core/error.h"
 #include "test_util.h"
 
 static const float GAP = 12345.0f; /* value of elements between rows (ld > width) */
@@ -70,9 +70,24 @@ static void run_case(dp_sgemm_impl impl, gemm_case tc) {
   float *c0 = malloc(c_len * sizeof(float));
   memcpy(c0, c, c_len * sizeof(float));
 
-  dp_gemm_args g = {.dtype = DP_F32, .trans_a = tc.ta, .trans_b = tc.tb, .m = m, .n = n, .k = k, .batch = batch,
-                    .alpha = tc.alpha, .beta = tc.beta, .a = a, .lda = lda, .stride_a = sa, .b = b, .ldb = ldb,
-                    .stride_b = sb, .c = c, .ldc = ldc, .stride_c = sc};
+  dp_gemm_args g = {.dtype = DP_F32,
+                    .trans_a = tc.ta,
+                    .trans_b = tc.tb,
+                    .m = m,
+                    .n = n,
+                    .k = k,
+                    .batch = batch,
+                    .alpha = tc.alpha,
+                    .beta = tc.beta,
+                    .a = a,
+                    .lda = lda,
+                    .stride_a = sa,
+                    .b = b,
+                    .ldb = ldb,
+                    .stride_b = sb,
+                    .c = c,
+                    .ldc = ldc,
+                    .stride_c = sc};
   CHECK(dp_sgemm_run(impl, &g) == 0);
 
   int bad = 0;
@@ -95,10 +110,10 @@ static void run_case(dp_sgemm_impl impl, gemm_case tc) {
         double got = c[bi * sc + i * ldc + j];
         if (!(fabs(got - want) <= tol) && bad++ < 5)
           fprintf(stderr,
-                  "%s %" PRId64 "x%" PRId64 "x%" PRId64 " %c%c alpha %g beta %g batch %" PRId64
-                  ": C[%" PRId64 "][%" PRId64 "][%" PRId64 "] = %.9g, want %.9g (tol %.3g)\n",
-                  dp_sgemm_impl_name(impl), m, n, k, tc.ta ? 'T' : 'N', tc.tb ? 'T' : 'N', tc.alpha, tc.beta, batch,
-                  bi, i, j, got, want, tol);
+                  "%s %" PRId64 "x%" PRId64 "x%" PRId64 " %c%c alpha %g beta %g batch %" PRId64 ": C[%" PRId64
+                  "][%" PRId64 "][%" PRId64 "] = %.9g, want %.9g (tol %.3g)\n",
+                  dp_sgemm_impl_name(impl), m, n, k, tc.ta ? 'T' : 'N', tc.tb ? 'T' : 'N', tc.alpha, tc.beta, batch, bi,
+                  i, j, got, want, tol);
       }
   }
   /* elements of C outside the matrices are untouched */
@@ -123,9 +138,9 @@ static void test_impl(dp_sgemm_impl impl) {
    * and cache blocks (kc 256, nc ~480), every transpose combination; m < n
    * and m > n both occur so each orientation runs with each packing */
   static const int64_t sizes[][3] = {
-      {1, 1, 1},    {3, 3, 3},     {17, 17, 17}, {1, 1000, 17}, {1000, 1, 17}, {1, 17, 1000}, {5, 7, 1},
-      {8, 48, 16},  {9, 49, 300},  {7, 100, 513}, {100, 7, 513}, {6, 16, 33},   {13, 1000, 40}, {1000, 13, 40},
-      {61, 33, 257}, {2, 600, 600}, {600, 2, 600}, {48, 8, 5},   {17, 31, 3},   {3, 1, 5},      {1, 3, 5},
+      {1, 1, 1},     {3, 3, 3},     {17, 17, 17},  {1, 1000, 17}, {1000, 1, 17}, {1, 17, 1000},  {5, 7, 1},
+      {8, 48, 16},   {9, 49, 300},  {7, 100, 513}, {100, 7, 513}, {6, 16, 33},   {13, 1000, 40}, {1000, 13, 40},
+      {61, 33, 257}, {2, 600, 600}, {600, 2, 600}, {48, 8, 5},    {17, 31, 3},   {3, 1, 5},      {1, 3, 5},
   };
   for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
     for (int t = 0; t < 4; t++) run_case(impl, basic(sizes[s][0], sizes[s][1], sizes[s][2], t & 1, t & 2));
@@ -133,9 +148,9 @@ static void test_impl(dp_sgemm_impl impl) {
   /* the shapes of a 784-1024-1024-10 MLP at batch 64, with the op layer's
    * transposes, and conv im2col shapes */
   static const int64_t mlp[][5] = {
-      {64, 1024, 784, 0, 1}, {64, 1024, 1024, 0, 1}, {64, 10, 1024, 0, 1}, {64, 784, 1024, 0, 0},
-      {64, 1024, 1024, 0, 0}, {1024, 784, 64, 1, 0}, {1024, 1024, 64, 1, 0}, {10, 1024, 64, 1, 0},
-      {32, 784, 25, 0, 0},   {64, 196, 800, 0, 0},   {800, 196, 64, 1, 0},  {64, 800, 196, 0, 1},
+      {64, 1024, 784, 0, 1},  {64, 1024, 1024, 0, 1}, {64, 10, 1024, 0, 1},   {64, 784, 1024, 0, 0},
+      {64, 1024, 1024, 0, 0}, {1024, 784, 64, 1, 0},  {1024, 1024, 64, 1, 0}, {10, 1024, 64, 1, 0},
+      {32, 784, 25, 0, 0},    {64, 196, 800, 0, 0},   {800, 196, 64, 1, 0},   {64, 800, 196, 0, 1},
   };
   for (size_t s = 0; s < sizeof mlp / sizeof mlp[0]; s++)
     run_case(impl, basic(mlp[s][0], mlp[s][1], mlp[s][2], mlp[s][3], mlp[s][4]));
@@ -187,8 +202,19 @@ static void test_impl(dp_sgemm_impl impl) {
 
   /* m or n = 0 is a no-op that touches nothing */
   float sentinel = 7.0f;
-  dp_gemm_args g = {.dtype = DP_F32, .m = 0, .n = 4, .k = 3, .batch = 1, .alpha = 1, .beta = 0, .a = NULL,
-                    .lda = 3, .b = NULL, .ldb = 4, .c = &sentinel, .ldc = 4};
+  dp_gemm_args g = {.dtype = DP_F32,
+                    .m = 0,
+                    .n = 4,
+                    .k = 3,
+                    .batch = 1,
+                    .alpha = 1,
+                    .beta = 0,
+                    .a = NULL,
+                    .lda = 3,
+                    .b = NULL,
+                    .ldb = 4,
+                    .c = &sentinel,
+                    .ldc = 4};
   CHECK(dp_sgemm_run(impl, &g) == 0 && sentinel == 7.0f);
   g.m = 4, g.n = 0;
   CHECK(dp_sgemm_run(impl, &g) == 0 && sentinel == 7.0f);
@@ -200,8 +226,20 @@ static void test_dispatch_matches_blas(void) {
   const int64_t m = 37, n = 70, k = 129;
   float *a = make(m, k, k, 1, 0, 0), *b = make(n, k, k, 1, 0, 0);
   float *c1 = calloc((size_t)(m * n), sizeof(float)), *c2 = calloc((size_t)(m * n), sizeof(float));
-  dp_gemm_args g = {.dtype = DP_F32, .trans_b = true, .m = m, .n = n, .k = k, .batch = 1, .alpha = 1, .beta = 0,
-                    .a = a, .lda = k, .b = b, .ldb = k, .c = c1, .ldc = n};
+  dp_gemm_args g = {.dtype = DP_F32,
+                    .trans_b = true,
+                    .m = m,
+                    .n = n,
+                    .k = k,
+                    .batch = 1,
+                    .alpha = 1,
+                    .beta = 0,
+                    .a = a,
+                    .lda = k,
+                    .b = b,
+                    .ldb = k,
+                    .c = c1,
+                    .ldc = n};
   CHECK(dp_cpu_gemm(&g) == 0);
   g.c = c2;
   CHECK(dp_cpu_gemm_blas(&g) == 0);
@@ -257,8 +295,18 @@ int main(void) {
   CHECK(dp_sgemm_get_impl(&impl) != 0);
   CHECK(strstr(dp_errmsg(), "DDPLUA_GEMM: 'fast' is not one of own, blas") != NULL);
   float x = 1, y = 2, z = 0;
-  dp_gemm_args g1 = {.dtype = DP_F32, .m = 1, .n = 1, .k = 1, .batch = 1, .alpha = 1, .a = &x, .lda = 1, .b = &y,
-                     .ldb = 1, .c = &z, .ldc = 1};
+  dp_gemm_args g1 = {.dtype = DP_F32,
+                     .m = 1,
+                     .n = 1,
+                     .k = 1,
+                     .batch = 1,
+                     .alpha = 1,
+                     .a = &x,
+                     .lda = 1,
+                     .b = &y,
+                     .ldb = 1,
+                     .c = &z,
+                     .ldc = 1};
   CHECK(dp_cpu_gemm(&g1) != 0 && strstr(dp_errmsg(), "DDPLUA_GEMM") != NULL);
   /* choosing explicitly clears it; BLAS is always available */
   CHECK(dp_sgemm_set_impl(DP_SGEMM_BLAS) == 0);

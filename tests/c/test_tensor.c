@@ -3,8 +3,8 @@
  * iterator (dimension merging, broadcast operands). */
 #include <string.h>
 
-#include "core/error.h"
 #include "backends/cpu/cpu_iter.h"
+#include "core/error.h"
 #include "ops/ops.h"
 #include "test_util.h"
 
@@ -153,8 +153,8 @@ static void test_iterator(void) {
 
   /* a broadcast row [1, 1, 5] (stride 0 on dims 0, 1) and a transposed
    * operand: every element still visited once, in the right place */
-  dp_tensor *plane = dp_select(a, 0, 0);          /* [4, 5] */
-  dp_tensor *row = dp_narrow(plane, 0, 1, 1);       /* [1, 5]: values 5..9 */
+  dp_tensor *plane = dp_select(a, 0, 0);      /* [4, 5] */
+  dp_tensor *row = dp_narrow(plane, 0, 1, 1); /* [1, 5]: values 5..9 */
   dp_tensor *rowe = dp_expand_raw(row, 3, shape);
   dp_tensor *b = arange_f64(3, (int64_t[]){5, 4, 3});
   dp_tensor *bt = dp_permute(b, (int[]){2, 1, 0}); /* [3, 4, 5], strides [1, 3, 12] */

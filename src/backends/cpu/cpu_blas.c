@@ -11,13 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/sgemm.h"
+#include "core/error.h"
 
 enum { RowMajor = 101, NoTrans = 111, Trans = 112 };
-typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float,
-                         float *, int);
+typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float, float *,
+                         int);
 typedef void (*dgemm_fn)(int, int, int, int, int, int, double, const double *, int, const double *, int, double,
                          double *, int);
 
@@ -40,8 +40,8 @@ static void load_blas(void) {
   for (size_t i = 0; i < sizeof names / sizeof names[0] && !blas.lib; i++)
     blas.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
   if (!blas.lib) {
-    snprintf(blas.err, sizeof blas.err,
-             "no BLAS library found (libopenblas.so.0): install Debian's libopenblas0 (%s)", dlerror());
+    snprintf(blas.err, sizeof blas.err, "no BLAS library found (libopenblas.so.0): install Debian's libopenblas0 (%s)",
+             dlerror());
     return;
   }
   blas.sgemm = (sgemm_fn)dlsym(blas.lib, "cblas_sgemm");
@@ -113,13 +113,13 @@ int dp_cpu_gemm_blas(const dp_gemm_args *g) {
       continue;
     }
     if (g->dtype == DP_F32)
-      blas.sgemm(RowMajor, g->trans_a ? Trans : NoTrans, g->trans_b ? Trans : NoTrans, (int)g->m, (int)g->n,
-                 (int)g->k, (float)g->alpha, (const float *)a, (int)g->lda, (const float *)bb, (int)g->ldb,
-                 (float)g->beta, (float *)c, (int)g->ldc);
+      blas.sgemm(RowMajor, g->trans_a ? Trans : NoTrans, g->trans_b ? Trans : NoTrans, (int)g->m, (int)g->n, (int)g->k,
+                 (float)g->alpha, (const float *)a, (int)g->lda, (const float *)bb, (int)g->ldb, (float)g->beta,
+                 (float *)c, (int)g->ldc);
     else
-      blas.dgemm(RowMajor, g->trans_a ? Trans : NoTrans, g->trans_b ? Trans : NoTrans, (int)g->m, (int)g->n,
-                 (int)g->k, g->alpha, (const double *)a, (int)g->lda, (const double *)bb, (int)g->ldb, g->beta,
-                 (double *)c, (int)g->ldc);
+      blas.dgemm(RowMajor, g->trans_a ? Trans : NoTrans, g->trans_b ? Trans : NoTrans, (int)g->m, (int)g->n, (int)g->k,
+                 g->alpha, (const double *)a, (int)g->lda, (const double *)bb, (int)g->ldb, g->beta, (double *)c,
+                 (int)g->ldc);
   }
   return 0;
 }

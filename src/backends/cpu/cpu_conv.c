@@ -9,12 +9,12 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/error.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "core/error.h"
 #include "ops/scalar_math.h"
 
-#define LD(t, p, i) dp_load_d((const char *)(p) + (size_t)(i) * dp_elsize(t), (t)->dtype)
-#define ST(t, p, i, v) dp_store_d((char *)(p) + (size_t)(i) * dp_elsize(t), (t)->dtype, (v))
+#define LD(t, p, i) dp_load_d((const char *)(p) + (size_t)(i)*dp_elsize(t), (t)->dtype)
+#define ST(t, p, i, v) dp_store_d((char *)(p) + (size_t)(i)*dp_elsize(t), (t)->dtype, (v))
 
 /* Output columns [lo, hi) whose input column ox * sw - pw + kj is inside
  * the image: the rest read padding. */

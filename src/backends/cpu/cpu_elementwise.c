@@ -8,9 +8,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/error.h"
 #include "backends/cpu/cpu_iter.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "core/error.h"
 #include "ops/philox.h"
 #include "ops/scalar_math.h"
 
@@ -270,8 +270,7 @@ static void ugrad_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   }
 }
 
-int dp_cpu_unary_backward(dp_unary_op op, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x,
-                          const dp_tensor *y) {
+int dp_cpu_unary_backward(dp_unary_op op, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x, const dp_tensor *y) {
   ugrad_ctx c = {.op = op, .has_x = x != NULL, .has_y = y != NULL};
   const dp_tensor *ops[4] = {gx, gy, NULL, NULL};
   int k = 2;
@@ -399,8 +398,7 @@ int dp_cpu_dropout(dp_tensor *out, const dp_tensor *x, double p, uint64_t seed, 
   if (out->dtype == DP_F32) {
     float *o = dp_data(out), scale = (float)(1.0 / (1.0 - p)), fp = (float)p;
     const float *xi = dp_data(x);
-    for (int64_t i = 0; i < n; i++)
-      o[i] = dp_philox_uniform_f(seed, offset + (uint64_t)i) >= fp ? xi[i] * scale : 0.f;
+    for (int64_t i = 0; i < n; i++) o[i] = dp_philox_uniform_f(seed, offset + (uint64_t)i) >= fp ? xi[i] * scale : 0.f;
     return 0;
   }
   char *o = dp_data(out);

@@ -23,15 +23,14 @@ int dp_cpu_fill(dp_tensor *t, double v);
 int dp_cpu_arange(dp_tensor *out, double start, double step);
 int dp_cpu_rand(dp_tensor *out, dp_rand_kind kind, uint64_t seed, uint64_t offset, double a, double b);
 int dp_cpu_unary(dp_unary_op op, dp_tensor *out, const dp_tensor *x);
-int dp_cpu_unary_backward(dp_unary_op op, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x,
-                          const dp_tensor *y);
+int dp_cpu_unary_backward(dp_unary_op op, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x, const dp_tensor *y);
 int dp_cpu_binary(dp_binary_op op, dp_tensor *out, const dp_tensor *a, const dp_tensor *b);
 int dp_cpu_binary_scalar(dp_binary_op op, dp_tensor *out, const dp_tensor *a, double s, bool scalar_first);
 int dp_cpu_dropout(dp_tensor *out, const dp_tensor *x, double p, uint64_t seed, uint64_t offset);
 
 /* cpu_reduce.c */
-int dp_cpu_reduce(dp_reduce_op op, dp_tensor *out, dp_tensor *idx, const dp_tensor *x, int64_t outer,
-                  int64_t k, int64_t inner, int64_t base);
+int dp_cpu_reduce(dp_reduce_op op, dp_tensor *out, dp_tensor *idx, const dp_tensor *x, int64_t outer, int64_t k,
+                  int64_t inner, int64_t base);
 int dp_cpu_scatter_add_dim(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, int64_t outer, int64_t k,
                            int64_t inner, int64_t base);
 
@@ -46,8 +45,8 @@ int dp_cpu_channel_sum(dp_tensor *gb, const dp_tensor *gy, int64_t outer, int64_
 int dp_cpu_softmax(dp_tensor *y, const dp_tensor *x, int64_t rows, int64_t cols, bool log);
 int dp_cpu_softmax_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *y, int64_t rows, int64_t cols,
                             bool log);
-int dp_cpu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_tensor *x, const dp_tensor *target,
-                         int64_t base, double smoothing, int64_t ignore_index);
+int dp_cpu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_tensor *x, const dp_tensor *target, int64_t base,
+                         double smoothing, int64_t ignore_index);
 int dp_cpu_cross_entropy_backward(dp_tensor *gx, const dp_tensor *x, const dp_tensor *lse, const dp_tensor *target,
                                   const dp_tensor *scale, int64_t base, double smoothing, int64_t ignore_index);
 int dp_cpu_index_select(dp_tensor *out, const dp_tensor *src, const dp_tensor *idx, int64_t base);

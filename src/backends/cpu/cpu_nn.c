@@ -5,12 +5,12 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/error.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "core/error.h"
 #include "ops/scalar_math.h"
 
-#define LD(t, p, i) dp_load_d((const char *)(p) + (size_t)(i) * dp_elsize(t), (t)->dtype)
-#define ST(t, p, i, v) dp_store_d((char *)(p) + (size_t)(i) * dp_elsize(t), (t)->dtype, (v))
+#define LD(t, p, i) dp_load_d((const char *)(p) + (size_t)(i)*dp_elsize(t), (t)->dtype)
+#define ST(t, p, i, v) dp_store_d((char *)(p) + (size_t)(i)*dp_elsize(t), (t)->dtype, (v))
 
 int dp_cpu_bias_act(dp_tensor *y, const dp_tensor *bias, int act, int64_t outer, int64_t c, int64_t inner) {
   char *yp = dp_data(y);
@@ -46,8 +46,7 @@ int dp_cpu_bias_act(dp_tensor *y, const dp_tensor *bias, int act, int64_t outer,
         } else if (act == DP_U_GELU) {
           for (int64_t i = 0; i < c; i++) row[i] = dp_gelu_f(row[i] + (bf ? bf[i] : 0.f));
         } else {
-          for (int64_t i = 0; i < c; i++)
-            row[i] = (float)dp_unary_ref((dp_unary_op)act, row[i] + (bf ? bf[i] : 0.f));
+          for (int64_t i = 0; i < c; i++) row[i] = (float)dp_unary_ref((dp_unary_op)act, row[i] + (bf ? bf[i] : 0.f));
         }
       }
     }
@@ -132,8 +131,8 @@ int dp_cpu_softmax_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor 
 static int check_target(int64_t t, int64_t classes, int64_t base, int64_t row, int64_t ignore) {
   if (t == ignore) return 0;
   if (t - base < 0 || t - base >= classes)
-    return dp_error("target %" PRId64 " at position %" PRId64 " is out of range: classes are %" PRId64 "..%" PRId64,
-                    t, row + base, base, classes - 1 + base);
+    return dp_error("target %" PRId64 " at position %" PRId64 " is out of range: classes are %" PRId64 "..%" PRId64, t,
+                    row + base, base, classes - 1 + base);
   return 0;
 }
 
@@ -194,7 +193,8 @@ int dp_cpu_cross_entropy_backward(dp_tensor *gx, const dp_tensor *x, const dp_te
       g[t - base] -= (float)((1.0 - smoothing) * sc);
       continue;
     }
-    for (int64_t j = 0; j < C; j++) ST(gx, gp, b + j, dp_ce_grad_d(LD(x, xp, b + j), l, j == t - base, C, smoothing, sc));
+    for (int64_t j = 0; j < C; j++)
+      ST(gx, gp, b + j, dp_ce_grad_d(LD(x, xp, b + j), l, j == t - base, C, smoothing, sc));
   }
   return 0;
 }

@@ -15,12 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "core/error.h"
 #include "ops/scalar_math.h"
 
-#define LD(t, p, i) dp_load_d((const char *)(p) + (size_t)(i) * dp_elsize(t), (t)->dtype)
-#define ST(t, p, i, v) dp_store_d((char *)(p) + (size_t)(i) * dp_elsize(t), (t)->dtype, (v))
+#define LD(t, p, i) dp_load_d((const char *)(p) + (size_t)(i)*dp_elsize(t), (t)->dtype)
+#define ST(t, p, i, v) dp_store_d((char *)(p) + (size_t)(i)*dp_elsize(t), (t)->dtype, (v))
 
 /* Element k of an optional per-channel tensor, or `dflt` when absent. */
 static double opt_at(const dp_tensor *t, int64_t k, double dflt) { return t ? LD(t, dp_data(t), k) : dflt; }

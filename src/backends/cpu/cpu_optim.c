@@ -2,8 +2,8 @@
  * per-element math from scalar_math.h (shared with the CUDA kernels). */
 #include <math.h>
 
-#include "core/error.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "core/error.h"
 #include "ops/scalar_math.h"
 
 static int check_float(const dp_tensor *p) {

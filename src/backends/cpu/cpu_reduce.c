@@ -6,11 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "core/error.h"
 
-static int reduce_sum(dp_reduce_op op, dp_tensor *out, const dp_tensor *x, int64_t outer, int64_t k,
-                      int64_t inner) {
+static int reduce_sum(dp_reduce_op op, dp_tensor *out, const dp_tensor *x, int64_t outer, int64_t k, int64_t inner) {
   const char *xp = dp_data(x);
   char *op_ = dp_data(out);
   size_t xs = dp_elsize(x), os = dp_elsize(out);
@@ -21,7 +20,9 @@ static int reduce_sum(dp_reduce_op op, dp_tensor *out, const dp_tensor *x, int64
         int64_t acc = op == DP_R_PROD ? 1 : 0;
         for (int64_t j = 0; j < k; j++) {
           const char *e = xp + (size_t)((o * k + j) * inner + i) * xs;
-          int64_t v = x->dtype == DP_I64 ? *(const int64_t *)e : x->dtype == DP_U8 ? *(const uint8_t *)e : (int64_t)dp_load_d(e, x->dtype);
+          int64_t v = x->dtype == DP_I64  ? *(const int64_t *)e
+                      : x->dtype == DP_U8 ? *(const uint8_t *)e
+                                          : (int64_t)dp_load_d(e, x->dtype);
           acc = op == DP_R_PROD ? (int64_t)((uint64_t)acc * (uint64_t)v) : (int64_t)((uint64_t)acc + (uint64_t)v);
         }
         *(int64_t *)(op_ + (size_t)(o * inner + i) * os) = acc;
@@ -80,8 +81,8 @@ static int reduce_sum(dp_reduce_op op, dp_tensor *out, const dp_tensor *x, int64
 
 /* max/min/argmax/argmin: first occurrence wins; NaN counts as the extreme
  * (PyTorch propagates NaN). */
-static int reduce_extreme(dp_reduce_op op, dp_tensor *out, dp_tensor *idx, const dp_tensor *x, int64_t outer,
-                          int64_t k, int64_t inner, int64_t base) {
+static int reduce_extreme(dp_reduce_op op, dp_tensor *out, dp_tensor *idx, const dp_tensor *x, int64_t outer, int64_t k,
+                          int64_t inner, int64_t base) {
   if (k == 0) return dp_error("max/min of an empty dimension is undefined");
   bool want_max = op == DP_R_MAX || op == DP_R_ARGMAX;
   bool arg = op == DP_R_ARGMAX || op == DP_R_ARGMIN;
@@ -131,8 +132,9 @@ int dp_cpu_scatter_add_dim(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *
   for (int64_t o = 0; o < outer; o++)
     for (int64_t i = 0; i < inner; i++) {
       int64_t j = ix[o * inner + i] - base;
-      if (j < 0 || j >= k) return dp_error("index %lld out of range [%lld, %lld]", (long long)(j + base),
-                                           (long long)base, (long long)(k - 1 + base));
+      if (j < 0 || j >= k)
+        return dp_error("index %lld out of range [%lld, %lld]", (long long)(j + base), (long long)base,
+                        (long long)(k - 1 + base));
       char *dst = g + (size_t)((o * k + j) * inner + i) * es;
       dp_store_d(dst, gx->dtype, dp_load_d(dst, gx->dtype) + dp_load_d(y + (size_t)(o * inner + i) * es, gy->dtype));
     }

@@ -22,9 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
 #include "backends/cpu/sgemm.h"
 #include "backends/cpu/sgemm_kernels.h"
+#include "core/error.h"
 
 /* ---- implementation selection ---- */
 
@@ -244,8 +244,12 @@ static int run_blocked(const problem *pr) {
        * they read it (dp_sg_tile.b_src); otherwise in a pass of its own */
       const bool fill = qb.cs == 1;
       if (!fill) pack_q(K, &pl, qb, kc, nc, bufs->q);
-      dp_sg_tile t = {.k = kc, .alpha = pr->alpha, .beta = pc == 0 ? pr->beta : 1.0f, .c_rs = pr->c_rs,
-                      .c_cs = pr->c_cs, .b_rs = qb.rs};
+      dp_sg_tile t = {.k = kc,
+                      .alpha = pr->alpha,
+                      .beta = pc == 0 ? pr->beta : 1.0f,
+                      .c_rs = pr->c_rs,
+                      .c_cs = pr->c_cs,
+                      .b_rs = qb.rs};
       for (int64_t ir = 0; ir < pr->m; ir += MR) {
         t.mr = (int)(pr->m - ir < MR ? pr->m - ir : MR);
         view pv = {pr->P.p + ir * pr->P.rs + pc * pr->P.cs, pr->P.rs, pr->P.cs};
@@ -311,8 +315,8 @@ static problem item_problem(const call_plan *cp, int64_t b) {
   /* element strides of op(A) (m x k) and op(B) (k x n) */
   const int64_t a_rs = g->trans_a ? 1 : g->lda, a_cs = g->trans_a ? g->lda : 1;
   const int64_t b_rs = g->trans_b ? 1 : g->ldb, b_cs = g->trans_b ? g->ldb : 1;
-  problem pr = {.K = cp->K, .k = g->k, .alpha = (float)g->alpha, .beta = (float)g->beta,
-                .c = (float *)g->c + b * g->stride_c};
+  problem pr = {
+      .K = cp->K, .k = g->k, .alpha = (float)g->alpha, .beta = (float)g->beta, .c = (float *)g->c + b * g->stride_c};
   if (!cp->swap) {
     pr.m = g->m, pr.n = g->n;
     pr.P = (view){a, a_rs, a_cs};

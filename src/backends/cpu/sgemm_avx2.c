@@ -53,9 +53,8 @@ TARGET_AVX2 INLINE void store_tile(const dp_sg_tile *t, __m256 acc[MR][NV], cons
    * floats of C. */
   float rows[MR][NR] __attribute__((aligned(32)));
   UNROLL
-  for (int r = 0; r < MR; r++)
-    UNROLL
-    for (int v = 0; v < nv; v++) _mm256_store_ps(rows[r] + v * VL, _mm256_mul_ps(va, acc[r][v]));
+  for (int r = 0; r < MR; r++) UNROLL
+  for (int v = 0; v < nv; v++) _mm256_store_ps(rows[r] + v * VL, _mm256_mul_ps(va, acc[r][v]));
   for (int j = 0; j < t->nr; j++) {
     float *c = t->c + j * t->c_cs;
     for (int r = 0; r < t->mr; r++) c[r] = read_c ? rows[r][j] + t->beta * c[r] : rows[r][j];
@@ -68,9 +67,8 @@ TARGET_AVX2 INLINE void store_tile(const dp_sg_tile *t, __m256 acc[MR][NV], cons
 TARGET_AVX2 INLINE void tile_nv(const dp_sg_tile *t, const int nv, const bool packed, const bool fill) {
   __m256 acc[MR][NV];
   UNROLL
-  for (int r = 0; r < MR; r++)
-    UNROLL
-    for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps();
+  for (int r = 0; r < MR; r++) UNROLL
+  for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps();
   const float *ar[MR];
   UNROLL
   for (int r = 0; r < MR; r++) ar[r] = packed ? t->a + r : t->a + (r < t->mr ? r : 0) * t->a_rs;
@@ -187,8 +185,8 @@ const dp_sg_kernel dp_sg_avx2 = {
     .vl = VL,
     .kc = 256,
     .nc = 192,
-    .kc_max = 768,              /* 6 x 768 floats: 18 KB of a 32 KB L1 */
-    .l2_floats = 48 * 1024,     /* 192 KB: most of Haswell's 256 KB L2 */
+    .kc_max = 768,          /* 6 x 768 floats: 18 KB of a 32 KB L1 */
+    .l2_floats = 48 * 1024, /* 192 KB: most of Haswell's 256 KB L2 */
     .tile = tile_avx2,
     .pack_q_trans = dp_sg_pack_q_trans8,
     .pack_p = dp_sg_pack_p8,

@@ -93,9 +93,8 @@ TARGET_AVX512 INLINE void store_tile(const dp_sg_tile *t, __m512 acc[MR][NV], co
 TARGET_AVX512 INLINE void tile_nv(const dp_sg_tile *t, const int nv, const bool packed, const bool fill) {
   __m512 acc[MR][NV];
   UNROLL
-  for (int r = 0; r < MR; r++)
-    UNROLL
-    for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
+  for (int r = 0; r < MR; r++) UNROLL
+  for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
   /* rows past mr alias row 0 when P is read in place: valid memory, and
    * their results are never stored */
   const float *ar[MR];
@@ -160,8 +159,8 @@ const dp_sg_kernel dp_sg_avx512 = {
     .vl = VL,
     .kc = 256,
     .nc = 480,
-    .kc_max = 1024,             /* 8 x 1024 floats: 32 KB of a 48 KB L1 */
-    .l2_floats = 128 * 1024,    /* 512 KB: half the L2 of Zen 4/5 and Skylake-SP (1 MB) */
+    .kc_max = 1024,          /* 8 x 1024 floats: 32 KB of a 48 KB L1 */
+    .l2_floats = 128 * 1024, /* 512 KB: half the L2 of Zen 4/5 and Skylake-SP (1 MB) */
     .tile = tile_avx512,
     .pack_q_trans = dp_sg_pack_q_trans8, /* AVX-512 CPUs have AVX2 */
     .pack_p = dp_sg_pack_p8,

@@ -49,9 +49,9 @@ static inline int dp_sg_panel_cols(const dp_sg_panels *pl, int t) { return (pl->
 
 typedef struct {
   const char *name;
-  int mr, nr, vl;  /* tile rows, tile columns, vector lanes (nr % vl == 0) */
-  int64_t kc, nc;  /* cache blocking: Q blocks of kc x nc stay in L2 */
-  int64_t kc_max;  /* largest kc whose MR x kc sliver of P still fits in L1 */
+  int mr, nr, vl;    /* tile rows, tile columns, vector lanes (nr % vl == 0) */
+  int64_t kc, nc;    /* cache blocking: Q blocks of kc x nc stay in L2 */
+  int64_t kc_max;    /* largest kc whose MR x kc sliver of P still fits in L1 */
   int64_t l2_floats; /* Q block budget (kc x nc floats) */
   void (*tile)(const dp_sg_tile *t);
   /* Packs a kc x w block of Q stored k-contiguous (element (p, j) at

@@ -6,8 +6,8 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "core/error.h"
 #include "backends/cpu/sgemm_kernels.h"
+#include "core/error.h"
 
 enum { MAX_WORKERS = DP_SG_MAX_THREADS - 1 };
 

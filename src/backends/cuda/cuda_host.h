@@ -10,9 +10,9 @@
 
 #include <pthread.h>
 
-#include "distributed/pg.h"
 #include "backends/backend.h"
 #include "backends/cuda/cuda_common.h"
+#include "distributed/pg.h"
 #include "tensor/dtype_conv.h"
 
 extern const dp_runtime_api *dp_cu_api;
