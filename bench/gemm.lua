@@ -88,7 +88,7 @@ local function measure(s)
       local gflops = flop * reps[i] / (clock() - t0) / 1e9
       if gflops > best[i] then best[i] = gflops end
     end
-    ddp.gc_pace()
+    ddp.core.gc_pace()
   end
   return best
 end

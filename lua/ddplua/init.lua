@@ -1,9 +1,40 @@
 -- ddplua: data-parallel training in Lua over a C runtime.
 -- `local ddp = require "ddplua"`; see README.md for the tour.
+--
+-- The table is the documented API only (README.md; tests/spec/exports_spec.lua
+-- holds the list and checks it). Everything else the C core provides (the
+-- optimizer and batch-norm pieces, the DDP reducer, file and process helpers,
+-- YAML/JSON) stays under ddp.core, which is the same table as
+-- require "ddplua.core" and makes no promise to users.
 local core = require "ddplua.core"
 
 local M = {}
-for k, v in pairs(core) do M[k] = v end
+
+-- Documented functions of the C core, exported under the same name.
+local CORE_EXPORTS = {
+  -- creation
+  "tensor", "zeros", "ones", "full", "empty", "arange", "rand", "randn", "randperm", "cat", "stack", "is_tensor",
+  -- the ops' functional forms (also tensor methods)
+  "abs", "add", "sub", "mul", "div", "neg", "pow", "exp", "log", "sqrt", "rsqrt", "square", "reciprocal", "sign",
+  "clamp", "maximum", "minimum", "relu", "gelu", "tanh", "sigmoid", "softmax", "log_softmax", "sum", "mean", "max",
+  "min", "argmax", "argmin", "eq", "ne", "lt", "le", "gt", "ge", "matmul", "mm", "index_select", "linear", "conv2d",
+  "max_pool2d", "avg_pool2d", "batch_norm", "layer_norm", "dropout", "embedding", "cross_entropy", "mse_loss",
+  -- autograd mode, random numbers
+  "set_grad_enabled", "is_grad_enabled", "manual_seed", "initial_seed", "get_rng_state", "set_rng_state",
+  -- safetensors
+  "save", "load",
+  -- runtime: threads, GEMM, memory, devices, time
+  "set_num_threads", "get_num_threads", "blas_info", "gemm_impl", "set_gemm_impl", "memory_stats", "empty_cache",
+  "cuda_is_available", "cuda_device_count", "cuda_device_name", "cuda_memory_stats", "cuda_empty_cache",
+  "synchronize", "clock",
+}
+-- Added by the op table (issue 10): exported once the core has them.
+local CORE_EXPORTS_PENDING = { "leaky_relu", "elu", "silu", "softplus" }
+
+for _, k in ipairs(CORE_EXPORTS) do
+  M[k] = core[k] or error("ddplua: the C core has no '" .. k .. "' (lua/ddplua/init.lua exports it)")
+end
+for _, k in ipairs(CORE_EXPORTS_PENDING) do M[k] = core[k] end
 M.core = core
 M.Tensor = core.Tensor
 M._VERSION = "ddplua 0.1"
@@ -92,12 +123,16 @@ function M.autocast(...) return M.amp.autocast(...) end
 function M.is_main() return require("ddplua.distributed").is_main() end
 function M.print(...) return require("ddplua.distributed").print(...) end
 
--- Submodules load on first use so `require "ddplua"` stays fast.
+-- Submodules load on first use so `require "ddplua"` stays fast. ddp.dist
+-- is ddp.distributed (as `import torch.distributed as dist`). An unknown
+-- key is nil, as in any table; pairs(ddp) lists the whole API, loading the
+-- submodules.
 local lazy = {
   nn = "ddplua.nn",
   optim = "ddplua.optim",
   data = "ddplua.data",
   distributed = "ddplua.distributed",
+  dist = "ddplua.distributed",
   amp = "ddplua.amp",
   metrics = "ddplua.metrics",
 }
@@ -110,6 +145,12 @@ setmetatable(M, {
       return v
     end
     return nil
+  end,
+  __pairs = function(t)
+    for k in pairs(lazy) do
+      local _ = t[k]
+    end
+    return next, t, nil
   end,
 })
 

@@ -8,9 +8,10 @@
 #include "lua/l_util.h"
 #include "ops/ops.h"
 
-/* t:_keep_grad_buf(on) sets the flag and returns t; t:_keep_grad_buf()
- * returns it. With the flag set, zero_grad zeroes .grad in place instead of
- * dropping it (DDP points .grad into its bucket memory). */
+/* core.keep_grad_buf(t, on) sets the flag and returns t;
+ * core.keep_grad_buf(t) returns it. With the flag set, zero_grad zeroes .grad
+ * in place instead of dropping it (DDP points .grad into its bucket memory).
+ * A function of the core, not a tensor method: users never need it. */
 static int l_keep_grad_buf(lua_State *L) {
   dp_tensor *t = lt_check(L, 1);
   if (lua_isnone(L, 2)) {
@@ -78,13 +79,10 @@ static int l_set_data(lua_State *L) {
   return 1;
 }
 
-void lt_open_nn_support(lua_State *L, int module, int methods) {
-  static const luaL_Reg funcs[] = {{"_zero_grads", l_zero_grads}, {"_set_data", l_set_data}, {NULL, NULL}};
+void lt_open_nn_support(lua_State *L, int module) {
+  static const luaL_Reg funcs[] = {
+      {"_zero_grads", l_zero_grads}, {"_set_data", l_set_data}, {"keep_grad_buf", l_keep_grad_buf}, {NULL, NULL}};
   lua_pushvalue(L, module);
   luaL_setfuncs(L, funcs, 0);
-  lua_pop(L, 1);
-  static const luaL_Reg meths[] = {{"_keep_grad_buf", l_keep_grad_buf}, {NULL, NULL}};
-  lua_pushvalue(L, methods);
-  luaL_setfuncs(L, meths, 0);
   lua_pop(L, 1);
 }

@@ -269,8 +269,8 @@ describe("data.FashionMNIST", function()
   end)
 
   it("gathers float32 batches in [0, 1] equal to the bytes / 255, labels 1..10", function()
-    local raw = ddp._idx_load(FMNIST .. "/t10k-images-idx3-ubyte.gz")
-    local raw_labels = ddp._idx_load(FMNIST .. "/t10k-labels-idx1-ubyte.gz")
+    local raw = ddp.core._idx_load(FMNIST .. "/t10k-images-idx3-ubyte.gz")
+    local raw_labels = ddp.core._idx_load(FMNIST .. "/t10k-labels-idx1-ubyte.gz")
     local idx = { 1, 10000, 4321, 1 }
     local x, y = test:get_batch(idx)
     assert.are.same({ 4, 1, 28, 28 }, x:size())

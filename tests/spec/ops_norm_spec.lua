@@ -108,31 +108,31 @@ describe("batch_norm pieces (SyncBatchNorm)", function()
   local gy = R.randn({ 6, 3, 2, 2 }, 2203)
 
   it("batch_norm_stats gives each channel's mean, biased variance and count", function()
-    local mean, var, count = ddp.batch_norm_stats(x)
+    local mean, var, count = ddp.core.batch_norm_stats(x)
     local rm, rv, rc = N.channel_stats(R.from(x))
     list_close(mean, rm, 1e-12, "mean")
     list_close(var, rv, 1e-12, "var")
     assert.are.equal(rc, count)
-    local m32, v32 = ddp.batch_norm_stats(x:float())
+    local m32, v32 = ddp.core.batch_norm_stats(x:float())
     list_close(m32, rm, 1e-6, "float32 mean")
     list_close(v32, rv, 1e-5, "float32 var")
   end)
 
   it("gathered replica statistics, update and elemt reproduce single-process batch_norm", function()
     local means, vars, counts = {}, {}, {}
-    for r, p in ipairs(parts) do means[r], vars[r], counts[r] = ddp.batch_norm_stats(p) end
-    local mean, var, total = ddp.batch_norm_gather_stats(ddp.stack(means), ddp.stack(vars), counts)
+    for r, p in ipairs(parts) do means[r], vars[r], counts[r] = ddp.core.batch_norm_stats(p) end
+    local mean, var, total = ddp.core.batch_norm_gather_stats(ddp.stack(means), ddp.stack(vars), counts)
     assert.are.equal(24, total)
     local rm, rv = ddp.zeros(3, { dtype = "float64" }), ddp.ones(3, { dtype = "float64" })
-    ddp.batch_norm_update_stats(rm, rv, mean, var, total, 0.1)
-    local y = ddp.batch_norm_elemt(x, mean, ddp.batch_norm_invstd(var, 1e-5), w, b)
+    ddp.core.batch_norm_update_stats(rm, rv, mean, var, total, 0.1)
+    local y = ddp.core.batch_norm_elemt(x, mean, ddp.core.batch_norm_invstd(var, 1e-5), w, b)
     local rm1, rv1 = ddp.zeros(3, { dtype = "float64" }), ddp.ones(3, { dtype = "float64" })
     local y1 = ddp.batch_norm(x, rm1, rv1, w, b, true, 0.1, 1e-5)
     R.assert_close(y, R.from(y1), 1e-12, 1e-12, "output")
     R.assert_close(rm, R.from(rm1), 1e-12, 1e-12, "running_mean")
     R.assert_close(rv, R.from(rv1), 1e-12, 1e-12, "running_var")
     -- counts as a tensor too
-    local m2 = ddp.batch_norm_gather_stats(ddp.stack(means), ddp.stack(vars), ddp.tensor(counts))
+    local m2 = ddp.core.batch_norm_gather_stats(ddp.stack(means), ddp.stack(vars), ddp.tensor(counts))
     R.assert_close(m2, R.from(mean), 1e-15, 0, "mean from a counts tensor")
   end)
 
@@ -140,19 +140,19 @@ describe("batch_norm pieces (SyncBatchNorm)", function()
     local xl = x:clone():requires_grad_()
     local wl, bl = w:clone():requires_grad_(), b:clone():requires_grad_()
     ddp.batch_norm(xl, nil, nil, wl, bl, true):backward(gy)
-    local mean, var = ddp.batch_norm_stats(x)
-    local invstd = ddp.batch_norm_invstd(var, 1e-5)
+    local mean, var = ddp.core.batch_norm_stats(x)
+    local invstd = ddp.core.batch_norm_invstd(var, 1e-5)
     local gys = { gy:narrow(1, 1, 3), gy:narrow(1, 4, 1), gy:narrow(1, 5, 2) }
     local s1, s2 = ddp.zeros(3, { dtype = "float64" }), ddp.zeros(3, { dtype = "float64" })
     for r, p in ipairs(parts) do -- the all-reduce
-      local a, c = ddp.batch_norm_backward_reduce(gys[r], p, mean, invstd)
+      local a, c = ddp.core.batch_norm_backward_reduce(gys[r], p, mean, invstd)
       s1:add_(a)
       s2:add_(c)
     end
     R.assert_close(s1, R.from(bl.grad), 1e-12, 1e-12, "bias gradient")
     R.assert_close(s2, R.from(wl.grad), 1e-12, 1e-12, "weight gradient")
     for r, p in ipairs(parts) do
-      local gx = ddp.batch_norm_backward_elemt(gys[r], p, mean, invstd, w, s1, s2, 24)
+      local gx = ddp.core.batch_norm_backward_elemt(gys[r], p, mean, invstd, w, s1, s2, 24)
       local start = ({ 1, 4, 5 })[r]
       R.assert_close(gx, R.from(xl.grad:narrow(1, start, p:size(1))), 1e-12, 1e-12, "input gradient of replica " .. r)
     end
@@ -160,21 +160,21 @@ describe("batch_norm pieces (SyncBatchNorm)", function()
 
   it("names mismatched piece arguments", function()
     local m, v = ddp.zeros(3), ddp.ones(3)
-    R.assert_error(function() return ddp.batch_norm_gather_stats(ddp.zeros(2, 3), ddp.zeros(2, 4), { 1, 1 }) end,
+    R.assert_error(function() return ddp.core.batch_norm_gather_stats(ddp.zeros(2, 3), ddp.zeros(2, 4), { 1, 1 }) end,
       "[2, 3]", "[2, 4]")
-    R.assert_error(function() return ddp.batch_norm_gather_stats(ddp.zeros(2, 3), ddp.zeros(2, 3), { 1 }) end,
+    R.assert_error(function() return ddp.core.batch_norm_gather_stats(ddp.zeros(2, 3), ddp.zeros(2, 3), { 1 }) end,
       "one count per replica", "[1]")
-    R.assert_error(function() return ddp.batch_norm_gather_stats(ddp.zeros(2, 3), ddp.zeros(2, 3), { 0, 0 }) end,
+    R.assert_error(function() return ddp.core.batch_norm_gather_stats(ddp.zeros(2, 3), ddp.zeros(2, 3), { 0, 0 }) end,
       "counts add up to 0")
-    R.assert_error(function() return ddp.batch_norm_gather_stats(ddp.zeros(1, 3), ddp.zeros(1, 3), { "a" }) end,
+    R.assert_error(function() return ddp.core.batch_norm_gather_stats(ddp.zeros(1, 3), ddp.zeros(1, 3), { "a" }) end,
       "count 1", "string")
-    R.assert_error(function() return ddp.batch_norm_elemt(ddp.ones(2, 4), m, v) end, "mean", "[3]", "4 channels")
-    R.assert_error(function() return ddp.batch_norm_backward_reduce(ddp.ones(2, 4), ddp.ones(2, 3), m, v) end,
+    R.assert_error(function() return ddp.core.batch_norm_elemt(ddp.ones(2, 4), m, v) end, "mean", "[3]", "4 channels")
+    R.assert_error(function() return ddp.core.batch_norm_backward_reduce(ddp.ones(2, 4), ddp.ones(2, 3), m, v) end,
       "[2, 4]", "[2, 3]")
-    R.assert_error(function() return ddp.batch_norm_update_stats(ddp.zeros(3), ddp.ones(3), ddp.zeros(2), v, 4) end,
+    R.assert_error(function() return ddp.core.batch_norm_update_stats(ddp.zeros(3), ddp.ones(3), ddp.zeros(2), v, 4) end,
       "[2]")
     R.assert_error(function()
-      return ddp.batch_norm_backward_elemt(ddp.ones(2, 3), ddp.ones(2, 3), m, v, nil, m, m, 0)
+      return ddp.core.batch_norm_backward_elemt(ddp.ones(2, 3), ddp.ones(2, 3), m, v, nil, m, m, 0)
     end, "count", "0")
   end)
 end)

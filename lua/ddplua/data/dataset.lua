@@ -7,6 +7,7 @@
 --   ds:prefetch(idx)     optional: a hint that get_batch(idx) comes next
 -- TensorDataset and FashionMNIST gather their batches in C in one call.
 local ddp = require "ddplua"
+local core = ddp.core
 
 local M = {}
 
@@ -66,7 +67,7 @@ end
 
 function TensorDataset:get_batch(indices)
   local out = {}
-  for k, t in ipairs(self.tensors) do out[k] = ddp._gather_rows(t, indices) end
+  for k, t in ipairs(self.tensors) do out[k] = core._gather_rows(t, indices) end
   return table.unpack(out)
 end
 

@@ -8,6 +8,7 @@
 -- float32 in [0, 1] when a batch is gathered; labels are int64 1..10.
 -- Items: x float32 [1, 28, 28], y the label (an integer 1..10).
 local ddp = require "ddplua"
+local core = ddp.core
 local dataset = require "ddplua.data.dataset"
 
 local FashionMNIST = dataset.dataset_class("FashionMNIST")
@@ -50,7 +51,7 @@ function FashionMNIST.cache_dir(opt)
 end
 
 local function load(path, cache_dir)
-  local ok, t = pcall(ddp._idx_load, path, cache_dir)
+  local ok, t = pcall(core._idx_load, path, cache_dir)
   if ok then return t end
   local msg = tostring(t)
   if msg:find("cannot open", 1, true) then
@@ -104,7 +105,7 @@ function FashionMNIST:len() return self.labels:size(1) end
 
 --- x float32 [B, 1, 28, 28] in [0, 1], y int64 [B] in 1..10
 function FashionMNIST:get_batch(indices)
-  return ddp._gather_rows(self.images, indices, "float32", 255), ddp._gather_rows(self.labels, indices)
+  return core._gather_rows(self.images, indices, "float32", 255), core._gather_rows(self.labels, indices)
 end
 
 function FashionMNIST:get(i)

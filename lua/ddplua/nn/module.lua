@@ -13,6 +13,7 @@
 -- `net(x)` calls forward. Parameter lists are Lua arrays; the named_*
 -- methods are iterators: `for name, p in m:named_parameters() do ... end`.
 local ddp = require "ddplua"
+local core = ddp.core
 
 local Module = {}
 Module.__name = "Module"
@@ -287,7 +288,7 @@ function Module:to(...)
     local dt = t:is_floating_point() and dtype or t:dtype()
     local dev = device or t:device()
     if dt ~= t:dtype() or dev ~= t:device() then
-      ddp._set_data(t, t:detach():to(dt, dev))
+      core._set_data(t, t:detach():to(dt, dev))
     end
   end
   ddp.no_grad(function()
@@ -303,10 +304,10 @@ function Module:cuda(i) return self:to("cuda:" .. (i or 0)) end
 function Module:cpu() return self:to("cpu") end
 
 --- zero_grad(set_to_none = true): drops gradients, except that a
---- parameter marked with t:_keep_grad_buf(true) is zeroed in place.
+--- parameter marked with core.keep_grad_buf(t, true) (DDP's bucket views) is zeroed in place.
 function Module:zero_grad(set_to_none)
   if set_to_none == nil then set_to_none = true end
-  ddp._zero_grads(self:parameters(), set_to_none)
+  core._zero_grads(self:parameters(), set_to_none)
 end
 
 function Module:requires_grad_(on)

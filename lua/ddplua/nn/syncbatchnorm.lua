@@ -9,6 +9,7 @@
 -- parameters and buffers, and returns the model (or the new module when the
 -- model itself is a batch norm).
 local ddp = require "ddplua"
+local core = ddp.core
 local batchnorm = require "ddplua.nn.batchnorm"
 local util = require "ddplua.nn.util"
 
@@ -39,7 +40,7 @@ function SyncBatchNorm:forward(x)
   local factor = self:_count_batch(x) -- training here
   local rm, rv
   if self.track_running_stats then rm, rv = self.running_mean, self.running_var end
-  return ddp.sync_batch_norm(x, rm, rv, self.weight, self.bias, true, factor, self.eps, self.process_group)
+  return core.sync_batch_norm(x, rm, rv, self.weight, self.bias, true, factor, self.eps, self.process_group)
 end
 
 local function is_batchnorm(m)

@@ -8,6 +8,7 @@
 -- position instead: 1, 2, ... across the groups in order (PyTorch's ids
 -- counted from 1, like every Lua position).
 local ddp = require "ddplua"
+local core = ddp.core
 
 local Optimizer = {}
 Optimizer.__index = Optimizer
@@ -117,10 +118,10 @@ function Optimizer:add_param_group(group)
 end
 
 --- Sets every gradient to nil (set_to_none, the default) or zero; tensors
---- marked with _keep_grad_buf(true) are always zeroed in place.
+--- marked with core.keep_grad_buf(t, true) are always zeroed in place.
 function Optimizer:zero_grad(set_to_none)
   if set_to_none == nil then set_to_none = true end
-  for _, g in ipairs(self.param_groups) do ddp._zero_grads(g.params, set_to_none) end
+  for _, g in ipairs(self.param_groups) do core._zero_grads(g.params, set_to_none) end
 end
 
 --- One update of every parameter that has a gradient. With a closure, it
