@@ -177,7 +177,8 @@ function M.gather_for_metrics(t, sampler, opts)
   return all:index_select(1, sampler:gather_order())
 end
 
--- DistributedDataParallel lives in ddplua/distributed_data_parallel.lua (loaded on first use).
+-- DistributedDataParallel lives in ddplua/distributed_data_parallel.lua
+-- (loaded on first use; pairs(dist) loads it to list it).
 setmetatable(M, {
   __index = function(t, k)
     if k == "DistributedDataParallel" or k == "DDP" then
@@ -186,6 +187,10 @@ setmetatable(M, {
       rawset(t, "DDP", v)
       return v
     end
+  end,
+  __pairs = function(t)
+    local _ = t.DistributedDataParallel
+    return next, t, nil
   end,
 })
 

@@ -1,7 +1,8 @@
 -- DistributedDataParallel: N ranks with batch B give the same parameters as
 -- one process with batch N*B, and as one process accumulating N
 -- micro-batches of B under no_sync (the seed's "DDP equals gradient
--- accumulation"), in float64 to 1e-10; every rank ends bitwise identical.
+-- accumulation"), in float64 to 1e-10; every rank ends bitwise identical;
+-- also after the model changed dtype or froze a layer after wrapping.
 -- Ranks are forked with dist.spawn; the single-process references are
 -- computed before the fork and compared inside each rank.
 local ddp = require "ddplua"
@@ -88,6 +89,35 @@ describe("DistributedDataParallel", function()
       check_against(model.module, ref_mlp, "DDP")
       local st = model:reducer_stats()
       assert(st.synced_passes == STEPS, "expected " .. STEPS .. " synced backward passes, got " .. st.synced_passes)
+      dist.destroy_process_group()
+    end, R)
+  end)
+
+  -- The reducer's buckets hold the gradients of the parameters as they were
+  -- when it was built; these changes after wrapping must still average.
+  it("changed after wrapping (model:double(), a frozen layer), 2 ranks still equal 1 process", function()
+    local function frozen_first()
+      local m = mlp()
+      m[1]:requires_grad_(false)
+      return m
+    end
+    local ref_frozen = reference_full(frozen_first, "mlp")
+    dist.spawn(function(rank)
+      dist.init_process_group { backend = "cpu" }
+      ddp.manual_seed(11)
+      local f32 = nn.Sequential { nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 5) } -- mlp() before its :double()
+      local model = dist.DistributedDataParallel(f32)
+      assert(model:double() == model, "double() returns the wrapper")
+      assert(model.module[1].weight:dtype() == "float64", "double() did not convert the wrapped module")
+      train_rank(model, sgd(model), "mlp", rank)
+      check_against(model.module, ref_mlp, "DDP converted to float64 after wrapping")
+
+      local frozen = dist.DistributedDataParallel(mlp())
+      frozen.module[1]:requires_grad_(false) -- on the wrapped module: the next forward sees it
+      local opt = sgd(frozen)
+      train_rank(frozen, opt, "mlp", rank)
+      check_against(frozen.module, ref_frozen, "DDP with a layer frozen after wrapping")
+      assert(frozen:reducer_stats().params == 2, "the reducer should hold the 2 trainable parameters")
       dist.destroy_process_group()
     end, R)
   end)

@@ -58,6 +58,29 @@ describe("nn.Module", function()
     assert.are.same({ "0.weight", "0.bias", "1.bias" }, names_of(seq:named_parameters()))
   end)
 
+  it("parameters() and buffers() list the tensors of named_parameters() and named_buffers(), in order", function()
+    local function tensors_of(iter)
+      local out = {}
+      for _, t in iter do out[#out + 1] = t end
+      return out
+    end
+    local a = nn.Linear(2, 2)
+    local shared = nn.Sequential { a, nn.BatchNorm1d(2), a } -- a module twice: listed once
+    local tied = nn.Sequential { nn.Linear(2, 2), nn.Linear(2, 2) }
+    tied[2].weight = tied[1].weight
+    for _, m in ipairs { Net(4), shared, tied, nn.ReLU() } do
+      assert.are.same(tensors_of(m:named_parameters()), m:parameters())
+      assert.are.same(tensors_of(m:named_buffers()), m:buffers())
+      assert.are.same(tensors_of(m:named_parameters(false)), m:parameters(false))
+      local params, buffers = nn.Module._parameters_and_buffers(m)
+      assert.are.same(m:parameters(), params)
+      assert.are.same(m:buffers(), buffers)
+    end
+    assert.are.equal(4, #shared:parameters())
+    assert.are.equal(0, #shared:parameters(false))
+    assert.are.equal(3, #tied:parameters())
+  end)
+
   it("calls forward when called and rejects a module without forward", function()
     local x = ddp.randn(2, 4)
     local net = Net(3)

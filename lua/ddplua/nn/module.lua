@@ -232,16 +232,68 @@ end
 function Module:named_parameters(recurse) return list_iter(collect_tensors(self, "_param_names", recurse)) end
 function Module:named_buffers(recurse) return list_iter(collect_tensors(self, "_buffer_names", recurse)) end
 
-function Module:parameters(recurse)
-  local out = {}
-  for i, e in ipairs(collect_tensors(self, "_param_names", recurse)) do out[i] = e[2] end
+-- The same walk without names, for parameters() and buffers(): they run
+-- every step (zero_grad, DDP's forward), and building the dotted names was
+-- most of their cost.
+local function collect_module_list(m, out, seen)
+  if seen[m] then return end
+  seen[m] = true
+  out[#out + 1] = m
+  local names = rawget(m, "_module_names")
+  for i = 1, #names do
+    local c = rawget(m, names[i])
+    if c ~= nil then collect_module_list(c, out, seen) end
+  end
+end
+
+local function tensor_list(self, names_field, recurse)
+  local mods = { self }
+  if recurse ~= false then
+    mods = {}
+    collect_module_list(self, mods, {})
+  end
+  local out, seen = {}, {}
+  for _, m in ipairs(mods) do
+    local names = rawget(m, names_field)
+    for i = 1, #names do
+      local t = rawget(m, names[i])
+      if t ~= nil and not seen[t] then
+        seen[t] = true
+        out[#out + 1] = t
+      end
+    end
+  end
   return out
 end
 
-function Module:buffers(recurse)
-  local out = {}
-  for i, e in ipairs(collect_tensors(self, "_buffer_names", recurse)) do out[i] = e[2] end
-  return out
+function Module:parameters(recurse) return tensor_list(self, "_param_names", recurse) end
+function Module:buffers(recurse) return tensor_list(self, "_buffer_names", recurse) end
+
+--- Module._parameters_and_buffers(m): both lists from one walk (DDP's
+--- forward checks the one and broadcasts the other on every step).
+function Module._parameters_and_buffers(m)
+  local mods = {}
+  collect_module_list(m, mods, {})
+  local params, buffers, seen = {}, {}, {}
+  for _, mod in ipairs(mods) do
+    local names = rawget(mod, "_param_names")
+    for i = 1, #names do
+      local t = rawget(mod, names[i])
+      if t ~= nil and not seen[t] then
+        seen[t] = true
+        params[#params + 1] = t
+      end
+    end
+    names = rawget(mod, "_buffer_names")
+    for i = 1, #names do
+      local t = rawget(mod, names[i])
+      if t ~= nil and not seen[t] then
+        seen[t] = true
+        buffers[#buffers + 1] = t
+      end
+    end
+  end
+  return params, buffers
 end
 
 --- fn(m) on every submodule (children first) and then self; returns self.
