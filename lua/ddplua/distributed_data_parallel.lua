@@ -97,7 +97,9 @@ local function check_devices(opts, module)
         (#ids .. " entries") or tostring(ids)))
     end
     local d = as_device(ids[1])
-    if #list ~= 1 or list[1] ~= d or not tostring(d):match("^cuda") then fail("device_ids is {" .. tostring(d) .. "}") end
+    if #list ~= 1 or list[1] ~= d or not tostring(d):match("^cuda") then
+      fail("device_ids is {" .. tostring(d) .. "}")
+    end
   end
   if opts.output_device ~= nil then
     local d = as_device(opts.output_device)

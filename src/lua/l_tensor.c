@@ -379,7 +379,10 @@ static int l_index(lua_State *L) {
       else lua_pushnil(L);
       return 1;
     }
-    if (strcmp(k, "shape") == 0) return l_size(L);
+    if (strcmp(k, "shape") == 0) {
+      lua_settop(L, 1); /* t.shape is t:size(), not t:size("shape") */
+      return l_size(L);
+    }
     if (strcmp(k, "ndim") == 0) return l_dim(L);
     if (strcmp(k, "data") == 0) return lt_push(L, dp_detach(t));
     lua_pushnil(L);

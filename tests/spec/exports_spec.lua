@@ -1,0 +1,240 @@
+-- The Lua surface is deliberate: `require "ddplua"` gives the names listed
+-- here and no other, in each namespace (ddp, ddp.nn, ddp.nn.F, ddp.optim,
+-- ddp.data, ddp.distributed, the tensor methods), and every listed name is
+-- documented.
+--
+-- The rule for "documented": the name appears, in the form a user writes it,
+-- inside code (a fenced block or a `span`) of README.md or of a docs/ page
+-- that README.md links to directly ([...](docs/page.md)). The forms:
+-- ddp.NAME, nn.NAME, F.NAME (nn.F.NAME), optim.NAME, data.NAME, dist.NAME,
+-- and for a tensor method x:NAME( after a name or a closing bracket. The
+-- reverse holds too: every ddp./nn./F./optim./data./dist. name those code
+-- parts mention must exist, so the pages cannot promise what is gone.
+--
+-- To add a public name: export it (lua/ddplua/init.lua lists the C core's),
+-- list it below, document it in README.md. Internals go to ddp.core.
+local ddp = require "ddplua"
+local U = require "helpers.io_util"
+
+local EXPORTS = {
+  ddp = {
+    form = "ddp.", names = {
+      -- namespaces
+      "nn", "optim", "data", "distributed", "dist", "amp", "metrics", "core", "Tensor", "_VERSION",
+      -- tensors
+      "tensor", "zeros", "ones", "full", "empty", "arange", "rand", "randn", "randperm", "zeros_like", "ones_like",
+      "full_like", "rand_like", "randn_like", "cat", "stack", "is_tensor", "Generator",
+      -- the ops' functional forms
+      "abs", "add", "sub", "mul", "div", "neg", "pow", "exp", "log", "sqrt", "rsqrt", "square", "reciprocal", "sign",
+      "clamp", "maximum", "minimum", "relu", "gelu", "tanh", "sigmoid", "softmax", "log_softmax", "sum", "mean",
+      "max", "min", "argmax", "argmin", "eq", "ne", "lt", "le", "gt", "ge", "matmul", "mm", "index_select", "linear",
+      "conv2d", "max_pool2d", "avg_pool2d", "batch_norm", "layer_norm", "dropout", "embedding", "cross_entropy",
+      "mse_loss",
+      -- autograd, random numbers
+      "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "manual_seed", "initial_seed",
+      "seed_everything", "get_rng_state", "set_rng_state",
+      -- files and runs
+      "save", "load", "save_checkpoint", "load_checkpoint", "config", "progress",
+      -- processes and devices
+      "is_main", "print", "device", "synchronize", "cuda_is_available", "cuda_device_count", "cuda_device_name",
+      "cuda_memory_stats", "cuda_empty_cache", "autocast", "set_float32_matmul_precision",
+      "get_float32_matmul_precision",
+      -- the CPU runtime
+      "set_num_threads", "get_num_threads", "blas_info", "gemm_impl", "set_gemm_impl", "memory_stats", "empty_cache",
+      "clock",
+    },
+  },
+  nn = {
+    form = "nn.", names = {
+      "Module", "Sequential", "Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d",
+      "SyncBatchNorm", "ReLU", "GELU", "Tanh", "Sigmoid", "Dropout", "Flatten", "Embedding", "LayerNorm",
+      "CrossEntropyLoss", "MSELoss", "F", "init",
+    },
+  },
+  F = {
+    form = "F.", names = {
+      "relu", "gelu", "tanh", "sigmoid", "softmax", "log_softmax", "flatten", "linear", "conv2d", "max_pool2d",
+      "avg_pool2d", "batch_norm", "layer_norm", "dropout", "embedding", "cross_entropy", "mse_loss",
+    },
+  },
+  optim = { form = "optim.", names = { "SGD", "Adam", "AdamW", "Optimizer", "lr_scheduler" } },
+  data = {
+    form = "data.", names = {
+      "TensorDataset", "Subset", "random_split", "FashionMNIST", "SequentialSampler", "RandomSampler",
+      "DistributedSampler", "DataLoader", "CSVImageDataset", "transforms",
+    },
+  },
+  dist = {
+    form = "dist.", names = {
+      "init_process_group", "destroy_process_group", "is_initialized", "get_rank", "get_world_size",
+      "get_local_rank", "get_local_world_size", "get_backend", "all_reduce", "broadcast", "reduce", "all_gather",
+      "reduce_scatter", "barrier", "send", "recv", "new_group", "group", "ReduceOp", "spawn", "find_free_port",
+      "nccl_available", "alloc_shared", "gather_for_metrics", "is_main", "print", "device",
+      "DistributedDataParallel", "DDP",
+    },
+  },
+  tensor = {
+    form = ":", names = {
+      "size", "stride", "dim", "numel", "nelement", "dtype", "device", "is_contiguous", "element_size", "data_ptr",
+      "is_floating_point", "item", "totable", "tolist", "to", "float", "double", "long", "byte", "cpu", "cuda",
+      "type_as", "clone", "contiguous", "detach", "view", "reshape", "view_as", "expand", "expand_as", "transpose",
+      "t", "permute", "narrow", "select", "flatten", "unsqueeze", "squeeze", "fill_", "zero_", "copy_", "add_",
+      "sub_", "mul_", "div_", "requires_grad_", "backward", "free", "abs", "add", "sub", "mul", "div", "neg", "pow",
+      "exp", "log", "sqrt", "rsqrt", "square", "reciprocal", "sign", "clamp", "maximum", "minimum", "relu", "gelu",
+      "tanh", "sigmoid", "softmax", "log_softmax", "sum", "mean", "max", "min", "argmax", "argmin", "eq", "ne", "lt",
+      "le", "gt", "ge", "matmul", "mm", "index_select",
+    },
+  },
+}
+
+-- The op table (issue 10) adds these activations in parallel: each is
+-- accepted once it exists, and must then be documented like a listed name;
+-- absent, it must be absent everywhere. Move them into EXPORTS when merged.
+local PENDING = {
+  ddp = { "leaky_relu", "elu", "silu", "softplus" },
+  nn = { "LeakyReLU", "ELU", "SiLU", "Softplus" },
+  F = { "leaky_relu", "elu", "silu", "softplus" },
+  tensor = { "leaky_relu", "elu", "silu", "softplus" },
+}
+
+-- Every namespace, with its submodules loaded (pairs(ddp) loads them).
+local function tables()
+  for _ in pairs(ddp) do end
+  for _ in pairs(ddp.distributed) do end
+  return { ddp = ddp, nn = ddp.nn, F = ddp.nn.F, optim = ddp.optim, data = ddp.data, dist = ddp.distributed,
+           tensor = ddp.Tensor }
+end
+
+local function sorted_keys(t)
+  local out = {}
+  for k in pairs(t) do out[#out + 1] = tostring(k) end
+  table.sort(out)
+  return out
+end
+
+local function set_of(list)
+  local s = {}
+  for _, v in ipairs(list) do s[v] = true end
+  return s
+end
+
+-- The code parts of README.md and of the docs/ pages it links to.
+local function documented_code()
+  local readme = U.read("README.md")
+  local texts, pages = { readme }, { "README.md" }
+  for page in readme:gmatch("%]%((docs/[%w_%-]+%.md)%)") do
+    if not set_of(pages)[page] then
+      assert.is_true(U.exists(page), "README.md links to " .. page .. ", which does not exist")
+      texts[#texts + 1], pages[#pages + 1] = U.read(page), page
+    end
+  end
+  local code = {}
+  for _, text in ipairs(texts) do
+    local prose = text:gsub("\n```[^\n]*\n(.-)\n```", function(block)
+      code[#code + 1] = block
+      return "\n"
+    end)
+    for span in prose:gmatch("`([^`]+)`") do code[#code + 1] = span end
+  end
+  return table.concat(code, "\n"), table.concat(pages, ", ")
+end
+
+local function plain(s) return (s:gsub("%p", "%%%0")) end
+
+local function is_documented(code, ns, name)
+  if ns == "tensor" then return code:find("[%w_%]%)]:" .. plain(name) .. "%(") ~= nil end
+  return code:find("%f[%w_]" .. plain(EXPORTS[ns].form .. name) .. "%f[^%w_]") ~= nil
+end
+
+describe("the Lua surface", function()
+  it("exports exactly the listed names in each namespace", function()
+    for ns, t in pairs(tables()) do
+      local listed, pending = set_of(EXPORTS[ns].names), set_of(PENDING[ns] or {})
+      local extra, missing = {}, {}
+      for _, k in ipairs(sorted_keys(t)) do
+        if not listed[k] and not pending[k] then extra[#extra + 1] = k end
+      end
+      for _, k in ipairs(EXPORTS[ns].names) do
+        if rawget(t, k) == nil then missing[#missing + 1] = k end
+      end
+      assert.are.same({}, extra, ns .. " has names that tests/spec/exports_spec.lua does not list (internals " ..
+        "belong under ddp.core): " .. table.concat(extra, ", "))
+      assert.are.same({}, missing, ns .. " lacks listed names: " .. table.concat(missing, ", "))
+    end
+  end)
+
+  it("exports a pending op everywhere once the C core has it", function()
+    local core = ddp.core
+    for _, name in ipairs(PENDING.ddp) do
+      assert.are.equal(core[name], rawget(ddp, name), "ddp." .. name .. " vs ddp.core." .. name)
+    end
+  end)
+
+  it("documents every exported name in README.md (or a docs/ page it links)", function()
+    local code, where = documented_code()
+    for ns, t in pairs(tables()) do
+      local undocumented = {}
+      local names = { table.unpack(EXPORTS[ns].names) }
+      for _, k in ipairs(PENDING[ns] or {}) do
+        if rawget(t, k) ~= nil then names[#names + 1] = k end
+      end
+      for _, k in ipairs(names) do
+        if not is_documented(code, ns, k) then undocumented[#undocumented + 1] = EXPORTS[ns].form .. k end
+      end
+      assert.are.same({}, undocumented, "not documented in the code of " .. where .. ": " ..
+        table.concat(undocumented, ", "))
+    end
+  end)
+
+  it("documents no name that does not exist", function()
+    local code, where = documented_code()
+    local all = tables()
+    local stale = {}
+    for ns, t in pairs(all) do
+      if ns ~= "tensor" then
+        for name in code:gmatch("%f[%w_]" .. plain(EXPORTS[ns].form) .. "([%a_][%w_]*)") do
+          if t[name] == nil then stale[#stale + 1] = EXPORTS[ns].form .. name end
+        end
+      end
+    end
+    assert.are.same({}, stale, where .. " mention names that do not exist: " .. table.concat(stale, ", "))
+  end)
+
+  it("keeps internals under ddp.core, and ddp a plain table for unknown keys", function()
+    assert.are.equal(require "ddplua.core", ddp.core)
+    assert.are.equal(ddp.core.Tensor, ddp.Tensor)
+    for _, internal in ipairs { "_adam_step", "_sgd_step", "_zero_grads", "_set_data", "ddp_reducer", "gc_pace",
+      "getpid", "mkdir", "batch_norm_stats", "sync_batch_norm", "yaml_load", "json_encode", "image",
+      "keep_grad_buf" } do
+      assert.is_not_nil(ddp.core[internal], "ddp.core." .. internal)
+      assert.is_nil(ddp[internal], "ddp." .. internal .. " should not be exported")
+    end
+    assert.is_nil(ddp.no_such_name)
+    assert.is_nil(ddp[42])
+    assert.is_nil(ddp.Tensor._keep_grad_buf)
+  end)
+
+  it("ddp.dist is ddp.distributed, so dist.init_process_group works as in PyTorch", function()
+    assert.are.equal(ddp.distributed, ddp.dist)
+    assert.are.equal("function", type(ddp.dist.init_process_group)) -- the C table's was nil
+    assert.are.equal(ddp.distributed.DistributedDataParallel, ddp.dist.DDP)
+  end)
+
+  it("gives tensors the documented properties", function()
+    local t = ddp.ones(2, 3)
+    assert.are.same({ 2, 3 }, t.shape) -- was an error: t.shape passed "shape" to size()
+    assert.are.equal(2, t.ndim)
+    assert.are.same(t:totable(), t.data:totable())
+    assert.is_false(t.requires_grad)
+    assert.is_true(t.is_leaf)
+    assert.is_nil(t.grad)
+    local y = (t:requires_grad_() * 2):sum()
+    assert.are.equal("SumBackward", y.grad_fn)
+    y:backward()
+    assert.are.same({ { 2, 2, 2 }, { 2, 2, 2 } }, t.grad:totable())
+    local code = documented_code()
+    for _, prop in ipairs { "shape", "ndim", "data", "requires_grad", "is_leaf", "grad", "grad_fn" } do
+      assert.is_not_nil(code:find("[%w_]%." .. prop .. "%f[^%w_]"), "tensor property ." .. prop .. " undocumented")
+    end
+  end)
+end)
