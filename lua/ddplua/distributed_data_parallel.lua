@@ -20,6 +20,7 @@
 -- wrapping again would (same model on every rank, rank 0's values
 -- broadcast, new buckets), where PyTorch would silently stop averaging those
 -- gradients. Every rank must make the same change, as with any collective.
+-- The wrapper itself holds nothing but `module`.
 local ddp = require "ddplua"
 local Module = require "ddplua.nn.module"
 local core = ddp.core
@@ -281,6 +282,26 @@ function DDP:load_state_dict(sd, strict)
     if not prefixed then return self.module:load_state_dict(sd, strict) end
   end
   return Module.load_state_dict(self, sd, strict)
+end
+
+-- The wrapper holds the wrapped module and nothing else: a parameter,
+-- buffer or submodule added to it would be outside the reducer (PyTorch's
+-- DDP never averages such a parameter either). Add them to model.module.
+function DDP:add_module(name, m)
+  if name == "module" and rawget(self, "module") == nil then return Module.add_module(self, name, m) end
+  error(string.format("DistributedDataParallel: cannot add the submodule '%s' to the wrapper; add it to " ..
+    "model.module (the next forward includes its parameters)", tostring(name)), 2)
+end
+DDP.register_module = DDP.add_module
+
+function DDP:register_parameter(name)
+  error(string.format("DistributedDataParallel: cannot add the parameter '%s' to the wrapper; add it to " ..
+    "model.module (the next forward includes it)", tostring(name)), 2)
+end
+
+function DDP:register_buffer(name)
+  error(string.format("DistributedDataParallel: cannot add the buffer '%s' to the wrapper; add it to " ..
+    "model.module", tostring(name)), 2)
 end
 
 --- Reducer counters: buckets, how many all-reduces started during backward

@@ -230,6 +230,24 @@ describe("DistributedDataParallel as an nn.Module (world of one rank)", function
     assert.are.equal(4, model:reducer_stats().params)
     assert.are.same({ "module.a.weight", "module.a.bias", "module.b.weight", "module.b.bias" },
       names_of(model:named_parameters()))
+    -- on the wrapper itself they would be outside the reducer: refused, pointing at model.module
+    assert.matches("cannot add the submodule 'c' to the wrapper; add it to model.module",
+      err_of(function() model.c = nn.Linear(2, 2) end), 1, true)
+    assert.matches("cannot add the parameter 'w' to the wrapper",
+      err_of(function() model.w = ddp.ones(2):requires_grad_() end), 1, true)
+    assert.matches("cannot add the buffer 'steps' to the wrapper",
+      err_of(function() model:register_buffer("steps", ddp.zeros(1)) end), 1, true)
+    assert.matches("cannot add the submodule 'module2'",
+      err_of(function() model:register_module("module2", nn.ReLU()) end), 1, true)
+    assert.are.same({ "module" }, names_of(model:named_children()))
+    model.note = "plain fields are fine"
+    -- replacing the wrapped module is a change like any other
+    local other = Grow()
+    model.module = other
+    step(model, ddp.randn(2, 4))
+    assert.are.equal(other, model.module)
+    assert.are.same({ "module.a.weight", "module.a.bias" }, names_of(model:named_parameters()))
+    assert.are.equal(2, model:reducer_stats().params)
   end)
 
   it("state_dict shares memory; load_state_dict takes module. keys (or the wrapped module's own)", function()
