@@ -160,6 +160,8 @@ static int add_into(dp_tensor **dst, dp_tensor *g) {
   return 0;
 }
 
+/* Accumulates g (consumed; NULL when none flowed) into the leaf and fires
+ * its hooks once its last expected contribution is in. */
 static int deliver_to_leaf(dp_tensor *leaf, dp_tensor *g) {
   int rc = 0;
   if (g) {
@@ -196,10 +198,11 @@ int dp_backward(dp_tensor *root, dp_tensor *grad, bool retain_graph) {
 
   bool prev = dp_set_grad_enabled(false);
   int rc = 0;
-  if (!root->grad_fn) { /* a leaf */
+  if (!root->grad_fn) { /* a leaf (or an op that handed its input back) */
     root->bw_pending = 1;
     root->bw_got = false;
     rc = deliver_to_leaf(root, g0);
+    g0 = NULL; /* deliver_to_leaf consumed it */
     root->bw_pending = 0;
     root->bw_got = false;
     goto done;
