@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "distributed/store.h"
-#include "ops/op_enums.h"
+#include "ops/op_table.h"
 #include "tensor/tensor.h"
 
 /* C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b], row-major, b < batch.
@@ -83,9 +83,13 @@ typedef struct dp_backend {
   int (*rand)(dp_tensor *out, dp_rand_kind kind, uint64_t seed, uint64_t offset, double a, double b);
 
   /* ---- elementwise: out and inputs have the same shape ---- */
-  int (*unary)(dp_unary_op op, dp_tensor *out, const dp_tensor *x);
-  /* gx = gy * f'(.) using x (input) and/or y (output), whichever op needs. */
-  int (*unary_backward)(dp_unary_op op, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x, const dp_tensor *y);
+  /* a: the op and its parameters (ops/op_table.h); the math is its
+   * formulas in ops/scalar_math_t.h. */
+  int (*unary)(const dp_unary_args *a, dp_tensor *out, const dp_tensor *x);
+  /* gx from gy and x (the input) or y (the output): the one the op table's
+   * grad column names is given, the other may be NULL. */
+  int (*unary_backward)(const dp_unary_args *a, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x,
+                        const dp_tensor *y);
   int (*binary)(dp_binary_op op, dp_tensor *out, const dp_tensor *a, const dp_tensor *b);
   /* out = a (op) s, or s (op) a when scalar_first. */
   int (*binary_scalar)(dp_binary_op op, dp_tensor *out, const dp_tensor *a, double s, bool scalar_first);
@@ -102,9 +106,10 @@ typedef struct dp_backend {
   int (*gemm)(const dp_gemm_args *g);
 
   /* ---- nn ---- */
-  /* y [outer, c, inner] contiguous, in place: y = act(y + bias[c]); bias may
-   * be NULL; act < 0 for none (else DP_U_RELU / DP_U_GELU / ...). */
-  int (*bias_act)(dp_tensor *y, const dp_tensor *bias, int act, int64_t outer, int64_t c, int64_t inner);
+  /* y [outer, c, inner] contiguous, in place: y = act(y + bias[c]); bias and
+   * act (a unary op, usually one the op table marks EPILOGUE) may be NULL. */
+  int (*bias_act)(dp_tensor *y, const dp_tensor *bias, const dp_unary_args *act, int64_t outer, int64_t c,
+                  int64_t inner);
   /* gb[c] = sum over outer, inner of gy [outer, c, inner] (contiguous) */
   int (*channel_sum)(dp_tensor *gb, const dp_tensor *gy, int64_t outer, int64_t c, int64_t inner);
   /* rows x cols, contiguous. */

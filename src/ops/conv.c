@@ -221,7 +221,7 @@ dp_tensor *dp_conv2d(dp_tensor *x_in, dp_tensor *w_in, dp_tensor *b, const int64
   conv_geom cg;
   conv_geometry(&cg, xc, wc, stride, padding);
   y = dp_empty(xc->dtype, 4, (int64_t[]){cg.g.n, cg.outc, cg.g.oh, cg.g.ow}, dp_dev(xc));
-  if (!y || conv_forward(y, xc, wc, &cg) || (b && dp_backend_of(y)->bias_act(y, b, -1, cg.g.n, cg.outc, cg.L))) {
+  if (!y || conv_forward(y, xc, wc, &cg) || (b && dp_backend_of(y)->bias_act(y, b, NULL, cg.g.n, cg.outc, cg.L))) {
     dp_clear(&y);
     goto done;
   }

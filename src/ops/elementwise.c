@@ -30,12 +30,6 @@ int dp_check_dim(const char *op, const dp_tensor *t, int dim) {
   return dp_error("%s: dimension %d out of range for a %d-dimensional tensor", op, dim + 1, t->ndim);
 }
 
-static const char *binary_name(dp_binary_op op) {
-  static const char *names[DP_B_COUNT] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow",
-                                          "eq",  "ne",  "lt",  "le",  "gt",      "ge"};
-  return (unsigned)op < DP_B_COUNT ? names[op] : "binary op";
-}
-
 int dp_broadcast_shape(const dp_tensor *a, const dp_tensor *b, int *ndim, int64_t *shape) {
   int n = a->ndim > b->ndim ? a->ndim : b->ndim;
   for (int i = 0; i < n; i++) {
@@ -86,18 +80,15 @@ dp_tensor *dp_grad_for_input(dp_node *n, int i, dp_tensor *g) {
   return c;
 }
 
-/* ---- unary ---- */
+/* ---- unary: everything per op comes from the op table ---- */
+DP_STATIC_ASSERT(sizeof(dp_unary_params) <= sizeof(((dp_node *)0)->f), "a node holds the op's parameters");
+
 static int unary_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
-  dp_unary_op op = (dp_unary_op)n->i[0];
-  dp_tensor *x = dp_node_saved(n, 0), *y = dp_node_saved(n, 1);
-  dp_tensor *gy = gout[0];
-  if (op == DP_U_NEG) {
-    gin[0] = dp_neg(gy);
-    return gin[0] ? 0 : -1;
-  }
-  dp_tensor *gx = dp_empty_like(gy);
+  dp_unary_args a = {.op = (dp_unary_op)n->i[0]};
+  memcpy(&a.p, n->f, sizeof a.p);
+  dp_tensor *gy = gout[0], *gx = dp_empty_like(gy);
   if (!gx) return -1;
-  if (dp_backend_of(gy)->unary_backward(op, gx, gy, x, y)) {
+  if (dp_backend_of(gy)->unary_backward(&a, gx, gy, dp_node_saved(n, 0), dp_node_saved(n, 1))) {
     dp_release(gx);
     return -1;
   }
@@ -105,43 +96,62 @@ static int unary_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   return 0;
 }
 
-dp_tensor *dp_unary(dp_unary_op op, dp_tensor *x) {
-  static const char *names[DP_U_COUNT] = {"NegBackward",   "ExpBackward",  "LogBackward",     "ReluBackward",
-                                          "GeluBackward",  "TanhBackward", "SigmoidBackward", "SqrtBackward",
-                                          "RsqrtBackward", "AbsBackward",  "SquareBackward",  "ReciprocalBackward",
-                                          "SignBackward"};
-  if ((unsigned)op >= DP_U_COUNT) {
-    dp_error("unknown unary op %d", (int)op);
+/* Integer inputs keep their dtype for the ops that say so (int64 math is
+ * exact); the others give float32, as PyTorch's math functions do. */
+static dp_dtype unary_out_dtype(const dp_unary_args *a, dp_dtype in) {
+  if (dp_dtype_is_float(in)) return in;
+  switch (dp_unary_ops[a->op].ints) {
+  case DP_INT_KEEP: return in;
+  case DP_INT_KEEP_IF_WHOLE: /* a parameter with a fraction makes it float, as a Lua number would */
+    for (size_t k = 0; k < DP_UNARY_NPARAMS; k++) {
+      const dp_param_info *pi = &dp_unary_param_list[k];
+      double v;
+      memcpy(&v, (const char *)&a->p + pi->offset, sizeof v);
+      if (pi->op == a->op && !isinf(v) && v != floor(v)) return DP_F32;
+    }
+    return in;
+  default: return DP_F32;
+  }
+}
+
+dp_tensor *dp_unary_with(const dp_unary_args *a, dp_tensor *x) {
+  if ((unsigned)a->op >= DP_U_COUNT) {
+    dp_error("unknown unary op %d", (int)a->op);
     return NULL;
   }
-  /* integer inputs: math functions give float32 (PyTorch), neg/abs/relu/square/sign keep the type */
-  dp_dtype odt = x->dtype;
-  bool keeps_int = op == DP_U_NEG || op == DP_U_ABS || op == DP_U_RELU || op == DP_U_SQUARE || op == DP_U_SIGN;
-  if (!dp_dtype_is_float(odt) && !keeps_int) odt = DP_F32;
-  dp_tensor *out = dp_empty(odt, x->ndim, x->shape, dp_dev(x));
+  const dp_op_info *info = &dp_unary_ops[a->op];
+  dp_tensor *out = dp_empty(unary_out_dtype(a, x->dtype), x->ndim, x->shape, dp_dev(x));
   if (!out) return NULL;
-  if (dp_backend_of(x)->unary(op, out, x)) {
+  if (dp_backend_of(x)->unary(a, out, x)) {
     dp_release(out);
     return NULL;
   }
   if (dp_any_requires_grad(1, &x)) {
-    dp_node *n = dp_node_new(names[op], unary_backward, 1, &x, 1);
-    n->i[0] = op;
-    extern char dp_unary_grad_uses(dp_unary_op op);
-    char uses = dp_unary_grad_uses(op);
-    dp_node_save(n, uses == 'x' ? x : NULL);
-    dp_node_save(n, uses == 'y' ? out : NULL);
+    dp_node *n = dp_node_new(info->node, unary_backward, 1, &x, 1);
+    n->i[0] = a->op;
+    memcpy(n->f, &a->p, sizeof a->p);
+    dp_node_save(n, info->grad == DP_GRAD_X ? x : NULL);
+    dp_node_save(n, info->grad == DP_GRAD_Y ? out : NULL);
     dp_node_attach(n, out, 0);
     dp_node_release(n);
   }
   return out;
 }
 
+dp_tensor *dp_unary(dp_unary_op op, dp_tensor *x) {
+  if ((unsigned)op >= DP_U_COUNT) {
+    dp_error("unknown unary op %d", (int)op);
+    return NULL;
+  }
+  dp_unary_args a = dp_unary_args_of(op);
+  return dp_unary_with(&a, x);
+}
+
 /* ---- binary ---- */
 static dp_dtype binary_out_dtype(dp_binary_op op, dp_dtype a, dp_dtype b) {
-  if (op >= DP_B_EQ) return DP_U8;
+  if (dp_binary_ops[op].out == DP_OUT_BOOL) return DP_U8;
   dp_dtype t = dp_promote(a, b);
-  if ((op == DP_B_DIV || op == DP_B_POW) && !dp_dtype_is_float(t)) return DP_F32;
+  if (dp_binary_ops[op].out == DP_OUT_FLOAT && !dp_dtype_is_float(t)) return DP_F32;
   return t;
 }
 
@@ -215,7 +225,7 @@ static int binary_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
 }
 
 dp_tensor *dp_binary(dp_binary_op op, dp_tensor *a, dp_tensor *b) {
-  const char *name = binary_name(op);
+  const char *name = dp_binary_name(op);
   if ((unsigned)op >= DP_B_COUNT) {
     dp_error("unknown binary op %d", (int)op);
     return NULL;
@@ -239,15 +249,13 @@ dp_tensor *dp_binary(dp_binary_op op, dp_tensor *a, dp_tensor *b) {
     return NULL;
   }
   dp_tensor *ins[2] = {a, b};
-  if (op < DP_B_EQ && dp_any_requires_grad(2, ins)) {
-    static const char *names[] = {"AddBackward",     "SubBackward",     "MulBackward", "DivBackward",
-                                  "MaximumBackward", "MinimumBackward", "PowBackward"};
-    dp_node *n = dp_node_new(names[op], binary_backward, 2, ins, 1);
+  const dp_op_info *info = &dp_binary_ops[op];
+  if (info->node && dp_any_requires_grad(2, ins)) {
+    dp_node *n = dp_node_new(info->node, binary_backward, 2, ins, 1);
     n->i[0] = op;
-    bool save_ab = op != DP_B_ADD && op != DP_B_SUB;
-    dp_node_save(n, save_ab ? a : NULL);
-    dp_node_save(n, save_ab ? b : NULL);
-    dp_node_save(n, (op == DP_B_DIV || op == DP_B_POW) ? out : NULL);
+    dp_node_save(n, info->saves != DP_SAVES_NONE ? a : NULL);
+    dp_node_save(n, info->saves != DP_SAVES_NONE ? b : NULL);
+    dp_node_save(n, info->saves == DP_SAVES_ABY ? out : NULL);
     dp_node_attach(n, out, 0);
     dp_node_release(n);
   }
@@ -309,19 +317,18 @@ dp_tensor *dp_binary_scalar(dp_binary_op op, dp_tensor *a, double s, bool scalar
   }
   /* A Lua number is weakly typed (as a Python scalar in PyTorch): it keeps
    * an integer tensor integer unless it has a fraction. */
+  const dp_op_info *info = &dp_binary_ops[op];
   dp_dtype odt = a->dtype;
-  if (op >= DP_B_EQ) odt = DP_U8;
-  else if (!dp_dtype_is_float(odt) && (op == DP_B_DIV || op == DP_B_POW || s != floor(s) || isinf(s))) odt = DP_F32;
+  if (info->out == DP_OUT_BOOL) odt = DP_U8;
+  else if (!dp_dtype_is_float(odt) && (info->out == DP_OUT_FLOAT || s != floor(s) || isinf(s))) odt = DP_F32;
   dp_tensor *out = dp_empty(odt, a->ndim, a->shape, dp_dev(a));
   if (!out) return NULL;
   if (dp_backend_of(a)->binary_scalar(op, out, a, s, scalar_first)) {
     dp_release(out);
     return NULL;
   }
-  if (op < DP_B_EQ && dp_any_requires_grad(1, &a)) {
-    static const char *names[] = {"AddBackward",     "SubBackward",     "MulBackward", "DivBackward",
-                                  "MaximumBackward", "MinimumBackward", "PowBackward"};
-    dp_node *n = dp_node_new(names[op], binary_scalar_backward, 1, &a, 1);
+  if (info->node && dp_any_requires_grad(1, &a)) {
+    dp_node *n = dp_node_new(info->node, binary_scalar_backward, 1, &a, 1);
     n->i[0] = op;
     n->i[1] = scalar_first;
     n->f[0] = s;
@@ -335,7 +342,7 @@ dp_tensor *dp_binary_scalar(dp_binary_op op, dp_tensor *a, double s, bool scalar
 }
 
 int dp_binary_(dp_binary_op op, dp_tensor *a, dp_tensor *b) {
-  if (dp_check_same_device(binary_name(op), a, b)) return -1;
+  if (dp_check_same_device(dp_binary_name(op), a, b)) return -1;
   dp_tensor *eb = dp_expand_raw(b, a->ndim, a->shape);
   if (!eb) return -1;
   int rc = dp_backend_of(a)->binary(op, a, a, eb);

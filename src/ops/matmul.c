@@ -239,7 +239,8 @@ static int linear_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   if (act >= 0) { /* through the fused activation, using the saved output */
     g = dp_empty(gy->dtype, 2, gy->shape, dp_dev(gy));
     dp_tensor *y2 = dp_reshape(y, 2, (int64_t[]){rows, outf});
-    if (!g || !y2 || dp_backend_of(gy)->unary_backward((dp_unary_op)act, g, gy, NULL, y2)) {
+    dp_unary_args a = dp_unary_args_of((dp_unary_op)act);
+    if (!g || !y2 || dp_backend_of(gy)->unary_backward(&a, g, gy, NULL, y2)) {
       dp_release(y2);
       goto out;
     }
@@ -312,8 +313,9 @@ static dp_tensor *linear_impl(dp_tensor *x, dp_tensor *w, dp_tensor *b, int act)
     return NULL;
   }
   if (dp_check_same_device("linear", x, w) || (b && dp_check_same_device("linear", x, b))) return NULL;
-  if (act >= 0 && act != DP_U_RELU && act != DP_U_TANH && act != DP_U_SIGMOID) {
-    dp_error("linear: a fused activation must be relu, tanh or sigmoid");
+  if (act >= 0 && (act >= DP_U_COUNT || !dp_unary_ops[act].epilogue)) {
+    dp_error("linear: %s cannot be fused as an activation (the op table marks the ones that can)",
+             dp_unary_name((dp_unary_op)act));
     return NULL;
   }
   int64_t in = w->shape[1], outf = w->shape[0], rows = 1;
@@ -324,7 +326,8 @@ static dp_tensor *linear_impl(dp_tensor *x, dp_tensor *w, dp_tensor *b, int act)
   dp_set_grad_enabled(prev);
   dp_tensor *y = wt ? dp_empty(w->dtype, 2, (int64_t[]){rows, outf}, dp_dev(x)) : NULL;
   int rc = y ? gemm_batched(y, x2, wt, 0.0) : -1;
-  if (!rc && (b || act >= 0)) rc = dp_backend_of(y)->bias_act(y, b, act, rows, outf, 1);
+  dp_unary_args a = dp_unary_args_of((dp_unary_op)(act >= 0 ? act : 0));
+  if (!rc && (b || act >= 0)) rc = dp_backend_of(y)->bias_act(y, b, act >= 0 ? &a : NULL, rows, outf, 1);
   dp_release(x2), dp_release(wt);
   if (rc) {
     dp_release(y);

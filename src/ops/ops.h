@@ -18,7 +18,10 @@
 #include "tensor/tensor.h"
 
 /* ---- elementwise (ops/elementwise.c) ---- */
+/* y = op(x), op from the op table (ops/op_table.h) with its default
+ * parameters; dp_unary_with takes them explicitly (a->p). */
 dp_tensor *dp_unary(dp_unary_op op, dp_tensor *x);
+dp_tensor *dp_unary_with(const dp_unary_args *a, dp_tensor *x);
 dp_tensor *dp_binary(dp_binary_op op, dp_tensor *a, dp_tensor *b); /* broadcasting */
 dp_tensor *dp_binary_scalar(dp_binary_op op, dp_tensor *a, double s, bool scalar_first);
 static inline dp_tensor *dp_add(dp_tensor *a, dp_tensor *b) { return dp_binary(DP_B_ADD, a, b); }
@@ -79,7 +82,8 @@ dp_tensor *dp_argmin(dp_tensor *x, int dim, bool keepdim, int64_t base);
 /* PyTorch's matmul: 1-d/2-d/batched with broadcasting of batch dims. */
 dp_tensor *dp_matmul(dp_tensor *a, dp_tensor *b);
 /* y = x w^T + b (b may be NULL), bias fused into the GEMM epilogue. act < 0
- * for none, or DP_U_RELU to fuse the activation as well. */
+ * for none, or a unary op the op table marks EPILOGUE (relu, tanh,
+ * sigmoid) to fuse the activation as well. */
 dp_tensor *dp_linear(dp_tensor *x, dp_tensor *w, dp_tensor *b, int act);
 
 /* ---- nn functional (ops/activation.c, loss.c, conv.c, norm.c, ...) ---- */

@@ -1,16 +1,10 @@
 /* CPU kernels: the entries of dp_cpu_backend (see backends/backend.h for each
- * one's contract), plus the double-precision reference scalar functions the
- * float paths are tested against. */
+ * one's contract). The double-precision reference math the float paths are
+ * tested against is ops/scalar_math.h's (_d functions). */
 #ifndef DP_CPU_KERNELS_H
 #define DP_CPU_KERNELS_H
 
 #include "backends/backend.h"
-
-double dp_unary_ref(dp_unary_op op, double x);
-double dp_unary_grad_ref(dp_unary_op op, double x, double y);
-/* 'x', 'y' or 0: which tensor the backward of op needs. */
-char dp_unary_grad_uses(dp_unary_op op);
-double dp_binary_ref(dp_binary_op op, double a, double b);
 
 /* BLAS (OpenBLAS, loaded at first use) */
 int dp_blas_set_num_threads(int n);
@@ -22,8 +16,11 @@ int dp_cpu_copy(dp_tensor *dst, const dp_tensor *src);
 int dp_cpu_fill(dp_tensor *t, double v);
 int dp_cpu_arange(dp_tensor *out, double start, double step);
 int dp_cpu_rand(dp_tensor *out, dp_rand_kind kind, uint64_t seed, uint64_t offset, double a, double b);
-int dp_cpu_unary(dp_unary_op op, dp_tensor *out, const dp_tensor *x);
-int dp_cpu_unary_backward(dp_unary_op op, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x, const dp_tensor *y);
+int dp_cpu_unary(const dp_unary_args *a, dp_tensor *out, const dp_tensor *x);
+int dp_cpu_unary_backward(const dp_unary_args *a, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x,
+                          const dp_tensor *y);
+/* o[i] = op(o[i]) over n contiguous float32 values (bias_act's epilogue) */
+void dp_cpu_unary_f32_(const dp_unary_args *a, float *o, int64_t n);
 int dp_cpu_binary(dp_binary_op op, dp_tensor *out, const dp_tensor *a, const dp_tensor *b);
 int dp_cpu_binary_scalar(dp_binary_op op, dp_tensor *out, const dp_tensor *a, double s, bool scalar_first);
 int dp_cpu_dropout(dp_tensor *out, const dp_tensor *x, double p, uint64_t seed, uint64_t offset);
@@ -40,7 +37,8 @@ int dp_cpu_gemm(const dp_gemm_args *g);
 int dp_cpu_gemm_blas(const dp_gemm_args *g);
 
 /* cpu_nn.c: bias/activation epilogue, softmax, cross-entropy, index ops */
-int dp_cpu_bias_act(dp_tensor *y, const dp_tensor *bias, int act, int64_t outer, int64_t c, int64_t inner);
+int dp_cpu_bias_act(dp_tensor *y, const dp_tensor *bias, const dp_unary_args *act, int64_t outer, int64_t c,
+                    int64_t inner);
 int dp_cpu_channel_sum(dp_tensor *gb, const dp_tensor *gy, int64_t outer, int64_t c, int64_t inner);
 int dp_cpu_softmax(dp_tensor *y, const dp_tensor *x, int64_t rows, int64_t cols, bool log);
 int dp_cpu_softmax_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *y, int64_t rows, int64_t cols,

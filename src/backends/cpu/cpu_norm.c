@@ -6,11 +6,12 @@
  * are two-pass (mean, then squared deviations) in double, which stays
  * accurate for large counts and offsets far from zero.
  *
- * float32 tensors take loops that the compiler vectorises, with the
- * per-channel (or per-row) factors folded into a scale and shift computed
- * in double; every other dtype takes the reference path: each element
- * loaded as double and run through the shared formulas of
- * ops/scalar_math.h. */
+ * Every element goes through the formulas of ops/scalar_math.h that the
+ * CUDA kernels use too: batch norm's per-channel scale and shift (and the
+ * three coefficients of its input gradient) computed in double once per
+ * channel, layer norm's per-element apply and gradient. float32 tensors
+ * run the float versions in loops the compiler vectorises; every other
+ * dtype loads each element as double and runs the double versions. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,17 +120,16 @@ int dp_cpu_bn_forward(dp_tensor *y, const dp_tensor *x, const dp_tensor *mean, c
   char *yp = dp_data(y);
   bool f32 = x->dtype == DP_F32 && y->dtype == DP_F32;
   for (int64_t ch = 0; ch < c; ch++) {
-    double mu = LD(mean, mp, ch), is = LD(invstd, sp, ch), wv = opt_at(w, ch, 1.0), bv = opt_at(b, ch, 0.0);
-    /* y = x * scale + shift */
-    float scale = (float)(is * wv), shift = (float)(bv - mu * is * wv);
+    dp_bn_affine_k k = dp_bn_affine(LD(mean, mp, ch), LD(invstd, sp, ch), opt_at(w, ch, 1.0), opt_at(b, ch, 0.0));
+    float scale = (float)k.scale, shift = (float)k.shift;
     for (int64_t i = 0; i < n; i++) {
       int64_t off = (i * c + ch) * inner;
       if (f32) {
         const float *xr = (const float *)xp + off;
         float *yr = (float *)yp + off;
-        for (int64_t k = 0; k < inner; k++) yr[k] = xr[k] * scale + shift;
+        for (int64_t j = 0; j < inner; j++) yr[j] = dp_bn_apply_f(xr[j], scale, shift);
       } else {
-        for (int64_t k = 0; k < inner; k++) ST(y, yp, off + k, dp_norm_apply_d(LD(x, xp, off + k), mu, is, wv, bv));
+        for (int64_t j = 0; j < inner; j++) ST(y, yp, off + j, dp_bn_apply_d(LD(x, xp, off + j), k.scale, k.shift));
       }
     }
   }
@@ -178,22 +178,19 @@ int dp_cpu_bn_backward_elemt(dp_tensor *gx, const dp_tensor *gy, const dp_tensor
   char *op = dp_data(gx);
   bool f32 = gx->dtype == DP_F32 && gy->dtype == DP_F32 && x->dtype == DP_F32;
   for (int64_t ch = 0; ch < c; ch++) {
-    double mu = LD(mean, dp_data(mean), ch), is = LD(invstd, dp_data(invstd), ch), wv = opt_at(w, ch, 1.0);
-    double mdy = LD(sum_dy, dp_data(sum_dy), ch) / count, mdyx = LD(sum_dy_xhat, dp_data(sum_dy_xhat), ch) / count;
-    /* gx = k1 * gy + k2 * x + k3 (dp_norm_grad with xhat = (x - mu) * is expanded) */
-    double a = wv * is;
-    float k1 = (float)a, k2 = (float)(-a * is * mdyx), k3 = (float)(-a * mdy + a * is * mdyx * mu);
+    dp_bn_grad_k k =
+        dp_bn_grad_coefs(opt_at(w, ch, 1.0), LD(invstd, dp_data(invstd), ch), LD(mean, dp_data(mean), ch),
+                         LD(sum_dy, dp_data(sum_dy), ch) / count, LD(sum_dy_xhat, dp_data(sum_dy_xhat), ch) / count);
+    float kgy = (float)k.gy, kx = (float)k.x, kc = (float)k.c;
     for (int64_t i = 0; i < n; i++) {
       int64_t off = (i * c + ch) * inner;
       if (f32) {
         const float *g = (const float *)gp + off, *xr = (const float *)xp + off;
         float *o = (float *)op + off;
-        for (int64_t k = 0; k < inner; k++) o[k] = k1 * g[k] + k2 * xr[k] + k3;
+        for (int64_t j = 0; j < inner; j++) o[j] = dp_bn_grad_apply_f(g[j], xr[j], kgy, kx, kc);
       } else {
-        for (int64_t k = 0; k < inner; k++) {
-          double xhat = (LD(x, xp, off + k) - mu) * is;
-          ST(gx, op, off + k, dp_norm_grad_d(LD(gy, gp, off + k), xhat, wv, is, mdy, mdyx));
-        }
+        for (int64_t j = 0; j < inner; j++)
+          ST(gx, op, off + j, dp_bn_grad_apply_d(LD(gy, gp, off + j), LD(x, xp, off + j), k.gy, k.x, k.c));
       }
     }
   }
@@ -218,14 +215,14 @@ int dp_cpu_layer_norm(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_t
       const float *xr = (const float *)xp + off;
       float *yr = (float *)yp + off, fm = (float)m, fs = (float)is;
       if (wf && bf)
-        for (int64_t j = 0; j < cols; j++) yr[j] = dp_norm_apply_f(xr[j], fm, fs, wf[j], bf[j]);
+        for (int64_t j = 0; j < cols; j++) yr[j] = dp_ln_apply_f(xr[j], fm, fs, wf[j], bf[j]);
       else if (wf)
-        for (int64_t j = 0; j < cols; j++) yr[j] = dp_norm_apply_f(xr[j], fm, fs, wf[j], 0.f);
+        for (int64_t j = 0; j < cols; j++) yr[j] = dp_ln_apply_f(xr[j], fm, fs, wf[j], 0.f);
       else
-        for (int64_t j = 0; j < cols; j++) yr[j] = dp_norm_apply_f(xr[j], fm, fs, 1.f, bf ? bf[j] : 0.f);
+        for (int64_t j = 0; j < cols; j++) yr[j] = dp_ln_apply_f(xr[j], fm, fs, 1.f, bf ? bf[j] : 0.f);
     } else {
       for (int64_t j = 0; j < cols; j++)
-        ST(y, yp, off + j, dp_norm_apply_d(LD(x, xp, off + j), m, is, opt_at(w, j, 1.0), opt_at(b, j, 0.0)));
+        ST(y, yp, off + j, dp_ln_apply_d(LD(x, xp, off + j), m, is, opt_at(w, j, 1.0), opt_at(b, j, 0.0)));
     }
   }
   return 0;
@@ -270,10 +267,10 @@ int dp_cpu_layer_norm_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, cons
     if (gx->dtype == DP_F32 && x->dtype == DP_F32) {
       const float *xr = (const float *)xp + off;
       float *o = (float *)op + off;
-      for (int64_t j = 0; j < cols; j++) o[j] = (float)dp_norm_grad_d(g[j], ((double)xr[j] - m) * is, 1.0, is, md, mdx);
+      for (int64_t j = 0; j < cols; j++) o[j] = (float)dp_ln_grad_d(g[j], ((double)xr[j] - m) * is, is, md, mdx);
     } else {
       for (int64_t j = 0; j < cols; j++)
-        ST(gx, op, off + j, dp_norm_grad_d(g[j], (LD(x, xp, off + j) - m) * is, 1.0, is, md, mdx));
+        ST(gx, op, off + j, dp_ln_grad_d(g[j], (LD(x, xp, off + j) - m) * is, is, md, mdx));
     }
   }
   for (int64_t j = 0; j < cols; j++) {

@@ -66,14 +66,14 @@ static int cu_rand(dp_tensor *out, dp_rand_kind kind, uint64_t seed, uint64_t of
   return dp_cu_rand(c, dp_cu_ptr(out), out->dtype, dp_cu_numel(out), kind, seed, offset, a, b);
 }
 
-static int cu_unary(dp_unary_op op, dp_tensor *out, const dp_tensor *x) {
+static int cu_unary(const dp_unary_args *a, dp_tensor *out, const dp_tensor *x) {
   ENTER(out);
   dp_index_plan p;
   plan_of(&p, 2, (const dp_tensor *[]){out, x});
-  return dp_cu_unary(c, &p, op, dp_cu_ptr(out), out->dtype, dp_cu_ptr(x), x->dtype);
+  return dp_cu_unary(c, &p, a, dp_cu_ptr(out), out->dtype, dp_cu_ptr(x), x->dtype);
 }
 
-static int cu_unary_backward(dp_unary_op op, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x,
+static int cu_unary_backward(const dp_unary_args *a, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x,
                              const dp_tensor *y) {
   ENTER(gx);
   const dp_tensor *ops[4] = {gx, gy, NULL, NULL};
@@ -82,7 +82,7 @@ static int cu_unary_backward(dp_unary_op op, dp_tensor *gx, const dp_tensor *gy,
   if (y) ops[n++] = y;
   dp_index_plan p;
   plan_of(&p, n, ops);
-  return dp_cu_unary_backward(c, &p, op, dp_cu_ptr(gx), gx->dtype, dp_cu_ptr(gy), gy->dtype, x ? dp_cu_ptr(x) : NULL,
+  return dp_cu_unary_backward(c, &p, a, dp_cu_ptr(gx), gx->dtype, dp_cu_ptr(gy), gy->dtype, x ? dp_cu_ptr(x) : NULL,
                               x ? x->dtype : DP_F32, y ? dp_cu_ptr(y) : NULL, y ? y->dtype : DP_F32);
 }
 
@@ -122,7 +122,8 @@ static int cu_scatter_add_dim(dp_tensor *gx, const dp_tensor *gy, const dp_tenso
 }
 
 /* ---- nn ---- */
-static int cu_bias_act(dp_tensor *y, const dp_tensor *bias, int act, int64_t outer, int64_t ch, int64_t inner) {
+static int cu_bias_act(dp_tensor *y, const dp_tensor *bias, const dp_unary_args *act, int64_t outer, int64_t ch,
+                       int64_t inner) {
   ENTER(y);
   return dp_cu_bias_act(c, dp_cu_ptr(y), y->dtype, bias ? dp_cu_ptr(bias) : NULL, bias ? bias->dtype : y->dtype, act,
                         outer, ch, inner);

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ops/op_enums.h"
+#include "ops/op_table.h"
 #include "ops/strided_index.h"
 #include "tensor/dtype.h"
 
@@ -73,10 +73,10 @@ int dp_cu_fill(const dp_cu_ctx *c, const dp_index_plan *p, void *dst, dp_dtype d
 int dp_cu_arange(const dp_cu_ctx *c, void *out, dp_dtype dt, int64_t n, double start, double step);
 int dp_cu_rand(const dp_cu_ctx *c, void *out, dp_dtype dt, int64_t n, dp_rand_kind kind, uint64_t seed, uint64_t offset,
                double a, double b);
-int dp_cu_unary(const dp_cu_ctx *c, const dp_index_plan *p, dp_unary_op op, void *out, dp_dtype odt, const void *x,
-                dp_dtype xdt);
+int dp_cu_unary(const dp_cu_ctx *c, const dp_index_plan *p, const dp_unary_args *a, void *out, dp_dtype odt,
+                const void *x, dp_dtype xdt);
 /* operands in the plan: gx, gy, then x and/or y when given */
-int dp_cu_unary_backward(const dp_cu_ctx *c, const dp_index_plan *p, dp_unary_op op, void *gx, dp_dtype gxdt,
+int dp_cu_unary_backward(const dp_cu_ctx *c, const dp_index_plan *p, const dp_unary_args *a, void *gx, dp_dtype gxdt,
                          const void *gy, dp_dtype gydt, const void *x, dp_dtype xdt, const void *y, dp_dtype ydt);
 /* b == NULL: scalar s (scalar_first: s op a) */
 int dp_cu_binary(const dp_cu_ctx *c, const dp_index_plan *p, dp_binary_op op, void *out, dp_dtype odt, const void *a,
@@ -91,8 +91,8 @@ int dp_cu_scatter_add_dim(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const voi
                           const int64_t *idx, int64_t outer, int64_t k, int64_t inner, int64_t base);
 
 /* cuda_nn.cu */
-int dp_cu_bias_act(const dp_cu_ctx *c, void *y, dp_dtype ydt, const void *bias, dp_dtype bdt, int act, int64_t outer,
-                   int64_t ch, int64_t inner);
+int dp_cu_bias_act(const dp_cu_ctx *c, void *y, dp_dtype ydt, const void *bias, dp_dtype bdt, const dp_unary_args *act,
+                   int64_t outer, int64_t ch, int64_t inner);
 int dp_cu_channel_sum(const dp_cu_ctx *c, void *gb, dp_dtype gbdt, const void *gy, dp_dtype gydt, int64_t outer,
                       int64_t ch, int64_t inner);
 int dp_cu_softmax(const dp_cu_ctx *c, void *y, dp_dtype ydt, const void *x, dp_dtype xdt, int64_t rows, int64_t cols,

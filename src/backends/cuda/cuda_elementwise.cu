@@ -114,40 +114,36 @@ int dp_cu_rand(const dp_cu_ctx *c, void *out, dp_dtype dt, int64_t n, dp_rand_ki
   return dp_cu_after_launch(c, "rand");
 }
 
-/* ---- unary ---- */
-__global__ void k_unary(const __grid_constant__ dp_index_plan p, dp_unary_op op, char *out, dp_dtype odt, const char *x,
-                        dp_dtype xdt, int mode) {
+/* ---- unary: the op table's formulas (a by value: the parameters travel
+ * with the launch) ---- */
+__global__ void k_unary(const __grid_constant__ dp_index_plan p, const dp_unary_args a, char *out, dp_dtype odt,
+                        const char *x, dp_dtype xdt, int mode) {
   const int64_t oe = (int64_t)dp_dtype_bytes(odt), xe = (int64_t)dp_dtype_bytes(xdt);
   DP_CU_LOOP(i, p.numel) {
     int64_t off[DP_IDX_MAXOPS];
     dp_index_offsets(&p, i, off);
     char *o = out + off[0] * oe;
     const char *xi = x + off[1] * xe;
-    if (mode == MODE_FLOAT) dp_conv_store_f(o, odt, dp_unary_f(op, dp_conv_load_f(xi, xdt)));
-    else if (mode == MODE_INT) *(int64_t *)o = dp_unary_i64(op, *(const int64_t *)xi);
-    else dp_conv_store_d(o, odt, dp_unary_d(op, dp_conv_load_d(xi, xdt)));
+    if (mode == MODE_FLOAT) dp_conv_store_f(o, odt, dp_unary_f(a.op, dp_conv_load_f(xi, xdt), &a.p));
+    else if (mode == MODE_INT) *(int64_t *)o = dp_unary_i64(a.op, *(const int64_t *)xi, &a.p);
+    else dp_conv_store_d(o, odt, dp_unary_d(a.op, dp_conv_load_d(xi, xdt), &a.p));
   }
 }
 
-static bool unary_keeps_int(dp_unary_op op) {
-  return op == DP_U_NEG || op == DP_U_ABS || op == DP_U_RELU || op == DP_U_SQUARE || op == DP_U_SIGN;
-}
-
-int dp_cu_unary(const dp_cu_ctx *c, const dp_index_plan *p, dp_unary_op op, void *out, dp_dtype odt, const void *x,
-                dp_dtype xdt) {
+int dp_cu_unary(const dp_cu_ctx *c, const dp_index_plan *p, const dp_unary_args *a, void *out, dp_dtype odt,
+                const void *x, dp_dtype xdt) {
   if (p->numel == 0) return 0;
-  int mode = all_f32ish(odt, xdt)                                    ? MODE_FLOAT
-             : odt == DP_I64 && xdt == DP_I64 && unary_keeps_int(op) ? MODE_INT
-                                                                     : MODE_DOUBLE;
-  k_unary<<<dp_cu_blocks(c, p->numel, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(*p, op, (char *)out, odt,
+  bool keeps_int = dp_unary_ops[a->op].ints != DP_INT_TO_FLOAT;
+  int mode = all_f32ish(odt, xdt) ? MODE_FLOAT : odt == DP_I64 && xdt == DP_I64 && keeps_int ? MODE_INT : MODE_DOUBLE;
+  k_unary<<<dp_cu_blocks(c, p->numel, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(*p, *a, (char *)out, odt,
                                                                                      (const char *)x, xdt, mode);
   return dp_cu_after_launch(c, "unary op");
 }
 
 /* ---- unary backward: operands gx, gy, [x], [y] ---- */
-__global__ void k_unary_backward(const __grid_constant__ dp_index_plan p, dp_unary_op op, char *gx, dp_dtype gxdt,
-                                 const char *gy, dp_dtype gydt, const char *x, dp_dtype xdt, const char *y,
-                                 dp_dtype ydt, int kx, int ky, int mode) {
+__global__ void k_unary_backward(const __grid_constant__ dp_index_plan p, const dp_unary_args a, char *gx,
+                                 dp_dtype gxdt, const char *gy, dp_dtype gydt, const char *x, dp_dtype xdt,
+                                 const char *y, dp_dtype ydt, int kx, int ky, int mode) {
   const int64_t e0 = (int64_t)dp_dtype_bytes(gxdt), e1 = (int64_t)dp_dtype_bytes(gydt);
   const int64_t ex = (int64_t)dp_dtype_bytes(xdt), ey = (int64_t)dp_dtype_bytes(ydt);
   DP_CU_LOOP(i, p.numel) {
@@ -158,16 +154,16 @@ __global__ void k_unary_backward(const __grid_constant__ dp_index_plan p, dp_una
     if (mode == MODE_FLOAT) {
       float xv = xp ? dp_conv_load_f(xp, xdt) : 0.f, yv = yp ? dp_conv_load_f(yp, ydt) : 0.f;
       float g = dp_conv_load_f(gy + off[1] * e1, gydt);
-      dp_conv_store_f(gx + off[0] * e0, gxdt, g * dp_unary_grad_f(op, xv, yv));
+      dp_conv_store_f(gx + off[0] * e0, gxdt, dp_unary_grad_f(a.op, g, xv, yv, &a.p));
     } else {
       double xv = xp ? dp_conv_load_d(xp, xdt) : 0.0, yv = yp ? dp_conv_load_d(yp, ydt) : 0.0;
       double g = dp_conv_load_d(gy + off[1] * e1, gydt);
-      dp_conv_store_d(gx + off[0] * e0, gxdt, g * dp_unary_grad_d(op, xv, yv));
+      dp_conv_store_d(gx + off[0] * e0, gxdt, dp_unary_grad_d(a.op, g, xv, yv, &a.p));
     }
   }
 }
 
-int dp_cu_unary_backward(const dp_cu_ctx *c, const dp_index_plan *p, dp_unary_op op, void *gx, dp_dtype gxdt,
+int dp_cu_unary_backward(const dp_cu_ctx *c, const dp_index_plan *p, const dp_unary_args *a, void *gx, dp_dtype gxdt,
                          const void *gy, dp_dtype gydt, const void *x, dp_dtype xdt, const void *y, dp_dtype ydt) {
   if (p->numel == 0) return 0;
   int kx = x ? 2 : -1, ky = y ? (x ? 3 : 2) : -1;
@@ -175,7 +171,7 @@ int dp_cu_unary_backward(const dp_cu_ctx *c, const dp_index_plan *p, dp_unary_op
   if (!y) ydt = DP_F32;
   bool f = all_f32ish(gxdt, gydt) && dp_dtype_is_f32ish(xdt) && dp_dtype_is_f32ish(ydt);
   k_unary_backward<<<dp_cu_blocks(c, p->numel, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(
-      *p, op, (char *)gx, gxdt, (const char *)gy, gydt, (const char *)x, xdt, (const char *)y, ydt, kx, ky,
+      *p, *a, (char *)gx, gxdt, (const char *)gy, gydt, (const char *)x, xdt, (const char *)y, ydt, kx, ky,
       f ? MODE_FLOAT : MODE_DOUBLE);
   return dp_cu_after_launch(c, "unary backward");
 }
@@ -208,7 +204,7 @@ __global__ void k_binary(const __grid_constant__ dp_index_plan p, dp_binary_op o
 int dp_cu_binary(const dp_cu_ctx *c, const dp_index_plan *p, dp_binary_op op, void *out, dp_dtype odt, const void *a,
                  dp_dtype adt, const void *b, dp_dtype bdt, double s, bool scalar_first) {
   if (p->numel == 0) return 0;
-  bool arith = op <= DP_B_DIV;
+  bool arith = dp_binary_ops[op].scalar_f32;
   int mode;
   if (b) {
     bool f = all_f32ish(adt, bdt) && (dp_dtype_is_f32ish(odt) || (odt == DP_U8 && dp_binary_is_compare(op)));

@@ -13,29 +13,30 @@
 #include <cuda_fp16.h>
 
 /* ---- y = act(y + bias[c]) on [outer, c, inner] ---- */
-__global__ void k_bias_act(char *y, dp_dtype ydt, const char *bias, dp_dtype bdt, int act, int64_t n, int64_t ch,
-                           int64_t inner, bool fmode) {
+__global__ void k_bias_act(char *y, dp_dtype ydt, const char *bias, dp_dtype bdt, bool has_act, const dp_unary_args act,
+                           int64_t n, int64_t ch, int64_t inner, bool fmode) {
   DP_CU_LOOP(i, n) {
     int64_t q, r, c;
     dp_cu_divmod(i, inner, &q, &r);
     dp_cu_divmod(q, ch, &q, &c);
     if (fmode) {
       float v = dp_cu_ldf(y, i, ydt) + (bias ? dp_cu_ldf(bias, c, bdt) : 0.f);
-      dp_cu_stf(y, i, ydt, act < 0 ? v : dp_unary_f((dp_unary_op)act, v));
+      dp_cu_stf(y, i, ydt, has_act ? dp_unary_f(act.op, v, &act.p) : v);
     } else {
       double v = dp_cu_ld(y, i, ydt) + (bias ? dp_cu_ld(bias, c, bdt) : 0.0);
-      dp_cu_st(y, i, ydt, act < 0 ? v : dp_unary_d((dp_unary_op)act, v));
+      dp_cu_st(y, i, ydt, has_act ? dp_unary_d(act.op, v, &act.p) : v);
     }
   }
 }
 
-int dp_cu_bias_act(const dp_cu_ctx *c, void *y, dp_dtype ydt, const void *bias, dp_dtype bdt, int act, int64_t outer,
-                   int64_t ch, int64_t inner) {
+int dp_cu_bias_act(const dp_cu_ctx *c, void *y, dp_dtype ydt, const void *bias, dp_dtype bdt, const dp_unary_args *act,
+                   int64_t outer, int64_t ch, int64_t inner) {
   int64_t n = outer * ch * inner;
   if (n == 0) return 0;
   bool fmode = dp_dtype_is_f32ish(ydt) && (!bias || dp_dtype_is_f32ish(bdt));
-  k_bias_act<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)y, ydt, (const char *)bias,
-                                                                                 bdt, act, n, ch, inner, fmode);
+  dp_unary_args none = dp_unary_args_of(DP_U_NEG);
+  k_bias_act<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(
+      (char *)y, ydt, (const char *)bias, bdt, act != NULL, act ? *act : none, n, ch, inner, fmode);
   return dp_cu_after_launch(c, "bias_act");
 }
 

@@ -86,8 +86,8 @@ __global__ void k_bn_forward(char *y, dp_dtype ydt, const char *x, dp_dtype xdt,
     int64_t q, i, c;
     dp_cu_divmod(e, inner, &q, &i);
     dp_cu_divmod(q, ch, &q, &c);
-    double v = (dp_cu_ld(x, e, xdt) - vld(mean, c, 0.0)) * vld(invstd, c, 1.0) * vld(w, c, 1.0) + vld(b, c, 0.0);
-    dp_cu_st(y, e, ydt, v);
+    dp_bn_affine_k k = dp_bn_affine(vld(mean, c, 0.0), vld(invstd, c, 1.0), vld(w, c, 1.0), vld(b, c, 0.0));
+    dp_cu_st(y, e, ydt, dp_bn_apply_d(dp_cu_ld(x, e, xdt), k.scale, k.shift));
   }
 }
 
@@ -157,10 +157,9 @@ __global__ void k_bn_backward_elemt(char *gx, dp_dtype gxdt, const char *gy, dp_
     int64_t q, i, c;
     dp_cu_divmod(e, inner, &q, &i);
     dp_cu_divmod(q, ch, &q, &c);
-    double v =
-        dp_bn_backward_elemt_d(dp_cu_ld(gy, e, gydt), dp_cu_ld(x, e, xdt), vld(mean, c, 0.0), vld(invstd, c, 1.0),
-                               vld(w, c, 1.0), vld(sum_dy, c, 0.0), vld(sum_dy_xhat, c, 0.0), count);
-    dp_cu_st(gx, e, gxdt, v);
+    dp_bn_grad_k k = dp_bn_grad_coefs(vld(w, c, 1.0), vld(invstd, c, 1.0), vld(mean, c, 0.0),
+                                      vld(sum_dy, c, 0.0) / count, vld(sum_dy_xhat, c, 0.0) / count);
+    dp_cu_st(gx, e, gxdt, dp_bn_grad_apply_d(dp_cu_ld(gy, e, gydt), dp_cu_ld(x, e, xdt), k.gy, k.x, k.c));
   }
 }
 
@@ -198,7 +197,7 @@ __global__ void k_layer_norm(char *y, dp_dtype ydt, dp_cu_vec mean, dp_cu_vec rs
     vst(rstd, g.row, rs);
   }
   for (int64_t j = g.lane; j < cols; j += g.size)
-    dp_cu_st(y, base + j, ydt, (dp_cu_ld(x, base + j, xdt) - mu) * rs * vld(w, j, 1.0) + vld(b, j, 0.0));
+    dp_cu_st(y, base + j, ydt, dp_ln_apply_d(dp_cu_ld(x, base + j, xdt), mu, rs, vld(w, j, 1.0), vld(b, j, 0.0)));
 }
 
 int dp_cu_layer_norm(const dp_cu_ctx *c, void *y, dp_dtype ydt, dp_cu_vec mean, dp_cu_vec rstd, const void *x,
@@ -231,7 +230,7 @@ __global__ void k_layer_norm_backward_x(char *gx, dp_dtype gxdt, const char *gy,
   for (int64_t j = gr.lane; j < cols; j += gr.size) {
     double g = dp_cu_ld(gy, base + j, gydt) * vld(w, j, 1.0);
     double xhat = (dp_cu_ld(x, base + j, xdt) - mu) * rs;
-    dp_cu_st(gx, base + j, gxdt, dp_ln_backward_d(g, xhat, rs, mg, mgx));
+    dp_cu_st(gx, base + j, gxdt, dp_ln_grad_d(g, xhat, rs, mg, mgx));
   }
 }
 
