@@ -17,6 +17,7 @@
 #ifndef DP_AUTOGRAD_H
 #define DP_AUTOGRAD_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 

@@ -77,8 +77,8 @@ int dp_accumulate_grad(dp_tensor *leaf, dp_tensor *g) {
     return 0;
   }
   /* First gradient: take it over when nobody else holds it, else copy. */
-  if (atomic_load(&g->refcount) == 1 && g->dtype == leaf->dtype && dp_is_contiguous(g) &&
-      dp_device_eq(dp_dev(g), dp_dev(leaf)) && !g->requires_grad) {
+  if (dp_refcount(g) == 1 && g->dtype == leaf->dtype && dp_is_contiguous(g) && dp_device_eq(dp_dev(g), dp_dev(leaf)) &&
+      !g->requires_grad) {
     dp_retain(g);
     leaf->grad = g;
     return 0;

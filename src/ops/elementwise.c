@@ -60,7 +60,7 @@ dp_tensor *dp_expand_raw(dp_tensor *t, int ndim, const int64_t *shape) {
   /* a view that may address no element (numel 0) is fine */
   dp_storage_retain(t->storage);
   dp_tensor *v = dp_xcalloc(1, sizeof *v);
-  atomic_init(&v->refcount, 1);
+  v->refcount = 1;
   v->storage = t->storage;
   v->offset = t->offset;
   v->dtype = t->dtype;

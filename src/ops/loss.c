@@ -110,7 +110,9 @@ static int ce_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_tensor *sc = dp_contiguous_raw(scale);
   dp_release(scale);
   dp_tensor *gx = sc ? dp_empty_like(x) : NULL;
-  int rc = gx ? dp_backend_of(x)->cross_entropy_backward(gx, x, lse, target, sc, base, smoothing, ignore) : -1;
+  dp_ce_args ca = {
+      .x = x, .target = target, .lse = lse, .scale = sc, .base = base, .ignore_index = ignore, .smoothing = smoothing};
+  int rc = gx ? dp_backend_of(x)->cross_entropy_backward(gx, &ca) : -1;
   dp_release(sc);
   if (rc) {
     dp_release(gx);
@@ -185,7 +187,8 @@ dp_tensor *dp_cross_entropy(dp_tensor *logits, dp_tensor *target, dp_reduction r
   int64_t rows = xc ? xc->shape[0] : 0;
   dp_tensor *loss = xc && tc ? dp_empty(logits->dtype, 1, &rows, dp_dev(logits)) : NULL;
   dp_tensor *lse = loss ? dp_empty(logits->dtype, 1, &rows, dp_dev(logits)) : NULL;
-  int rc = lse ? dp_backend_of(logits)->cross_entropy(loss, lse, xc, tc, base, smoothing, ignore_index) : -1;
+  dp_ce_args ca = {.x = xc, .target = tc, .base = base, .ignore_index = ignore_index, .smoothing = smoothing};
+  int rc = lse ? dp_backend_of(logits)->cross_entropy(loss, lse, &ca) : -1;
   /* valid-row mask (1 where target != ignore_index) and count */
   dp_tensor *valid = NULL, *out = NULL;
   double count = (double)rows;

@@ -57,7 +57,8 @@ int dp_batch_norm_stats(dp_tensor *x, dp_tensor **mean, dp_tensor **var, int64_t
   if (n * inner == 0) return dp_error("batch_norm_stats: input of shape %s has no values per channel", SHAPE(x));
   dp_tensor *xc = dp_contiguous_raw(x);
   dp_tensor *m = xc ? dp_empty(x->dtype, 1, &c, dp_dev(x)) : NULL, *v = m ? dp_empty_like(m) : NULL;
-  int rc = v ? dp_backend_of(x)->bn_stats(m, v, xc, n, c, inner) : -1;
+  dp_bn_args ba = {.n = n, .c = c, .inner = inner, .x = xc};
+  int rc = v ? dp_backend_of(x)->bn_stats(m, v, &ba) : -1;
   dp_release(xc);
   if (rc) {
     dp_release(m), dp_release(v);
@@ -151,7 +152,8 @@ dp_tensor *dp_batch_norm_elemt(dp_tensor *x, dp_tensor *mean, dp_tensor *invstd,
   dp_tensor *xc = dp_contiguous_raw(x), *mc = like_x(mean, x, &fail), *sc = like_x(invstd, x, &fail);
   dp_tensor *wc = like_x(w, x, &fail), *bc = like_x(b, x, &fail);
   dp_tensor *y = xc && !fail ? dp_empty_like(xc) : NULL;
-  if (y && dp_backend_of(x)->bn_forward(y, xc, mc, sc, wc, bc, n, c, inner)) dp_clear(&y);
+  dp_bn_args ba = {.n = n, .c = c, .inner = inner, .x = xc, .mean = mc, .invstd = sc, .w = wc, .b = bc};
+  if (y && dp_backend_of(x)->bn_forward(y, &ba)) dp_clear(&y);
   dp_release(xc), dp_release(mc), dp_release(sc), dp_release(wc), dp_release(bc);
   return y;
 }
@@ -171,7 +173,8 @@ int dp_batch_norm_backward_reduce(dp_tensor *gy, dp_tensor *x, dp_tensor *mean, 
   dp_tensor *xc = dp_contiguous_raw(x), *gc = like_x(gy, x, &fail);
   dp_tensor *mc = like_x(mean, x, &fail), *sc = like_x(invstd, x, &fail);
   dp_tensor *s1 = xc && !fail ? dp_empty(x->dtype, 1, &c, dp_dev(x)) : NULL, *s2 = s1 ? dp_empty_like(s1) : NULL;
-  int rc = s2 ? dp_backend_of(x)->bn_backward_reduce(s1, s2, gc, xc, mc, sc, n, c, inner) : -1;
+  dp_bn_args ba = {.n = n, .c = c, .inner = inner, .x = xc, .mean = mc, .invstd = sc, .gy = gc};
+  int rc = s2 ? dp_backend_of(x)->bn_backward_reduce(s1, s2, &ba) : -1;
   dp_release(xc), dp_release(gc), dp_release(mc), dp_release(sc);
   if (rc) {
     dp_release(s1), dp_release(s2);
@@ -203,7 +206,18 @@ dp_tensor *dp_batch_norm_backward_elemt(dp_tensor *gy, dp_tensor *x, dp_tensor *
   dp_tensor *sc = like_x(invstd, x, &fail), *wc = like_x(w, x, &fail);
   dp_tensor *s1 = like_x(sum_dy, x, &fail), *s2 = like_x(sum_dy_xhat, x, &fail);
   dp_tensor *gx = xc && !fail ? dp_empty_like(xc) : NULL;
-  if (gx && dp_backend_of(x)->bn_backward_elemt(gx, gc, xc, mc, sc, wc, s1, s2, count, n, c, inner)) dp_clear(&gx);
+  dp_bn_args ba = {.n = n,
+                   .c = c,
+                   .inner = inner,
+                   .x = xc,
+                   .mean = mc,
+                   .invstd = sc,
+                   .w = wc,
+                   .gy = gc,
+                   .sum_dy = s1,
+                   .sum_dy_xhat = s2,
+                   .count = count};
+  if (gx && dp_backend_of(x)->bn_backward_elemt(gx, &ba)) dp_clear(&gx);
   dp_release(xc), dp_release(gc), dp_release(mc), dp_release(sc), dp_release(wc), dp_release(s1), dp_release(s2);
   return gx;
 }
@@ -314,7 +328,9 @@ static int layer_norm_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_tensor *gb = gx && want_b ? dp_empty(x->dtype, 1, &cols, dp_dev(x)) : NULL;
   int rc = -1;
   if (gx && (!want_w || gw) && (!want_b || gb) &&
-      !dp_backend_of(x)->layer_norm_backward(gx, gw, gb, gy, x, mean, rstd, w, rows, cols)) {
+      !dp_backend_of(x)->layer_norm_backward(
+          gx, gw, gb,
+          &(dp_ln_args){.rows = rows, .cols = cols, .x = x, .w = w, .mean = mean, .rstd = rstd, .gy = gy})) {
     gin[0] = dp_node_needs(n, 0) ? (dp_retain(gx), gx) : NULL;
     if (gw) gin[1] = dp_reshape(gw, n->in_ndim[1], n->in_shape[1]);
     if (gb) gin[2] = dp_reshape(gb, n->in_ndim[2], n->in_shape[2]);
@@ -362,7 +378,8 @@ dp_tensor *dp_layer_norm(dp_tensor *x, int nd, dp_tensor *w, dp_tensor *b, doubl
   dp_tensor *xc = dp_contiguous_raw(x), *wc = w ? dp_contiguous_raw(w) : NULL, *bc = b ? dp_contiguous_raw(b) : NULL;
   dp_tensor *y = xc && (!w || wc) && (!b || bc) ? dp_empty_like(xc) : NULL;
   dp_tensor *mean = y ? dp_empty(x->dtype, 1, &rows, dp_dev(x)) : NULL, *rstd = mean ? dp_empty_like(mean) : NULL;
-  if (!rstd || dp_backend_of(x)->layer_norm(y, mean, rstd, xc, wc, bc, rows, cols, eps)) dp_clear(&y);
+  dp_ln_args la = {.rows = rows, .cols = cols, .x = xc, .w = wc, .b = bc, .eps = eps};
+  if (!rstd || dp_backend_of(x)->layer_norm(y, mean, rstd, &la)) dp_clear(&y);
   dp_tensor *ins[3] = {x, w, b};
   int nin = b ? 3 : w ? 2 : 1;
   if (y && dp_any_requires_grad(nin, ins)) {

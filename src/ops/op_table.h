@@ -193,8 +193,8 @@ DP_STATIC_ASSERT(sizeof dp_unary_ops / sizeof dp_unary_ops[0] == DP_U_COUNT, "on
 DP_STATIC_ASSERT(sizeof dp_binary_ops / sizeof dp_binary_ops[0] == DP_B_COUNT, "one binary row per op");
 DP_STATIC_ASSERT(sizeof dp_reduce_names / sizeof dp_reduce_names[0] == DP_R_COUNT, "one reduction row per op");
 /* linear saves only its output for the fused activation's backward */
-#define DP_EPILOGUE_READS_Y(ID, name, node, grad, ints, epi)                                                          \
-  DP_STATIC_ASSERT(DP_##epi == DP_NO_EPILOGUE || DP_##grad == DP_GRAD_Y,                                           \
+#define DP_EPILOGUE_READS_Y(ID, name, node, grad, ints, epi)                                                           \
+  DP_STATIC_ASSERT(DP_##epi == DP_NO_EPILOGUE || DP_##grad == DP_GRAD_Y,                                               \
                    #name ": a fused epilogue's backward must read the output");
 DP_UNARY_OPS(DP_EPILOGUE_READS_Y)
 #undef DP_EPILOGUE_READS_Y

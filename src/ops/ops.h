@@ -141,6 +141,14 @@ dp_tensor *dp_dropout(dp_tensor *x, double p, bool training);
  * [idx shape..., dim]. A bad id is an error naming it and its position. */
 dp_tensor *dp_embedding(dp_tensor *weight, dp_tensor *idx, int64_t base);
 
+/* ---- optimizer steps (ops/optim.c): in place, no autograd ----
+ * One update of parameter p from its gradient g (any strides) and its
+ * state (buf may be NULL without momentum); the gradient and the state
+ * must match p, which must be contiguous. `who` names p in errors ("SGD:
+ * parameter 3"). */
+int dp_sgd_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *buf, const dp_sgd_args *a);
+int dp_adam_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, const dp_adam_args *a);
+
 /* ---- random numbers (ops/random.c): Philox, one global generator ---- */
 void dp_manual_seed(uint64_t seed);
 uint64_t dp_rng_seed(void);

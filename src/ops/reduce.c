@@ -18,7 +18,8 @@ static dp_tensor *reduce_one(dp_reduce_op op, dp_tensor *x, int dim, dp_dtype od
   sh[dim] = 1;
   dp_tensor *out = dp_empty(odt, c->ndim, sh, dp_dev(c));
   dp_tensor *idx = idx_out ? dp_empty(DP_I64, c->ndim, sh, dp_dev(c)) : NULL;
-  int rc = (!out || (idx_out && !idx)) ? -1 : dp_backend_of(c)->reduce(op, out, idx, c, outer, k, inner, base);
+  dp_reduce_args ra = {op, outer, k, inner, base};
+  int rc = (!out || (idx_out && !idx)) ? -1 : dp_backend_of(c)->reduce(out, idx, c, &ra);
   dp_release(c);
   if (rc) {
     dp_release(out);
@@ -96,8 +97,8 @@ static dp_tensor *sum_impl(const char *opname, dp_tensor *x, int n, const int *d
     dp_tensor *c = dp_contiguous_raw(x);
     int64_t one = 1;
     cur = c ? dp_empty(odt, 1, &one, dp_dev(x)) : NULL;
-    if (cur && dp_backend_of(x)->reduce(mean ? DP_R_MEAN : DP_R_SUM, cur, NULL, c, 1, dp_numel(c), 1, 0))
-      dp_clear(&cur);
+    dp_reduce_args ra = {mean ? DP_R_MEAN : DP_R_SUM, 1, c ? dp_numel(c) : 0, 1, 0};
+    if (cur && dp_backend_of(x)->reduce(cur, NULL, c, &ra)) dp_clear(&cur);
     dp_release(c);
     if (cur) {
       int64_t sh[DP_MAXDIM];
@@ -185,7 +186,8 @@ static int extreme_dim_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
     int64_t outer = 1, inner = 1;
     for (int d = 0; d < dim; d++) outer *= gx->shape[d];
     for (int d = dim + 1; d < gx->ndim; d++) inner *= gx->shape[d];
-    rc = dp_backend_of(gx)->scatter_add_dim(gx, gc, idx, outer, gx->shape[dim], inner, 0);
+    dp_reduce_args ra = {DP_R_SUM, outer, gx->shape[dim], inner, 0};
+    rc = dp_backend_of(gx)->scatter_add_dim(gx, gc, idx, &ra);
   }
   dp_release(gc);
   if (rc) {
@@ -219,7 +221,8 @@ static dp_tensor *extreme(bool is_max, dp_tensor *x, int dim, bool keepdim, dp_t
   if (dim < 0) { /* over everything */
     dp_tensor *c = dp_contiguous_raw(x);
     dp_tensor *out = c ? dp_empty(x->dtype, 0, NULL, dp_dev(x)) : NULL;
-    if (out && dp_backend_of(x)->reduce(rop, out, NULL, c, 1, dp_numel(c), 1, 0)) dp_clear(&out);
+    dp_reduce_args ra = {rop, 1, c ? dp_numel(c) : 0, 1, 0};
+    if (out && dp_backend_of(x)->reduce(out, NULL, c, &ra)) dp_clear(&out);
     dp_release(c);
     if (out && dp_any_requires_grad(1, &x)) {
       dp_node *n = dp_node_new(is_max ? "MaxBackward" : "MinBackward", extreme_all_backward, 1, &x, 1);
@@ -270,7 +273,8 @@ static dp_tensor *arg_extreme(bool is_max, dp_tensor *x, int dim, bool keepdim, 
   if (dim < 0) {
     dp_tensor *c = dp_contiguous_raw(x);
     dp_tensor *out = c ? dp_empty(DP_I64, 0, NULL, dp_dev(x)) : NULL;
-    if (out && dp_backend_of(x)->reduce(rop, out, NULL, c, 1, dp_numel(c), 1, base)) dp_clear(&out);
+    dp_reduce_args ra = {rop, 1, c ? dp_numel(c) : 0, 1, base};
+    if (out && dp_backend_of(x)->reduce(out, NULL, c, &ra)) dp_clear(&out);
     dp_release(c);
     return out;
   }
@@ -284,7 +288,8 @@ static dp_tensor *arg_extreme(bool is_max, dp_tensor *x, int dim, bool keepdim, 
   memcpy(sh, c->shape, sizeof sh);
   sh[dim] = 1;
   dp_tensor *out = dp_empty(DP_I64, c->ndim, sh, dp_dev(c));
-  if (out && dp_backend_of(c)->reduce(rop, out, NULL, c, outer, c->shape[dim], inner, base)) dp_clear(&out);
+  dp_reduce_args ra = {rop, outer, c->shape[dim], inner, base};
+  if (out && dp_backend_of(c)->reduce(out, NULL, c, &ra)) dp_clear(&out);
   dp_release(c);
   if (!out || keepdim) return out;
   bool mask[DP_MAXDIM] = {false};

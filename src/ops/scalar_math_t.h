@@ -23,7 +23,8 @@
 #define POW(a, b) DP_T_MATH(pow)(a, b)
 #define FWD(name) static inline DP_HD T DP_TN(dp_##name##_fwd)(T x, DP_UNUSED const dp_unary_params *p)
 #define BWD(name)                                                                                                      \
-  static inline DP_HD T DP_TN(dp_##name##_bwd)(DP_UNUSED T gy, DP_UNUSED T x, DP_UNUSED T y, DP_UNUSED const dp_unary_params *p)
+  static inline DP_HD T DP_TN(dp_##name##_bwd)(DP_UNUSED T gy, DP_UNUSED T x, DP_UNUSED T y,                           \
+                                               DP_UNUSED const dp_unary_params *p)
 #define INT(name) static inline DP_HD int64_t DP_TN(dp_##name##_i64)(int64_t x, DP_UNUSED const dp_unary_params *p)
 #define BIN(name) static inline DP_HD T DP_TN(dp_##name##_bin)(T a, T b)
 #define BIN_INT(name) static inline DP_HD int64_t DP_TN(dp_##name##_bin_i64)(int64_t a, int64_t b)

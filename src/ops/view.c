@@ -5,7 +5,7 @@
 
 static dp_tensor *make_view(dp_tensor *t, int ndim, const int64_t *shape, const int64_t *stride, int64_t offset) {
   dp_tensor *v = dp_xcalloc(1, sizeof *v);
-  atomic_init(&v->refcount, 1);
+  v->refcount = 1;
   dp_storage_retain(t->storage);
   v->storage = t->storage;
   v->dtype = t->dtype;

@@ -122,8 +122,10 @@ static int check_target(int64_t t, int64_t classes, int64_t base, int64_t row, i
   return 0;
 }
 
-int dp_cpu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_tensor *x, const dp_tensor *target, int64_t base,
-                         double smoothing, int64_t ignore_index) {
+int dp_cpu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_ce_args *a) {
+  const dp_tensor *x = a->x, *target = a->target;
+  int64_t base = a->base, ignore_index = a->ignore_index;
+  double smoothing = a->smoothing;
   int64_t rows = x->shape[0], C = x->shape[1];
   const char *xp = dp_data(x);
   const int64_t *tp = dp_data(target);
@@ -157,8 +159,10 @@ int dp_cpu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_tensor *x, co
   return 0;
 }
 
-int dp_cpu_cross_entropy_backward(dp_tensor *gx, const dp_tensor *x, const dp_tensor *lse, const dp_tensor *target,
-                                  const dp_tensor *scale, int64_t base, double smoothing, int64_t ignore_index) {
+int dp_cpu_cross_entropy_backward(dp_tensor *gx, const dp_ce_args *a) {
+  const dp_tensor *x = a->x, *lse = a->lse, *target = a->target, *scale = a->scale;
+  int64_t base = a->base, ignore_index = a->ignore_index;
+  double smoothing = a->smoothing;
   int64_t rows = x->shape[0], C = x->shape[1];
   const char *xp = dp_data(x), *lp = dp_data(lse), *sp = dp_data(scale);
   const int64_t *tp = dp_data(target);

@@ -97,7 +97,9 @@ static double row_sq_dev(const dp_tensor *t, const char *p, int64_t off, int64_t
 
 /* ---- batch norm ---- */
 
-int dp_cpu_bn_stats(dp_tensor *mean, dp_tensor *var, const dp_tensor *x, int64_t n, int64_t c, int64_t inner) {
+int dp_cpu_bn_stats(dp_tensor *mean, dp_tensor *var, const dp_bn_args *a) {
+  const dp_tensor *x = a->x;
+  int64_t n = a->n, c = a->c, inner = a->inner;
   double *acc = scratch(c, 2), *m = acc + c, cnt = (double)(n * inner);
   if (!acc) return -1;
   const char *xp = dp_data(x);
@@ -114,8 +116,9 @@ int dp_cpu_bn_stats(dp_tensor *mean, dp_tensor *var, const dp_tensor *x, int64_t
   return 0;
 }
 
-int dp_cpu_bn_forward(dp_tensor *y, const dp_tensor *x, const dp_tensor *mean, const dp_tensor *invstd,
-                      const dp_tensor *w, const dp_tensor *b, int64_t n, int64_t c, int64_t inner) {
+int dp_cpu_bn_forward(dp_tensor *y, const dp_bn_args *a) {
+  const dp_tensor *x = a->x, *mean = a->mean, *invstd = a->invstd, *w = a->w, *b = a->b;
+  int64_t n = a->n, c = a->c, inner = a->inner;
   const char *xp = dp_data(x), *mp = dp_data(mean), *sp = dp_data(invstd);
   char *yp = dp_data(y);
   bool f32 = x->dtype == DP_F32 && y->dtype == DP_F32;
@@ -136,8 +139,9 @@ int dp_cpu_bn_forward(dp_tensor *y, const dp_tensor *x, const dp_tensor *mean, c
   return 0;
 }
 
-int dp_cpu_bn_backward_reduce(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_tensor *gy, const dp_tensor *x,
-                              const dp_tensor *mean, const dp_tensor *invstd, int64_t n, int64_t c, int64_t inner) {
+int dp_cpu_bn_backward_reduce(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_bn_args *a) {
+  const dp_tensor *gy = a->gy, *x = a->x, *mean = a->mean, *invstd = a->invstd;
+  int64_t n = a->n, c = a->c, inner = a->inner;
   double *acc = scratch(c, 2), *acc_x = acc + c;
   if (!acc) return -1;
   const char *gp = dp_data(gy), *xp = dp_data(x);
@@ -171,9 +175,11 @@ int dp_cpu_bn_backward_reduce(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const d
   return 0;
 }
 
-int dp_cpu_bn_backward_elemt(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x, const dp_tensor *mean,
-                             const dp_tensor *invstd, const dp_tensor *w, const dp_tensor *sum_dy,
-                             const dp_tensor *sum_dy_xhat, double count, int64_t n, int64_t c, int64_t inner) {
+int dp_cpu_bn_backward_elemt(dp_tensor *gx, const dp_bn_args *a) {
+  const dp_tensor *gy = a->gy, *x = a->x, *mean = a->mean, *invstd = a->invstd, *w = a->w;
+  const dp_tensor *sum_dy = a->sum_dy, *sum_dy_xhat = a->sum_dy_xhat;
+  int64_t n = a->n, c = a->c, inner = a->inner;
+  double count = a->count;
   const char *gp = dp_data(gy), *xp = dp_data(x);
   char *op = dp_data(gx);
   bool f32 = gx->dtype == DP_F32 && gy->dtype == DP_F32 && x->dtype == DP_F32;
@@ -199,8 +205,10 @@ int dp_cpu_bn_backward_elemt(dp_tensor *gx, const dp_tensor *gy, const dp_tensor
 
 /* ---- layer norm: each row of `cols` values normalised on its own ---- */
 
-int dp_cpu_layer_norm(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_tensor *x, const dp_tensor *w,
-                      const dp_tensor *b, int64_t rows, int64_t cols, double eps) {
+int dp_cpu_layer_norm(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_ln_args *a) {
+  const dp_tensor *x = a->x, *w = a->w, *b = a->b;
+  int64_t rows = a->rows, cols = a->cols;
+  double eps = a->eps;
   const char *xp = dp_data(x);
   char *yp = dp_data(y);
   bool f32 = x->dtype == DP_F32 && y->dtype == DP_F32 && (!w || w->dtype == DP_F32) && (!b || b->dtype == DP_F32);
@@ -228,9 +236,9 @@ int dp_cpu_layer_norm(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_t
   return 0;
 }
 
-int dp_cpu_layer_norm_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
-                               const dp_tensor *mean, const dp_tensor *rstd, const dp_tensor *w, int64_t rows,
-                               int64_t cols) {
+int dp_cpu_layer_norm_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_ln_args *a) {
+  const dp_tensor *gy = a->gy, *x = a->x, *mean = a->mean, *rstd = a->rstd, *w = a->w;
+  int64_t rows = a->rows, cols = a->cols;
   /* per row, with g = gy * w and xhat = (x - mean) * rstd:
    * gx = rstd * (g - mean(g) - xhat * mean(g * xhat)); gw += gy * xhat; gb += gy */
   double *acc = scratch(cols, 3), *acc_w = acc, *acc_b = acc + cols, *g = acc + 2 * cols;
