@@ -72,12 +72,11 @@ dp_tensor *dp_expand_raw(dp_tensor *t, int ndim, const int64_t *shape) {
 
 dp_tensor *dp_grad_for_input(dp_node *n, int i, dp_tensor *g) {
   if (!g) return NULL;
-  dp_tensor *s = dp_sum_to(g, n->in_ndim[i], n->in_shape[i]);
-  dp_release(g);
-  if (!s || s->dtype == n->in_dtype[i]) return s;
-  dp_tensor *c = dp_to(s, n->in_dtype[i], dp_dev(s));
-  dp_release(s);
-  return c;
+  DP_SCOPE(sc);
+  dp_scope_add(&sc, g);
+  dp_tensor *s = dp_scope_add(&sc, dp_sum_to(g, n->in_ndim[i], n->in_shape[i]));
+  if (!s) return NULL;
+  return s->dtype == n->in_dtype[i] ? dp_scope_keep(&sc, s) : dp_to(s, n->in_dtype[i], dp_dev(s));
 }
 
 /* ---- unary: everything per op comes from the op table ---- */
@@ -86,13 +85,10 @@ DP_STATIC_ASSERT(sizeof(dp_unary_params) <= sizeof(((dp_node *)0)->f), "a node h
 static int unary_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_unary_args a = {.op = (dp_unary_op)n->i[0]};
   memcpy(&a.p, n->f, sizeof a.p);
-  dp_tensor *gy = gout[0], *gx = dp_empty_like(gy);
-  if (!gx) return -1;
-  if (dp_backend_of(gy)->unary_backward(&a, gx, gy, dp_node_saved(n, 0), dp_node_saved(n, 1))) {
-    dp_release(gx);
-    return -1;
-  }
-  gin[0] = gx;
+  DP_SCOPE(s);
+  dp_tensor *gy = gout[0], *gx = dp_scope_add(&s, dp_empty_like(gy));
+  if (!gx || dp_backend_of(gy)->unary_backward(&a, gx, gy, dp_node_saved(n, 0), dp_node_saved(n, 1))) return -1;
+  gin[0] = dp_scope_keep(&s, gx);
   return 0;
 }
 
@@ -120,12 +116,10 @@ dp_tensor *dp_unary_with(const dp_unary_args *a, dp_tensor *x) {
     return NULL;
   }
   const dp_op_info *info = &dp_unary_ops[a->op];
-  dp_tensor *out = dp_empty(unary_out_dtype(a, x->dtype), x->ndim, x->shape, dp_dev(x));
-  if (!out) return NULL;
-  if (dp_backend_of(x)->unary(a, out, x)) {
-    dp_release(out);
-    return NULL;
-  }
+  DP_SCOPE(s);
+  dp_tensor *out = dp_scope_add(&s, dp_empty(unary_out_dtype(a, x->dtype), x->ndim, x->shape, dp_dev(x)));
+  if (!out || dp_backend_of(x)->unary(a, out, x)) return NULL;
+  dp_scope_keep(&s, out);
   if (dp_any_requires_grad(1, &x)) {
     dp_node *n = dp_node_new(info->node, unary_backward, 1, &x, 1);
     n->i[0] = a->op;
@@ -155,12 +149,27 @@ static dp_dtype binary_out_dtype(dp_binary_op op, dp_dtype a, dp_dtype b) {
   return t;
 }
 
+/* The weight a gets of the gradient of maximum/minimum(a, b): 1 where it
+ * wins, 0.5 at ties (the gradient is split equally, as PyTorch), 0 where
+ * it loses; b (NULL) stands for the scalar s. */
+static dp_tensor *extreme_weight(dp_binary_op op, dp_tensor *a, dp_tensor *b, double s, dp_tensor *like) {
+  DP_SCOPE(sc);
+  dp_binary_op wins = op == DP_B_MAX ? DP_B_GT : DP_B_LT;
+  dp_tensor *win = dp_scope_add(&sc, b ? dp_binary(wins, a, b) : dp_binary_scalar(wins, a, s, false));
+  dp_tensor *tie = dp_scope_add(&sc, b ? dp_binary(DP_B_EQ, a, b) : dp_binary_scalar(DP_B_EQ, a, s, false));
+  dp_tensor *wf = win ? dp_scope_add(&sc, dp_to(win, like->dtype, dp_dev(like))) : NULL;
+  dp_tensor *tf = tie ? dp_scope_add(&sc, dp_to(tie, like->dtype, dp_dev(like))) : NULL;
+  dp_tensor *half = tf ? dp_scope_add(&sc, dp_binary_scalar(DP_B_MUL, tf, 0.5, false)) : NULL;
+  return wf && half ? dp_add(wf, half) : NULL;
+}
+
 static int binary_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_binary_op op = (dp_binary_op)n->i[0];
   dp_tensor *gy = gout[0];
   dp_tensor *a = dp_node_saved(n, 0), *b = dp_node_saved(n, 1), *y = dp_node_saved(n, 2);
   bool na = dp_node_needs(n, 0), nb = dp_node_needs(n, 1);
-  dp_tensor *ga = NULL, *gb = NULL;
+  DP_SCOPE(s);
+  dp_tensor *ga = NULL, *gb = NULL; /* handed to dp_grad_for_input, which consumes them */
   switch (op) {
   case DP_B_ADD:
     if (na) dp_retain(gy), ga = gy;
@@ -177,51 +186,37 @@ static int binary_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   case DP_B_DIV:
     if (na) ga = dp_div(gy, b);
     if (nb) { /* -gy * y / b */
-      dp_tensor *t = dp_mul(gy, y), *u = t ? dp_div(t, b) : NULL;
+      dp_tensor *t = dp_scope_add(&s, dp_mul(gy, y)), *u = t ? dp_scope_add(&s, dp_div(t, b)) : NULL;
       gb = u ? dp_neg(u) : NULL;
-      dp_release(t);
-      dp_release(u);
     }
     break;
   case DP_B_MAX:
-  case DP_B_MIN: { /* ties split the gradient equally, as PyTorch */
-    dp_tensor *win = dp_binary(op == DP_B_MAX ? DP_B_GT : DP_B_LT, a, b), *tie = dp_binary(DP_B_EQ, a, b);
-    dp_tensor *wf = win ? dp_to(win, gy->dtype, dp_dev(gy)) : NULL,
-              *tf = tie ? dp_to(tie, gy->dtype, dp_dev(gy)) : NULL;
-    dp_tensor *half = tf ? dp_binary_scalar(DP_B_MUL, tf, 0.5, false) : NULL;
-    dp_tensor *ma = (wf && half) ? dp_add(wf, half) : NULL; /* weight of a */
+  case DP_B_MIN: {
+    dp_tensor *ma = dp_scope_add(&s, extreme_weight(op, a, b, 0, gy)); /* a's weight; b's is 1 - ma */
     if (ma && na) ga = dp_mul(gy, ma);
     if (ma && nb) {
-      dp_tensor *mb = dp_binary_scalar(DP_B_SUB, ma, 1.0, true);
+      dp_tensor *mb = dp_scope_add(&s, dp_binary_scalar(DP_B_SUB, ma, 1.0, true));
       gb = mb ? dp_mul(gy, mb) : NULL;
-      dp_release(mb);
     }
-    dp_release(win), dp_release(tie), dp_release(wf), dp_release(tf), dp_release(half), dp_release(ma);
     break;
   }
   case DP_B_POW:
     if (na) { /* gy * b * a^(b-1) */
-      dp_tensor *bm1 = dp_binary_scalar(DP_B_SUB, b, 1.0, false), *p = bm1 ? dp_binary(DP_B_POW, a, bm1) : NULL;
-      dp_tensor *t = p ? dp_mul(p, b) : NULL;
+      dp_tensor *bm1 = dp_scope_add(&s, dp_binary_scalar(DP_B_SUB, b, 1.0, false));
+      dp_tensor *p = bm1 ? dp_scope_add(&s, dp_binary(DP_B_POW, a, bm1)) : NULL;
+      dp_tensor *t = p ? dp_scope_add(&s, dp_mul(p, b)) : NULL;
       ga = t ? dp_mul(gy, t) : NULL;
-      dp_release(bm1), dp_release(p), dp_release(t);
     }
     if (nb) { /* gy * y * log(a) */
-      dp_tensor *la = dp_unary(DP_U_LOG, a), *t = la ? dp_mul(y, la) : NULL;
+      dp_tensor *la = dp_scope_add(&s, dp_unary(DP_U_LOG, a)), *t = la ? dp_scope_add(&s, dp_mul(y, la)) : NULL;
       gb = t ? dp_mul(gy, t) : NULL;
-      dp_release(la), dp_release(t);
     }
     break;
   default: return dp_error("comparison ops have no gradient");
   }
-  if ((na && !ga) || (nb && !gb)) {
-    dp_release(ga), dp_release(gb);
-    return -1;
-  }
   gin[0] = dp_grad_for_input(n, 0, ga);
   gin[1] = dp_grad_for_input(n, 1, gb);
-  if ((na && !gin[0]) || (nb && !gin[1])) return -1;
-  return 0;
+  return (na && !gin[0]) || (nb && !gin[1]) ? -1 : 0;
 }
 
 dp_tensor *dp_binary(dp_binary_op op, dp_tensor *a, dp_tensor *b) {
@@ -238,16 +233,11 @@ dp_tensor *dp_binary(dp_binary_op op, dp_tensor *a, dp_tensor *b) {
     dp_error_prefix(name);
     return NULL;
   }
-  dp_tensor *out = dp_empty(binary_out_dtype(op, a->dtype, b->dtype), nd, shape, dp_dev(a));
-  if (!out) return NULL;
-  dp_tensor *ea = dp_expand_raw(a, nd, shape), *eb = dp_expand_raw(b, nd, shape);
-  int rc = (ea && eb) ? dp_backend_of(a)->binary(op, out, ea, eb) : -1;
-  dp_release(ea);
-  dp_release(eb);
-  if (rc) {
-    dp_release(out);
-    return NULL;
-  }
+  DP_SCOPE(s);
+  dp_tensor *out = dp_scope_add(&s, dp_empty(binary_out_dtype(op, a->dtype, b->dtype), nd, shape, dp_dev(a)));
+  dp_tensor *ea = dp_scope_add(&s, dp_expand_raw(a, nd, shape)), *eb = dp_scope_add(&s, dp_expand_raw(b, nd, shape));
+  if (!out || !ea || !eb || dp_backend_of(a)->binary(op, out, ea, eb)) return NULL;
+  dp_scope_keep(&s, out);
   dp_tensor *ins[2] = {a, b};
   const dp_op_info *info = &dp_binary_ops[op];
   if (info->node && dp_any_requires_grad(2, ins)) {
@@ -267,40 +257,33 @@ static int binary_scalar_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin)
   bool first = n->i[1];
   double s = n->f[0];
   dp_tensor *gy = gout[0], *a = dp_node_saved(n, 0), *y = dp_node_saved(n, 1);
-  dp_tensor *g = NULL;
+  DP_SCOPE(sc);
+  dp_tensor *g = NULL; /* handed to dp_grad_for_input */
   switch (op) {
   case DP_B_ADD: dp_retain(gy), g = gy; break;
   case DP_B_SUB: g = first ? dp_neg(gy) : (dp_retain(gy), gy); break;
   case DP_B_MUL: g = dp_binary_scalar(DP_B_MUL, gy, s, false); break;
   case DP_B_DIV:
     if (!first) g = dp_binary_scalar(DP_B_DIV, gy, s, false);
-    else { /* d(s/a) = -y/a */ dp_tensor *t = dp_div(y, a), *u = t ? dp_mul(gy, t) : NULL;
+    else { /* d(s/a) = -y/a */
+      dp_tensor *t = dp_scope_add(&sc, dp_div(y, a)), *u = t ? dp_scope_add(&sc, dp_mul(gy, t)) : NULL;
       g = u ? dp_neg(u) : NULL;
-      dp_release(t), dp_release(u);
     }
     break;
   case DP_B_POW:
     if (!first) { /* s * a^(s-1) */
-      dp_tensor *p = dp_binary_scalar(DP_B_POW, a, s - 1.0, false),
-                *t = p ? dp_binary_scalar(DP_B_MUL, p, s, false) : NULL;
+      dp_tensor *p = dp_scope_add(&sc, dp_binary_scalar(DP_B_POW, a, s - 1.0, false));
+      dp_tensor *t = p ? dp_scope_add(&sc, dp_binary_scalar(DP_B_MUL, p, s, false)) : NULL;
       g = t ? dp_mul(gy, t) : NULL;
-      dp_release(p), dp_release(t);
     } else { /* s^a: y * log(s) */
-      dp_tensor *t = dp_binary_scalar(DP_B_MUL, y, log(s), false);
+      dp_tensor *t = dp_scope_add(&sc, dp_binary_scalar(DP_B_MUL, y, log(s), false));
       g = t ? dp_mul(gy, t) : NULL;
-      dp_release(t);
     }
     break;
   case DP_B_MAX:
   case DP_B_MIN: {
-    dp_tensor *win = dp_binary_scalar(op == DP_B_MAX ? DP_B_GT : DP_B_LT, a, s, false);
-    dp_tensor *tie = dp_binary_scalar(DP_B_EQ, a, s, false);
-    dp_tensor *wf = win ? dp_to(win, gy->dtype, dp_dev(gy)) : NULL,
-              *tf = tie ? dp_to(tie, gy->dtype, dp_dev(gy)) : NULL;
-    dp_tensor *half = tf ? dp_binary_scalar(DP_B_MUL, tf, 0.5, false) : NULL;
-    dp_tensor *m = (wf && half) ? dp_add(wf, half) : NULL;
+    dp_tensor *m = dp_scope_add(&sc, extreme_weight(op, a, NULL, s, gy));
     g = m ? dp_mul(gy, m) : NULL;
-    dp_release(win), dp_release(tie), dp_release(wf), dp_release(tf), dp_release(half), dp_release(m);
     break;
   }
   default: return dp_error("comparison ops have no gradient");
@@ -321,12 +304,10 @@ dp_tensor *dp_binary_scalar(dp_binary_op op, dp_tensor *a, double s, bool scalar
   dp_dtype odt = a->dtype;
   if (info->out == DP_OUT_BOOL) odt = DP_U8;
   else if (!dp_dtype_is_float(odt) && (info->out == DP_OUT_FLOAT || s != floor(s) || isinf(s))) odt = DP_F32;
-  dp_tensor *out = dp_empty(odt, a->ndim, a->shape, dp_dev(a));
-  if (!out) return NULL;
-  if (dp_backend_of(a)->binary_scalar(op, out, a, s, scalar_first)) {
-    dp_release(out);
-    return NULL;
-  }
+  DP_SCOPE(sc);
+  dp_tensor *out = dp_scope_add(&sc, dp_empty(odt, a->ndim, a->shape, dp_dev(a)));
+  if (!out || dp_backend_of(a)->binary_scalar(op, out, a, s, scalar_first)) return NULL;
+  dp_scope_keep(&sc, out);
   if (info->node && dp_any_requires_grad(1, &a)) {
     dp_node *n = dp_node_new(info->node, binary_scalar_backward, 1, &a, 1);
     n->i[0] = op;
@@ -343,12 +324,11 @@ dp_tensor *dp_binary_scalar(dp_binary_op op, dp_tensor *a, double s, bool scalar
 
 int dp_binary_(dp_binary_op op, dp_tensor *a, dp_tensor *b) {
   if (dp_check_same_device(dp_binary_name(op), a, b)) return -1;
-  dp_tensor *eb = dp_expand_raw(b, a->ndim, a->shape);
-  if (!eb) return -1;
-  int rc = dp_backend_of(a)->binary(op, a, a, eb);
-  dp_release(eb);
-  if (!rc) dp_bump_version(a);
-  return rc;
+  DP_SCOPE(s);
+  dp_tensor *eb = dp_scope_add(&s, dp_expand_raw(b, a->ndim, a->shape));
+  if (!eb || dp_backend_of(a)->binary(op, a, a, eb)) return -1;
+  dp_bump_version(a);
+  return 0;
 }
 
 int dp_binary_scalar_(dp_binary_op op, dp_tensor *a, double s) {

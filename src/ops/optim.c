@@ -12,8 +12,7 @@ static int check_grad(const char *who, const dp_tensor *p, const dp_tensor *g) {
   if (g->dtype != p->dtype)
     return dp_error("%s is %s but its gradient is %s", who, dp_dtype_name(p->dtype), dp_dtype_name(g->dtype));
   if (!dp_device_eq(dp_dev(p), dp_dev(g))) return dp_error("%s and its gradient are on different devices", who);
-  if (!dp_is_contiguous(p))
-    return dp_error("%s is not contiguous (optimizers update parameters in place)", who);
+  if (!dp_is_contiguous(p)) return dp_error("%s is not contiguous (optimizers update parameters in place)", who);
   return 0;
 }
 
