@@ -71,15 +71,36 @@ static int l_unary(lua_State *L) {
   return lt_push(L, dp_unary_with(&a, x));
 }
 
-/* t[name] = ddp[name] = the op's closure, for every op of the table */
+/* t[name] = ddp[name] = the op's closure, for every op of the table; and
+ * core._unary_params = {name = {{param, default}, ...}} for the ops that
+ * take parameters (the nn activation modules read their defaults there). */
 static void open_unary_ops(lua_State *L, int module, int methods) {
+  lua_newtable(L);
   for (int op = 0; op < DP_U_COUNT; op++) {
     lua_pushinteger(L, op);
     lua_pushcclosure(L, l_unary, 1);
     lua_pushvalue(L, -1);
     lua_setfield(L, methods, dp_unary_ops[op].name);
     lua_setfield(L, module, dp_unary_ops[op].name);
+    int n = 0;
+    for (size_t k = 0; k < DP_UNARY_NPARAMS; k++) {
+      const dp_param_info *pi = &dp_unary_param_list[k];
+      if ((int)pi->op != op) continue;
+      if (n == 0) {
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, -3, dp_unary_ops[op].name);
+      }
+      lua_createtable(L, 2, 0);
+      lua_pushstring(L, pi->name);
+      lua_rawseti(L, -2, 1);
+      lua_pushnumber(L, pi->dflt);
+      lua_rawseti(L, -2, 2);
+      lua_rawseti(L, -2, ++n);
+    }
+    if (n) lua_pop(L, 1);
   }
+  lua_setfield(L, module, "_unary_params");
 }
 
 /* in place: t:add_(u [, alpha]) / t:mul_(s) ...; no autograd */

@@ -116,6 +116,7 @@ dp_tensor *dp_unary_with(const dp_unary_args *a, dp_tensor *x) {
     return NULL;
   }
   const dp_op_info *info = &dp_unary_ops[a->op];
+  if (info->ints == DP_INT_ERROR && dp_check_float(info->name, x)) return NULL;
   DP_SCOPE(s);
   dp_tensor *out = dp_scope_add(&s, dp_empty(unary_out_dtype(a, x->dtype), x->ndim, x->shape, dp_dev(x)));
   if (!out || dp_backend_of(x)->unary(a, out, x)) return NULL;

@@ -28,7 +28,7 @@
  * grad:     the saved tensor the backward formula reads: GRAD_X (the input), GRAD_Y (the output), GRAD_NONE.
  * ints:     integer inputs: INT_TO_FLOAT (give float32, as PyTorch's math functions), INT_KEEP (keep the dtype,
  *           exact in int64), INT_KEEP_IF_WHOLE (keep it when every parameter is a whole number or infinite, like a
- *           weakly typed Lua number; else float32).
+ *           weakly typed Lua number; else float32), INT_ERROR (an error naming the dtype, as PyTorch's activations).
  * epilogue: EPILOGUE when linear can fuse it after the GEMM (its backward must then read only y, which is what
  *           linear saves), else NO_EPILOGUE. */
 
@@ -106,6 +106,7 @@ typedef enum { DP_RAND_UNIFORM, DP_RAND_NORMAL } dp_rand_kind;
  * rows that have that value (the int64 switches cover only the ops with an
  * int64 formula). */
 #define DP_IF_INT_TO_FLOAT(...)
+#define DP_IF_INT_ERROR(...)
 #define DP_IF_INT_KEEP(...) __VA_ARGS__
 #define DP_IF_INT_KEEP_IF_WHOLE(...) __VA_ARGS__
 #define DP_IF_OUT_PROMOTE(...) __VA_ARGS__
@@ -114,7 +115,7 @@ typedef enum { DP_RAND_UNIFORM, DP_RAND_NORMAL } dp_rand_kind;
 
 /* the column values, with the prefix the generators paste on */
 typedef enum { DP_GRAD_NONE, DP_GRAD_X, DP_GRAD_Y } dp_grad_reads;
-typedef enum { DP_INT_TO_FLOAT, DP_INT_KEEP, DP_INT_KEEP_IF_WHOLE } dp_int_rule;
+typedef enum { DP_INT_TO_FLOAT, DP_INT_KEEP, DP_INT_KEEP_IF_WHOLE, DP_INT_ERROR } dp_int_rule;
 typedef enum { DP_OUT_PROMOTE, DP_OUT_FLOAT, DP_OUT_BOOL } dp_out_rule;
 typedef enum { DP_SAVES_NONE, DP_SAVES_AB, DP_SAVES_ABY } dp_saves;
 enum { DP_NO_EPILOGUE = 0, DP_EPILOGUE = 1 };

@@ -178,7 +178,7 @@ int dp_cu_unary(const dp_unary_args *a, dp_tensor *out_t, const dp_tensor *x_t) 
   const void *x = dp_cu_ptr(x_t);
   dp_dtype odt = out_t->dtype, xdt = x_t->dtype;
   if (p->numel == 0) return 0;
-  bool keeps_int = dp_unary_ops[a->op].ints != DP_INT_TO_FLOAT;
+  bool keeps_int = dp_unary_ops[a->op].ints == DP_INT_KEEP || dp_unary_ops[a->op].ints == DP_INT_KEEP_IF_WHOLE;
   int mode = all_f32ish(odt, xdt) ? MODE_FLOAT : odt == DP_I64 && xdt == DP_I64 && keeps_int ? MODE_INT : MODE_DOUBLE;
   k_unary<<<dp_cu_blocks(c, p->numel, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(*p, *a, (char *)out, odt,
                                                                                      (const char *)x, xdt, mode);
