@@ -59,7 +59,7 @@ local function activation(name, op)
   end
   function cls:extra_repr()
     local parts = {}
-    for i, p in ipairs(params) do parts[i] = string.format("%s=%.17g", p[1], self[p[1]]) end
+    for i, p in ipairs(params) do parts[i] = string.format("%s=%g", p[1], self[p[1]]) end
     return table.concat(parts, ", ")
   end
   M.modules[name] = cls
