@@ -99,6 +99,11 @@ INT(clamp) {
   return t > hi ? hi : t;
 }
 
+/* x where x > 0, else negative_slope * x (and the gradient likewise: the
+ * slope at 0, as PyTorch) */
+FWD(leaky_relu) { return x > 0 ? x : x * (T)p->negative_slope; }
+BWD(leaky_relu) { return x > 0 ? gy : gy * (T)p->negative_slope; }
+
 /* ---- binary ops (gradients: ops/elementwise.c composes them) ---- */
 
 BIN(add) { return a + b; }

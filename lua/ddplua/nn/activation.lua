@@ -71,5 +71,6 @@ activation("ReLU", "relu")
 activation("GELU", "gelu") -- the exact erf form, PyTorch's default
 activation("Tanh", "tanh")
 activation("Sigmoid", "sigmoid")
+activation("LeakyReLU", "leaky_relu") -- LeakyReLU(negative_slope = 0.01)
 
 return M
