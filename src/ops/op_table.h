@@ -49,14 +49,20 @@
   X(RECIP,      reciprocal, "ReciprocalBackward", GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE) \
   X(SIGN,       sign,       "SignBackward",       GRAD_NONE, INT_KEEP,          NO_EPILOGUE) \
   X(CLAMP,      clamp,      "ClampBackward",      GRAD_X,    INT_KEEP_IF_WHOLE, NO_EPILOGUE) \
-  X(LEAKY_RELU, leaky_relu, "LeakyReluBackward",  GRAD_X,    INT_ERROR,         NO_EPILOGUE)
+  X(LEAKY_RELU, leaky_relu, "LeakyReluBackward",  GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
+  X(ELU,        elu,        "EluBackward",        GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
+  X(SILU,       silu,       "SiluBackward",       GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
+  X(SOFTPLUS,   softplus,   "SoftplusBackward",   GRAD_X,    INT_ERROR,         NO_EPILOGUE)
 
 /* The parameters of the unary ops that take some, in Lua argument order
  * (ddp.clamp(x, min, max)): P(ID, field of dp_unary_params, Lua default). */
 #define DP_UNARY_PARAMS(P)                 \
   P(CLAMP,      min,            -INFINITY) \
   P(CLAMP,      max,            INFINITY)  \
-  P(LEAKY_RELU, negative_slope, 0.01)
+  P(LEAKY_RELU, negative_slope, 0.01)      \
+  P(ELU,        alpha,          1.0)       \
+  P(SOFTPLUS,   beta,           1.0)       \
+  P(SOFTPLUS,   threshold,      20.0)
 
 /* X(ID, name, autograd node (NULL: no gradient), out, saves, scalar_f32)
  * out:        the result dtype: OUT_PROMOTE (dp_promote of the operands), OUT_FLOAT (promoted, integers give

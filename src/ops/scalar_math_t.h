@@ -104,6 +104,32 @@ INT(clamp) {
 FWD(leaky_relu) { return x > 0 ? x : x * (T)p->negative_slope; }
 BWD(leaky_relu) { return x > 0 ? gy : gy * (T)p->negative_slope; }
 
+/* x where x > 0, else alpha * (exp(x) - 1); the gradient alpha * exp(x)
+ * there (alpha at 0), and NaN at NaN (as PyTorch's vectorised kernel) */
+FWD(elu) { return x > 0 ? x : (T)p->alpha * EXPM1(x); }
+BWD(elu) { return x > 0 ? gy : gy * (T)p->alpha * EXP(x); }
+
+/* x * sigmoid(x), in PyTorch's form x / (1 + exp(-x)) (so -inf gives NaN
+ * there too) */
+FWD(silu) { return x / (1 + EXP(-x)); }
+BWD(silu) {
+  T s = 1 / (1 + EXP(-x));
+  return gy * s * (1 + x * (1 - s));
+}
+
+/* log(1 + exp(beta x)) / beta, and x itself where beta x > threshold
+ * (PyTorch's linear regime, which also keeps exp from overflowing) */
+FWD(softplus) {
+  T bx = x * (T)p->beta;
+  return bx > (T)p->threshold ? x : LOG1P(EXP(bx)) / (T)p->beta;
+}
+BWD(softplus) {
+  T bx = x * (T)p->beta;
+  if (bx > (T)p->threshold) return gy;
+  T z = EXP(bx);
+  return gy * z / (z + 1);
+}
+
 /* ---- binary ops (gradients: ops/elementwise.c composes them) ---- */
 
 BIN(add) { return a + b; }

@@ -40,6 +40,9 @@ local function activation(name, op)
       for i, p in ipairs(params) do opts[p[1]] = args[i] end
       opts.inplace = args[#params + 1]
     end
+    if opts.inplace ~= nil and type(opts.inplace) ~= "boolean" then
+      error(string.format("%s: inplace must be a boolean, got %s", name, type(opts.inplace)), 3)
+    end
     if opts.inplace then
       error(name .. ": inplace=true is not supported (the activation returns a new tensor)", 3)
     end
@@ -72,5 +75,8 @@ activation("GELU", "gelu") -- the exact erf form, PyTorch's default
 activation("Tanh", "tanh")
 activation("Sigmoid", "sigmoid")
 activation("LeakyReLU", "leaky_relu") -- LeakyReLU(negative_slope = 0.01)
+activation("ELU", "elu") -- ELU(alpha = 1)
+activation("SiLU", "silu")
+activation("Softplus", "softplus") -- Softplus(beta = 1, threshold = 20)
 
 return M
