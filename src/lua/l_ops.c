@@ -1,5 +1,7 @@
-/* Tensor math bindings: operators, elementwise methods, reductions,
- * comparisons, matmul. Positions are 1-based (dims, argmax results). */
+/* Tensor math bindings: operators, the unary ops of the op table (one
+ * closure per op, registered from ops/op_table.h: a new op needs nothing
+ * here), binary ops and comparisons, reductions, matmul, cat / stack.
+ * Positions are 1-based (dims, argmax results). */
 #include <string.h>
 
 #include "autograd/autograd.h"

@@ -6,11 +6,17 @@
  * All dims and indices are 0-based here (the Lua layer converts). Results
  * are new references; NULL + dp_errmsg() on error.
  *
- * Adding an op is a checklist: the kernel in src/backends/cpu (and
- * src/backends/cuda), its backend entry in backend.h, the forward + backward
- * function in the family's file here, the binding in src/lua, the Lua
- * wrapper if it is a module, and a spec with a float64 finite-difference
- * check. */
+ * Temporaries live in a scope (tensor/scope.h), released when the op
+ * returns. Adding an op (docs/adding_an_op.md): an elementwise one is a row
+ * in ops/op_table.h (name, node, what its backward reads, integer rule,
+ * epilogue, parameters) and two formulas in ops/scalar_math_t.h; the CPU
+ * and CUDA kernels, dp_unary, its autograd node and the Lua binding come
+ * from the table, a module is one line in lua/ddplua/nn/activation.lua,
+ * and a spec checks it against float64 references, finite differences and
+ * PyTorch. Any other op: its kernels (backends/cpu, backends/cuda, taking
+ * an argument struct when the signature is long), its entry in
+ * backends/backend.h and backend.c's entry list, its forward + backward
+ * function in the family's file here, its binding in src/lua, and a spec. */
 #ifndef DP_OPS_H
 #define DP_OPS_H
 
@@ -86,7 +92,7 @@ dp_tensor *dp_matmul(dp_tensor *a, dp_tensor *b);
  * sigmoid) to fuse the activation as well. */
 dp_tensor *dp_linear(dp_tensor *x, dp_tensor *w, dp_tensor *b, int act);
 
-/* ---- nn functional (ops/activation.c, loss.c, conv.c, norm.c, ...) ---- */
+/* ---- nn functional (ops/loss.c, conv.c, pool.c, norm.c, nn_misc.c) ---- */
 dp_tensor *dp_softmax(dp_tensor *x, int dim);
 dp_tensor *dp_log_softmax(dp_tensor *x, int dim);
 typedef enum { DP_REDUCE_NONE, DP_REDUCE_MEAN, DP_REDUCE_SUM } dp_reduction;
