@@ -31,9 +31,9 @@ int dp_cpu_bias_act(dp_tensor *y, const dp_tensor *bias, const dp_unary_args *ac
     }
     for (int64_t o = 0; o < outer; o++)
       for (int64_t ch = 0; ch < c; ch++) {
-        float *row = yf + (o * c + ch) * inner, b = bf ? bf[ch] : 0.f;
-        if (bf)
-          for (int64_t i = 0; i < inner; i++) row[i] += b;
+        float *row = yf + (o * c + ch) * inner;
+        float b = bf ? bf[ch] : 0.f; /* 0 without a bias, as the double path below */
+        for (int64_t i = 0; i < inner; i++) row[i] += b;
         if (act) dp_cpu_unary_f32_(act, row, inner);
       }
     return 0;
