@@ -16,7 +16,7 @@ local CORE_EXPORTS = {
   "tensor", "zeros", "ones", "full", "empty", "arange", "rand", "randn", "randperm", "cat", "stack", "is_tensor",
   -- the ops' functional forms (also tensor methods)
   "abs", "add", "sub", "mul", "div", "neg", "pow", "exp", "log", "sqrt", "rsqrt", "square", "reciprocal", "sign",
-  "clamp", "maximum", "minimum", "relu", "gelu", "tanh", "sigmoid", "softmax", "log_softmax", "sum", "mean", "max",
+  "clamp", "maximum", "minimum", "relu", "gelu", "leaky_relu", "elu", "silu", "softplus", "tanh", "sigmoid", "softmax", "log_softmax", "sum", "mean", "max",
   "min", "argmax", "argmin", "eq", "ne", "lt", "le", "gt", "ge", "matmul", "mm", "index_select", "linear", "conv2d",
   "max_pool2d", "avg_pool2d", "batch_norm", "layer_norm", "dropout", "embedding", "cross_entropy", "mse_loss",
   -- autograd mode, random numbers
@@ -28,13 +28,10 @@ local CORE_EXPORTS = {
   "cuda_is_available", "cuda_device_count", "cuda_device_name", "cuda_memory_stats", "cuda_empty_cache",
   "synchronize", "clock",
 }
--- Added by the op table (issue 10): exported once the core has them.
-local CORE_EXPORTS_PENDING = { "leaky_relu", "elu", "silu", "softplus" }
 
 for _, k in ipairs(CORE_EXPORTS) do
   M[k] = core[k] or error("ddplua: the C core has no '" .. k .. "' (lua/ddplua/init.lua exports it)")
 end
-for _, k in ipairs(CORE_EXPORTS_PENDING) do M[k] = core[k] end
 M.core = core
 M.Tensor = core.Tensor
 M._VERSION = "ddplua 0.1"

@@ -17,6 +17,7 @@
 #ifndef DP_AUTOGRAD_H
 #define DP_AUTOGRAD_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -95,9 +96,9 @@ bool dp_node_needs(const dp_node *n, int i);
  * copy of every gradient into its buckets. */
 dp_tensor *dp_node_grad_sink(dp_node *n, int i, dp_dtype dt, double *beta);
 void dp_node_grad_sink_done(dp_node *n, int i);
-/* Makes `out` output `nr` of n: sets requires_grad and grad_fn. Consumes
- * nothing; call once per output. Releases the creator's reference to n
- * when `last` is true. */
+/* Makes `out` output `nr` of n: sets requires_grad and grad_fn, and gives
+ * out its own reference to n. Call once per output; the creator then drops
+ * the reference dp_node_new gave it with dp_node_release. */
 void dp_node_attach(dp_node *n, dp_tensor *out, int nr);
 void dp_node_retain(dp_node *n);
 void dp_node_release(dp_node *n);

@@ -77,8 +77,8 @@ int dp_accumulate_grad(dp_tensor *leaf, dp_tensor *g) {
     return 0;
   }
   /* First gradient: take it over when nobody else holds it, else copy. */
-  if (atomic_load(&g->refcount) == 1 && g->dtype == leaf->dtype && dp_is_contiguous(g) &&
-      dp_device_eq(dp_dev(g), dp_dev(leaf)) && !g->requires_grad) {
+  if (dp_refcount(g) == 1 && g->dtype == leaf->dtype && dp_is_contiguous(g) && dp_device_eq(dp_dev(g), dp_dev(leaf)) &&
+      !g->requires_grad) {
     dp_retain(g);
     leaf->grad = g;
     return 0;
@@ -160,6 +160,8 @@ static int add_into(dp_tensor **dst, dp_tensor *g) {
   return 0;
 }
 
+/* Accumulates g (consumed; NULL when none flowed) into the leaf and fires
+ * its hooks once its last expected contribution is in. */
 static int deliver_to_leaf(dp_tensor *leaf, dp_tensor *g) {
   int rc = 0;
   if (g) {
@@ -196,10 +198,11 @@ int dp_backward(dp_tensor *root, dp_tensor *grad, bool retain_graph) {
 
   bool prev = dp_set_grad_enabled(false);
   int rc = 0;
-  if (!root->grad_fn) { /* a leaf */
+  if (!root->grad_fn) { /* a leaf (or an op that handed its input back) */
     root->bw_pending = 1;
     root->bw_got = false;
     rc = deliver_to_leaf(root, g0);
+    g0 = NULL; /* deliver_to_leaf consumed it */
     root->bw_pending = 0;
     root->bw_got = false;
     goto done;

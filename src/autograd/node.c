@@ -59,7 +59,7 @@ int dp_node_save(dp_node *n, const dp_tensor *t) {
   int k = n->n_saved++;
   if (t) {
     dp_tensor *a = dp_alias(t);
-    a->saved_version = atomic_load(&t->storage->version);
+    a->saved_version = dp_storage_version(t->storage);
     n->saved[k] = a;
   }
   return k;
@@ -72,10 +72,10 @@ int dp_node_check_saved(dp_node *n) {
                     n->name);
   for (int k = 0; k < n->n_saved; k++) {
     dp_tensor *t = n->saved[k];
-    if (t && atomic_load(&t->storage->version) != t->saved_version)
+    if (t && dp_storage_version(t->storage) != t->saved_version)
       return dp_error("%s: a tensor saved for the gradient computation was modified by an in-place operation "
                       "(version %u, expected %u)",
-                      n->name, atomic_load(&t->storage->version), t->saved_version);
+                      n->name, dp_storage_version(t->storage), t->saved_version);
   }
   return 0;
 }

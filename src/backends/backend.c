@@ -14,6 +14,76 @@
 
 #include "core/error.h"
 
+/* Every entry of dp_backend, and who must have it: ALL (every backend),
+ * DEVICE (a device backend; NULL on the CPU), OPTIONAL (may be NULL). */
+enum { ALL, DEVICE, OPTIONAL };
+#define DP_BACKEND_ENTRIES(X)                                                                                          \
+  X(name, ALL)                                                                                                         \
+  X(device_count, ALL)                                                                                                 \
+  X(alloc, ALL)                                                                                                        \
+  X(free, ALL)                                                                                                         \
+  X(synchronize, ALL)                                                                                                  \
+  X(copy, ALL)                                                                                                         \
+  X(copy_from_cpu, DEVICE)                                                                                             \
+  X(copy_to_cpu, DEVICE)                                                                                               \
+  X(fill, ALL)                                                                                                         \
+  X(arange, ALL)                                                                                                       \
+  X(rand, ALL)                                                                                                         \
+  X(unary, ALL)                                                                                                        \
+  X(unary_backward, ALL)                                                                                               \
+  X(binary, ALL)                                                                                                       \
+  X(binary_scalar, ALL)                                                                                                \
+  X(reduce, ALL)                                                                                                       \
+  X(scatter_add_dim, ALL)                                                                                              \
+  X(gemm, ALL)                                                                                                         \
+  X(bias_act, ALL)                                                                                                     \
+  X(channel_sum, ALL)                                                                                                  \
+  X(softmax, ALL)                                                                                                      \
+  X(softmax_backward, ALL)                                                                                             \
+  X(cross_entropy, ALL)                                                                                                \
+  X(cross_entropy_backward, ALL)                                                                                       \
+  X(im2col, ALL)                                                                                                       \
+  X(col2im, ALL)                                                                                                       \
+  X(max_pool2d, ALL)                                                                                                   \
+  X(max_pool2d_backward, ALL)                                                                                          \
+  X(avg_pool2d, ALL)                                                                                                   \
+  X(avg_pool2d_backward, ALL)                                                                                          \
+  X(bn_stats, ALL)                                                                                                     \
+  X(bn_forward, ALL)                                                                                                   \
+  X(bn_backward_reduce, ALL)                                                                                           \
+  X(bn_backward_elemt, ALL)                                                                                            \
+  X(layer_norm, ALL)                                                                                                   \
+  X(layer_norm_backward, ALL)                                                                                          \
+  X(dropout, ALL)                                                                                                      \
+  X(index_select, ALL)                                                                                                 \
+  X(index_add, ALL)                                                                                                    \
+  X(sgd_step, ALL)                                                                                                     \
+  X(adam_step, ALL)                                                                                                    \
+  X(unscale, ALL)                                                                                                      \
+  X(unscale_list, OPTIONAL)                                                                                            \
+  X(memory_stats, DEVICE)                                                                                              \
+  X(empty_cache, DEVICE)                                                                                               \
+  X(set_option, DEVICE)                                                                                                \
+  X(get_option, DEVICE)                                                                                                \
+  X(device_name, DEVICE)                                                                                               \
+  X(pg_new, OPTIONAL)
+#define DP_COUNT_ENTRY(field, who) +1
+/* every member is a pointer: a member added to dp_backend but not listed here fails to compile */
+_Static_assert(sizeof(dp_backend) == sizeof(void *) * (0 DP_BACKEND_ENTRIES(DP_COUNT_ENTRY)),
+               "list every dp_backend entry in DP_BACKEND_ENTRIES");
+#undef DP_COUNT_ENTRY
+
+int dp_backend_check(const dp_backend *b, bool device) {
+#define DP_CHECK_ENTRY(field, who)                                                                                     \
+  if (!b->field && (who == ALL || (who == DEVICE && device)))                                                          \
+    return dp_error("the %s backend is incomplete: its table has no '%s' entry (a plugin built for another version "   \
+                    "of the runtime?)",                                                                                \
+                    b->name ? b->name : "unnamed", #field);
+  DP_BACKEND_ENTRIES(DP_CHECK_ENTRY)
+#undef DP_CHECK_ENTRY
+  return 0;
+}
+
 static const dp_backend *cuda_backend;
 static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
 static char cuda_err[2048];
@@ -101,8 +171,16 @@ static void load_cuda(void) {
     return;
   }
   char err[400] = "";
-  cuda_backend = init(&runtime_api, err, sizeof err);
-  if (!cuda_backend) snprintf(cuda_err, sizeof cuda_err, "CUDA is not available: %s", err);
+  const dp_backend *b = init(&runtime_api, err, sizeof err);
+  if (!b) {
+    snprintf(cuda_err, sizeof cuda_err, "CUDA is not available: %s", err);
+    return;
+  }
+  if (dp_backend_check(b, true)) { /* refused: every caller may rely on every required entry */
+    snprintf(cuda_err, sizeof cuda_err, "CUDA is not available: %s", dp_errmsg());
+    return;
+  }
+  cuda_backend = b;
 }
 
 const dp_backend *dp_backend_get(int devtype) {

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "distributed/store.h"
-#include "ops/op_enums.h"
+#include "ops/op_table.h"
 #include "tensor/tensor.h"
 
 /* C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b], row-major, b < batch.
@@ -48,6 +48,59 @@ typedef struct {
   int64_t kh, kw, sh, sw, ph, pw;
   int64_t oh, ow; /* output spatial size */
 } dp_window2d;
+
+/* Reductions over the middle axis of x seen as [outer, k, inner]; index
+ * tensors count from base. */
+typedef struct {
+  dp_reduce_op op; /* reduce only */
+  int64_t outer, k, inner;
+  int64_t base;
+} dp_reduce_args;
+
+/* Cross-entropy of logits x [rows, classes] with int64 targets [rows]
+ * (class positions + base). Rows whose target equals ignore_index get loss
+ * 0. Label smoothing eps: loss = (1-eps)*nll + eps*mean_j(-logp_j). */
+typedef struct {
+  const dp_tensor *x, *target;
+  const dp_tensor *lse;   /* backward: the forward's per-row log-sum-exp */
+  const dp_tensor *scale; /* backward: per-row upstream gradient over the normaliser (0 for ignored rows) */
+  int64_t base, ignore_index;
+  double smoothing;
+} dp_ce_args;
+
+/* Batch norm over x seen as [n, c, inner] (contiguous): every per-channel
+ * tensor is contiguous [c] in x's dtype (the op layer converts). */
+typedef struct {
+  int64_t n, c, inner;
+  const dp_tensor *x;
+  const dp_tensor *mean, *invstd;        /* forward and backward */
+  const dp_tensor *w, *b;                /* affine; NULL for none (b: forward only) */
+  const dp_tensor *gy;                   /* backward: the upstream gradient, x's shape */
+  const dp_tensor *sum_dy, *sum_dy_xhat; /* backward_elemt: the per-channel sums */
+  double count;                          /* backward_elemt: the values the sums cover */
+} dp_bn_args;
+
+/* Layer norm over the cols of x [rows, cols] (contiguous); mean and rstd
+ * [rows] in x's dtype, w and b [cols] (x's dtype) or NULL. */
+typedef struct {
+  int64_t rows, cols;
+  const dp_tensor *x, *w, *b;
+  const dp_tensor *mean, *rstd; /* backward: the forward's statistics */
+  const dp_tensor *gy;          /* backward */
+  double eps;                   /* forward */
+} dp_ln_args;
+
+/* Optimizer hyper-parameters (PyTorch's names and semantics). */
+typedef struct {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov;
+  bool first_step; /* the momentum buffer starts as the gradient */
+} dp_sgd_args;
+typedef struct {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool decoupled; /* AdamW */
+  int64_t step;   /* 1 at the first step (bias corrections) */
+} dp_adam_args;
 
 /* Device memory accounting (the CUDA caching allocator). */
 typedef struct {
@@ -83,9 +136,13 @@ typedef struct dp_backend {
   int (*rand)(dp_tensor *out, dp_rand_kind kind, uint64_t seed, uint64_t offset, double a, double b);
 
   /* ---- elementwise: out and inputs have the same shape ---- */
-  int (*unary)(dp_unary_op op, dp_tensor *out, const dp_tensor *x);
-  /* gx = gy * f'(.) using x (input) and/or y (output), whichever op needs. */
-  int (*unary_backward)(dp_unary_op op, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x, const dp_tensor *y);
+  /* a: the op and its parameters (ops/op_table.h); the math is its
+   * formulas in ops/scalar_math_t.h. */
+  int (*unary)(const dp_unary_args *a, dp_tensor *out, const dp_tensor *x);
+  /* gx from gy and x (the input) or y (the output): the one the op table's
+   * grad column names is given, the other may be NULL. */
+  int (*unary_backward)(const dp_unary_args *a, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x,
+                        const dp_tensor *y);
   int (*binary)(dp_binary_op op, dp_tensor *out, const dp_tensor *a, const dp_tensor *b);
   /* out = a (op) s, or s (op) a when scalar_first. */
   int (*binary_scalar)(dp_binary_op op, dp_tensor *out, const dp_tensor *a, double s, bool scalar_first);
@@ -93,33 +150,27 @@ typedef struct dp_backend {
   /* ---- reductions: x contiguous, seen as [outer, k, inner]; out (and idx
    * for MAX/MIN, may be NULL) contiguous [outer, inner]. ARGMAX/ARGMIN
    * write int64 positions (+base) into out. ---- */
-  int (*reduce)(dp_reduce_op op, dp_tensor *out, dp_tensor *idx, const dp_tensor *x, int64_t outer, int64_t k,
-                int64_t inner, int64_t base);
+  int (*reduce)(dp_tensor *out, dp_tensor *idx, const dp_tensor *x, const dp_reduce_args *a);
   /* gx (contiguous [outer,k,inner], zeroed by the caller) [o, idx[o,i], i] += gy[o,i] */
-  int (*scatter_add_dim)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, int64_t outer, int64_t k,
-                         int64_t inner, int64_t base);
+  int (*scatter_add_dim)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, const dp_reduce_args *a);
 
   int (*gemm)(const dp_gemm_args *g);
 
   /* ---- nn ---- */
-  /* y [outer, c, inner] contiguous, in place: y = act(y + bias[c]); bias may
-   * be NULL; act < 0 for none (else DP_U_RELU / DP_U_GELU / ...). */
-  int (*bias_act)(dp_tensor *y, const dp_tensor *bias, int act, int64_t outer, int64_t c, int64_t inner);
+  /* y [outer, c, inner] contiguous, in place: y = act(y + bias[c]); bias and
+   * act (a unary op, usually one the op table marks EPILOGUE) may be NULL. */
+  int (*bias_act)(dp_tensor *y, const dp_tensor *bias, const dp_unary_args *act, int64_t outer, int64_t c,
+                  int64_t inner);
   /* gb[c] = sum over outer, inner of gy [outer, c, inner] (contiguous) */
   int (*channel_sum)(dp_tensor *gb, const dp_tensor *gy, int64_t outer, int64_t c, int64_t inner);
   /* rows x cols, contiguous. */
   int (*softmax)(dp_tensor *y, const dp_tensor *x, int64_t rows, int64_t cols, bool log);
   int (*softmax_backward)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *y, int64_t rows, int64_t cols, bool log);
-  /* Per-row loss (float dtype of x) and log-sum-exp (same dtype) of logits x
-   * [rows, classes]; target int64 [rows] (+base). Rows whose target equals
-   * ignore_index get loss 0. Label smoothing eps: loss = (1-eps)*nll +
-   * eps*mean_j(-logp_j). A target out of range is an error naming it. */
-  int (*cross_entropy)(dp_tensor *loss, dp_tensor *lse, const dp_tensor *x, const dp_tensor *target, int64_t base,
-                       double smoothing, int64_t ignore_index);
-  /* gx = (softmax(x) - smoothed_onehot) * scale[row] (scale = upstream grad
-   * over the normaliser; 0 for ignored rows). */
-  int (*cross_entropy_backward)(dp_tensor *gx, const dp_tensor *x, const dp_tensor *lse, const dp_tensor *target,
-                                const dp_tensor *scale, int64_t base, double smoothing, int64_t ignore_index);
+  /* Per-row loss (float dtype of x) and log-sum-exp (same dtype) of the
+   * logits (dp_ce_args). A target out of range is an error naming it. */
+  int (*cross_entropy)(dp_tensor *loss, dp_tensor *lse, const dp_ce_args *a);
+  /* gx = (softmax(x) - smoothed_onehot) * scale[row] */
+  int (*cross_entropy_backward)(dp_tensor *gx, const dp_ce_args *a);
   /* cols [nb, c*kh*kw, oh*ow] from images n0..n0+nb-1 of x (contiguous). */
   int (*im2col)(dp_tensor *cols, const dp_tensor *x, const dp_window2d *g, int64_t n0, int64_t nb);
   /* gx images n0.. += col2im(cols); gx zeroed by the caller. */
@@ -134,28 +185,19 @@ typedef struct dp_backend {
   /* count_include_pad semantics as PyTorch's default (true). */
   int (*avg_pool2d)(dp_tensor *y, const dp_tensor *x, const dp_window2d *g);
   int (*avg_pool2d_backward)(dp_tensor *gx, const dp_tensor *gy, const dp_window2d *g);
-  /* Batch norm: x, gy, gx, y [n, c, inner] contiguous; every per-channel
-   * tensor (mean, var, invstd, w, b, sums) contiguous [c] in x's dtype
-   * (the op layer converts). mean/var (biased) [c]. */
-  int (*bn_stats)(dp_tensor *mean, dp_tensor *var, const dp_tensor *x, int64_t n, int64_t c, int64_t inner);
-  /* y = (x - mean) * invstd * w + b; w, b may be NULL. */
-  int (*bn_forward)(dp_tensor *y, const dp_tensor *x, const dp_tensor *mean, const dp_tensor *invstd,
-                    const dp_tensor *w, const dp_tensor *b, int64_t n, int64_t c, int64_t inner);
+  /* Batch norm (dp_bn_args; y, gx contiguous like x). mean and biased
+   * var [c] of x. */
+  int (*bn_stats)(dp_tensor *mean, dp_tensor *var, const dp_bn_args *a);
+  /* y = (x - mean) * invstd * w + b */
+  int (*bn_forward)(dp_tensor *y, const dp_bn_args *a);
   /* sum_dy[c] = sum gy; sum_dy_xhat[c] = sum gy * (x - mean) * invstd */
-  int (*bn_backward_reduce)(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_tensor *gy, const dp_tensor *x,
-                            const dp_tensor *mean, const dp_tensor *invstd, int64_t n, int64_t c, int64_t inner);
-  /* gx = w*invstd*(gy - sum_dy/count - xhat*sum_dy_xhat/count); w may be NULL */
-  int (*bn_backward_elemt)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x, const dp_tensor *mean,
-                           const dp_tensor *invstd, const dp_tensor *w, const dp_tensor *sum_dy,
-                           const dp_tensor *sum_dy_xhat, double count, int64_t n, int64_t c, int64_t inner);
-  /* rows x cols contiguous; mean/rstd [rows] in x's dtype; w, b [cols]
-   * (x's dtype) or NULL. */
-  int (*layer_norm)(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_tensor *x, const dp_tensor *w,
-                    const dp_tensor *b, int64_t rows, int64_t cols, double eps);
+  int (*bn_backward_reduce)(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_bn_args *a);
+  /* gx = w*invstd*(gy - sum_dy/count - xhat*sum_dy_xhat/count) */
+  int (*bn_backward_elemt)(dp_tensor *gx, const dp_bn_args *a);
+  /* Layer norm (dp_ln_args): y, and the statistics mean, rstd [rows]. */
+  int (*layer_norm)(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_ln_args *a);
   /* gw, gb may be NULL (no affine); they are overwritten, not accumulated. */
-  int (*layer_norm_backward)(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
-                             const dp_tensor *mean, const dp_tensor *rstd, const dp_tensor *w, int64_t rows,
-                             int64_t cols);
+  int (*layer_norm_backward)(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_ln_args *a);
   /* out = x * keep / (1 - p), keep = Philox-uniform(seed, offset + i) >= p.
    * Same call on gy gives the backward (the mask is recomputed). */
   int (*dropout)(dp_tensor *out, const dp_tensor *x, double p, uint64_t seed, uint64_t offset);
@@ -167,16 +209,17 @@ typedef struct dp_backend {
 
   /* ---- optimizers: all contiguous, same numel; state tensors updated in
    * place. ---- */
-  int (*sgd_step)(dp_tensor *p, const dp_tensor *g, dp_tensor *buf, double lr, double momentum, double dampening,
-                  double weight_decay, bool nesterov, bool first_step);
-  int (*adam_step)(dp_tensor *p, const dp_tensor *g, dp_tensor *m, dp_tensor *v, double lr, double beta1, double beta2,
-                   double eps, double weight_decay, bool decoupled, int64_t step);
+  /* buf may be NULL (no momentum). */
+  int (*sgd_step)(dp_tensor *p, const dp_tensor *g, dp_tensor *buf, const dp_sgd_args *a);
+  int (*adam_step)(dp_tensor *p, const dp_tensor *g, dp_tensor *m, dp_tensor *v, const dp_adam_args *a);
   /* g *= inv_scale; sets *found_inf when any element is inf/nan. */
   int (*unscale)(dp_tensor *g, double inv_scale, int *found_inf);
 
-  /* ---- device extras: NULL on the CPU backend ---- */
-  /* unscale over a list of gradients on this backend's devices with one
-   * wait for the found-inf flag instead of one per tensor (GradScaler). */
+  /* ---- device extras: NULL on the CPU backend; a device backend (the
+   * plugin) must have them all except the two marked optional ---- */
+  /* Optional: unscale over a list of gradients on this backend's devices
+   * with one wait for the found-inf flag instead of one per tensor
+   * (GradScaler; without it, unscale per tensor). */
   int (*unscale_list)(dp_tensor *const *gs, int n, double inv_scale, int *found_inf);
   int (*memory_stats)(int device, dp_device_mem_stats *out);
   /* Returns cached device blocks to the driver (after waiting for the
@@ -189,7 +232,8 @@ typedef struct dp_backend {
   int (*get_option)(const char *name, double *value);
   /* "NVIDIA H200 (sm_90, 139.8 GiB)", or NULL + dp_error for a bad index */
   const char *(*device_name)(int device);
-  /* The NCCL process group (distributed/pg.h: dp_pg_nccl_new calls this). */
+  /* Optional: the NCCL process group (distributed/pg.h: dp_pg_nccl_new
+   * calls this; NULL when the plugin was built without NCCL). */
   struct dp_pg *(*pg_new)(const struct dp_pg_init *init);
 } dp_backend;
 
@@ -216,6 +260,12 @@ typedef struct {
  * be used (driver missing, no device visible). */
 typedef const dp_backend *(*dp_plugin_init_fn)(const dp_runtime_api *api, char *err, size_t errlen);
 #define DP_CUDA_PLUGIN_INIT "dp_cuda_plugin_init"
+
+/* Checks that every entry a backend needs is there (device: the plugin's
+ * table, which must also have copy_from_cpu / copy_to_cpu and the device
+ * extras not marked optional). 0, or -1 + dp_error naming the first
+ * missing entry. The runtime refuses a CUDA plugin that fails it. */
+int dp_backend_check(const dp_backend *b, bool device);
 
 /* The backend for a device type, or NULL if not available/loaded. */
 const dp_backend *dp_backend_get(int devtype);

@@ -2,7 +2,7 @@
  *
  * Runtime functions never abort on bad input: they record a message in a
  * thread-local buffer and return NULL / -1. The Lua binding layer turns that
- * into a Lua error (lua/l_util.h: DP_LCHECK), C tests read it with
+ * into a Lua error (src/lua/l_util.h: lt_error, LT_CHECK), C tests read it with
  * dp_errmsg(). Internal invariants that cannot be caused by a user use
  * DP_ASSERT, which reports file and line and aborts (llm.c's check macros). */
 #ifndef DP_ERROR_H

@@ -1,14 +1,16 @@
 /* Row gathering for batches (see gather.h). The CPU path reads the source
  * rows in place and writes the output once: a uint8 -> float32 batch costs
- * one pass over the batch's bytes. */
+ * one pass over the batch's bytes. Device sources go through the op layer
+ * (index_select, to, div). The indices are checked here, on the host, so
+ * a bad one is an error at the call on every device. */
 #include "data/gather.h"
 
 #include <inttypes.h>
 #include <string.h>
 
-#include "backends/backend.h"
 #include "core/error.h"
 #include "ops/ops.h"
+#include "tensor/scope.h"
 
 static int check_indices(const dp_tensor *src, const int64_t *idx, int64_t n, int64_t base) {
   int64_t rows = src->shape[0];
@@ -50,27 +52,19 @@ static void gather_cpu(dp_tensor *out, const dp_tensor *src, const int64_t *idx,
   }
 }
 
-/* Device sources: the backend picks the rows, then cast and divide. */
+/* Device sources: the op layer picks the rows (index_select), then casts
+ * and divides. */
 static dp_tensor *gather_device(dp_tensor *src, const int64_t *idx, int64_t n, int64_t base, dp_dtype dt,
                                 double divisor) {
-  dp_tensor *ihost = dp_empty(DP_I64, 1, &n, dp_cpu()), *idev = NULL, *s = NULL, *picked = NULL, *out = NULL;
+  DP_SCOPE(s);
+  dp_tensor *ihost = dp_scope_add(&s, dp_empty(DP_I64, 1, &n, dp_cpu()));
   if (!ihost) return NULL;
   memcpy(dp_data(ihost), idx, (size_t)n * sizeof *idx);
-  int64_t shape[DP_MAXDIM];
-  shape[0] = n;
-  for (int d = 1; d < src->ndim; d++) shape[d] = src->shape[d];
-  if (!(idev = dp_to(ihost, DP_I64, dp_dev(src))) || !(s = dp_contiguous(src)) ||
-      !(picked = dp_empty(src->dtype, src->ndim, shape, dp_dev(src))))
-    goto done;
-  if (dp_backend_of(src)->index_select(picked, s, idev, base)) goto done;
-  out = dp_to(picked, dt, dp_dev(src));
-  if (out && divisor != 1 && dp_binary_scalar_(DP_B_DIV, out, divisor)) dp_clear(&out);
-done:
-  dp_release(ihost);
-  dp_release(idev);
-  dp_release(s);
-  dp_release(picked);
-  return out;
+  dp_tensor *idev = dp_scope_add(&s, dp_to(ihost, DP_I64, dp_dev(src)));
+  dp_tensor *picked = idev ? dp_scope_add(&s, dp_index_select(src, 0, idev, base)) : NULL;
+  dp_tensor *out = picked ? dp_scope_add(&s, dp_to(picked, dt, dp_dev(src))) : NULL;
+  if (!out || (divisor != 1 && dp_binary_scalar_(DP_B_DIV, out, divisor))) return NULL;
+  return dp_scope_keep(&s, out);
 }
 
 dp_tensor *dp_gather_rows(dp_tensor *src, const int64_t *idx, int64_t n, int64_t base, dp_dtype dt, double divisor) {
@@ -88,13 +82,13 @@ dp_tensor *dp_gather_rows(dp_tensor *src, const int64_t *idx, int64_t n, int64_t
   }
   if (check_indices(src, idx, n, base)) return NULL;
   if (dp_dev(src).type != DP_CPU) return gather_device(src, idx, n, base, dt, divisor);
-  dp_tensor *s = dp_contiguous(src);
-  if (!s) return NULL;
+  DP_SCOPE(s);
+  dp_tensor *c = dp_scope_add(&s, dp_contiguous(src));
+  if (!c) return NULL;
   int64_t shape[DP_MAXDIM];
   shape[0] = n;
   for (int d = 1; d < src->ndim; d++) shape[d] = src->shape[d];
   dp_tensor *out = dp_empty(dt, src->ndim, shape, dp_cpu());
-  if (out) gather_cpu(out, s, idx, n, base, divisor);
-  dp_release(s);
+  if (out) gather_cpu(out, c, idx, n, base, divisor);
   return out;
 }

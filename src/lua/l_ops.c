@@ -1,5 +1,7 @@
-/* Tensor math bindings: operators, elementwise methods, reductions,
- * comparisons, matmul. Positions are 1-based (dims, argmax results). */
+/* Tensor math bindings: operators, the unary ops of the op table (one
+ * closure per op, registered from ops/op_table.h: a new op needs nothing
+ * here), binary ops and comparisons, reductions, matmul, cat / stack.
+ * Positions are 1-based (dims, argmax results). */
 #include <string.h>
 
 #include "autograd/autograd.h"
@@ -47,38 +49,60 @@ static int l_ge(lua_State *L) { return binary(L, DP_B_GE); }
 
 static int l_unm(lua_State *L) { return lt_push(L, dp_neg(lt_check(L, 1))); }
 
-#define UNARY(name, op)                                                                                                \
-  static int l_##name(lua_State *L) { return lt_push(L, dp_unary(op, lt_check(L, 1))); }
-UNARY(neg, DP_U_NEG)
-UNARY(exp, DP_U_EXP)
-UNARY(log, DP_U_LOG)
-UNARY(relu, DP_U_RELU)
-UNARY(gelu, DP_U_GELU)
-UNARY(tanh, DP_U_TANH)
-UNARY(sigmoid, DP_U_SIGMOID)
-UNARY(sqrt, DP_U_SQRT)
-UNARY(rsqrt, DP_U_RSQRT)
-UNARY(abs, DP_U_ABS)
-UNARY(square, DP_U_SQUARE)
-UNARY(reciprocal, DP_U_RECIP)
-UNARY(sign, DP_U_SIGN)
-#undef UNARY
+/* The unary ops of the op table, each a closure over its op: t:name(...)
+ * and ddp.name(t, ...), the op's parameters after the tensor in the
+ * table's order, nil or absent for the default. */
+static int l_unary(lua_State *L) {
+  dp_unary_args a = dp_unary_args_of((dp_unary_op)lua_tointeger(L, lua_upvalueindex(1)));
+  dp_tensor *x = lt_check(L, 1);
+  int arg = 2;
+  for (size_t k = 0; k < DP_UNARY_NPARAMS; k++) {
+    const dp_param_info *pi = &dp_unary_param_list[k];
+    if (pi->op != a.op) continue;
+    int i = arg++;
+    if (lua_isnoneornil(L, i)) continue;
+    if (lua_type(L, i) != LUA_TNUMBER)
+      return luaL_error(L, "%s: %s (argument %d) must be a number, got %s", dp_unary_name(a.op), pi->name, i,
+                        luaL_typename(L, i));
+    double v = lua_tonumber(L, i);
+    memcpy((char *)&a.p + pi->offset, &v, sizeof v);
+  }
+  if (!lua_isnone(L, arg))
+    return luaL_error(L, "%s: expected at most %d argument(s) after the tensor, got %d", dp_unary_name(a.op), arg - 2,
+                      lua_gettop(L) - 1);
+  return lt_push(L, dp_unary_with(&a, x));
+}
 
-static int l_clamp(lua_State *L) {
-  dp_tensor *t = lt_check(L, 1);
-  dp_tensor *r = t;
-  dp_retain(r);
-  if (!lua_isnoneornil(L, 2)) {
-    dp_tensor *n = dp_binary_scalar(DP_B_MAX, r, luaL_checknumber(L, 2), false);
-    dp_release(r);
-    if (!(r = n)) return lt_error(L);
+/* t[name] = ddp[name] = the op's closure, for every op of the table; and
+ * core._unary_params = {name = {{param, default}, ...}} for the ops that
+ * take parameters (the nn activation modules read their defaults there). */
+static void open_unary_ops(lua_State *L, int module, int methods) {
+  lua_newtable(L);
+  for (int op = 0; op < DP_U_COUNT; op++) {
+    lua_pushinteger(L, op);
+    lua_pushcclosure(L, l_unary, 1);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, methods, dp_unary_ops[op].name);
+    lua_setfield(L, module, dp_unary_ops[op].name);
+    int n = 0;
+    for (size_t k = 0; k < DP_UNARY_NPARAMS; k++) {
+      const dp_param_info *pi = &dp_unary_param_list[k];
+      if ((int)pi->op != op) continue;
+      if (n == 0) {
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, -3, dp_unary_ops[op].name);
+      }
+      lua_createtable(L, 2, 0);
+      lua_pushstring(L, pi->name);
+      lua_rawseti(L, -2, 1);
+      lua_pushnumber(L, pi->dflt);
+      lua_rawseti(L, -2, 2);
+      lua_rawseti(L, -2, ++n);
+    }
+    if (n) lua_pop(L, 1);
   }
-  if (!lua_isnoneornil(L, 3)) {
-    dp_tensor *n = dp_binary_scalar(DP_B_MIN, r, luaL_checknumber(L, 3), false);
-    dp_release(r);
-    if (!(r = n)) return lt_error(L);
-  }
-  return lt_push(L, r);
+  lua_setfield(L, module, "_unary_params");
 }
 
 /* in place: t:add_(u [, alpha]) / t:mul_(s) ...; no autograd */
@@ -256,6 +280,8 @@ static int l_stack(lua_State *L) {
 }
 
 void lt_open_tensor_ops(lua_State *L, int module, int methods) {
+  module = lua_absindex(L, module), methods = lua_absindex(L, methods);
+  open_unary_ops(L, module, methods);
   static const luaL_Reg meths[] = {{"add", l_add},
                                    {"sub", l_sub},
                                    {"mul", l_mul},
@@ -269,20 +295,6 @@ void lt_open_tensor_ops(lua_State *L, int module, int methods) {
                                    {"le", l_le},
                                    {"gt", l_gt},
                                    {"ge", l_ge},
-                                   {"neg", l_neg},
-                                   {"exp", l_exp},
-                                   {"log", l_log},
-                                   {"relu", l_relu},
-                                   {"gelu", l_gelu},
-                                   {"tanh", l_tanh},
-                                   {"sigmoid", l_sigmoid},
-                                   {"sqrt", l_sqrt},
-                                   {"rsqrt", l_rsqrt},
-                                   {"abs", l_abs},
-                                   {"square", l_square},
-                                   {"reciprocal", l_reciprocal},
-                                   {"sign", l_sign},
-                                   {"clamp", l_clamp},
                                    {"add_", l_add_},
                                    {"sub_", l_sub_},
                                    {"mul_", l_mul_},

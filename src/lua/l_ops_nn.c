@@ -1,6 +1,7 @@
 /* Functional nn bindings (ddp.nn.F builds on these): linear, softmax,
  * losses. Convolution, pooling, normalisation, dropout and embedding are
  * in l_ops_layers.c. */
+#include <stdio.h>
 #include <string.h>
 
 #include "lua/l_util.h"
@@ -8,16 +9,21 @@
 
 static dp_tensor *opt_tensor(lua_State *L, int idx) { return lua_isnoneornil(L, idx) ? NULL : lt_check(L, idx); }
 
-/* linear(x, w [, b [, act]]) act: "relu" | "tanh" | "sigmoid" */
+/* linear(x, w [, b [, act]]) act: the name of a unary op the op table
+ * marks EPILOGUE ("relu", "tanh", "sigmoid") */
 static int l_linear(lua_State *L) {
   dp_tensor *x = lt_check(L, 1), *w = lt_check(L, 2), *b = opt_tensor(L, 3);
   int act = -1;
   if (!lua_isnoneornil(L, 4)) {
     const char *a = luaL_checkstring(L, 4);
-    if (strcmp(a, "relu") == 0) act = DP_U_RELU;
-    else if (strcmp(a, "tanh") == 0) act = DP_U_TANH;
-    else if (strcmp(a, "sigmoid") == 0) act = DP_U_SIGMOID;
-    else return luaL_error(L, "linear: unknown fused activation '%s' (expected relu, tanh or sigmoid)", a);
+    char names[256] = "";
+    for (int op = 0; op < DP_U_COUNT && act < 0; op++) {
+      if (!dp_unary_ops[op].epilogue) continue;
+      if (strcmp(a, dp_unary_ops[op].name) == 0) act = op;
+      snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "",
+               dp_unary_ops[op].name);
+    }
+    if (act < 0) return luaL_error(L, "linear: unknown fused activation '%s' (expected one of %s)", a, names);
   }
   return lt_push(L, dp_linear(x, w, b, act));
 }

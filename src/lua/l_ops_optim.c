@@ -9,6 +9,7 @@
  * state is the optimizer's table keyed by parameter tensor; state[p] is
  * {momentum_buffer=} (SGD) or {step=, exp_avg=, exp_avg_sq=} (Adam). */
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "lua/l_util.h"
 #include "ops/ops.h"
@@ -22,8 +23,8 @@ static double group_number(lua_State *L, int group, const char *key, const char 
   return v;
 }
 
-/* The parameter at position i of the group's params, with a gradient that
- * matches it, or NULL to skip it. */
+/* The parameter at position i of the group's params if it has a gradient
+ * (the op layer checks that it matches), or NULL to skip it. */
 static dp_tensor *param_with_grad(lua_State *L, int params, lua_Integer i, const char *who) {
   lua_geti(L, params, i);
   dp_tensor *p = lt_test(L, -1);
@@ -31,19 +32,7 @@ static dp_tensor *param_with_grad(lua_State *L, int params, lua_Integer i, const
   lua_pop(L, 1);
   /* a zero-pending gradient (zero_grad on a kept buffer) steps as zeros */
   if (dp_grad_materialize(p)) lt_error(L);
-  if (!p->grad) return NULL;
-  char a[128], b[128];
-  if (!dp_same_shape(p, p->grad))
-    luaL_error(L, "%s: parameter %d has shape %s but its gradient has shape %s", who, (int)i,
-               dp_shape_str(p, a, sizeof a), dp_shape_str(p->grad, b, sizeof b));
-  if (p->grad->dtype != p->dtype)
-    luaL_error(L, "%s: parameter %d is %s but its gradient is %s", who, (int)i, dp_dtype_name(p->dtype),
-               dp_dtype_name(p->grad->dtype));
-  if (!dp_device_eq(dp_dev(p), dp_dev(p->grad)))
-    luaL_error(L, "%s: parameter %d and its gradient are on different devices", who, (int)i);
-  if (!dp_is_contiguous(p))
-    luaL_error(L, "%s: parameter %d is not contiguous (optimizers update parameters in place)", who, (int)i);
-  return p;
+  return p->grad ? p : NULL;
 }
 
 /* Pushes state[p] (creating an empty table on first use). */
@@ -60,8 +49,9 @@ static void push_param_state(lua_State *L, int state, lua_Integer i, int params)
   lua_remove(L, -2);
 }
 
-/* state table at -1: field `key`, a tensor shaped like p, or a new zeroed one
- * stored there. *created says whether it was just made. */
+/* state table at -1: field `key` (the op layer checks it matches p), or
+ * a new zeroed tensor like p stored there. *created says whether it was
+ * just made. */
 static dp_tensor *state_tensor(lua_State *L, dp_tensor *p, const char *key, lua_Integer i, const char *who,
                                bool *created) {
   *created = false;
@@ -70,16 +60,7 @@ static dp_tensor *state_tensor(lua_State *L, dp_tensor *p, const char *key, lua_
   if (!s && !lua_isnil(L, -1))
     luaL_error(L, "%s: state '%s' of parameter %d is a %s, expected a tensor", who, key, (int)i, luaL_typename(L, -1));
   lua_pop(L, 1);
-  if (s) {
-    char a[128], b[128];
-    if (!dp_same_shape(s, p) || s->dtype != p->dtype || !dp_is_contiguous(s) || !dp_device_eq(dp_dev(s), dp_dev(p)))
-      luaL_error(L,
-                 "%s: state '%s' of parameter %d is a %s %s tensor, expected a contiguous %s %s one like the "
-                 "parameter",
-                 who, key, (int)i, dp_dtype_name(s->dtype), dp_shape_str(s, a, sizeof a), dp_dtype_name(p->dtype),
-                 dp_shape_str(p, b, sizeof b));
-    return s;
-  }
+  if (s) return s;
   s = dp_zeros(p->dtype, p->ndim, p->shape, dp_dev(p));
   lt_push(L, s); /* raises on NULL */
   lua_setfield(L, -2, key);
@@ -109,14 +90,16 @@ static int l_sgd_step(lua_State *L) {
       buf = state_tensor(L, p, "momentum_buffer", i, who, &first);
       lua_pop(L, 1);
     }
-    /* buf stays referenced by the state table; the gradient is taken last
-     * so that no Lua error can leak the reference */
-    dp_tensor *g = dp_contiguous(p->grad);
-    if (!g) return lt_error(L);
-    int rc = dp_backend_of(p)->sgd_step(p, g, buf, lr, momentum, dampening, wd, nesterov, first);
-    dp_release(g);
-    LT_CHECK(L, rc);
-    dp_bump_version(p);
+    /* buf stays referenced by the state table */
+    char name[64];
+    snprintf(name, sizeof name, "%s: parameter %d", who, (int)i);
+    dp_sgd_args a = {.lr = lr,
+                     .momentum = momentum,
+                     .dampening = dampening,
+                     .weight_decay = wd,
+                     .nesterov = nesterov,
+                     .first_step = first};
+    LT_CHECK(L, dp_sgd_step_(name, p, p->grad, buf, &a));
   }
   return 0;
 }
@@ -152,12 +135,16 @@ static int l_adam_step(lua_State *L) {
     lua_pushinteger(L, step);
     lua_setfield(L, -2, "step");
     lua_pop(L, 1);
-    dp_tensor *g = dp_contiguous(p->grad);
-    if (!g) return lt_error(L);
-    int rc = dp_backend_of(p)->adam_step(p, g, m, v, lr, b1, b2, eps, wd, decoupled, (int64_t)step);
-    dp_release(g);
-    LT_CHECK(L, rc);
-    dp_bump_version(p);
+    char name[64];
+    snprintf(name, sizeof name, "%s: parameter %d", who, (int)i);
+    dp_adam_args a = {.lr = lr,
+                      .beta1 = b1,
+                      .beta2 = b2,
+                      .eps = eps,
+                      .weight_decay = wd,
+                      .decoupled = decoupled,
+                      .step = (int64_t)step};
+    LT_CHECK(L, dp_adam_step_(name, p, p->grad, m, v, &a));
   }
   return 0;
 }

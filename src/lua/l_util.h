@@ -56,8 +56,9 @@ struct dp_pg *lt_check_pg(lua_State *L, int idx);
 /* Tells the GC pacer that tensors were allocated (called by lt_push). */
 void lt_gc_pace(lua_State *L);
 
-/* Registration of the binding files (each adds functions to the module
- * table at -1 and methods to the tensor method table at -2... see l_core.c). */
+/* Registration of the binding files: each adds its functions to the module
+ * table at stack index `module` and its tensor methods to the method table
+ * at `methods` (l_core.c calls them in turn). */
 void lt_open_tensor(lua_State *L, int module, int methods);
 void lt_open_tensor_create(lua_State *L, int module);
 void lt_open_tensor_ops(lua_State *L, int module, int methods);

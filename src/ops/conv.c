@@ -78,25 +78,22 @@ static char *elem_ptr(const dp_tensor *t, int64_t i) { return (char *)dp_data(t)
 static int conv_forward(dp_tensor *y, dp_tensor *x, dp_tensor *w, const conv_geom *cg) {
   const dp_backend *be = dp_backend_of(x);
   int64_t N = cg->g.n, nb_max = chunk_images(cg, dp_elsize(x));
-  dp_tensor *cols = NULL;
-  if (!cg->direct) {
-    cols = dp_empty(x->dtype, 3, (int64_t[]){nb_max, cg->ck, cg->L}, dp_dev(x));
-    if (!cols) return -1;
-  }
-  int rc = 0;
-  for (int64_t n0 = 0; n0 < N && !rc; n0 += nb_max) {
+  DP_SCOPE(s);
+  dp_tensor *cols =
+      cg->direct ? NULL : dp_scope_add(&s, dp_empty(x->dtype, 3, (int64_t[]){nb_max, cg->ck, cg->L}, dp_dev(x)));
+  if (!cg->direct && !cols) return -1;
+  for (int64_t n0 = 0; n0 < N; n0 += nb_max) {
     int64_t nb = N - n0 < nb_max ? N - n0 : nb_max;
     const void *src = elem_ptr(x, n0 * cg->ck * cg->L);
     if (cols) {
-      rc = be->im2col(cols, x, &cg->g, n0, nb);
+      if (be->im2col(cols, x, &cg->g, n0, nb)) return -1;
       src = dp_data(cols);
     }
-    if (!rc)
-      rc = gemm(y, false, false, cg->outc, cg->L, cg->ck, nb, dp_data(w), cg->ck, 0, src, cg->L, cg->ck * cg->L,
-                elem_ptr(y, n0 * cg->outc * cg->L), cg->outc * cg->L, 0.0);
+    if (gemm(y, false, false, cg->outc, cg->L, cg->ck, nb, dp_data(w), cg->ck, 0, src, cg->L, cg->ck * cg->L,
+             elem_ptr(y, n0 * cg->outc * cg->L), cg->outc * cg->L, 0.0))
+      return -1;
   }
-  dp_release(cols);
-  return rc;
+  return 0;
 }
 
 /* gx (if wanted) and gw (if wanted) from gy [N, O, L] contiguous. */
@@ -104,24 +101,22 @@ static int conv_backward_data(dp_tensor *gx, dp_tensor *gw, dp_tensor *gy, dp_te
                               const conv_geom *cg) {
   const dp_backend *be = dp_backend_of(gy);
   int64_t N = cg->g.n, nb_max = chunk_images(cg, dp_elsize(gy)), O = cg->outc, CK = cg->ck, L = cg->L;
+  DP_SCOPE(s);
   dp_tensor *cols = NULL, *gcols = NULL;
   if (!cg->direct) {
     int64_t sh[3] = {nb_max, CK, L};
-    if (gw && !(cols = dp_empty(gy->dtype, 3, sh, dp_dev(gy)))) return -1;
-    if (gx && !(gcols = dp_empty(gy->dtype, 3, sh, dp_dev(gy)))) {
-      dp_release(cols);
-      return -1;
-    }
+    if (gw && !(cols = dp_scope_add(&s, dp_empty(gy->dtype, 3, sh, dp_dev(gy))))) return -1;
+    if (gx && !(gcols = dp_scope_add(&s, dp_empty(gy->dtype, 3, sh, dp_dev(gy))))) return -1;
   }
-  if (gx && !cg->direct && dp_fill_(gx, 0.0)) goto fail;
-  if (gw && N == 0 && dp_fill_(gw, 0.0)) goto fail; /* no image, no GEMM to initialise it */
+  if (gx && !cg->direct && dp_fill_(gx, 0.0)) return -1;
+  if (gw && N == 0 && dp_fill_(gw, 0.0)) return -1; /* no image, no GEMM to initialise it */
   for (int64_t n0 = 0; n0 < N; n0 += nb_max) {
     int64_t nb = N - n0 < nb_max ? N - n0 : nb_max;
     const char *gyp = elem_ptr(gy, n0 * O * L);
     if (gw) {
       const char *src = elem_ptr(x, n0 * CK * L);
       if (cols) {
-        if (be->im2col(cols, x, &cg->g, n0, nb)) goto fail;
+        if (be->im2col(cols, x, &cg->g, n0, nb)) return -1;
         src = dp_data(cols);
       }
       /* gW [O, CK] += gy[n] [O, L] @ cols[n]^T: one GEMM per image, since
@@ -130,21 +125,15 @@ static int conv_backward_data(dp_tensor *gx, dp_tensor *gw, dp_tensor *gy, dp_te
       for (int64_t i = 0; i < nb; i++)
         if (gemm(gw, false, true, O, CK, L, 1, gyp + (size_t)(i * O * L) * es, L, 0, src + (size_t)(i * CK * L) * es, L,
                  0, dp_data(gw), 0, (n0 + i) ? 1.0 : 0.0))
-          goto fail;
+          return -1;
     }
     if (gx) { /* gcols[n] [CK, L] = W^T [CK, O] @ gy[n] [O, L] */
       void *dst = gcols ? dp_data(gcols) : elem_ptr(gx, n0 * CK * L);
-      if (gemm(gy, true, false, CK, L, O, nb, dp_data(w), CK, 0, gyp, L, O * L, dst, CK * L, 0.0)) goto fail;
-      if (gcols && be->col2im(gx, gcols, &cg->g, n0, nb)) goto fail;
+      if (gemm(gy, true, false, CK, L, O, nb, dp_data(w), CK, 0, gyp, L, O * L, dst, CK * L, 0.0)) return -1;
+      if (gcols && be->col2im(gx, gcols, &cg->g, n0, nb)) return -1;
     }
   }
-  dp_release(cols);
-  dp_release(gcols);
   return 0;
-fail:
-  dp_release(cols);
-  dp_release(gcols);
-  return -1;
 }
 
 static int conv2d_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
@@ -152,26 +141,23 @@ static int conv2d_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   conv_geom cg;
   conv_geometry(&cg, x, w, (int64_t[]){n->i[0], n->i[1]}, (int64_t[]){n->i[2], n->i[3]});
   bool want_x = dp_node_needs(n, 0), want_w = dp_node_needs(n, 1), want_b = n->n_inputs > 2 && dp_node_needs(n, 2);
-  dp_tensor *gy = dp_contiguous_raw(gout[0]);
+  DP_SCOPE(s);
+  dp_tensor *gy = dp_scope_add(&s, dp_contiguous_raw(gout[0]));
   dp_tensor *gx = NULL, *gw = NULL, *gb = NULL;
   if (!gy) return -1;
-  if (want_x && !(gx = dp_empty(x->dtype, 4, x->shape, dp_dev(x)))) goto fail;
-  if (want_w && !(gw = dp_empty(w->dtype, 4, w->shape, dp_dev(w)))) goto fail;
-  if ((want_x || want_w) && conv_backward_data(gx, gw, gy, x, w, &cg)) goto fail;
+  if (want_x && !(gx = dp_scope_add(&s, dp_empty(x->dtype, 4, x->shape, dp_dev(x))))) return -1;
+  if (want_w && !(gw = dp_scope_add(&s, dp_empty(w->dtype, 4, w->shape, dp_dev(w))))) return -1;
+  if ((want_x || want_w) && conv_backward_data(gx, gw, gy, x, w, &cg)) return -1;
   if (want_b) {
-    gb = dp_empty(gy->dtype, 1, &cg.outc, dp_dev(gy));
-    if (!gb || dp_backend_of(gy)->channel_sum(gb, gy, cg.g.n, cg.outc, cg.L)) goto fail;
+    gb = dp_scope_add(&s, dp_empty(gy->dtype, 1, &cg.outc, dp_dev(gy)));
+    if (!gb || dp_backend_of(gy)->channel_sum(gb, gy, cg.g.n, cg.outc, cg.L)) return -1;
   }
-  dp_release(gy);
   /* the forward lifted an unbatched [C, H, W] input to [1, C, H, W] */
-  gin[0] = gx && n->in_ndim[0] == 3 ? dp_reshape(gx, 3, n->in_shape[0]) : (dp_retain(gx), gx);
-  dp_release(gx);
-  gin[1] = gw;
-  if (want_b) gin[2] = gb;
-  return (want_x && !gin[0]) ? -1 : 0;
-fail:
-  dp_release(gy), dp_release(gx), dp_release(gw), dp_release(gb);
-  return -1;
+  if (gx && n->in_ndim[0] == 3 && !(gx = dp_scope_add(&s, dp_reshape(gx, 3, n->in_shape[0])))) return -1;
+  gin[0] = dp_scope_keep(&s, gx);
+  gin[1] = dp_scope_keep(&s, gw);
+  if (want_b) gin[2] = dp_scope_keep(&s, gb);
+  return 0;
 }
 
 static int check_conv_args(const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const int64_t stride[2],
@@ -209,28 +195,22 @@ static int check_conv_args(const dp_tensor *x, const dp_tensor *w, const dp_tens
 
 dp_tensor *dp_conv2d(dp_tensor *x_in, dp_tensor *w_in, dp_tensor *b, const int64_t stride[2],
                      const int64_t padding[2]) {
+  DP_SCOPE(s);
   bool prev = dp_set_grad_enabled(false);
-  dp_tensor *x = x_in->ndim == 3 ? dp_unsqueeze(x_in, 0) : (dp_retain(x_in), x_in);
+  dp_tensor *x = x_in->ndim == 3 ? dp_scope_add(&s, dp_unsqueeze(x_in, 0)) : x_in;
   dp_set_grad_enabled(prev);
-  if (!x) return NULL;
-  dp_tensor *xc = NULL, *wc = NULL, *y = NULL, *out = NULL;
-  if (check_conv_args(x, w_in, b, stride, padding)) goto done;
-  xc = dp_contiguous_raw(x);
-  wc = xc ? dp_contiguous_raw(w_in) : NULL;
-  if (!wc) goto done;
+  if (!x || check_conv_args(x, w_in, b, stride, padding)) return NULL;
+  dp_tensor *xc = dp_scope_add(&s, dp_contiguous_raw(x)), *wc = xc ? dp_scope_add(&s, dp_contiguous_raw(w_in)) : NULL;
+  if (!wc) return NULL;
   conv_geom cg;
   conv_geometry(&cg, xc, wc, stride, padding);
-  y = dp_empty(xc->dtype, 4, (int64_t[]){cg.g.n, cg.outc, cg.g.oh, cg.g.ow}, dp_dev(xc));
-  if (!y || conv_forward(y, xc, wc, &cg) || (b && dp_backend_of(y)->bias_act(y, b, -1, cg.g.n, cg.outc, cg.L))) {
-    dp_clear(&y);
-    goto done;
-  }
-  out = y;
-  if (x_in->ndim == 3) {
-    out = dp_reshape(y, 3, (int64_t[]){cg.outc, cg.g.oh, cg.g.ow});
-    dp_release(y);
-    if (!out) goto done;
-  }
+  dp_tensor *out = dp_scope_add(&s, dp_empty(xc->dtype, 4, (int64_t[]){cg.g.n, cg.outc, cg.g.oh, cg.g.ow}, dp_dev(xc)));
+  if (!out || conv_forward(out, xc, wc, &cg) ||
+      (b && dp_backend_of(out)->bias_act(out, b, NULL, cg.g.n, cg.outc, cg.L)))
+    return NULL;
+  if (x_in->ndim == 3 && !(out = dp_scope_add(&s, dp_reshape(out, 3, (int64_t[]){cg.outc, cg.g.oh, cg.g.ow}))))
+    return NULL;
+  dp_scope_keep(&s, out);
   dp_tensor *ins[3] = {x_in, w_in, b};
   if (dp_any_requires_grad(b ? 3 : 2, ins)) {
     dp_node *n = dp_node_new("ConvolutionBackward", conv2d_backward, b ? 3 : 2, ins, 1);
@@ -240,7 +220,5 @@ dp_tensor *dp_conv2d(dp_tensor *x_in, dp_tensor *w_in, dp_tensor *b, const int64
     dp_node_attach(n, out, 0);
     dp_node_release(n);
   }
-done:
-  dp_release(x), dp_release(xc), dp_release(wc);
   return out;
 }

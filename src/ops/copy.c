@@ -14,34 +14,30 @@ int dp_fill_(dp_tensor *t, double v) {
 static int cross_device_copy(dp_tensor *dst, dp_tensor *src) {
   /* stage: make src contiguous + dst dtype on its own device, move, then
    * copy into dst's strides on dst's device */
-  dp_tensor *s = NULL, *staged = NULL;
-  int rc = -1;
+  DP_SCOPE(sc);
+  dp_tensor *s = src;
   if (src->dtype != dst->dtype || !dp_is_contiguous(src)) {
-    s = dp_empty(dst->dtype, src->ndim, src->shape, dp_dev(src));
-    if (!s || dp_backend_of(src)->copy(s, src)) goto out;
-  } else {
-    dp_retain(src);
-    s = src;
+    s = dp_scope_add(&sc, dp_empty(dst->dtype, src->ndim, src->shape, dp_dev(src)));
+    if (!s || dp_backend_of(src)->copy(s, src)) return -1;
   }
   bool direct = dp_is_contiguous(dst);
-  staged = direct ? (dp_retain(dst), dst) : dp_empty(dst->dtype, dst->ndim, dst->shape, dp_dev(dst));
-  if (!staged) goto out;
+  dp_tensor *staged = direct ? dst : dp_scope_add(&sc, dp_empty(dst->dtype, dst->ndim, dst->shape, dp_dev(dst)));
+  if (!staged) return -1;
+  int rc;
   if (dp_dev(src).type == DP_CPU) rc = dp_backend_of(staged)->copy_from_cpu(staged, s);
   else if (dp_dev(dst).type == DP_CPU) rc = dp_backend_of(s)->copy_to_cpu(staged, s);
-  else { /* device to device through the host */ dp_tensor *h = dp_empty(s->dtype, s->ndim, s->shape, dp_cpu());
+  else { /* device to device through the host */
+    dp_tensor *h = dp_scope_add(&sc, dp_empty(s->dtype, s->ndim, s->shape, dp_cpu()));
     rc = h ? dp_backend_of(s)->copy_to_cpu(h, s) : -1;
     if (!rc) rc = dp_backend_of(staged)->copy_from_cpu(staged, h);
-    dp_release(h);
   }
   if (!rc && !direct) rc = dp_backend_of(dst)->copy(dst, staged);
-out:
-  dp_release(s);
-  dp_release(staged);
   return rc;
 }
 
 int dp_copy_(dp_tensor *dst, dp_tensor *src) {
-  dp_tensor *e = dp_expand_raw(src, dst->ndim, dst->shape);
+  DP_SCOPE(s);
+  dp_tensor *e = dp_scope_add(&s, dp_expand_raw(src, dst->ndim, dst->shape));
   if (!e) {
     dp_error_prefix("copy_: ");
     return -1;
@@ -49,23 +45,18 @@ int dp_copy_(dp_tensor *dst, dp_tensor *src) {
   int rc;
   if (dp_device_eq(dp_dev(dst), dp_dev(src))) rc = dp_backend_of(dst)->copy(dst, e);
   else {
-    dp_tensor *c = dp_contiguous_raw(e); /* materialise the broadcast first */
+    dp_tensor *c = dp_scope_add(&s, dp_contiguous_raw(e)); /* materialise the broadcast first */
     rc = c ? cross_device_copy(dst, c) : -1;
-    dp_release(c);
   }
-  dp_release(e);
   if (!rc) dp_bump_version(dst);
   return rc;
 }
 
 dp_tensor *dp_copy_raw(dp_tensor *t) {
-  dp_tensor *c = dp_empty(t->dtype, t->ndim, t->shape, dp_dev(t));
-  if (!c) return NULL;
-  if (dp_backend_of(t)->copy(c, t)) {
-    dp_release(c);
-    return NULL;
-  }
-  return c;
+  DP_SCOPE(s);
+  dp_tensor *c = dp_scope_add(&s, dp_empty(t->dtype, t->ndim, t->shape, dp_dev(t)));
+  if (!c || dp_backend_of(t)->copy(c, t)) return NULL;
+  return dp_scope_keep(&s, c);
 }
 
 dp_tensor *dp_contiguous_raw(dp_tensor *t) {
@@ -117,12 +108,10 @@ dp_tensor *dp_to(dp_tensor *t, dp_dtype dt, dp_device dev) {
     return t;
   }
   if (dev.type != DP_CPU && !dp_backend_require(dev.type)) return NULL;
-  dp_tensor *out = dp_empty(dt, t->ndim, t->shape, dev);
-  if (!out) return NULL;
-  if (dp_copy_(out, t)) {
-    dp_release(out);
-    return NULL;
-  }
+  DP_SCOPE(s);
+  dp_tensor *out = dp_scope_add(&s, dp_empty(dt, t->ndim, t->shape, dev));
+  if (!out || dp_copy_(out, t)) return NULL;
+  dp_scope_keep(&s, out);
   if (dp_any_requires_grad(1, &t) && dp_dtype_is_float(dt)) {
     dp_node *n = dp_node_new("ToCopyBackward", to_backward, 1, &t, 1);
     n->i[0] = dp_dev(t).type;
@@ -145,11 +134,8 @@ dp_tensor *dp_arange(double start, double end, double step, dp_dtype dt, dp_devi
     return NULL;
   }
   int64_t n = (int64_t)cnt;
-  dp_tensor *out = dp_empty(dt, 1, &n, dev);
-  if (!out) return NULL;
-  if (dp_backend_of(out)->arange(out, start, step)) {
-    dp_release(out);
-    return NULL;
-  }
-  return out;
+  DP_SCOPE(s);
+  dp_tensor *out = dp_scope_add(&s, dp_empty(dt, 1, &n, dev));
+  if (!out || dp_backend_of(out)->arange(out, start, step)) return NULL;
+  return dp_scope_keep(&s, out);
 }

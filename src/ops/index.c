@@ -15,18 +15,13 @@ static int index_select_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) 
   int64_t t = sh[0];
   sh[0] = sh[dim];
   sh[dim] = t;
-  dp_tensor *acc = dp_zeros(n->in_dtype[0], nd, sh, dp_dev(gout[0]));
-  dp_tensor *g = acc ? dp_transpose(gout[0], 0, dim) : NULL;
-  dp_tensor *gc = g ? dp_contiguous_raw(g) : NULL;
-  int rc = gc ? dp_backend_of(acc)->index_add(acc, idx, gc, base) : -1;
-  dp_release(g);
-  dp_release(gc);
-  if (!rc) {
-    dp_tensor *back = dp_transpose(acc, 0, dim);
-    gin[0] = back ? dp_contiguous_raw(back) : NULL;
-    dp_release(back);
-  }
-  dp_release(acc);
+  DP_SCOPE(s);
+  dp_tensor *acc = dp_scope_add(&s, dp_zeros(n->in_dtype[0], nd, sh, dp_dev(gout[0])));
+  dp_tensor *g = acc ? dp_scope_add(&s, dp_transpose(gout[0], 0, dim)) : NULL;
+  dp_tensor *gc = g ? dp_scope_add(&s, dp_contiguous_raw(g)) : NULL;
+  if (!gc || dp_backend_of(acc)->index_add(acc, idx, gc, base)) return -1;
+  dp_tensor *back = dp_scope_add(&s, dp_transpose(acc, 0, dim));
+  gin[0] = back ? dp_contiguous_raw(back) : NULL;
   return gin[0] ? 0 : -1;
 }
 
@@ -38,27 +33,27 @@ dp_tensor *dp_index_select(dp_tensor *x, int dim, dp_tensor *idx, int64_t base) 
     return NULL;
   }
   if (dp_check_same_device("index_select", x, idx)) return NULL;
+  DP_SCOPE(s);
   bool prev = dp_set_grad_enabled(false);
-  dp_tensor *xt = dp_transpose(x, 0, dim);
-  dp_tensor *src = xt ? dp_contiguous_raw(xt) : NULL;
-  dp_tensor *ic = dp_contiguous_raw(idx);
+  dp_tensor *xt = dp_scope_add(&s, dp_transpose(x, 0, dim));
+  dp_tensor *src = xt ? dp_scope_add(&s, dp_contiguous_raw(xt)) : NULL;
+  dp_tensor *ic = dp_scope_add(&s, dp_contiguous_raw(idx));
   dp_tensor *out = NULL;
   if (src && ic) {
     int64_t sh[DP_MAXDIM];
     memcpy(sh, src->shape, sizeof sh);
     sh[0] = dp_numel(ic);
-    out = dp_empty(x->dtype, x->ndim, sh, dp_dev(x));
-    if (out && dp_backend_of(x)->index_select(out, src, ic, base)) dp_clear(&out);
+    out = dp_scope_add(&s, dp_empty(x->dtype, x->ndim, sh, dp_dev(x)));
+    if (out && dp_backend_of(x)->index_select(out, src, ic, base)) out = NULL;
     if (out && dim != 0) {
-      dp_tensor *o2 = dp_transpose(out, 0, dim);
-      dp_release(out);
-      out = o2 ? dp_contiguous_raw(o2) : NULL;
-      dp_release(o2);
+      dp_tensor *o2 = dp_scope_add(&s, dp_transpose(out, 0, dim));
+      out = o2 ? dp_scope_add(&s, dp_contiguous_raw(o2)) : NULL;
     }
   }
-  dp_release(xt), dp_release(src);
   dp_set_grad_enabled(prev);
-  if (out && dp_any_requires_grad(1, &x)) {
+  if (!out) return NULL;
+  dp_scope_keep(&s, out);
+  if (dp_any_requires_grad(1, &x)) {
     dp_node *n = dp_node_new("IndexSelectBackward", index_select_backward, 1, &x, 1);
     n->i[0] = dim;
     n->i[1] = base;
@@ -66,6 +61,5 @@ dp_tensor *dp_index_select(dp_tensor *x, int dim, dp_tensor *idx, int64_t base) 
     dp_node_attach(n, out, 0);
     dp_node_release(n);
   }
-  dp_release(ic);
   return out;
 }

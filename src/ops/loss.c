@@ -6,14 +6,12 @@
 
 /* x with `dim` moved last, contiguous, as [rows, cols] */
 static dp_tensor *rows_last(dp_tensor *x, int dim, int64_t *rows, int64_t *cols) {
-  dp_tensor *t = dim == x->ndim - 1 ? (dp_retain(x), x) : dp_transpose(x, dim, x->ndim - 1);
+  DP_SCOPE(s);
+  dp_tensor *t = dim == x->ndim - 1 ? x : dp_scope_add(&s, dp_transpose(x, dim, x->ndim - 1));
   if (!t) return NULL;
-  dp_tensor *c = dp_contiguous_raw(t);
-  dp_release(t);
-  if (!c) return NULL;
   *cols = x->ndim ? x->shape[dim] : 1;
   *rows = *cols ? dp_numel(x) / *cols : 0;
-  return c;
+  return dp_contiguous_raw(t);
 }
 
 static dp_tensor *rows_back(dp_tensor *c, const dp_tensor *like, int dim) {
@@ -26,13 +24,12 @@ static dp_tensor *rows_back(dp_tensor *c, const dp_tensor *like, int dim) {
   memcpy(sh, like->shape, sizeof sh);
   sh[dim] = like->shape[like->ndim - 1];
   sh[like->ndim - 1] = like->shape[dim];
-  dp_tensor *v = dp_as_strided(c, like->ndim, sh, c->stride, c->offset);
+  DP_SCOPE(s);
+  dp_tensor *v = dp_scope_add(&s, dp_as_strided(c, like->ndim, sh, c->stride, c->offset));
   if (!v) return NULL;
   /* strides of a contiguous tensor of shape sh */
   dp_contiguous_strides(like->ndim, sh, v->stride);
-  dp_tensor *r = dp_transpose(v, dim, like->ndim - 1);
-  dp_release(v);
-  return r;
+  return dp_transpose(v, dim, like->ndim - 1);
 }
 
 static int softmax_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
@@ -41,11 +38,12 @@ static int softmax_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_tensor *y = dp_node_saved(n, 0);
   if (!y) return -1;
   int64_t rows, cols;
-  dp_tensor *yc = rows_last(y, dim, &rows, &cols), *gc = yc ? rows_last(gout[0], dim, &rows, &cols) : NULL;
-  dp_tensor *gx = gc ? dp_empty_like(gc) : NULL;
-  int rc = gx ? dp_backend_of(y)->softmax_backward(gx, gc, yc, rows, cols, log) : -1;
-  if (!rc) gin[0] = rows_back(gx, y, dim);
-  dp_release(yc), dp_release(gc), dp_release(gx);
+  DP_SCOPE(s);
+  dp_tensor *yc = dp_scope_add(&s, rows_last(y, dim, &rows, &cols));
+  dp_tensor *gc = yc ? dp_scope_add(&s, rows_last(gout[0], dim, &rows, &cols)) : NULL;
+  dp_tensor *gx = gc ? dp_scope_add(&s, dp_empty_like(gc)) : NULL;
+  if (!gx || dp_backend_of(y)->softmax_backward(gx, gc, yc, rows, cols, log)) return -1;
+  gin[0] = rows_back(gx, y, dim);
   return gin[0] ? 0 : -1;
 }
 
@@ -55,19 +53,16 @@ static dp_tensor *softmax_impl(dp_tensor *x, int dim, bool log) {
   if (x->ndim == 0) dim = 0;
   else if (dp_check_dim(op, x, dim)) return NULL;
   int64_t rows, cols;
-  dp_tensor *xs = x->ndim == 0 ? dp_reshape(x, 1, (int64_t[]){1}) : (dp_retain(x), x);
-  dp_tensor *c = xs ? rows_last(xs, dim, &rows, &cols) : NULL;
-  dp_tensor *y = c ? dp_empty_like(c) : NULL;
-  int rc = y ? dp_backend_of(x)->softmax(y, c, rows, cols, log) : -1;
-  dp_tensor *out = rc ? NULL : rows_back(y, xs, dim);
-  dp_release(c), dp_release(y);
-  if (out && x->ndim == 0) {
-    dp_tensor *r = dp_reshape(out, 0, NULL);
-    dp_release(out);
-    out = r;
-  }
-  dp_release(xs);
-  if (out && dp_any_requires_grad(1, &x)) {
+  DP_SCOPE(s);
+  dp_tensor *xs = x->ndim == 0 ? dp_scope_add(&s, dp_reshape(x, 1, (int64_t[]){1})) : x;
+  dp_tensor *c = xs ? dp_scope_add(&s, rows_last(xs, dim, &rows, &cols)) : NULL;
+  dp_tensor *y = c ? dp_scope_add(&s, dp_empty_like(c)) : NULL;
+  if (!y || dp_backend_of(x)->softmax(y, c, rows, cols, log)) return NULL;
+  dp_tensor *out = dp_scope_add(&s, rows_back(y, xs, dim));
+  if (out && x->ndim == 0) out = dp_scope_add(&s, dp_reshape(out, 0, NULL));
+  if (!out) return NULL;
+  dp_scope_keep(&s, out);
+  if (dp_any_requires_grad(1, &x)) {
     dp_node *n = dp_node_new(log ? "LogSoftmaxBackward" : "SoftmaxBackward", softmax_backward, 1, &x, 1);
     n->i[0] = dim;
     n->i[1] = log;
@@ -82,60 +77,75 @@ dp_tensor *dp_softmax(dp_tensor *x, int dim) { return softmax_impl(x, dim, false
 dp_tensor *dp_log_softmax(dp_tensor *x, int dim) { return softmax_impl(x, dim, true); }
 
 /* ---- cross-entropy ---- */
-typedef struct {
-  int64_t base, ignore;
-  double smoothing;
-} ce_args;
-
 static int ce_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_tensor *x = dp_node_saved(n, 0), *target = dp_node_saved(n, 1), *lse = dp_node_saved(n, 2),
             *valid = dp_node_saved(n, 3);
   dp_reduction red = (dp_reduction)n->i[0];
-  int64_t base = n->i[1], ignore = n->i[2];
-  double smoothing = n->f[0];
   int64_t rows = x->shape[0];
+  DP_SCOPE(s);
   /* per-row scale: upstream grad (per row for 'none') over the normaliser */
-  dp_tensor *scale = NULL;
+  dp_tensor *scale;
   if (red == DP_REDUCE_NONE) {
-    dp_tensor *g = dp_reshape(gout[0], 1, &rows);
-    scale = g ? dp_mul(g, valid) : NULL;
-    dp_release(g);
+    dp_tensor *g = dp_scope_add(&s, dp_reshape(gout[0], 1, &rows));
+    scale = g ? dp_scope_add(&s, dp_mul(g, valid)) : NULL;
   } else {
     double denom = red == DP_REDUCE_MEAN ? n->f[1] : 1.0;
-    dp_tensor *g = dp_binary_scalar(DP_B_DIV, gout[0], denom > 0 ? denom : 1.0, false);
-    scale = g ? dp_mul(valid, g) : NULL; /* broadcasts the 0-dim grad over rows */
-    dp_release(g);
+    dp_tensor *g = dp_scope_add(&s, dp_binary_scalar(DP_B_DIV, gout[0], denom > 0 ? denom : 1.0, false));
+    scale = g ? dp_scope_add(&s, dp_mul(valid, g)) : NULL; /* broadcasts the 0-dim grad over rows */
   }
-  if (!scale) return -1;
-  dp_tensor *sc = dp_contiguous_raw(scale);
-  dp_release(scale);
-  dp_tensor *gx = sc ? dp_empty_like(x) : NULL;
-  int rc = gx ? dp_backend_of(x)->cross_entropy_backward(gx, x, lse, target, sc, base, smoothing, ignore) : -1;
-  dp_release(sc);
-  if (rc) {
-    dp_release(gx);
-    return -1;
+  dp_tensor *sc = scale ? dp_scope_add(&s, dp_contiguous_raw(scale)) : NULL;
+  dp_tensor *gx = sc ? dp_scope_add(&s, dp_empty_like(x)) : NULL;
+  dp_ce_args ca = {.x = x,
+                   .target = target,
+                   .lse = lse,
+                   .scale = sc,
+                   .base = n->i[1],
+                   .ignore_index = n->i[2],
+                   .smoothing = n->f[0]};
+  if (!gx || dp_backend_of(x)->cross_entropy_backward(gx, &ca)) return -1;
+  if (n->in_ndim[0] == 2) {
+    gin[0] = dp_scope_keep(&s, gx);
+    return 0;
   }
   /* back to the logits' original layout */
-  if (n->in_ndim[0] != 2) {
-    int nd = n->in_ndim[0];
-    int64_t sh[DP_MAXDIM]; /* [N, d..., C] then move C back to dim 1 */
-    sh[0] = n->in_shape[0][0];
-    for (int d = 2; d < nd; d++) sh[d - 1] = n->in_shape[0][d];
-    sh[nd - 1] = n->in_shape[0][1];
-    dp_tensor *v = dp_reshape(gx, nd, sh);
-    dp_release(gx);
-    if (!v) return -1;
+  int nd = n->in_ndim[0];
+  int64_t sh[DP_MAXDIM]; /* [N, d..., C] then move C back to dim 1 */
+  sh[0] = n->in_shape[0][0];
+  for (int d = 2; d < nd; d++) sh[d - 1] = n->in_shape[0][d];
+  sh[nd - 1] = n->in_shape[0][1];
+  dp_tensor *v = dp_scope_add(&s, dp_reshape(gx, nd, sh));
+  if (!v) return -1;
+  int perm[DP_MAXDIM];
+  perm[0] = 0;
+  perm[1] = nd - 1;
+  for (int d = 2; d < nd; d++) perm[d] = d - 1;
+  gin[0] = dp_permute(v, perm);
+  return gin[0] ? 0 : -1;
+}
+
+/* logits and targets as [rows, C] and [rows], contiguous */
+static int ce_rows(dp_tensor *logits, dp_tensor *target, dp_tensor **x2, dp_tensor **t2) {
+  int nd = logits->ndim;
+  int64_t C = nd == 1 ? logits->shape[0] : logits->shape[1];
+  DP_SCOPE(s);
+  dp_tensor *xv, *tv;
+  if (nd == 1) {
+    xv = dp_scope_add(&s, dp_reshape(logits, 2, (int64_t[]){1, C}));
+    tv = dp_scope_add(&s, dp_reshape(target, 1, (int64_t[]){1}));
+  } else if (nd == 2) {
+    xv = logits, tv = target;
+  } else {
     int perm[DP_MAXDIM];
     perm[0] = 0;
-    perm[1] = nd - 1;
-    for (int d = 2; d < nd; d++) perm[d] = d - 1;
-    gin[0] = dp_permute(v, perm);
-    dp_release(v);
-    return gin[0] ? 0 : -1;
+    for (int d = 2; d < nd; d++) perm[d - 1] = d;
+    perm[nd - 1] = 1;
+    dp_tensor *p = dp_scope_add(&s, dp_permute(logits, perm));
+    xv = p ? dp_scope_add(&s, dp_reshape(p, 2, (int64_t[]){-1, C})) : NULL;
+    tv = dp_scope_add(&s, dp_reshape(target, 1, (int64_t[]){-1}));
   }
-  gin[0] = gx;
-  return 0;
+  *x2 = xv ? dp_contiguous_raw(xv) : NULL;
+  *t2 = tv ? dp_contiguous_raw(tv) : NULL;
+  return *x2 && *t2 ? 0 : -1;
 }
 
 dp_tensor *dp_cross_entropy(dp_tensor *logits, dp_tensor *target, dp_reduction red, double smoothing,
@@ -160,55 +170,35 @@ dp_tensor *dp_cross_entropy(dp_tensor *logits, dp_tensor *target, dp_reduction r
              SHAPE(logits), SHAPE(target));
     return NULL;
   }
-  /* to [rows, C] and [rows] */
+  DP_SCOPE(s);
   bool prev = dp_set_grad_enabled(false);
-  dp_tensor *x2 = NULL, *t2 = NULL;
-  int64_t C = nd == 1 ? logits->shape[0] : logits->shape[1];
-  if (nd == 1) {
-    x2 = dp_reshape(logits, 2, (int64_t[]){1, C});
-    t2 = dp_reshape(target, 1, (int64_t[]){1});
-  } else if (nd == 2) {
-    x2 = dp_contiguous_raw(logits);
-    t2 = dp_contiguous_raw(target);
-  } else {
-    int perm[DP_MAXDIM];
-    perm[0] = 0;
-    for (int d = 2; d < nd; d++) perm[d - 1] = d;
-    perm[nd - 1] = 1;
-    dp_tensor *p = dp_permute(logits, perm);
-    x2 = p ? dp_reshape(p, 2, (int64_t[]){-1, C}) : NULL;
-    dp_release(p);
-    t2 = dp_reshape(target, 1, (int64_t[]){-1});
-  }
-  dp_tensor *xc = x2 ? dp_contiguous_raw(x2) : NULL, *tc = t2 ? dp_contiguous_raw(t2) : NULL;
-  dp_release(x2), dp_release(t2);
+  dp_tensor *xc = NULL, *tc = NULL, *out = NULL, *valid = NULL;
+  double count = 0;
+  int rc = ce_rows(logits, target, &xc, &tc);
+  dp_scope_add(&s, xc), dp_scope_add(&s, tc);
   int64_t rows = xc ? xc->shape[0] : 0;
-  dp_tensor *loss = xc && tc ? dp_empty(logits->dtype, 1, &rows, dp_dev(logits)) : NULL;
-  dp_tensor *lse = loss ? dp_empty(logits->dtype, 1, &rows, dp_dev(logits)) : NULL;
-  int rc = lse ? dp_backend_of(logits)->cross_entropy(loss, lse, xc, tc, base, smoothing, ignore_index) : -1;
+  count = (double)rows;
+  dp_tensor *loss = rc ? NULL : dp_scope_add(&s, dp_empty(logits->dtype, 1, &rows, dp_dev(logits)));
+  dp_tensor *lse = loss ? dp_scope_add(&s, dp_empty(logits->dtype, 1, &rows, dp_dev(logits))) : NULL;
+  dp_ce_args ca = {.x = xc, .target = tc, .base = base, .ignore_index = ignore_index, .smoothing = smoothing};
+  rc = lse ? dp_backend_of(logits)->cross_entropy(loss, lse, &ca) : -1;
   /* valid-row mask (1 where target != ignore_index) and count */
-  dp_tensor *valid = NULL, *out = NULL;
-  double count = (double)rows;
   if (!rc) {
-    dp_tensor *ne = dp_binary_scalar(DP_B_NE, tc, (double)ignore_index, false);
-    valid = ne ? dp_to(ne, logits->dtype, dp_dev(logits)) : NULL;
-    dp_release(ne);
+    dp_tensor *ne = dp_scope_add(&s, dp_binary_scalar(DP_B_NE, tc, (double)ignore_index, false));
+    valid = ne ? dp_scope_add(&s, dp_to(ne, logits->dtype, dp_dev(logits))) : NULL;
     if (valid && red == DP_REDUCE_MEAN) {
-      dp_tensor *cnt = dp_sum(valid, 0, NULL, false);
-      double c = 0;
-      if (!cnt || dp_item_d(cnt, &c)) dp_clear(&valid);
-      dp_release(cnt);
-      count = c;
+      dp_tensor *cnt = dp_scope_add(&s, dp_sum(valid, 0, NULL, false));
+      if (!cnt || dp_item_d(cnt, &count)) valid = NULL;
     }
   }
   if (valid) {
     if (red == DP_REDUCE_NONE) {
       out = nd <= 2 ? dp_reshape(loss, nd == 1 ? 0 : 1, target->shape) : dp_reshape(loss, target->ndim, target->shape);
     } else {
-      dp_tensor *s = dp_sum(loss, 0, NULL, false);
-      out = (s && red == DP_REDUCE_MEAN) ? dp_binary_scalar(DP_B_DIV, s, count > 0 ? count : 0.0 / 0.0, false)
-                                         : (s ? (dp_retain(s), s) : NULL);
-      dp_release(s);
+      dp_tensor *sum = dp_scope_add(&s, dp_sum(loss, 0, NULL, false));
+      out = !sum                    ? NULL
+            : red == DP_REDUCE_MEAN ? dp_binary_scalar(DP_B_DIV, sum, count > 0 ? count : 0.0 / 0.0, false)
+                                    : dp_scope_keep(&s, sum);
     }
   }
   dp_set_grad_enabled(prev);
@@ -223,7 +213,6 @@ dp_tensor *dp_cross_entropy(dp_tensor *logits, dp_tensor *target, dp_reduction r
     dp_node_attach(n, out, 0);
     dp_node_release(n);
   }
-  dp_release(xc), dp_release(tc), dp_release(loss), dp_release(lse), dp_release(valid);
   return out;
 }
 
@@ -234,11 +223,10 @@ dp_tensor *dp_mse_loss(dp_tensor *a, dp_tensor *b, dp_reduction red) {
     dp_error("mse_loss: input shape %s and target shape %s differ", SHAPE(a), SHAPE(b));
     return NULL;
   }
-  dp_tensor *d = dp_sub(a, b);
+  DP_SCOPE(s);
+  dp_tensor *d = dp_scope_add(&s, dp_sub(a, b));
   dp_tensor *sq = d ? dp_unary(DP_U_SQUARE, d) : NULL;
-  dp_release(d);
   if (!sq || red == DP_REDUCE_NONE) return sq;
-  dp_tensor *r = red == DP_REDUCE_MEAN ? dp_mean(sq, 0, NULL, false) : dp_sum(sq, 0, NULL, false);
-  dp_release(sq);
-  return r;
+  dp_scope_add(&s, sq);
+  return red == DP_REDUCE_MEAN ? dp_mean(sq, 0, NULL, false) : dp_sum(sq, 0, NULL, false);
 }

@@ -47,31 +47,26 @@ static bool batch_stride(const dp_tensor *t, int64_t *stride, int64_t *nb) {
 }
 
 /* t itself when the backend can read it in place, else a packed copy
- * (returned in *copy for the caller to release). */
-static dp_tensor *gemm_operand(dp_tensor *t, bool *trans, int64_t *ld, int64_t *bstride, int64_t *nb,
-                               dp_tensor **copy) {
-  *copy = NULL;
+ * (owned by the caller's scope s). */
+static dp_tensor *gemm_operand(dp_scope *s, dp_tensor *t, bool *trans, int64_t *ld, int64_t *bstride, int64_t *nb) {
   if (as_gemm_operand(t, trans, ld) && batch_stride(t, bstride, nb)) return t;
   /* dp_copy_raw gives dense strides even where dp_contiguous_raw would
    * keep an empty or size-1 view as it is */
-  *copy = dp_copy_raw(t);
-  if (!*copy) return NULL;
-  DP_ASSERT(as_gemm_operand(*copy, trans, ld) && batch_stride(*copy, bstride, nb));
-  return *copy;
+  dp_tensor *copy = dp_scope_add(s, dp_copy_raw(t));
+  if (!copy) return NULL;
+  DP_ASSERT(as_gemm_operand(copy, trans, ld) && batch_stride(copy, bstride, nb));
+  return copy;
 }
 
 /* out [batch..., m, n] = a [batch..., m, k] @ b [batch..., k, n]; a and b
  * already expanded to the same batch dims. */
 static int gemm_batched(dp_tensor *out, dp_tensor *a, dp_tensor *b, double beta) {
-  dp_tensor *ca = NULL, *cb = NULL;
+  DP_SCOPE(s);
   bool ta = false, tb = false;
   int64_t lda = 0, ldb = 0, sa = 0, sb = 0, nba = 1, nbb = 1;
-  a = gemm_operand(a, &ta, &lda, &sa, &nba, &ca);
-  b = a ? gemm_operand(b, &tb, &ldb, &sb, &nbb, &cb) : NULL;
-  if (!a || !b) {
-    dp_release(ca);
-    return -1;
-  }
+  a = gemm_operand(&s, a, &ta, &lda, &sa, &nba);
+  b = a ? gemm_operand(&s, b, &tb, &ldb, &sb, &nbb) : NULL;
+  if (!a || !b) return -1;
   int nd = out->ndim;
   int64_t batch = 1;
   for (int d = 0; d < nd - 2; d++) batch *= out->shape[d];
@@ -96,20 +91,17 @@ static int gemm_batched(dp_tensor *out, dp_tensor *a, dp_tensor *b, double beta)
       .stride_c = out->shape[nd - 2] * out->shape[nd - 1],
       .device = dp_dev(out).index,
   };
-  int rc = dp_backend_of(out)->gemm(&g);
-  dp_release(ca);
-  dp_release(cb);
-  return rc;
+  return dp_backend_of(out)->gemm(&g);
 }
 
 static int matmul_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_tensor *a = dp_node_saved(n, 0), *b = dp_node_saved(n, 1);
-  int rc = -1;
+  DP_SCOPE(s);
   /* lift 1-d operands to matrices exactly as the forward did */
-  dp_tensor *a2 = a->ndim == 1 ? dp_unsqueeze(a, 0) : (dp_retain(a), a);
-  dp_tensor *b2 = b->ndim == 1 ? dp_unsqueeze(b, 1) : (dp_retain(b), b);
-  dp_tensor *gy = gout[0], *g2 = NULL, *bt = NULL, *at = NULL, *ga = NULL, *gb = NULL;
-  if (!a2 || !b2) goto out;
+  dp_tensor *a2 = a->ndim == 1 ? dp_scope_add(&s, dp_unsqueeze(a, 0)) : a;
+  dp_tensor *b2 = b->ndim == 1 ? dp_scope_add(&s, dp_unsqueeze(b, 1)) : b;
+  dp_tensor *gy = gout[0], *g2 = NULL;
+  if (!a2 || !b2) return -1;
   {
     /* gy with the 1-d dims re-inserted: [..., m, n] */
     int nd = gy->ndim + (a->ndim == 1) + (b->ndim == 1);
@@ -119,29 +111,22 @@ static int matmul_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
     sh[k++] = a->ndim == 1 ? 1 : a2->shape[a2->ndim - 2];
     sh[k++] = b->ndim == 1 ? 1 : b2->shape[b2->ndim - 1];
     if (k != nd) nd = k;
-    g2 = dp_reshape(gy, nd, sh);
+    g2 = dp_scope_add(&s, dp_reshape(gy, nd, sh));
   }
-  if (!g2) goto out;
-  if (dp_node_needs(n, 0)) {
-    bt = dp_transpose(b2, b2->ndim - 2, b2->ndim - 1);
-    ga = bt ? dp_matmul(g2, bt) : NULL;
-    dp_tensor *s = ga ? dp_sum_to(ga, a2->ndim, a2->shape) : NULL;
-    gin[0] = s ? dp_reshape(s, a->ndim, a->shape) : NULL;
-    dp_release(s);
-    if (!gin[0]) goto out;
+  if (!g2) return -1;
+  if (dp_node_needs(n, 0)) { /* g2 @ b^T, summed over broadcast batch dims */
+    dp_tensor *bt = dp_scope_add(&s, dp_transpose(b2, b2->ndim - 2, b2->ndim - 1));
+    dp_tensor *ga = bt ? dp_scope_add(&s, dp_matmul(g2, bt)) : NULL;
+    dp_tensor *sum = ga ? dp_scope_add(&s, dp_sum_to(ga, a2->ndim, a2->shape)) : NULL;
+    if (!sum || !(gin[0] = dp_reshape(sum, a->ndim, a->shape))) return -1;
   }
-  if (dp_node_needs(n, 1)) {
-    at = dp_transpose(a2, a2->ndim - 2, a2->ndim - 1);
-    gb = at ? dp_matmul(at, g2) : NULL;
-    dp_tensor *s = gb ? dp_sum_to(gb, b2->ndim, b2->shape) : NULL;
-    gin[1] = s ? dp_reshape(s, b->ndim, b->shape) : NULL;
-    dp_release(s);
-    if (!gin[1]) goto out;
+  if (dp_node_needs(n, 1)) { /* a^T @ g2 */
+    dp_tensor *at = dp_scope_add(&s, dp_transpose(a2, a2->ndim - 2, a2->ndim - 1));
+    dp_tensor *gb = at ? dp_scope_add(&s, dp_matmul(at, g2)) : NULL;
+    dp_tensor *sum = gb ? dp_scope_add(&s, dp_sum_to(gb, b2->ndim, b2->shape)) : NULL;
+    if (!sum || !(gin[1] = dp_reshape(sum, b->ndim, b->shape))) return -1;
   }
-  rc = 0;
-out:
-  dp_release(a2), dp_release(b2), dp_release(g2), dp_release(bt), dp_release(at), dp_release(ga), dp_release(gb);
-  return rc;
+  return 0;
 }
 
 static dp_tensor *matmul_impl(dp_tensor *a, dp_tensor *b) {
@@ -187,16 +172,15 @@ static dp_tensor *matmul_impl(dp_tensor *a, dp_tensor *b) {
   ash[nbd] = m, ash[nbd + 1] = k;
   bshp[nbd] = k, bshp[nbd + 1] = nn;
   osh[nbd] = m, osh[nbd + 1] = nn;
-  dp_tensor *a2 = a->ndim == 1 ? dp_reshape(a, 2, (int64_t[]){1, k}) : (dp_retain(a), a);
-  dp_tensor *b2 = b->ndim == 1 ? dp_reshape(b, 2, (int64_t[]){k, 1}) : (dp_retain(b), b);
+  DP_SCOPE(s);
   bool prev = dp_set_grad_enabled(false);
-  dp_tensor *ea = a2 ? dp_expand_raw(a2, nbd + 2, ash) : NULL;
-  dp_tensor *eb = b2 ? dp_expand_raw(b2, nbd + 2, bshp) : NULL;
-  dp_tensor *out = (ea && eb) ? dp_empty(a->dtype, nbd + 2, osh, dp_dev(a)) : NULL;
+  dp_tensor *a2 = a->ndim == 1 ? dp_scope_add(&s, dp_reshape(a, 2, (int64_t[]){1, k})) : a;
+  dp_tensor *b2 = b->ndim == 1 ? dp_scope_add(&s, dp_reshape(b, 2, (int64_t[]){k, 1})) : b;
+  dp_tensor *ea = a2 ? dp_scope_add(&s, dp_expand_raw(a2, nbd + 2, ash)) : NULL;
+  dp_tensor *eb = b2 ? dp_scope_add(&s, dp_expand_raw(b2, nbd + 2, bshp)) : NULL;
+  dp_tensor *out = (ea && eb) ? dp_scope_add(&s, dp_empty(a->dtype, nbd + 2, osh, dp_dev(a))) : NULL;
   dp_set_grad_enabled(prev);
-  if (out && gemm_batched(out, ea, eb, 0.0)) dp_clear(&out);
-  dp_release(a2), dp_release(b2), dp_release(ea), dp_release(eb);
-  if (!out) return NULL;
+  if (!out || gemm_batched(out, ea, eb, 0.0)) return NULL;
   /* drop the dims that 1-d operands added */
   if (a->ndim == 1 || b->ndim == 1) {
     int64_t sh[DP_MAXDIM];
@@ -204,11 +188,9 @@ static dp_tensor *matmul_impl(dp_tensor *a, dp_tensor *b) {
     for (int d = 0; d < nbd; d++) sh[kk++] = osh[d];
     if (a->ndim != 1) sh[kk++] = m;
     if (b->ndim != 1) sh[kk++] = nn;
-    dp_tensor *r = dp_reshape(out, kk, sh);
-    dp_release(out);
-    out = r;
-    if (!out) return NULL;
+    if (!(out = dp_scope_add(&s, dp_reshape(out, kk, sh)))) return NULL;
   }
+  dp_scope_keep(&s, out);
   dp_tensor *ins[2] = {a, b};
   if (dp_any_requires_grad(2, ins)) {
     dp_node *n = dp_node_new("MatmulBackward", matmul_backward, 2, ins, 1);
@@ -232,63 +214,41 @@ static int linear_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_tensor *x = dp_node_saved(n, 0), *w = dp_node_saved(n, 1), *y = dp_node_saved(n, 2);
   int act = (int)n->i[0];
   int64_t rows = n->i[1], in = w->shape[1], outf = w->shape[0];
-  dp_tensor *g = NULL, *gy = NULL, *x2 = NULL;
-  int rc = -1;
-  gy = dp_reshape(gout[0], 2, (int64_t[]){rows, outf});
-  if (!gy) goto out;
+  DP_SCOPE(s);
+  dp_tensor *gy = dp_scope_add(&s, dp_reshape(gout[0], 2, (int64_t[]){rows, outf})), *g;
+  if (!gy) return -1;
   if (act >= 0) { /* through the fused activation, using the saved output */
-    g = dp_empty(gy->dtype, 2, gy->shape, dp_dev(gy));
-    dp_tensor *y2 = dp_reshape(y, 2, (int64_t[]){rows, outf});
-    if (!g || !y2 || dp_backend_of(gy)->unary_backward((dp_unary_op)act, g, gy, NULL, y2)) {
-      dp_release(y2);
-      goto out;
-    }
-    dp_release(y2);
-  } else {
-    g = dp_contiguous_raw(gy);
-    if (!g) goto out;
+    g = dp_scope_add(&s, dp_empty(gy->dtype, 2, gy->shape, dp_dev(gy)));
+    dp_tensor *y2 = dp_scope_add(&s, dp_reshape(y, 2, (int64_t[]){rows, outf}));
+    dp_unary_args a = dp_unary_args_of((dp_unary_op)act);
+    if (!g || !y2 || dp_backend_of(gy)->unary_backward(&a, g, gy, NULL, y2)) return -1;
+  } else if (!(g = dp_scope_add(&s, dp_contiguous_raw(gy)))) {
+    return -1;
   }
   if (dp_node_needs(n, 0)) { /* gx = g @ w */
-    dp_tensor *gx = dp_empty(g->dtype, 2, (int64_t[]){rows, in}, dp_dev(g));
-    if (!gx || gemm_batched(gx, g, w, 0.0)) {
-      dp_release(gx);
-      goto out;
-    }
-    gin[0] = dp_reshape(gx, n->in_ndim[0], n->in_shape[0]);
-    dp_release(gx);
-    if (!gin[0]) goto out;
+    dp_tensor *gx = dp_scope_add(&s, dp_empty(g->dtype, 2, (int64_t[]){rows, in}, dp_dev(g)));
+    if (!gx || gemm_batched(gx, g, w, 0.0) || !(gin[0] = dp_reshape(gx, n->in_ndim[0], n->in_shape[0]))) return -1;
   }
   if (dp_node_needs(n, 1)) { /* gw = g^T @ x, straight into DDP's bucket when it has one */
-    x2 = dp_reshape(x, 2, (int64_t[]){rows, in});
-    dp_tensor *gt = x2 ? dp_transpose(g, 0, 1) : NULL;
+    dp_tensor *x2 = dp_scope_add(&s, dp_reshape(x, 2, (int64_t[]){rows, in}));
+    dp_tensor *gt = x2 ? dp_scope_add(&s, dp_transpose(g, 0, 1)) : NULL;
     double beta = 0.0;
     dp_tensor *sink = gt ? dp_node_grad_sink(n, 1, g->dtype, &beta) : NULL;
-    dp_tensor *gw = sink ? NULL : gt ? dp_empty(g->dtype, 2, (int64_t[]){outf, in}, dp_dev(g)) : NULL;
-    int r = (sink || gw) ? gemm_batched(sink ? sink : gw, gt, x2, beta) : -1;
-    dp_release(gt);
-    if (r) {
-      dp_release(gw);
-      goto out;
-    }
+    dp_tensor *gw = sink ? NULL : gt ? dp_scope_add(&s, dp_empty(g->dtype, 2, (int64_t[]){outf, in}, dp_dev(g))) : NULL;
+    if ((!sink && !gw) || gemm_batched(sink ? sink : gw, gt, x2, beta)) return -1;
     if (sink) dp_node_grad_sink_done(n, 1);
-    else gin[1] = gw;
+    else gin[1] = dp_scope_keep(&s, gw);
   }
   if (n->n_inputs > 2 && dp_node_needs(n, 2)) {
     double beta = 0.0;
     dp_tensor *sink = dp_node_grad_sink(n, 2, g->dtype, &beta);
     if (sink && beta != 0.0) sink = NULL; /* channel_sum overwrites: accumulate the usual way */
-    dp_tensor *gb = sink ? NULL : dp_empty(g->dtype, 1, &outf, dp_dev(g));
-    if ((!sink && !gb) || dp_backend_of(g)->channel_sum(sink ? sink : gb, g, rows, outf, 1)) {
-      dp_release(gb);
-      goto out;
-    }
+    dp_tensor *gb = sink ? NULL : dp_scope_add(&s, dp_empty(g->dtype, 1, &outf, dp_dev(g)));
+    if ((!sink && !gb) || dp_backend_of(g)->channel_sum(sink ? sink : gb, g, rows, outf, 1)) return -1;
     if (sink) dp_node_grad_sink_done(n, 2);
-    else gin[2] = gb;
+    else gin[2] = dp_scope_keep(&s, gb);
   }
-  rc = 0;
-out:
-  dp_release(g), dp_release(gy), dp_release(x2);
-  return rc;
+  return 0;
 }
 
 static dp_tensor *linear_impl(dp_tensor *x, dp_tensor *w, dp_tensor *b, int act) {
@@ -312,33 +272,30 @@ static dp_tensor *linear_impl(dp_tensor *x, dp_tensor *w, dp_tensor *b, int act)
     return NULL;
   }
   if (dp_check_same_device("linear", x, w) || (b && dp_check_same_device("linear", x, b))) return NULL;
-  if (act >= 0 && act != DP_U_RELU && act != DP_U_TANH && act != DP_U_SIGMOID) {
-    dp_error("linear: a fused activation must be relu, tanh or sigmoid");
+  if (act >= 0 && (act >= DP_U_COUNT || !dp_unary_ops[act].epilogue)) {
+    dp_error("linear: %s cannot be fused as an activation (the op table marks the ones that can)",
+             dp_unary_name((dp_unary_op)act));
     return NULL;
   }
   int64_t in = w->shape[1], outf = w->shape[0], rows = 1;
   for (int d = 0; d < x->ndim - 1; d++) rows *= x->shape[d];
+  DP_SCOPE(s);
   bool prev = dp_set_grad_enabled(false);
-  dp_tensor *x2 = dp_reshape(x, 2, (int64_t[]){rows, in});
-  dp_tensor *wt = x2 ? dp_transpose(w, 0, 1) : NULL;
+  dp_tensor *x2 = dp_scope_add(&s, dp_reshape(x, 2, (int64_t[]){rows, in}));
+  dp_tensor *wt = x2 ? dp_scope_add(&s, dp_transpose(w, 0, 1)) : NULL;
   dp_set_grad_enabled(prev);
-  dp_tensor *y = wt ? dp_empty(w->dtype, 2, (int64_t[]){rows, outf}, dp_dev(x)) : NULL;
-  int rc = y ? gemm_batched(y, x2, wt, 0.0) : -1;
-  if (!rc && (b || act >= 0)) rc = dp_backend_of(y)->bias_act(y, b, act, rows, outf, 1);
-  dp_release(x2), dp_release(wt);
-  if (rc) {
-    dp_release(y);
+  dp_tensor *out = wt ? dp_scope_add(&s, dp_empty(w->dtype, 2, (int64_t[]){rows, outf}, dp_dev(x))) : NULL;
+  dp_unary_args a = dp_unary_args_of((dp_unary_op)(act >= 0 ? act : 0));
+  if (!out || gemm_batched(out, x2, wt, 0.0) ||
+      ((b || act >= 0) && dp_backend_of(out)->bias_act(out, b, act >= 0 ? &a : NULL, rows, outf, 1)))
     return NULL;
-  }
-  int64_t osh[DP_MAXDIM];
-  memcpy(osh, x->shape, sizeof(int64_t) * (size_t)x->ndim);
-  osh[x->ndim - 1] = outf;
-  dp_tensor *out = y;
   if (x->ndim != 2) {
-    out = dp_reshape(y, x->ndim, osh);
-    dp_release(y);
-    if (!out) return NULL;
+    int64_t osh[DP_MAXDIM];
+    memcpy(osh, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    osh[x->ndim - 1] = outf;
+    if (!(out = dp_scope_add(&s, dp_reshape(out, x->ndim, osh)))) return NULL;
   }
+  dp_scope_keep(&s, out);
   dp_tensor *ins[3] = {x, w, b};
   if (dp_any_requires_grad(b ? 3 : 2, ins)) {
     dp_node *n =

@@ -15,12 +15,12 @@
 /* ---- dropout ---- */
 
 static int dropout_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
-  dp_tensor *gy = dp_contiguous_raw(gout[0]);
-  dp_tensor *gx = gy ? dp_empty_like(gy) : NULL;
-  if (gx && dp_backend_of(gx)->dropout(gx, gy, n->f[0], (uint64_t)n->i[0], (uint64_t)n->i[1])) dp_clear(&gx);
-  dp_release(gy);
-  gin[0] = gx;
-  return gx ? 0 : -1;
+  DP_SCOPE(s);
+  dp_tensor *gy = dp_scope_add(&s, dp_contiguous_raw(gout[0]));
+  dp_tensor *gx = gy ? dp_scope_add(&s, dp_empty_like(gy)) : NULL;
+  if (!gx || dp_backend_of(gx)->dropout(gx, gy, n->f[0], (uint64_t)n->i[0], (uint64_t)n->i[1])) return -1;
+  gin[0] = dp_scope_keep(&s, gx);
+  return 0;
 }
 
 dp_tensor *dp_dropout(dp_tensor *x, double p, bool training) {
@@ -34,19 +34,13 @@ dp_tensor *dp_dropout(dp_tensor *x, double p, bool training) {
     return x;
   }
   if (p == 1.0) return dp_binary_scalar(DP_B_MUL, x, 0.0, false); /* zeros, with a zero gradient */
-  dp_tensor *xc = dp_contiguous_raw(x);
-  dp_tensor *y = xc ? dp_empty_like(xc) : NULL;
-  if (!y) {
-    dp_release(xc);
-    return NULL;
-  }
+  DP_SCOPE(s);
+  dp_tensor *xc = dp_scope_add(&s, dp_contiguous_raw(x));
+  dp_tensor *y = xc ? dp_scope_add(&s, dp_empty_like(xc)) : NULL;
+  if (!y) return NULL;
   uint64_t seed = dp_rng_seed(), offset = dp_rng_reserve((uint64_t)dp_numel(x));
-  int rc = dp_backend_of(x)->dropout(y, xc, p, seed, offset);
-  dp_release(xc);
-  if (rc) {
-    dp_release(y);
-    return NULL;
-  }
+  if (dp_backend_of(x)->dropout(y, xc, p, seed, offset)) return NULL;
+  dp_scope_keep(&s, y);
   if (dp_any_requires_grad(1, &x)) {
     dp_node *n = dp_node_new("DropoutBackward", dropout_backward, 1, &x, 1);
     n->i[0] = (int64_t)seed;
@@ -92,13 +86,13 @@ static int check_ids(const dp_tensor *ids, int64_t rows, int64_t base) {
 static int embedding_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_tensor *ids = dp_node_saved(n, 0);
   int64_t base = n->i[0], d = n->in_shape[0][1], cnt = dp_numel(ids);
-  dp_tensor *gw = dp_zeros(n->in_dtype[0], 2, n->in_shape[0], dp_dev(gout[0]));
-  dp_tensor *gy = gw ? dp_contiguous_raw(gout[0]) : NULL;
-  dp_tensor *g2 = gy ? dp_reshape(gy, 2, (int64_t[]){cnt, d}) : NULL;
-  if (!g2 || dp_backend_of(gw)->index_add(gw, ids, g2, base)) dp_clear(&gw);
-  dp_release(gy), dp_release(g2);
-  gin[0] = gw;
-  return gw ? 0 : -1;
+  DP_SCOPE(s);
+  dp_tensor *gw = dp_scope_add(&s, dp_zeros(n->in_dtype[0], 2, n->in_shape[0], dp_dev(gout[0])));
+  dp_tensor *gy = gw ? dp_scope_add(&s, dp_contiguous_raw(gout[0])) : NULL;
+  dp_tensor *g2 = gy ? dp_scope_add(&s, dp_reshape(gy, 2, (int64_t[]){cnt, d})) : NULL;
+  if (!g2 || dp_backend_of(gw)->index_add(gw, ids, g2, base)) return -1;
+  gin[0] = dp_scope_keep(&s, gw);
+  return 0;
 }
 
 dp_tensor *dp_embedding(dp_tensor *weight, dp_tensor *idx, int64_t base) {
@@ -117,29 +111,26 @@ dp_tensor *dp_embedding(dp_tensor *weight, dp_tensor *idx, int64_t base) {
     return NULL;
   }
   if (dp_check_same_device("embedding", weight, idx)) return NULL;
-  dp_tensor *ic = dp_contiguous_raw(idx);
-  if (!ic) return NULL;
-  if (check_ids(ic, weight->shape[0], base)) {
-    dp_release(ic);
-    return NULL;
-  }
+  DP_SCOPE(s);
+  dp_tensor *ic = dp_scope_add(&s, dp_contiguous_raw(idx));
+  if (!ic || check_ids(ic, weight->shape[0], base)) return NULL;
   int64_t sh[DP_MAXDIM];
   memcpy(sh, idx->shape, sizeof(int64_t) * (size_t)idx->ndim);
   sh[idx->ndim] = weight->shape[1];
-  dp_tensor *wc = dp_contiguous_raw(weight);
-  dp_tensor *out = wc ? dp_empty(weight->dtype, idx->ndim + 1, sh, dp_dev(weight)) : NULL;
-  if (out && dp_backend_of(out)->index_select(out, wc, ic, base)) {
+  dp_tensor *wc = dp_scope_add(&s, dp_contiguous_raw(weight));
+  dp_tensor *out = wc ? dp_scope_add(&s, dp_empty(weight->dtype, idx->ndim + 1, sh, dp_dev(weight))) : NULL;
+  if (!out) return NULL;
+  if (dp_backend_of(out)->index_select(out, wc, ic, base)) {
     dp_error_prefix("embedding: ");
-    dp_clear(&out);
+    return NULL;
   }
-  dp_release(wc);
-  if (out && dp_any_requires_grad(1, &weight)) {
+  dp_scope_keep(&s, out);
+  if (dp_any_requires_grad(1, &weight)) {
     dp_node *n = dp_node_new("EmbeddingBackward", embedding_backward, 1, &weight, 1);
     n->i[0] = base;
     dp_node_save(n, ic);
     dp_node_attach(n, out, 0);
     dp_node_release(n);
   }
-  dp_release(ic);
   return out;
 }

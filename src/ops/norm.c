@@ -36,13 +36,13 @@ static int check_channel(const char *op, const char *what, const dp_tensor *t, c
   return dp_check_same_device(op, x, t);
 }
 
-/* t as a contiguous tensor of x's dtype (t itself, retained, when it is
- * one already); NULL stays NULL. */
-static dp_tensor *like_x(dp_tensor *t, const dp_tensor *x, bool *fail) {
+/* t as a contiguous tensor of x's dtype (t itself when it is one already),
+ * owned by scope s; NULL stays NULL, and *fail records a failure. */
+static dp_tensor *like_x(dp_scope *s, dp_tensor *t, const dp_tensor *x, bool *fail) {
   if (!t) return NULL;
   dp_tensor *r;
-  if (t->dtype == x->dtype) r = dp_contiguous_raw(t);
-  else if ((r = dp_empty(x->dtype, t->ndim, t->shape, dp_dev(t))) && dp_copy_(r, t)) dp_clear(&r);
+  if (t->dtype == x->dtype) r = dp_scope_add(s, dp_contiguous_raw(t));
+  else if ((r = dp_scope_add(s, dp_empty(x->dtype, t->ndim, t->shape, dp_dev(t)))) && dp_copy_(r, t)) r = NULL;
   if (!r) *fail = true;
   return r;
 }
@@ -55,15 +55,13 @@ int dp_batch_norm_stats(dp_tensor *x, dp_tensor **mean, dp_tensor **var, int64_t
   int64_t n, c, inner;
   bn_geometry(x, &n, &c, &inner);
   if (n * inner == 0) return dp_error("batch_norm_stats: input of shape %s has no values per channel", SHAPE(x));
-  dp_tensor *xc = dp_contiguous_raw(x);
-  dp_tensor *m = xc ? dp_empty(x->dtype, 1, &c, dp_dev(x)) : NULL, *v = m ? dp_empty_like(m) : NULL;
-  int rc = v ? dp_backend_of(x)->bn_stats(m, v, xc, n, c, inner) : -1;
-  dp_release(xc);
-  if (rc) {
-    dp_release(m), dp_release(v);
-    return -1;
-  }
-  *mean = m, *var = v;
+  DP_SCOPE(s);
+  dp_tensor *xc = dp_scope_add(&s, dp_contiguous_raw(x));
+  dp_tensor *m = xc ? dp_scope_add(&s, dp_empty(x->dtype, 1, &c, dp_dev(x))) : NULL;
+  dp_tensor *v = m ? dp_scope_add(&s, dp_empty_like(m)) : NULL;
+  dp_bn_args ba = {.n = n, .c = c, .inner = inner, .x = xc};
+  if (!v || dp_backend_of(x)->bn_stats(m, v, &ba)) return -1;
+  *mean = dp_scope_keep(&s, m), *var = dp_scope_keep(&s, v);
   if (count) *count = n * inner;
   return 0;
 }
@@ -82,29 +80,27 @@ int dp_batch_norm_gather_stats(dp_tensor *mean_all, dp_tensor *var_all, dp_tenso
       dp_check_same_device(op, mean_all, counts))
     return -1;
   /* mean = sum_r n_r m_r / N; var = sum_r n_r (v_r + (m_r - mean)^2) / N */
+  DP_SCOPE(s);
   bool prev = dp_set_grad_enabled(false);
-  int rc = -1;
-  dp_tensor *cf = dp_to(counts, mean_all->dtype, dp_dev(mean_all));
-  dp_tensor *cc = cf ? dp_unsqueeze(cf, 1) : NULL, *tot = cf ? dp_sum(cf, 0, NULL, false) : NULL;
-  dp_tensor *wm = cc ? dp_mul(cc, mean_all) : NULL, *sm = wm ? dp_sum(wm, 1, (int[]){0}, false) : NULL;
-  dp_tensor *m = sm && tot ? dp_div(sm, tot) : NULL;
-  dp_tensor *dev = m ? dp_sub(mean_all, m) : NULL, *sq = dev ? dp_mul(dev, dev) : NULL;
-  dp_tensor *vs = sq ? dp_add(var_all, sq) : NULL, *wv = vs ? dp_mul(cc, vs) : NULL;
-  dp_tensor *sv = wv ? dp_sum(wv, 1, (int[]){0}, false) : NULL, *v = sv ? dp_div(sv, tot) : NULL;
-  double t = 0;
-  if (v && !dp_item_d(tot, &t)) {
-    if (t > 0) {
-      *mean = m, *var = v, m = v = NULL;
-      if (total) *total = t;
-      rc = 0;
-    } else {
-      dp_error("%s: the counts add up to %g; at least one value per channel is needed", op, t);
-    }
-  }
-  dp_release(cf), dp_release(cc), dp_release(tot), dp_release(wm), dp_release(sm), dp_release(m);
-  dp_release(dev), dp_release(sq), dp_release(vs), dp_release(wv), dp_release(sv), dp_release(v);
+  dp_tensor *cf = dp_scope_add(&s, dp_to(counts, mean_all->dtype, dp_dev(mean_all)));
+  dp_tensor *cc = cf ? dp_scope_add(&s, dp_unsqueeze(cf, 1)) : NULL;
+  dp_tensor *tot = cf ? dp_scope_add(&s, dp_sum(cf, 0, NULL, false)) : NULL;
+  dp_tensor *wm = cc ? dp_scope_add(&s, dp_mul(cc, mean_all)) : NULL;
+  dp_tensor *sm = wm ? dp_scope_add(&s, dp_sum(wm, 1, (int[]){0}, false)) : NULL;
+  dp_tensor *m = sm && tot ? dp_scope_add(&s, dp_div(sm, tot)) : NULL;
+  dp_tensor *dev = m ? dp_scope_add(&s, dp_sub(mean_all, m)) : NULL;
+  dp_tensor *sq = dev ? dp_scope_add(&s, dp_mul(dev, dev)) : NULL;
+  dp_tensor *vs = sq ? dp_scope_add(&s, dp_add(var_all, sq)) : NULL;
+  dp_tensor *wv = vs ? dp_scope_add(&s, dp_mul(cc, vs)) : NULL;
+  dp_tensor *sv = wv ? dp_scope_add(&s, dp_sum(wv, 1, (int[]){0}, false)) : NULL;
+  dp_tensor *v = sv ? dp_scope_add(&s, dp_div(sv, tot)) : NULL;
   dp_set_grad_enabled(prev);
-  return rc;
+  double t = 0;
+  if (!v || dp_item_d(tot, &t)) return -1;
+  if (!(t > 0)) return dp_error("%s: the counts add up to %g; at least one value per channel is needed", op, t);
+  *mean = dp_scope_keep(&s, m), *var = dp_scope_keep(&s, v);
+  if (total) *total = t;
+  return 0;
 }
 
 int dp_batch_norm_update_stats(dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *mean, dp_tensor *var,
@@ -118,24 +114,25 @@ int dp_batch_norm_update_stats(dp_tensor *running_mean, dp_tensor *running_var, 
   if (count < 1) return dp_error("%s: count must be >= 1, got %g", op, count);
   /* PyTorch keeps the unbiased variance in running_var */
   double unbias = count > 1 ? count / (count - 1) : 1.0;
+  DP_SCOPE(s);
   bool prev = dp_set_grad_enabled(false);
-  dp_tensor *dm = dp_binary_scalar(DP_B_MUL, mean, momentum, false);
-  dp_tensor *dv = dp_binary_scalar(DP_B_MUL, var, momentum * unbias, false);
+  dp_tensor *dm = dp_scope_add(&s, dp_binary_scalar(DP_B_MUL, mean, momentum, false));
+  dp_tensor *dv = dp_scope_add(&s, dp_binary_scalar(DP_B_MUL, var, momentum * unbias, false));
   int rc = (dm && dv) ? 0 : -1;
   if (!rc) rc = dp_binary_scalar_(DP_B_MUL, running_mean, 1.0 - momentum);
   if (!rc) rc = dp_binary_(DP_B_ADD, running_mean, dm);
   if (!rc) rc = dp_binary_scalar_(DP_B_MUL, running_var, 1.0 - momentum);
   if (!rc) rc = dp_binary_(DP_B_ADD, running_var, dv);
-  dp_release(dm), dp_release(dv);
   dp_set_grad_enabled(prev);
   return rc;
 }
 
 dp_tensor *dp_batch_norm_invstd(dp_tensor *var, double eps) {
   if (dp_check_float("batch_norm_invstd", var)) return NULL;
+  DP_SCOPE(s);
   bool prev = dp_set_grad_enabled(false);
-  dp_tensor *s = dp_binary_scalar(DP_B_ADD, var, eps, false), *r = s ? dp_unary(DP_U_RSQRT, s) : NULL;
-  dp_release(s);
+  dp_tensor *ve = dp_scope_add(&s, dp_binary_scalar(DP_B_ADD, var, eps, false)),
+            *r = ve ? dp_unary(DP_U_RSQRT, ve) : NULL;
   dp_set_grad_enabled(prev);
   return r;
 }
@@ -147,13 +144,19 @@ dp_tensor *dp_batch_norm_elemt(dp_tensor *x, dp_tensor *mean, dp_tensor *invstd,
     return NULL;
   int64_t n, c, inner;
   bn_geometry(x, &n, &c, &inner);
+  DP_SCOPE(s);
   bool fail = false;
-  dp_tensor *xc = dp_contiguous_raw(x), *mc = like_x(mean, x, &fail), *sc = like_x(invstd, x, &fail);
-  dp_tensor *wc = like_x(w, x, &fail), *bc = like_x(b, x, &fail);
-  dp_tensor *y = xc && !fail ? dp_empty_like(xc) : NULL;
-  if (y && dp_backend_of(x)->bn_forward(y, xc, mc, sc, wc, bc, n, c, inner)) dp_clear(&y);
-  dp_release(xc), dp_release(mc), dp_release(sc), dp_release(wc), dp_release(bc);
-  return y;
+  dp_bn_args ba = {.n = n,
+                   .c = c,
+                   .inner = inner,
+                   .x = dp_scope_add(&s, dp_contiguous_raw(x)),
+                   .mean = like_x(&s, mean, x, &fail),
+                   .invstd = like_x(&s, invstd, x, &fail),
+                   .w = like_x(&s, w, x, &fail),
+                   .b = like_x(&s, b, x, &fail)};
+  dp_tensor *y = ba.x && !fail ? dp_scope_add(&s, dp_empty_like(ba.x)) : NULL;
+  if (!y || dp_backend_of(x)->bn_forward(y, &ba)) return NULL;
+  return dp_scope_keep(&s, y);
 }
 
 int dp_batch_norm_backward_reduce(dp_tensor *gy, dp_tensor *x, dp_tensor *mean, dp_tensor *invstd, dp_tensor **sum_dy,
@@ -167,17 +170,19 @@ int dp_batch_norm_backward_reduce(dp_tensor *gy, dp_tensor *x, dp_tensor *mean, 
     return dp_error("%s: gradient of shape %s does not match input shape %s", op, SHAPE(gy), SHAPE(x));
   int64_t n, c, inner;
   bn_geometry(x, &n, &c, &inner);
+  DP_SCOPE(s);
   bool fail = false;
-  dp_tensor *xc = dp_contiguous_raw(x), *gc = like_x(gy, x, &fail);
-  dp_tensor *mc = like_x(mean, x, &fail), *sc = like_x(invstd, x, &fail);
-  dp_tensor *s1 = xc && !fail ? dp_empty(x->dtype, 1, &c, dp_dev(x)) : NULL, *s2 = s1 ? dp_empty_like(s1) : NULL;
-  int rc = s2 ? dp_backend_of(x)->bn_backward_reduce(s1, s2, gc, xc, mc, sc, n, c, inner) : -1;
-  dp_release(xc), dp_release(gc), dp_release(mc), dp_release(sc);
-  if (rc) {
-    dp_release(s1), dp_release(s2);
-    return -1;
-  }
-  *sum_dy = s1, *sum_dy_xhat = s2;
+  dp_bn_args ba = {.n = n,
+                   .c = c,
+                   .inner = inner,
+                   .x = dp_scope_add(&s, dp_contiguous_raw(x)),
+                   .gy = like_x(&s, gy, x, &fail),
+                   .mean = like_x(&s, mean, x, &fail),
+                   .invstd = like_x(&s, invstd, x, &fail)};
+  dp_tensor *s1 = ba.x && !fail ? dp_scope_add(&s, dp_empty(x->dtype, 1, &c, dp_dev(x))) : NULL;
+  dp_tensor *s2 = s1 ? dp_scope_add(&s, dp_empty_like(s1)) : NULL;
+  if (!s2 || dp_backend_of(x)->bn_backward_reduce(s1, s2, &ba)) return -1;
+  *sum_dy = dp_scope_keep(&s, s1), *sum_dy_xhat = dp_scope_keep(&s, s2);
   return 0;
 }
 
@@ -198,14 +203,22 @@ dp_tensor *dp_batch_norm_backward_elemt(dp_tensor *gy, dp_tensor *x, dp_tensor *
   }
   int64_t n, c, inner;
   bn_geometry(x, &n, &c, &inner);
+  DP_SCOPE(s);
   bool fail = false;
-  dp_tensor *xc = dp_contiguous_raw(x), *gc = like_x(gy, x, &fail), *mc = like_x(mean, x, &fail);
-  dp_tensor *sc = like_x(invstd, x, &fail), *wc = like_x(w, x, &fail);
-  dp_tensor *s1 = like_x(sum_dy, x, &fail), *s2 = like_x(sum_dy_xhat, x, &fail);
-  dp_tensor *gx = xc && !fail ? dp_empty_like(xc) : NULL;
-  if (gx && dp_backend_of(x)->bn_backward_elemt(gx, gc, xc, mc, sc, wc, s1, s2, count, n, c, inner)) dp_clear(&gx);
-  dp_release(xc), dp_release(gc), dp_release(mc), dp_release(sc), dp_release(wc), dp_release(s1), dp_release(s2);
-  return gx;
+  dp_bn_args ba = {.n = n,
+                   .c = c,
+                   .inner = inner,
+                   .x = dp_scope_add(&s, dp_contiguous_raw(x)),
+                   .gy = like_x(&s, gy, x, &fail),
+                   .mean = like_x(&s, mean, x, &fail),
+                   .invstd = like_x(&s, invstd, x, &fail),
+                   .w = like_x(&s, w, x, &fail),
+                   .sum_dy = like_x(&s, sum_dy, x, &fail),
+                   .sum_dy_xhat = like_x(&s, sum_dy_xhat, x, &fail),
+                   .count = count};
+  dp_tensor *gx = ba.x && !fail ? dp_scope_add(&s, dp_empty_like(ba.x)) : NULL;
+  if (!gx || dp_backend_of(x)->bn_backward_elemt(gx, &ba)) return NULL;
+  return dp_scope_keep(&s, gx);
 }
 
 /* ---- batch norm with autograd ---- */
@@ -215,26 +228,22 @@ static int batch_norm_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_tensor *w = dp_node_saved(n, 3);
   bool training = n->i[0];
   double count = n->f[0];
-  dp_tensor *sum_dy = NULL, *sum_dy_xhat = NULL, *gx = NULL;
-  int rc = -1;
-  if (dp_batch_norm_backward_reduce(gout[0], x, mean, invstd, &sum_dy, &sum_dy_xhat)) goto out;
+  DP_SCOPE(s);
+  dp_tensor *sum_dy = NULL, *sum_dy_xhat = NULL;
+  if (dp_batch_norm_backward_reduce(gout[0], x, mean, invstd, &sum_dy, &sum_dy_xhat)) return -1;
+  dp_scope_add(&s, sum_dy), dp_scope_add(&s, sum_dy_xhat);
   if (dp_node_needs(n, 0)) {
     if (training) {
-      gx = dp_batch_norm_backward_elemt(gout[0], x, mean, invstd, w, sum_dy, sum_dy_xhat, count);
+      gin[0] = dp_batch_norm_backward_elemt(gout[0], x, mean, invstd, w, sum_dy, sum_dy_xhat, count);
     } else { /* running statistics are constants: gx = gy * w * invstd */
-      dp_tensor *z = dp_zeros_like(sum_dy);
-      gx = z ? dp_batch_norm_backward_elemt(gout[0], x, mean, invstd, w, z, z, count) : NULL;
-      dp_release(z);
+      dp_tensor *z = dp_scope_add(&s, dp_zeros_like(sum_dy));
+      gin[0] = z ? dp_batch_norm_backward_elemt(gout[0], x, mean, invstd, w, z, z, count) : NULL;
     }
-    if (!gx) goto out;
-    gin[0] = gx;
+    if (!gin[0]) return -1;
   }
   if (n->n_inputs > 1 && dp_node_needs(n, 1)) gin[1] = (dp_retain(sum_dy_xhat), sum_dy_xhat);
   if (n->n_inputs > 2 && dp_node_needs(n, 2)) gin[2] = (dp_retain(sum_dy), sum_dy);
-  rc = 0;
-out:
-  dp_release(sum_dy), dp_release(sum_dy_xhat);
-  return rc;
+  return 0;
 }
 
 dp_tensor *dp_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w, dp_tensor *b,
@@ -267,22 +276,24 @@ dp_tensor *dp_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *runni
     dp_error("%s: expected more than 1 value per channel when training, got input of shape %s", op, SHAPE(x));
     return NULL;
   }
+  DP_SCOPE(s);
   bool prev = dp_set_grad_enabled(false);
   dp_tensor *mean = NULL, *var = NULL, *invstd = NULL, *y = NULL;
   int64_t count = n * inner;
   /* one contiguous copy of a strided input, shared by the pieces (they
    * take a contiguous tensor as it is) and the backward */
-  dp_tensor *xc = dp_contiguous_raw(x);
+  dp_tensor *xc = dp_scope_add(&s, dp_contiguous_raw(x));
   bool fail = !xc;
   if (!fail && training) {
-    if (dp_batch_norm_stats(xc, &mean, &var, NULL) ||
-        (running_mean && dp_batch_norm_update_stats(running_mean, running_var, mean, var, (double)count, momentum)))
-      fail = true;
+    fail = dp_batch_norm_stats(xc, &mean, &var, NULL) != 0;
+    dp_scope_add(&s, mean), dp_scope_add(&s, var);
+    if (!fail && running_mean)
+      fail = dp_batch_norm_update_stats(running_mean, running_var, mean, var, (double)count, momentum) != 0;
   } else if (!fail) {
-    mean = like_x(running_mean, x, &fail);
-    var = like_x(running_var, x, &fail);
+    mean = like_x(&s, running_mean, x, &fail);
+    var = like_x(&s, running_var, x, &fail);
   }
-  if (!fail) invstd = dp_batch_norm_invstd(var, eps);
+  if (!fail) invstd = dp_scope_add(&s, dp_batch_norm_invstd(var, eps));
   if (invstd) y = dp_batch_norm_elemt(xc, mean, invstd, w, b);
   dp_set_grad_enabled(prev);
   dp_tensor *ins[3] = {x, w, b};
@@ -298,7 +309,6 @@ dp_tensor *dp_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *runni
     dp_node_attach(nd, y, 0);
     dp_node_release(nd);
   }
-  dp_release(xc), dp_release(mean), dp_release(var), dp_release(invstd);
   return y;
 }
 
@@ -309,19 +319,17 @@ static int layer_norm_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_tensor *w = dp_node_saved(n, 3);
   int64_t rows = dp_numel(mean), cols = rows ? dp_numel(x) / rows : 0;
   bool want_w = n->n_inputs > 1 && dp_node_needs(n, 1), want_b = n->n_inputs > 2 && dp_node_needs(n, 2);
-  dp_tensor *gy = dp_contiguous_raw(gout[0]), *gx = gy ? dp_empty_like(x) : NULL;
-  dp_tensor *gw = gx && want_w ? dp_empty(x->dtype, 1, &cols, dp_dev(x)) : NULL;
-  dp_tensor *gb = gx && want_b ? dp_empty(x->dtype, 1, &cols, dp_dev(x)) : NULL;
-  int rc = -1;
-  if (gx && (!want_w || gw) && (!want_b || gb) &&
-      !dp_backend_of(x)->layer_norm_backward(gx, gw, gb, gy, x, mean, rstd, w, rows, cols)) {
-    gin[0] = dp_node_needs(n, 0) ? (dp_retain(gx), gx) : NULL;
-    if (gw) gin[1] = dp_reshape(gw, n->in_ndim[1], n->in_shape[1]);
-    if (gb) gin[2] = dp_reshape(gb, n->in_ndim[2], n->in_shape[2]);
-    rc = (gw && !gin[1]) || (gb && !gin[2]) ? -1 : 0;
-  }
-  dp_release(gy), dp_release(gx), dp_release(gw), dp_release(gb);
-  return rc;
+  DP_SCOPE(s);
+  dp_tensor *gy = dp_scope_add(&s, dp_contiguous_raw(gout[0]));
+  dp_tensor *gx = gy ? dp_scope_add(&s, dp_empty_like(x)) : NULL;
+  dp_tensor *gw = gx && want_w ? dp_scope_add(&s, dp_empty(x->dtype, 1, &cols, dp_dev(x))) : NULL;
+  dp_tensor *gb = gx && want_b ? dp_scope_add(&s, dp_empty(x->dtype, 1, &cols, dp_dev(x))) : NULL;
+  dp_ln_args la = {.rows = rows, .cols = cols, .x = x, .w = w, .mean = mean, .rstd = rstd, .gy = gy};
+  if (!gx || (want_w && !gw) || (want_b && !gb) || dp_backend_of(x)->layer_norm_backward(gx, gw, gb, &la)) return -1;
+  if (dp_node_needs(n, 0)) gin[0] = dp_scope_keep(&s, gx);
+  if (gw && !(gin[1] = dp_reshape(gw, n->in_ndim[1], n->in_shape[1]))) return -1;
+  if (gb && !(gin[2] = dp_reshape(gb, n->in_ndim[2], n->in_shape[2]))) return -1;
+  return 0;
 }
 
 dp_tensor *dp_layer_norm(dp_tensor *x, int nd, dp_tensor *w, dp_tensor *b, double eps) {
@@ -359,13 +367,19 @@ dp_tensor *dp_layer_norm(dp_tensor *x, int nd, dp_tensor *w, dp_tensor *b, doubl
     if (d < x->ndim - nd) rows *= x->shape[d];
     else cols *= x->shape[d];
   }
-  dp_tensor *xc = dp_contiguous_raw(x), *wc = w ? dp_contiguous_raw(w) : NULL, *bc = b ? dp_contiguous_raw(b) : NULL;
-  dp_tensor *y = xc && (!w || wc) && (!b || bc) ? dp_empty_like(xc) : NULL;
-  dp_tensor *mean = y ? dp_empty(x->dtype, 1, &rows, dp_dev(x)) : NULL, *rstd = mean ? dp_empty_like(mean) : NULL;
-  if (!rstd || dp_backend_of(x)->layer_norm(y, mean, rstd, xc, wc, bc, rows, cols, eps)) dp_clear(&y);
+  DP_SCOPE(s);
+  dp_tensor *xc = dp_scope_add(&s, dp_contiguous_raw(x));
+  dp_tensor *wc = w ? dp_scope_add(&s, dp_contiguous_raw(w)) : NULL,
+            *bc = b ? dp_scope_add(&s, dp_contiguous_raw(b)) : NULL;
+  dp_tensor *y = xc && (!w || wc) && (!b || bc) ? dp_scope_add(&s, dp_empty_like(xc)) : NULL;
+  dp_tensor *mean = y ? dp_scope_add(&s, dp_empty(x->dtype, 1, &rows, dp_dev(x))) : NULL;
+  dp_tensor *rstd = mean ? dp_scope_add(&s, dp_empty_like(mean)) : NULL;
+  dp_ln_args la = {.rows = rows, .cols = cols, .x = xc, .w = wc, .b = bc, .eps = eps};
+  if (!rstd || dp_backend_of(x)->layer_norm(y, mean, rstd, &la)) return NULL;
+  dp_scope_keep(&s, y);
   dp_tensor *ins[3] = {x, w, b};
   int nin = b ? 3 : w ? 2 : 1;
-  if (y && dp_any_requires_grad(nin, ins)) {
+  if (dp_any_requires_grad(nin, ins)) {
     dp_node *n = dp_node_new("LayerNormBackward", layer_norm_backward, nin, ins, 1);
     dp_node_save(n, xc);
     dp_node_save(n, mean);
@@ -374,6 +388,5 @@ dp_tensor *dp_layer_norm(dp_tensor *x, int nd, dp_tensor *w, dp_tensor *b, doubl
     dp_node_attach(n, y, 0);
     dp_node_release(n);
   }
-  dp_release(xc), dp_release(wc), dp_release(bc), dp_release(mean), dp_release(rstd);
   return y;
 }

@@ -1,4 +1,7 @@
-/* Helpers shared by the op-layer files (not part of the public op API). */
+/* Helpers shared by the op-layer files (not part of the public op API):
+ * error-message shapes, common argument checks, gradients summed back to
+ * an input's shape, raw copies (and tensor/scope.h, the scope that owns
+ * an op's temporaries). */
 #ifndef DP_OP_UTIL_H
 #define DP_OP_UTIL_H
 
@@ -8,6 +11,7 @@
 #include "autograd/autograd.h"
 #include "core/error.h"
 #include "ops/ops.h"
+#include "tensor/scope.h"
 
 /* Shape text for error messages ("[2, 3]"), from a small rotating set of
  * thread-local buffers so several can appear in one message. */

@@ -6,11 +6,17 @@
  * All dims and indices are 0-based here (the Lua layer converts). Results
  * are new references; NULL + dp_errmsg() on error.
  *
- * Adding an op is a checklist: the kernel in src/backends/cpu (and
- * src/backends/cuda), its backend entry in backend.h, the forward + backward
- * function in the family's file here, the binding in src/lua, the Lua
- * wrapper if it is a module, and a spec with a float64 finite-difference
- * check. */
+ * Temporaries live in a scope (tensor/scope.h), released when the op
+ * returns. Adding an op (docs/adding_an_op.md): an elementwise one is a row
+ * in ops/op_table.h (name, node, what its backward reads, integer rule,
+ * epilogue, parameters) and two formulas in ops/scalar_math_t.h; the CPU
+ * and CUDA kernels, dp_unary, its autograd node and the Lua binding come
+ * from the table, a module is one line in lua/ddplua/nn/activation.lua,
+ * and a spec checks it against float64 references, finite differences and
+ * PyTorch. Any other op: its kernels (backends/cpu, backends/cuda, taking
+ * an argument struct when the signature is long), its entry in
+ * backends/backend.h and backend.c's entry list, its forward + backward
+ * function in the family's file here, its binding in src/lua, and a spec. */
 #ifndef DP_OPS_H
 #define DP_OPS_H
 
@@ -18,7 +24,10 @@
 #include "tensor/tensor.h"
 
 /* ---- elementwise (ops/elementwise.c) ---- */
+/* y = op(x), op from the op table (ops/op_table.h) with its default
+ * parameters; dp_unary_with takes them explicitly (a->p). */
 dp_tensor *dp_unary(dp_unary_op op, dp_tensor *x);
+dp_tensor *dp_unary_with(const dp_unary_args *a, dp_tensor *x);
 dp_tensor *dp_binary(dp_binary_op op, dp_tensor *a, dp_tensor *b); /* broadcasting */
 dp_tensor *dp_binary_scalar(dp_binary_op op, dp_tensor *a, double s, bool scalar_first);
 static inline dp_tensor *dp_add(dp_tensor *a, dp_tensor *b) { return dp_binary(DP_B_ADD, a, b); }
@@ -79,10 +88,11 @@ dp_tensor *dp_argmin(dp_tensor *x, int dim, bool keepdim, int64_t base);
 /* PyTorch's matmul: 1-d/2-d/batched with broadcasting of batch dims. */
 dp_tensor *dp_matmul(dp_tensor *a, dp_tensor *b);
 /* y = x w^T + b (b may be NULL), bias fused into the GEMM epilogue. act < 0
- * for none, or DP_U_RELU to fuse the activation as well. */
+ * for none, or a unary op the op table marks EPILOGUE (relu, tanh,
+ * sigmoid) to fuse the activation as well. */
 dp_tensor *dp_linear(dp_tensor *x, dp_tensor *w, dp_tensor *b, int act);
 
-/* ---- nn functional (ops/activation.c, loss.c, conv.c, norm.c, ...) ---- */
+/* ---- nn functional (ops/loss.c, conv.c, pool.c, norm.c, nn_misc.c) ---- */
 dp_tensor *dp_softmax(dp_tensor *x, int dim);
 dp_tensor *dp_log_softmax(dp_tensor *x, int dim);
 typedef enum { DP_REDUCE_NONE, DP_REDUCE_MEAN, DP_REDUCE_SUM } dp_reduction;
@@ -136,6 +146,14 @@ dp_tensor *dp_dropout(dp_tensor *x, double p, bool training);
 /* weight [num, dim]; idx int64 any shape, positions + base; the result is
  * [idx shape..., dim]. A bad id is an error naming it and its position. */
 dp_tensor *dp_embedding(dp_tensor *weight, dp_tensor *idx, int64_t base);
+
+/* ---- optimizer steps (ops/optim.c): in place, no autograd ----
+ * One update of parameter p from its gradient g (any strides) and its
+ * state (buf may be NULL without momentum); the gradient and the state
+ * must match p, which must be contiguous. `who` names p in errors ("SGD:
+ * parameter 3"). */
+int dp_sgd_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *buf, const dp_sgd_args *a);
+int dp_adam_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, const dp_adam_args *a);
 
 /* ---- random numbers (ops/random.c): Philox, one global generator ---- */
 void dp_manual_seed(uint64_t seed);

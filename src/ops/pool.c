@@ -75,56 +75,56 @@ static dp_window2d load_geometry(const dp_node *n) {
 
 static int max_pool_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_window2d g = load_geometry(n);
-  dp_tensor *idx = dp_node_saved(n, 0), *gy = dp_contiguous_raw(gout[0]);
-  dp_tensor *gx = gy ? dp_empty(n->in_dtype[0], n->in_ndim[0], n->in_shape[0], dp_dev(gy)) : NULL;
-  if (gx && dp_backend_of(gx)->max_pool2d_backward(gx, gy, idx, &g)) dp_clear(&gx);
-  dp_release(gy);
-  gin[0] = gx;
-  return gx ? 0 : -1;
+  DP_SCOPE(s);
+  dp_tensor *idx = dp_node_saved(n, 0), *gy = dp_scope_add(&s, dp_contiguous_raw(gout[0]));
+  dp_tensor *gx = gy ? dp_scope_add(&s, dp_empty(n->in_dtype[0], n->in_ndim[0], n->in_shape[0], dp_dev(gy))) : NULL;
+  if (!gx || dp_backend_of(gx)->max_pool2d_backward(gx, gy, idx, &g)) return -1;
+  gin[0] = dp_scope_keep(&s, gx);
+  return 0;
 }
 
 dp_tensor *dp_max_pool2d(dp_tensor *x, const int64_t k[2], const int64_t stride[2], const int64_t pad[2]) {
   dp_window2d g;
-  dp_tensor *xc = pool_input("max_pool2d", x, k, stride, pad, &g);
+  DP_SCOPE(s);
+  dp_tensor *xc = dp_scope_add(&s, pool_input("max_pool2d", x, k, stride, pad, &g));
   if (!xc) return NULL;
   int64_t sh[4];
   pool_out_shape(x, &g, sh);
-  dp_tensor *y = dp_empty(x->dtype, x->ndim, sh, dp_dev(x));
-  dp_tensor *idx = y ? dp_empty(DP_I64, x->ndim, sh, dp_dev(x)) : NULL;
-  if (idx && dp_backend_of(x)->max_pool2d(y, idx, xc, &g)) dp_clear(&y);
-  dp_release(xc);
-  if (y && idx && dp_any_requires_grad(1, &x)) {
+  dp_tensor *y = dp_scope_add(&s, dp_empty(x->dtype, x->ndim, sh, dp_dev(x)));
+  dp_tensor *idx = y ? dp_scope_add(&s, dp_empty(DP_I64, x->ndim, sh, dp_dev(x))) : NULL;
+  if (!idx || dp_backend_of(x)->max_pool2d(y, idx, xc, &g)) return NULL;
+  dp_scope_keep(&s, y);
+  if (dp_any_requires_grad(1, &x)) {
     dp_node *n = dp_node_new("MaxPool2DBackward", max_pool_backward, 1, &x, 1);
     save_geometry(n, &g);
     dp_node_save(n, idx);
     dp_node_attach(n, y, 0);
     dp_node_release(n);
   }
-  if (!idx) dp_clear(&y);
-  dp_release(idx);
   return y;
 }
 
 static int avg_pool_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_window2d g = load_geometry(n);
-  dp_tensor *gy = dp_contiguous_raw(gout[0]);
-  dp_tensor *gx = gy ? dp_empty(n->in_dtype[0], n->in_ndim[0], n->in_shape[0], dp_dev(gy)) : NULL;
-  if (gx && dp_backend_of(gx)->avg_pool2d_backward(gx, gy, &g)) dp_clear(&gx);
-  dp_release(gy);
-  gin[0] = gx;
-  return gx ? 0 : -1;
+  DP_SCOPE(s);
+  dp_tensor *gy = dp_scope_add(&s, dp_contiguous_raw(gout[0]));
+  dp_tensor *gx = gy ? dp_scope_add(&s, dp_empty(n->in_dtype[0], n->in_ndim[0], n->in_shape[0], dp_dev(gy))) : NULL;
+  if (!gx || dp_backend_of(gx)->avg_pool2d_backward(gx, gy, &g)) return -1;
+  gin[0] = dp_scope_keep(&s, gx);
+  return 0;
 }
 
 dp_tensor *dp_avg_pool2d(dp_tensor *x, const int64_t k[2], const int64_t stride[2], const int64_t pad[2]) {
   dp_window2d g;
-  dp_tensor *xc = pool_input("avg_pool2d", x, k, stride, pad, &g);
+  DP_SCOPE(s);
+  dp_tensor *xc = dp_scope_add(&s, pool_input("avg_pool2d", x, k, stride, pad, &g));
   if (!xc) return NULL;
   int64_t sh[4];
   pool_out_shape(x, &g, sh);
-  dp_tensor *y = dp_empty(x->dtype, x->ndim, sh, dp_dev(x));
-  if (y && dp_backend_of(x)->avg_pool2d(y, xc, &g)) dp_clear(&y);
-  dp_release(xc);
-  if (y && dp_any_requires_grad(1, &x)) {
+  dp_tensor *y = dp_scope_add(&s, dp_empty(x->dtype, x->ndim, sh, dp_dev(x)));
+  if (!y || dp_backend_of(x)->avg_pool2d(y, xc, &g)) return NULL;
+  dp_scope_keep(&s, y);
+  if (dp_any_requires_grad(1, &x)) {
     dp_node *n = dp_node_new("AvgPool2DBackward", avg_pool_backward, 1, &x, 1);
     save_geometry(n, &g);
     dp_node_attach(n, y, 0);

@@ -31,14 +31,12 @@ static dp_tensor *draw(dp_rand_kind kind, dp_dtype dt, int ndim, const int64_t *
              dp_dtype_name(dt));
     return NULL;
   }
-  dp_tensor *t = dp_empty(dt, ndim, shape, dev);
+  DP_SCOPE(s);
+  dp_tensor *t = dp_scope_add(&s, dp_empty(dt, ndim, shape, dev));
   if (!t) return NULL;
   uint64_t off = dp_rng_reserve((uint64_t)dp_numel(t));
-  if (dp_backend_of(t)->rand(t, kind, rng_seed, off, a, b)) {
-    dp_release(t);
-    return NULL;
-  }
-  return t;
+  if (dp_backend_of(t)->rand(t, kind, rng_seed, off, a, b)) return NULL;
+  return dp_scope_keep(&s, t);
 }
 
 dp_tensor *dp_rand(dp_dtype dt, int ndim, const int64_t *shape, dp_device dev) {

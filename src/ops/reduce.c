@@ -8,7 +8,8 @@
 
 /* Reduces one dim of x (any strides) keeping it as size 1. */
 static dp_tensor *reduce_one(dp_reduce_op op, dp_tensor *x, int dim, dp_dtype odt, dp_tensor **idx_out, int64_t base) {
-  dp_tensor *c = dp_contiguous_raw(x);
+  DP_SCOPE(s);
+  dp_tensor *c = dp_scope_add(&s, dp_contiguous_raw(x));
   if (!c) return NULL;
   int64_t outer = 1, inner = 1, k = c->shape[dim];
   for (int d = 0; d < dim; d++) outer *= c->shape[d];
@@ -16,17 +17,12 @@ static dp_tensor *reduce_one(dp_reduce_op op, dp_tensor *x, int dim, dp_dtype od
   int64_t sh[DP_MAXDIM];
   memcpy(sh, c->shape, sizeof sh);
   sh[dim] = 1;
-  dp_tensor *out = dp_empty(odt, c->ndim, sh, dp_dev(c));
-  dp_tensor *idx = idx_out ? dp_empty(DP_I64, c->ndim, sh, dp_dev(c)) : NULL;
-  int rc = (!out || (idx_out && !idx)) ? -1 : dp_backend_of(c)->reduce(op, out, idx, c, outer, k, inner, base);
-  dp_release(c);
-  if (rc) {
-    dp_release(out);
-    dp_release(idx);
-    return NULL;
-  }
-  if (idx_out) *idx_out = idx;
-  return out;
+  dp_tensor *out = dp_scope_add(&s, dp_empty(odt, c->ndim, sh, dp_dev(c)));
+  dp_tensor *idx = idx_out ? dp_scope_add(&s, dp_empty(DP_I64, c->ndim, sh, dp_dev(c))) : NULL;
+  dp_reduce_args ra = {op, outer, k, inner, base};
+  if (!out || (idx_out && !idx) || dp_backend_of(c)->reduce(out, idx, c, &ra)) return NULL;
+  if (idx_out) *idx_out = dp_scope_keep(&s, idx);
+  return dp_scope_keep(&s, out);
 }
 
 /* Normalised dim list: sorted, unique, checked. n == 0 means all. */
@@ -59,19 +55,11 @@ static int sum_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   int64_t sh[DP_MAXDIM];
   /* keepdim shape: reduced dims are 1, others from the input */
   for (int d = 0; d < nd; d++) sh[d] = ((n->i[1] >> d) & 1) ? 1 : n->in_shape[0][d];
-  dp_tensor *g = keep ? (dp_retain(gout[0]), gout[0]) : dp_reshape(gout[0], nd, sh);
-  if (!g) return -1;
-  dp_tensor *scaled = g;
-  if (n->f[0] != 1.0) {
-    scaled = dp_binary_scalar(DP_B_MUL, g, n->f[0], false);
-    dp_release(g);
-    if (!scaled) return -1;
-  }
-  dp_tensor *e = dp_expand_raw(scaled, nd, n->in_shape[0]);
-  dp_release(scaled);
-  if (!e) return -1;
-  gin[0] = e;
-  return 0;
+  DP_SCOPE(s);
+  dp_tensor *g = keep ? gout[0] : dp_scope_add(&s, dp_reshape(gout[0], nd, sh));
+  if (g && n->f[0] != 1.0) g = dp_scope_add(&s, dp_binary_scalar(DP_B_MUL, g, n->f[0], false));
+  gin[0] = g ? dp_expand_raw(g, nd, n->in_shape[0]) : NULL;
+  return gin[0] ? 0 : -1;
 }
 
 static dp_tensor *sum_impl(const char *opname, dp_tensor *x, int n, const int *dims, bool keepdim, bool mean) {
@@ -88,46 +76,29 @@ static dp_tensor *sum_impl(const char *opname, dp_tensor *x, int n, const int *d
   int64_t count = 1;
   for (int d = 0; d < x->ndim; d++)
     if (mask[d]) count *= x->shape[d];
+  DP_SCOPE(s);
   dp_tensor *cur;
   if (x->ndim == 0) {
-    cur = dp_copy_raw(x);
+    cur = dp_scope_add(&s, dp_copy_raw(x));
   } else if (n == 0 || x->ndim == 1) {
     /* everything at once: one row of numel elements */
-    dp_tensor *c = dp_contiguous_raw(x);
+    dp_tensor *c = dp_scope_add(&s, dp_contiguous_raw(x));
     int64_t one = 1;
-    cur = c ? dp_empty(odt, 1, &one, dp_dev(x)) : NULL;
-    if (cur && dp_backend_of(x)->reduce(mean ? DP_R_MEAN : DP_R_SUM, cur, NULL, c, 1, dp_numel(c), 1, 0))
-      dp_clear(&cur);
-    dp_release(c);
-    if (cur) {
-      int64_t sh[DP_MAXDIM];
-      for (int d = 0; d < x->ndim; d++) sh[d] = 1;
-      dp_tensor *r = dp_reshape(cur, x->ndim, sh);
-      dp_release(cur);
-      cur = r;
-    }
-  } else {
+    cur = c ? dp_scope_add(&s, dp_empty(odt, 1, &one, dp_dev(x))) : NULL;
+    dp_reduce_args ra = {mean ? DP_R_MEAN : DP_R_SUM, 1, c ? dp_numel(c) : 0, 1, 0};
+    if (!cur || dp_backend_of(x)->reduce(cur, NULL, c, &ra)) return NULL;
+    int64_t sh[DP_MAXDIM];
+    for (int d = 0; d < x->ndim; d++) sh[d] = 1;
+    cur = dp_scope_add(&s, dp_reshape(cur, x->ndim, sh));
+  } else { /* dim by dim, from the last */
     cur = x;
-    dp_retain(cur);
-    for (int d = x->ndim - 1; d >= 0 && cur; d--) {
-      if (!mask[d]) continue;
-      dp_tensor *r = reduce_one(DP_R_SUM, cur, d, odt, NULL, 0);
-      dp_release(cur);
-      cur = r;
-    }
-    if (cur && mean) {
-      dp_tensor *r = dp_binary_scalar(DP_B_DIV, cur, (double)count, false);
-      dp_release(cur);
-      cur = r;
-    }
+    for (int d = x->ndim - 1; d >= 0 && cur; d--)
+      if (mask[d]) cur = dp_scope_add(&s, reduce_one(DP_R_SUM, cur, d, odt, NULL, 0));
+    if (cur && mean) cur = dp_scope_add(&s, dp_binary_scalar(DP_B_DIV, cur, (double)count, false));
   }
+  if (cur && !keepdim) cur = dp_scope_add(&s, drop_dims(cur, mask));
   if (!cur) return NULL;
-  dp_tensor *out = cur;
-  if (!keepdim) {
-    out = drop_dims(cur, mask);
-    dp_release(cur);
-    if (!out) return NULL;
-  }
+  dp_tensor *out = cur == x ? (dp_retain(x), x) : dp_scope_keep(&s, cur);
   if (dp_any_requires_grad(1, &x)) {
     dp_node *nd = dp_node_new(mean ? "MeanBackward" : "SumBackward", sum_backward, 1, &x, 1);
     nd->i[0] = keepdim;
@@ -163,11 +134,9 @@ dp_tensor *dp_sum_to(dp_tensor *g, int ndim, const int64_t *shape) {
     int k = d - lead;
     if (k < 0 || (shape[k] == 1 && g->shape[d] != 1)) dims[n++] = d;
   }
-  dp_tensor *s = n ? dp_sum(g, n, dims, true) : (dp_retain(g), g);
-  if (!s) return NULL;
-  dp_tensor *r = dp_reshape(s, ndim, shape);
-  dp_release(s);
-  return r;
+  DP_SCOPE(sc);
+  dp_tensor *s = n ? dp_scope_add(&sc, dp_sum(g, n, dims, true)) : g;
+  return s ? dp_reshape(s, ndim, shape) : NULL;
 }
 
 /* ---- max / min ---- */
@@ -176,23 +145,17 @@ static int extreme_dim_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   bool keep = n->i[1];
   dp_tensor *idx = dp_node_saved(n, 0);
   if (!idx) return -1;
-  dp_tensor *g = keep ? (dp_retain(gout[0]), gout[0]) : dp_unsqueeze(gout[0], dim);
-  dp_tensor *gc = g ? dp_contiguous_raw(g) : NULL;
-  dp_release(g);
-  dp_tensor *gx = gc ? dp_zeros(n->in_dtype[0], n->in_ndim[0], n->in_shape[0], dp_dev(gc)) : NULL;
-  int rc = -1;
-  if (gx) {
-    int64_t outer = 1, inner = 1;
-    for (int d = 0; d < dim; d++) outer *= gx->shape[d];
-    for (int d = dim + 1; d < gx->ndim; d++) inner *= gx->shape[d];
-    rc = dp_backend_of(gx)->scatter_add_dim(gx, gc, idx, outer, gx->shape[dim], inner, 0);
-  }
-  dp_release(gc);
-  if (rc) {
-    dp_release(gx);
-    return -1;
-  }
-  gin[0] = gx;
+  DP_SCOPE(s);
+  dp_tensor *g = keep ? gout[0] : dp_scope_add(&s, dp_unsqueeze(gout[0], dim));
+  dp_tensor *gc = g ? dp_scope_add(&s, dp_contiguous_raw(g)) : NULL;
+  dp_tensor *gx = gc ? dp_scope_add(&s, dp_zeros(n->in_dtype[0], n->in_ndim[0], n->in_shape[0], dp_dev(gc))) : NULL;
+  if (!gx) return -1;
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; d++) outer *= gx->shape[d];
+  for (int d = dim + 1; d < gx->ndim; d++) inner *= gx->shape[d];
+  dp_reduce_args ra = {DP_R_SUM, outer, gx->shape[dim], inner, 0};
+  if (dp_backend_of(gx)->scatter_add_dim(gx, gc, idx, &ra)) return -1;
+  gin[0] = dp_scope_keep(&s, gx);
   return 0;
 }
 
@@ -200,12 +163,12 @@ static int extreme_all_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   /* gradient split evenly among the elements equal to the extreme */
   dp_tensor *x = dp_node_saved(n, 0), *y = dp_node_saved(n, 1);
   if (!x || !y) return -1;
-  dp_tensor *eq = dp_binary(DP_B_EQ, x, y);
-  dp_tensor *m = eq ? dp_to(eq, gout[0]->dtype, dp_dev(x)) : NULL;
-  dp_tensor *cnt = m ? dp_sum(m, 0, NULL, false) : NULL;
-  dp_tensor *w = cnt ? dp_div(m, cnt) : NULL;
+  DP_SCOPE(s);
+  dp_tensor *eq = dp_scope_add(&s, dp_binary(DP_B_EQ, x, y));
+  dp_tensor *m = eq ? dp_scope_add(&s, dp_to(eq, gout[0]->dtype, dp_dev(x))) : NULL;
+  dp_tensor *cnt = m ? dp_scope_add(&s, dp_sum(m, 0, NULL, false)) : NULL;
+  dp_tensor *w = cnt ? dp_scope_add(&s, dp_div(m, cnt)) : NULL;
   gin[0] = w ? dp_mul(w, gout[0]) : NULL;
-  dp_release(eq), dp_release(m), dp_release(cnt), dp_release(w);
   return gin[0] ? 0 : -1;
 }
 
@@ -216,12 +179,14 @@ static dp_tensor *extreme(bool is_max, dp_tensor *x, int dim, bool keepdim, dp_t
     return NULL;
   }
   dp_reduce_op rop = is_max ? DP_R_MAX : DP_R_MIN;
+  DP_SCOPE(s);
   if (dim < 0) { /* over everything */
-    dp_tensor *c = dp_contiguous_raw(x);
-    dp_tensor *out = c ? dp_empty(x->dtype, 0, NULL, dp_dev(x)) : NULL;
-    if (out && dp_backend_of(x)->reduce(rop, out, NULL, c, 1, dp_numel(c), 1, 0)) dp_clear(&out);
-    dp_release(c);
-    if (out && dp_any_requires_grad(1, &x)) {
+    dp_tensor *c = dp_scope_add(&s, dp_contiguous_raw(x));
+    dp_tensor *out = c ? dp_scope_add(&s, dp_empty(x->dtype, 0, NULL, dp_dev(x))) : NULL;
+    dp_reduce_args ra = {rop, 1, c ? dp_numel(c) : 0, 1, 0};
+    if (!out || dp_backend_of(x)->reduce(out, NULL, c, &ra)) return NULL;
+    dp_scope_keep(&s, out);
+    if (dp_any_requires_grad(1, &x)) {
       dp_node *n = dp_node_new(is_max ? "MaxBackward" : "MinBackward", extreme_all_backward, 1, &x, 1);
       dp_node_save(n, x);
       dp_node_save(n, out);
@@ -232,14 +197,16 @@ static dp_tensor *extreme(bool is_max, dp_tensor *x, int dim, bool keepdim, dp_t
   }
   if (dp_check_dim(op, x, dim)) return NULL;
   dp_tensor *idx = NULL;
-  dp_tensor *v = reduce_one(rop, x, dim, x->dtype, &idx, 0);
+  dp_tensor *v = dp_scope_add(&s, reduce_one(rop, x, dim, x->dtype, &idx, 0));
   if (!v) return NULL;
+  dp_scope_add(&s, idx);
   bool mask[DP_MAXDIM] = {false};
   mask[dim] = true;
-  dp_tensor *out = keepdim ? (dp_retain(v), v) : drop_dims(v, mask);
-  dp_tensor *iout = keepdim ? (dp_retain(idx), idx) : drop_dims(idx, mask);
-  dp_release(v);
-  if (out && dp_any_requires_grad(1, &x)) {
+  dp_tensor *out = keepdim ? v : dp_scope_add(&s, drop_dims(v, mask));
+  dp_tensor *iout = keepdim ? idx : dp_scope_add(&s, drop_dims(idx, mask));
+  if (!out || !iout) return NULL;
+  dp_scope_keep(&s, out);
+  if (dp_any_requires_grad(1, &x)) {
     dp_node *n = dp_node_new(is_max ? "MaxBackward" : "MinBackward", extreme_dim_backward, 1, &x, 1);
     n->i[0] = dim;
     n->i[1] = keepdim;
@@ -247,9 +214,7 @@ static dp_tensor *extreme(bool is_max, dp_tensor *x, int dim, bool keepdim, dp_t
     dp_node_attach(n, out, 0);
     dp_node_release(n);
   }
-  dp_release(idx);
-  if (indices) *indices = iout;
-  else dp_release(iout);
+  if (indices) *indices = dp_scope_keep(&s, iout);
   return out;
 }
 
@@ -267,15 +232,16 @@ static dp_tensor *arg_extreme(bool is_max, dp_tensor *x, int dim, bool keepdim, 
     return NULL;
   }
   dp_reduce_op rop = is_max ? DP_R_ARGMAX : DP_R_ARGMIN;
+  DP_SCOPE(s);
   if (dim < 0) {
-    dp_tensor *c = dp_contiguous_raw(x);
-    dp_tensor *out = c ? dp_empty(DP_I64, 0, NULL, dp_dev(x)) : NULL;
-    if (out && dp_backend_of(x)->reduce(rop, out, NULL, c, 1, dp_numel(c), 1, base)) dp_clear(&out);
-    dp_release(c);
-    return out;
+    dp_tensor *c = dp_scope_add(&s, dp_contiguous_raw(x));
+    dp_tensor *out = c ? dp_scope_add(&s, dp_empty(DP_I64, 0, NULL, dp_dev(x))) : NULL;
+    dp_reduce_args ra = {rop, 1, c ? dp_numel(c) : 0, 1, base};
+    if (!out || dp_backend_of(x)->reduce(out, NULL, c, &ra)) return NULL;
+    return dp_scope_keep(&s, out);
   }
   if (dp_check_dim(op, x, dim)) return NULL;
-  dp_tensor *c = dp_contiguous_raw(x);
+  dp_tensor *c = dp_scope_add(&s, dp_contiguous_raw(x));
   if (!c) return NULL;
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < dim; d++) outer *= c->shape[d];
@@ -283,15 +249,13 @@ static dp_tensor *arg_extreme(bool is_max, dp_tensor *x, int dim, bool keepdim, 
   int64_t sh[DP_MAXDIM];
   memcpy(sh, c->shape, sizeof sh);
   sh[dim] = 1;
-  dp_tensor *out = dp_empty(DP_I64, c->ndim, sh, dp_dev(c));
-  if (out && dp_backend_of(c)->reduce(rop, out, NULL, c, outer, c->shape[dim], inner, base)) dp_clear(&out);
-  dp_release(c);
-  if (!out || keepdim) return out;
+  dp_tensor *out = dp_scope_add(&s, dp_empty(DP_I64, c->ndim, sh, dp_dev(c)));
+  dp_reduce_args ra = {rop, outer, c->shape[dim], inner, base};
+  if (!out || dp_backend_of(c)->reduce(out, NULL, c, &ra)) return NULL;
+  if (keepdim) return dp_scope_keep(&s, out);
   bool mask[DP_MAXDIM] = {false};
   mask[dim] = true;
-  dp_tensor *r = drop_dims(out, mask);
-  dp_release(out);
-  return r;
+  return drop_dims(out, mask);
 }
 
 dp_tensor *dp_argmax(dp_tensor *x, int dim, bool keepdim, int64_t base) {

@@ -5,7 +5,7 @@
 
 static dp_tensor *make_view(dp_tensor *t, int ndim, const int64_t *shape, const int64_t *stride, int64_t offset) {
   dp_tensor *v = dp_xcalloc(1, sizeof *v);
-  atomic_init(&v->refcount, 1);
+  v->refcount = 1;
   dp_storage_retain(t->storage);
   v->storage = t->storage;
   v->dtype = t->dtype;
@@ -106,12 +106,11 @@ dp_tensor *dp_reshape(dp_tensor *t, int ndim, const int64_t *shape) {
   if (infer_shape("reshape", t, ndim, shape, sh)) return NULL;
   if (view_strides(t, ndim, sh, st))
     return attach_reshape_grad(t, make_view(t, ndim, sh, st, t->offset), "ReshapeBackward");
-  dp_tensor *c = dp_contiguous_raw(t);
+  DP_SCOPE(s);
+  dp_tensor *c = dp_scope_add(&s, dp_contiguous_raw(t));
   if (!c) return NULL;
   dp_contiguous_strides(ndim, sh, st);
-  dp_tensor *v = make_view(c, ndim, sh, st, c->offset);
-  dp_release(c);
-  return attach_reshape_grad(t, v, "ReshapeBackward");
+  return attach_reshape_grad(t, make_view(c, ndim, sh, st, c->offset), "ReshapeBackward");
 }
 
 dp_tensor *dp_flatten(dp_tensor *t, int start, int end) {
@@ -214,18 +213,12 @@ static int narrow_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   int dim = (int)n->i[0];
   int64_t start = n->i[1], len = n->i[2];
   bool selected = n->i[3];
-  dp_tensor *g = dp_zeros(n->in_dtype[0], n->in_ndim[0], n->in_shape[0], dp_dev(gout[0]));
-  if (!g) return -1;
-  dp_tensor *region = dp_narrow(g, dim, start, len);
-  dp_tensor *src = selected ? dp_unsqueeze(gout[0], dim) : (dp_retain(gout[0]), gout[0]);
-  int rc = (region && src) ? dp_copy_(region, src) : -1;
-  dp_release(region);
-  dp_release(src);
-  if (rc) {
-    dp_release(g);
-    return -1;
-  }
-  gin[0] = g;
+  DP_SCOPE(s);
+  dp_tensor *g = dp_scope_add(&s, dp_zeros(n->in_dtype[0], n->in_ndim[0], n->in_shape[0], dp_dev(gout[0])));
+  dp_tensor *region = g ? dp_scope_add(&s, dp_narrow(g, dim, start, len)) : NULL;
+  dp_tensor *src = selected ? dp_scope_add(&s, dp_unsqueeze(gout[0], dim)) : gout[0];
+  if (!region || !src || dp_copy_(region, src)) return -1;
+  gin[0] = dp_scope_keep(&s, g);
   return 0;
 }
 
@@ -299,9 +292,9 @@ static int cat_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   for (int k = 0; k < n->n_inputs; k++) {
     int64_t len = n->in_shape[k][dim];
     if (dp_node_needs(n, k)) {
-      dp_tensor *v = dp_narrow(gout[0], dim, start, len);
+      DP_SCOPE(s);
+      dp_tensor *v = dp_scope_add(&s, dp_narrow(gout[0], dim, start, len));
       gin[k] = v ? dp_contiguous_raw(v) : NULL;
-      dp_release(v);
       if (!gin[k]) return -1;
     }
     start += len;
@@ -336,7 +329,8 @@ dp_tensor *dp_cat(int n, dp_tensor *const *ts, int dim) {
     dt = dp_promote(dt, t->dtype);
     sh[dim] += t->shape[dim];
   }
-  dp_tensor *out = dp_empty(dt, t0->ndim, sh, dp_dev(t0));
+  DP_SCOPE(s);
+  dp_tensor *out = dp_scope_add(&s, dp_empty(dt, t0->ndim, sh, dp_dev(t0)));
   if (!out) return NULL;
   int64_t start = 0;
   for (int k = 0; k < n; k++) {
@@ -344,15 +338,12 @@ dp_tensor *dp_cat(int n, dp_tensor *const *ts, int dim) {
     int64_t rsh[DP_MAXDIM];
     memcpy(rsh, out->shape, sizeof rsh);
     rsh[dim] = len;
-    dp_tensor *region = dp_as_strided(out, out->ndim, rsh, out->stride, start * out->stride[dim]);
-    int rc = region ? dp_backend_of(out)->copy(region, ts[k]) : -1;
-    dp_release(region);
-    if (rc) {
-      dp_release(out);
-      return NULL;
-    }
+    DP_SCOPE(each);
+    dp_tensor *region = dp_scope_add(&each, dp_as_strided(out, out->ndim, rsh, out->stride, start * out->stride[dim]));
+    if (!region || dp_backend_of(out)->copy(region, ts[k])) return NULL;
     start += len;
   }
+  dp_scope_keep(&s, out);
   if (dp_any_requires_grad(n, ts)) {
     dp_node *nd = dp_node_new("CatBackward", cat_backward, n, ts, 1);
     nd->i[0] = dim;

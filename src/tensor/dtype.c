@@ -7,26 +7,19 @@
 
 #include "tensor/dtype_conv.h"
 
-static const struct {
-  const char *name;
-  size_t size;
-} info[DP_NDTYPES] = {
-    [DP_F32] = {"float32", 4}, [DP_F64] = {"float64", 8},   [DP_I64] = {"int64", 8},
-    [DP_U8] = {"uint8", 1},    [DP_BF16] = {"bfloat16", 2}, [DP_F16] = {"float16", 2},
-};
-
-size_t dp_dtype_size(dp_dtype t) { return (unsigned)t < DP_NDTYPES ? info[t].size : 0; }
-const char *dp_dtype_name(dp_dtype t) { return (unsigned)t < DP_NDTYPES ? info[t].name : "?"; }
-
 int dp_dtype_parse(const char *s, dp_dtype *out) {
+  for (int t = 0; t < DP_NDTYPES; t++)
+    if (strcmp(s, dp_dtype_name((dp_dtype)t)) == 0) {
+      *out = (dp_dtype)t;
+      return 0;
+    }
+  /* the other spellings PyTorch (and short forms) accept */
   static const struct {
     const char *alias;
     dp_dtype t;
   } aliases[] = {
-      {"float32", DP_F32}, {"float", DP_F32}, {"f32", DP_F32},  {"float64", DP_F64},   {"double", DP_F64},
-      {"f64", DP_F64},     {"int64", DP_I64}, {"long", DP_I64}, {"i64", DP_I64},       {"uint8", DP_U8},
-      {"byte", DP_U8},     {"u8", DP_U8},     {"bool", DP_U8},  {"bfloat16", DP_BF16}, {"bf16", DP_BF16},
-      {"float16", DP_F16}, {"half", DP_F16},  {"f16", DP_F16},
+      {"float", DP_F32}, {"f32", DP_F32}, {"double", DP_F64}, {"f64", DP_F64},   {"long", DP_I64}, {"i64", DP_I64},
+      {"byte", DP_U8},   {"u8", DP_U8},   {"bool", DP_U8},    {"bf16", DP_BF16}, {"half", DP_F16}, {"f16", DP_F16},
   };
   for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
     if (strcmp(s, aliases[i].alias) == 0) {
@@ -35,8 +28,6 @@ int dp_dtype_parse(const char *s, dp_dtype *out) {
     }
   return -1;
 }
-
-bool dp_dtype_is_float(dp_dtype t) { return t == DP_F32 || t == DP_F64 || t == DP_BF16 || t == DP_F16; }
 
 dp_dtype dp_promote(dp_dtype a, dp_dtype b) {
   if (a == b) return a;

@@ -1,5 +1,6 @@
 #include "tensor/storage.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "backends/backend.h"
@@ -34,8 +35,8 @@ dp_storage *dp_storage_new(size_t nbytes, dp_device dev) {
   }
   atomic_fetch_add(&alloc_counter, nbytes);
   dp_storage *s = dp_xcalloc(1, sizeof *s);
-  atomic_init(&s->refcount, 1);
-  atomic_init(&s->version, 0);
+  s->refcount = 1;
+  s->version = 0;
   s->data = data;
   s->nbytes = nbytes;
   s->device = dev;
@@ -45,8 +46,8 @@ dp_storage *dp_storage_new(size_t nbytes, dp_device dev) {
 
 dp_storage *dp_storage_wrap(void *data, size_t nbytes, dp_device dev, void (*release)(dp_storage *), void *ctx) {
   dp_storage *s = dp_xcalloc(1, sizeof *s);
-  atomic_init(&s->refcount, 1);
-  atomic_init(&s->version, 0);
+  s->refcount = 1;
+  s->version = 0;
   s->data = data;
   s->nbytes = nbytes;
   s->device = dev;
@@ -55,11 +56,11 @@ dp_storage *dp_storage_wrap(void *data, size_t nbytes, dp_device dev, void (*rel
   return s;
 }
 
-void dp_storage_retain(dp_storage *s) { atomic_fetch_add_explicit(&s->refcount, 1, memory_order_relaxed); }
+void dp_storage_retain(dp_storage *s) { __atomic_fetch_add(&s->refcount, 1, __ATOMIC_RELAXED); }
 
 void dp_storage_release(dp_storage *s) {
   if (!s) return;
-  if (atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) != 1) return;
+  if (__atomic_fetch_sub(&s->refcount, 1, __ATOMIC_ACQ_REL) != 1) return;
   if (s->release) s->release(s);
   else release_device(s);
   free(s);

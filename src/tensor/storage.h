@@ -9,17 +9,21 @@
 #ifndef DP_STORAGE_H
 #define DP_STORAGE_H
 
-#include <stdatomic.h>
 #include <stddef.h>
 
 #include "tensor/dtype.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct dp_storage dp_storage;
 struct dp_storage {
-  atomic_int refcount;
+  int refcount; /* atomic (__atomic builtins): dp_storage_retain / _release */
   /* Bumped by every in-place write; autograd compares it with the version
-   * recorded when a tensor was saved for backward. */
-  atomic_uint version;
+   * recorded when a tensor was saved for backward (atomic: dp_bump_version,
+   * dp_storage_version). */
+  unsigned version;
   void *data;
   size_t nbytes;
   dp_device device;
@@ -34,6 +38,9 @@ dp_storage *dp_storage_new(size_t nbytes, dp_device dev);
 dp_storage *dp_storage_wrap(void *data, size_t nbytes, dp_device dev, void (*release)(dp_storage *), void *ctx);
 void dp_storage_retain(dp_storage *s);
 void dp_storage_release(dp_storage *s);
+static inline unsigned dp_storage_version(const dp_storage *s) {
+  return __atomic_load_n(&s->version, __ATOMIC_SEQ_CST);
+}
 
 /* CPU caching allocator. 64-byte aligned. */
 void *dp_cpu_alloc(size_t nbytes);
@@ -54,5 +61,9 @@ dp_mem_stats dp_cpu_mem_stats(void);
  * reset; the Lua layer uses it to pace its garbage collector so that
  * unreachable tensors are freed before memory grows. */
 size_t dp_alloc_counter_take(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -10,12 +10,12 @@
 #include "core/error.h"
 
 void dp_retain(dp_tensor *t) {
-  if (t) atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed);
+  if (t) __atomic_fetch_add(&t->refcount, 1, __ATOMIC_RELAXED);
 }
 
 void dp_release(dp_tensor *t) {
   if (!t) return;
-  if (atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) != 1) return;
+  if (__atomic_fetch_sub(&t->refcount, 1, __ATOMIC_ACQ_REL) != 1) return;
   dp_storage_release(t->storage);
   dp_release(t->grad);
   if (t->grad_fn) dp_node_release(t->grad_fn);
@@ -61,7 +61,7 @@ int dp_check_shape(int ndim, const int64_t *shape) {
 static dp_tensor *tensor_struct(dp_storage *s, dp_dtype dt, int ndim, const int64_t *shape, const int64_t *stride,
                                 int64_t offset) {
   dp_tensor *t = dp_xcalloc(1, sizeof *t);
-  atomic_init(&t->refcount, 1);
+  t->refcount = 1;
   t->storage = s;
   t->dtype = dt;
   t->ndim = ndim;

@@ -4,11 +4,15 @@
  * from Lua's 1-based positions and names the user's numbers in its errors.
  * Functions that can fail return NULL (or -1) and set dp_errmsg(). Every
  * tensor returned by a dp_* function is owned by the caller (refcount 1 for
- * the caller) and must be released with dp_release. */
+ * the caller) and must be released with dp_release.
+ *
+ * Plain C that C++ reads too, so the CUDA kernel files (.cu, compiled as
+ * C++) take tensors as they are: reference counts and versions are plain
+ * integers that only the __atomic builtins touch (dp_retain / dp_release,
+ * dp_refcount, dp_bump_version). */
 #ifndef DP_TENSOR_H
 #define DP_TENSOR_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -31,7 +35,7 @@ typedef struct dp_grad_hook {
 } dp_grad_hook;
 
 typedef struct dp_tensor {
-  atomic_int refcount;
+  int refcount; /* atomic: dp_retain / dp_release / dp_refcount */
   dp_storage *storage;
   int64_t offset; /* in elements */
   int ndim;
@@ -55,11 +59,17 @@ typedef struct dp_tensor {
   unsigned saved_version; /* storage version when saved for backward */
 } dp_tensor;
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- lifetime ---- */
 void dp_retain(dp_tensor *t);
 void dp_release(dp_tensor *t);
 /* Releases *pt and sets it to NULL (no-op on NULL). */
 void dp_clear(dp_tensor **pt);
+/* The current reference count (1: the caller holds the only reference). */
+static inline int dp_refcount(const dp_tensor *t) { return __atomic_load_n(&t->refcount, __ATOMIC_ACQUIRE); }
 
 /* ---- creation (uninitialised / filled) ---- */
 dp_tensor *dp_empty(dp_dtype dt, int ndim, const int64_t *shape, dp_device dev);
@@ -94,7 +104,7 @@ void dp_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
 /* Checks shape entries are >= 0 and the element count fits. */
 int dp_check_shape(int ndim, const int64_t *shape);
 /* Marks an in-place write (autograd version check). */
-static inline void dp_bump_version(dp_tensor *t) { atomic_fetch_add(&t->storage->version, 1); }
+static inline void dp_bump_version(dp_tensor *t) { __atomic_fetch_add(&t->storage->version, 1u, __ATOMIC_SEQ_CST); }
 
 /* Reads / writes one element by 0-based multi-index (scalar paths, tests,
  * printing; CUDA tensors are copied through the backend). */
@@ -110,5 +120,9 @@ int dp_grad_materialize(dp_tensor *t);
 /* PyTorch-style text: "tensor([[1., 2.],\n        [3., 4.]])". Returns a
  * malloc'ed string. */
 char *dp_tensor_format(const dp_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

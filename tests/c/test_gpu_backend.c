@@ -221,7 +221,8 @@ static void test_deferred_errors(void) {
   ((int64_t *)dp_data(t_cpu))[1] = 4;
   dp_tensor *target = dev(t_cpu, GPU);
   dp_tensor *loss = dp_empty(DP_F32, 1, &two, GPU), *lse = dp_empty(DP_F32, 1, &two, GPU);
-  CHECK(cuda->cross_entropy(loss, lse, logits, target, 1, 0.0, -100) == 0);
+  dp_ce_args ca = {.x = logits, .target = target, .base = 1, .ignore_index = -100, .smoothing = 0.0};
+  CHECK(cuda->cross_entropy(loss, lse, &ca) == 0);
   double v;
   int64_t at[1] = {0};
   CHECK(dp_get_d(loss, at, &v) != 0);

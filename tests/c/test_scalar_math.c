@@ -17,46 +17,59 @@ static double frand(unsigned *s, double lo, double hi) {
   return lo + (hi - lo) * ((*s >> 8) & 0xffffff) / 16777216.0;
 }
 
+/* every op of the table with its default parameters */
 static void test_unary(void) {
   unsigned s = 1;
   for (int op = 0; op < DP_U_COUNT; op++) {
+    dp_unary_args a = dp_unary_args_of((dp_unary_op)op);
+    const dp_unary_params *p = &a.p;
     bool positive = op == DP_U_LOG || op == DP_U_SQRT || op == DP_U_RSQRT || op == DP_U_RECIP;
     double worst = 0, worst_grad = 0;
     for (int i = 0; i < 2000; i++) {
       double x = positive ? frand(&s, 0.05, 6.0) : frand(&s, -6.0, 6.0);
       if (fabs(x) < 1e-3) continue; /* sign/abs/relu kinks */
       float xf = (float)x;
-      double yd = dp_unary_d((dp_unary_op)op, xf), yf = dp_unary_f((dp_unary_op)op, xf);
+      double yd = dp_unary_d((dp_unary_op)op, xf, p), yf = dp_unary_f((dp_unary_op)op, xf, p);
       double e = fabs(yf - yd) / (1 + fabs(yd)); /* float cancels near zero (gelu's tail): relative to 1 + |y| */
       if (e > worst) worst = e;
       /* the derivative against central differences of the double version */
       double h = 1e-6 * (1 + fabs(x));
-      double fd = (dp_unary_d((dp_unary_op)op, x + h) - dp_unary_d((dp_unary_op)op, x - h)) / (2 * h);
-      double gd = dp_unary_grad_d((dp_unary_op)op, x, dp_unary_d((dp_unary_op)op, x));
+      double fd = (dp_unary_d((dp_unary_op)op, x + h, p) - dp_unary_d((dp_unary_op)op, x - h, p)) / (2 * h);
+      double gd = dp_unary_grad_d((dp_unary_op)op, 1.0, x, dp_unary_d((dp_unary_op)op, x, p), p);
       double eg = fabs(gd - fd) / (1 + fabs(fd));
       if (eg > worst_grad) worst_grad = eg;
       /* and the float derivative against the double one */
-      double gf = dp_unary_grad_f((dp_unary_op)op, xf, dp_unary_f((dp_unary_op)op, xf));
-      double gd2 = dp_unary_grad_d((dp_unary_op)op, xf, dp_unary_d((dp_unary_op)op, xf));
+      double gf = dp_unary_grad_f((dp_unary_op)op, 1.f, xf, dp_unary_f((dp_unary_op)op, xf, p), p);
+      double gd2 = dp_unary_grad_d((dp_unary_op)op, 1.0, xf, dp_unary_d((dp_unary_op)op, xf, p), p);
       double e2 = fabs(gf - gd2) / (1 + fabs(gd2));
       if (e2 > worst) worst = e2;
     }
     if (!(worst < 2e-6 && worst_grad < 1e-5))
-      fprintf(stderr, "unary op %d: float vs double %.3g, gradient vs finite differences %.3g\n", op, worst,
-              worst_grad);
+      fprintf(stderr, "unary op %s: float vs double %.3g, gradient vs finite differences %.3g\n",
+              dp_unary_name((dp_unary_op)op), worst, worst_grad);
     CHECK(worst < 2e-6);
     CHECK(worst_grad < 1e-5);
   }
   /* NaN in, NaN out; relu/sign at zero */
-  CHECK(isnan(dp_unary_f(DP_U_EXP, NAN)) && isnan(dp_unary_d(DP_U_TANH, NAN)));
-  CHECK(dp_unary_f(DP_U_RELU, 0.f) == 0.f && dp_unary_d(DP_U_SIGN, 0.0) == 0.0);
+  dp_unary_params none = dp_unary_args_of(DP_U_EXP).p;
+  CHECK(isnan(dp_unary_f(DP_U_EXP, NAN, &none)) && isnan(dp_unary_d(DP_U_TANH, NAN, &none)));
+  CHECK(dp_unary_f(DP_U_RELU, 0.f, &none) == 0.f && dp_unary_d(DP_U_SIGN, 0.0, &none) == 0.0);
+  /* relu's gradient is a select: no NaN where the output is not positive */
+  CHECK(dp_unary_grad_f(DP_U_RELU, NAN, -1.f, 0.f, &none) == 0.f);
   /* int64 ops keep the type exactly */
   int64_t big = ((int64_t)1 << 60) + 3;
-  CHECK(dp_unary_i64(DP_U_NEG, big) == -big);
-  CHECK(dp_unary_i64(DP_U_ABS, -big) == big);
-  CHECK(dp_unary_i64(DP_U_RELU, -5) == 0 && dp_unary_i64(DP_U_RELU, 7) == 7);
-  CHECK(dp_unary_i64(DP_U_SQUARE, 3037000499) == (int64_t)3037000499 * 3037000499);
-  CHECK(dp_unary_i64(DP_U_SIGN, -9) == -1 && dp_unary_i64(DP_U_SIGN, 0) == 0);
+  CHECK(dp_unary_i64(DP_U_NEG, big, &none) == -big);
+  CHECK(dp_unary_i64(DP_U_ABS, -big, &none) == big);
+  CHECK(dp_unary_i64(DP_U_RELU, -5, &none) == 0 && dp_unary_i64(DP_U_RELU, 7, &none) == 7);
+  CHECK(dp_unary_i64(DP_U_SQUARE, 3037000499, &none) == (int64_t)3037000499 * 3037000499);
+  CHECK(dp_unary_i64(DP_U_SIGN, -9, &none) == -1 && dp_unary_i64(DP_U_SIGN, 0, &none) == 0);
+  /* clamp: PyTorch's order (min > max gives max), NaN kept, int64 bounds saturate */
+  dp_unary_params cl = dp_unary_args_of(DP_U_CLAMP).p;
+  cl.min = 2, cl.max = 1;
+  CHECK(dp_unary_d(DP_U_CLAMP, 5.0, &cl) == 1.0 && dp_unary_d(DP_U_CLAMP, -5.0, &cl) == 1.0);
+  cl.min = -1, cl.max = INFINITY;
+  CHECK(isnan(dp_unary_f(DP_U_CLAMP, NAN, &cl)) && dp_unary_i64(DP_U_CLAMP, big, &cl) == big);
+  CHECK(dp_unary_i64(DP_U_CLAMP, -big, &cl) == -1);
 }
 
 static void test_binary(void) {
@@ -197,8 +210,9 @@ static void test_norms(void) {
     for (int k = 0; k < n; k++) xp[k] = xm[k] = x[k];
     xp[i] += h, xm[i] -= h;
     double fd = (norm_objective(xp, n, gy, w) - norm_objective(xm, n, gy, w)) / (2 * h);
-    double bn = dp_bn_backward_elemt_d(gy[i], x[i], mean, invstd, w, sum_dy, sum_dy_xhat, n);
-    double ln = dp_ln_backward_d(gy[i] * w, (x[i] - mean) * invstd, invstd, mg, mgx);
+    dp_bn_grad_k k = dp_bn_grad_coefs(w, invstd, mean, sum_dy / n, sum_dy_xhat / n);
+    double bn = dp_bn_grad_apply_d(gy[i], x[i], k.gy, k.x, k.c);
+    double ln = dp_ln_grad_d(gy[i] * w, (x[i] - mean) * invstd, invstd, mg, mgx);
     CHECK(fabs(bn - fd) < 1e-6);
     CHECK(fabs(ln - fd) < 1e-6);
   }

@@ -28,7 +28,7 @@ static void test_struct(void) {
   CHECK(t && t->ndim == 3 && t->offset == 0 && dp_numel(t) == 24);
   CHECK(t->stride[0] == 12 && t->stride[1] == 4 && t->stride[2] == 1);
   CHECK(dp_is_contiguous(t) && t->dtype == DP_F32 && dp_elsize(t) == 4);
-  CHECK(atomic_load(&t->refcount) == 1 && atomic_load(&t->storage->refcount) == 1);
+  CHECK(dp_refcount(t) == 1 && __atomic_load_n(&t->storage->refcount, __ATOMIC_SEQ_CST) == 1);
   CHECK(t->storage->nbytes >= 24 * 4);
   CHECK(at(t, 1, 2, 3) == 0.0);
   int64_t idx[3] = {1, 2, 3};
@@ -39,12 +39,12 @@ static void test_struct(void) {
 
   /* an alias shares the storage: two references to it */
   dp_tensor *a = dp_alias(t);
-  CHECK(a->storage == t->storage && atomic_load(&t->storage->refcount) == 2);
+  CHECK(a->storage == t->storage && __atomic_load_n(&t->storage->refcount, __ATOMIC_SEQ_CST) == 2);
   dp_retain(a);
-  CHECK(atomic_load(&a->refcount) == 2);
+  CHECK(dp_refcount(a) == 2);
   dp_release(a);
   dp_release(a);
-  CHECK(atomic_load(&t->storage->refcount) == 1);
+  CHECK(__atomic_load_n(&t->storage->refcount, __ATOMIC_SEQ_CST) == 1);
   dp_release(t);
 
   /* shapes the runtime refuses, with messages naming them */

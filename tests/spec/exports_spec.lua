@@ -26,7 +26,8 @@ local EXPORTS = {
       "full_like", "rand_like", "randn_like", "cat", "stack", "is_tensor", "Generator",
       -- the ops' functional forms
       "abs", "add", "sub", "mul", "div", "neg", "pow", "exp", "log", "sqrt", "rsqrt", "square", "reciprocal", "sign",
-      "clamp", "maximum", "minimum", "relu", "gelu", "tanh", "sigmoid", "softmax", "log_softmax", "sum", "mean",
+      "clamp", "maximum", "minimum", "relu", "gelu", "leaky_relu", "elu", "silu", "softplus", "tanh", "sigmoid",
+      "softmax", "log_softmax", "sum", "mean",
       "max", "min", "argmax", "argmin", "eq", "ne", "lt", "le", "gt", "ge", "matmul", "mm", "index_select", "linear",
       "conv2d", "max_pool2d", "avg_pool2d", "batch_norm", "layer_norm", "dropout", "embedding", "cross_entropy",
       "mse_loss",
@@ -47,13 +48,14 @@ local EXPORTS = {
   nn = {
     form = "nn.", names = {
       "Module", "Sequential", "Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d",
-      "SyncBatchNorm", "ReLU", "GELU", "Tanh", "Sigmoid", "Dropout", "Flatten", "Embedding", "LayerNorm",
+      "SyncBatchNorm", "ReLU", "GELU", "LeakyReLU", "ELU", "SiLU", "Softplus", "Tanh", "Sigmoid", "Dropout", "Flatten", "Embedding", "LayerNorm",
       "CrossEntropyLoss", "MSELoss", "F", "init",
     },
   },
   F = {
     form = "F.", names = {
-      "relu", "gelu", "tanh", "sigmoid", "softmax", "log_softmax", "flatten", "linear", "conv2d", "max_pool2d",
+      "relu", "gelu", "leaky_relu", "elu", "silu", "softplus", "tanh", "sigmoid", "softmax", "log_softmax",
+      "flatten", "linear", "conv2d", "max_pool2d",
       "avg_pool2d", "batch_norm", "layer_norm", "dropout", "embedding", "cross_entropy", "mse_loss",
     },
   },
@@ -81,21 +83,12 @@ local EXPORTS = {
       "t", "permute", "narrow", "select", "flatten", "unsqueeze", "squeeze", "fill_", "zero_", "copy_", "add_",
       "sub_", "mul_", "div_", "requires_grad_", "backward", "free", "abs", "add", "sub", "mul", "div", "neg", "pow",
       "exp", "log", "sqrt", "rsqrt", "square", "reciprocal", "sign", "clamp", "maximum", "minimum", "relu", "gelu",
-      "tanh", "sigmoid", "softmax", "log_softmax", "sum", "mean", "max", "min", "argmax", "argmin", "eq", "ne", "lt",
+      "leaky_relu", "elu", "silu", "softplus", "tanh", "sigmoid", "softmax", "log_softmax", "sum", "mean", "max", "min", "argmax", "argmin", "eq", "ne", "lt",
       "le", "gt", "ge", "matmul", "mm", "index_select",
     },
   },
 }
 
--- The op table (issue 10) adds these activations in parallel: each is
--- accepted once it exists, and must then be documented like a listed name;
--- absent, it must be absent everywhere. Move them into EXPORTS when merged.
-local PENDING = {
-  ddp = { "leaky_relu", "elu", "silu", "softplus" },
-  nn = { "LeakyReLU", "ELU", "SiLU", "Softplus" },
-  F = { "leaky_relu", "elu", "silu", "softplus" },
-  tensor = { "leaky_relu", "elu", "silu", "softplus" },
-}
 
 -- Every namespace, with its submodules loaded (pairs(ddp) loads them).
 local function tables()
@@ -149,10 +142,10 @@ end
 describe("the Lua surface", function()
   it("exports exactly the listed names in each namespace", function()
     for ns, t in pairs(tables()) do
-      local listed, pending = set_of(EXPORTS[ns].names), set_of(PENDING[ns] or {})
+      local listed = set_of(EXPORTS[ns].names)
       local extra, missing = {}, {}
       for _, k in ipairs(sorted_keys(t)) do
-        if not listed[k] and not pending[k] then extra[#extra + 1] = k end
+        if not listed[k] then extra[#extra + 1] = k end
       end
       for _, k in ipairs(EXPORTS[ns].names) do
         if rawget(t, k) == nil then missing[#missing + 1] = k end
@@ -163,22 +156,11 @@ describe("the Lua surface", function()
     end
   end)
 
-  it("exports a pending op everywhere once the C core has it", function()
-    local core = ddp.core
-    for _, name in ipairs(PENDING.ddp) do
-      assert.are.equal(core[name], rawget(ddp, name), "ddp." .. name .. " vs ddp.core." .. name)
-    end
-  end)
-
   it("documents every exported name in README.md (or a docs/ page it links)", function()
     local code, where = documented_code()
     for ns, t in pairs(tables()) do
       local undocumented = {}
-      local names = { table.unpack(EXPORTS[ns].names) }
-      for _, k in ipairs(PENDING[ns] or {}) do
-        if rawget(t, k) ~= nil then names[#names + 1] = k end
-      end
-      for _, k in ipairs(names) do
+      for _, k in ipairs(EXPORTS[ns].names) do
         if not is_documented(code, ns, k) then undocumented[#undocumented + 1] = EXPORTS[ns].form .. k end
       end
       assert.are.same({}, undocumented, "not documented in the code of " .. where .. ": " ..

@@ -4,10 +4,10 @@ local ddp = require "ddplua"
 
 local F = {}
 
-function F.relu(x) return x:relu() end
-function F.gelu(x) return x:gelu() end
-function F.tanh(x) return x:tanh() end
-function F.sigmoid(x) return x:sigmoid() end
+-- the activations (activation.lua's ops): F.relu(x), F.leaky_relu(x, negative_slope), ...
+for _, op in ipairs(require("ddplua.nn.activation").ops) do
+  F[op] = function(x, ...) return x[op](x, ...) end
+end
 function F.softmax(x, dim) return ddp.softmax(x, dim) end
 function F.log_softmax(x, dim) return ddp.log_softmax(x, dim) end
 function F.flatten(x, start_dim, end_dim) return x:flatten(start_dim, end_dim) end

@@ -5,7 +5,7 @@ local batchnorm = require "ddplua.nn.batchnorm"
 local loss = require "ddplua.nn.loss"
 local pooling = require "ddplua.nn.pooling"
 
-return {
+local nn = {
   Module = require "ddplua.nn.module",
   Sequential = require "ddplua.nn.container",
   Linear = require "ddplua.nn.linear",
@@ -15,10 +15,6 @@ return {
   BatchNorm1d = batchnorm.BatchNorm1d,
   BatchNorm2d = batchnorm.BatchNorm2d,
   SyncBatchNorm = require "ddplua.nn.syncbatchnorm",
-  ReLU = activation.ReLU,
-  GELU = activation.GELU,
-  Tanh = activation.Tanh,
-  Sigmoid = activation.Sigmoid,
   Dropout = require "ddplua.nn.dropout",
   Flatten = require "ddplua.nn.flatten",
   Embedding = require "ddplua.nn.embedding",
@@ -28,3 +24,6 @@ return {
   F = require "ddplua.nn.functional",
   init = require "ddplua.nn.initializers",
 }
+for name, cls in pairs(activation.modules) do nn[name] = cls end -- ReLU, GELU, ... (activation.lua)
+
+return nn

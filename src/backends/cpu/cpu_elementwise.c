@@ -4,7 +4,9 @@
  * and the reference path that loads every element as double (dp_load_d),
  * applies the double version of the math and stores in the output dtype.
  * float64, integers and strided views take the reference path; the specs
- * check the float32 path against it. */
+ * check the float32 path against it. The math is the op table's formulas
+ * (ops/scalar_math_t.h); the per-op float32 loops are generated from the
+ * table, so a new op needs nothing here. */
 #include <math.h>
 #include <string.h>
 
@@ -13,35 +15,6 @@
 #include "core/error.h"
 #include "ops/philox.h"
 #include "ops/scalar_math.h"
-
-/* ---- reference scalar functions (double): the shared table of
- * scalar_math.h, which the CUDA kernels use too ---- */
-double dp_unary_ref(dp_unary_op op, double x) { return dp_unary_d(op, x); }
-
-/* derivative factor dy/dx from input x and output y */
-double dp_unary_grad_ref(dp_unary_op op, double x, double y) { return dp_unary_grad_d(op, x, y); }
-
-/* Which saved tensor the backward of op reads: 'x', 'y' or 0 (none). */
-char dp_unary_grad_uses(dp_unary_op op) {
-  switch (op) {
-  case DP_U_EXP:
-  case DP_U_RELU:
-  case DP_U_TANH:
-  case DP_U_SIGMOID:
-  case DP_U_SQRT:
-  case DP_U_RSQRT:
-  case DP_U_RECIP: return 'y';
-  case DP_U_NEG:
-  case DP_U_SIGN: return 0;
-  default: return 'x';
-  }
-}
-
-double dp_binary_ref(dp_binary_op op, double a, double b) { return dp_binary_d(op, a, b); }
-
-/* Integer arithmetic stays exact in int64. Division of integers is
- * promoted to float by the op layer. */
-static int64_t binary_i64(dp_binary_op op, int64_t a, int64_t b) { return dp_binary_i64(op, a, b); }
 
 /* ---- copy / cast ---- */
 typedef struct {
@@ -151,84 +124,82 @@ int dp_cpu_rand(dp_tensor *out, dp_rand_kind kind, uint64_t seed, uint64_t offse
   return 0;
 }
 
-/* ---- unary ---- */
+/* ---- unary: the op table's formulas, one vectorised float32 loop per op ---- */
 typedef struct {
-  dp_unary_op op;
+  const dp_unary_args *a;
   dp_dtype to, from;
 } unary_ctx;
 
-static void unary_f32(dp_unary_op op, float *o, const float *x, int64_t n) {
-  switch (op) {
-  case DP_U_NEG:
-    for (int64_t i = 0; i < n; i++) o[i] = -x[i];
-    break;
-  case DP_U_RELU:
-    for (int64_t i = 0; i < n; i++) o[i] = dp_relu_f(x[i]);
-    break;
-  case DP_U_EXP:
-    for (int64_t i = 0; i < n; i++) o[i] = expf(x[i]);
-    break;
-  case DP_U_LOG:
-    for (int64_t i = 0; i < n; i++) o[i] = logf(x[i]);
-    break;
-  case DP_U_GELU:
-    for (int64_t i = 0; i < n; i++) o[i] = dp_gelu_f(x[i]);
-    break;
-  case DP_U_TANH:
-    for (int64_t i = 0; i < n; i++) o[i] = tanhf(x[i]);
-    break;
-  case DP_U_SIGMOID:
-    for (int64_t i = 0; i < n; i++) o[i] = dp_sigmoid_f(x[i]);
-    break;
-  case DP_U_SQRT:
-    for (int64_t i = 0; i < n; i++) o[i] = sqrtf(x[i]);
-    break;
-  case DP_U_RSQRT:
-    for (int64_t i = 0; i < n; i++) o[i] = 1.f / sqrtf(x[i]);
-    break;
-  case DP_U_ABS:
-    for (int64_t i = 0; i < n; i++) o[i] = fabsf(x[i]);
-    break;
-  case DP_U_SQUARE:
-    for (int64_t i = 0; i < n; i++) o[i] = x[i] * x[i];
-    break;
-  case DP_U_RECIP:
-    for (int64_t i = 0; i < n; i++) o[i] = 1.f / x[i];
-    break;
-  case DP_U_SIGN:
-    for (int64_t i = 0; i < n; i++) o[i] = dp_sign_f(x[i]);
-    break;
-  default: break;
+/* One vectorised loop per op of the table: o[i] = op(x[i]), and in place
+ * (one pointer, so the vectoriser needs no overlap check). */
+#define DP_UNARY_F32_LOOPS(a, CASE)                                                                                    \
+  switch ((a)->op) {                                                                                                   \
+    DP_UNARY_OPS(CASE)                                                                                                 \
+  default: break;                                                                                                      \
   }
-}
+#define DP_CASE_OX(ID, name, ...)                                                                                      \
+  case DP_U_##ID:                                                                                                      \
+    for (int64_t i = 0; i < n; i++) o[i] = dp_##name##_fwd_f(x[i], &a->p);                                             \
+    break;
+#define DP_CASE_OO(ID, name, ...)                                                                                      \
+  case DP_U_##ID:                                                                                                      \
+    for (int64_t i = 0; i < n; i++) o[i] = dp_##name##_fwd_f(o[i], &a->p);                                             \
+    break;
+static void unary_f32(const dp_unary_args *a, float *o, const float *x, int64_t n) { DP_UNARY_F32_LOOPS(a, DP_CASE_OX) }
+void dp_cpu_unary_f32_(const dp_unary_args *a, float *o, int64_t n) { DP_UNARY_F32_LOOPS(a, DP_CASE_OO) }
+#undef DP_CASE_OX
+#undef DP_CASE_OO
+#undef DP_UNARY_F32_LOOPS
 
 static void unary_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   unary_ctx *c = vctx;
   if (c->to == DP_F32 && c->from == DP_F32 && s[0] == 4 && s[1] == 4) {
-    unary_f32(c->op, (float *)p[0], (const float *)p[1], n);
+    unary_f32(c->a, (float *)p[0], (const float *)p[1], n);
     return;
   }
-  if (c->to == DP_I64 && c->from == DP_I64) { /* neg/abs/relu/square/sign: exact beyond 2^53 */
+  if (c->to == DP_I64 && c->from == DP_I64) { /* ops that keep integers: exact beyond 2^53 */
     for (int64_t i = 0; i < n; i++)
-      *(int64_t *)(p[0] + i * s[0]) = dp_unary_i64(c->op, *(const int64_t *)(p[1] + i * s[1]));
+      *(int64_t *)(p[0] + i * s[0]) = dp_unary_i64(c->a->op, *(const int64_t *)(p[1] + i * s[1]), &c->a->p);
     return;
   }
   for (int64_t i = 0; i < n; i++)
-    dp_store_d(p[0] + i * s[0], c->to, dp_unary_ref(c->op, dp_load_d(p[1] + i * s[1], c->from)));
+    dp_store_d(p[0] + i * s[0], c->to, dp_unary_d(c->a->op, dp_load_d(p[1] + i * s[1], c->from), &c->a->p));
 }
 
-int dp_cpu_unary(dp_unary_op op, dp_tensor *out, const dp_tensor *x) {
-  unary_ctx c = {op, out->dtype, x->dtype};
+int dp_cpu_unary(const dp_unary_args *a, dp_tensor *out, const dp_tensor *x) {
+  unary_ctx c = {a, out->dtype, x->dtype};
   const dp_tensor *ops[2] = {out, x};
   dp_cpu_foreach(2, ops, unary_row, &c);
   return 0;
 }
 
 typedef struct {
-  dp_unary_op op;
+  const dp_unary_args *a;
   dp_dtype dt[4];
   bool has_x, has_y;
 } ugrad_ctx;
+
+/* The element of x or y the op's backward reads (0 for the other). */
+#define DP_GRAD_X_AT_GRAD_X(x, i) x[i]
+#define DP_GRAD_X_AT_GRAD_Y(x, i) 0.f
+#define DP_GRAD_X_AT_GRAD_NONE(x, i) 0.f
+#define DP_GRAD_Y_AT_GRAD_X(y, i) 0.f
+#define DP_GRAD_Y_AT_GRAD_Y(y, i) y[i]
+#define DP_GRAD_Y_AT_GRAD_NONE(y, i) 0.f
+
+static void ugrad_f32(const dp_unary_args *a, float *gx, const float *gy, const float *x, const float *y, int64_t n) {
+  const dp_unary_params *p = &a->p;
+  switch (a->op) {
+#define DP_CASE(ID, name, node, grad, ...)                                                                             \
+  case DP_U_##ID:                                                                                                      \
+    for (int64_t i = 0; i < n; i++)                                                                                    \
+      gx[i] = dp_##name##_bwd_f(gy[i], DP_GRAD_X_AT_##grad(x, i), DP_GRAD_Y_AT_##grad(y, i), p);                       \
+    break;
+    DP_UNARY_OPS(DP_CASE)
+#undef DP_CASE
+  default: break;
+  }
+}
 
 static void ugrad_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   ugrad_ctx *c = vctx;
@@ -236,42 +207,23 @@ static void ugrad_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   int kx = c->has_x ? 2 : -1, ky = c->has_y ? (c->has_x ? 3 : 2) : -1;
   bool f32 = c->dt[0] == DP_F32 && s[0] == 4 && s[1] == 4 && (kx < 0 || s[kx] == 4) && (ky < 0 || s[ky] == 4);
   for (int k = 1; k < 4; k++) f32 = f32 && c->dt[k] == DP_F32;
-  if (f32 && c->op == DP_U_RELU && ky > 0) {
-    float *gx = (float *)p[0];
-    const float *gy = (const float *)p[1], *y = (const float *)p[ky];
-    /* both values loaded unconditionally so the select vectorises (a
-     * conditional load of gy[i] does not, and mispredicts on random signs) */
-    for (int64_t i = 0; i < n; i++) {
-      float g = gy[i], v = y[i];
-      gx[i] = v > 0.f ? g : 0.f;
-    }
-    return;
-  }
-  if (f32 && c->op == DP_U_GELU && kx > 0) {
-    float *gx = (float *)p[0];
-    const float *gy = (const float *)p[1], *x = (const float *)p[kx];
-    for (int64_t i = 0; i < n; i++) gx[i] = gy[i] * dp_gelu_grad_f(x[i]);
-    return;
-  }
-  if (f32 && (c->op == DP_U_TANH || c->op == DP_U_SIGMOID) && ky > 0) {
-    float *gx = (float *)p[0];
-    const float *gy = (const float *)p[1], *y = (const float *)p[ky];
-    if (c->op == DP_U_TANH)
-      for (int64_t i = 0; i < n; i++) gx[i] = gy[i] * dp_tanh_grad_f(y[i]);
-    else
-      for (int64_t i = 0; i < n; i++) gx[i] = gy[i] * dp_sigmoid_grad_f(y[i]);
+  dp_grad_reads reads = dp_unary_ops[c->a->op].grad;
+  if (f32 && (reads != DP_GRAD_X || kx > 0) && (reads != DP_GRAD_Y || ky > 0)) {
+    ugrad_f32(c->a, (float *)p[0], (const float *)p[1], kx > 0 ? (const float *)p[kx] : NULL,
+              ky > 0 ? (const float *)p[ky] : NULL, n);
     return;
   }
   for (int64_t i = 0; i < n; i++) {
     double x = kx > 0 ? dp_load_d(p[kx] + i * s[kx], c->dt[kx]) : 0.0;
     double y = ky > 0 ? dp_load_d(p[ky] + i * s[ky], c->dt[ky]) : 0.0;
     double gy = dp_load_d(p[1] + i * s[1], c->dt[1]);
-    dp_store_d(p[0] + i * s[0], c->dt[0], gy * dp_unary_grad_ref(c->op, x, y));
+    dp_store_d(p[0] + i * s[0], c->dt[0], dp_unary_grad_d(c->a->op, gy, x, y, &c->a->p));
   }
 }
 
-int dp_cpu_unary_backward(dp_unary_op op, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x, const dp_tensor *y) {
-  ugrad_ctx c = {.op = op, .has_x = x != NULL, .has_y = y != NULL};
+int dp_cpu_unary_backward(const dp_unary_args *a, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x,
+                          const dp_tensor *y) {
+  ugrad_ctx c = {.a = a, .has_x = x != NULL, .has_y = y != NULL};
   const dp_tensor *ops[4] = {gx, gy, NULL, NULL};
   int k = 2;
   if (x) ops[k++] = x;
@@ -289,66 +241,59 @@ typedef struct {
   bool scalar_first;
 } binary_ctx;
 
-static void binary_f32(dp_binary_op op, float *o, const float *a, const float *b, int64_t sb, int64_t n) {
-  if (sb == 0) {
-    float v = *b;
-    switch (op) {
-    case DP_B_ADD:
-      for (int64_t i = 0; i < n; i++) o[i] = a[i] + v;
-      return;
-    case DP_B_SUB:
-      for (int64_t i = 0; i < n; i++) o[i] = a[i] - v;
-      return;
-    case DP_B_MUL:
-      for (int64_t i = 0; i < n; i++) o[i] = a[i] * v;
-      return;
-    case DP_B_DIV:
-      for (int64_t i = 0; i < n; i++) o[i] = a[i] / v;
-      return;
-    default: break;
-    }
-  } else {
-    switch (op) {
-    case DP_B_ADD:
-      for (int64_t i = 0; i < n; i++) o[i] = a[i] + b[i];
-      return;
-    case DP_B_SUB:
-      for (int64_t i = 0; i < n; i++) o[i] = a[i] - b[i];
-      return;
-    case DP_B_MUL:
-      for (int64_t i = 0; i < n; i++) o[i] = a[i] * b[i];
-      return;
-    case DP_B_DIV:
-      for (int64_t i = 0; i < n; i++) o[i] = a[i] / b[i];
-      return;
-    default: break;
-    }
+/* Vectorised float32 loops from the op table: o = a (op) b with b of unit
+ * stride, o = a (op) v and o = v (op) a for one value v. */
+#define DP_BINARY_F32_LOOPS(op, EXPR)                                                                                  \
+  switch (op) {                                                                                                        \
+    DP_BINARY_OPS(EXPR)                                                                                                \
+  default: break;                                                                                                      \
   }
-  for (int64_t i = 0; i < n; i++) o[i] = (float)dp_binary_ref(op, a[i], b[sb ? i : 0]);
+#define DP_CASE_AB(ID, name, ...)                                                                                      \
+  case DP_B_##ID:                                                                                                      \
+    for (int64_t i = 0; i < n; i++) o[i] = dp_##name##_bin_f(a[i], b[i]);                                              \
+    break;
+#define DP_CASE_AV(ID, name, ...)                                                                                      \
+  case DP_B_##ID:                                                                                                      \
+    for (int64_t i = 0; i < n; i++) o[i] = dp_##name##_bin_f(a[i], v);                                                 \
+    break;
+#define DP_CASE_VA(ID, name, ...)                                                                                      \
+  case DP_B_##ID:                                                                                                      \
+    for (int64_t i = 0; i < n; i++) o[i] = dp_##name##_bin_f(v, a[i]);                                                 \
+    break;
+static void binary_f32(dp_binary_op op, float *o, const float *a, const float *b, int64_t n) {
+  DP_BINARY_F32_LOOPS(op, DP_CASE_AB)
 }
-
-static bool is_arith(dp_binary_op op) { return op <= DP_B_DIV; }
+static void binary_f32_value(dp_binary_op op, float *o, const float *a, float v, bool value_first, int64_t n) {
+  if (value_first) DP_BINARY_F32_LOOPS(op, DP_CASE_VA)
+  else DP_BINARY_F32_LOOPS(op, DP_CASE_AV)
+}
+#undef DP_CASE_AB
+#undef DP_CASE_AV
+#undef DP_CASE_VA
+#undef DP_BINARY_F32_LOOPS
 
 static void binary_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   binary_ctx *c = vctx;
   if (c->to == DP_F32 && c->a == DP_F32 && c->b == DP_F32 && s[0] == 4 && s[1] == 4 && (s[2] == 4 || s[2] == 0)) {
-    binary_f32(c->op, (float *)p[0], (const float *)p[1], (const float *)p[2], s[2], n);
+    if (s[2] == 0) binary_f32_value(c->op, (float *)p[0], (const float *)p[1], *(const float *)p[2], false, n);
+    else binary_f32(c->op, (float *)p[0], (const float *)p[1], (const float *)p[2], n);
     return;
   }
   if (c->to == DP_I64 && c->a == DP_I64 && c->b == DP_I64) {
     for (int64_t i = 0; i < n; i++)
-      *(int64_t *)(p[0] + i * s[0]) = binary_i64(c->op, *(int64_t *)(p[1] + i * s[1]), *(int64_t *)(p[2] + i * s[2]));
+      *(int64_t *)(p[0] + i * s[0]) =
+          dp_binary_i64(c->op, *(int64_t *)(p[1] + i * s[1]), *(int64_t *)(p[2] + i * s[2]));
     return;
   }
-  if (c->to == DP_U8 && c->a == DP_I64 && c->b == DP_I64 && !is_arith(c->op)) {
+  if (c->to == DP_U8 && c->a == DP_I64 && c->b == DP_I64 && dp_binary_ops[c->op].out == DP_OUT_BOOL) {
     for (int64_t i = 0; i < n; i++)
       *(uint8_t *)(p[0] + i * s[0]) =
-          (uint8_t)binary_i64(c->op, *(int64_t *)(p[1] + i * s[1]), *(int64_t *)(p[2] + i * s[2]));
+          (uint8_t)dp_binary_i64(c->op, *(int64_t *)(p[1] + i * s[1]), *(int64_t *)(p[2] + i * s[2]));
     return;
   }
   for (int64_t i = 0; i < n; i++)
     dp_store_d(p[0] + i * s[0], c->to,
-               dp_binary_ref(c->op, dp_load_d(p[1] + i * s[1], c->a), dp_load_d(p[2] + i * s[2], c->b)));
+               dp_binary_d(c->op, dp_load_d(p[1] + i * s[1], c->a), dp_load_d(p[2] + i * s[2], c->b)));
 }
 
 int dp_cpu_binary(dp_binary_op op, dp_tensor *out, const dp_tensor *a, const dp_tensor *b) {
@@ -360,26 +305,13 @@ int dp_cpu_binary(dp_binary_op op, dp_tensor *out, const dp_tensor *a, const dp_
 
 static void binary_scalar_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   binary_ctx *c = vctx;
-  if (c->to == DP_F32 && c->a == DP_F32 && s[0] == 4 && s[1] == 4 && is_arith(c->op)) {
-    float *o = (float *)p[0], v = (float)c->s;
-    const float *a = (const float *)p[1];
-    if (!c->scalar_first) {
-      binary_f32(c->op, o, a, &v, 0, n);
-      return;
-    }
-    switch (c->op) {
-    case DP_B_SUB:
-      for (int64_t i = 0; i < n; i++) o[i] = v - a[i];
-      return;
-    case DP_B_DIV:
-      for (int64_t i = 0; i < n; i++) o[i] = v / a[i];
-      return;
-    default: binary_f32(c->op, o, a, &v, 0, n); return; /* commutative */
-    }
+  if (c->to == DP_F32 && c->a == DP_F32 && s[0] == 4 && s[1] == 4 && dp_binary_ops[c->op].scalar_f32) {
+    binary_f32_value(c->op, (float *)p[0], (const float *)p[1], (float)c->s, c->scalar_first, n);
+    return;
   }
   for (int64_t i = 0; i < n; i++) {
     double a = dp_load_d(p[1] + i * s[1], c->a);
-    double r = c->scalar_first ? dp_binary_ref(c->op, c->s, a) : dp_binary_ref(c->op, a, c->s);
+    double r = c->scalar_first ? dp_binary_d(c->op, c->s, a) : dp_binary_d(c->op, a, c->s);
     dp_store_d(p[0] + i * s[0], c->to, r);
   }
 }

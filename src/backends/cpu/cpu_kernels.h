@@ -1,16 +1,10 @@
 /* CPU kernels: the entries of dp_cpu_backend (see backends/backend.h for each
- * one's contract), plus the double-precision reference scalar functions the
- * float paths are tested against. */
+ * one's contract). The double-precision reference math the float paths are
+ * tested against is ops/scalar_math.h's (_d functions). */
 #ifndef DP_CPU_KERNELS_H
 #define DP_CPU_KERNELS_H
 
 #include "backends/backend.h"
-
-double dp_unary_ref(dp_unary_op op, double x);
-double dp_unary_grad_ref(dp_unary_op op, double x, double y);
-/* 'x', 'y' or 0: which tensor the backward of op needs. */
-char dp_unary_grad_uses(dp_unary_op op);
-double dp_binary_ref(dp_binary_op op, double a, double b);
 
 /* BLAS (OpenBLAS, loaded at first use) */
 int dp_blas_set_num_threads(int n);
@@ -22,17 +16,18 @@ int dp_cpu_copy(dp_tensor *dst, const dp_tensor *src);
 int dp_cpu_fill(dp_tensor *t, double v);
 int dp_cpu_arange(dp_tensor *out, double start, double step);
 int dp_cpu_rand(dp_tensor *out, dp_rand_kind kind, uint64_t seed, uint64_t offset, double a, double b);
-int dp_cpu_unary(dp_unary_op op, dp_tensor *out, const dp_tensor *x);
-int dp_cpu_unary_backward(dp_unary_op op, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x, const dp_tensor *y);
+int dp_cpu_unary(const dp_unary_args *a, dp_tensor *out, const dp_tensor *x);
+int dp_cpu_unary_backward(const dp_unary_args *a, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x,
+                          const dp_tensor *y);
+/* o[i] = op(o[i]) over n contiguous float32 values (bias_act's epilogue) */
+void dp_cpu_unary_f32_(const dp_unary_args *a, float *o, int64_t n);
 int dp_cpu_binary(dp_binary_op op, dp_tensor *out, const dp_tensor *a, const dp_tensor *b);
 int dp_cpu_binary_scalar(dp_binary_op op, dp_tensor *out, const dp_tensor *a, double s, bool scalar_first);
 int dp_cpu_dropout(dp_tensor *out, const dp_tensor *x, double p, uint64_t seed, uint64_t offset);
 
 /* cpu_reduce.c */
-int dp_cpu_reduce(dp_reduce_op op, dp_tensor *out, dp_tensor *idx, const dp_tensor *x, int64_t outer, int64_t k,
-                  int64_t inner, int64_t base);
-int dp_cpu_scatter_add_dim(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, int64_t outer, int64_t k,
-                           int64_t inner, int64_t base);
+int dp_cpu_reduce(dp_tensor *out, dp_tensor *idx, const dp_tensor *x, const dp_reduce_args *a);
+int dp_cpu_scatter_add_dim(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, const dp_reduce_args *a);
 
 /* cpu_blas.c: dp_cpu_gemm dispatches (float32: sgemm.h unless DDPLUA_GEMM=blas);
  * dp_cpu_gemm_blas always calls OpenBLAS (the reference path). */
@@ -40,15 +35,14 @@ int dp_cpu_gemm(const dp_gemm_args *g);
 int dp_cpu_gemm_blas(const dp_gemm_args *g);
 
 /* cpu_nn.c: bias/activation epilogue, softmax, cross-entropy, index ops */
-int dp_cpu_bias_act(dp_tensor *y, const dp_tensor *bias, int act, int64_t outer, int64_t c, int64_t inner);
+int dp_cpu_bias_act(dp_tensor *y, const dp_tensor *bias, const dp_unary_args *act, int64_t outer, int64_t c,
+                    int64_t inner);
 int dp_cpu_channel_sum(dp_tensor *gb, const dp_tensor *gy, int64_t outer, int64_t c, int64_t inner);
 int dp_cpu_softmax(dp_tensor *y, const dp_tensor *x, int64_t rows, int64_t cols, bool log);
 int dp_cpu_softmax_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *y, int64_t rows, int64_t cols,
                             bool log);
-int dp_cpu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_tensor *x, const dp_tensor *target, int64_t base,
-                         double smoothing, int64_t ignore_index);
-int dp_cpu_cross_entropy_backward(dp_tensor *gx, const dp_tensor *x, const dp_tensor *lse, const dp_tensor *target,
-                                  const dp_tensor *scale, int64_t base, double smoothing, int64_t ignore_index);
+int dp_cpu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_ce_args *a);
+int dp_cpu_cross_entropy_backward(dp_tensor *gx, const dp_ce_args *a);
 int dp_cpu_index_select(dp_tensor *out, const dp_tensor *src, const dp_tensor *idx, int64_t base);
 int dp_cpu_index_add(dp_tensor *dst, const dp_tensor *idx, const dp_tensor *src, int64_t base);
 
@@ -61,25 +55,16 @@ int dp_cpu_avg_pool2d(dp_tensor *y, const dp_tensor *x, const dp_window2d *g);
 int dp_cpu_avg_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, const dp_window2d *g);
 
 /* cpu_norm.c: batch norm, layer norm */
-int dp_cpu_bn_stats(dp_tensor *mean, dp_tensor *var, const dp_tensor *x, int64_t n, int64_t c, int64_t inner);
-int dp_cpu_bn_forward(dp_tensor *y, const dp_tensor *x, const dp_tensor *mean, const dp_tensor *invstd,
-                      const dp_tensor *w, const dp_tensor *b, int64_t n, int64_t c, int64_t inner);
-int dp_cpu_bn_backward_reduce(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_tensor *gy, const dp_tensor *x,
-                              const dp_tensor *mean, const dp_tensor *invstd, int64_t n, int64_t c, int64_t inner);
-int dp_cpu_bn_backward_elemt(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x, const dp_tensor *mean,
-                             const dp_tensor *invstd, const dp_tensor *w, const dp_tensor *sum_dy,
-                             const dp_tensor *sum_dy_xhat, double count, int64_t n, int64_t c, int64_t inner);
-int dp_cpu_layer_norm(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_tensor *x, const dp_tensor *w,
-                      const dp_tensor *b, int64_t rows, int64_t cols, double eps);
-int dp_cpu_layer_norm_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
-                               const dp_tensor *mean, const dp_tensor *rstd, const dp_tensor *w, int64_t rows,
-                               int64_t cols);
+int dp_cpu_bn_stats(dp_tensor *mean, dp_tensor *var, const dp_bn_args *a);
+int dp_cpu_bn_forward(dp_tensor *y, const dp_bn_args *a);
+int dp_cpu_bn_backward_reduce(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_bn_args *a);
+int dp_cpu_bn_backward_elemt(dp_tensor *gx, const dp_bn_args *a);
+int dp_cpu_layer_norm(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_ln_args *a);
+int dp_cpu_layer_norm_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_ln_args *a);
 
 /* cpu_optim.c */
-int dp_cpu_sgd_step(dp_tensor *p, const dp_tensor *g, dp_tensor *buf, double lr, double momentum, double dampening,
-                    double weight_decay, bool nesterov, bool first_step);
-int dp_cpu_adam_step(dp_tensor *p, const dp_tensor *g, dp_tensor *m, dp_tensor *v, double lr, double beta1,
-                     double beta2, double eps, double weight_decay, bool decoupled, int64_t step);
+int dp_cpu_sgd_step(dp_tensor *p, const dp_tensor *g, dp_tensor *buf, const dp_sgd_args *a);
+int dp_cpu_adam_step(dp_tensor *p, const dp_tensor *g, dp_tensor *m, dp_tensor *v, const dp_adam_args *a);
 int dp_cpu_unscale(dp_tensor *g, double inv_scale, int *found_inf);
 
 #endif

@@ -12,44 +12,30 @@
 #define LD(t, p, i) dp_load_d((const char *)(p) + (size_t)(i)*dp_elsize(t), (t)->dtype)
 #define ST(t, p, i, v) dp_store_d((char *)(p) + (size_t)(i)*dp_elsize(t), (t)->dtype, (v))
 
-int dp_cpu_bias_act(dp_tensor *y, const dp_tensor *bias, int act, int64_t outer, int64_t c, int64_t inner) {
+int dp_cpu_bias_act(dp_tensor *y, const dp_tensor *bias, const dp_unary_args *act, int64_t outer, int64_t c,
+                    int64_t inner) {
   char *yp = dp_data(y);
   const char *bp = bias ? dp_data(bias) : NULL;
   if (y->dtype == DP_F32 && (!bias || bias->dtype == DP_F32)) {
+    /* row by row, so the activation pass reads what the bias pass left in cache */
     float *yf = (float *)yp;
     const float *bf = (const float *)bp;
-    for (int64_t o = 0; o < outer; o++)
-      for (int64_t ch = 0; ch < c; ch++) {
-        float *row = yf + (o * c + ch) * inner;
-        if (inner == 1) continue; /* handled below in the row-wise loop */
-        float b = bf ? bf[ch] : 0.f;
-        if (act == DP_U_RELU)
-          for (int64_t i = 0; i < inner; i++) row[i] = dp_relu_f(row[i] + b);
-        else if (act == DP_U_GELU)
-          for (int64_t i = 0; i < inner; i++) row[i] = dp_gelu_f(row[i] + b);
-        else if (act < 0)
-          for (int64_t i = 0; i < inner; i++) row[i] += b;
-        else
-          for (int64_t i = 0; i < inner; i++) row[i] = (float)dp_unary_ref((dp_unary_op)act, row[i] + b);
-      }
     if (inner == 1) { /* [rows, c]: a linear layer's output */
       for (int64_t o = 0; o < outer; o++) {
         float *row = yf + o * c;
-        if (act == DP_U_RELU) {
-          if (bf)
-            for (int64_t i = 0; i < c; i++) row[i] = dp_relu_f(row[i] + bf[i]);
-          else
-            for (int64_t i = 0; i < c; i++) row[i] = dp_relu_f(row[i]);
-        } else if (act < 0) {
-          if (bf)
-            for (int64_t i = 0; i < c; i++) row[i] += bf[i];
-        } else if (act == DP_U_GELU) {
-          for (int64_t i = 0; i < c; i++) row[i] = dp_gelu_f(row[i] + (bf ? bf[i] : 0.f));
-        } else {
-          for (int64_t i = 0; i < c; i++) row[i] = (float)dp_unary_ref((dp_unary_op)act, row[i] + (bf ? bf[i] : 0.f));
-        }
+        if (bf)
+          for (int64_t i = 0; i < c; i++) row[i] += bf[i];
+        if (act) dp_cpu_unary_f32_(act, row, c);
       }
+      return 0;
     }
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t ch = 0; ch < c; ch++) {
+        float *row = yf + (o * c + ch) * inner;
+        float b = bf ? bf[ch] : 0.f; /* 0 without a bias, as the double path below */
+        for (int64_t i = 0; i < inner; i++) row[i] += b;
+        if (act) dp_cpu_unary_f32_(act, row, inner);
+      }
     return 0;
   }
   for (int64_t o = 0; o < outer; o++)
@@ -58,7 +44,7 @@ int dp_cpu_bias_act(dp_tensor *y, const dp_tensor *bias, int act, int64_t outer,
       for (int64_t i = 0; i < inner; i++) {
         int64_t k = (o * c + ch) * inner + i;
         double v = LD(y, yp, k) + b;
-        ST(y, yp, k, act < 0 ? v : dp_unary_ref((dp_unary_op)act, v));
+        ST(y, yp, k, act ? dp_unary_d(act->op, v, &act->p) : v);
       }
     }
   return 0;
@@ -136,8 +122,10 @@ static int check_target(int64_t t, int64_t classes, int64_t base, int64_t row, i
   return 0;
 }
 
-int dp_cpu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_tensor *x, const dp_tensor *target, int64_t base,
-                         double smoothing, int64_t ignore_index) {
+int dp_cpu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_ce_args *a) {
+  const dp_tensor *x = a->x, *target = a->target;
+  int64_t base = a->base, ignore_index = a->ignore_index;
+  double smoothing = a->smoothing;
   int64_t rows = x->shape[0], C = x->shape[1];
   const char *xp = dp_data(x);
   const int64_t *tp = dp_data(target);
@@ -171,8 +159,10 @@ int dp_cpu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_tensor *x, co
   return 0;
 }
 
-int dp_cpu_cross_entropy_backward(dp_tensor *gx, const dp_tensor *x, const dp_tensor *lse, const dp_tensor *target,
-                                  const dp_tensor *scale, int64_t base, double smoothing, int64_t ignore_index) {
+int dp_cpu_cross_entropy_backward(dp_tensor *gx, const dp_ce_args *a) {
+  const dp_tensor *x = a->x, *lse = a->lse, *target = a->target, *scale = a->scale;
+  int64_t base = a->base, ignore_index = a->ignore_index;
+  double smoothing = a->smoothing;
   int64_t rows = x->shape[0], C = x->shape[1];
   const char *xp = dp_data(x), *lp = dp_data(lse), *sp = dp_data(scale);
   const int64_t *tp = dp_data(target);

@@ -6,11 +6,12 @@
  * are two-pass (mean, then squared deviations) in double, which stays
  * accurate for large counts and offsets far from zero.
  *
- * float32 tensors take loops that the compiler vectorises, with the
- * per-channel (or per-row) factors folded into a scale and shift computed
- * in double; every other dtype takes the reference path: each element
- * loaded as double and run through the shared formulas of
- * ops/scalar_math.h. */
+ * Every element goes through the formulas of ops/scalar_math.h that the
+ * CUDA kernels use too: batch norm's per-channel scale and shift (and the
+ * three coefficients of its input gradient) computed in double once per
+ * channel, layer norm's per-element apply and gradient. float32 tensors
+ * run the float versions in loops the compiler vectorises; every other
+ * dtype loads each element as double and runs the double versions. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,7 +97,9 @@ static double row_sq_dev(const dp_tensor *t, const char *p, int64_t off, int64_t
 
 /* ---- batch norm ---- */
 
-int dp_cpu_bn_stats(dp_tensor *mean, dp_tensor *var, const dp_tensor *x, int64_t n, int64_t c, int64_t inner) {
+int dp_cpu_bn_stats(dp_tensor *mean, dp_tensor *var, const dp_bn_args *a) {
+  const dp_tensor *x = a->x;
+  int64_t n = a->n, c = a->c, inner = a->inner;
   double *acc = scratch(c, 2), *m = acc + c, cnt = (double)(n * inner);
   if (!acc) return -1;
   const char *xp = dp_data(x);
@@ -113,31 +116,32 @@ int dp_cpu_bn_stats(dp_tensor *mean, dp_tensor *var, const dp_tensor *x, int64_t
   return 0;
 }
 
-int dp_cpu_bn_forward(dp_tensor *y, const dp_tensor *x, const dp_tensor *mean, const dp_tensor *invstd,
-                      const dp_tensor *w, const dp_tensor *b, int64_t n, int64_t c, int64_t inner) {
+int dp_cpu_bn_forward(dp_tensor *y, const dp_bn_args *a) {
+  const dp_tensor *x = a->x, *mean = a->mean, *invstd = a->invstd, *w = a->w, *b = a->b;
+  int64_t n = a->n, c = a->c, inner = a->inner;
   const char *xp = dp_data(x), *mp = dp_data(mean), *sp = dp_data(invstd);
   char *yp = dp_data(y);
   bool f32 = x->dtype == DP_F32 && y->dtype == DP_F32;
   for (int64_t ch = 0; ch < c; ch++) {
-    double mu = LD(mean, mp, ch), is = LD(invstd, sp, ch), wv = opt_at(w, ch, 1.0), bv = opt_at(b, ch, 0.0);
-    /* y = x * scale + shift */
-    float scale = (float)(is * wv), shift = (float)(bv - mu * is * wv);
+    dp_bn_affine_k k = dp_bn_affine(LD(mean, mp, ch), LD(invstd, sp, ch), opt_at(w, ch, 1.0), opt_at(b, ch, 0.0));
+    float scale = (float)k.scale, shift = (float)k.shift;
     for (int64_t i = 0; i < n; i++) {
       int64_t off = (i * c + ch) * inner;
       if (f32) {
         const float *xr = (const float *)xp + off;
         float *yr = (float *)yp + off;
-        for (int64_t k = 0; k < inner; k++) yr[k] = xr[k] * scale + shift;
+        for (int64_t j = 0; j < inner; j++) yr[j] = dp_bn_apply_f(xr[j], scale, shift);
       } else {
-        for (int64_t k = 0; k < inner; k++) ST(y, yp, off + k, dp_norm_apply_d(LD(x, xp, off + k), mu, is, wv, bv));
+        for (int64_t j = 0; j < inner; j++) ST(y, yp, off + j, dp_bn_apply_d(LD(x, xp, off + j), k.scale, k.shift));
       }
     }
   }
   return 0;
 }
 
-int dp_cpu_bn_backward_reduce(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_tensor *gy, const dp_tensor *x,
-                              const dp_tensor *mean, const dp_tensor *invstd, int64_t n, int64_t c, int64_t inner) {
+int dp_cpu_bn_backward_reduce(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_bn_args *a) {
+  const dp_tensor *gy = a->gy, *x = a->x, *mean = a->mean, *invstd = a->invstd;
+  int64_t n = a->n, c = a->c, inner = a->inner;
   double *acc = scratch(c, 2), *acc_x = acc + c;
   if (!acc) return -1;
   const char *gp = dp_data(gy), *xp = dp_data(x);
@@ -171,29 +175,28 @@ int dp_cpu_bn_backward_reduce(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const d
   return 0;
 }
 
-int dp_cpu_bn_backward_elemt(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x, const dp_tensor *mean,
-                             const dp_tensor *invstd, const dp_tensor *w, const dp_tensor *sum_dy,
-                             const dp_tensor *sum_dy_xhat, double count, int64_t n, int64_t c, int64_t inner) {
+int dp_cpu_bn_backward_elemt(dp_tensor *gx, const dp_bn_args *a) {
+  const dp_tensor *gy = a->gy, *x = a->x, *mean = a->mean, *invstd = a->invstd, *w = a->w;
+  const dp_tensor *sum_dy = a->sum_dy, *sum_dy_xhat = a->sum_dy_xhat;
+  int64_t n = a->n, c = a->c, inner = a->inner;
+  double count = a->count;
   const char *gp = dp_data(gy), *xp = dp_data(x);
   char *op = dp_data(gx);
   bool f32 = gx->dtype == DP_F32 && gy->dtype == DP_F32 && x->dtype == DP_F32;
   for (int64_t ch = 0; ch < c; ch++) {
-    double mu = LD(mean, dp_data(mean), ch), is = LD(invstd, dp_data(invstd), ch), wv = opt_at(w, ch, 1.0);
-    double mdy = LD(sum_dy, dp_data(sum_dy), ch) / count, mdyx = LD(sum_dy_xhat, dp_data(sum_dy_xhat), ch) / count;
-    /* gx = k1 * gy + k2 * x + k3 (dp_norm_grad with xhat = (x - mu) * is expanded) */
-    double a = wv * is;
-    float k1 = (float)a, k2 = (float)(-a * is * mdyx), k3 = (float)(-a * mdy + a * is * mdyx * mu);
+    dp_bn_grad_k k =
+        dp_bn_grad_coefs(opt_at(w, ch, 1.0), LD(invstd, dp_data(invstd), ch), LD(mean, dp_data(mean), ch),
+                         LD(sum_dy, dp_data(sum_dy), ch) / count, LD(sum_dy_xhat, dp_data(sum_dy_xhat), ch) / count);
+    float kgy = (float)k.gy, kx = (float)k.x, kc = (float)k.c;
     for (int64_t i = 0; i < n; i++) {
       int64_t off = (i * c + ch) * inner;
       if (f32) {
         const float *g = (const float *)gp + off, *xr = (const float *)xp + off;
         float *o = (float *)op + off;
-        for (int64_t k = 0; k < inner; k++) o[k] = k1 * g[k] + k2 * xr[k] + k3;
+        for (int64_t j = 0; j < inner; j++) o[j] = dp_bn_grad_apply_f(g[j], xr[j], kgy, kx, kc);
       } else {
-        for (int64_t k = 0; k < inner; k++) {
-          double xhat = (LD(x, xp, off + k) - mu) * is;
-          ST(gx, op, off + k, dp_norm_grad_d(LD(gy, gp, off + k), xhat, wv, is, mdy, mdyx));
-        }
+        for (int64_t j = 0; j < inner; j++)
+          ST(gx, op, off + j, dp_bn_grad_apply_d(LD(gy, gp, off + j), LD(x, xp, off + j), k.gy, k.x, k.c));
       }
     }
   }
@@ -202,8 +205,10 @@ int dp_cpu_bn_backward_elemt(dp_tensor *gx, const dp_tensor *gy, const dp_tensor
 
 /* ---- layer norm: each row of `cols` values normalised on its own ---- */
 
-int dp_cpu_layer_norm(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_tensor *x, const dp_tensor *w,
-                      const dp_tensor *b, int64_t rows, int64_t cols, double eps) {
+int dp_cpu_layer_norm(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_ln_args *a) {
+  const dp_tensor *x = a->x, *w = a->w, *b = a->b;
+  int64_t rows = a->rows, cols = a->cols;
+  double eps = a->eps;
   const char *xp = dp_data(x);
   char *yp = dp_data(y);
   bool f32 = x->dtype == DP_F32 && y->dtype == DP_F32 && (!w || w->dtype == DP_F32) && (!b || b->dtype == DP_F32);
@@ -218,22 +223,22 @@ int dp_cpu_layer_norm(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_t
       const float *xr = (const float *)xp + off;
       float *yr = (float *)yp + off, fm = (float)m, fs = (float)is;
       if (wf && bf)
-        for (int64_t j = 0; j < cols; j++) yr[j] = dp_norm_apply_f(xr[j], fm, fs, wf[j], bf[j]);
+        for (int64_t j = 0; j < cols; j++) yr[j] = dp_ln_apply_f(xr[j], fm, fs, wf[j], bf[j]);
       else if (wf)
-        for (int64_t j = 0; j < cols; j++) yr[j] = dp_norm_apply_f(xr[j], fm, fs, wf[j], 0.f);
+        for (int64_t j = 0; j < cols; j++) yr[j] = dp_ln_apply_f(xr[j], fm, fs, wf[j], 0.f);
       else
-        for (int64_t j = 0; j < cols; j++) yr[j] = dp_norm_apply_f(xr[j], fm, fs, 1.f, bf ? bf[j] : 0.f);
+        for (int64_t j = 0; j < cols; j++) yr[j] = dp_ln_apply_f(xr[j], fm, fs, 1.f, bf ? bf[j] : 0.f);
     } else {
       for (int64_t j = 0; j < cols; j++)
-        ST(y, yp, off + j, dp_norm_apply_d(LD(x, xp, off + j), m, is, opt_at(w, j, 1.0), opt_at(b, j, 0.0)));
+        ST(y, yp, off + j, dp_ln_apply_d(LD(x, xp, off + j), m, is, opt_at(w, j, 1.0), opt_at(b, j, 0.0)));
     }
   }
   return 0;
 }
 
-int dp_cpu_layer_norm_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
-                               const dp_tensor *mean, const dp_tensor *rstd, const dp_tensor *w, int64_t rows,
-                               int64_t cols) {
+int dp_cpu_layer_norm_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_ln_args *a) {
+  const dp_tensor *gy = a->gy, *x = a->x, *mean = a->mean, *rstd = a->rstd, *w = a->w;
+  int64_t rows = a->rows, cols = a->cols;
   /* per row, with g = gy * w and xhat = (x - mean) * rstd:
    * gx = rstd * (g - mean(g) - xhat * mean(g * xhat)); gw += gy * xhat; gb += gy */
   double *acc = scratch(cols, 3), *acc_w = acc, *acc_b = acc + cols, *g = acc + 2 * cols;
@@ -270,10 +275,10 @@ int dp_cpu_layer_norm_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, cons
     if (gx->dtype == DP_F32 && x->dtype == DP_F32) {
       const float *xr = (const float *)xp + off;
       float *o = (float *)op + off;
-      for (int64_t j = 0; j < cols; j++) o[j] = (float)dp_norm_grad_d(g[j], ((double)xr[j] - m) * is, 1.0, is, md, mdx);
+      for (int64_t j = 0; j < cols; j++) o[j] = (float)dp_ln_grad_d(g[j], ((double)xr[j] - m) * is, is, md, mdx);
     } else {
       for (int64_t j = 0; j < cols; j++)
-        ST(gx, op, off + j, dp_norm_grad_d(g[j], (LD(x, xp, off + j) - m) * is, 1.0, is, md, mdx));
+        ST(gx, op, off + j, dp_ln_grad_d(g[j], (LD(x, xp, off + j) - m) * is, is, md, mdx));
     }
   }
   for (int64_t j = 0; j < cols; j++) {

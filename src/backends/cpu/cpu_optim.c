@@ -12,8 +12,9 @@ static int check_float(const dp_tensor *p) {
   return 0;
 }
 
-int dp_cpu_sgd_step(dp_tensor *p, const dp_tensor *g, dp_tensor *buf, double lr, double momentum, double dampening,
-                    double weight_decay, bool nesterov, bool first_step) {
+int dp_cpu_sgd_step(dp_tensor *p, const dp_tensor *g, dp_tensor *buf, const dp_sgd_args *a) {
+  double lr = a->lr, momentum = a->momentum, dampening = a->dampening, weight_decay = a->weight_decay;
+  bool nesterov = a->nesterov, first_step = a->first_step;
   if (check_float(p)) return -1;
   int64_t n = dp_numel(p);
   if (p->dtype == DP_F32) {
@@ -43,8 +44,10 @@ int dp_cpu_sgd_step(dp_tensor *p, const dp_tensor *g, dp_tensor *buf, double lr,
   return 0;
 }
 
-int dp_cpu_adam_step(dp_tensor *p, const dp_tensor *g, dp_tensor *m, dp_tensor *v, double lr, double beta1,
-                     double beta2, double eps, double weight_decay, bool decoupled, int64_t step) {
+int dp_cpu_adam_step(dp_tensor *p, const dp_tensor *g, dp_tensor *m, dp_tensor *v, const dp_adam_args *a) {
+  double lr = a->lr, beta1 = a->beta1, beta2 = a->beta2, eps = a->eps, weight_decay = a->weight_decay;
+  bool decoupled = a->decoupled;
+  int64_t step = a->step;
   if (check_float(p)) return -1;
   int64_t n = dp_numel(p);
   double bc1 = 1.0 - pow(beta1, (double)step), bc2 = 1.0 - pow(beta2, (double)step);

@@ -113,8 +113,9 @@ static int reduce_extreme(dp_reduce_op op, dp_tensor *out, dp_tensor *idx, const
   return 0;
 }
 
-int dp_cpu_reduce(dp_reduce_op op, dp_tensor *out, dp_tensor *idx, const dp_tensor *x, int64_t outer, int64_t k,
-                  int64_t inner, int64_t base) {
+int dp_cpu_reduce(dp_tensor *out, dp_tensor *idx, const dp_tensor *x, const dp_reduce_args *a) {
+  dp_reduce_op op = a->op;
+  int64_t outer = a->outer, k = a->k, inner = a->inner, base = a->base;
   switch (op) {
   case DP_R_SUM:
   case DP_R_MEAN:
@@ -123,8 +124,8 @@ int dp_cpu_reduce(dp_reduce_op op, dp_tensor *out, dp_tensor *idx, const dp_tens
   }
 }
 
-int dp_cpu_scatter_add_dim(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, int64_t outer, int64_t k,
-                           int64_t inner, int64_t base) {
+int dp_cpu_scatter_add_dim(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, const dp_reduce_args *a) {
+  int64_t outer = a->outer, k = a->k, inner = a->inner, base = a->base;
   char *g = dp_data(gx);
   const char *y = dp_data(gy);
   const int64_t *ix = dp_data(idx);

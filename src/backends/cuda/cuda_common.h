@@ -1,11 +1,13 @@
-/* The CUDA plugin's internal interface between its host glue (C: the
- * backend table, allocator, copies, cuBLAS, NCCL) and its kernels (.cu).
+/* The CUDA plugin's internal interface between its host code (C: the
+ * backend table, allocator, copies, cuBLAS, NCCL) and its kernel files
+ * (.cu, compiled as C++).
  *
- * The .cu files never see dp_tensor (tensor.h uses C11 atomics, which C++
- * does not accept): the glue turns tensors into raw pointers, dtypes,
- * sizes and, for strided elementwise work, a dp_index_plan. Launchers
- * return 0, or -1 after dp_cu_error(...). Everything here runs on the
- * device's one compute stream (dp_cu_ctx.stream). */
+ * Most entries of the backend table are the .cu launchers themselves:
+ * they take the tensors and argument structs of backends/backend.h (which
+ * C++ reads), select the tensors' device with DP_CU_ENTER, unpack what
+ * their kernels need and launch. They return 0, or -1 after
+ * dp_cu_error(...). Everything runs on the device's one compute stream
+ * (dp_cu_ctx.stream). */
 #ifndef DP_CUDA_COMMON_H
 #define DP_CUDA_COMMON_H
 
@@ -14,9 +16,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ops/op_enums.h"
+#include "backends/backend.h"
+#include "ops/op_table.h"
 #include "ops/strided_index.h"
 #include "tensor/dtype.h"
+#include "tensor/dtype_conv.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -58,6 +62,17 @@ int dp_cu_error(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)))
 #endif
     ;
+/* 0, or -1 + dp_error "<what> on cuda:N failed: <CUDA's message>" */
+int dp_cu_check(cudaError_t e, const char *what, int device);
+/* Validates the index, initialises the device on first use, makes it the
+ * calling thread's current device and raises pending device errors.
+ * NULL + dp_error on failure. */
+const dp_cu_ctx *dp_cu_enter(int device);
+/* The context c of tensor t's device, entered; returns -1 from the caller
+ * on failure. */
+#define DP_CU_ENTER(c, t)                                                                                              \
+  const dp_cu_ctx *c = dp_cu_enter((t)->storage->device.index);                                                        \
+  if (!c) return -1
 /* After a launch: reports a launch failure naming op; in sync mode waits
  * for the stream and reports device faults at the op. */
 int dp_cu_after_launch(const dp_cu_ctx *c, const char *op);
@@ -66,97 +81,74 @@ int dp_cu_after_launch(const dp_cu_ctx *c, const char *op);
 void *dp_cu_scratch(const dp_cu_ctx *c, size_t nbytes);
 void dp_cu_scratch_free(const dp_cu_ctx *c, void *p, size_t nbytes);
 
-/* ---- launchers (.cu) ---- */
-/* cuda_elementwise.cu: plans cover every operand (operand 0 is written) */
-int dp_cu_copy(const dp_cu_ctx *c, const dp_index_plan *p, void *dst, dp_dtype ddt, const void *src, dp_dtype sdt);
-int dp_cu_fill(const dp_cu_ctx *c, const dp_index_plan *p, void *dst, dp_dtype dt, double v);
-int dp_cu_arange(const dp_cu_ctx *c, void *out, dp_dtype dt, int64_t n, double start, double step);
-int dp_cu_rand(const dp_cu_ctx *c, void *out, dp_dtype dt, int64_t n, dp_rand_kind kind, uint64_t seed, uint64_t offset,
-               double a, double b);
-int dp_cu_unary(const dp_cu_ctx *c, const dp_index_plan *p, dp_unary_op op, void *out, dp_dtype odt, const void *x,
-                dp_dtype xdt);
-/* operands in the plan: gx, gy, then x and/or y when given */
-int dp_cu_unary_backward(const dp_cu_ctx *c, const dp_index_plan *p, dp_unary_op op, void *gx, dp_dtype gxdt,
-                         const void *gy, dp_dtype gydt, const void *x, dp_dtype xdt, const void *y, dp_dtype ydt);
-/* b == NULL: scalar s (scalar_first: s op a) */
-int dp_cu_binary(const dp_cu_ctx *c, const dp_index_plan *p, dp_binary_op op, void *out, dp_dtype odt, const void *a,
-                 dp_dtype adt, const void *b, dp_dtype bdt, double s, bool scalar_first);
-int dp_cu_dropout(const dp_cu_ctx *c, void *out, dp_dtype odt, const void *x, dp_dtype xdt, int64_t n, double p,
-                  uint64_t seed, uint64_t offset);
+/* ---- tensor helpers (inline: the runtime's functions are out of reach,
+ * the plugin links nothing of it) ---- */
+static inline void *dp_cu_ptr(const dp_tensor *t) {
+  return (char *)t->storage->data + (size_t)t->offset * dp_dtype_bytes(t->dtype);
+}
+static inline int64_t dp_cu_numel(const dp_tensor *t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+  return n;
+}
+static inline bool dp_cu_contig(const dp_tensor *t) {
+  int64_t s = 1;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    if (t->shape[d] == 0) return true;
+    if (t->shape[d] != 1 && t->stride[d] != s) return false;
+    s *= t->shape[d];
+  }
+  return true;
+}
 
-/* cuda_reduce.cu: x contiguous [outer, k, inner]; out/idx [outer, inner] */
-int dp_cu_reduce(const dp_cu_ctx *c, dp_reduce_op op, void *out, dp_dtype odt, int64_t *idx, const void *x,
-                 dp_dtype xdt, int64_t outer, int64_t k, int64_t inner, int64_t base);
-int dp_cu_scatter_add_dim(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const void *gy, dp_dtype gydt,
-                          const int64_t *idx, int64_t outer, int64_t k, int64_t inner, int64_t base);
-
+/* ---- the backend entries the kernel files implement (contracts in
+ * backends/backend.h) ---- */
+/* cuda_elementwise.cu */
+int dp_cu_copy(dp_tensor *dst, const dp_tensor *src);
+int dp_cu_fill(dp_tensor *t, double v);
+int dp_cu_arange(dp_tensor *out, double start, double step);
+int dp_cu_rand(dp_tensor *out, dp_rand_kind kind, uint64_t seed, uint64_t offset, double a, double b);
+int dp_cu_unary(const dp_unary_args *a, dp_tensor *out, const dp_tensor *x);
+int dp_cu_unary_backward(const dp_unary_args *a, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x,
+                         const dp_tensor *y);
+int dp_cu_binary(dp_binary_op op, dp_tensor *out, const dp_tensor *a, const dp_tensor *b);
+int dp_cu_binary_scalar(dp_binary_op op, dp_tensor *out, const dp_tensor *a, double s, bool scalar_first);
+int dp_cu_dropout(dp_tensor *out, const dp_tensor *x, double p, uint64_t seed, uint64_t offset);
+/* cuda_reduce.cu */
+int dp_cu_reduce(dp_tensor *out, dp_tensor *idx, const dp_tensor *x, const dp_reduce_args *a);
+int dp_cu_scatter_add_dim(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, const dp_reduce_args *a);
 /* cuda_nn.cu */
-int dp_cu_bias_act(const dp_cu_ctx *c, void *y, dp_dtype ydt, const void *bias, dp_dtype bdt, int act, int64_t outer,
-                   int64_t ch, int64_t inner);
-int dp_cu_channel_sum(const dp_cu_ctx *c, void *gb, dp_dtype gbdt, const void *gy, dp_dtype gydt, int64_t outer,
-                      int64_t ch, int64_t inner);
-int dp_cu_softmax(const dp_cu_ctx *c, void *y, dp_dtype ydt, const void *x, dp_dtype xdt, int64_t rows, int64_t cols,
-                  bool log);
-int dp_cu_softmax_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const void *gy, dp_dtype gydt, const void *y,
-                           dp_dtype ydt, int64_t rows, int64_t cols, bool log);
-int dp_cu_cross_entropy(const dp_cu_ctx *c, void *loss, dp_dtype ldt, void *lse, dp_dtype lsedt, const void *x,
-                        dp_dtype xdt, const int64_t *target, int64_t rows, int64_t classes, int64_t base,
-                        double smoothing, int64_t ignore_index);
-int dp_cu_cross_entropy_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const void *x, dp_dtype xdt,
-                                 const void *lse, dp_dtype lsedt, const int64_t *target, const void *scale,
-                                 dp_dtype sdt, int64_t rows, int64_t classes, int64_t base, double smoothing,
-                                 int64_t ignore_index);
-int dp_cu_index_select(const dp_cu_ctx *c, void *out, const void *src, dp_dtype dt, int64_t rows, int64_t d,
-                       const int64_t *idx, int64_t n, int64_t base);
-int dp_cu_index_add(const dp_cu_ctx *c, void *dst, dp_dtype ddt, int64_t rows, int64_t d, const int64_t *idx, int64_t n,
-                    const void *src, dp_dtype sdt, int64_t base);
+int dp_cu_bias_act(dp_tensor *y, const dp_tensor *bias, const dp_unary_args *act, int64_t outer, int64_t ch,
+                   int64_t inner);
+int dp_cu_channel_sum(dp_tensor *gb, const dp_tensor *gy, int64_t outer, int64_t ch, int64_t inner);
+int dp_cu_softmax(dp_tensor *y, const dp_tensor *x, int64_t rows, int64_t cols, bool log);
+int dp_cu_softmax_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *y, int64_t rows, int64_t cols,
+                           bool log);
+int dp_cu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_ce_args *a);
+int dp_cu_cross_entropy_backward(dp_tensor *gx, const dp_ce_args *a);
+int dp_cu_index_select(dp_tensor *out, const dp_tensor *src, const dp_tensor *idx, int64_t base);
+int dp_cu_index_add(dp_tensor *dst, const dp_tensor *idx, const dp_tensor *src, int64_t base);
+/* cuda_conv.cu */
+int dp_cu_im2col(dp_tensor *cols, const dp_tensor *x, const dp_window2d *g, int64_t n0, int64_t nb);
+int dp_cu_col2im(dp_tensor *gx, const dp_tensor *cols, const dp_window2d *g, int64_t n0, int64_t nb);
+int dp_cu_max_pool2d(dp_tensor *y, dp_tensor *idx, const dp_tensor *x, const dp_window2d *g);
+int dp_cu_max_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, const dp_window2d *g);
+int dp_cu_avg_pool2d(dp_tensor *y, const dp_tensor *x, const dp_window2d *g);
+int dp_cu_avg_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, const dp_window2d *g);
+/* cuda_norm.cu */
+int dp_cu_bn_stats(dp_tensor *mean, dp_tensor *var, const dp_bn_args *a);
+int dp_cu_bn_forward(dp_tensor *y, const dp_bn_args *a);
+int dp_cu_bn_backward_reduce(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_bn_args *a);
+int dp_cu_bn_backward_elemt(dp_tensor *gx, const dp_bn_args *a);
+int dp_cu_layer_norm(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_ln_args *a);
+int dp_cu_layer_norm_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_ln_args *a);
+/* cuda_optim.cu (float32 or float64) */
+int dp_cu_sgd_step(dp_tensor *p, const dp_tensor *g, dp_tensor *buf, const dp_sgd_args *a);
+int dp_cu_adam_step(dp_tensor *p, const dp_tensor *g, dp_tensor *m, dp_tensor *v, const dp_adam_args *a);
 
-/* cuda_conv.cu: window geometry as in backend.h's dp_window2d */
-typedef struct {
-  int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow;
-} dp_cu_window;
-int dp_cu_im2col(const dp_cu_ctx *c, void *cols, const void *x, dp_dtype dt, const dp_cu_window *g, int64_t n0,
-                 int64_t nb);
-int dp_cu_col2im(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const void *cols, dp_dtype cdt, const dp_cu_window *g,
-                 int64_t n0, int64_t nb);
-int dp_cu_max_pool2d(const dp_cu_ctx *c, void *y, int64_t *idx, const void *x, dp_dtype dt, const dp_cu_window *g);
-int dp_cu_max_pool2d_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const void *gy, dp_dtype gydt,
-                              const int64_t *idx, const dp_cu_window *g);
-int dp_cu_avg_pool2d(const dp_cu_ctx *c, void *y, const void *x, dp_dtype dt, const dp_cu_window *g);
-int dp_cu_avg_pool2d_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const void *gy, dp_dtype gydt,
-                              const dp_cu_window *g);
-
-/* cuda_norm.cu: per-channel vectors come with their own dtypes (the op
- * layer may keep statistics and affine parameters in different ones);
- * .p == NULL for an absent weight or bias */
-typedef struct {
-  const void *p;
-  dp_dtype dt;
-} dp_cu_vec;
-int dp_cu_bn_stats(const dp_cu_ctx *c, dp_cu_vec mean, dp_cu_vec var, const void *x, dp_dtype xdt, int64_t n,
-                   int64_t ch, int64_t inner);
-int dp_cu_bn_forward(const dp_cu_ctx *c, void *y, dp_dtype ydt, const void *x, dp_dtype xdt, dp_cu_vec mean,
-                     dp_cu_vec invstd, dp_cu_vec w, dp_cu_vec b, int64_t n, int64_t ch, int64_t inner);
-int dp_cu_bn_backward_reduce(const dp_cu_ctx *c, dp_cu_vec sum_dy, dp_cu_vec sum_dy_xhat, const void *gy, dp_dtype gydt,
-                             const void *x, dp_dtype xdt, dp_cu_vec mean, dp_cu_vec invstd, int64_t n, int64_t ch,
-                             int64_t inner);
-int dp_cu_bn_backward_elemt(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const void *gy, dp_dtype gydt, const void *x,
-                            dp_dtype xdt, dp_cu_vec mean, dp_cu_vec invstd, dp_cu_vec w, dp_cu_vec sum_dy,
-                            dp_cu_vec sum_dy_xhat, double count, int64_t n, int64_t ch, int64_t inner);
-/* rows x cols; mean/rstd [rows]; w, b, gw, gb [cols] (may be absent) */
-int dp_cu_layer_norm(const dp_cu_ctx *c, void *y, dp_dtype ydt, dp_cu_vec mean, dp_cu_vec rstd, const void *x,
-                     dp_dtype xdt, dp_cu_vec w, dp_cu_vec b, int64_t rows, int64_t cols, double eps);
-int dp_cu_layer_norm_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, dp_cu_vec gw, dp_cu_vec gb, const void *gy,
-                              dp_dtype gydt, const void *x, dp_dtype xdt, dp_cu_vec mean, dp_cu_vec rstd, dp_cu_vec w,
-                              int64_t rows, int64_t cols);
-
-/* cuda_optim.cu (float32 or float64; every tensor of one call has dt) */
-int dp_cu_sgd_step(const dp_cu_ctx *c, void *p, const void *g, void *buf, dp_dtype dt, int64_t n, double lr,
-                   double momentum, double dampening, double weight_decay, bool nesterov, bool first_step);
-int dp_cu_adam_step(const dp_cu_ctx *c, void *p, const void *g, void *m, void *v, dp_dtype dt, int64_t n, double lr,
-                    double beta1, double beta2, double eps, double weight_decay, bool decoupled, double bc1,
-                    double bc2);
-/* g *= inv_scale; *flag (device int) = 1 if any result is inf/nan */
+/* ---- raw launchers the host code uses ---- */
+/* g (n elements of dt, on c's device) *= inv_scale; *flag (device int) = 1
+ * if any result is inf/nan (cuda_optim.cu; GradScaler's unscale_list) */
 int dp_cu_unscale(const dp_cu_ctx *c, void *g, dp_dtype dt, int64_t n, double inv_scale, int *flag);
 /* dst (rows x cols, row stride ld, batch stride bs) = beta * dst, 0 when
  * beta == 0 (GEMM with k == 0) */

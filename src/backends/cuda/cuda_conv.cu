@@ -18,7 +18,7 @@ __device__ __forceinline__ void copy_elem(char *d, const char *s, int es) {
 }
 
 /* cols [nb, c*kh*kw, oh*ow] from images n0.. */
-__global__ void k_im2col(char *cols, const char *x, int es, const dp_cu_window g, int64_t n0, int64_t nb) {
+__global__ void k_im2col(char *cols, const char *x, int es, const dp_window2d g, int64_t n0, int64_t nb) {
   int64_t ohw = g.oh * g.ow, kk = g.kh * g.kw, rowsz = g.c * kk;
   DP_CU_LOOP(e, nb * rowsz * ohw) {
     int64_t rest, pos, b, row, ci, k, ki, kj, oy, ox;
@@ -37,8 +37,14 @@ __global__ void k_im2col(char *cols, const char *x, int es, const dp_cu_window g
   }
 }
 
-int dp_cu_im2col(const dp_cu_ctx *c, void *cols, const void *x, dp_dtype dt, const dp_cu_window *g, int64_t n0,
-                 int64_t nb) {
+int dp_cu_im2col(dp_tensor *cols_t, const dp_tensor *x_t, const dp_window2d *g, int64_t n0, int64_t nb) {
+  DP_CU_ENTER(c, x_t);
+  if (cols_t->dtype != x_t->dtype)
+    return dp_cu_error("im2col: columns (%s) and input (%s) must share a dtype", dp_dtype_name(cols_t->dtype),
+                       dp_dtype_name(x_t->dtype));
+  void *cols = dp_cu_ptr(cols_t);
+  const void *x = dp_cu_ptr(x_t);
+  dp_dtype dt = x_t->dtype;
   int64_t n = nb * g->c * g->kh * g->kw * g->oh * g->ow;
   if (n == 0) return 0;
   k_im2col<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)cols, (const char *)x,
@@ -56,7 +62,7 @@ __device__ __forceinline__ void covering(int64_t y, int64_t k, int64_t s, int64_
 }
 
 /* gx images n0.. += col2im(cols) */
-__global__ void k_col2im(char *gx, dp_dtype gxdt, const char *cols, dp_dtype cdt, const dp_cu_window g, int64_t n0,
+__global__ void k_col2im(char *gx, dp_dtype gxdt, const char *cols, dp_dtype cdt, const dp_window2d g, int64_t n0,
                          int64_t nb) {
   int64_t hw = g.h * g.w, ohw = g.oh * g.ow;
   DP_CU_LOOP(e, nb * g.c * hw) {
@@ -81,8 +87,11 @@ __global__ void k_col2im(char *gx, dp_dtype gxdt, const char *cols, dp_dtype cdt
   }
 }
 
-int dp_cu_col2im(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const void *cols, dp_dtype cdt, const dp_cu_window *g,
-                 int64_t n0, int64_t nb) {
+int dp_cu_col2im(dp_tensor *gx_t, const dp_tensor *cols_t, const dp_window2d *g, int64_t n0, int64_t nb) {
+  DP_CU_ENTER(c, gx_t);
+  void *gx = dp_cu_ptr(gx_t);
+  const void *cols = dp_cu_ptr(cols_t);
+  dp_dtype gxdt = gx_t->dtype, cdt = cols_t->dtype;
   int64_t n = nb * g->c * g->h * g->w;
   if (n == 0) return 0;
   k_col2im<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)gx, gxdt, (const char *)cols,
@@ -91,7 +100,7 @@ int dp_cu_col2im(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const void *cols, 
 }
 
 /* ---- max pooling ---- */
-__global__ void k_max_pool2d(char *y, int64_t *idx, const char *x, dp_dtype dt, const dp_cu_window g) {
+__global__ void k_max_pool2d(char *y, int64_t *idx, const char *x, dp_dtype dt, const dp_window2d g) {
   int64_t ohw = g.oh * g.ow, hw = g.h * g.w;
   DP_CU_LOOP(e, g.n * g.c * ohw) {
     int64_t plane, pos, oy, ox;
@@ -115,7 +124,15 @@ __global__ void k_max_pool2d(char *y, int64_t *idx, const char *x, dp_dtype dt, 
   }
 }
 
-int dp_cu_max_pool2d(const dp_cu_ctx *c, void *y, int64_t *idx, const void *x, dp_dtype dt, const dp_cu_window *g) {
+int dp_cu_max_pool2d(dp_tensor *y_t, dp_tensor *idx_t, const dp_tensor *x_t, const dp_window2d *g) {
+  DP_CU_ENTER(c, x_t);
+  if (y_t->dtype != x_t->dtype)
+    return dp_cu_error("max_pool2d: output (%s) and input (%s) must share a dtype", dp_dtype_name(y_t->dtype),
+                       dp_dtype_name(x_t->dtype));
+  void *y = dp_cu_ptr(y_t);
+  int64_t *idx = (int64_t *)dp_cu_ptr(idx_t);
+  const void *x = dp_cu_ptr(x_t);
+  dp_dtype dt = x_t->dtype;
   int64_t n = g->n * g->c * g->oh * g->ow;
   if (n == 0) return 0;
   k_max_pool2d<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)y, idx, (const char *)x, dt,
@@ -124,7 +141,7 @@ int dp_cu_max_pool2d(const dp_cu_ctx *c, void *y, int64_t *idx, const void *x, d
 }
 
 __global__ void k_max_pool2d_backward(char *gx, dp_dtype gxdt, const char *gy, dp_dtype gydt, const int64_t *idx,
-                                      const dp_cu_window g) {
+                                      const dp_window2d g) {
   int64_t hw = g.h * g.w, ohw = g.oh * g.ow;
   DP_CU_LOOP(e, g.n * g.c * hw) {
     int64_t plane, pix, y, xx;
@@ -143,8 +160,12 @@ __global__ void k_max_pool2d_backward(char *gx, dp_dtype gxdt, const char *gy, d
   }
 }
 
-int dp_cu_max_pool2d_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const void *gy, dp_dtype gydt,
-                              const int64_t *idx, const dp_cu_window *g) {
+int dp_cu_max_pool2d_backward(dp_tensor *gx_t, const dp_tensor *gy_t, const dp_tensor *idx_t, const dp_window2d *g) {
+  DP_CU_ENTER(c, gx_t);
+  void *gx = dp_cu_ptr(gx_t);
+  const void *gy = dp_cu_ptr(gy_t);
+  const int64_t *idx = (const int64_t *)dp_cu_ptr(idx_t);
+  dp_dtype gxdt = gx_t->dtype, gydt = gy_t->dtype;
   int64_t n = g->n * g->c * g->h * g->w;
   if (n == 0) return 0;
   k_max_pool2d_backward<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(
@@ -153,7 +174,7 @@ int dp_cu_max_pool2d_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const
 }
 
 /* ---- average pooling (count_include_pad) ---- */
-__global__ void k_avg_pool2d(char *y, const char *x, dp_dtype dt, const dp_cu_window g) {
+__global__ void k_avg_pool2d(char *y, const char *x, dp_dtype dt, const dp_window2d g) {
   int64_t ohw = g.oh * g.ow, hw = g.h * g.w;
   DP_CU_LOOP(e, g.n * g.c * ohw) {
     int64_t plane, pos, oy, ox;
@@ -173,14 +194,21 @@ __global__ void k_avg_pool2d(char *y, const char *x, dp_dtype dt, const dp_cu_wi
   }
 }
 
-int dp_cu_avg_pool2d(const dp_cu_ctx *c, void *y, const void *x, dp_dtype dt, const dp_cu_window *g) {
+int dp_cu_avg_pool2d(dp_tensor *y_t, const dp_tensor *x_t, const dp_window2d *g) {
+  DP_CU_ENTER(c, x_t);
+  if (y_t->dtype != x_t->dtype)
+    return dp_cu_error("avg_pool2d: output (%s) and input (%s) must share a dtype", dp_dtype_name(y_t->dtype),
+                       dp_dtype_name(x_t->dtype));
+  void *y = dp_cu_ptr(y_t);
+  const void *x = dp_cu_ptr(x_t);
+  dp_dtype dt = x_t->dtype;
   int64_t n = g->n * g->c * g->oh * g->ow;
   if (n == 0) return 0;
   k_avg_pool2d<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)y, (const char *)x, dt, *g);
   return dp_cu_after_launch(c, "avg_pool2d");
 }
 
-__global__ void k_avg_pool2d_backward(char *gx, dp_dtype gxdt, const char *gy, dp_dtype gydt, const dp_cu_window g) {
+__global__ void k_avg_pool2d_backward(char *gx, dp_dtype gxdt, const char *gy, dp_dtype gydt, const dp_window2d g) {
   int64_t hw = g.h * g.w, ohw = g.oh * g.ow;
   DP_CU_LOOP(e, g.n * g.c * hw) {
     int64_t plane, pix, y, xx;
@@ -199,8 +227,11 @@ __global__ void k_avg_pool2d_backward(char *gx, dp_dtype gxdt, const char *gy, d
   }
 }
 
-int dp_cu_avg_pool2d_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const void *gy, dp_dtype gydt,
-                              const dp_cu_window *g) {
+int dp_cu_avg_pool2d_backward(dp_tensor *gx_t, const dp_tensor *gy_t, const dp_window2d *g) {
+  DP_CU_ENTER(c, gx_t);
+  void *gx = dp_cu_ptr(gx_t);
+  const void *gy = dp_cu_ptr(gy_t);
+  dp_dtype gxdt = gx_t->dtype, gydt = gy_t->dtype;
   int64_t n = g->n * g->c * g->h * g->w;
   if (n == 0) return 0;
   k_avg_pool2d_backward<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)gx, gxdt,

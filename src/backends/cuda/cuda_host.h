@@ -1,6 +1,7 @@
 /* Host-side internals of the CUDA plugin shared by its C files: device
- * contexts, error plumbing back to the runtime, the caching allocator,
- * cuBLAS, host<->device copies and the NCCL process group.
+ * state, error plumbing back to the runtime, the caching allocator,
+ * cuBLAS, host<->device copies and the NCCL process group (what the .cu
+ * files share with them is in cuda_common.h).
  *
  * The plugin must not call runtime functions by symbol (it is linked with
  * --no-undefined): only the inline helpers below, header-only code and
@@ -16,6 +17,9 @@
 #include "tensor/dtype_conv.h"
 
 extern const dp_runtime_api *dp_cu_api;
+
+/* the NCCL files' name for dp_dtype_name (dtype.h's one table) */
+static inline const char *dp_cu_dtype_name(dp_dtype t) { return dp_dtype_name(t); }
 
 /* Options (dp_backend.set_option); read at every use. */
 extern volatile int dp_cu_opt_tf32; /* float32 GEMMs on TF32 tensor cores */
@@ -41,16 +45,10 @@ typedef struct {
 #define DP_CU_STAGE_BYTES ((size_t)4 << 20)
 
 int dp_cu_device_count(void);
-/* Validates the index, initialises the device on first use, makes it the
- * calling thread's current device and raises pending device errors.
- * NULL + dp_error on failure. */
-const dp_cu_ctx *dp_cu_enter(int device);
 /* The device's state if it has been initialised, else NULL. */
 dp_cu_device *dp_cu_device_get(int device);
 /* Makes device current for the calling thread (no checks). */
 int dp_cu_select(int device);
-/* 0, or -1 + dp_error "<what> on cuda:N failed: <CUDA's message>" */
-int dp_cu_check(cudaError_t e, const char *what, int device);
 /* Raises (once) a pending kernel-reported error or an error posted from
  * another thread. */
 int dp_cu_take_errors(void);
@@ -82,28 +80,5 @@ extern const dp_backend dp_cu_backend;
 
 /* nccl_group.c */
 dp_pg *dp_cu_pg_nccl_new(const dp_pg_init *init);
-
-/* ---- tensor helpers (inline: the runtime's are out of reach) ---- */
-static inline void *dp_cu_ptr(const dp_tensor *t) {
-  return (char *)t->storage->data + (size_t)t->offset * dp_dtype_bytes(t->dtype);
-}
-static inline int64_t dp_cu_numel(const dp_tensor *t) {
-  int64_t n = 1;
-  for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
-  return n;
-}
-static inline bool dp_cu_contig(const dp_tensor *t) {
-  int64_t s = 1;
-  for (int d = t->ndim - 1; d >= 0; d--) {
-    if (t->shape[d] == 0) return true;
-    if (t->shape[d] != 1 && t->stride[d] != s) return false;
-    s *= t->shape[d];
-  }
-  return true;
-}
-static inline const char *dp_cu_dtype_name(dp_dtype t) {
-  static const char *names[DP_NDTYPES] = {"float32", "float64", "int64", "uint8", "bfloat16", "float16"};
-  return (unsigned)t < DP_NDTYPES ? names[t] : "?";
-}
 
 #endif

@@ -13,29 +13,34 @@
 #include <cuda_fp16.h>
 
 /* ---- y = act(y + bias[c]) on [outer, c, inner] ---- */
-__global__ void k_bias_act(char *y, dp_dtype ydt, const char *bias, dp_dtype bdt, int act, int64_t n, int64_t ch,
-                           int64_t inner, bool fmode) {
+__global__ void k_bias_act(char *y, dp_dtype ydt, const char *bias, dp_dtype bdt, bool has_act, const dp_unary_args act,
+                           int64_t n, int64_t ch, int64_t inner, bool fmode) {
   DP_CU_LOOP(i, n) {
     int64_t q, r, c;
     dp_cu_divmod(i, inner, &q, &r);
     dp_cu_divmod(q, ch, &q, &c);
     if (fmode) {
       float v = dp_cu_ldf(y, i, ydt) + (bias ? dp_cu_ldf(bias, c, bdt) : 0.f);
-      dp_cu_stf(y, i, ydt, act < 0 ? v : dp_unary_f((dp_unary_op)act, v));
+      dp_cu_stf(y, i, ydt, has_act ? dp_unary_f(act.op, v, &act.p) : v);
     } else {
       double v = dp_cu_ld(y, i, ydt) + (bias ? dp_cu_ld(bias, c, bdt) : 0.0);
-      dp_cu_st(y, i, ydt, act < 0 ? v : dp_unary_d((dp_unary_op)act, v));
+      dp_cu_st(y, i, ydt, has_act ? dp_unary_d(act.op, v, &act.p) : v);
     }
   }
 }
 
-int dp_cu_bias_act(const dp_cu_ctx *c, void *y, dp_dtype ydt, const void *bias, dp_dtype bdt, int act, int64_t outer,
-                   int64_t ch, int64_t inner) {
+int dp_cu_bias_act(dp_tensor *y_t, const dp_tensor *bias_t, const dp_unary_args *act, int64_t outer, int64_t ch,
+                   int64_t inner) {
+  DP_CU_ENTER(c, y_t);
+  void *y = dp_cu_ptr(y_t);
+  const void *bias = bias_t ? dp_cu_ptr(bias_t) : NULL;
+  dp_dtype ydt = y_t->dtype, bdt = bias_t ? bias_t->dtype : y_t->dtype;
   int64_t n = outer * ch * inner;
   if (n == 0) return 0;
   bool fmode = dp_dtype_is_f32ish(ydt) && (!bias || dp_dtype_is_f32ish(bdt));
-  k_bias_act<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)y, ydt, (const char *)bias,
-                                                                                 bdt, act, n, ch, inner, fmode);
+  dp_unary_args none = dp_unary_args_of(DP_U_NEG);
+  k_bias_act<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(
+      (char *)y, ydt, (const char *)bias, bdt, act != NULL, act ? *act : none, n, ch, inner, fmode);
   return dp_cu_after_launch(c, "bias_act");
 }
 
@@ -67,10 +72,16 @@ __global__ void k_sum_splits(char *out, dp_dtype odt, const double *partial, int
   }
 }
 
-int dp_cu_channel_sum(const dp_cu_ctx *c, void *gb, dp_dtype gbdt, const void *gy, dp_dtype gydt, int64_t outer,
-                      int64_t ch, int64_t inner) {
+int dp_cu_channel_sum(dp_tensor *gb_t, const dp_tensor *gy_t, int64_t outer, int64_t ch, int64_t inner) {
+  DP_CU_ENTER(c, gy_t);
+  void *gb = dp_cu_ptr(gb_t);
+  const void *gy = dp_cu_ptr(gy_t);
+  dp_dtype gbdt = gb_t->dtype, gydt = gy_t->dtype;
   if (ch == 0) return 0;
-  if (inner == 1) return dp_cu_reduce(c, DP_R_SUM, gb, gbdt, NULL, gy, gydt, 1, outer, ch, 0);
+  if (inner == 1) { /* [outer, ch] seen as [1, outer, ch] */
+    dp_reduce_args ra = {DP_R_SUM, 1, outer, ch, 0};
+    return dp_cu_reduce(gb_t, NULL, gy_t, &ra);
+  }
   int64_t total = outer * inner, splits = 1;
   if (ch < 2 * c->sm_count && total > 16384) {
     splits = (2 * c->sm_count + ch - 1) / ch;
@@ -117,8 +128,11 @@ __global__ void k_softmax(char *y, dp_dtype ydt, const char *x, dp_dtype xdt, in
     dp_cu_st(y, base + j, ydt, dp_softmax_out_d(dp_cu_ld(x, base + j, xdt), lse, logsm));
 }
 
-int dp_cu_softmax(const dp_cu_ctx *c, void *y, dp_dtype ydt, const void *x, dp_dtype xdt, int64_t rows, int64_t cols,
-                  bool log) {
+int dp_cu_softmax(dp_tensor *y_t, const dp_tensor *x_t, int64_t rows, int64_t cols, bool log) {
+  DP_CU_ENTER(c, x_t);
+  void *y = dp_cu_ptr(y_t);
+  const void *x = dp_cu_ptr(x_t);
+  dp_dtype ydt = y_t->dtype, xdt = x_t->dtype;
   if (rows == 0 || cols == 0) return 0;
   bool block = dp_cu_rows_by_block(cols);
   k_softmax<<<dp_cu_rows_grid(rows, block), DP_CU_THREADS, 0, c->stream>>>((char *)y, ydt, (const char *)x, xdt, rows,
@@ -144,8 +158,12 @@ __global__ void k_softmax_backward(char *gx, dp_dtype gxdt, const char *gy, dp_d
              dp_softmax_grad_d(dp_cu_ld(gy, base + j, gydt), dp_cu_ld(y, base + j, ydt), dot, logsm));
 }
 
-int dp_cu_softmax_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const void *gy, dp_dtype gydt, const void *y,
-                           dp_dtype ydt, int64_t rows, int64_t cols, bool log) {
+int dp_cu_softmax_backward(dp_tensor *gx_t, const dp_tensor *gy_t, const dp_tensor *y_t, int64_t rows, int64_t cols,
+                           bool log) {
+  DP_CU_ENTER(c, gx_t);
+  void *gx = dp_cu_ptr(gx_t);
+  const void *gy = dp_cu_ptr(gy_t), *y = dp_cu_ptr(y_t);
+  dp_dtype gxdt = gx_t->dtype, gydt = gy_t->dtype, ydt = y_t->dtype;
   if (rows == 0 || cols == 0) return 0;
   bool block = dp_cu_rows_by_block(cols);
   k_softmax_backward<<<dp_cu_rows_grid(rows, block), DP_CU_THREADS, 0, c->stream>>>(
@@ -186,9 +204,16 @@ __global__ void k_cross_entropy(char *loss, dp_dtype ldt, char *lse_out, dp_dtyp
   }
 }
 
-int dp_cu_cross_entropy(const dp_cu_ctx *c, void *loss, dp_dtype ldt, void *lse, dp_dtype lsedt, const void *x,
-                        dp_dtype xdt, const int64_t *target, int64_t rows, int64_t classes, int64_t base,
-                        double smoothing, int64_t ignore_index) {
+/* A target out of range is found by the kernel: the row's loss is NaN and
+ * the error is raised at the next sync point (loss:item(), for one). */
+int dp_cu_cross_entropy(dp_tensor *loss_t, dp_tensor *lse_t, const dp_ce_args *a) {
+  DP_CU_ENTER(c, a->x);
+  void *loss = dp_cu_ptr(loss_t), *lse = dp_cu_ptr(lse_t);
+  const void *x = dp_cu_ptr(a->x);
+  const int64_t *target = (const int64_t *)dp_cu_ptr(a->target);
+  dp_dtype ldt = loss_t->dtype, lsedt = lse_t->dtype, xdt = a->x->dtype;
+  int64_t rows = a->x->shape[0], classes = a->x->shape[1], base = a->base, ignore_index = a->ignore_index;
+  double smoothing = a->smoothing;
   if (rows == 0) return 0;
   bool block = dp_cu_rows_by_block(classes);
   k_cross_entropy<<<dp_cu_rows_grid(rows, block), DP_CU_THREADS, 0, c->stream>>>(
@@ -213,10 +238,14 @@ __global__ void k_cross_entropy_backward(char *gx, dp_dtype gxdt, const char *x,
   }
 }
 
-int dp_cu_cross_entropy_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const void *x, dp_dtype xdt,
-                                 const void *lse, dp_dtype lsedt, const int64_t *target, const void *scale,
-                                 dp_dtype sdt, int64_t rows, int64_t classes, int64_t base, double smoothing,
-                                 int64_t ignore_index) {
+int dp_cu_cross_entropy_backward(dp_tensor *gx_t, const dp_ce_args *a) {
+  DP_CU_ENTER(c, a->x);
+  void *gx = dp_cu_ptr(gx_t);
+  const void *x = dp_cu_ptr(a->x), *lse = dp_cu_ptr(a->lse), *scale = dp_cu_ptr(a->scale);
+  const int64_t *target = (const int64_t *)dp_cu_ptr(a->target);
+  dp_dtype gxdt = gx_t->dtype, xdt = a->x->dtype, lsedt = a->lse->dtype, sdt = a->scale->dtype;
+  int64_t rows = a->x->shape[0], classes = a->x->shape[1], base = a->base, ignore_index = a->ignore_index;
+  double smoothing = a->smoothing;
   int64_t n = rows * classes;
   if (n == 0) return 0;
   k_cross_entropy_backward<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(
@@ -248,8 +277,18 @@ __global__ void k_index_select(char *out, const char *src, int es, int64_t rows,
   }
 }
 
-int dp_cu_index_select(const dp_cu_ctx *c, void *out, const void *src, dp_dtype dt, int64_t rows, int64_t d,
-                       const int64_t *idx, int64_t n, int64_t base) {
+/* index_select / index_add: an index out of range is found by the kernel
+ * (the row is zero / skipped) and raised at the next sync point. */
+int dp_cu_index_select(dp_tensor *out_t, const dp_tensor *src_t, const dp_tensor *idx_t, int64_t base) {
+  DP_CU_ENTER(c, src_t);
+  if (out_t->dtype != src_t->dtype)
+    return dp_cu_error("index_select: output (%s) and source (%s) must share a dtype", dp_dtype_name(out_t->dtype),
+                       dp_dtype_name(src_t->dtype));
+  int64_t rows = src_t->shape[0], d = rows ? dp_cu_numel(src_t) / rows : 0, n = dp_cu_numel(idx_t);
+  void *out = dp_cu_ptr(out_t);
+  const void *src = dp_cu_ptr(src_t);
+  const int64_t *idx = (const int64_t *)dp_cu_ptr(idx_t);
+  dp_dtype dt = src_t->dtype;
   if (n * d == 0) return 0;
   k_index_select<<<dp_cu_blocks(c, n * d, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(
       (char *)out, (const char *)src, (int)dp_dtype_bytes(dt), rows, d, idx, n, base, *c);
@@ -299,8 +338,13 @@ __global__ void k_index_add(char *dst, dp_dtype ddt, int64_t rows, int64_t d, co
   }
 }
 
-int dp_cu_index_add(const dp_cu_ctx *c, void *dst, dp_dtype ddt, int64_t rows, int64_t d, const int64_t *idx, int64_t n,
-                    const void *src, dp_dtype sdt, int64_t base) {
+int dp_cu_index_add(dp_tensor *dst_t, const dp_tensor *idx_t, const dp_tensor *src_t, int64_t base) {
+  DP_CU_ENTER(c, dst_t);
+  int64_t rows = dst_t->shape[0], d = rows ? dp_cu_numel(dst_t) / rows : 0, n = dp_cu_numel(idx_t);
+  void *dst = dp_cu_ptr(dst_t);
+  const void *src = dp_cu_ptr(src_t);
+  const int64_t *idx = (const int64_t *)dp_cu_ptr(idx_t);
+  dp_dtype ddt = dst_t->dtype, sdt = src_t->dtype;
   if (n * d == 0) return 0;
   k_index_add<<<dp_cu_blocks(c, n * d, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)dst, ddt, rows, d, idx, n,
                                                                                       (const char *)src, sdt, base, *c);

@@ -18,6 +18,18 @@ static int64_t channel_splits(const dp_cu_ctx *c, int64_t ch, int64_t total) {
   return splits;
 }
 
+/* A per-channel vector with its own dtype (the op layer may keep
+ * statistics and affine parameters in different ones); p == NULL for an
+ * absent weight or bias. */
+typedef struct {
+  const void *p;
+  dp_dtype dt;
+} dp_cu_vec;
+static dp_cu_vec vec(const dp_tensor *t) {
+  dp_cu_vec v = {t ? dp_cu_ptr(t) : NULL, t ? t->dtype : DP_F32};
+  return v;
+}
+
 __device__ __forceinline__ double vld(dp_cu_vec v, int64_t i, double absent) {
   return v.p ? dp_cu_ld(v.p, i, v.dt) : absent;
 }
@@ -60,8 +72,12 @@ __global__ void k_bn_stats_finish(dp_cu_vec mean, dp_cu_vec var, const dp_cu_wel
   }
 }
 
-int dp_cu_bn_stats(const dp_cu_ctx *c, dp_cu_vec mean, dp_cu_vec var, const void *x, dp_dtype xdt, int64_t n,
-                   int64_t ch, int64_t inner) {
+int dp_cu_bn_stats(dp_tensor *mean_t, dp_tensor *var_t, const dp_bn_args *a) {
+  DP_CU_ENTER(c, a->x);
+  dp_cu_vec mean = vec(mean_t), var = vec(var_t);
+  const void *x = dp_cu_ptr(a->x);
+  dp_dtype xdt = a->x->dtype;
+  int64_t n = a->n, ch = a->c, inner = a->inner;
   if (ch == 0) return 0;
   int64_t total = n * inner, splits = channel_splits(c, ch, total);
   size_t pbytes = (size_t)(ch * splits) * sizeof(dp_cu_welford);
@@ -86,13 +102,18 @@ __global__ void k_bn_forward(char *y, dp_dtype ydt, const char *x, dp_dtype xdt,
     int64_t q, i, c;
     dp_cu_divmod(e, inner, &q, &i);
     dp_cu_divmod(q, ch, &q, &c);
-    double v = (dp_cu_ld(x, e, xdt) - vld(mean, c, 0.0)) * vld(invstd, c, 1.0) * vld(w, c, 1.0) + vld(b, c, 0.0);
-    dp_cu_st(y, e, ydt, v);
+    dp_bn_affine_k k = dp_bn_affine(vld(mean, c, 0.0), vld(invstd, c, 1.0), vld(w, c, 1.0), vld(b, c, 0.0));
+    dp_cu_st(y, e, ydt, dp_bn_apply_d(dp_cu_ld(x, e, xdt), k.scale, k.shift));
   }
 }
 
-int dp_cu_bn_forward(const dp_cu_ctx *c, void *y, dp_dtype ydt, const void *x, dp_dtype xdt, dp_cu_vec mean,
-                     dp_cu_vec invstd, dp_cu_vec w, dp_cu_vec b, int64_t n, int64_t ch, int64_t inner) {
+int dp_cu_bn_forward(dp_tensor *y_t, const dp_bn_args *a) {
+  DP_CU_ENTER(c, a->x);
+  void *y = dp_cu_ptr(y_t);
+  const void *x = dp_cu_ptr(a->x);
+  dp_dtype ydt = y_t->dtype, xdt = a->x->dtype;
+  dp_cu_vec mean = vec(a->mean), invstd = vec(a->invstd), w = vec(a->w), b = vec(a->b);
+  int64_t n = a->n, ch = a->c, inner = a->inner;
   int64_t count = n * ch * inner;
   if (count == 0) return 0;
   k_bn_forward<<<dp_cu_blocks(c, count, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(
@@ -130,9 +151,12 @@ __global__ void k_pair_finish(dp_cu_vec a, dp_cu_vec b, const dp_cu_pair *partia
   }
 }
 
-int dp_cu_bn_backward_reduce(const dp_cu_ctx *c, dp_cu_vec sum_dy, dp_cu_vec sum_dy_xhat, const void *gy, dp_dtype gydt,
-                             const void *x, dp_dtype xdt, dp_cu_vec mean, dp_cu_vec invstd, int64_t n, int64_t ch,
-                             int64_t inner) {
+int dp_cu_bn_backward_reduce(dp_tensor *sum_dy_t, dp_tensor *sum_dy_xhat_t, const dp_bn_args *a) {
+  DP_CU_ENTER(c, a->x);
+  dp_cu_vec sum_dy = vec(sum_dy_t), sum_dy_xhat = vec(sum_dy_xhat_t), mean = vec(a->mean), invstd = vec(a->invstd);
+  const void *gy = dp_cu_ptr(a->gy), *x = dp_cu_ptr(a->x);
+  dp_dtype gydt = a->gy->dtype, xdt = a->x->dtype;
+  int64_t n = a->n, ch = a->c, inner = a->inner;
   if (ch == 0) return 0;
   int64_t total = n * inner, splits = channel_splits(c, ch, total);
   size_t pbytes = (size_t)(ch * splits) * sizeof(dp_cu_pair);
@@ -157,16 +181,21 @@ __global__ void k_bn_backward_elemt(char *gx, dp_dtype gxdt, const char *gy, dp_
     int64_t q, i, c;
     dp_cu_divmod(e, inner, &q, &i);
     dp_cu_divmod(q, ch, &q, &c);
-    double v =
-        dp_bn_backward_elemt_d(dp_cu_ld(gy, e, gydt), dp_cu_ld(x, e, xdt), vld(mean, c, 0.0), vld(invstd, c, 1.0),
-                               vld(w, c, 1.0), vld(sum_dy, c, 0.0), vld(sum_dy_xhat, c, 0.0), count);
-    dp_cu_st(gx, e, gxdt, v);
+    dp_bn_grad_k k = dp_bn_grad_coefs(vld(w, c, 1.0), vld(invstd, c, 1.0), vld(mean, c, 0.0),
+                                      vld(sum_dy, c, 0.0) / count, vld(sum_dy_xhat, c, 0.0) / count);
+    dp_cu_st(gx, e, gxdt, dp_bn_grad_apply_d(dp_cu_ld(gy, e, gydt), dp_cu_ld(x, e, xdt), k.gy, k.x, k.c));
   }
 }
 
-int dp_cu_bn_backward_elemt(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const void *gy, dp_dtype gydt, const void *x,
-                            dp_dtype xdt, dp_cu_vec mean, dp_cu_vec invstd, dp_cu_vec w, dp_cu_vec sum_dy,
-                            dp_cu_vec sum_dy_xhat, double count, int64_t n, int64_t ch, int64_t inner) {
+int dp_cu_bn_backward_elemt(dp_tensor *gx_t, const dp_bn_args *a) {
+  DP_CU_ENTER(c, a->x);
+  void *gx = dp_cu_ptr(gx_t);
+  const void *gy = dp_cu_ptr(a->gy), *x = dp_cu_ptr(a->x);
+  dp_dtype gxdt = gx_t->dtype, gydt = a->gy->dtype, xdt = a->x->dtype;
+  dp_cu_vec mean = vec(a->mean), invstd = vec(a->invstd), w = vec(a->w), sum_dy = vec(a->sum_dy),
+            sum_dy_xhat = vec(a->sum_dy_xhat);
+  double count = a->count;
+  int64_t n = a->n, ch = a->c, inner = a->inner;
   int64_t total = n * ch * inner;
   if (total == 0) return 0;
   k_bn_backward_elemt<<<dp_cu_blocks(c, total, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(
@@ -198,11 +227,17 @@ __global__ void k_layer_norm(char *y, dp_dtype ydt, dp_cu_vec mean, dp_cu_vec rs
     vst(rstd, g.row, rs);
   }
   for (int64_t j = g.lane; j < cols; j += g.size)
-    dp_cu_st(y, base + j, ydt, (dp_cu_ld(x, base + j, xdt) - mu) * rs * vld(w, j, 1.0) + vld(b, j, 0.0));
+    dp_cu_st(y, base + j, ydt, dp_ln_apply_d(dp_cu_ld(x, base + j, xdt), mu, rs, vld(w, j, 1.0), vld(b, j, 0.0)));
 }
 
-int dp_cu_layer_norm(const dp_cu_ctx *c, void *y, dp_dtype ydt, dp_cu_vec mean, dp_cu_vec rstd, const void *x,
-                     dp_dtype xdt, dp_cu_vec w, dp_cu_vec b, int64_t rows, int64_t cols, double eps) {
+int dp_cu_layer_norm(dp_tensor *y_t, dp_tensor *mean_t, dp_tensor *rstd_t, const dp_ln_args *a) {
+  DP_CU_ENTER(c, a->x);
+  void *y = dp_cu_ptr(y_t);
+  const void *x = dp_cu_ptr(a->x);
+  dp_dtype ydt = y_t->dtype, xdt = a->x->dtype;
+  dp_cu_vec mean = vec(mean_t), rstd = vec(rstd_t), w = vec(a->w), b = vec(a->b);
+  int64_t rows = a->rows, cols = a->cols;
+  double eps = a->eps;
   if (rows == 0 || cols == 0) return 0;
   bool block = dp_cu_rows_by_block(cols);
   k_layer_norm<<<dp_cu_rows_grid(rows, block), DP_CU_THREADS, 0, c->stream>>>(
@@ -231,7 +266,7 @@ __global__ void k_layer_norm_backward_x(char *gx, dp_dtype gxdt, const char *gy,
   for (int64_t j = gr.lane; j < cols; j += gr.size) {
     double g = dp_cu_ld(gy, base + j, gydt) * vld(w, j, 1.0);
     double xhat = (dp_cu_ld(x, base + j, xdt) - mu) * rs;
-    dp_cu_st(gx, base + j, gxdt, dp_ln_backward_d(g, xhat, rs, mg, mgx));
+    dp_cu_st(gx, base + j, gxdt, dp_ln_grad_d(g, xhat, rs, mg, mgx));
   }
 }
 
@@ -254,9 +289,13 @@ __global__ void k_layer_norm_backward_w(const char *gy, dp_dtype gydt, const cha
   }
 }
 
-int dp_cu_layer_norm_backward(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, dp_cu_vec gw, dp_cu_vec gb, const void *gy,
-                              dp_dtype gydt, const void *x, dp_dtype xdt, dp_cu_vec mean, dp_cu_vec rstd, dp_cu_vec w,
-                              int64_t rows, int64_t cols) {
+int dp_cu_layer_norm_backward(dp_tensor *gx_t, dp_tensor *gw_t, dp_tensor *gb_t, const dp_ln_args *a) {
+  DP_CU_ENTER(c, a->x);
+  void *gx = dp_cu_ptr(gx_t);
+  const void *gy = dp_cu_ptr(a->gy), *x = dp_cu_ptr(a->x);
+  dp_dtype gxdt = gx_t->dtype, gydt = a->gy->dtype, xdt = a->x->dtype;
+  dp_cu_vec gw = vec(gw_t), gb = vec(gb_t), mean = vec(a->mean), rstd = vec(a->rstd), w = vec(a->w);
+  int64_t rows = a->rows, cols = a->cols;
   if (cols == 0) return 0;
   if (rows > 0) {
     bool block = dp_cu_rows_by_block(cols);

@@ -22,14 +22,18 @@ static int check_dtype(dp_dtype dt) {
   if (dt != DP_F32 && dt != DP_F64)
     return dp_cu_error("optimizer: parameters must be float32 or float64 on cuda (keep float32 master weights "
                        "and use autocast for bfloat16), got %s",
-                       dt == DP_BF16  ? "bfloat16"
-                       : dt == DP_F16 ? "float16"
-                                      : "an integer dtype");
+                       dp_dtype_is_float(dt) ? dp_dtype_name(dt) : "an integer dtype");
   return 0;
 }
 
-int dp_cu_sgd_step(const dp_cu_ctx *c, void *p, const void *g, void *buf, dp_dtype dt, int64_t n, double lr,
-                   double momentum, double dampening, double weight_decay, bool nesterov, bool first_step) {
+int dp_cu_sgd_step(dp_tensor *p_t, const dp_tensor *g_t, dp_tensor *buf_t, const dp_sgd_args *a) {
+  DP_CU_ENTER(c, p_t);
+  void *p = dp_cu_ptr(p_t), *buf = buf_t ? dp_cu_ptr(buf_t) : NULL;
+  const void *g = dp_cu_ptr(g_t);
+  dp_dtype dt = p_t->dtype;
+  int64_t n = dp_cu_numel(p_t);
+  double lr = a->lr, momentum = a->momentum, dampening = a->dampening, weight_decay = a->weight_decay;
+  bool nesterov = a->nesterov, first_step = a->first_step;
   if (check_dtype(dt)) return -1;
   if (n == 0) return 0;
   unsigned blocks = dp_cu_blocks(c, n, DP_CU_THREADS);
@@ -52,9 +56,15 @@ __global__ void k_adam_f64(double *p, const double *g, double *m, double *v, int
   DP_CU_LOOP(i, n) dp_adam_update_d(&p[i], g[i], &m[i], &v[i], lr, b1, b2, eps, wd, decoupled, bc1, bc2);
 }
 
-int dp_cu_adam_step(const dp_cu_ctx *c, void *p, const void *g, void *m, void *v, dp_dtype dt, int64_t n, double lr,
-                    double beta1, double beta2, double eps, double weight_decay, bool decoupled, double bc1,
-                    double bc2) {
+int dp_cu_adam_step(dp_tensor *p_t, const dp_tensor *g_t, dp_tensor *m_t, dp_tensor *v_t, const dp_adam_args *a) {
+  DP_CU_ENTER(c, p_t);
+  void *p = dp_cu_ptr(p_t), *m = dp_cu_ptr(m_t), *v = dp_cu_ptr(v_t);
+  const void *g = dp_cu_ptr(g_t);
+  dp_dtype dt = p_t->dtype;
+  int64_t n = dp_cu_numel(p_t);
+  double lr = a->lr, beta1 = a->beta1, beta2 = a->beta2, eps = a->eps, weight_decay = a->weight_decay;
+  bool decoupled = a->decoupled;
+  double bc1 = 1.0 - pow(beta1, (double)a->step), bc2 = 1.0 - pow(beta2, (double)a->step);
   if (check_dtype(dt)) return -1;
   if (n == 0) return 0;
   unsigned blocks = dp_cu_blocks(c, n, DP_CU_THREADS);

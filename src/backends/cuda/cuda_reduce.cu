@@ -140,8 +140,14 @@ __global__ void k_reduce_finish(const __grid_constant__ reduce_args r) {
   }
 }
 
-int dp_cu_reduce(const dp_cu_ctx *c, dp_reduce_op op, void *out, dp_dtype odt, int64_t *idx, const void *x,
-                 dp_dtype xdt, int64_t outer, int64_t k, int64_t inner, int64_t base) {
+int dp_cu_reduce(dp_tensor *out_t, dp_tensor *idx_t, const dp_tensor *x_t, const dp_reduce_args *ra) {
+  DP_CU_ENTER(c, x_t);
+  dp_reduce_op op = ra->op;
+  int64_t outer = ra->outer, k = ra->k, inner = ra->inner, base = ra->base;
+  void *out = dp_cu_ptr(out_t);
+  int64_t *idx = idx_t ? (int64_t *)dp_cu_ptr(idx_t) : NULL;
+  const void *x = dp_cu_ptr(x_t);
+  dp_dtype odt = out_t->dtype, xdt = x_t->dtype;
   reduce_args r;
   r.x = (const char *)x, r.xdt = xdt, r.op = op, r.outer = outer, r.k = k, r.inner = inner, r.base = base;
   r.out = (char *)out, r.odt = odt, r.idx = idx, r.partial = NULL;
@@ -205,8 +211,13 @@ __global__ void k_scatter_add_dim(char *gx, dp_dtype gxdt, const char *gy, dp_dt
   }
 }
 
-int dp_cu_scatter_add_dim(const dp_cu_ctx *c, void *gx, dp_dtype gxdt, const void *gy, dp_dtype gydt,
-                          const int64_t *idx, int64_t outer, int64_t k, int64_t inner, int64_t base) {
+int dp_cu_scatter_add_dim(dp_tensor *gx_t, const dp_tensor *gy_t, const dp_tensor *idx_t, const dp_reduce_args *ra) {
+  DP_CU_ENTER(c, gx_t);
+  int64_t outer = ra->outer, k = ra->k, inner = ra->inner, base = ra->base;
+  void *gx = dp_cu_ptr(gx_t);
+  const void *gy = dp_cu_ptr(gy_t);
+  const int64_t *idx = (const int64_t *)dp_cu_ptr(idx_t);
+  dp_dtype gxdt = gx_t->dtype, gydt = gy_t->dtype;
   int64_t n = outer * inner;
   if (n == 0) return 0;
   k_scatter_add_dim<<<dp_cu_blocks(c, n, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(

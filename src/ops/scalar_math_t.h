@@ -1,0 +1,274 @@
+/* Per-element formulas written once for a type T: scalar_math.h includes
+ * this file twice, with T = float (names ending _f: the float32, bfloat16
+ * and float16 kernels) and T = double (_d: float64, and the reference path
+ * every float kernel is tested against). No include guard on purpose.
+ *
+ * Unary ops: FWD(name) is y = f(x); BWD(name) is the input gradient gx
+ * from the upstream gradient gy and x or y (whichever the op table's grad
+ * column says is saved); INT(name), for ops that keep integer dtypes, is
+ * the exact int64 version. p holds the op's parameters (op_table.h).
+ * Literals go through C(...) and math functions through the upper-case
+ * names below, so that the float version stays in float. */
+
+#define T DP_T
+#define C(v) ((T)(v))
+#define EXP(v) DP_T_MATH(exp)(v)
+#define LOG(v) DP_T_MATH(log)(v)
+#define LOG1P(v) DP_T_MATH(log1p)(v)
+#define EXPM1(v) DP_T_MATH(expm1)(v)
+#define TANH(v) DP_T_MATH(tanh)(v)
+#define SQRT(v) DP_T_MATH(sqrt)(v)
+#define ERF(v) DP_T_MATH(erf)(v)
+#define FABS(v) DP_T_MATH(fabs)(v)
+#define POW(a, b) DP_T_MATH(pow)(a, b)
+#define FWD(name) static inline DP_HD T DP_TN(dp_##name##_fwd)(T x, DP_UNUSED const dp_unary_params *p)
+#define BWD(name)                                                                                                      \
+  static inline DP_HD T DP_TN(dp_##name##_bwd)(DP_UNUSED T gy, DP_UNUSED T x, DP_UNUSED T y,                           \
+                                               DP_UNUSED const dp_unary_params *p)
+#define INT(name) static inline DP_HD int64_t DP_TN(dp_##name##_i64)(int64_t x, DP_UNUSED const dp_unary_params *p)
+#define BIN(name) static inline DP_HD T DP_TN(dp_##name##_bin)(T a, T b)
+#define BIN_INT(name) static inline DP_HD int64_t DP_TN(dp_##name##_bin_i64)(int64_t a, int64_t b)
+
+/* ---- unary ops, in the op table's order ---- */
+
+FWD(neg) { return -x; }
+BWD(neg) { return -gy; }
+INT(neg) { return (int64_t)(0u - (uint64_t)x); }
+
+FWD(exp) { return EXP(x); }
+BWD(exp) { return gy * y; }
+
+FWD(log) { return LOG(x); }
+BWD(log) { return gy * (1 / x); }
+
+FWD(relu) { return x > 0 ? x : 0; }
+/* from y (y > 0 iff x > 0), as a select: where y <= 0 the gradient is 0
+ * even if gy is inf or NaN (PyTorch's threshold_backward) */
+BWD(relu) { return y > 0 ? gy : 0; }
+INT(relu) { return x > 0 ? x : 0; }
+
+/* exact GELU, x * Phi(x) (PyTorch's default, approximate='none') */
+FWD(gelu) { return C(0.5) * x * (1 + ERF(x * C(DP_SQRT1_2))); }
+BWD(gelu) {
+  T cdf = C(0.5) * (1 + ERF(x * C(DP_SQRT1_2)));
+  T pdf = EXP(C(-0.5) * x * x) * C(DP_2_SQRTPI * DP_SQRT1_2 * 0.5);
+  return gy * (cdf + x * pdf);
+}
+
+FWD(tanh) { return TANH(x); }
+BWD(tanh) { return gy * (1 - y * y); }
+
+/* stable for large |x|: exp of a non-positive number only */
+FWD(sigmoid) {
+  if (x >= 0) return 1 / (1 + EXP(-x));
+  T e = EXP(x);
+  return e / (1 + e);
+}
+BWD(sigmoid) { return gy * (y * (1 - y)); }
+
+FWD(sqrt) { return SQRT(x); }
+BWD(sqrt) { return gy * (C(0.5) / y); }
+
+FWD(rsqrt) { return 1 / SQRT(x); }
+BWD(rsqrt) { return gy * (C(-0.5) * y * y * y); }
+
+FWD(abs) { return FABS(x); }
+BWD(abs) { return gy * (T)((x > 0) - (x < 0)); }
+INT(abs) { return x < 0 ? (int64_t)(0u - (uint64_t)x) : x; }
+
+FWD(square) { return x * x; }
+BWD(square) { return gy * (2 * x); }
+INT(square) { return (int64_t)((uint64_t)x * (uint64_t)x); }
+
+FWD(reciprocal) { return 1 / x; }
+BWD(reciprocal) { return gy * (-y * y); }
+
+FWD(sign) { return (T)((x > 0) - (x < 0)); }
+BWD(sign) { return 0; }
+INT(sign) { return (x > 0) - (x < 0); }
+
+/* min(max(x, min), max) as PyTorch (min > max gives max everywhere); NaN
+ * stays NaN; the gradient flows where min <= x <= max */
+FWD(clamp) {
+  T t = x < (T)p->min ? (T)p->min : x;
+  return t > (T)p->max ? (T)p->max : t;
+}
+BWD(clamp) { return x >= (T)p->min && x <= (T)p->max ? gy : 0; }
+INT(clamp) {
+  int64_t lo = dp_i64_bound(p->min), hi = dp_i64_bound(p->max), t = x < lo ? lo : x;
+  return t > hi ? hi : t;
+}
+
+/* x where x > 0, else negative_slope * x (and the gradient likewise: the
+ * slope at 0, as PyTorch) */
+FWD(leaky_relu) { return x > 0 ? x : x * (T)p->negative_slope; }
+BWD(leaky_relu) { return x > 0 ? gy : gy * (T)p->negative_slope; }
+
+/* x where x > 0, else alpha * (exp(x) - 1); the gradient alpha * exp(x)
+ * there (alpha at 0), and NaN at NaN (as PyTorch's vectorised kernel) */
+FWD(elu) { return x > 0 ? x : (T)p->alpha * EXPM1(x); }
+BWD(elu) { return x > 0 ? gy : gy * (T)p->alpha * EXP(x); }
+
+/* x * sigmoid(x), in PyTorch's form x / (1 + exp(-x)) (so -inf gives NaN
+ * there too) */
+FWD(silu) { return x / (1 + EXP(-x)); }
+BWD(silu) {
+  T s = 1 / (1 + EXP(-x));
+  return gy * s * (1 + x * (1 - s));
+}
+
+/* log(1 + exp(beta x)) / beta, and x itself where beta x > threshold
+ * (PyTorch's linear regime, which also keeps exp from overflowing) */
+FWD(softplus) {
+  T bx = x * (T)p->beta;
+  return bx > (T)p->threshold ? x : LOG1P(EXP(bx)) / (T)p->beta;
+}
+BWD(softplus) {
+  T bx = x * (T)p->beta;
+  if (bx > (T)p->threshold) return gy;
+  T z = EXP(bx);
+  return gy * z / (z + 1);
+}
+
+/* ---- binary ops (gradients: ops/elementwise.c composes them) ---- */
+
+BIN(add) { return a + b; }
+BIN(sub) { return a - b; }
+BIN(mul) { return a * b; }
+BIN(div) { return a / b; }
+BIN(maximum) { return (a != a || a > b) ? a : b; } /* NaN propagates */
+BIN(minimum) { return (a != a || a < b) ? a : b; }
+BIN(pow) { return POW(a, b); }
+BIN(eq) { return a == b; }
+BIN(ne) { return a != b; }
+BIN(lt) { return a < b; }
+BIN(le) { return a <= b; }
+BIN(gt) { return a > b; }
+BIN(ge) { return a >= b; }
+/* exact in int64, wrapping; div and pow promote integers to float */
+BIN_INT(add) { return (int64_t)((uint64_t)a + (uint64_t)b); }
+BIN_INT(sub) { return (int64_t)((uint64_t)a - (uint64_t)b); }
+BIN_INT(mul) { return (int64_t)((uint64_t)a * (uint64_t)b); }
+BIN_INT(maximum) { return a > b ? a : b; }
+BIN_INT(minimum) { return a < b ? a : b; }
+BIN_INT(eq) { return a == b; }
+BIN_INT(ne) { return a != b; }
+BIN_INT(lt) { return a < b; }
+BIN_INT(le) { return a <= b; }
+BIN_INT(gt) { return a > b; }
+BIN_INT(ge) { return a >= b; }
+
+/* ---- the per-op switches, generated from the op table ---- */
+
+static inline DP_HD T DP_TN(dp_unary)(dp_unary_op op, T x, const dp_unary_params *p) {
+  switch (op) {
+#define DP_CASE(ID, name, ...)                                                                                         \
+  case DP_U_##ID: return DP_TN(dp_##name##_fwd)(x, p);
+    DP_UNARY_OPS(DP_CASE)
+#undef DP_CASE
+  default: return (T)NAN;
+  }
+}
+
+/* gx from gy and x / y (0 for the one the op does not read) */
+static inline DP_HD T DP_TN(dp_unary_grad)(dp_unary_op op, T gy, T x, T y, const dp_unary_params *p) {
+  switch (op) {
+#define DP_CASE(ID, name, ...)                                                                                         \
+  case DP_U_##ID: return DP_TN(dp_##name##_bwd)(gy, x, y, p);
+    DP_UNARY_OPS(DP_CASE)
+#undef DP_CASE
+  default: return (T)NAN;
+  }
+}
+
+static inline DP_HD T DP_TN(dp_binary)(dp_binary_op op, T a, T b) {
+  switch (op) {
+#define DP_CASE(ID, name, ...)                                                                                         \
+  case DP_B_##ID: return DP_TN(dp_##name##_bin)(a, b);
+    DP_BINARY_OPS(DP_CASE)
+#undef DP_CASE
+  default: return (T)NAN;
+  }
+}
+
+#if DP_T_LAST_PASS
+/* Integer ops that keep the type, exact in int64 (defined once: they do
+ * not depend on T). */
+static inline DP_HD int64_t dp_unary_i64(dp_unary_op op, int64_t x, const dp_unary_params *p) {
+  switch (op) {
+#define DP_CASE(ID, name, node, grad, ints, ...) DP_IF_##ints(case DP_U_##ID : return DP_TN(dp_##name##_i64)(x, p);)
+    DP_UNARY_OPS(DP_CASE)
+#undef DP_CASE
+  default: return 0;
+  }
+}
+static inline DP_HD int64_t dp_binary_i64(dp_binary_op op, int64_t a, int64_t b) {
+  switch (op) {
+#define DP_CASE(ID, name, node, out, ...) DP_IF_##out(case DP_B_##ID : return DP_TN(dp_##name##_bin_i64)(a, b);)
+    DP_BINARY_OPS(DP_CASE)
+#undef DP_CASE
+  default: return 0;
+  }
+}
+#endif
+
+/* ---- normalisation, one element ---- */
+
+/* batch norm: y = x * scale + shift, scale and shift per channel
+ * (dp_bn_affine) */
+static inline DP_HD T DP_TN(dp_bn_apply)(T x, T scale, T shift) { return x * scale + shift; }
+/* batch norm input gradient gx = k.gy * gy + k.x * x + k.c (dp_bn_grad_coefs) */
+static inline DP_HD T DP_TN(dp_bn_grad_apply)(T gy, T x, T kgy, T kx, T kc) { return kgy * gy + kx * x + kc; }
+/* layer norm: (x - mean) * rstd * w + b, mean and rstd per row, w and b per column */
+static inline DP_HD T DP_TN(dp_ln_apply)(T x, T mean, T rstd, T w, T b) { return (x - mean) * rstd * w + b; }
+/* layer norm input gradient for one element of a row of n: rstd * (g -
+ * mean(g) - xhat * mean(g * xhat)) with g = gy * w, xhat = (x - mean) * rstd */
+static inline DP_HD T DP_TN(dp_ln_grad)(T g, T xhat, T rstd, T mean_g, T mean_gx) {
+  return rstd * (g - mean_g - xhat * mean_gx);
+}
+
+/* ---- optimizer updates, one element ---- */
+
+/* SGD with PyTorch's semantics: g += wd*p; buf = first ? g : mu*buf +
+ * (1-dampening)*g; step = nesterov ? g + mu*buf : buf; p -= lr*step. */
+static inline DP_HD void DP_TN(dp_sgd_update)(T *p, T g, T *buf, T lr, T mu, T damp, T wd, int nesterov, int first) {
+  if (wd != 0) g += wd * *p;
+  T step = g;
+  if (mu != 0) {
+    T b = first ? g : mu * *buf + (1 - damp) * g;
+    *buf = b;
+    step = nesterov ? g + mu * b : b;
+  }
+  *p -= lr * step;
+}
+
+/* Adam / AdamW (decoupled weight decay), PyTorch's formulation: bc1 = 1 -
+ * b1^t, bc2 = 1 - b2^t (passed in), p -= lr/bc1 * m / (sqrt(v/bc2) + eps). */
+static inline DP_HD void DP_TN(dp_adam_update)(T *p, T g, T *m, T *v, T lr, T b1, T b2, T eps, T wd, int decoupled,
+                                               T bc1, T bc2) {
+  if (wd != 0) {
+    if (decoupled) *p *= 1 - lr * wd;
+    else g += wd * *p;
+  }
+  *m = b1 * *m + (1 - b1) * g;
+  *v = b2 * *v + (1 - b2) * g * g;
+  T denom = SQRT(*v / bc2) + eps;
+  *p -= (lr / bc1) * *m / denom;
+}
+
+#undef T
+#undef C
+#undef EXP
+#undef LOG
+#undef LOG1P
+#undef EXPM1
+#undef TANH
+#undef SQRT
+#undef ERF
+#undef FABS
+#undef POW
+#undef FWD
+#undef BWD
+#undef INT
+#undef BIN
+#undef BIN_INT
