@@ -41,11 +41,32 @@ end
 
 local valid_opts = { backend = true, init_method = true, world_size = true, rank = true, timeout = true }
 
--- "auto" (the default) is nccl when a GPU and NCCL are there (ddp.device()
--- is then "cuda:<local rank>"), else cpu.
+--- The "auto" choice: nccl when NCCL is usable and every rank on this node
+--- has a GPU of its own (nccl needs one per rank), else cpu, which carries
+--- CUDA tensors too (several ranks then share a GPU, staged through host
+--- memory). Returns the backend and, for the fallback with GPUs present, a
+--- one-line note saying why. Pure, so that tests can ask it about machines
+--- they are not on.
+function M._auto_backend(nccl_ok, gpus, local_ranks)
+  if not nccl_ok then return "cpu" end
+  if local_ranks and gpus and local_ranks > gpus then
+    return "cpu", string.format("ddplua: backend auto: %d ranks on this node share %d GPU%s, and nccl needs one " ..
+      "per rank: using the cpu group (CUDA tensors are staged through host memory)", local_ranks, gpus,
+      gpus == 1 and "" or "s")
+  end
+  return "nccl"
+end
+
+-- "auto" (the default): M._auto_backend on this node; the note is printed
+-- once per node (by its first rank).
 local function pick_backend(b)
   b = b or os.getenv("DDPLUA_BACKEND")
-  if b == nil or b == "" or b == "auto" then return C.nccl_available() and "nccl" or "cpu" end
+  if b == nil or b == "" or b == "auto" then
+    if not C.nccl_available() then return "cpu" end
+    local choice, note = M._auto_backend(true, core.cuda_device_count(), env_int("LOCAL_WORLD_SIZE"))
+    if note and (env_int("LOCAL_RANK") or 0) == 0 then io.stderr:write(note, "\n") end
+    return choice
+  end
   if b == "cpu" or b == "gloo" then return "cpu" end
   if b == "nccl" then
     local ok, why = C.nccl_available()
