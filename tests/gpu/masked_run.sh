@@ -14,7 +14,9 @@
 # the bundle.
 #
 # Needs root (unshare -m, overlayfs). Usage: tests/gpu/masked_run.sh
-# (OUT, default ./gpu-suite-out-masked; BUILD, default ./build-masked).
+# (OUT, default ./gpu-suite-out-masked; BUILD, default ./build-masked), or
+# tests/gpu/masked_run.sh COMMAND... to run something else under the same
+# masks with the bundle's environment.
 set -eu -o pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -108,6 +110,11 @@ done
 echo "masked_run: none of the hidden commands, headers, libraries or dataset files is visible"
 
 [ -e "$NCCL_WHEEL/lib/libnccl.so.2" ] && export NCCL_HOME=$NCCL_WHEEL && echo "masked_run: NCCL_HOME=$NCCL_HOME (libnccl.so.2 only)"
+if [ $# -gt 0 ]; then # another command under the same masks, with the bundle's environment
+  export DDPLUA_BUNDLE=$ROOT/.gpu-bundle
+  . "$DDPLUA_BUNDLE/env.sh"
+  exec "$@"
+fi
 export OUT=${OUT:-$ROOT/gpu-suite-out-masked} BUILD=${BUILD:-$ROOT/build-masked}
 rm -rf "$BUILD" # built from nothing, as on the GPU machine
 exec tests/gpu/run_gpu_suite.sh --no-gpu
