@@ -41,12 +41,13 @@ end
 
 local valid_opts = { backend = true, init_method = true, world_size = true, rank = true, timeout = true }
 
---- The "auto" choice: nccl when NCCL is usable and every rank on this node
---- has a GPU of its own (nccl needs one per rank), else cpu, which carries
---- CUDA tensors too (several ranks then share a GPU, staged through host
---- memory). Returns the backend and, for the fallback with GPUs present, a
---- one-line note saying why. Pure, so that tests can ask it about machines
---- they are not on.
+--- This rank's "auto" vote: nccl when NCCL is usable and every rank on this
+--- node has a GPU of its own (nccl needs one per rank), else cpu, which
+--- carries CUDA tensors too (several ranks then share a GPU, staged through
+--- host memory). The group is nccl only if every rank of the job votes for
+--- it (init_process_group pools the votes). Returns the vote and, for the
+--- fallback with GPUs present, a one-line note saying why. Pure, so that
+--- tests can ask it about machines they are not on.
 function M._auto_backend(nccl_ok, gpus, local_ranks)
   if not nccl_ok then return "cpu" end
   if local_ranks and gpus and local_ranks > gpus then
@@ -57,15 +58,15 @@ function M._auto_backend(nccl_ok, gpus, local_ranks)
   return "nccl"
 end
 
--- "auto" (the default): M._auto_backend on this node; the note is printed
--- once per node (by its first rank).
+-- "auto" (the default): M._auto_backend on this node is this rank's vote,
+-- and the group is nccl only if every rank votes for it (the C side pools
+-- the votes through the store); returns "auto", the vote and the note.
 local function pick_backend(b)
   b = b or os.getenv("DDPLUA_BACKEND")
   if b == nil or b == "" or b == "auto" then
-    if not C.nccl_available() then return "cpu" end
+    if not C.nccl_available() then return "auto", false end
     local choice, note = M._auto_backend(true, core.cuda_device_count(), env_int("LOCAL_WORLD_SIZE"))
-    if note and (env_int("LOCAL_RANK") or 0) == 0 then io.stderr:write(note, "\n") end
-    return choice
+    return "auto", choice == "nccl", note
   end
   if b == "cpu" or b == "gloo" then return "cpu" end
   if b == "nccl" then
@@ -94,13 +95,14 @@ function M.init_process_group(opts)
         "' (valid: backend, init_method, world_size, rank, timeout)", 2)
     end
   end
-  local backend = pick_backend(opts.backend)
+  local backend, auto_nccl, note = pick_backend(opts.backend)
   local timeout = opts.timeout or tonumber(os.getenv("DDPLUA_TIMEOUT") or "") or 300
   if type(timeout) ~= "number" or timeout <= 0 then
     error("init_process_group: timeout must be a positive number of seconds, got " .. tostring(timeout), 2)
   end
   local p = {
     backend = backend,
+    auto_nccl = auto_nccl,
     timeout = timeout,
     debug = os.getenv("DDPLUA_DEBUG") == "1",
     rank = opts.rank or env_int("RANK"),
@@ -142,6 +144,12 @@ function M.init_process_group(opts)
       p.world_size, p.world_size - 1), 2)
   end
   C._init(p)
+  -- why auto chose cpu where this node has NCCL: one line per node
+  if backend == "auto" then
+    local why = note or (auto_nccl and C.get_backend() == "cpu" and "ddplua: backend auto: not every rank of the " ..
+      "job has NCCL and a GPU of its own: using the cpu group")
+    if why and (p.local_rank or p.rank) == 0 then io.stderr:write(why, "\n") end
+  end
 end
 
 --- The default group as an object: {group = dist.group.WORLD}.

@@ -111,6 +111,43 @@ describe("distributed", function()
     dist.destroy_process_group()
   end)
 
+  it("makes auto's choice once for the whole job: one rank that cannot use nccl makes it cpu everywhere", function()
+    -- rank 1 votes nccl as a node with a GPU per rank would, rank 0 cannot:
+    -- alone, rank 1 would try nccl (and fail here without CUDA)
+    local ok, out = fresh([[
+local ddp = require "ddplua"
+local dist = ddp.distributed
+local core = require "ddplua.core"
+dist.spawn(function(rank)
+  core.dist._init { backend = "auto", auto_nccl = rank == 1, rank = rank, world_size = 2,
+                    master_addr = os.getenv("MASTER_ADDR"), master_port = tonumber(os.getenv("MASTER_PORT")),
+                    token = os.getenv("DDPLUA_JOB_TOKEN"), serve = false, timeout = 30, local_rank = rank,
+                    local_size = 2, node_rank = 0, nnodes = 1 }
+  assert(dist.get_backend() == "cpu", "rank " .. rank .. " got " .. dist.get_backend())
+  local t = ddp.full({ 3 }, rank + 1)
+  dist.all_reduce(t, "sum")
+  assert(t:min():item() == 3, "the group works")
+  dist.destroy_process_group()
+end, 2)
+print("auto agreed")
+]])
+    assert(ok, out)
+    assert.matches("auto agreed", out)
+    -- and where every rank votes nccl, nccl it is
+    local port = dist.find_free_port()
+    local okn, err = pcall(core.dist._init, { backend = "auto", auto_nccl = true, rank = 0, world_size = 1,
+                                              master_addr = "127.0.0.1", master_port = port, bind = "127.0.0.1",
+                                              serve = true, token = "t", timeout = 30 })
+    if dist.nccl_available() then
+      assert(okn, err)
+      assert.equal("nccl", dist.get_backend())
+      dist.destroy_process_group()
+    else
+      assert.is_false(okn)
+      assert.matches("nccl process group needs CUDA", err)
+    end
+  end)
+
   local spawn_ok = [[
 local ddp = require "ddplua"
 local dist = ddp.distributed
