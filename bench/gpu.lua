@@ -1,13 +1,17 @@
 -- GPU benchmarks, each beside the figure of a reference that does not go
--- through ddplua (build/bin/ddplua_gpu_raw: cuBLAS, cudaMemcpy and NCCL
--- called directly on the same shapes):
---   GEMM TFLOP/s (float32, TF32, bfloat16, float16) vs cuBLAS's own,
---   training samples/s of an MLP on one GPU (float32 and bfloat16 autocast),
+-- through ddplua, measured in the same run on the same GPU:
+-- build/bin/ddplua_gpu_raw (cuBLAS, cudaMemcpy and NCCL called directly on
+-- the same shapes, the GEMM on random operands with its result checked)
+-- and PyTorch (bench/gpu_torch.py: the same GEMMs and the same MLP step):
+--   GEMM TFLOP/s (float32, TF32, bfloat16, float16) vs cuBLAS's own and torch.matmul,
+--   training samples/s of an MLP on one GPU (float32 and bfloat16 autocast) vs PyTorch,
 --   device memory across training steps (must stay flat),
 --   NCCL all_reduce bandwidth at world size 1 vs raw NCCL,
 --   host-to-device copy bandwidth: t:to("cuda") vs raw pinned and pageable.
 -- Run: ddplua bench/gpu.lua [quick=true]; with $OUT set the summary is also
--- written to $OUT/gpu_bench.txt.
+-- written to $OUT/gpu_bench.txt. DDPLUA_TORCH_PYTHON names the Python with
+-- PyTorch (default python3; "none" skips the PyTorch figures). A reference
+-- whose check fails (ddplua_gpu_raw's GEMM error) fails the run.
 local ddp = require "ddplua"
 
 -- key=value options through ddp.config (under the launcher), else from arg
@@ -57,6 +61,34 @@ local function raw_run(args)
   return kv
 end
 
+-- PyTorch on the same GPU: every job in one process (importing torch takes
+-- seconds), run before ddplua's own figures; bench/gpu_torch.py prints a
+-- key=value line per job, found again by the job's key
+local torch_py = os.getenv("DDPLUA_TORCH_PYTHON") or "python3"
+local torch_results = {}
+local function torch_jobs(jobs)
+  if torch_py == "none" then return end
+  local quoted = {}
+  for i, j in ipairs(jobs) do quoted[i] = "'" .. j .. "'" end
+  local p = io.popen(torch_py .. " bench/gpu_torch.py jobs " .. table.concat(quoted, " ") .. " 2>&1")
+  local out = p and p:read("a") or ""
+  if p then p:close() end
+  for line in out:gmatch("[^\n]+") do
+    local kv = {}
+    for k, v in line:gmatch("([%w_]+)=([%w%.%-%+:]+)") do kv[k] = tonumber(v) or v end
+    if kv.mode == "gemm" and kv.dtype then
+      torch_results[string.format("gemm %d %d %d %s", kv.m or 0, kv.n or 0, kv.k or 0, kv.dtype)] = kv
+    elseif kv.mode == "mlp" and kv.variant then
+      torch_results["mlp " .. kv.variant] = kv
+    end
+  end
+  torch_results.output = out:gsub("%s+$", ""):sub(-300)
+end
+local function torch_run(key)
+  if torch_py == "none" then return { error = "DDPLUA_TORCH_PYTHON=none" } end
+  return torch_results[key] or { error = "no result (" .. tostring(torch_results.output) .. ")" }
+end
+
 local function timeit(iters, fn)
   fn()
   ddp.synchronize()
@@ -66,26 +98,48 @@ local function timeit(iters, fn)
   return (ddp.clock() - t0) / iters
 end
 
+local GEMM_SHAPES = cfg.quick and { { 2048, 2048, 2048 } } or { { 4096, 4096, 4096 }, { 8192, 1024, 4096 } }
+local GEMM_KINDS = { "float32", "tf32", "bfloat16", "float16" }
+local function gemm_iters(kind) return kind == "float32" and 10 or 30 end
+local MLP_STEPS = cfg.quick and 100 or 400
+local MLP_VARIANTS = { { nil, false, "float32, batch on the GPU", "f32" },
+                       { nil, true, "float32, batch copied per step", "f32_host" },
+                       { "bfloat16", false, "bfloat16 autocast", "bf16" } }
+section("pytorch", function()
+  local jobs = {}
+  for _, sh in ipairs(GEMM_SHAPES) do
+    for _, kind in ipairs(GEMM_KINDS) do
+      jobs[#jobs + 1] = string.format("gemm %d %d %d %s %d", sh[1], sh[2], sh[3], kind, gemm_iters(kind))
+    end
+  end
+  for _, v in ipairs(MLP_VARIANTS) do jobs[#jobs + 1] = string.format("mlp %s %d", v[4], MLP_STEPS) end
+  torch_jobs(jobs)
+end)
+
 -- GEMM ----------------------------------------------------------------------
 section("gemm", function()
-  local shapes = cfg.quick and { { 2048, 2048, 2048 } } or { { 4096, 4096, 4096 }, { 8192, 1024, 4096 } }
+  local shapes = GEMM_SHAPES
   for _, sh in ipairs(shapes) do
     local m, n, k = sh[1], sh[2], sh[3]
-    for _, kind in ipairs({ "float32", "tf32", "bfloat16", "float16" }) do
+    for _, kind in ipairs(GEMM_KINDS) do
       local dt = kind == "tf32" and "float32" or kind
       ddp.set_float32_matmul_precision(kind == "tf32" and "high" or "highest")
       local a = ddp.randn(m, k, { device = dev }):to(dt)
       local b = ddp.randn(k, n, { device = dev }):to(dt)
-      local iters = (dt == "float32" and kind ~= "tf32") and 10 or 30
+      local iters = gemm_iters(kind)
       local s = ddp.no_grad(function() return timeit(iters, function() return a:matmul(b) end) end)
       local tf = 2 * m * n * k / s / 1e12
       local r = raw_run(string.format("gemm %d %d %d %s %d", m, n, k, kind, iters))
-      if r.tflops then
-        report("gemm %-8s %5dx%5dx%5d: ddplua %7.1f TFLOP/s, cuBLAS direct %7.1f TFLOP/s, ratio %.2f", kind, m, n,
-               k, tf, r.tflops, tf / r.tflops)
+      local t = torch_run(string.format("gemm %d %d %d %s", m, n, k, kind))
+      local torch_txt = t.tflops and string.format("torch.matmul %7.1f", t.tflops) or ("torch: " .. tostring(t.error))
+      if r.tflops and r.check == "ok" then
+        report("gemm %-8s %5dx%5dx%5d: ddplua %7.1f TFLOP/s, cuBLAS direct %7.1f (ratio %.2f, its error %.1e), %s",
+               kind, m, n, k, tf, r.tflops, tf / r.tflops, r.max_rel_err, torch_txt)
       else
-        report("gemm %-8s %5dx%5dx%5d: ddplua %7.1f TFLOP/s (reference failed: %s)", kind, m, n, k, tf,
-               tostring(r.error))
+        report("gemm %-8s %5dx%5dx%5d: ddplua %7.1f TFLOP/s (cuBLAS reference failed: %s), %s", kind, m, n, k, tf,
+               r.tflops and ("check " .. tostring(r.check) .. ", error " .. tostring(r.max_rel_err))
+                 or tostring(r.error), torch_txt)
+        failed = failed + 1
       end
     end
   end
@@ -122,7 +176,7 @@ section("mlp training", function()
     for _ = 1, 10 do step() end
     ddp.synchronize()
     local live10 = ddp.cuda_memory_stats().live_bytes
-    local steps = cfg.quick and 100 or 400
+    local steps = MLP_STEPS -- PyTorch's count too
     local t0 = ddp.clock()
     for _ = 1, steps do step() end
     ddp.synchronize()
@@ -131,11 +185,14 @@ section("mlp training", function()
     local live = ddp.cuda_memory_stats().live_bytes
     return B * steps / s, live10, live
   end
-  for _, v in ipairs({ { nil, false, "float32, batch on the GPU" }, { nil, true, "float32, batch copied per step" },
-                       { "bfloat16", false, "bfloat16 autocast" } }) do
+  for _, v in ipairs(MLP_VARIANTS) do
     local rate, l10, l = train_rate(v[1], v[2])
-    report("MLP 784-1024-1024-10 SGD, batch 256, %-30s %9.0f samples/s; device memory after 10 steps %.1f MiB, "
-           .. "at the end %.1f MiB", v[3] .. ":", rate, l10 / 2 ^ 20, l / 2 ^ 20)
+    local t = torch_run("mlp " .. v[4])
+    local torch_txt = t.samples_per_s and string.format("PyTorch %s %9.0f samples/s (ratio %.2f)", t.torch or "?",
+                                                        t.samples_per_s, rate / t.samples_per_s)
+                      or ("PyTorch: " .. tostring(t.error))
+    report("MLP 784-1024-1024-10 SGD, batch 256, %-30s ddplua %9.0f samples/s, %s; device memory after 10 steps "
+           .. "%.1f MiB, at the end %.1f MiB", v[3] .. ":", rate, torch_txt, l10 / 2 ^ 20, l / 2 ^ 20)
   end
 end)
 

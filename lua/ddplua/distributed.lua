@@ -40,12 +40,18 @@ local function need(v, msg)
 end
 
 local valid_opts = { backend = true, init_method = true, world_size = true, rank = true, timeout = true }
+local auto_vote = require "ddplua.backend_vote"
 
--- "auto" (the default) is nccl when a GPU and NCCL are there (ddp.device()
--- is then "cuda:<local rank>"), else cpu.
+-- "auto" (the default): auto_vote (ddplua/backend_vote.lua) on this node is this rank's vote,
+-- and the group is nccl only if every rank votes for it (the C side pools
+-- the votes through the store); returns "auto", the vote and the note.
 local function pick_backend(b)
   b = b or os.getenv("DDPLUA_BACKEND")
-  if b == nil or b == "" or b == "auto" then return C.nccl_available() and "nccl" or "cpu" end
+  if b == nil or b == "" or b == "auto" then
+    if not C.nccl_available() then return "auto", false end
+    local choice, note = auto_vote(true, core.cuda_device_count(), env_int("LOCAL_WORLD_SIZE"))
+    return "auto", choice == "nccl", note
+  end
   if b == "cpu" or b == "gloo" then return "cpu" end
   if b == "nccl" then
     local ok, why = C.nccl_available()
@@ -73,13 +79,14 @@ function M.init_process_group(opts)
         "' (valid: backend, init_method, world_size, rank, timeout)", 2)
     end
   end
-  local backend = pick_backend(opts.backend)
+  local backend, auto_nccl, note = pick_backend(opts.backend)
   local timeout = opts.timeout or tonumber(os.getenv("DDPLUA_TIMEOUT") or "") or 300
   if type(timeout) ~= "number" or timeout <= 0 then
     error("init_process_group: timeout must be a positive number of seconds, got " .. tostring(timeout), 2)
   end
   local p = {
     backend = backend,
+    auto_nccl = auto_nccl,
     timeout = timeout,
     debug = os.getenv("DDPLUA_DEBUG") == "1",
     rank = opts.rank or env_int("RANK"),
@@ -121,6 +128,12 @@ function M.init_process_group(opts)
       p.world_size, p.world_size - 1), 2)
   end
   C._init(p)
+  -- why auto chose cpu where this node has NCCL: one line per node
+  if backend == "auto" then
+    local why = note or (auto_nccl and C.get_backend() == "cpu" and "ddplua: backend auto: not every rank of the " ..
+      "job has NCCL and a GPU of its own: using the cpu group")
+    if why and (p.local_rank or p.rank) == 0 then io.stderr:write(why, "\n") end
+  end
 end
 
 --- The default group as an object: {group = dist.group.WORLD}.

@@ -14,6 +14,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "distributed/store.h"
 #include "tensor/tensor.h"
@@ -122,5 +124,14 @@ dp_pg *dp_pg_nccl_new(const dp_pg_init *init);
 
 /* Names for messages: "all_reduce", "sum" */
 const char *dp_redop_name(dp_redop op);
+
+/* DDPLUA_FORCE_COLLECTIVES=1, a test mode: DDP's reducer and SyncBatchNorm
+ * issue their collectives in a group of one rank too, where they skip them
+ * (the result is the same), so that one GPU exercises the NCCL paths they
+ * take at scale, and one CPU the cpu group's. Read at each decision. */
+static inline bool dp_pg_force_collectives(void) {
+  const char *v = getenv("DDPLUA_FORCE_COLLECTIVES");
+  return v && v[0] && strcmp(v, "0") != 0;
+}
 
 #endif

@@ -56,7 +56,7 @@ out:
 
 dp_tensor *dp_sync_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w, dp_tensor *b,
                               bool training, double momentum, double eps, dp_pg *pg) {
-  if (!training || !pg || pg->size == 1)
+  if (!training || !pg || (pg->size == 1 && !dp_pg_force_collectives()))
     return dp_batch_norm(x, running_mean, running_var, w, b, training || !running_mean, momentum, eps);
   bool prev = dp_set_grad_enabled(false);
   dp_tensor *mean = NULL, *var = NULL, *packed = NULL, *all = NULL, *gmean = NULL, *gvar = NULL, *invstd = NULL;

@@ -167,9 +167,29 @@ static int exchange_hosts(int rank, int size, int timeout_ms) {
   return rc;
 }
 
+/* backend "auto": every rank says whether it could use nccl (auto_nccl,
+ * decided in lua/ddplua/distributed.lua from its own node), and the group is
+ * nccl only if all of them can, so that nodes that differ still agree. */
+static int agree_on_auto(int rank, int size, bool mine, int timeout_ms, bool *all) {
+  char key[96];
+  snprintf(key, sizeof key, "%s/auto/%d", lt_dist.prefix, rank);
+  if (dp_store_set(lt_dist.store, key, mine ? "1" : "0", 1)) return -1;
+  *all = true;
+  for (int r = 0; r < size; r++) {
+    void *v = NULL;
+    size_t len;
+    snprintf(key, sizeof key, "%s/auto/%d", lt_dist.prefix, r);
+    if (dp_store_get(lt_dist.store, key, &v, &len, timeout_ms))
+      return dp_error("init_process_group: rank %d of %d never joined within %.1f s", r, size, timeout_ms / 1000.0);
+    if (len != 1 || *(char *)v != '1') *all = false;
+    free(v);
+  }
+  return 0;
+}
+
 /* core.dist._init{backend=, rank=, world_size=, master_addr=, master_port=,
  * token=, serve=, bind=, timeout=, node_rank=, local_rank=, local_size=,
- * nnodes=, debug=} */
+ * nnodes=, debug=, auto_nccl=} (backend "auto": see agree_on_auto) */
 static int l_init(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   if (lt_dist.world)
@@ -212,6 +232,16 @@ static int l_init(lua_State *L) {
       exchange_hosts(rank, size, timeout_ms)) {
     close_store();
     return lt_error(L);
+  }
+  if (strcmp(backend, "auto") == 0) {
+    lua_getfield(L, 1, "auto_nccl");
+    bool mine = lua_toboolean(L, -1), all = false;
+    lua_pop(L, 1);
+    if (agree_on_auto(rank, size, mine, timeout_ms, &all)) {
+      close_store();
+      return lt_error(L);
+    }
+    backend = all ? "nccl" : "cpu";
   }
   dp_pg_init init = {.store = lt_dist.store,
                      .rank = rank,

@@ -1,5 +1,6 @@
 /* Bindings of the DDP reducer: core.ddp_reducer(group, params, names, opts)
- * returns a reducer object used by lua/ddplua/distributed_data_parallel.lua. */
+ * returns a reducer object used by lua/ddplua/distributed_data_parallel.lua;
+ * also SyncBatchNorm's op and a collective counter for their tests. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,9 +124,19 @@ static int l_sync_batch_norm(lua_State *L) {
   return lt_push(L, dp_sync_batch_norm(x, rm, rv, w, b, training, momentum, eps, pg));
 }
 
+/* core._collectives_issued(group_or_nil) -> how many collectives the group
+ * has issued (its sequence number): tests see whether DDP's reducer and
+ * SyncBatchNorm reached the group (DDPLUA_FORCE_COLLECTIVES at one rank). */
+static int l_collectives_issued(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)lt_check_pg(L, 1)->seq);
+  return 1;
+}
+
 void lt_open_ddp(lua_State *L, int module) {
   lua_pushcfunction(L, l_sync_batch_norm);
   lua_setfield(L, module, "sync_batch_norm");
+  lua_pushcfunction(L, l_collectives_issued);
+  lua_setfield(L, module, "_collectives_issued");
   luaL_newmetatable(L, REDUCER_MT);
   static const luaL_Reg meths[] = {{"set_sync", l_set_sync},
                                    {"stats", l_stats},

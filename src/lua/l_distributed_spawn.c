@@ -4,7 +4,14 @@
  * launcher would set (so init_process_group() works as env://), and waits.
  * Children die with the parent (parent-death signal). The first child that
  * fails stops the others, and spawn raises an error naming its rank and its
- * error (sent back through a pipe). */
+ * error (sent back through a pipe).
+ *
+ * A process that has started CUDA cannot fork workers: the driver's state
+ * does not survive fork, so every CUDA and NCCL call in the children would
+ * fail. The ranks run a Lua function of the parent's state, which no fresh
+ * process could be handed, so spawn refuses, saying what to do instead
+ * (spawn first, or `ddplua --nproc N`, whose workers are exec'ed before
+ * anything touches CUDA). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,11 +27,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backends/backend.h"
 #include "lua/l_distributed.h"
 
 #define MAX_ERR 16384
 
 static bool in_child;
+/* dist._simulate_cuda_initialised(true): tests on machines without a GPU
+ * see spawn's answer to a parent that has started CUDA */
+static bool simulate_cuda;
+
+static bool cuda_started(void) { return simulate_cuda || dp_backend_get(DP_CUDA) != NULL; }
 
 static void set_env_int(const char *k, int v) {
   char b[32];
@@ -104,6 +117,13 @@ static int l_spawn(lua_State *L) {
   if (in_child) return luaL_error(L, "spawn: cannot spawn from inside a spawned process");
   if (lt_dist.world)
     return luaL_error(L, "spawn: call it before init_process_group (the children create their own process group)");
+  if (cuda_started())
+    return luaL_error(L,
+                      "spawn: CUDA is already initialised in this process (a CUDA tensor, ddp.device() or "
+                      "cuda_is_available() came before spawn), and forked children cannot use it: call dist.spawn "
+                      "before anything touches CUDA, or start the ranks as fresh processes with `ddplua --nproc %d "
+                      "script.lua`",
+                      (int)n);
   char token[40];
   dp_store_make_token(token, sizeof token);
   /* the store's thread starts after the forks: a child must not inherit
@@ -207,9 +227,16 @@ static int l_find_free_port(lua_State *L) {
   return 1;
 }
 
+static int l_simulate_cuda(lua_State *L) {
+  simulate_cuda = lua_toboolean(L, 1);
+  return 0;
+}
+
 void lt_open_dist_spawn(lua_State *L, int dist) {
   lua_pushcfunction(L, l_spawn);
   lua_setfield(L, dist, "spawn");
+  lua_pushcfunction(L, l_simulate_cuda);
+  lua_setfield(L, dist, "_simulate_cuda_initialised");
   lua_pushcfunction(L, l_find_free_port);
   lua_setfield(L, dist, "find_free_port");
 }

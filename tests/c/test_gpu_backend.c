@@ -1,8 +1,9 @@
 /* The CUDA plugin below the Lua layer: caching allocator reuse and stats,
  * host<->device copies across staging-chunk boundaries, casts bit-identical
- * to the CPU's, Philox numbers identical to the CPU's, cuBLAS GEMMs in
- * every dtype and transpose against a float64 CPU reference, reductions on
- * the split paths, deferred device errors (index / class out of range) and
+ * to the CPU's, Philox numbers and aranges identical to the CPU's for any
+ * bounds and start, row kernels past the capped grid, cuBLAS GEMMs in every
+ * dtype and transpose against a float64 CPU reference, reductions on the
+ * split paths, deferred device errors (index / class out of range) and
  * gradient unscaling. Exits 77 (skipped) when no GPU is visible, unless
  * DDPLUA_REQUIRE_GPU=1 makes that a failure. */
 #include <math.h>
@@ -110,6 +111,48 @@ static void test_random(void) {
   /* normals go through log/cos, whose last bit may differ between libm and CUDA */
   CHECK(rel_diff(bn, an) < 1e-13);
   dp_release(a), dp_release(b), dp_release(an), dp_release(bn);
+  /* general bounds and a non-zero arange start: a + (b - a) * u and
+   * start + i * step must round twice on the GPU too (no fused multiply-add),
+   * or the last bit differs from the CPU's */
+  const dp_backend *cpu = dp_backend_require(DP_CPU);
+  dp_dtype dts[2] = {DP_F32, DP_F64};
+  for (int d = 0; d < 2; d++) {
+    dp_tensor *c = dp_empty(dts[d], 1, &n, dp_cpu()), *g = dp_empty(dts[d], 1, &n, GPU);
+    CHECK(cpu->rand(c, DP_RAND_UNIFORM, 42, 1000, -3.7, 11.3) == 0);
+    CHECK(cuda->rand(g, DP_RAND_UNIFORM, 42, 1000, -3.7, 11.3) == 0);
+    if (!bit_equal(c, g)) fprintf(stderr, "uniform(-3.7, 11.3) %s differs from the CPU's\n", dp_dtype_name(dts[d]));
+    CHECK(bit_equal(c, g));
+    CHECK(cpu->rand(c, DP_RAND_NORMAL, 42, 7, 2.5, 0.3) == 0 && cuda->rand(g, DP_RAND_NORMAL, 42, 7, 2.5, 0.3) == 0);
+    CHECK(rel_diff(g, c) < (dts[d] == DP_F64 ? 1e-13 : 1e-6));
+    dp_release(c), dp_release(g);
+    dp_tensor *ac = dp_arange(0.1, 20000.0, 0.37, dts[d], dp_cpu()), *ag = dp_arange(0.1, 20000.0, 0.37, dts[d], GPU);
+    if (!bit_equal(ac, ag))
+      fprintf(stderr, "arange(0.1, 20000, 0.37) %s differs from the CPU's\n", dp_dtype_name(dts[d]));
+    CHECK(ac && ag && bit_equal(ac, ag));
+    dp_release(ac), dp_release(ag);
+  }
+}
+
+/* Kernels that give each block one item (a row, a channel split) launch at
+ * most DP_CU_MAX_GRID blocks and loop over the rest: item counts past the
+ * cap give the CPU's results (small rows, so memcheck stays quick). */
+static void test_grid_loops(void) {
+  dp_manual_seed(13);
+  int64_t wide[2] = {65535 + 9, 3};       /* reduction rows: a block each */
+  int64_t narrow[2] = {65535 * 8 + 9, 3}; /* softmax rows: a warp each, 8 per block */
+  dp_tensor *x = dp_randn(DP_F32, 2, wide, dp_cpu()), *gx = dev(x, GPU);
+  int d1[1] = {1};
+  dp_tensor *s_cpu = dp_sum(x, 1, d1, false), *s_gpu = dp_sum(gx, 1, d1, false);
+  CHECK(s_cpu && s_gpu && rel_diff(s_gpu, s_cpu) < 1e-6);
+  dp_tensor *m_cpu = dp_argmax(x, 1, false, 1), *m_gpu = dp_argmax(gx, 1, false, 1);
+  CHECK(m_cpu && m_gpu && bit_equal(m_cpu, m_gpu));
+  dp_tensor *y = dp_randn(DP_F32, 2, narrow, dp_cpu()), *gy = dev(y, GPU);
+  dp_tensor *p_cpu = dp_softmax(y, 1), *p_gpu = dp_softmax(gy, 1);
+  CHECK(p_cpu && p_gpu && rel_diff(p_gpu, p_cpu) < 1e-6);
+  dp_tensor *l_cpu = dp_layer_norm(y, 1, NULL, NULL, 1e-5), *l_gpu = dp_layer_norm(gy, 1, NULL, NULL, 1e-5);
+  CHECK(l_cpu && l_gpu && rel_diff(l_gpu, l_cpu) < 1e-4);
+  dp_release(x), dp_release(gx), dp_release(s_cpu), dp_release(s_gpu), dp_release(m_cpu), dp_release(m_gpu);
+  dp_release(y), dp_release(gy), dp_release(p_cpu), dp_release(p_gpu), dp_release(l_cpu), dp_release(l_gpu);
 }
 
 /* C = op(A) op(B) on the GPU vs float64 on the CPU (inputs rounded to the
@@ -264,6 +307,7 @@ int main(void) {
   test_allocator();
   test_copies();
   test_random();
+  test_grid_loops();
   test_gemm();
   test_reductions();
   test_deferred_errors();

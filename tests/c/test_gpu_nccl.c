@@ -1,7 +1,8 @@
 /* The NCCL process group at world size 1 (one GPU is enough): rendezvous
  * through a real store, every collective with the results a one-rank world
- * must give, async handles, barrier, sub-groups, the debug cross-check, and
- * errors for tensors on the wrong device and mismatched sizes. Exits 77
+ * must give, async handles, synchronize waiting for the communication stream,
+ * barrier, sub-groups, the debug cross-check, and errors for tensors on the
+ * wrong device and mismatched sizes. Exits 77
  * (skipped) without a GPU, unless DDPLUA_REQUIRE_GPU=1. */
 #include <math.h>
 #include <stdlib.h>
@@ -80,6 +81,17 @@ int main(void) {
     }
     CHECK(g->ops->barrier(g) == 0);
     CHECK(g->seq >= 9);
+    /* synchronize waits for the communication stream too: an async
+     * all_gather of 1 GiB nobody waited for is done when it returns */
+    int64_t big = (int64_t)1 << 28;
+    dp_tensor *src = dp_full(DP_F32, 1, &big, 1.5, GPU), *dst = dp_zeros(DP_F32, 1, &big, GPU);
+    dp_work *wg = NULL;
+    CHECK(src && dst && g->ops->all_gather(g, dst, src, &wg) == 0 && wg != NULL);
+    CHECK(cuda->synchronize(0) == 0);
+    CHECK(wg && dp_work_is_completed(wg));
+    dp_work_release(wg);
+    CHECK(cuda->synchronize(-1) == 0);
+    dp_release(src), dp_release(dst);
     /* sub-group of the one rank */
     dp_pg *sub = NULL;
     int ranks[1] = {0};
@@ -91,7 +103,7 @@ int main(void) {
     /* errors name the problem */
     dp_tensor *host = dp_zeros(DP_F32, 1, &four, dp_cpu());
     CHECK(g->ops->all_reduce(g, host, DP_RED_SUM, NULL) != 0);
-    CHECK(strstr(dp_errmsg(), "uses cuda:0") != NULL);
+    CHECK(strstr(dp_errmsg(), "the input tensor is on the cpu but the nccl group of rank 0 uses cuda:0") != NULL);
     int64_t three = 3;
     dp_tensor *small = dp_zeros(DP_F32, 1, &three, GPU);
     CHECK(g->ops->all_gather(g, small, t, NULL) != 0);

@@ -193,6 +193,55 @@ H.describe("cuda reductions", function()
   end)
 end)
 
+-- Kernels that give a block (or a warp) one row or channel launch at most
+-- 65535 blocks and loop over the rest; before that, their grid was the item
+-- count cast to unsigned, which the driver refuses from 2^31 blocks on and
+-- which wraps around (reducing only some rows) from 2^32.
+H.describe("cuda launch grids", function()
+  it("reduces 2^31 + 3 rows, one block per row before the cap", function()
+    local n = math.tointeger(2 ^ 31 + 3)
+    ddp.manual_seed(21)
+    local x = ddp.rand(n, 1, { device = H.device }) -- 8 GiB
+    local s = x:sum(2)
+    assert.are.same({ n }, s:size())
+    -- each row holds one element: its sum is that element, exactly
+    assert.are.equal(0, (s - x:view(-1)):abs():max():item())
+    assert.are.equal(x[n][1]:item(), s[n]:item())
+    x, s = nil, nil
+    collectgarbage()
+    ddp.cuda_empty_cache()
+  end)
+
+  for _, dt in ipairs({ "float32", "float64" }) do
+    it("row and channel kernels past 65535 blocks give the CPU's results, " .. dt, function()
+      ddp.manual_seed(22)
+      local rows = 65535 + 5
+      local wide = leaf(ddp.randn(rows, 1030, { dtype = dt })) -- a block per row (more than 1024 columns)
+      local y = (ddp.rand(rows) * 1030):long() + 1
+      check("cross_entropy, block rows", function(a) return ddp.cross_entropy(a, y:to(a:device())) end, { wide },
+            TOL[dt] * 10)
+      check("layer_norm, block rows", function(a) return ddp.layer_norm(a, { 1030 }) end, { wide }, TOL[dt] * 50)
+      check("log_softmax, block rows", function(a) return ddp.log_softmax(a) end, { wide }, TOL[dt] * 10)
+      local channels = leaf(ddp.randn(3, 70000, { dtype = dt })) -- a block per channel
+      check("batch_norm, 70000 channels", function(a) return ddp.batch_norm(a, nil, nil, nil, nil, true) end,
+            { channels }, TOL[dt] * 50)
+    end)
+  end
+
+  it("arange from a non-zero start and Philox uniforms match the CPU bit for bit", function()
+    for _, dt in ipairs({ "float32", "float64" }) do
+      H.assert_equal(ddp.arange(0.1, 5000, 0.37, { dtype = dt, device = H.device }),
+                     ddp.arange(0.1, 5000, 0.37, { dtype = dt }), "arange(0.1, 5000, 0.37) " .. dt)
+      H.assert_equal(ddp.arange(-7.25, 9.5, 0.013, { dtype = dt, device = H.device }),
+                     ddp.arange(-7.25, 9.5, 0.013, { dtype = dt }), "arange(-7.25, 9.5, 0.013) " .. dt)
+      ddp.manual_seed(23)
+      local c = ddp.rand(100003, { dtype = dt })
+      ddp.manual_seed(23)
+      H.assert_equal(ddp.rand(100003, { dtype = dt, device = H.device }), c, "rand " .. dt)
+    end
+  end)
+end)
+
 H.describe("cuda linear algebra and nn functions", function()
   for _, dt in ipairs({ "float32", "float64" }) do
     local tol = dt == "float32" and 1e-4 or 1e-11

@@ -1,8 +1,25 @@
--- The distributed API in one process (a world of one rank over tcp://) and
--- a small dist.spawn job: quick, and run under ASan with the other specs.
--- The multi-rank coverage is tests/mp/collectives_spec.lua.
+-- The distributed API in one process (a world of one rank over tcp://), the
+-- backend "auto" choice, small dist.spawn jobs (in fresh processes: this
+-- one may have started CUDA, which spawn refuses), and the one-rank test
+-- mode that forces DDP's and SyncBatchNorm's collectives: quick, and run
+-- under ASan with the other specs. The same assertions hold on a machine
+-- with a GPU. The multi-rank coverage is tests/mp/collectives_spec.lua.
 local ddp = require "ddplua"
 local dist = ddp.distributed
+local core = require "ddplua.core"
+local io_util = require "helpers.io_util"
+
+-- Runs a Lua chunk in a fresh lua5.4 with this process's module paths;
+-- returns ok, output (stdout and stderr).
+local function fresh(chunk, env)
+  local path = os.tmpname()
+  io_util.write(path, string.format("package.path = %q\npackage.cpath = %q\n", package.path, package.cpath) .. chunk)
+  local p = assert(io.popen((env or "") .. " lua5.4 " .. path .. " 2>&1"))
+  local out = p:read("a")
+  local ok = p:close()
+  os.remove(path)
+  return ok == true, out
+end
 
 local function threads()
   for line in io.lines("/proc/self/status") do
@@ -25,13 +42,15 @@ describe("distributed", function()
       assert.matches(f .. ": the default process group is not initialized", err)
     end
     assert.is_true(dist.is_main())
-    assert.equal("cpu", ddp.device())
+    -- LOCAL_RANK is unset: the first GPU where there is one
+    assert.equal(ddp.cuda_is_available() and "cuda:0" or "cpu", ddp.device())
     assert.is_true(ddp.is_main())
   end)
 
   it("works as a world of one rank (tcp://, rank 0 serving the store)", function()
     local before = threads()
-    dist.init_process_group { init_method = "tcp://127.0.0.1:" .. dist.find_free_port(), world_size = 1, rank = 0 }
+    dist.init_process_group { backend = "cpu", init_method = "tcp://127.0.0.1:" .. dist.find_free_port(),
+                              world_size = 1, rank = 0 }
     assert.is_true(dist.is_initialized())
     assert.equal(0, dist.get_rank())
     assert.equal(1, dist.get_world_size())
@@ -69,26 +88,145 @@ describe("distributed", function()
     assert.matches("the process group was destroyed", err)
   end)
 
-  it("spawns ranks that find each other through the environment", function()
-    dist.spawn(function(rank, scale)
-      dist.init_process_group()
-      local t = ddp.full({ 1000 }, (rank + 1) * scale)
-      dist.all_reduce(t, "sum")
-      assert.equal(3 * scale, t:min():item())
-      assert.equal(3 * scale, t:max():item())
-      assert.equal(rank == 0, ddp.is_main())
+  it("picks nccl for auto only with NCCL and a GPU per rank on the node, else cpu with a note", function()
+    local b, note = require("ddplua.backend_vote")(true, 1, 2) -- `ddplua --nproc 2` on a one-GPU machine
+    assert.equal("cpu", b)
+    assert.matches("backend auto: 2 ranks on this node share 1 GPU, and nccl needs one per rank: using the cpu " ..
+                   "group", note)
+    assert.is_nil(note:find("\n"))
+    b, note = require("ddplua.backend_vote")(true, 2, 3)
+    assert.equal("cpu", b)
+    assert.matches("3 ranks on this node share 2 GPUs", note)
+    for _, case in ipairs({ { true, 2, 2 }, { true, 8, 1 }, { true, 1, nil } }) do
+      b, note = require("ddplua.backend_vote")(table.unpack(case, 1, 3))
+      assert.equal("nccl", b)
+      assert.is_nil(note)
+    end
+    b, note = require("ddplua.backend_vote")(false, 4, 2) -- no NCCL: cpu, nothing to explain
+    assert.equal("cpu", b)
+    assert.is_nil(note)
+    -- and what auto gives here, for one rank
+    dist.init_process_group { init_method = "tcp://127.0.0.1:" .. dist.find_free_port(), world_size = 1, rank = 0 }
+    assert.equal(dist.nccl_available() and "nccl" or "cpu", dist.get_backend())
+    dist.destroy_process_group()
+  end)
+
+  it("makes auto's choice once for the whole job: one rank that cannot use nccl makes it cpu everywhere", function()
+    -- rank 1 votes nccl as a node with a GPU per rank would, rank 0 cannot:
+    -- alone, rank 1 would try nccl (and fail here without CUDA)
+    local ok, out = fresh([[
+local ddp = require "ddplua"
+local dist = ddp.distributed
+local core = require "ddplua.core"
+dist.spawn(function(rank)
+  core.dist._init { backend = "auto", auto_nccl = rank == 1, rank = rank, world_size = 2,
+                    master_addr = os.getenv("MASTER_ADDR"), master_port = tonumber(os.getenv("MASTER_PORT")),
+                    token = os.getenv("DDPLUA_JOB_TOKEN"), serve = false, timeout = 30, local_rank = rank,
+                    local_size = 2, node_rank = 0, nnodes = 1 }
+  assert(dist.get_backend() == "cpu", "rank " .. rank .. " got " .. dist.get_backend())
+  local t = ddp.full({ 3 }, rank + 1)
+  dist.all_reduce(t, "sum")
+  assert(t:min():item() == 3, "the group works")
+  dist.destroy_process_group()
+end, 2)
+print("auto agreed")
+]])
+    assert(ok, out)
+    assert.matches("auto agreed", out)
+    -- and where every rank votes nccl, nccl it is
+    local port = dist.find_free_port()
+    local okn, err = pcall(core.dist._init, { backend = "auto", auto_nccl = true, rank = 0, world_size = 1,
+                                              master_addr = "127.0.0.1", master_port = port, bind = "127.0.0.1",
+                                              serve = true, token = "t", timeout = 30 })
+    if dist.nccl_available() then
+      assert(okn, err)
+      assert.equal("nccl", dist.get_backend())
       dist.destroy_process_group()
-    end, 2, 2.5)
+    else
+      assert.is_false(okn)
+      assert.matches("nccl process group needs CUDA", err)
+    end
+  end)
+
+  local spawn_ok = [[
+local ddp = require "ddplua"
+local dist = ddp.distributed
+dist.spawn(function(rank, scale)
+  dist.init_process_group { backend = "cpu" } -- two ranks may share one GPU: not a job for nccl
+  local t = ddp.full({ 1000 }, (rank + 1) * scale)
+  dist.all_reduce(t, "sum")
+  assert(t:min():item() == 3 * scale and t:max():item() == 3 * scale, "wrong sum on rank " .. rank)
+  assert((rank == 0) == ddp.is_main(), "is_main on rank " .. rank)
+  dist.destroy_process_group()
+end, 2, 2.5)
+print("spawn ok")
+]]
+
+  it("spawns ranks that find each other through the environment", function()
+    local ok, out = fresh(spawn_ok)
+    assert(ok, out)
+    assert.matches("spawn ok", out)
   end)
 
   it("fails a spawn whose rank fails, naming the rank", function()
-    local ok, err = pcall(dist.spawn, function(rank)
-      if rank == 1 then error("rank one gives up") end
-    end, 2)
+    local ok, out = fresh([[
+local dist = require("ddplua").distributed
+local ok, err = pcall(dist.spawn, function(rank) if rank == 1 then error("rank one gives up") end end, 2)
+print("first:", ok, err)
+ok, err = pcall(dist.spawn, function(rank) if rank == 0 then os.exit(3) end end, 2)
+print("second:", ok, err)
+]])
+    assert(ok, out)
+    assert.matches("first:%s+false%s+spawn: rank 1 failed: .*rank one gives up", out)
+    assert.matches("second:%s+false%s+spawn: rank 0 exited with code 3", out)
+  end)
+
+  it("refuses to spawn once CUDA is initialised in this process, saying what to do", function()
+    local function refused(err)
+      assert.matches("spawn: CUDA is already initialised in this process", err)
+      assert.matches("call dist.spawn before anything touches CUDA, or start the ranks as fresh processes with " ..
+                     "`ddplua %-%-nproc 2 script.lua`", err)
+    end
+    core.dist._simulate_cuda_initialised(true) -- what a machine with a GPU sees after ddp.device()
+    local ok, err = pcall(dist.spawn, function() os.exit(0) end, 2)
+    core.dist._simulate_cuda_initialised(false)
     assert.is_false(ok)
-    assert.matches("spawn: rank 1 failed: .*rank one gives up", err)
-    ok, err = pcall(dist.spawn, function(rank) if rank == 0 then os.exit(3) end end, 2)
-    assert.is_false(ok)
-    assert.matches("spawn: rank 0 exited with code 3", err)
+    refused(err)
+    -- a fresh process that never touched CUDA still spawns; one that asked
+    -- for a GPU and got one is refused for real
+    local ok2, out = fresh([[
+local ddp = require "ddplua"
+if ddp.cuda_is_available() then
+  print("refused:", pcall(ddp.distributed.spawn, function() end, 2))
+end
+]] .. spawn_ok)
+    assert(ok2, out)
+    assert.matches("spawn ok", out)
+    if ddp.cuda_is_available() then refused(out:match("refused:%s+false%s+([^\n]+)")) end
+  end)
+end)
+
+describe("DDPLUA_FORCE_COLLECTIVES", function()
+  -- one rank: DDP and SyncBatchNorm skip their collectives, unless forced
+  local function run(env)
+    local cmd = string.format("%s %s tests/gpu/scripts/ddp_world1_collectives.lua backend=cpu device=cpu port=%d 2>&1",
+                              env, io_util.ddplua, dist.find_free_port())
+    local p = assert(io.popen(cmd))
+    local out = p:read("a")
+    assert(p:close(), out)
+    local per_step, buckets = out:match("world1 collectives: ([%d.]+) per step, (%d+) bucket")
+    assert(per_step, "no summary line in:\n" .. out)
+    return tonumber(per_step), tonumber(buckets), out
+  end
+
+  it("sends DDP's bucket all-reduces and SyncBatchNorm's collectives through a one-rank group", function()
+    local plain, buckets = run("")
+    local forced, buckets2, out = run("DDPLUA_FORCE_COLLECTIVES=1")
+    assert.equal(buckets, buckets2)
+    assert(buckets >= 1, out)
+    -- per step: one all-reduce per bucket, SyncBatchNorm's all_gather and all_reduce
+    assert.equal(buckets + 2, forced - plain, out)
+    local zero = run("DDPLUA_FORCE_COLLECTIVES=0")
+    assert.equal(plain, zero)
   end)
 end)

@@ -1,10 +1,19 @@
-/* GEMM through OpenBLAS, loaded with dlopen at first use.
+/* GEMM through OpenBLAS, loaded with dlopen at first use, or through a plain
+ * loop where no BLAS library can be loaded.
  *
  * Why dlopen: the runtime then starts without paying for the BLAS library
  * when a script does no matrix math, builds and runs where only
  * libblas.so.3 exists, and can set the OpenBLAS kernel choice before the
  * library initialises: DDPLUA_BLAS_CORETYPE=<name> overrides an inherited
- * OPENBLAS_CORETYPE for ddplua alone (OpenBLAS reads it once, at load). */
+ * OPENBLAS_CORETYPE for ddplua alone (OpenBLAS reads it once, at load).
+ * DDPLUA_BLAS=<library> loads that library instead of the default list;
+ * DDPLUA_BLAS=none loads none.
+ *
+ * Without a BLAS library (a machine that has none, such as a GPU image, or
+ * DDPLUA_BLAS=none) the float64 GEMM and the "blas" float32 path run a
+ * plain loop with the same contract (dp_gemm_args, backend.h), accumulating
+ * in float64: slow for large matrices, but it keeps float64 reference math
+ * and every CPU op working; dp_blas_info() says so. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -30,18 +39,30 @@ static struct {
   int (*get_threads)(void);
   char *(*get_config)(void);
   char *(*get_corename)(void);
-  char err[256];
-} blas = {.once = PTHREAD_ONCE_INIT};
+  char err[256];    /* a BLAS library was loaded but is unusable */
+  char absent[320]; /* no BLAS library: the plain loop runs (why) */
+  int threads;      /* set_num_threads without a BLAS library: remembered only */
+} blas = {.once = PTHREAD_ONCE_INIT, .threads = 1};
 
 static void load_blas(void) {
   const char *want = getenv("DDPLUA_BLAS_CORETYPE");
   if (want && *want) setenv("OPENBLAS_CORETYPE", want, 1);
+  const char *only = getenv("DDPLUA_BLAS");
   const char *names[] = {"libopenblas.so.0", "libopenblas.so", "libblas.so.3"};
-  for (size_t i = 0; i < sizeof names / sizeof names[0] && !blas.lib; i++)
-    blas.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+  const char *last = "DDPLUA_BLAS=none";
+  if (only && *only) {
+    if (strcmp(only, "none") != 0) blas.lib = dlopen(only, RTLD_NOW | RTLD_LOCAL);
+    if (!blas.lib && strcmp(only, "none") != 0) last = dlerror();
+  } else {
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !blas.lib; i++) {
+      blas.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+      if (!blas.lib && i == 0) last = dlerror();
+    }
+  }
   if (!blas.lib) {
-    snprintf(blas.err, sizeof blas.err, "no BLAS library found (libopenblas.so.0): install Debian's libopenblas0 (%s)",
-             dlerror());
+    snprintf(blas.absent, sizeof blas.absent,
+             "no BLAS library (%.200s): float64 matmuls use a plain loop (install Debian's libopenblas0 for speed)",
+             last ? last : "not found");
     return;
   }
   blas.sgemm = (sgemm_fn)dlsym(blas.lib, "cblas_sgemm");
@@ -61,25 +82,29 @@ static int ensure_blas(void) {
 
 int dp_blas_set_num_threads(int n) {
   if (ensure_blas()) return -1;
-  if (blas.set_threads) blas.set_threads(n);
+  if (!blas.lib) blas.threads = n;
+  else if (blas.set_threads) blas.set_threads(n);
   return 0;
 }
 
 int dp_blas_get_num_threads(void) {
-  if (ensure_blas() || !blas.get_threads) return 1;
-  return blas.get_threads();
+  if (ensure_blas()) return 1;
+  if (!blas.lib) return blas.threads;
+  return blas.get_threads ? blas.get_threads() : 1;
 }
 
 const char *dp_blas_info(void) {
   static char buf[320];
   if (ensure_blas()) return dp_errmsg();
+  if (!blas.lib) return blas.absent;
   snprintf(buf, sizeof buf, "%s (core %s)", blas.get_config ? blas.get_config() : "BLAS",
            blas.get_corename ? blas.get_corename() : "?");
   return buf;
 }
 
 /* float32 goes to ddplua's own GEMM (sgemm.h) unless DDPLUA_GEMM=blas or the
- * CPU has neither AVX-512 nor AVX2+FMA; float64 always to OpenBLAS. */
+ * CPU has neither AVX-512 nor AVX2+FMA; float64 always to OpenBLAS (or the
+ * plain loop without it). */
 int dp_cpu_gemm(const dp_gemm_args *g) {
   if (g->dtype != DP_F32 && g->dtype != DP_F64)
     return dp_error("matmul on the cpu supports float32 and float64, got %s", dp_dtype_name(g->dtype));
@@ -91,10 +116,43 @@ int dp_cpu_gemm(const dp_gemm_args *g) {
   return dp_cpu_gemm_blas(g);
 }
 
+/* The contract of dp_gemm_args without BLAS: each C element is one float64
+ * dot product (beta == 0 ignores C's old value, NaN included, as BLAS
+ * does). */
+static void gemm_loop(const dp_gemm_args *g) {
+  size_t es = dp_dtype_size(g->dtype);
+  for (int64_t b = 0; b < g->batch; b++) {
+    const char *a = (const char *)g->a + (size_t)(b * g->stride_a) * es;
+    const char *bb = (const char *)g->b + (size_t)(b * g->stride_b) * es;
+    char *c = (char *)g->c + (size_t)(b * g->stride_c) * es;
+    /* element strides of op(A) along (i, k) and of op(B) along (k, j) */
+    int64_t ai = g->trans_a ? 1 : g->lda, ak = g->trans_a ? g->lda : 1;
+    int64_t bk = g->trans_b ? 1 : g->ldb, bj = g->trans_b ? g->ldb : 1;
+    for (int64_t i = 0; i < g->m; i++)
+      for (int64_t j = 0; j < g->n; j++) {
+        double acc = 0;
+        if (g->dtype == DP_F64) {
+          const double *pa = (const double *)a + i * ai, *pb = (const double *)bb + j * bj;
+          for (int64_t k = 0; k < g->k; k++) acc += pa[k * ak] * pb[k * bk];
+        } else {
+          const float *pa = (const float *)a + i * ai, *pb = (const float *)bb + j * bj;
+          for (int64_t k = 0; k < g->k; k++) acc += (double)pa[k * ak] * (double)pb[k * bk];
+        }
+        char *e = c + (size_t)(i * g->ldc + j) * es;
+        double v = g->alpha * acc + (g->beta == 0.0 ? 0.0 : g->beta * dp_load_d(e, g->dtype));
+        dp_store_d(e, g->dtype, v);
+      }
+  }
+}
+
 int dp_cpu_gemm_blas(const dp_gemm_args *g) {
   if (ensure_blas()) return -1;
   if (g->dtype != DP_F32 && g->dtype != DP_F64)
     return dp_error("matmul on the cpu supports float32 and float64, got %s", dp_dtype_name(g->dtype));
+  if (!blas.lib) {
+    gemm_loop(g);
+    return 0;
+  }
   if (g->m > INT32_MAX || g->n > INT32_MAX || g->k > INT32_MAX || g->lda > INT32_MAX || g->ldb > INT32_MAX ||
       g->ldc > INT32_MAX)
     return dp_error("matmul dimensions exceed the BLAS 32-bit limit");

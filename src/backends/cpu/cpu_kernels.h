@@ -30,7 +30,8 @@ int dp_cpu_reduce(dp_tensor *out, dp_tensor *idx, const dp_tensor *x, const dp_r
 int dp_cpu_scatter_add_dim(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, const dp_reduce_args *a);
 
 /* cpu_blas.c: dp_cpu_gemm dispatches (float32: sgemm.h unless DDPLUA_GEMM=blas);
- * dp_cpu_gemm_blas always calls OpenBLAS (the reference path). */
+ * dp_cpu_gemm_blas calls OpenBLAS (the reference path), or a plain loop
+ * where no BLAS library loads. */
 int dp_cpu_gemm(const dp_gemm_args *g);
 int dp_cpu_gemm_blas(const dp_gemm_args *g);
 

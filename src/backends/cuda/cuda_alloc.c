@@ -11,7 +11,8 @@
  * nccl_group.c.) When cudaMalloc fails, the cache is returned to the driver
  * and the request retried once; a request that still fails is an error
  * with the numbers a user needs. Thread-safe: tensors may be released on a
- * communication thread. */
+ * communication thread; the lock covers the lists and counters only, never
+ * a driver call (cudaMalloc, cudaFree). */
 #include <stdlib.h>
 
 #include "backends/cuda/cuda_host.h"
@@ -36,21 +37,30 @@ static void init_pools(void) {
   for (int d = 0; d < DP_CU_MAXDEV; d++) pthread_mutex_init(&pools[d].mu, NULL);
 }
 
-/* Frees every cached block of device d (the caller holds its lock). cudaFree
- * waits for the device, so no queued kernel can still use them. */
-static void release_cached_locked(int d) {
+/* Returns every cached block of device d to the driver. The lists are taken
+ * under the lock and freed after it is dropped: cudaFree waits for the whole
+ * device (so no queued kernel can still use the blocks), and a collective
+ * that hangs would otherwise keep the lock held, blocking every thread
+ * that allocates or frees, the NCCL watchdog included. */
+static void release_cached(int d) {
   pool *pl = &pools[d];
+  block *all = NULL;
+  pthread_mutex_lock(&pl->mu);
   for (int c = 0; c < DP_CU_NCLASS; c++) {
-    block *b = pl->free_[c];
-    while (b) {
-      block *nx = b->next;
-      cudaFree(b->ptr);
-      free(b);
-      b = nx;
+    for (block *b = pl->free_[c], *nx; b; b = nx) {
+      nx = b->next;
+      b->next = all;
+      all = b;
     }
     pl->free_[c] = NULL;
   }
   pl->st.cached_bytes = 0;
+  pthread_mutex_unlock(&pl->mu);
+  for (block *b = all, *nx; b; b = nx) {
+    nx = b->next;
+    cudaFree(b->ptr);
+    free(b);
+  }
 }
 
 void *dp_cu_alloc(int device, size_t nbytes) {
@@ -79,17 +89,20 @@ void *dp_cu_alloc(int device, size_t nbytes) {
     pthread_mutex_unlock(&pl->mu);
     return p;
   }
+  pthread_mutex_unlock(&pl->mu);
+  /* the driver calls run unlocked (see release_cached) */
   void *p = NULL;
   cudaError_t e = cudaMalloc(&p, size);
   if (e == cudaErrorMemoryAllocation) { /* give the cache back and retry once */
     (void)cudaGetLastError();
-    release_cached_locked(device);
+    release_cached(device);
     e = cudaMalloc(&p, size);
   }
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
+    pthread_mutex_lock(&pl->mu);
     size_t live = pl->st.live_bytes;
     pthread_mutex_unlock(&pl->mu);
     const double mib = 1024.0 * 1024.0;
@@ -100,6 +113,7 @@ void *dp_cu_alloc(int device, size_t nbytes) {
                 e == cudaErrorMemoryAllocation ? "" : cudaGetErrorString(e));
     return NULL;
   }
+  pthread_mutex_lock(&pl->mu);
   pl->st.device_mallocs++;
   pl->st.live_bytes += size;
   if (pl->st.live_bytes > pl->st.peak_bytes) pl->st.peak_bytes = pl->st.live_bytes;
@@ -136,9 +150,7 @@ int dp_cu_empty_cache(void) {
   for (int d = 0; d < dp_cu_device_count(); d++) {
     if (!dp_cu_device_get(d)) continue;
     if (dp_cu_select(d)) return -1;
-    pthread_mutex_lock(&pools[d].mu);
-    release_cached_locked(d);
-    pthread_mutex_unlock(&pools[d].mu);
+    release_cached(d);
   }
   return 0;
 }

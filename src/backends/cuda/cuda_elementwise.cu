@@ -110,11 +110,19 @@ int dp_cu_fill(dp_tensor *t, double v) {
   return dp_cu_after_launch(c, "fill");
 }
 
-/* ---- arange / rand: contiguous, element i from its index alone ---- */
+/* ---- arange / rand: contiguous, element i from its index alone ----
+ * a + b * x is written with the explicitly rounded intrinsics: nvcc would
+ * contract it into one fused multiply-add (one rounding instead of two),
+ * and the CPU (ISO C, no contraction) rounds twice, so the two devices
+ * would give numbers that differ in the last bit for general bounds and
+ * starts. */
+__device__ __forceinline__ double mul_add_d(double a, double b, double x) { return __dadd_rn(a, __dmul_rn(b, x)); }
+__device__ __forceinline__ float mul_add_f(float a, float b, float x) { return __fadd_rn(a, __fmul_rn(b, x)); }
+
 __global__ void k_arange(char *out, dp_dtype dt, int64_t n, double start, double step) {
   DP_CU_LOOP(i, n) {
     if (dt == DP_I64) ((int64_t *)out)[i] = (int64_t)start + i * (int64_t)step;
-    else dp_cu_st(out, i, dt, start + (double)i * step);
+    else dp_cu_st(out, i, dt, mul_add_d(start, (double)i, step));
   }
 }
 
@@ -135,9 +143,10 @@ __global__ void k_rand(char *out, dp_dtype dt, int64_t n, int normal, uint64_t s
     uint64_t ctr = offset + (uint64_t)i;
     if (!normal && dt == DP_F32) {
       float fa = (float)a, fs = (float)(b - a);
-      ((float *)out)[i] = fa + fs * dp_philox_uniform_f(seed, ctr);
+      ((float *)out)[i] = mul_add_f(fa, fs, dp_philox_uniform_f(seed, ctr));
     } else {
-      double v = normal ? a + b * dp_philox_normal_d(seed, ctr) : a + (b - a) * dp_philox_uniform_d(seed, ctr);
+      double v =
+          normal ? mul_add_d(a, b, dp_philox_normal_d(seed, ctr)) : mul_add_d(a, b - a, dp_philox_uniform_d(seed, ctr));
       dp_cu_st(out, i, dt, v);
     }
   }

@@ -78,7 +78,20 @@ int dp_cu_gemm(const dp_gemm_args *g);
 /* cuda_backend.c: the function table */
 extern const dp_backend dp_cu_backend;
 
-/* nccl_group.c */
+/* nccl_group.c. A plugin built without NCCL (DP_CU_NO_NCCL, cmake/cuda.cmake)
+ * has no NCCL group: its table's pg_new is NULL, which the runtime reports
+ * as "the CUDA plugin was built without NCCL". */
+#ifndef DP_CU_NO_NCCL
 dp_pg *dp_cu_pg_nccl_new(const dp_pg_init *init);
+/* Waits for the communication streams of the live NCCL groups on device
+ * (every device when < 0): ddp.synchronize() covers async collectives. */
+int dp_cu_nccl_sync_streams(int device);
+#else
+#define dp_cu_pg_nccl_new NULL
+static inline int dp_cu_nccl_sync_streams(int device) {
+  (void)device;
+  return 0;
+}
+#endif
 
 #endif

@@ -24,6 +24,18 @@ static inline unsigned dp_cu_blocks(const dp_cu_ctx *c, int64_t n, int threads) 
   return (unsigned)b;
 }
 
+/* Kernels whose blocks each take one item (a row, a (channel, split) pair)
+ * are launched with at most this many blocks and loop over the rest: a
+ * grid's x dimension stops at 2^31 - 1, and the item counts are int64. The
+ * cap is far above what a GPU runs at once, so it costs nothing. */
+#define DP_CU_MAX_GRID 65535
+static inline unsigned dp_cu_item_grid(int64_t items) {
+  return items > DP_CU_MAX_GRID ? DP_CU_MAX_GRID : items < 1 ? 1u : (unsigned)items;
+}
+/* for (int64_t b = first; b < n; b += grid): block-uniform, so the body may
+ * synchronise the block */
+#define DP_CU_BLOCK_LOOP(b, n) for (int64_t b = blockIdx.x; b < (n); b += gridDim.x)
+
 #define DP_CU_LOOP(i, n)                                                                                               \
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)blockDim.x * gridDim.x)
 
@@ -131,7 +143,10 @@ __device__ __forceinline__ dp_cu_welford dp_cu_welford2(dp_cu_welford x, dp_cu_w
 }
 
 /* Rows of a [rows, cols] matrix handled by a warp each (cols small) or by a
- * block each. */
+ * block each; the grid is capped (dp_cu_rows_grid), so a kernel walks
+ * for (dp_cu_rows g = dp_cu_rows_here(block); g.row < rows; dp_cu_rows_next(&g)),
+ * the same number of rounds for every thread of a warp (warp rows) or of
+ * the block (block rows). */
 struct dp_cu_rows {
   int64_t row;
   int lane, size;
@@ -147,10 +162,13 @@ __device__ __forceinline__ dp_cu_rows dp_cu_rows_here(bool block) {
   }
   return r;
 }
+__device__ __forceinline__ void dp_cu_rows_next(dp_cu_rows *r) {
+  r->row += r->block ? (int64_t)gridDim.x : (int64_t)gridDim.x * (blockDim.x >> 5);
+}
 /* Launch geometry for a row kernel: block per row above 1024 columns. */
 static inline bool dp_cu_rows_by_block(int64_t cols) { return cols > 1024; }
 static inline unsigned dp_cu_rows_grid(int64_t rows, bool block) {
-  return block ? (unsigned)rows : (unsigned)((rows + DP_CU_THREADS / 32 - 1) / (DP_CU_THREADS / 32));
+  return dp_cu_item_grid(block ? rows : (rows + DP_CU_THREADS / 32 - 1) / (DP_CU_THREADS / 32));
 }
 
 #endif

@@ -50,18 +50,20 @@ int dp_cu_bias_act(dp_tensor *y_t, const dp_tensor *bias_t, const dp_unary_args 
 __global__ void k_channel_sum(const char *gy, dp_dtype gydt, int64_t outer, int64_t ch, int64_t inner, int64_t splits,
                               double *partial) {
   __shared__ double shm[32];
-  int64_t c = blockIdx.x / splits, s = blockIdx.x % splits;
-  int64_t total = outer * inner, chunk = (total + splits - 1) / splits;
-  int64_t j0 = s * chunk, j1 = j0 + chunk < total ? j0 + chunk : total;
-  double acc = 0;
-  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-    int64_t o, i;
-    dp_cu_divmod(j, inner, &o, &i);
-    acc += dp_cu_ld(gy, (o * ch + c) * inner + i, gydt);
+  DP_CU_BLOCK_LOOP(item, ch * splits) {
+    int64_t c = item / splits, s = item % splits;
+    int64_t total = outer * inner, chunk = (total + splits - 1) / splits;
+    int64_t j0 = s * chunk, j1 = j0 + chunk < total ? j0 + chunk : total;
+    double acc = 0;
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+      int64_t o, i;
+      dp_cu_divmod(j, inner, &o, &i);
+      acc += dp_cu_ld(gy, (o * ch + c) * inner + i, gydt);
+    }
+    acc = dp_cu_group_reduce(
+        acc, [](double a, double b) { return a + b; }, true, shm);
+    if (threadIdx.x == 0) partial[item] = acc;
   }
-  acc = dp_cu_group_reduce(
-      acc, [](double a, double b) { return a + b; }, true, shm);
-  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
 __global__ void k_sum_splits(char *out, dp_dtype odt, const double *partial, int64_t n, int64_t splits) {
@@ -91,8 +93,8 @@ int dp_cu_channel_sum(dp_tensor *gb_t, const dp_tensor *gy_t, int64_t outer, int
   size_t pbytes = (size_t)(ch * splits) * sizeof(double);
   double *partial = (double *)dp_cu_scratch(c, pbytes);
   if (!partial) return -1;
-  k_channel_sum<<<(unsigned)(ch * splits), DP_CU_THREADS, 0, c->stream>>>((const char *)gy, gydt, outer, ch, inner,
-                                                                          splits, partial);
+  k_channel_sum<<<dp_cu_item_grid(ch * splits), DP_CU_THREADS, 0, c->stream>>>((const char *)gy, gydt, outer, ch, inner,
+                                                                               splits, partial);
   int rc = dp_cu_after_launch(c, "channel_sum");
   if (!rc) {
     k_sum_splits<<<dp_cu_blocks(c, ch, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>((char *)gb, gbdt, partial, ch,
@@ -120,12 +122,12 @@ __device__ __forceinline__ double row_lse(const char *x, dp_dtype xdt, int64_t b
 __global__ void k_softmax(char *y, dp_dtype ydt, const char *x, dp_dtype xdt, int64_t rows, int64_t cols, bool logsm,
                           bool block) {
   __shared__ dp_cu_pair shm[32];
-  dp_cu_rows g = dp_cu_rows_here(block);
-  if (g.row >= rows) return; /* whole warps (warp mode) or whole blocks */
-  int64_t base = g.row * cols;
-  double lse = row_lse(x, xdt, base, cols, g, shm);
-  for (int64_t j = g.lane; j < cols; j += g.size)
-    dp_cu_st(y, base + j, ydt, dp_softmax_out_d(dp_cu_ld(x, base + j, xdt), lse, logsm));
+  for (dp_cu_rows g = dp_cu_rows_here(block); g.row < rows; dp_cu_rows_next(&g)) {
+    int64_t base = g.row * cols;
+    double lse = row_lse(x, xdt, base, cols, g, shm);
+    for (int64_t j = g.lane; j < cols; j += g.size)
+      dp_cu_st(y, base + j, ydt, dp_softmax_out_d(dp_cu_ld(x, base + j, xdt), lse, logsm));
+  }
 }
 
 int dp_cu_softmax(dp_tensor *y_t, const dp_tensor *x_t, int64_t rows, int64_t cols, bool log) {
@@ -143,19 +145,19 @@ int dp_cu_softmax(dp_tensor *y_t, const dp_tensor *x_t, int64_t rows, int64_t co
 __global__ void k_softmax_backward(char *gx, dp_dtype gxdt, const char *gy, dp_dtype gydt, const char *y, dp_dtype ydt,
                                    int64_t rows, int64_t cols, bool logsm, bool block) {
   __shared__ double shm[32];
-  dp_cu_rows g = dp_cu_rows_here(block);
-  if (g.row >= rows) return;
-  int64_t base = g.row * cols;
-  double dot = 0;
-  for (int64_t j = g.lane; j < cols; j += g.size) {
-    double gv = dp_cu_ld(gy, base + j, gydt);
-    dot += logsm ? gv : gv * dp_cu_ld(y, base + j, ydt);
+  for (dp_cu_rows g = dp_cu_rows_here(block); g.row < rows; dp_cu_rows_next(&g)) {
+    int64_t base = g.row * cols;
+    double dot = 0;
+    for (int64_t j = g.lane; j < cols; j += g.size) {
+      double gv = dp_cu_ld(gy, base + j, gydt);
+      dot += logsm ? gv : gv * dp_cu_ld(y, base + j, ydt);
+    }
+    dot = dp_cu_group_reduce(
+        dot, [](double a, double b) { return a + b; }, g.block, shm);
+    for (int64_t j = g.lane; j < cols; j += g.size)
+      dp_cu_st(gx, base + j, gxdt,
+               dp_softmax_grad_d(dp_cu_ld(gy, base + j, gydt), dp_cu_ld(y, base + j, ydt), dot, logsm));
   }
-  dot = dp_cu_group_reduce(
-      dot, [](double a, double b) { return a + b; }, g.block, shm);
-  for (int64_t j = g.lane; j < cols; j += g.size)
-    dp_cu_st(gx, base + j, gxdt,
-             dp_softmax_grad_d(dp_cu_ld(gy, base + j, gydt), dp_cu_ld(y, base + j, ydt), dot, logsm));
 }
 
 int dp_cu_softmax_backward(dp_tensor *gx_t, const dp_tensor *gy_t, const dp_tensor *y_t, int64_t rows, int64_t cols,
@@ -176,31 +178,31 @@ __global__ void k_cross_entropy(char *loss, dp_dtype ldt, char *lse_out, dp_dtyp
                                 const int64_t *target, int64_t rows, int64_t C, int64_t base, double eps,
                                 int64_t ignore, bool block, const dp_cu_ctx ctx) {
   __shared__ dp_cu_pair shm[32];
-  dp_cu_rows g = dp_cu_rows_here(block);
-  if (g.row >= rows) return;
-  int64_t rb = g.row * C;
-  dp_cu_pair p = {-INFINITY, 0.0};
-  double sum_x = 0;
-  for (int64_t j = g.lane; j < C; j += g.size) {
-    double v = dp_cu_ld(x, rb + j, xdt);
-    lse_add(&p, v);
-    sum_x += v;
-  }
-  p = dp_cu_group_reduce(
-      p, [](dp_cu_pair a, dp_cu_pair b) { return dp_cu_lse2(a, b); }, g.block, shm);
-  sum_x = dp_cu_group_reduce(
-      sum_x, [](double a, double b) { return a + b; }, g.block, (double *)shm);
-  if (g.lane != 0) return;
-  double l = p.a + log(p.b);
-  dp_cu_st(lse_out, g.row, lsedt, l);
-  int64_t t = target[g.row];
-  if (t == ignore) {
-    dp_cu_st(loss, g.row, ldt, 0.0);
-  } else if (t - base < 0 || t - base >= C) {
-    dp_cu_report(ctx, DP_CU_FAULT_TARGET, t, g.row + base, base, C - 1 + base);
-    dp_cu_st(loss, g.row, ldt, NAN);
-  } else {
-    dp_cu_st(loss, g.row, ldt, dp_ce_loss_d(l, dp_cu_ld(x, rb + t - base, xdt), sum_x, C, eps));
+  for (dp_cu_rows g = dp_cu_rows_here(block); g.row < rows; dp_cu_rows_next(&g)) {
+    int64_t rb = g.row * C;
+    dp_cu_pair p = {-INFINITY, 0.0};
+    double sum_x = 0;
+    for (int64_t j = g.lane; j < C; j += g.size) {
+      double v = dp_cu_ld(x, rb + j, xdt);
+      lse_add(&p, v);
+      sum_x += v;
+    }
+    p = dp_cu_group_reduce(
+        p, [](dp_cu_pair a, dp_cu_pair b) { return dp_cu_lse2(a, b); }, g.block, shm);
+    sum_x = dp_cu_group_reduce(
+        sum_x, [](double a, double b) { return a + b; }, g.block, (double *)shm);
+    if (g.lane != 0) continue; /* lane 0 writes; the others go on to the next row */
+    double l = p.a + log(p.b);
+    dp_cu_st(lse_out, g.row, lsedt, l);
+    int64_t t = target[g.row];
+    if (t == ignore) {
+      dp_cu_st(loss, g.row, ldt, 0.0);
+    } else if (t - base < 0 || t - base >= C) {
+      dp_cu_report(ctx, DP_CU_FAULT_TARGET, t, g.row + base, base, C - 1 + base);
+      dp_cu_st(loss, g.row, ldt, NAN);
+    } else {
+      dp_cu_st(loss, g.row, ldt, dp_ce_loss_d(l, dp_cu_ld(x, rb + t - base, xdt), sum_x, C, eps));
+    }
   }
 }
 

@@ -47,19 +47,21 @@ __device__ __forceinline__ int64_t chan_elem(int64_t j, int64_t c, int64_t ch, i
 __global__ void k_bn_stats(const char *x, dp_dtype xdt, int64_t total, int64_t ch, int64_t inner, int64_t splits,
                            dp_cu_welford *partial) {
   __shared__ dp_cu_welford shm[32];
-  int64_t c = blockIdx.x / splits, s = blockIdx.x % splits, chunk = (total + splits - 1) / splits;
-  int64_t j0 = s * chunk, j1 = j0 + chunk < total ? j0 + chunk : total;
-  dp_cu_welford w = {0, 0, 0};
-  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-    double v = dp_cu_ld(x, chan_elem(j, c, ch, inner), xdt);
-    w.n += 1;
-    double d = v - w.mean;
-    w.mean += d / w.n;
-    w.m2 += d * (v - w.mean);
+  DP_CU_BLOCK_LOOP(item, ch * splits) {
+    int64_t c = item / splits, s = item % splits, chunk = (total + splits - 1) / splits;
+    int64_t j0 = s * chunk, j1 = j0 + chunk < total ? j0 + chunk : total;
+    dp_cu_welford w = {0, 0, 0};
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+      double v = dp_cu_ld(x, chan_elem(j, c, ch, inner), xdt);
+      w.n += 1;
+      double d = v - w.mean;
+      w.mean += d / w.n;
+      w.m2 += d * (v - w.mean);
+    }
+    w = dp_cu_group_reduce(
+        w, [](dp_cu_welford a, dp_cu_welford b) { return dp_cu_welford2(a, b); }, true, shm);
+    if (threadIdx.x == 0) partial[item] = w;
   }
-  w = dp_cu_group_reduce(
-      w, [](dp_cu_welford a, dp_cu_welford b) { return dp_cu_welford2(a, b); }, true, shm);
-  if (threadIdx.x == 0) partial[blockIdx.x] = w;
 }
 
 __global__ void k_bn_stats_finish(dp_cu_vec mean, dp_cu_vec var, const dp_cu_welford *partial, int64_t ch,
@@ -83,8 +85,8 @@ int dp_cu_bn_stats(dp_tensor *mean_t, dp_tensor *var_t, const dp_bn_args *a) {
   size_t pbytes = (size_t)(ch * splits) * sizeof(dp_cu_welford);
   dp_cu_welford *partial = (dp_cu_welford *)dp_cu_scratch(c, pbytes);
   if (!partial) return -1;
-  k_bn_stats<<<(unsigned)(ch * splits), DP_CU_THREADS, 0, c->stream>>>((const char *)x, xdt, total, ch, inner, splits,
-                                                                       partial);
+  k_bn_stats<<<dp_cu_item_grid(ch * splits), DP_CU_THREADS, 0, c->stream>>>((const char *)x, xdt, total, ch, inner,
+                                                                            splits, partial);
   int rc = dp_cu_after_launch(c, "batch_norm statistics");
   if (!rc) {
     k_bn_stats_finish<<<dp_cu_blocks(c, ch, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(mean, var, partial, ch,
@@ -126,19 +128,21 @@ __global__ void k_bn_backward_reduce(const char *gy, dp_dtype gydt, const char *
                                      dp_cu_vec invstd, int64_t total, int64_t ch, int64_t inner, int64_t splits,
                                      dp_cu_pair *partial) {
   __shared__ dp_cu_pair shm[32];
-  int64_t c = blockIdx.x / splits, s = blockIdx.x % splits, chunk = (total + splits - 1) / splits;
-  int64_t j0 = s * chunk, j1 = j0 + chunk < total ? j0 + chunk : total;
-  double m = vld(mean, c, 0.0), is = vld(invstd, c, 1.0);
-  dp_cu_pair acc = {0, 0};
-  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-    int64_t e = chan_elem(j, c, ch, inner);
-    double g = dp_cu_ld(gy, e, gydt);
-    acc.a += g;
-    acc.b += g * (dp_cu_ld(x, e, xdt) - m) * is;
+  DP_CU_BLOCK_LOOP(item, ch * splits) {
+    int64_t c = item / splits, s = item % splits, chunk = (total + splits - 1) / splits;
+    int64_t j0 = s * chunk, j1 = j0 + chunk < total ? j0 + chunk : total;
+    double m = vld(mean, c, 0.0), is = vld(invstd, c, 1.0);
+    dp_cu_pair acc = {0, 0};
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+      int64_t e = chan_elem(j, c, ch, inner);
+      double g = dp_cu_ld(gy, e, gydt);
+      acc.a += g;
+      acc.b += g * (dp_cu_ld(x, e, xdt) - m) * is;
+    }
+    acc = dp_cu_group_reduce(
+        acc, [](dp_cu_pair a, dp_cu_pair b) { return dp_cu_sum2(a, b); }, true, shm);
+    if (threadIdx.x == 0) partial[item] = acc;
   }
-  acc = dp_cu_group_reduce(
-      acc, [](dp_cu_pair a, dp_cu_pair b) { return dp_cu_sum2(a, b); }, true, shm);
-  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
 /* a[c], b[c] = the sums of the splits of channel (or column) c */
@@ -162,7 +166,7 @@ int dp_cu_bn_backward_reduce(dp_tensor *sum_dy_t, dp_tensor *sum_dy_xhat_t, cons
   size_t pbytes = (size_t)(ch * splits) * sizeof(dp_cu_pair);
   dp_cu_pair *partial = (dp_cu_pair *)dp_cu_scratch(c, pbytes);
   if (!partial) return -1;
-  k_bn_backward_reduce<<<(unsigned)(ch * splits), DP_CU_THREADS, 0, c->stream>>>(
+  k_bn_backward_reduce<<<dp_cu_item_grid(ch * splits), DP_CU_THREADS, 0, c->stream>>>(
       (const char *)gy, gydt, (const char *)x, xdt, mean, invstd, total, ch, inner, splits, partial);
   int rc = dp_cu_after_launch(c, "batch_norm backward");
   if (!rc) {
@@ -208,26 +212,26 @@ int dp_cu_bn_backward_elemt(dp_tensor *gx_t, const dp_bn_args *a) {
 __global__ void k_layer_norm(char *y, dp_dtype ydt, dp_cu_vec mean, dp_cu_vec rstd, const char *x, dp_dtype xdt,
                              dp_cu_vec w, dp_cu_vec b, int64_t rows, int64_t cols, double eps, bool block) {
   __shared__ dp_cu_welford shm[32];
-  dp_cu_rows g = dp_cu_rows_here(block);
-  if (g.row >= rows) return;
-  int64_t base = g.row * cols;
-  dp_cu_welford st = {0, 0, 0};
-  for (int64_t j = g.lane; j < cols; j += g.size) {
-    double v = dp_cu_ld(x, base + j, xdt);
-    st.n += 1;
-    double d = v - st.mean;
-    st.mean += d / st.n;
-    st.m2 += d * (v - st.mean);
+  for (dp_cu_rows g = dp_cu_rows_here(block); g.row < rows; dp_cu_rows_next(&g)) {
+    int64_t base = g.row * cols;
+    dp_cu_welford st = {0, 0, 0};
+    for (int64_t j = g.lane; j < cols; j += g.size) {
+      double v = dp_cu_ld(x, base + j, xdt);
+      st.n += 1;
+      double d = v - st.mean;
+      st.mean += d / st.n;
+      st.m2 += d * (v - st.mean);
+    }
+    st = dp_cu_group_reduce(
+        st, [](dp_cu_welford a, dp_cu_welford c) { return dp_cu_welford2(a, c); }, g.block, shm);
+    double mu = st.mean, rs = 1.0 / sqrt(st.m2 / (double)cols + eps);
+    if (g.lane == 0) {
+      vst(mean, g.row, mu);
+      vst(rstd, g.row, rs);
+    }
+    for (int64_t j = g.lane; j < cols; j += g.size)
+      dp_cu_st(y, base + j, ydt, dp_ln_apply_d(dp_cu_ld(x, base + j, xdt), mu, rs, vld(w, j, 1.0), vld(b, j, 0.0)));
   }
-  st = dp_cu_group_reduce(
-      st, [](dp_cu_welford a, dp_cu_welford c) { return dp_cu_welford2(a, c); }, g.block, shm);
-  double mu = st.mean, rs = 1.0 / sqrt(st.m2 / (double)cols + eps);
-  if (g.lane == 0) {
-    vst(mean, g.row, mu);
-    vst(rstd, g.row, rs);
-  }
-  for (int64_t j = g.lane; j < cols; j += g.size)
-    dp_cu_st(y, base + j, ydt, dp_ln_apply_d(dp_cu_ld(x, base + j, xdt), mu, rs, vld(w, j, 1.0), vld(b, j, 0.0)));
 }
 
 int dp_cu_layer_norm(dp_tensor *y_t, dp_tensor *mean_t, dp_tensor *rstd_t, const dp_ln_args *a) {
@@ -250,23 +254,23 @@ __global__ void k_layer_norm_backward_x(char *gx, dp_dtype gxdt, const char *gy,
                                         dp_dtype xdt, dp_cu_vec mean, dp_cu_vec rstd, dp_cu_vec w, int64_t rows,
                                         int64_t cols, bool block) {
   __shared__ dp_cu_pair shm[32];
-  dp_cu_rows gr = dp_cu_rows_here(block);
-  if (gr.row >= rows) return;
-  int64_t base = gr.row * cols;
-  double mu = vld(mean, gr.row, 0.0), rs = vld(rstd, gr.row, 1.0);
-  dp_cu_pair s = {0, 0};
-  for (int64_t j = gr.lane; j < cols; j += gr.size) {
-    double g = dp_cu_ld(gy, base + j, gydt) * vld(w, j, 1.0);
-    s.a += g;
-    s.b += g * (dp_cu_ld(x, base + j, xdt) - mu) * rs;
-  }
-  s = dp_cu_group_reduce(
-      s, [](dp_cu_pair a, dp_cu_pair b) { return dp_cu_sum2(a, b); }, gr.block, shm);
-  double mg = s.a / (double)cols, mgx = s.b / (double)cols;
-  for (int64_t j = gr.lane; j < cols; j += gr.size) {
-    double g = dp_cu_ld(gy, base + j, gydt) * vld(w, j, 1.0);
-    double xhat = (dp_cu_ld(x, base + j, xdt) - mu) * rs;
-    dp_cu_st(gx, base + j, gxdt, dp_ln_grad_d(g, xhat, rs, mg, mgx));
+  for (dp_cu_rows gr = dp_cu_rows_here(block); gr.row < rows; dp_cu_rows_next(&gr)) {
+    int64_t base = gr.row * cols;
+    double mu = vld(mean, gr.row, 0.0), rs = vld(rstd, gr.row, 1.0);
+    dp_cu_pair s = {0, 0};
+    for (int64_t j = gr.lane; j < cols; j += gr.size) {
+      double g = dp_cu_ld(gy, base + j, gydt) * vld(w, j, 1.0);
+      s.a += g;
+      s.b += g * (dp_cu_ld(x, base + j, xdt) - mu) * rs;
+    }
+    s = dp_cu_group_reduce(
+        s, [](dp_cu_pair a, dp_cu_pair b) { return dp_cu_sum2(a, b); }, gr.block, shm);
+    double mg = s.a / (double)cols, mgx = s.b / (double)cols;
+    for (int64_t j = gr.lane; j < cols; j += gr.size) {
+      double g = dp_cu_ld(gy, base + j, gydt) * vld(w, j, 1.0);
+      double xhat = (dp_cu_ld(x, base + j, xdt) - mu) * rs;
+      dp_cu_st(gx, base + j, gxdt, dp_ln_grad_d(g, xhat, rs, mg, mgx));
+    }
   }
 }
 

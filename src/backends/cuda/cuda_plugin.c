@@ -266,11 +266,14 @@ int dp_cu_copy_to_cpu(dp_tensor *dst_cpu, const dp_tensor *src) {
 }
 
 /* ---- entry points of the function table ---- */
+/* As torch.cuda.synchronize: the compute stream, then the NCCL groups'
+ * communication streams (async collectives nobody waited for yet). */
 int dp_cu_synchronize(int device) {
   if (device >= ndev) return dp_cu_error("cuda:%d does not exist: %d GPU(s) visible", device, ndev);
-  if (device >= 0) return dp_cu_sync_device(device);
+  if (device >= 0) return dp_cu_sync_device(device) || dp_cu_nccl_sync_streams(device) ? -1 : 0;
   for (int d = 0; d < ndev; d++)
     if (is_ready(&devs[d]) && dp_cu_sync_device(d)) return -1;
+  if (dp_cu_nccl_sync_streams(-1)) return -1;
   return dp_cu_take_errors();
 }
 

@@ -101,19 +101,21 @@ __device__ void acc_finish(const reduce_args &r, int64_t o, int64_t i, dp_cu_acc
   }
 }
 
-/* inner == 1: block (row, split) */
+/* inner == 1: block (row, split), looping past the capped grid */
 __global__ void k_reduce_rows(const __grid_constant__ reduce_args r) {
   __shared__ dp_cu_acc shm[32];
-  int64_t row = blockIdx.x / r.splits, s = blockIdx.x % r.splits;
-  int64_t j0 = s * r.chunk, j1 = j0 + r.chunk < r.k ? j0 + r.chunk : r.k;
-  dp_cu_acc a = acc_identity(r.acc);
-  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) a = acc_combine(r.acc, a, acc_load(r, row, j, 0));
-  int acc = r.acc;
-  a = dp_cu_group_reduce(
-      a, [acc](dp_cu_acc x, dp_cu_acc y) { return acc_combine(acc, x, y); }, true, shm);
-  if (threadIdx.x == 0) {
-    if (r.splits > 1) r.partial[row * r.splits + s] = a;
-    else acc_finish(r, row, 0, a);
+  DP_CU_BLOCK_LOOP(item, r.outer * r.splits) {
+    int64_t row = item / r.splits, s = item % r.splits;
+    int64_t j0 = s * r.chunk, j1 = j0 + r.chunk < r.k ? j0 + r.chunk : r.k;
+    dp_cu_acc a = acc_identity(r.acc);
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) a = acc_combine(r.acc, a, acc_load(r, row, j, 0));
+    int acc = r.acc;
+    a = dp_cu_group_reduce(
+        a, [acc](dp_cu_acc x, dp_cu_acc y) { return acc_combine(acc, x, y); }, true, shm);
+    if (threadIdx.x == 0) {
+      if (r.splits > 1) r.partial[row * r.splits + s] = a;
+      else acc_finish(r, row, 0, a);
+    }
   }
 }
 
@@ -184,7 +186,7 @@ int dp_cu_reduce(dp_tensor *out_t, dp_tensor *idx_t, const dp_tensor *x_t, const
     r.partial = (dp_cu_acc *)dp_cu_scratch(c, pbytes);
     if (!r.partial) return -1;
   }
-  if (rows) k_reduce_rows<<<(unsigned)(outputs * splits), DP_CU_THREADS, 0, c->stream>>>(r);
+  if (rows) k_reduce_rows<<<dp_cu_item_grid(outputs * splits), DP_CU_THREADS, 0, c->stream>>>(r);
   else k_reduce_cols<<<dp_cu_blocks(c, outputs * splits, DP_CU_THREADS), DP_CU_THREADS, 0, c->stream>>>(r);
   int rc = dp_cu_after_launch(c, "reduction");
   if (!rc && splits > 1) {

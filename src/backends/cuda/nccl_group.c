@@ -95,11 +95,17 @@ void dp_nccl_group_unref(nccl_pg *g) {
 }
 
 /* ---- watchdog ---- */
+/* Finished collectives are unlinked under the group's lock but released
+ * after it is dropped: releasing the last reference to a tensor's storage
+ * goes into the caching allocator, and the watchdog must never wait on
+ * another lock while it holds the one every collective and work handle of
+ * the group takes (it is what aborts a hung communicator). */
 static void *watchdog_main(void *arg) {
   nccl_pg *g = arg;
   cudaSetDevice(g->device);
   pthread_mutex_lock(&g->mu);
   for (;;) {
+    inflight *reaped = NULL;
     for (inflight **pp = &g->head; *pp;) {
       inflight *f = *pp;
       cudaError_t q = cudaEventQuery(f->done);
@@ -123,7 +129,8 @@ static void *watchdog_main(void *arg) {
         dp_nccl_fail_locked(g, msg);
       }
       *pp = f->next;
-      dp_nccl_inflight_unref(f);
+      f->next = reaped;
+      reaped = f;
     }
     if (g->comm && !g->aborted) {
       ncclResult_t st = ncclSuccess;
@@ -134,6 +141,16 @@ static void *watchdog_main(void *arg) {
                  g->base.rank, ncclGetErrorString(st), last && *last ? ": " : "", last && *last ? last : "");
         dp_nccl_fail_locked(g, msg);
       }
+    }
+    if (reaped) {
+      pthread_mutex_unlock(&g->mu);
+      while (reaped) {
+        inflight *nx = reaped->next;
+        dp_nccl_inflight_unref(reaped);
+        reaped = nx;
+      }
+      pthread_mutex_lock(&g->mu);
+      continue; /* the list may have changed meanwhile: look again before waiting */
     }
     if ((g->stop && !g->head) || g->exiting) break;
     struct timespec ts;
@@ -233,6 +250,49 @@ static void forget_group(nccl_pg *g) {
       break;
     }
   pthread_mutex_unlock(&dp_nccl_life_mu);
+}
+
+int dp_cu_nccl_sync_streams(int device) {
+  int n = 0, cap = 0;
+  pthread_mutex_lock(&dp_nccl_life_mu);
+  for (nccl_pg *g = live_groups; g; g = g->next_live) cap++;
+  nccl_pg **held = cap ? malloc(sizeof *held * (size_t)cap) : NULL;
+  for (nccl_pg *g = live_groups; g && held; g = g->next_live)
+    if ((device < 0 || g->device == device) && !g->destroyed) {
+      g->refs++; /* the group (and its stream) stays until the reference is dropped */
+      held[n++] = g;
+    }
+  pthread_mutex_unlock(&dp_nccl_life_mu);
+  if (cap && !held) return dp_cu_error("synchronize: out of host memory");
+  int rc = 0;
+  for (int i = 0; i < n; i++) {
+    nccl_pg *g = held[i];
+    /* poll rather than block: a hung collective is the watchdog's to abort,
+     * and its error is what this call then raises */
+    double deadline = dp_nccl_now() + g->base.timeout_ms / 1000.0 + 1.0;
+    cudaError_t q = cudaSuccess;
+    while (rc == 0 && g->stream && (q = cudaStreamQuery(g->stream)) == cudaErrorNotReady) {
+      pthread_mutex_lock(&g->mu);
+      bool failed = g->failed[0] != 0;
+      pthread_mutex_unlock(&g->mu);
+      if (failed) break;
+      if (dp_nccl_now() > deadline)
+        rc = dp_cu_error("synchronize: the collectives of the nccl group of rank %d on cuda:%d did not finish within "
+                         "%.1f s",
+                         g->base.rank, g->device, g->base.timeout_ms / 1000.0);
+      else dp_nccl_nap();
+    }
+    if (rc == 0 && q != cudaSuccess && q != cudaErrorNotReady)
+      rc = dp_cu_check(q, "synchronize (nccl communication stream)", g->device);
+    if (rc == 0) {
+      pthread_mutex_lock(&g->mu);
+      if (g->failed[0]) rc = dp_cu_error("synchronize: %s", g->failed);
+      pthread_mutex_unlock(&g->mu);
+    }
+  }
+  for (int i = 0; i < n; i++) dp_nccl_group_unref(held[i]);
+  free(held);
+  return rc ? rc : dp_cu_take_errors();
 }
 
 void dp_nccl_destroy(dp_pg *pg) {

@@ -93,11 +93,14 @@ static ncclRedOp_t map_op(dp_redop op) {
 /* A tensor a collective may use: contiguous, on the group's GPU. */
 static int check_tensor(nccl_pg *g, const char *what, const char *role, const dp_tensor *t, ncclDataType_t *type) {
   dp_device d = t->storage->device;
-  if (d.type != DP_CUDA || d.index != g->device)
-    return dp_cu_error("%s: the %s tensor is on %s%d but the nccl group of rank %d uses cuda:%d (move it with "
+  if (d.type != DP_CUDA || d.index != g->device) {
+    char where[32];
+    if (d.type == DP_CUDA) snprintf(where, sizeof where, "cuda:%d", d.index);
+    else snprintf(where, sizeof where, "the cpu");
+    return dp_cu_error("%s: the %s tensor is on %s but the nccl group of rank %d uses cuda:%d (move it with "
                        "t:to(\"cuda:%d\"))",
-                       what, role, d.type == DP_CUDA ? "cuda:" : "the cpu", d.type == DP_CUDA ? d.index : 0,
-                       g->base.rank, g->device, g->device);
+                       what, role, where, g->base.rank, g->device, g->device);
+  }
   if (!dp_cu_contig(t)) return dp_cu_error("%s: the %s tensor must be contiguous", what, role);
   if (map_dtype(t->dtype, type))
     return dp_cu_error("%s: nccl cannot handle dtype %s", what, dp_cu_dtype_name(t->dtype));

@@ -1,11 +1,19 @@
 -- The cpu process group with CUDA tensors, several ranks sharing one GPU
 -- (staged through host memory): results equal the ones computed by hand.
--- Prints "cpu pg with cuda tensors: ok" on every rank.
+-- Prints "cpu pg with cuda tensors: ok" on every rank. With `auto` as its
+-- argument the group is the launcher's default (backend "auto"), which must
+-- fall back to cpu when the node has fewer GPUs than ranks.
 -- Run: ddplua --nproc 2 --backend cpu tests/gpu/scripts/cpu_pg_cuda.lua
+--      ddplua --nproc 2 tests/gpu/scripts/cpu_pg_cuda.lua auto
 local ddp = require "ddplua"
 local dist = ddp.distributed
 
-dist.init_process_group { backend = "cpu" }
+if arg[1] == "auto" then
+  dist.init_process_group()
+  assert(dist.get_backend() == "cpu", "backend auto chose " .. dist.get_backend() .. " for ranks sharing a GPU")
+else
+  dist.init_process_group { backend = "cpu" }
+end
 local rank, world = dist.get_rank(), dist.get_world_size()
 local dev = ddp.device()
 assert(dev:match("^cuda:"), "expected a GPU device, got " .. dev)

@@ -1,6 +1,7 @@
 -- The nccl process group at world size 1 through the public dist API:
--- every collective, async handles, barrier, a sub-group, the errors a user
--- can cause, and a clean shutdown. Prints "nccl world 1: ok".
+-- every collective, async handles, barrier, a sub-group, ddp.synchronize()
+-- covering async collectives, the errors a user can cause, and a clean
+-- shutdown. Prints "nccl world 1: ok".
 -- Run: ddplua tests/gpu/scripts/nccl_world1.lua port=29555
 local ddp = require "ddplua"
 local dist = ddp.distributed
@@ -50,8 +51,21 @@ local b = ddp.tensor({ 1.0, 2.0 }, { device = dev }):to("bfloat16")
 dist.all_reduce(b, "sum")
 same(b:float(), ddp.tensor({ 1.0, 2.0 }), "bfloat16 all_reduce")
 
+-- ddp.synchronize() waits for the communication stream too (as
+-- torch.cuda.synchronize waits for the device): an async all_gather of
+-- 1 GiB that nobody waited for has finished when it returns
+local N = 1 << 28
+local big = ddp.full({ N }, 1.5, { device = dev })
+local gathered = ddp.zeros(N, { device = dev })
+local wg = dist.all_gather(gathered, big, { async = true })
+ddp.synchronize()
+assert(wg:is_completed(), "ddp.synchronize() returned before an async all_gather finished")
+same(gathered:narrow(1, N - 1, 2), ddp.tensor({ 1.5, 1.5 }), "async all_gather of 1 GiB")
+big, gathered = nil, nil
+
 local ok, err = pcall(dist.all_reduce, ddp.ones(3), "sum")
-assert(not ok and tostring(err):find("cuda", 1, true), "a CPU tensor on nccl must be refused, got: " .. tostring(err))
+assert(not ok and tostring(err):find("the input tensor is on the cpu but the nccl group of rank 0 uses cuda:0", 1, true),
+       "a CPU tensor on nccl must be refused, naming the device, got: " .. tostring(err))
 ok, err = pcall(dist.all_reduce, ddp.ones(3, { device = dev, dtype = "int64" }), "avg")
 assert(not ok and tostring(err):find("int64", 1, true), "avg of int64 must be refused, got: " .. tostring(err))
 
