@@ -54,7 +54,7 @@ static int collect_pairs(lua_State *L, int *sort) {
       return luaL_error(L, "save: an array of {name, tensor} pairs must have no other keys");
     for (size_t i = 1; i <= n; i++) {
       if (lua_rawgeti(L, 1, (lua_Integer)i) != LUA_TTABLE)
-        return luaL_error(L, "save: entry %d of the pairs array is a %s, expected {name, tensor}", (int)i,
+        return luaL_error(L, "save: entry %I of the pairs array is a %s, expected {name, tensor}", (lua_Integer)i,
                           luaL_typename(L, -1));
       int entry = lua_gettop(L);
       lua_rawgeti(L, entry, 1);

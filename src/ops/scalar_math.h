@@ -59,11 +59,6 @@ static inline int dp_binary_is_compare(dp_binary_op op) { return dp_binary_ops[o
 
 /* ---- sliding windows (conv, pooling) ---- */
 
-/* Output size of a window of k with stride s over n inputs padded by p on
- * both sides (floor mode, as PyTorch's default); < 1 when it does not fit. */
-static inline DP_HD int64_t dp_window_out(int64_t n, int64_t k, int64_t s, int64_t p) {
-  return n + 2 * p < k ? 0 : (n + 2 * p - k) / s + 1;
-}
 /* ceil(a / b) for b > 0 and any sign of a. */
 static inline DP_HD int64_t dp_ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 /* The window of output position o along one axis: the input range [*lo,

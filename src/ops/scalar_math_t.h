@@ -41,10 +41,11 @@ BWD(exp) { return gy * y; }
 FWD(log) { return LOG(x); }
 BWD(log) { return gy * (1 / x); }
 
-FWD(relu) { return x > 0 ? x : 0; }
-/* from y (y > 0 iff x > 0), as a select: where y <= 0 the gradient is 0
- * even if gy is inf or NaN (PyTorch's threshold_backward) */
-BWD(relu) { return y > 0 ? gy : 0; }
+/* NaN stays NaN (PyTorch's clamp_min(x, 0)) */
+FWD(relu) { return x <= 0 ? 0 : x; }
+/* from y, as a select: where y <= 0 the gradient is 0 even if gy is inf
+ * or NaN, and NaN passes gy (PyTorch's threshold_backward) */
+BWD(relu) { return y <= 0 ? 0 : gy; }
 INT(relu) { return x > 0 ? x : 0; }
 
 /* exact GELU, x * Phi(x) (PyTorch's default, approximate='none') */
@@ -145,11 +146,26 @@ BIN(lt) { return a < b; }
 BIN(le) { return a <= b; }
 BIN(gt) { return a > b; }
 BIN(ge) { return a >= b; }
-/* exact in int64, wrapping; div and pow promote integers to float */
+/* d(a^b)/da = b * a^(b-1), 0 where b == 0 (so 0^0 has gradient 0, not
+ * 0 * inf); d(a^b)/db = a^b * log(a), 0 where a == 0 and b >= 0 */
+BIN(pow_grad_base) { return b == 0 ? (T)0 : b * POW(a, b - 1); }
+BIN(pow_grad_exp) { return (a == 0 && b >= 0) ? (T)0 : POW(a, b) * LOG(a); }
+/* exact in int64, wrapping; div promotes integers to float */
 BIN_INT(add) { return (int64_t)((uint64_t)a + (uint64_t)b); }
 BIN_INT(sub) { return (int64_t)((uint64_t)a - (uint64_t)b); }
 BIN_INT(mul) { return (int64_t)((uint64_t)a * (uint64_t)b); }
 BIN_INT(maximum) { return a > b ? a : b; }
+/* integer powers by squaring, wrapping; a negative exponent gives 0 except
+ * for a base of 1 or -1 (PyTorch's integer pow) */
+BIN_INT(pow) {
+  if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;
+  uint64_t r = 1, base = (uint64_t)a;
+  for (int64_t e = b; e; e >>= 1) {
+    if (e & 1) r *= base;
+    base *= base;
+  }
+  return (int64_t)r;
+}
 BIN_INT(minimum) { return a < b ? a : b; }
 BIN_INT(eq) { return a == b; }
 BIN_INT(ne) { return a != b; }
@@ -243,16 +259,20 @@ static inline DP_HD void DP_TN(dp_sgd_update)(T *p, T g, T *buf, T lr, T mu, T d
 }
 
 /* Adam / AdamW (decoupled weight decay), PyTorch's formulation: bc1 = 1 -
- * b1^t, bc2 = 1 - b2^t (passed in), p -= lr/bc1 * m / (sqrt(v/bc2) + eps). */
-static inline DP_HD void DP_TN(dp_adam_update)(T *p, T g, T *m, T *v, T lr, T b1, T b2, T eps, T wd, int decoupled,
-                                               T bc1, T bc2) {
+ * b1^t, bc2 = 1 - b2^t (passed in), p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) +
+ * eps); with amsgrad (vmax not NULL) the denominator uses the running
+ * maximum of v (NaN propagating, as torch.maximum). */
+static inline DP_HD void DP_TN(dp_adam_update)(T *p, T g, T *m, T *v, T *vmax, T lr, T b1, T b2, T eps, T wd,
+                                               int decoupled, T bc1, T bc2) {
   if (wd != 0) {
     if (decoupled) *p *= 1 - lr * wd;
     else g += wd * *p;
   }
   *m = b1 * *m + (1 - b1) * g;
   *v = b2 * *v + (1 - b2) * g * g;
-  T denom = SQRT(*v / bc2) + eps;
+  T vv = *v;
+  if (vmax) vv = *vmax = DP_TN(dp_maximum_bin)(*vmax, vv);
+  T denom = SQRT(vv) / SQRT(bc2) + eps;
   *p -= (lr / bc1) * *m / denom;
 }
 

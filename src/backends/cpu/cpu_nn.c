@@ -116,7 +116,7 @@ int dp_cpu_softmax_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor 
 
 static int check_target(int64_t t, int64_t classes, int64_t base, int64_t row, int64_t ignore) {
   if (t == ignore) return 0;
-  if (t - base < 0 || t - base >= classes)
+  if (t < base || t - base >= classes)
     return dp_error("target %" PRId64 " at position %" PRId64 " is out of range: classes are %" PRId64 "..%" PRId64, t,
                     row + base, base, classes - 1 + base);
   return 0;
@@ -197,10 +197,10 @@ int dp_cpu_index_select(dp_tensor *out, const dp_tensor *src, const dp_tensor *i
   const char *sp = dp_data(src);
   char *op = dp_data(out);
   for (int64_t i = 0; i < n; i++) {
-    int64_t k = ip[i] - base;
-    if (k < 0 || k >= rows)
+    if (ip[i] < base || ip[i] - base >= rows) /* ip[i] >= base first: no overflow */
       return dp_error("index %" PRId64 " at position %" PRId64 " is out of range %" PRId64 "..%" PRId64, ip[i],
                       i + base, base, rows - 1 + base);
+    int64_t k = ip[i] - base;
     memcpy(op + (size_t)i * row_bytes, sp + (size_t)k * row_bytes, row_bytes);
   }
   return 0;
@@ -213,10 +213,10 @@ int dp_cpu_index_add(dp_tensor *dst, const dp_tensor *idx, const dp_tensor *src,
   char *dp = dp_data(dst);
   const char *sp = dp_data(src);
   for (int64_t i = 0; i < n; i++) {
-    int64_t k = ip[i] - base;
-    if (k < 0 || k >= rows)
+    if (ip[i] < base || ip[i] - base >= rows) /* ip[i] >= base first: no overflow */
       return dp_error("index %" PRId64 " at position %" PRId64 " is out of range %" PRId64 "..%" PRId64, ip[i],
                       i + base, base, rows - 1 + base);
+    int64_t k = ip[i] - base;
     if (dst->dtype == DP_F32 && src->dtype == DP_F32) {
       float *o = (float *)dp + k * d;
       const float *s = (const float *)sp + i * d;

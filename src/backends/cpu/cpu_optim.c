@@ -51,18 +51,20 @@ int dp_cpu_adam_step(dp_tensor *p, const dp_tensor *g, dp_tensor *m, dp_tensor *
   if (check_float(p)) return -1;
   int64_t n = dp_numel(p);
   double bc1 = 1.0 - pow(beta1, (double)step), bc2 = 1.0 - pow(beta2, (double)step);
+  void *vmax = a->max_exp_avg_sq ? dp_data(a->max_exp_avg_sq) : NULL;
   if (p->dtype == DP_F32) {
-    float *pp = dp_data(p), *mp = dp_data(m), *vp = dp_data(v);
+    float *pp = dp_data(p), *mp = dp_data(m), *vp = dp_data(v), *xp = vmax;
     const float *gp = dp_data(g);
     for (int64_t i = 0; i < n; i++)
-      dp_adam_update_f(&pp[i], gp[i], &mp[i], &vp[i], (float)lr, (float)beta1, (float)beta2, (float)eps,
-                       (float)weight_decay, decoupled, (float)bc1, (float)bc2);
+      dp_adam_update_f(&pp[i], gp[i], &mp[i], &vp[i], xp ? &xp[i] : NULL, (float)lr, (float)beta1, (float)beta2,
+                       (float)eps, (float)weight_decay, decoupled, (float)bc1, (float)bc2);
     return 0;
   }
-  double *pp = dp_data(p), *mp = dp_data(m), *vp = dp_data(v);
+  double *pp = dp_data(p), *mp = dp_data(m), *vp = dp_data(v), *xp = vmax;
   const double *gp = dp_data(g);
   for (int64_t i = 0; i < n; i++)
-    dp_adam_update_d(&pp[i], gp[i], &mp[i], &vp[i], lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2);
+    dp_adam_update_d(&pp[i], gp[i], &mp[i], &vp[i], xp ? &xp[i] : NULL, lr, beta1, beta2, eps, weight_decay, decoupled,
+                     bc1, bc2);
   return 0;
 }
 

@@ -197,7 +197,7 @@ __global__ void k_cross_entropy(char *loss, dp_dtype ldt, char *lse_out, dp_dtyp
     int64_t t = target[g.row];
     if (t == ignore) {
       dp_cu_st(loss, g.row, ldt, 0.0);
-    } else if (t - base < 0 || t - base >= C) {
+    } else if (t < base || t - base >= C) {
       dp_cu_report(ctx, DP_CU_FAULT_TARGET, t, g.row + base, base, C - 1 + base);
       dp_cu_st(loss, g.row, ldt, NAN);
     } else {
@@ -262,7 +262,8 @@ __global__ void k_index_select(char *out, const char *src, int es, int64_t rows,
   DP_CU_LOOP(e, n * d) {
     int64_t i, j;
     dp_cu_divmod(e, d, &i, &j);
-    int64_t k = idx[i] - base;
+    /* idx[i] < base first, so the subtraction cannot overflow */
+    int64_t k = idx[i] < base ? -1 : idx[i] - base;
     char *o = out + e * es;
     if (k < 0 || k >= rows) {
       if (j == 0) dp_cu_report(ctx, DP_CU_FAULT_INDEX_SELECT, idx[i], i + base, base, rows - 1 + base);
@@ -314,7 +315,7 @@ __global__ void k_index_add(char *dst, dp_dtype ddt, int64_t rows, int64_t d, co
   DP_CU_LOOP(e, n * d) {
     int64_t i, j;
     dp_cu_divmod(e, d, &i, &j);
-    int64_t k = idx[i] - base;
+    int64_t k = idx[i] < base ? -1 : idx[i] - base; /* no overflow */
     if (k < 0 || k >= rows) {
       if (j == 0) dp_cu_report(ctx, DP_CU_FAULT_INDEX_ADD, idx[i], i + base, base, rows - 1 + base);
       continue;
