@@ -218,8 +218,8 @@ typedef enum { W_FILL, W_COPY, W_BINARY, W_BINARY_NUMBER } write_kind;
 typedef struct {
   write_kind kind;
   dp_binary_op op;
-  dp_tensor *src;     /* W_COPY, W_BINARY */
-  dp_number number;   /* W_FILL, W_BINARY_NUMBER */
+  dp_tensor *src;   /* W_COPY, W_BINARY */
+  dp_number number; /* W_FILL, W_BINARY_NUMBER */
 } write_spec;
 
 /* CopyBackwards: inputs (old value, source); the old value gets a zero
@@ -240,10 +240,10 @@ static dp_tensor *new_value(const write_spec *w, dp_tensor *old, dp_tensor *src)
   case W_FILL:
   case W_COPY: {
     DP_SCOPE(s);
-    dp_tensor *v = w->kind == W_COPY
-                       ? (dp_device_eq(dp_dev(src), dp_dev(old)) ? src
-                                                                 : dp_scope_add(&s, dp_to(src, old->dtype, dp_dev(old))))
-                       : dp_scope_add(&s, dp_number_tensor(&w->number, old->dtype, dp_dev(old)));
+    dp_tensor *v =
+        w->kind == W_COPY
+            ? (dp_device_eq(dp_dev(src), dp_dev(old)) ? src : dp_scope_add(&s, dp_to(src, old->dtype, dp_dev(old))))
+            : dp_scope_add(&s, dp_number_tensor(&w->number, old->dtype, dp_dev(old)));
     dp_tensor *out = v ? dp_scope_add(&s, dp_empty_like(old)) : NULL;
     if (!out || dp_copy_(out, v)) return NULL;
     dp_tensor *ins[2] = {old, v};
@@ -355,7 +355,7 @@ static int inplace_write(dp_tensor *dst, const write_spec *w) {
   if (rc) return -1;
   dp_bump_version(dst);
   if (!v->requires_grad) return 0; /* nothing differentiable took part */
-  if (!base) { /* dst takes the new value's history */
+  if (!base) {                     /* dst takes the new value's history */
     dp_node *fn = v->grad_fn;
     dp_node_retain(fn);
     dp_node_attach(fn, dst, v->output_nr);

@@ -75,8 +75,7 @@ static int check_targets(const char *op, const dp_tensor *x, dp_tensor *t, const
 /* one-hot [..., C] of the targets in dtype dt, zero rows for ignored ones */
 static dp_tensor *one_hot(dp_tensor *t, int64_t C, const dp_loss_opts *o, dp_dtype dt) {
   DP_SCOPE(s);
-  dp_tensor *classes =
-      dp_scope_add(&s, dp_arange((double)o->base, (double)(o->base + C), 1.0, DP_I64, dp_dev(t)));
+  dp_tensor *classes = dp_scope_add(&s, dp_arange((double)o->base, (double)(o->base + C), 1.0, DP_I64, dp_dev(t)));
   dp_tensor *tu = classes ? dp_scope_add(&s, dp_unsqueeze(t, t->ndim)) : NULL;
   dp_tensor *eq = tu ? dp_scope_add(&s, dp_binary(DP_B_EQ, tu, classes)) : NULL;
   dp_number ig = dp_number_int(o->ignore_index);
@@ -97,8 +96,8 @@ static dp_tensor *reduce_loss(dp_tensor *per, dp_reduction red, dp_tensor *denom
 
 /* nll of class-last log-probabilities lp [..., C]; *wsum_out (may be
  * NULL) gets the kept targets' weight sum (0-dim, no grad) */
-static dp_tensor *nll_core(dp_tensor *lp, dp_tensor *t, const dp_loss_opts *o, dp_reduction red,
-                           dp_tensor **wsum_out, dp_tensor **wrow_out) {
+static dp_tensor *nll_core(dp_tensor *lp, dp_tensor *t, const dp_loss_opts *o, dp_reduction red, dp_tensor **wsum_out,
+                           dp_tensor **wrow_out) {
   int64_t C = lp->shape[lp->ndim - 1];
   DP_SCOPE(s);
   dp_tensor *oh = dp_scope_add(&s, one_hot(t, C, o, lp->dtype));

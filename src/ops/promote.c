@@ -29,7 +29,9 @@ static void rt_tensor(rt_state *s, const dp_tensor *t) {
   else rt_add(&s->dim, &s->has_dim, t->dtype);
 }
 
-static void rt_number(rt_state *s, const dp_number *v) { rt_add(&s->wrapped, &s->has_wrapped, v->is_int ? DP_I64 : DP_F32); }
+static void rt_number(rt_state *s, const dp_number *v) {
+  rt_add(&s->wrapped, &s->has_wrapped, v->is_int ? DP_I64 : DP_F32);
+}
 
 /* PyTorch's combine_categories: `higher` is the higher-priority group */
 static dp_dtype combine(bool has_hi, dp_dtype hi, bool has_lo, dp_dtype lo) {

@@ -174,8 +174,11 @@ static int extreme_all_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
 
 static dp_tensor *extreme(bool is_max, dp_tensor *x, int dim, bool keepdim, dp_tensor **indices) {
   const char *op = is_max ? "max" : "min";
-  if (dp_numel(x) == 0) {
-    dp_error("%s: the tensor is empty", op);
+  if (dim >= 0 && dp_check_dim(op, x, dim)) return NULL;
+  /* empty elsewhere is fine (an empty result); an empty reduced dim is not */
+  if (dim < 0 ? dp_numel(x) == 0 : x->shape[dim] == 0) {
+    if (dim < 0) dp_error("%s: the tensor is empty (shape %s): specify a dimension to reduce", op, SHAPE(x));
+    else dp_error("%s: dimension %d of shape %s is empty: there is no extreme to take", op, dim + 1, SHAPE(x));
     return NULL;
   }
   dp_reduce_op rop = is_max ? DP_R_MAX : DP_R_MIN;
@@ -227,8 +230,10 @@ dp_tensor *dp_min(dp_tensor *x, int dim, bool keepdim, dp_tensor **indices) {
 
 static dp_tensor *arg_extreme(bool is_max, dp_tensor *x, int dim, bool keepdim, int64_t base) {
   const char *op = is_max ? "argmax" : "argmin";
-  if (dp_numel(x) == 0) {
-    dp_error("%s: the tensor is empty", op);
+  if (dim >= 0 && dp_check_dim(op, x, dim)) return NULL;
+  if (dim < 0 ? dp_numel(x) == 0 : x->shape[dim] == 0) {
+    if (dim < 0) dp_error("%s: the tensor is empty (shape %s): specify a dimension to reduce", op, SHAPE(x));
+    else dp_error("%s: dimension %d of shape %s is empty: there is no extreme to take", op, dim + 1, SHAPE(x));
     return NULL;
   }
   dp_reduce_op rop = is_max ? DP_R_ARGMAX : DP_R_ARGMIN;

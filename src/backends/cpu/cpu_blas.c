@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/sgemm.h"
@@ -41,8 +43,8 @@ static struct {
   char *(*get_corename)(void);
   char err[256];    /* a BLAS library was loaded but is unusable */
   char absent[320]; /* no BLAS library: the plain loop runs (why) */
-  int threads;      /* set_num_threads without a BLAS library: remembered only */
-} blas = {.once = PTHREAD_ONCE_INIT, .threads = 1};
+  int threads;      /* what set_num_threads asked for (get_num_threads reports it) */
+} blas = {.once = PTHREAD_ONCE_INIT, .threads = 0};
 
 static void load_blas(void) {
   const char *want = getenv("DDPLUA_BLAS_CORETYPE");
@@ -80,16 +82,33 @@ static int ensure_blas(void) {
   return 0;
 }
 
+/* The threads OpenBLAS is given: at most one per online core (more only
+ * contend), and under an address-space limit (RLIMIT_AS) few enough that
+ * each one's GEMM buffer (OpenBLAS reserves about 128 MiB a thread) fits in
+ * half of it. Past that OpenBLAS's threads loop on a failing malloc and
+ * the process never finishes its matmul or exits. */
+static int blas_thread_cap(int n) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores >= 1 && n > cores) n = (int)cores;
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    rlim_t per = (rlim_t)160 << 20, fit = rl.rlim_cur / 2 / per;
+    if ((rlim_t)n > fit) n = fit < 1 ? 1 : (int)fit;
+  }
+  return n < 1 ? 1 : n;
+}
+
 int dp_blas_set_num_threads(int n) {
   if (ensure_blas()) return -1;
-  if (!blas.lib) blas.threads = n;
-  else if (blas.set_threads) blas.set_threads(n);
+  blas.threads = n < 1 ? 1 : n;
+  if (blas.lib && blas.set_threads) blas.set_threads(blas_thread_cap(blas.threads));
   return 0;
 }
 
 int dp_blas_get_num_threads(void) {
   if (ensure_blas()) return 1;
-  if (!blas.lib) return blas.threads;
+  if (blas.threads) return blas.threads; /* what was asked for, as PyTorch reports it */
+  if (!blas.lib) return 1;
   return blas.get_threads ? blas.get_threads() : 1;
 }
 
