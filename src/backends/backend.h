@@ -187,7 +187,7 @@ typedef struct dp_backend {
    * dp_window_range (ops/scalar_math.h), padding <= kernel / 2 and the
    * last window (ceil mode) starting inside the padded input, so no window
    * is empty. idx (int64) holds the winner's position iy * w + ix
-   * in its plane; NaN wins, else the first maximum. The backward kernels
+   * in its plane; the last NaN wins, else the first maximum (PyTorch's). The backward kernels
    * overwrite gx (contiguous, x's shape). */
   int (*max_pool2d)(dp_tensor *y, dp_tensor *idx, const dp_tensor *x, const dp_window2d *g);
   int (*max_pool2d_backward)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, const dp_window2d *g);

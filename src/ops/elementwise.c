@@ -309,6 +309,25 @@ static double number_in(const dp_number *s, dp_dtype dt) {
   return dp_load_d(one, dt);
 }
 
+/* x^e for the exponents PyTorch computes without pow (sqrt for 0.5, x * x
+ * for 2, ...): the same values, e.g. (-inf)^0.5 is NaN as sqrt gives, not
+ * C pow's inf. Writes out (no autograd); 1 when e is not one of them. */
+static int pow_special(dp_tensor *out, dp_tensor *x, double e) {
+  dp_unary_op u;
+  if (e == 0.5) u = DP_U_SQRT;
+  else if (e == -0.5) u = DP_U_RSQRT;
+  else if (e == -1) u = DP_U_RECIP;
+  else if (e == 2 || e == 3 || e == -2) u = DP_U_SQUARE;
+  else return 1;
+  bool prev = dp_set_grad_enabled(false);
+  DP_SCOPE(s);
+  dp_tensor *v = dp_scope_add(&s, dp_unary(u, x));
+  if (v && e == 3) v = dp_scope_add(&s, dp_mul(v, x));
+  if (v && e == -2) v = dp_scope_add(&s, dp_unary(DP_U_RECIP, v));
+  dp_set_grad_enabled(prev);
+  return v ? dp_backend_of(out)->copy(out, v) : -1;
+}
+
 dp_tensor *dp_binary_number(dp_binary_op op, dp_tensor *a, const dp_number *s, bool scalar_first) {
   if ((unsigned)op >= DP_B_COUNT) {
     dp_error("unknown binary op %d", (int)op);
@@ -326,7 +345,9 @@ dp_tensor *dp_binary_number(dp_binary_op op, dp_tensor *a, const dp_number *s, b
   dp_tensor *out = ca ? dp_scope_add(&sc, dp_empty(output_dtype(op, cdt), a->ndim, a->shape, dp_dev(a))) : NULL;
   if (!out) return NULL;
   if (dp_dtype_is_float(cdt)) {
-    if (dp_backend_of(a)->binary_scalar(op, out, ca, number_in(s, cdt), scalar_first)) return NULL;
+    int special = op == DP_B_POW && !scalar_first ? pow_special(out, ca, number_in(s, cdt)) : 1;
+    if (special < 0 || (special && dp_backend_of(a)->binary_scalar(op, out, ca, number_in(s, cdt), scalar_first)))
+      return NULL;
   } else { /* integers: the number as a broadcast 0-dim tensor, so the kernel's exact int64 path runs */
     dp_tensor *st = dp_scope_add(&sc, dp_number_tensor(s, cdt, dp_dev(a)));
     dp_tensor *es = st ? dp_scope_add(&sc, dp_expand_raw(st, a->ndim, a->shape)) : NULL;
@@ -373,6 +394,7 @@ dp_tensor *dp_clamp_number(dp_tensor *x, const dp_number *lo, const dp_number *h
   }
   bool ints = !dp_dtype_is_float(x->dtype) && (!lo || lo->is_int) && (!hi || hi->is_int);
   if (ints) { /* exact: maximum then minimum with the integer bounds (PyTorch's order: max wins) */
+    if ((lo && dp_number_check("clamp", lo, x->dtype)) || (hi && dp_number_check("clamp", hi, x->dtype))) return NULL;
     DP_SCOPE(s);
     dp_tensor *t = lo ? dp_scope_add(&s, dp_binary_number(DP_B_MAX, x, lo, false)) : x;
     return !t ? NULL : hi ? dp_binary_number(DP_B_MIN, t, hi, false) : (dp_retain(t), t);

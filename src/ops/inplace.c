@@ -376,6 +376,7 @@ static int inplace_write(dp_tensor *dst, const write_spec *w) {
 /* ---- the entries ---- */
 
 int dp_inplace_fill_(dp_tensor *t, const dp_number *v) {
+  if (dp_number_check("fill_", v, t->dtype)) return -1;
   write_spec w = {.kind = W_FILL, .number = *v};
   return inplace_write(t, &w);
 }

@@ -72,16 +72,45 @@ static int check_targets(const char *op, const dp_tensor *x, dp_tensor *t, const
   return 0;
 }
 
-/* one-hot [..., C] of the targets in dtype dt, zero rows for ignored ones */
-static dp_tensor *one_hot(dp_tensor *t, int64_t C, const dp_loss_opts *o, dp_dtype dt) {
+/* Exact picks without multiplying by a 0/1 mask (0 * inf is NaN, and PyTorch
+ * picks, so an infinite weight of another class must not reach a row):
+ * the values v [R] (differentiable) extended by a 0, read at idx [R] where
+ * ignored rows read the appended 0. */
+static dp_tensor *pick(dp_tensor *v, dp_tensor *idx) {
   DP_SCOPE(s);
-  dp_tensor *classes = dp_scope_add(&s, dp_arange((double)o->base, (double)(o->base + C), 1.0, DP_I64, dp_dev(t)));
-  dp_tensor *tu = classes ? dp_scope_add(&s, dp_unsqueeze(t, t->ndim)) : NULL;
-  dp_tensor *eq = tu ? dp_scope_add(&s, dp_binary(DP_B_EQ, tu, classes)) : NULL;
-  dp_number ig = dp_number_int(o->ignore_index);
-  dp_tensor *keep = eq ? dp_scope_add(&s, dp_binary_number(DP_B_NE, tu, &ig, false)) : NULL;
-  dp_tensor *m = keep ? dp_scope_add(&s, dp_mul(eq, keep)) : NULL; /* ignore_index may be a class */
-  return m ? dp_to(m, dt, dp_dev(t)) : NULL;
+  dp_tensor *z = dp_scope_add(&s, dp_zeros(v->dtype, 1, (int64_t[]){1}, dp_dev(v)));
+  dp_tensor *ext = z ? dp_scope_add(&s, dp_cat(2, (dp_tensor *[]){v, z}, 0)) : NULL;
+  return ext ? dp_index_select(ext, 0, idx, 0) : NULL;
+}
+
+/* keep [R] (int64 0/1): target != ignore_index; pos [R]: the class (0-based)
+ * of kept rows, `other` for ignored ones */
+static int target_index(dp_tensor *t, const dp_loss_opts *o, int64_t other, dp_tensor **keep, dp_tensor **pos) {
+  DP_SCOPE(s);
+  dp_number ig = dp_number_int(o->ignore_index), base = dp_number_int(o->base), oth = dp_number_int(other);
+  dp_tensor *tf = dp_scope_add(&s, dp_reshape(t, 1, (int64_t[]){-1}));
+  dp_tensor *k8 = tf ? dp_scope_add(&s, dp_binary_number(DP_B_NE, tf, &ig, false)) : NULL;
+  dp_tensor *k = k8 ? dp_scope_add(&s, dp_cast_raw(k8, DP_I64)) : NULL;
+  dp_tensor *c = k ? dp_scope_add(&s, dp_binary_number(DP_B_SUB, tf, &base, false)) : NULL;
+  /* pos = (t - base - other) * keep + other: exact int64 */
+  dp_tensor *c2 = c ? dp_scope_add(&s, dp_binary_number(DP_B_SUB, c, &oth, false)) : NULL;
+  dp_tensor *c3 = c2 ? dp_scope_add(&s, dp_mul(c2, k)) : NULL;
+  dp_tensor *p = c3 ? dp_scope_add(&s, dp_binary_number(DP_B_ADD, c3, &oth, false)) : NULL;
+  if (!p) return -1;
+  *keep = dp_scope_keep(&s, k), *pos = dp_scope_keep(&s, p);
+  return 0;
+}
+
+/* row r of the kept rows' values, 0 for ignored rows, from v [R] */
+static dp_tensor *kept_only(dp_tensor *v, dp_tensor *keep) {
+  int64_t R = v->shape[0];
+  dp_number rn = dp_number_int(R);
+  DP_SCOPE(s);
+  dp_tensor *rows = dp_scope_add(&s, dp_arange(0, (double)R, 1, DP_I64, dp_dev(v)));
+  dp_tensor *a = rows ? dp_scope_add(&s, dp_binary_number(DP_B_SUB, rows, &rn, false)) : NULL;
+  dp_tensor *b = a ? dp_scope_add(&s, dp_mul(a, keep)) : NULL; /* (r - R) * keep + R: r, or R */
+  dp_tensor *idx = b ? dp_scope_add(&s, dp_binary_number(DP_B_ADD, b, &rn, false)) : NULL;
+  return idx ? pick(v, idx) : NULL;
 }
 
 /* sum, mean (over `denom`, a 0-dim tensor or NULL for the count) or none */
@@ -94,23 +123,38 @@ static dp_tensor *reduce_loss(dp_tensor *per, dp_reduction red, dp_tensor *denom
   return dp_binary_number(DP_B_DIV, sum, &(dp_number){false, 0, count}, false);
 }
 
-/* nll of class-last log-probabilities lp [..., C]; *wsum_out (may be
- * NULL) gets the kept targets' weight sum (0-dim, no grad) */
-static dp_tensor *nll_core(dp_tensor *lp, dp_tensor *t, const dp_loss_opts *o, dp_reduction red, dp_tensor **wsum_out,
-                           dp_tensor **wrow_out) {
-  int64_t C = lp->shape[lp->ndim - 1];
+/* nll of class-last log-probabilities lp [..., C]; *wsum_out gets the kept
+ * targets' weight sum (0-dim, no grad), *wt_out their weights [R] */
+static dp_tensor *nll_core(dp_tensor *lp, dp_tensor *t, const dp_loss_opts *o, dp_reduction red,
+                           dp_tensor **wsum_out, dp_tensor **keep_out) {
+  int64_t C = lp->shape[lp->ndim - 1], R = C ? dp_numel(lp) / C : dp_numel(t);
   DP_SCOPE(s);
-  dp_tensor *oh = dp_scope_add(&s, one_hot(t, C, o, lp->dtype));
-  dp_tensor *wrow = oh && o->weight ? dp_scope_add(&s, dp_mul(oh, o->weight)) : oh;
-  dp_tensor *picked = wrow ? dp_scope_add(&s, dp_mul(lp, wrow)) : NULL;
-  dp_tensor *ps = picked ? dp_scope_add(&s, dp_sum(picked, 1, (int[]){lp->ndim - 1}, false)) : NULL;
-  dp_tensor *per = ps ? dp_scope_add(&s, dp_neg(ps)) : NULL;
+  dp_tensor *keep = NULL, *cls = NULL;
+  if (target_index(t, o, C, &keep, &cls)) return NULL; /* ignored rows: class C (the appended zero) */
+  dp_scope_add(&s, keep), dp_scope_add(&s, cls);
+  /* logp[r, t_r] from the flat [R * C] log-probabilities: index r * C + t_r, ignored rows the appended 0 */
+  dp_number cn = dp_number_int(C), rc = dp_number_int(R * C);
+  dp_tensor *rows = dp_scope_add(&s, dp_arange(0, (double)R, 1, DP_I64, dp_dev(lp)));
+  dp_tensor *off = rows ? dp_scope_add(&s, dp_binary_number(DP_B_MUL, rows, &cn, false)) : NULL;
+  dp_tensor *at = off ? dp_scope_add(&s, dp_add(off, cls)) : NULL;
+  dp_tensor *a2 = at ? dp_scope_add(&s, dp_binary_number(DP_B_SUB, at, &rc, false)) : NULL;
+  dp_tensor *a3 = a2 ? dp_scope_add(&s, dp_mul(a2, keep)) : NULL;
+  dp_tensor *idx = a3 ? dp_scope_add(&s, dp_binary_number(DP_B_ADD, a3, &rc, false)) : NULL;
+  dp_tensor *flat = idx ? dp_scope_add(&s, dp_reshape(lp, 1, (int64_t[]){R * C})) : NULL;
+  dp_tensor *picked = flat ? dp_scope_add(&s, pick(flat, idx)) : NULL;
+  /* the weights of the targets (1 without weights), 0 for ignored rows */
+  dp_tensor *wt;
   bool prev = dp_set_grad_enabled(false);
-  dp_tensor *wsum = per ? dp_scope_add(&s, dp_sum(wrow, 0, NULL, false)) : NULL;
+  if (o->weight) wt = picked ? dp_scope_add(&s, pick(o->weight, cls)) : NULL;
+  else wt = picked ? dp_scope_add(&s, dp_to(keep, lp->dtype, dp_dev(lp))) : NULL;
+  dp_tensor *wsum = wt ? dp_scope_add(&s, dp_sum(wt, 0, NULL, false)) : NULL;
   dp_set_grad_enabled(prev);
-  dp_tensor *out = wsum ? reduce_loss(per, red, wsum, 0) : NULL;
+  dp_tensor *pw = wsum ? dp_scope_add(&s, dp_mul(picked, wt)) : NULL;
+  dp_tensor *neg = pw ? dp_scope_add(&s, dp_neg(pw)) : NULL;
+  dp_tensor *per = neg ? dp_scope_add(&s, dp_reshape(neg, t->ndim, t->shape)) : NULL;
+  dp_tensor *out = per ? reduce_loss(per, red, wsum, 0) : NULL;
   if (out && wsum_out) *wsum_out = dp_scope_keep(&s, wsum);
-  if (out && wrow_out) *wrow_out = dp_scope_keep(&s, wrow);
+  if (out && keep_out) *keep_out = dp_scope_keep(&s, keep);
   return out;
 }
 
@@ -152,18 +196,17 @@ static dp_tensor *composed_cross_entropy(dp_tensor *x, dp_tensor *t, const dp_lo
   DP_SCOPE(s);
   dp_tensor *lp = dp_scope_add(&s, dp_log_softmax(x, class_dim(x)));
   dp_tensor *lpl = lp ? dp_scope_add(&s, class_last(lp)) : NULL;
-  dp_tensor *wsum = NULL, *wrow = NULL;
-  dp_tensor *nll = lpl ? dp_scope_add(&s, nll_core(lpl, t, o, o->reduction, &wsum, &wrow)) : NULL;
-  dp_scope_add(&s, wsum), dp_scope_add(&s, wrow);
+  dp_tensor *wsum = NULL, *keep = NULL;
+  dp_tensor *nll = lpl ? dp_scope_add(&s, nll_core(lpl, t, o, o->reduction, &wsum, &keep)) : NULL;
+  dp_scope_add(&s, wsum), dp_scope_add(&s, keep);
   if (!nll || eps == 0) return nll ? dp_scope_keep(&s, nll) : NULL;
-  /* smooth_i = -sum_j w[j] logp[i, j], zero for ignored targets */
+  /* smooth_i = -sum_j w[j] logp[i, j], zero (not multiplied by 0) for ignored targets */
   dp_tensor *wl = o->weight ? dp_scope_add(&s, dp_mul(lpl, o->weight)) : lpl;
   dp_tensor *ws = wl ? dp_scope_add(&s, dp_sum(wl, 1, (int[]){lpl->ndim - 1}, false)) : NULL;
-  dp_number ig = dp_number_int(o->ignore_index);
-  dp_tensor *keep = ws ? dp_scope_add(&s, dp_binary_number(DP_B_NE, t, &ig, false)) : NULL;
-  dp_tensor *kf = keep ? dp_scope_add(&s, dp_to(keep, x->dtype, dp_dev(x))) : NULL;
-  dp_tensor *sm = kf ? dp_scope_add(&s, dp_mul(ws, kf)) : NULL;
-  dp_tensor *smooth = sm ? dp_scope_add(&s, dp_neg(sm)) : NULL;
+  dp_tensor *wf = ws ? dp_scope_add(&s, dp_reshape(ws, 1, (int64_t[]){-1})) : NULL;
+  dp_tensor *sm = wf ? dp_scope_add(&s, kept_only(wf, keep)) : NULL;
+  dp_tensor *sr = sm ? dp_scope_add(&s, dp_reshape(sm, t->ndim, t->shape)) : NULL;
+  dp_tensor *smooth = sr ? dp_scope_add(&s, dp_neg(sr)) : NULL;
   dp_tensor *ret = smooth ? dp_scope_add(&s, reduce_loss(smooth, o->reduction, wsum, 0)) : NULL;
   dp_tensor *a = ret ? dp_scope_add(&s, dp_binary_scalar(DP_B_MUL, nll, 1.0 - eps, false)) : NULL;
   dp_tensor *b = a ? dp_scope_add(&s, dp_binary_scalar(DP_B_MUL, ret, eps / (double)C, false)) : NULL;

@@ -39,7 +39,7 @@
   X(EXP,        exp,        "ExpBackward",        GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE) \
   X(LOG,        log,        "LogBackward",        GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
   X(RELU,       relu,       "ReluBackward",       GRAD_Y,    INT_KEEP,          EPILOGUE)    \
-  X(GELU,       gelu,       "GeluBackward",       GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(GELU,       gelu,       "GeluBackward",       GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
   X(TANH,       tanh,       "TanhBackward",       GRAD_Y,    INT_TO_FLOAT,      EPILOGUE)    \
   X(SIGMOID,    sigmoid,    "SigmoidBackward",    GRAD_Y,    INT_TO_FLOAT,      EPILOGUE)    \
   X(SQRT,       sqrt,       "SqrtBackward",       GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE) \

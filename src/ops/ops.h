@@ -46,6 +46,10 @@ double dp_number_value(const dp_number *v);
 /* A 0-dim tensor of dtype dt holding v cast as PyTorch casts a scalar
  * (an int64 exactly, uint8 modulo 256). */
 dp_tensor *dp_number_tensor(const dp_number *v, dp_dtype dt, dp_device dev);
+/* PyTorch's checked conversion of a scalar (fill_, clamp's bounds): an
+ * error naming op when v overflows dt (uint8 takes -255..255, wrapping the
+ * negatives). */
+int dp_number_check(const char *op, const dp_number *v, dp_dtype dt);
 /* PyTorch's result_type of a binary op (0-dim tensors and numbers take
  * part by category only; ops/promote.c explains the rule). */
 dp_dtype dp_result_type(const dp_tensor *a, const dp_tensor *b);

@@ -71,6 +71,21 @@ dp_number dp_number_of_double(double v) {
 
 double dp_number_value(const dp_number *v) { return v->is_int ? (double)v->i : v->d; }
 
+int dp_number_check(const char *op, const dp_number *v, dp_dtype dt) {
+  /* c10's checked_convert: an integer into uint8 may be -255..255 (the
+   * negatives wrap, two's complement); a float into an integer type must
+   * lie in its range (NaN never does); into float32 a finite float must fit */
+  bool bad = false;
+  if (dt == DP_U8) bad = v->is_int ? (v->i > 255 || v->i < -255) : !(v->d >= 0.0 && v->d <= 255.0);
+  else if (dt == DP_I64 && !v->is_int) bad = !(v->d >= -9223372036854775808.0 && v->d < 9223372036854775808.0);
+  else if (dt == DP_F32 && !v->is_int) bad = isfinite(v->d) && fabs(v->d) > 3.4028234663852886e38;
+  if (!bad) return 0;
+  if (v->is_int)
+    return dp_error("%s: value %lld cannot be converted to type %s without overflow", op, (long long)v->i,
+                    dp_dtype_name(dt));
+  return dp_error("%s: value %g cannot be converted to type %s without overflow", op, v->d, dp_dtype_name(dt));
+}
+
 dp_tensor *dp_number_tensor(const dp_number *v, dp_dtype dt, dp_device dev) {
   if (v->is_int && dt == DP_I64 && dev.type == DP_CPU) { /* exact, whatever its size */
     dp_tensor *t = dp_empty(DP_I64, 0, NULL, dev);

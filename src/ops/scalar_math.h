@@ -108,6 +108,7 @@ static inline DP_HD double dp_softmax_grad_d(double gy, double y, double dot, in
  * the logits: (1-eps) * nll + eps * mean_j(-log p_j). */
 static inline DP_HD double dp_ce_loss_d(double lse, double x_target, double sum_x, int64_t classes, double eps) {
   double nll = lse - x_target;
+  if (eps == 0) return nll; /* no 0 * inf from an infinite logit in the smoothing term */
   double smooth = lse - sum_x / (double)classes;
   return (1.0 - eps) * nll + eps * smooth;
 }
@@ -126,16 +127,16 @@ static inline DP_HD void dp_welford_merge_d(double *n, double *mean, double *m2,
   *m2 += m2b + delta * delta * (n1 * n2 / tot);
   *n = tot;
 }
-/* Batch norm folds its per-channel statistics and affine parameters into
- * one scale and shift (y = x * scale + shift: dp_bn_apply), computed in
- * double once per channel. */
+/* Batch norm's per-channel terms (y = (x - mean) * scale + bias:
+ * dp_bn_apply), computed in double once per channel. */
 typedef struct {
-  double scale, shift;
+  double mean, scale, bias;
 } dp_bn_affine_k;
 static inline DP_HD dp_bn_affine_k dp_bn_affine(double mean, double invstd, double w, double b) {
   dp_bn_affine_k k;
+  k.mean = mean;
   k.scale = invstd * w;
-  k.shift = b - mean * invstd * w;
+  k.bias = b;
   return k;
 }
 /* Batch norm input gradient w * invstd * (gy - mean_dy - xhat *
@@ -152,7 +153,8 @@ static inline DP_HD dp_bn_grad_k dp_bn_grad_coefs(double w, double invstd, doubl
   dp_bn_grad_k k;
   k.gy = a;
   k.x = -a * invstd * mean_dy_xhat;
-  k.c = -a * mean_dy + a * invstd * mean_dy_xhat * mean;
+  /* without the xhat term (evaluation mode) an infinite mean must not make 0 * inf */
+  k.c = -a * mean_dy + (mean_dy_xhat != 0 ? a * invstd * mean_dy_xhat * mean : 0.0);
   return k;
 }
 

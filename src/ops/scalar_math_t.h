@@ -106,7 +106,8 @@ FWD(leaky_relu) { return x > 0 ? x : x * (T)p->negative_slope; }
 BWD(leaky_relu) { return x > 0 ? gy : gy * (T)p->negative_slope; }
 
 /* x where x > 0, else alpha * (exp(x) - 1); the gradient alpha * exp(x)
- * there (alpha at 0), and NaN at NaN (as PyTorch's vectorised kernel) */
+ * there (alpha at 0), and NaN at NaN (as PyTorch's vectorised kernel;
+ * its scalar tail gives gy there: tests/diff/known_differences.lua) */
 FWD(elu) { return x > 0 ? x : (T)p->alpha * EXPM1(x); }
 BWD(elu) { return x > 0 ? gy : gy * (T)p->alpha * EXP(x); }
 
@@ -230,9 +231,10 @@ static inline DP_HD int64_t dp_binary_i64(dp_binary_op op, int64_t a, int64_t b)
 
 /* ---- normalisation, one element ---- */
 
-/* batch norm: y = x * scale + shift, scale and shift per channel
- * (dp_bn_affine) */
-static inline DP_HD T DP_TN(dp_bn_apply)(T x, T scale, T shift) { return x * scale + shift; }
+/* batch norm: y = (x - mean) * scale + bias, scale = invstd * w per
+ * channel (dp_bn_affine): subtracting the mean first keeps a channel with
+ * |mean| >> std exact where x * scale + (b - mean * scale) cancels */
+static inline DP_HD T DP_TN(dp_bn_apply)(T x, T mean, T scale, T bias) { return (x - mean) * scale + bias; }
 /* batch norm input gradient gx = k.gy * gy + k.x * x + k.c (dp_bn_grad_coefs) */
 static inline DP_HD T DP_TN(dp_bn_grad_apply)(T gy, T x, T kgy, T kx, T kc) { return kgy * gy + kx * x + kc; }
 /* layer norm: (x - mean) * rstd * w + b, mean and rstd per row, w and b per column */

@@ -127,7 +127,8 @@ int dp_cpu_col2im(dp_tensor *gx, const dp_tensor *cols, const dp_window2d *g, in
 }
 
 /* ---- max pooling: idx holds the winner's position iy * w + ix in its
- * plane; NaN wins (propagates, as PyTorch); the first maximum wins ties ---- */
+ * plane; NaN wins (propagates; the last NaN of the window, as PyTorch's
+ * `val > max || isnan(val)`); the first maximum wins ties ---- */
 
 /* Position of the maximum of rows [y0, y1) x columns [x0, x1) of a plane
  * with row length w; its value in *m. */
@@ -137,11 +138,7 @@ static int64_t window_max_f32(const float *p, int64_t w, int64_t y0, int64_t y1,
   for (int64_t iy = y0; iy < y1; iy++)
     for (int64_t ix = x0; ix < x1; ix++) {
       float v = p[iy * w + ix];
-      if (isnan(v)) {
-        *m = v;
-        return iy * w + ix;
-      }
-      if (v > bv) bv = v, best = iy * w + ix;
+      if (v > bv || isnan(v)) bv = v, best = iy * w + ix;
     }
   *m = bv;
   return best;
@@ -154,11 +151,7 @@ static int64_t window_max_ref(const dp_tensor *x, const char *p, int64_t w, int6
   for (int64_t iy = y0; iy < y1; iy++)
     for (int64_t ix = x0; ix < x1; ix++) {
       double v = LD(x, p, iy * w + ix);
-      if (isnan(v)) {
-        *m = v;
-        return iy * w + ix;
-      }
-      if (v > bv) bv = v, best = iy * w + ix;
+      if (v > bv || isnan(v)) bv = v, best = iy * w + ix;
     }
   *m = bv;
   return best;

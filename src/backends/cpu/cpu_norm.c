@@ -124,15 +124,16 @@ int dp_cpu_bn_forward(dp_tensor *y, const dp_bn_args *a) {
   bool f32 = x->dtype == DP_F32 && y->dtype == DP_F32;
   for (int64_t ch = 0; ch < c; ch++) {
     dp_bn_affine_k k = dp_bn_affine(LD(mean, mp, ch), LD(invstd, sp, ch), opt_at(w, ch, 1.0), opt_at(b, ch, 0.0));
-    float scale = (float)k.scale, shift = (float)k.shift;
+    float mu = (float)k.mean, scale = (float)k.scale, bias = (float)k.bias;
     for (int64_t i = 0; i < n; i++) {
       int64_t off = (i * c + ch) * inner;
       if (f32) {
         const float *xr = (const float *)xp + off;
         float *yr = (float *)yp + off;
-        for (int64_t j = 0; j < inner; j++) yr[j] = dp_bn_apply_f(xr[j], scale, shift);
+        for (int64_t j = 0; j < inner; j++) yr[j] = dp_bn_apply_f(xr[j], mu, scale, bias);
       } else {
-        for (int64_t j = 0; j < inner; j++) ST(y, yp, off + j, dp_bn_apply_d(LD(x, xp, off + j), k.scale, k.shift));
+        for (int64_t j = 0; j < inner; j++)
+          ST(y, yp, off + j, dp_bn_apply_d(LD(x, xp, off + j), k.mean, k.scale, k.bias));
       }
     }
   }

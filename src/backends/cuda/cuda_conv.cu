@@ -124,7 +124,7 @@ __global__ void k_max_pool2d(char *y, int64_t *idx, const char *x, dp_dtype dt, 
         int64_t xx = ox * g.sw - g.pw + kj;
         if (xx < 0 || xx >= g.w) continue;
         double v = dp_cu_ld(x, plane * hw + yy * g.w + xx, dt);
-        if (best < 0 || v > bv || (v != v && bv == bv)) best = yy * g.w + xx, bv = v;
+        if (best < 0 || v > bv || v != v) best = yy * g.w + xx, bv = v; /* the last NaN wins, as PyTorch */
       }
     }
     if (best >= 0) copy_elem(dp_cu_at(y, e, dt), dp_cu_at(x, plane * hw + best, dt), (int)dp_dtype_bytes(dt));
