@@ -518,7 +518,10 @@ os.execute("env -u SLURM_PROCID " .. %q .. " --master_port " .. os.getenv("MASTE
       write(dir .. "/val.yaml", "ddplua:\n  nproc: two\n")
       write(dir .. "/float.yaml", "ddplua:\n  master_port: 80.0\n")
       write(dir .. "/noscript.yaml", "script: missing.lua\n")
+      -- 30000 levels crashed the host (SIGSEGV, exit 139)
+      write(dir .. "/deep.yaml", "lr: " .. string.rep("[", 30000) .. string.rep("]", 30000) .. "\n")
       local cases = {
+        { "deep.yaml", "ddplua: deep%.yaml:1:104: nested more than 100 levels deep" },
         { "bad.yaml", "ddplua: bad%.yaml:2:%d+: " },
         { "key.yaml", "key%.yaml: unknown key 'ddplua%.nprocs' %(valid keys: nproc, nnodes, node_rank, master_addr, " ..
           "master_port, backend, timeout, log_dir%)" },
