@@ -55,13 +55,32 @@ function Scheduler:state_dict()
   return sd
 end
 
+--- Restores what state_dict() returned. Every field is checked against the
+--- scheduler's own before anything changes: an unknown field (which would
+--- land on the object, over a method) or one of another type is an error
+--- naming it, and so is a list of another length (one entry per group).
 function Scheduler:load_state_dict(sd)
-  if type(sd) ~= "table" or math.type(sd.last_epoch) ~= "integer" then
-    error("load_state_dict: expected a table from a scheduler's state_dict()", 2)
+  local name = getmetatable(self).__name or "LRScheduler"
+  local function fail(fmt, ...) error(string.format("%s: load_state_dict: " .. fmt, name, ...), 3) end
+  if type(sd) ~= "table" or math.type(sd.last_epoch) ~= "integer" or sd.last_epoch < 0 then
+    fail("expected a table from a scheduler's state_dict() (with an integer last_epoch >= 0)")
   end
+  local own = self:state_dict()
   for k, v in pairs(sd) do
-    if k ~= "optimizer" then self[k] = type(v) == "table" and { table.unpack(v) } or v end
+    local mine = own[k]
+    if mine == nil then fail("unknown field '%s'", tostring(k)) end
+    if type(v) ~= type(mine) or (math.type(mine) == "integer" and math.type(v) ~= "integer") then
+      fail("%s is %s, expected %s like the scheduler's own", k, type(v) == "string" and string.format("%q", v) or
+        tostring(v), math.type(mine) == "integer" and "an integer" or "a " .. type(mine))
+    end
+    if type(v) == "table" then
+      if #v ~= #mine then fail("%s has %d entries, the scheduler's own has %d", k, #v, #mine) end
+      for i = 1, #v do
+        if type(v[i]) ~= "number" then fail("%s[%d] is %s, expected a number", k, i, tostring(v[i])) end
+      end
+    end
   end
+  for k, v in pairs(sd) do self[k] = type(v) == "table" and { table.unpack(v) } or v end
 end
 
 local function scheduler_class(name)
