@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -287,11 +288,24 @@ static void die_with_host(const char *host_pid) {
   if (getppid() != (pid_t)atol(host_pid)) _exit(1);
 }
 
+/* The soft limit on open files up to the hard one: the store holds one
+ * descriptor per connection (a rank's, a host's, a stranger's until it is
+ * closed), and a soft limit of 1024 is a common default well below what the
+ * system allows. */
+static void raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
 int dp_host_main(int argc, char **argv) {
   /* started with stdin/stdout/stderr closed: keep 0-2 taken, so that no
    * pipe or socket of the host lands there */
   for (int fd = 0; fd <= 2; fd++)
     if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) < 0) return 1;
+  raise_fd_limit();
   const char *host_pid = getenv(DP_WORKER_ENV);
   bool worker = host_pid != NULL;
   if (worker) {
