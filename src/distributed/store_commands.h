@@ -19,7 +19,7 @@ typedef struct {
 typedef struct {
   int fd;
   bool authed;
-  bool closing; /* refused: dropped once its reply is sent */
+  bool closing;      /* refused: dropped once its reply is sent */
   int64_t opened_ms; /* accept time: the authentication deadline counts from it */
   uint8_t *in;
   size_t in_len, in_cap;

@@ -3,6 +3,7 @@
  *   options.c     command line and the `ddplua:` section of --config
  *   launcher.c    picks the mode (in-process, scheduler rank, supervised workers) and builds the environment
  *   sched_env.c   Slurm and Open MPI environments -> one rank's placement
+ *   token.c       the job token of a job started across nodes or by a scheduler
  *   rendezvous.c  multi-node agreement on process counts, and failure propagation between nodes' hosts
  *   supervisor.c  spawning the workers (fork + exec), their output, failure handling
  *   output.c      whole-line, rank-prefixed relay of the workers' output, logs and last lines */
@@ -12,6 +13,7 @@
 #include <lua.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "distributed/store.h"
@@ -47,6 +49,8 @@ typedef struct {
   double timeout_s;      /* 300 */
   char *config;          /* absolute path of --config, or NULL */
   char *log_dir;         /* NULL: no logs */
+  char *token_file;      /* --token_file, or NULL */
+  bool insecure;         /* --insecure: a job of independently started processes may run without a secret */
   bool nproc_given, nnodes_given;
   /* what to run */
   char *script; /* path of the script (or of the tool) */
@@ -79,16 +83,29 @@ typedef struct {
   int master_port;
   char token[80];
   const char *scheduler; /* "Slurm", "Open MPI" */
+  char public_seed[400]; /* scheduler: what every task knows alike (for --insecure) */
 } dp_placement;
 
-/* 1 and fills p when this process is one rank started by Slurm (srun) or
- * Open MPI (mpirun); 0 when neither; -1 + dp_error on an inconsistent
- * environment. */
+/* 1 and fills p (all but the token: see dp_job_token) when this process is
+ * one rank started by Slurm (srun) or Open MPI (mpirun); 0 when neither; -1
+ * + dp_error on an inconsistent environment. */
 int dp_sched_detect(dp_placement *p);
-/* A job token that every process of a multi-process job can compute alike
- * when nothing hands them a common random one: DDPLUA_JOB_TOKEN if set,
- * else a hash of `what` (job id, master address and port). */
-void dp_shared_token(const char *what, char *out, size_t n);
+
+/* ---- token.c ---- */
+
+/* The job token (the store's password) of a job whose processes are
+ * started apart (the hosts of several nodes, the tasks of a scheduler),
+ * which therefore cannot hand each other a random one: DDPLUA_JOB_TOKEN, or
+ * the first line of --token_file. Without either the start is refused (-1 +
+ * dp_error saying how to give one; `who` names the kind of job), unless
+ * --insecure: then the token is derived from `public_seed` (addresses,
+ * ports, job ids: what anyone can know) and a warning says so on stderr when
+ * `warn`. 0 and the token in out on success. */
+int dp_job_token(const dp_host_opts *o, const char *who, const char *public_seed, bool warn, char *out, size_t n);
+/* Shortest secret accepted. */
+#define DP_TOKEN_MIN_CHARS 16
+/* FNV-1a of s from h (also sched_env.c's port derivation). */
+uint64_t dp_fnv1a(const char *s, uint64_t h);
 
 /* ---- rendezvous.c ---- */
 

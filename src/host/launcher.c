@@ -215,10 +215,14 @@ static int run_launcher(const dp_host_opts *o, char **argv) {
   snprintf(p.master_addr, sizeof p.master_addr, "%s", o->master_addr ? o->master_addr : "127.0.0.1");
   p.master_port = o->master_port ? o->master_port : multi ? MULTI_NODE_DEFAULT_PORT : 0;
   if (multi) {
-    /* every node's host must compute the same token */
-    char what[400];
-    snprintf(what, sizeof what, "nodes|%s|%d|%d", p.master_addr, p.master_port, p.nnodes);
-    dp_shared_token(what, p.token, sizeof p.token);
+    /* every node's host must hold the same secret */
+    char who[64], seed[400];
+    snprintf(who, sizeof who, "a job across %d nodes", p.nnodes);
+    snprintf(seed, sizeof seed, "nodes of %s:%d", p.master_addr, p.master_port);
+    if (dp_job_token(o, who, seed, true, p.token, sizeof p.token)) {
+      fprintf(stderr, "ddplua: %s\n", dp_errmsg());
+      return 2;
+    }
   } else {
     dp_store_make_token(p.token, sizeof p.token);
   }
@@ -288,6 +292,18 @@ static void die_with_host(const char *host_pid) {
   if (getppid() != (pid_t)atol(host_pid)) _exit(1);
 }
 
+/* A scheduler's rank: one random token when it is the only one, else the
+ * job's secret. 1, or -1 + dp_error. */
+static int scheduler_token(const dp_host_opts *o, dp_placement *p) {
+  if (p->world_size == 1) {
+    dp_store_make_token(p->token, sizeof p->token);
+    return 1;
+  }
+  char who[96];
+  snprintf(who, sizeof who, "a %s job of %d tasks", p->scheduler, p->world_size);
+  return dp_job_token(o, who, p->public_seed, p->local_rank == 0, p->token, sizeof p->token) ? -1 : 1;
+}
+
 /* The soft limit on open files up to the hard one: the store holds one
  * descriptor per connection (a rank's, a host's, a stranger's until it is
  * closed), and a soft limit of 1024 is a common default well below what the
@@ -328,6 +344,7 @@ int dp_host_main(int argc, char **argv) {
     /* an explicit --nproc/--nnodes > 1 means this host launches (e.g. one
      * srun task per node), whatever the scheduler says */
     if (!(o.nproc_given && o.nproc > 1) && !(o.nnodes_given && o.nnodes > 1)) sched = dp_sched_detect(&p);
+    if (sched > 0) sched = scheduler_token(&o, &p);
     if (sched < 0) {
       fprintf(stderr, "ddplua: %s\n", dp_errmsg());
       rc = 2;

@@ -67,4 +67,94 @@ cat ready 2>/dev/null
       assert.is_true(flooded.cpu < 0.5, "the host used " .. flooded.cpu .. " s of CPU in 2 s")
     end)
   end)
+
+  describe("a job of processes started apart (several nodes, a scheduler's tasks)", function()
+    local ENV = [[print("TOKEN " .. os.getenv("DDPLUA_JOB_TOKEN") .. " RANK " .. os.getenv("RANK"))]]
+
+    -- Two hosts (node 0: 1 rank, node 1: 1 rank) on 127.0.0.1 with `extra`
+    -- options and environment; returns both results.
+    local function two_nodes(env0, opts0, env1, opts1)
+      write(dir .. "/env.lua", ENV)
+      local port = H.free_port()
+      local common = " --nnodes 2 --nproc 1 --timeout 10 --master_port " .. port .. " "
+      sh(("cd %s && (env -u DDPLUA_JOB_TOKEN %s %s%s%s --node_rank 1 env.lua >out1 2>err1; echo $? >rc1) & " ..
+        "cd %s && env -u DDPLUA_JOB_TOKEN %s %s%s%s --node_rank 0 env.lua >out0 2>err0; echo $? >rc0; wait")
+        :format(q(dir), env1, q(BIN), common, opts1, q(dir), env0, q(BIN), common, opts0))
+      local r = {}
+      for n = 0, 1 do
+        r[n] = { code = tonumber(H.read(dir .. "/rc" .. n)), out = H.read(dir .. "/out" .. n),
+          err = H.read(dir .. "/err" .. n) }
+      end
+      return r, port
+    end
+
+    it("refuses to start across nodes without a secret token, naming the ways to give one", function()
+      local r, port = two_nodes("", "", "", "")
+      for n = 0, 1 do
+        assert.are.equal(2, r[n].code, r[n].err)
+        assert.matches("ddplua: a job across 2 nodes needs a secret job token that only its processes know", r[n].err,
+          1, true)
+        assert.matches("DDPLUA_JOB_TOKEN", r[n].err, 1, true)
+        assert.matches("--token_file FILE", r[n].err, 1, true)
+        assert.matches("--insecure runs without one", r[n].err, 1, true)
+      end
+      assert.are.equal("", sh("ss -Htln 'sport = :" .. port .. "'").out, "node 0 served the store anyway")
+      r = two_nodes("DDPLUA_JOB_TOKEN=short", "", "DDPLUA_JOB_TOKEN=short", "")
+      assert.are.equal(2, r[0].code)
+      assert.matches("DDPLUA_JOB_TOKEN holds 5 characters; a job token needs at least 16", r[0].err, 1, true)
+    end)
+
+    it("runs with --insecure, saying so in each node's log", function()
+      local r = two_nodes("", "--insecure", "", "--insecure")
+      for n = 0, 1 do
+        assert.are.equal(0, r[n].code, r[n].err)
+        assert.matches("ddplua: warning: %-%-insecure: a job across 2 nodes runs with a job token derived from " ..
+          "public values %(nodes of 127%.0%.0%.1:%d+%); anyone who can reach the store can join the job or stop it", r[n].err)
+        assert.matches("TOKEN %S+ RANK " .. n, r[n].out)
+      end
+    end)
+
+    it("reads the secret from --token_file (private to the user) or DDPLUA_JOB_TOKEN", function()
+      write(dir .. "/secret", "0123456789abcdef0123456789abcdef\n")
+      sh("chmod 600 " .. q(dir .. "/secret"))
+      local opt = "--token_file " .. q(dir .. "/secret")
+      local r = two_nodes("", opt, "", opt)
+      for n = 0, 1 do
+        assert.are.equal(0, r[n].code, r[n].err)
+        assert.matches("TOKEN 0123456789abcdef0123456789abcdef RANK " .. n, r[n].out)
+      end
+      r = two_nodes("DDPLUA_JOB_TOKEN=env_secret_0123456789", "", "DDPLUA_JOB_TOKEN=env_secret_0123456789", "")
+      assert.are.equal(0, r[1].code, r[1].err)
+      assert.matches("TOKEN env_secret_0123456789 RANK 1", r[1].out)
+      -- other characters are hashed into the token, the same on every node
+      r = two_nodes("DDPLUA_JOB_TOKEN='a secret: with spaces!'", "", "DDPLUA_JOB_TOKEN='a secret: with spaces!'", "")
+      assert.are.equal(0, r[1].code, r[1].err)
+      assert.are.equal(r[0].out:match("TOKEN (%x+)"), r[1].out:match("TOKEN (%x+)"))
+      -- another job's secret: refused by the store, said so
+      r = two_nodes("DDPLUA_JOB_TOKEN=env-secret-0123456789", "--timeout 3", "DDPLUA_JOB_TOKEN=other-secret-0123456789",
+        "--timeout 3")
+      assert.matches("refused the job token", r[1].err, 1, true)
+      assert.are_not.equal(0, r[1].code)
+      sh("chmod 644 " .. q(dir .. "/secret"))
+      r = two_nodes("", opt, "", opt)
+      assert.are.equal(2, r[0].code)
+      assert.matches("other users can read or write it (mode 644); make it private: chmod 600", r[0].err, 1, true)
+      r = two_nodes("", "--token_file " .. q(dir .. "/none"), "", "--insecure --timeout 0.5")
+      assert.matches("--token_file " .. dir .. "/none: cannot open", r[0].err, 1, true)
+    end)
+
+    it("refuses a scheduler's tasks without a secret (SLURM_JOB_ID is public); one task needs none", function()
+      write(dir .. "/env.lua", ENV)
+      local slurm = "env -u DDPLUA_JOB_TOKEN SLURM_JOB_ID=77 SLURM_STEP_ID=0 SLURM_NTASKS=2 SLURM_NNODES=1 " ..
+        "SLURM_PROCID=1 SLURM_LOCALID=1 SLURM_NODEID=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=" .. H.free_port() .. " "
+      local r = sh("cd " .. q(dir) .. " && " .. slurm .. q(BIN) .. " env.lua")
+      assert.are.equal(2, r.code)
+      assert.matches("a Slurm job of 2 tasks needs a secret job token", r.err, 1, true)
+      assert.matches("under Slurm, in the batch script before srun", r.err, 1, true)
+      r = sh("cd " .. q(dir) .. " && env -u DDPLUA_JOB_TOKEN SLURM_JOB_ID=77 SLURM_STEP_ID=0 SLURM_NTASKS=1 " ..
+        "SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NODEID=0 " .. q(BIN) .. " env.lua")
+      assert.are.equal(0, r.code, r.err)
+      assert.matches("^TOKEN %x+ RANK 0", r.out)
+    end)
+  end)
 end)
