@@ -120,6 +120,15 @@ dp_pg *dp_pg_cpu_new(const dp_pg_init *init);
  *    compared across ranks through the store; a mismatch names both sides. */
 dp_pg *dp_pg_nccl_new(const dp_pg_init *init);
 
+/* The rank (in the default group) that this process's groups found at
+ * fault for a failure: one that aborted the group, died, never arrived at
+ * a collective or at init, or closed its connection; -1 when none. The
+ * first one recorded wins (what follows is a consequence). A rank whose
+ * script fails tells its host whom it blames (src/host/blame.c), so that
+ * the host names the rank that failed first, not the one that noticed. */
+int dp_pg_culprit(void);
+void dp_pg_blame(int global_rank);
+
 /* Names for messages: "all_reduce", "sum" */
 const char *dp_redop_name(dp_redop op);
 

@@ -46,6 +46,15 @@ void cpu_op_ctx(const cpu_op *op, char *buf, size_t n) {
            dp_dtype_name((dp_dtype)d->dtype), (long long)d->count);
 }
 
+static _Atomic int culprit = -1;
+
+int dp_pg_culprit(void) { return atomic_load(&culprit); }
+
+void dp_pg_blame(int global_rank) {
+  int none = -1;
+  if (global_rank >= 0) atomic_compare_exchange_strong(&culprit, &none, global_rank);
+}
+
 void cpu_fail(cpu_pg *g, const char *err) {
   pthread_mutex_lock(&g->broken_mu);
   if (!atomic_load(&g->broken)) {
@@ -119,6 +128,7 @@ static int debug_check(cpu_pg *g, const cpu_op *op) {
       val = dp_xstrdup(mine);
     } else if (dp_store_get(g->base.store, key, (void **)&val, &len, left > 0 ? (int)left : 1)) {
       cpu_op_ctx(op, ctx, sizeof ctx);
+      dp_pg_blame(g->granks[j]);
       return dp_error("%s timed out after %.1f s on rank %d: rank %d never arrived (DDPLUA_DEBUG check)", ctx,
                       g->base.timeout_ms / 1000.0, g->base.global_rank, g->granks[j]);
     }

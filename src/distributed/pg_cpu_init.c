@@ -38,6 +38,7 @@ static int exchange_nodes(cpu_pg *g, const cpu_pg_params *p, int *node_of, int64
   for (int r = 0; r < p->size && !rc; r++) {
     snprintf(key, sizeof key, "%s/member/%d", p->prefix, r);
     if (store_get_str(p->store, key, &ids[r], deadline)) {
+      dp_pg_blame(g->granks[r]);
       rc = dp_error("init_process_group: rank %d of %d never joined within %.1f s", g->granks[r], p->size,
                     p->timeout_ms / 1000.0);
       break;
@@ -96,6 +97,7 @@ static int setup_segment(cpu_pg *g, const cpu_pg_params *p, int64_t deadline) {
   }
   if (store_get_str(p->store, key, &val, deadline)) return -1;
   if (strcmp(val, "ok") != 0) {
+    dp_pg_blame(g->granks[g->node_first[g->my_node]]);
     dp_error("rank %d could not create the node's shared memory: %s", g->granks[g->node_first[g->my_node]], val);
     free(val);
     return -1;

@@ -51,6 +51,7 @@ static int peer_error(coll_ctx *c, int peer, const char *what) {
   char ctx[256];
   cpu_op_ctx(c->op, ctx, sizeof ctx);
   cpu_pg *g = c->g;
+  dp_pg_blame(g->granks[peer]);
   if (strcmp(what, "timeout") == 0)
     return dp_error("%s timed out after %.1f s on rank %d waiting for rank %d (node %d)", ctx,
                     g->base.timeout_ms / 1000.0, g->base.global_rank, g->granks[peer], g->node_of[peer]);

@@ -4,7 +4,8 @@
  *   launcher.c    picks the mode (in-process, scheduler rank, supervised workers) and builds the environment
  *   sched_env.c   Slurm and Open MPI environments -> one rank's placement
  *   token.c       the job token of a job started across nodes or by a scheduler
- *   rendezvous.c  multi-node agreement on process counts, and failure propagation between nodes' hosts
+ *   rendezvous.c  multi-node agreement on process counts, and messages between nodes' hosts
+ *   blame.c       which rank failed first, from the ranks' failure reports and exits
  *   supervisor.c  spawning the workers (fork + exec), their output, failure handling
  *   output.c      whole-line, rank-prefixed relay of the workers' output, logs and last lines */
 #ifndef DP_HOST_H
@@ -36,6 +37,13 @@ void dp_host_lua_dir(char *out, size_t n);
  * arg[1..n_args] = args. Prints the error with a traceback and returns 1 on
  * failure. */
 int dp_host_run_script(lua_State *L, const char *script, char **pre, int n_pre, char **args, int n_args);
+/* In a worker: where dp_host_run_script reports a failure to the host (see
+ * main.c) and this worker's rank. */
+void dp_host_set_report(int fd, int rank);
+/* The descriptor a worker finds its report pipe on, named to it by
+ * DDPLUA_REPORT_FD. */
+#define DP_REPORT_FD 3
+#define DP_REPORT_ENV "DDPLUA_REPORT_FD"
 int dp_host_main(int argc, char **argv);
 
 /* ---- options.c ---- */
@@ -114,19 +122,36 @@ typedef struct dp_rdzv dp_rdzv;
  * other nodes; sets *rank_offset and *world_size. NULL + dp_error. */
 dp_rdzv *dp_rdzv_join(const char *addr, int port, const char *token, int node_rank, int nnodes, int nproc,
                       int timeout_ms, int *rank_offset, int *world_size);
-/* A file descriptor that becomes readable when another node asks this one
- * to stop (or the store on node 0 goes away); read the reason with
- * dp_rdzv_stop_reason. */
-int dp_rdzv_stop_fd(dp_rdzv *r);
-/* The other node's message and exit code (0 if the job simply ended). */
-int dp_rdzv_stop_reason(dp_rdzv *r, char *msg, size_t n);
-/* Asks every other node to stop: `code` and `msg` name this node's cause. */
-void dp_rdzv_stop_others(dp_rdzv *r, int code, const char *msg);
+/* What other nodes' hosts (or the store) tell this one while the job runs. */
+typedef enum {
+  DP_MSG_VERDICT,   /* the job's verdict: code, text */
+  DP_MSG_ACCUSE,    /* a rank elsewhere (victim) failed because of this node's `rank`: text is its error */
+  DP_MSG_LOST,      /* node `node`'s host vanished: text */
+  DP_MSG_STORE_LOST /* the store (node 0's host) is gone: text */
+} dp_rdzv_msg_kind;
+typedef struct {
+  dp_rdzv_msg_kind kind;
+  int code, rank, victim, node;
+  char text[1024];
+} dp_rdzv_msg;
+/* Readable when a message is waiting; dp_rdzv_next takes one (false: none). */
+int dp_rdzv_fd(dp_rdzv *r);
+bool dp_rdzv_next(dp_rdzv *r, dp_rdzv_msg *m);
+/* The node that runs global rank `rank` (-1: none). */
+int dp_rdzv_node_of(const dp_rdzv *r, int rank);
+/* Claims the job's verdict: 1 when this host is the first to (it then
+ * publishes it), 0 when another was (its verdict is on the way), -1 when
+ * the store cannot be reached. */
+int dp_rdzv_claim(dp_rdzv *r);
+/* Sends the verdict to every other node. */
+void dp_rdzv_publish(dp_rdzv *r, int code, const char *text);
+/* Tells the node of `rank` that `victim` (here) failed because of it. */
+void dp_rdzv_accuse(dp_rdzv *r, int rank, int victim, const char *text);
 /* Reports this node's exit code; on node 0 waits for the other nodes'
  * reports (up to timeout_ms after a normal end, a few seconds after a
- * failure, less if SIGINT/SIGTERM/SIGHUP/SIGQUIT is pending), so the store
- * outlives every node's workers, and returns the first non-zero code among
- * them (or `code`). Frees r. */
+ * failure, not at all for a node known lost, less if SIGINT/SIGTERM/SIGHUP/
+ * SIGQUIT is pending), so the store outlives every node's workers, and
+ * returns the first non-zero code among them (or `code`). Frees r. */
 int dp_rdzv_finish(dp_rdzv *r, int code, int timeout_ms);
 
 /* ---- output.c ---- */
@@ -142,6 +167,39 @@ void dp_relay_close(dp_relay *r, int stream);
 /* Writes the last lines of this rank (at most ~20) to fd, each indented. */
 void dp_relay_print_tail(dp_relay *r, int fd);
 void dp_relay_free(dp_relay *r);
+
+/* ---- blame.c ---- */
+
+/* The culprit of a failure among this node's ranks first_rank ..
+ * first_rank+n-1, from their failure reports and exits (blame.c has the
+ * rules). Events are given in the order the host saw them. */
+typedef struct dp_blame dp_blame;
+dp_blame *dp_blame_new(int first_rank, int n);
+void dp_blame_free(dp_blame *b);
+/* Rank `rank` reported that its script failed with `text`, its process
+ * groups blaming global rank `blamed` (-1: nobody). */
+void dp_blame_report(dp_blame *b, int rank, int blamed, const char *text, int64_t now_ms);
+/* A rank of another node (victim) failed because of our `rank`. */
+void dp_blame_accused(dp_blame *b, int rank, int victim, const char *text, int64_t now_ms);
+/* Rank `rank` exited (code, or killed by sig); after_stop: the host had
+ * already begun stopping the job. */
+void dp_blame_exit(dp_blame *b, int rank, int code, int sig, bool after_stop);
+
+typedef enum {
+  DP_BLAME_NONE,   /* no failure */
+  DP_BLAME_WAIT,   /* an accused rank may still report: resolve again at until_ms */
+  DP_BLAME_LOCAL,  /* rank is the culprit */
+  DP_BLAME_REMOTE, /* the culprit is rank, of another node: that node's host judges */
+} dp_blame_state;
+typedef struct {
+  dp_blame_state state;
+  int rank;
+  int code;         /* the job's exit code */
+  char why[900];    /* what the culprit did: "exited with code 3", "stopped making progress: ..." */
+  bool exiting;     /* LOCAL: it reported its error and is still exiting: stop the others at its exit, */
+  int64_t until_ms; /* or at this time (WAIT: resolve again then) */
+} dp_blame_verdict;
+void dp_blame_resolve(const dp_blame *b, int64_t now_ms, dp_blame_verdict *v);
 
 /* ---- supervisor.c ---- */
 

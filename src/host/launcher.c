@@ -327,6 +327,12 @@ int dp_host_main(int argc, char **argv) {
   if (worker) {
     die_with_host(host_pid);
     unsetenv(DP_WORKER_ENV); /* a ddplua the script starts is a host again */
+    const char *rfd = getenv(DP_REPORT_ENV), *rank = getenv("RANK");
+    if (rfd && atoi(rfd) == DP_REPORT_FD && rank) {
+      fcntl(DP_REPORT_FD, F_SETFD, FD_CLOEXEC); /* not for the script's own children */
+      dp_host_set_report(DP_REPORT_FD, atoi(rank));
+    }
+    unsetenv(DP_REPORT_ENV);
   }
   dp_host_opts o;
   bool done;

@@ -11,14 +11,23 @@
  * exit is noticed with waitid(WNOWAIT) and the zombie is kept until the end:
  * the group id then cannot be reused while the host may still signal it.
  * Waiting is event-driven: ppoll on the pipes, a signalfd (SIGCHLD and the
- * stop signals) and the rendezvous watcher's pipe; the only timeout is the
- * grace period between SIGTERM and SIGKILL. */
+ * stop signals), the workers' failure reports and the rendezvous
+ * watcher's pipe; the timeouts are the grace period between SIGTERM and
+ * SIGKILL and the waits blame.c asks for.
+ *
+ * A failure ends in one verdict: the culprit (blame.c: the first rank whose
+ * failure is its own, not the first to exit), the summary line and the exit
+ * code. Across nodes the first host to reach a verdict claims it in the
+ * store and sends it to the others (rendezvous.c), so every node prints the
+ * same cause and exits with the same code; a host whose victims blame
+ * another node's rank asks that node to judge. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +41,7 @@
 
 extern char **environ;
 
-enum { GRACE_MS = 3000, DRAIN_MS = 500, READ_CHUNK = 65536 };
+enum { GRACE_MS = 3000, DRAIN_MS = 500, READ_CHUNK = 65536, VERDICT_WAIT_MS = 5000, REPORT_LINE_MAX = 4096 };
 
 typedef struct {
   int rank;
@@ -45,7 +54,17 @@ typedef struct {
   char **envp;
 } worker;
 
+/* How the job ends (the summary line and code are in the verdict). */
 typedef enum { RUNNING, STOP_FAILURE, STOP_SIGNAL, STOP_REMOTE, STOP_LAUNCH } stop_kind;
+
+typedef struct {
+  bool set;
+  int code;
+  char text[1200];   /* the summary line, after "ddplua: " */
+  int culprit;       /* index of the local worker whose last lines follow it, -1 */
+  bool provisional;  /* another node claimed the verdict first: its own is on the way */
+  int64_t remote_by; /* REMOTE culprit or provisional: wait for the other node's verdict until then */
+} verdict;
 
 typedef struct {
   const dp_supervise_args *a;
@@ -53,11 +72,15 @@ typedef struct {
   int n, alive;
   pid_t pgid;
   stop_kind stop;
-  int failed;      /* index of the worker whose failure stopped the job */
-  int host_signal; /* the signal that stopped the host */
-  int remote_code;
-  char remote_msg[1024];
-  int64_t kill_at_ms; /* SIGKILL the group at this time; -1: not pending */
+  int host_signal;      /* the signal that stopped the host */
+  int64_t kill_at_ms;   /* SIGKILL the group at this time; -1: not pending */
+  int64_t decide_at_ms; /* resolve the blame again at this time; -1: not pending */
+  dp_blame *blame;
+  verdict v;
+  bool accused; /* asked another node to judge its rank */
+  int report_fd;
+  char report_buf[REPORT_LINE_MAX];
+  size_t report_len;
 } sup;
 
 static int64_t now_ms(void) {
@@ -92,23 +115,25 @@ static bool same_name(const char *env_entry, const char *set) {
 /* The worker's environment: ours, minus what the job sets, plus the job's
  * variables and the rank's own. */
 static char **worker_env(const dp_supervise_args *a, int rank, int local_rank) {
-  char own[3][64];
+  enum { N_OWN = 4 };
+  char own[N_OWN][64];
   snprintf(own[0], sizeof own[0], "RANK=%d", rank);
   snprintf(own[1], sizeof own[1], "LOCAL_RANK=%d", local_rank);
   snprintf(own[2], sizeof own[2], "%s=%d", DP_WORKER_ENV, (int)getpid());
+  snprintf(own[3], sizeof own[3], "%s=%d", DP_REPORT_ENV, DP_REPORT_FD);
   size_t n_env = 0, n_extra = 0;
   while (environ[n_env]) n_env++;
   while (a->job_env[n_extra]) n_extra++;
-  char **env = dp_xcalloc(n_env + n_extra + 4, sizeof *env);
+  char **env = dp_xcalloc(n_env + n_extra + N_OWN + 1, sizeof *env);
   size_t k = 0;
   for (size_t i = 0; i < n_env; i++) {
     bool drop = false;
     for (size_t j = 0; j < n_extra && !drop; j++) drop = same_name(environ[i], a->job_env[j]);
-    for (int j = 0; j < 3 && !drop; j++) drop = same_name(environ[i], own[j]);
+    for (int j = 0; j < N_OWN && !drop; j++) drop = same_name(environ[i], own[j]);
     if (!drop) env[k++] = dp_xstrdup(environ[i]);
   }
   for (size_t j = 0; j < n_extra; j++) env[k++] = dp_xstrdup(a->job_env[j]);
-  for (int j = 0; j < 3; j++) env[k++] = dp_xstrdup(own[j]);
+  for (int j = 0; j < N_OWN; j++) env[k++] = dp_xstrdup(own[j]);
   env[k] = NULL;
   return env;
 }
@@ -122,7 +147,7 @@ static void free_env(char **env) {
 /* posix_spawn: glibc creates the child with CLONE_VM|CLONE_VFORK (no copy
  * of the host's page tables) and runs exactly these steps before exec. The
  * worker sets its parent-death signal itself (see dp_host_main). */
-static int spawn_one(sup *s, worker *w, int out_w, int err_w) {
+static int spawn_one(sup *s, worker *w, int out_w, int err_w, int report_w) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t at;
   posix_spawn_file_actions_init(&fa);
@@ -130,6 +155,7 @@ static int spawn_one(sup *s, worker *w, int out_w, int err_w) {
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&fa, out_w, 1); /* dup2 clears O_CLOEXEC on 1 and 2 */
   posix_spawn_file_actions_adddup2(&fa, err_w, 2);
+  posix_spawn_file_actions_adddup2(&fa, report_w, DP_REPORT_FD); /* its failure report (main.c) */
   sigset_t none, dfl;
   sigemptyset(&none);
   sigemptyset(&dfl);
@@ -152,33 +178,42 @@ static int spawn_one(sup *s, worker *w, int out_w, int err_w) {
   return 0;
 }
 
-static int spawn_all(sup *s) {
-  for (int i = 0; i < s->n; i++) {
-    worker *w = &s->w[i];
-    int out[2], err[2];
-    if (pipe2(out, O_CLOEXEC) < 0) return dp_error("pipe: %s", strerror(errno));
-    if (pipe2(err, O_CLOEXEC) < 0) {
-      close(out[0]);
-      close(out[1]);
-      return dp_error("pipe: %s", strerror(errno));
-    }
-    w->envp = worker_env(s->a, w->rank, s->a->first_local_rank + i);
-    int rc = spawn_one(s, w, out[1], err[1]);
+static int spawn_worker(sup *s, int i, int report_w) {
+  worker *w = &s->w[i];
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) < 0) return dp_error("pipe: %s", strerror(errno));
+  if (pipe2(err, O_CLOEXEC) < 0) {
+    close(out[0]);
     close(out[1]);
-    close(err[1]);
-    if (rc != 0) {
-      close(out[0]);
-      close(err[0]);
-      return -1;
-    }
-    if (s->pgid == 0) s->pgid = w->pid;
-    w->fd[0] = out[0];
-    w->fd[1] = err[0];
-    fcntl(out[0], F_SETFL, O_NONBLOCK);
-    fcntl(err[0], F_SETFL, O_NONBLOCK);
-    s->alive++;
+    return dp_error("pipe: %s", strerror(errno));
   }
+  w->envp = worker_env(s->a, w->rank, s->a->first_local_rank + i);
+  int rc = spawn_one(s, w, out[1], err[1], report_w);
+  close(out[1]);
+  close(err[1]);
+  if (rc != 0) {
+    close(out[0]);
+    close(err[0]);
+    return -1;
+  }
+  if (s->pgid == 0) s->pgid = w->pid;
+  w->fd[0] = out[0];
+  w->fd[1] = err[0];
+  fcntl(out[0], F_SETFL, O_NONBLOCK);
+  fcntl(err[0], F_SETFL, O_NONBLOCK);
+  s->alive++;
   return 0;
+}
+
+static int spawn_all(sup *s) {
+  int rep[2];
+  if (pipe2(rep, O_CLOEXEC) < 0) return dp_error("pipe: %s", strerror(errno));
+  s->report_fd = rep[0];
+  fcntl(rep[0], F_SETFL, O_NONBLOCK);
+  int rc = 0;
+  for (int i = 0; i < s->n && !rc; i++) rc = spawn_worker(s, i, rep[1]);
+  close(rep[1]); /* the workers hold the write end: the host sees EOF once they are all gone */
+  return rc;
 }
 
 static void signal_group(sup *s, int sig) {
@@ -189,37 +224,82 @@ static void begin_stop(sup *s, stop_kind why) {
   if (s->stop != RUNNING) return;
   s->stop = why;
   signal_group(s, SIGTERM);
+  signal_group(s, SIGCONT); /* a stopped (frozen) rank gets its SIGTERM now, not after the grace period */
   s->kill_at_ms = now_ms() + GRACE_MS;
 }
 
-/* One line naming the failed rank: the summary and the message to other nodes. */
-static void describe_failure(sup *s, char *buf, size_t n) {
-  worker *w = &s->w[s->failed];
-  char sn[32];
-  size_t k = (size_t)snprintf(buf, n, "rank %d (pid %d", w->rank, (int)w->pid);
-  if (s->a->nnodes > 1) k += (size_t)snprintf(buf + k, n - k, " on node %d", s->a->node_rank);
-  if (w->sig) snprintf(buf + k, n - k, ") was killed by signal %d (%s)", w->sig, signame(w->sig, sn, sizeof sn));
-  else snprintf(buf + k, n - k, ") exited with code %d", w->code);
+/* "rank R (pid P[ on node N])" for a local rank, "rank R (on node N)" for another node's. */
+static void name_rank(sup *s, int rank, char *buf, size_t n) {
+  int i = rank - s->a->first_rank;
+  int node = s->a->rdzv ? dp_rdzv_node_of(s->a->rdzv, rank) : s->a->node_rank;
+  if (i >= 0 && i < s->n) {
+    size_t k = (size_t)snprintf(buf, n, "rank %d (pid %d", rank, (int)s->w[i].pid);
+    if (s->a->nnodes > 1) k += (size_t)snprintf(buf + k, n - k, " on node %d", node);
+    snprintf(buf + k, n - k, ")");
+  } else {
+    snprintf(buf, n, "rank %d (on node %d)", rank, node);
+  }
 }
 
-static int failure_code(const worker *w) { return w->sig ? 128 + w->sig : w->code; }
-
-static void tell_other_nodes(sup *s) {
-  if (!s->a->rdzv || s->stop == STOP_REMOTE) return;
-  char msg[512];
-  int code;
-  if (s->stop == STOP_FAILURE) {
-    describe_failure(s, msg, sizeof msg);
-    code = failure_code(&s->w[s->failed]);
-  } else if (s->stop == STOP_LAUNCH) {
-    snprintf(msg, sizeof msg, "node %d's host could not start its ranks", s->a->node_rank);
-    code = 1;
-  } else {
-    char sn[32];
-    snprintf(msg, sizeof msg, "node %d's host received %s", s->a->node_rank, signame(s->host_signal, sn, sizeof sn));
-    code = 128 + s->host_signal;
+/* Fixes the job's verdict (the first one counts). Across nodes the first
+ * host to claim it tells the others; a host that lost the claim keeps its
+ * own only until the winner's arrives. */
+static void settle(sup *s, stop_kind why, int code, const char *text, int culprit) {
+  if (s->v.set) return;
+  s->v = (verdict){.set = true, .code = code, .culprit = culprit};
+  snprintf(s->v.text, sizeof s->v.text, "%s", text);
+  if (s->a->rdzv && why != STOP_REMOTE) {
+    int won = dp_rdzv_claim(s->a->rdzv);
+    if (won == 1) dp_rdzv_publish(s->a->rdzv, code, text);
+    if (won == 0) {
+      s->v.provisional = true;
+      s->v.remote_by = now_ms() + VERDICT_WAIT_MS;
+    }
   }
-  dp_rdzv_stop_others(s->a->rdzv, code, msg);
+  if (why == STOP_LAUNCH) {
+    s->stop = STOP_LAUNCH;
+    signal_group(s, SIGKILL);
+  } else {
+    begin_stop(s, why);
+  }
+}
+
+/* Asks blame.c who failed, and acts on what it says. */
+static void decide(sup *s) {
+  s->decide_at_ms = -1;
+  if (s->v.set) return;
+  dp_blame_verdict bv;
+  int64_t now = now_ms();
+  dp_blame_resolve(s->blame, now, &bv);
+  char who[160], line[1200];
+  switch (bv.state) {
+  case DP_BLAME_NONE: return;
+  case DP_BLAME_WAIT: s->decide_at_ms = bv.until_ms; return;
+  case DP_BLAME_LOCAL:
+    if (bv.exiting) { /* let it end with its own exit code */
+      s->decide_at_ms = bv.until_ms;
+      return;
+    }
+    name_rank(s, bv.rank, who, sizeof who);
+    snprintf(line, sizeof line, "%s %s", who, bv.why);
+    settle(s, STOP_FAILURE, bv.code, line, bv.rank - s->a->first_rank);
+    return;
+  case DP_BLAME_REMOTE:
+    /* another node's rank: its host judges; ours only if it says nothing */
+    if (!s->accused && s->a->rdzv) {
+      s->accused = true;
+      s->v.remote_by = now + VERDICT_WAIT_MS;
+      dp_rdzv_accuse(s->a->rdzv, bv.rank, s->a->first_rank, bv.why);
+    }
+    if (s->a->rdzv && now < s->v.remote_by) {
+      s->decide_at_ms = s->v.remote_by;
+      return;
+    }
+    name_rank(s, bv.rank, who, sizeof who);
+    snprintf(line, sizeof line, "%s %s", who, bv.why);
+    settle(s, STOP_FAILURE, bv.code, line, -1);
+    return;
+  }
 }
 
 /* Notes workers that have exited (keeping their zombies). */
@@ -233,12 +313,37 @@ static void check_exits(sup *s) {
     s->alive--;
     if (si.si_code == CLD_EXITED) w->code = si.si_status;
     else w->sig = si.si_status;
-    if ((w->code != 0 || w->sig != 0) && s->stop == RUNNING) {
-      s->failed = i;
-      begin_stop(s, STOP_FAILURE);
-      tell_other_nodes(s);
-    }
+    dp_blame_exit(s->blame, w->rank, w->code, w->sig, s->stop != RUNNING);
   }
+  decide(s);
+}
+
+/* Reads the workers' failure reports ("<rank> <blamed> <text>" lines). */
+static void read_reports(sup *s) {
+  for (;;) {
+    ssize_t k = read(s->report_fd, s->report_buf + s->report_len, sizeof s->report_buf - 1 - s->report_len);
+    if (k <= 0) {
+      if (k == 0 || (errno != EAGAIN && errno != EINTR)) {
+        close(s->report_fd); /* every worker is gone */
+        s->report_fd = -1;
+      }
+      break;
+    }
+    s->report_len += (size_t)k;
+    s->report_buf[s->report_len] = 0;
+    char *line = s->report_buf, *nl;
+    while ((nl = strchr(line, '\n'))) {
+      *nl = 0;
+      int rank, blamed, n = 0;
+      if (sscanf(line, "%d %d %n", &rank, &blamed, &n) == 2 && n > 0)
+        dp_blame_report(s->blame, rank, blamed, line + n, now_ms());
+      line = nl + 1;
+    }
+    s->report_len = strlen(line);
+    memmove(s->report_buf, line, s->report_len);
+    if (s->report_len == sizeof s->report_buf - 1) s->report_len = 0; /* no newline in 4 KiB: junk */
+  }
+  decide(s);
 }
 
 /* Relays what one pipe holds now (at most one chunk, so that a chatty rank
@@ -259,46 +364,67 @@ static void pump(worker *w, int stream) {
 
 static void handle_signals(sup *s, int sfd) {
   struct signalfd_siginfo si;
+  bool chld = false;
   while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
     int sig = (int)si.ssi_signo;
     if (sig == SIGCHLD) {
-      check_exits(s);
+      chld = true;
     } else if (s->stop == RUNNING) {
       s->host_signal = sig;
-      begin_stop(s, STOP_SIGNAL);
-      tell_other_nodes(s);
+      char sn[32], line[200];
+      snprintf(line, sizeof line, "node %d's host received %s", s->a->node_rank, signame(sig, sn, sizeof sn));
+      settle(s, STOP_SIGNAL, 128 + sig, line, -1);
     } else {
       /* a second Ctrl-C: no more grace */
       signal_group(s, SIGKILL);
       s->kill_at_ms = -1;
     }
   }
+  if (chld) check_exits(s);
 }
 
-static void handle_remote_stop(sup *s, int *rfd) {
-  char b;
-  if (read(*rfd, &b, 1) <= 0) return;
-  *rfd = -1; /* the watcher reports once */
-  char msg[1024];
-  int code = dp_rdzv_stop_reason(s->a->rdzv, msg, sizeof msg);
-  if (code == 0 || s->stop != RUNNING) return;
-  s->remote_code = code;
-  snprintf(s->remote_msg, sizeof s->remote_msg, "%s", msg);
-  begin_stop(s, STOP_REMOTE);
+/* A message from another node's host (or about one). */
+static void handle_remote(sup *s) {
+  dp_rdzv_msg m;
+  while (dp_rdzv_next(s->a->rdzv, &m)) {
+    switch (m.kind) {
+    case DP_MSG_VERDICT:
+      if (s->v.set && !s->v.provisional) break;
+      s->v = (verdict){.set = true, .code = m.code, .culprit = -1};
+      snprintf(s->v.text, sizeof s->v.text, "stopped because another node failed: %s", m.text);
+      if (s->stop == RUNNING) begin_stop(s, STOP_REMOTE);
+      else s->stop = STOP_REMOTE;
+      break;
+    case DP_MSG_ACCUSE:
+      dp_blame_accused(s->blame, m.rank, m.victim, m.text, now_ms());
+      decide(s);
+      break;
+    case DP_MSG_LOST:
+    case DP_MSG_STORE_LOST:
+      if (s->stop == RUNNING || (!s->v.set && m.kind == DP_MSG_LOST)) settle(s, STOP_FAILURE, 1, m.text, -1);
+      break;
+    }
+  }
 }
 
-/* Polls the open pipes (+ signalfd, remote-stop fd) once. */
-static void poll_once(sup *s, int sfd, int *rfd, int timeout_ms) {
-  int n = 0, at_sfd = -1, at_rfd = -1;
-  struct pollfd pf[2 + 2 * s->n];
-  int who[2 + 2 * s->n];
+/* Polls the open pipes (+ signalfd, report pipe, remote messages) once:
+ * reports before exits, so that a rank's report counts before its death. */
+static void poll_once(sup *s, int sfd, int timeout_ms) {
+  int n = 0, at_sfd = -1, at_rfd = -1, at_rep = -1;
+  struct pollfd pf[3 + 2 * s->n];
+  int who[3 + 2 * s->n];
+  int rfd = s->a->rdzv ? dp_rdzv_fd(s->a->rdzv) : -1;
+  if (s->report_fd >= 0) {
+    at_rep = n;
+    pf[n++] = (struct pollfd){s->report_fd, POLLIN, 0};
+  }
   if (sfd >= 0) {
     at_sfd = n;
     pf[n++] = (struct pollfd){sfd, POLLIN, 0};
   }
-  if (*rfd >= 0) {
+  if (rfd >= 0) {
     at_rfd = n;
-    pf[n++] = (struct pollfd){*rfd, POLLIN, 0};
+    pf[n++] = (struct pollfd){rfd, POLLIN, 0};
   }
   int first_pipe = n;
   for (int i = 0; i < s->n; i++)
@@ -312,7 +438,8 @@ static void poll_once(sup *s, int sfd, int *rfd, int timeout_ms) {
   if (r <= 0) return;
   for (int k = first_pipe; k < n; k++)
     if (pf[k].revents) pump(&s->w[who[k] / 2], who[k] % 2 + 1);
-  if (at_rfd >= 0 && pf[at_rfd].revents) handle_remote_stop(s, rfd);
+  if (at_rep >= 0 && pf[at_rep].revents) read_reports(s);
+  if (at_rfd >= 0 && pf[at_rfd].revents) handle_remote(s);
   if (at_sfd >= 0 && pf[at_sfd].revents) handle_signals(s, sfd);
 }
 
@@ -323,30 +450,59 @@ static bool pipes_open(sup *s) {
 }
 
 static int finish(sup *s) {
-  char line[1200], sn[32];
-  switch (s->stop) {
-  case RUNNING: return 0;
-  case STOP_FAILURE:
-    describe_failure(s, line, sizeof line);
-    fprintf(stderr, "ddplua: %s\n", line);
-    fflush(stderr);
-    dp_relay_print_tail(s->w[s->failed].relay, 2);
-    return failure_code(&s->w[s->failed]);
-  case STOP_SIGNAL:
+  if (s->stop == RUNNING && !s->v.set) {
+    /* every worker exited: a failure still unjudged (an accused rank that
+     * exited, a remote culprit whose node said nothing) is judged now */
+    s->v.remote_by = 0;
+    decide(s);
+  }
+  if (!s->v.set) return 0;
+  char sn[32];
+  if (s->stop == STOP_SIGNAL) {
     fprintf(stderr, "ddplua: received %s; stopped all %d ranks of this node\n", signame(s->host_signal, sn, sizeof sn),
             s->n);
-    return 128 + s->host_signal;
-  case STOP_REMOTE:
-    fprintf(stderr, "ddplua: stopped because another node failed: %s\n", s->remote_msg);
-    return s->remote_code;
-  case STOP_LAUNCH: return 1; /* the reason was printed when it happened */
+    return s->v.code;
   }
-  return 1;
+  if (s->stop == STOP_LAUNCH) return 1; /* the reason was printed when it happened */
+  /* a culprit of ours that was still exiting when the verdict was made:
+   * say how it ended */
+  if (s->v.culprit >= 0 && s->stop != STOP_REMOTE) {
+    dp_blame_verdict bv;
+    dp_blame_resolve(s->blame, INT64_MAX, &bv);
+    if (bv.state == DP_BLAME_LOCAL && bv.rank == s->w[s->v.culprit].rank) {
+      char who[160];
+      name_rank(s, bv.rank, who, sizeof who);
+      snprintf(s->v.text, sizeof s->v.text, "%s %s", who, bv.why);
+    }
+  }
+  fprintf(stderr, "ddplua: %s\n", s->v.text);
+  fflush(stderr);
+  if (s->v.culprit >= 0) dp_relay_print_tail(s->w[s->v.culprit].relay, 2);
+  return s->v.code;
+}
+
+/* Whether the loop still has something to wait for: a worker, or another
+ * node's verdict that is due. */
+static bool waiting(sup *s) {
+  if (s->alive > 0) return true;
+  bool want_remote = s->v.provisional || (!s->v.set && s->accused);
+  return want_remote && s->a->rdzv && now_ms() < s->v.remote_by;
+}
+
+static int next_timeout(sup *s) {
+  int64_t now = now_ms(), at = -1;
+  int64_t cand[] = {s->kill_at_ms, s->decide_at_ms, waiting(s) && s->alive == 0 ? s->v.remote_by : -1};
+  for (size_t i = 0; i < sizeof cand / sizeof *cand; i++)
+    if (cand[i] >= 0 && (at < 0 || cand[i] < at)) at = cand[i];
+  if (at < 0) return -1;
+  return at > now ? (int)(at - now) : 0;
 }
 
 int dp_supervise(const dp_supervise_args *a) {
-  sup s = {.a = a, .n = a->n_workers, .kill_at_ms = -1};
+  sup s = {.a = a, .n = a->n_workers, .kill_at_ms = -1, .decide_at_ms = -1, .report_fd = -1};
   s.w = dp_xcalloc((size_t)s.n, sizeof *s.w);
+  s.blame = dp_blame_new(a->first_rank, s.n);
+  s.v.culprit = -1;
   int code = 1;
   sigset_t mask;
   sigemptyset(&mask);
@@ -355,8 +511,7 @@ int dp_supervise(const dp_supervise_args *a) {
   int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0) {
     fprintf(stderr, "ddplua: signalfd: %s\n", strerror(errno));
-    free(s.w);
-    return 1;
+    goto out;
   }
   for (int i = 0; i < s.n; i++) {
     worker *w = &s.w[i];
@@ -374,36 +529,31 @@ int dp_supervise(const dp_supervise_args *a) {
     w->relay = dp_relay_new(w->rank, w->log_fd);
   }
   if (spawn_all(&s) != 0) {
+    char line[600];
     fprintf(stderr, "ddplua: %s\n", dp_errmsg());
-    s.stop = STOP_LAUNCH; /* and stop what was started */
-    signal_group(&s, SIGKILL);
-    tell_other_nodes(&s);
+    snprintf(line, sizeof line, "node %d's host could not start its ranks (%s)", a->node_rank, dp_errmsg());
+    settle(&s, STOP_LAUNCH, 1, line, -1); /* and stop what was started */
   }
-  int rfd = a->rdzv ? dp_rdzv_stop_fd(a->rdzv) : -1;
   check_exits(&s); /* a SIGCHLD that came before the signalfd existed */
-  while (s.alive > 0) {
-    int tmo = -1;
-    if (s.kill_at_ms >= 0) {
-      int64_t left = s.kill_at_ms - now_ms();
-      if (left <= 0) {
-        signal_group(&s, SIGKILL);
-        s.kill_at_ms = -1;
-        continue;
-      }
-      tmo = (int)left;
+  while (waiting(&s)) {
+    int64_t now = now_ms();
+    if (s.kill_at_ms >= 0 && now >= s.kill_at_ms) {
+      signal_group(&s, SIGKILL);
+      s.kill_at_ms = -1;
     }
-    poll_once(&s, sfd, &rfd, tmo);
+    if (s.decide_at_ms >= 0 && now >= s.decide_at_ms) decide(&s);
+    poll_once(&s, sfd, next_timeout(&s));
   }
   /* every worker has exited: end whatever the scripts left in the group,
    * then relay the output still in the pipes */
   signal_group(&s, SIGKILL);
   int64_t drain_end = now_ms() + DRAIN_MS;
-  int no_fd = -1;
   while (pipes_open(&s)) {
     int64_t left = drain_end - now_ms();
     if (left <= 0) break;
-    poll_once(&s, -1, &no_fd, (int)left);
+    poll_once(&s, -1, (int)left);
   }
+  if (s.report_fd >= 0) read_reports(&s);
   for (int i = 0; i < s.n; i++) {
     for (int j = 0; j < 2; j++)
       if (s.w[i].fd[j] >= 0) {
@@ -421,7 +571,9 @@ out:
     free_env(s.w[i].envp);
     if (s.w[i].log_fd >= 0) close(s.w[i].log_fd);
   }
+  if (s.report_fd >= 0) close(s.report_fd);
+  dp_blame_free(s.blame);
   free(s.w);
-  close(sfd);
+  if (sfd >= 0) close(sfd);
   return code;
 }

@@ -144,8 +144,10 @@ static int exchange_hosts(int rank, int size, int timeout_ms) {
   for (int r = 0; r < size && !rc; r++) {
     size_t len;
     snprintf(key, sizeof key, "%s/host/%d", lt_dist.prefix, r);
-    if (dp_store_get(lt_dist.store, key, (void **)&hosts[r], &len, timeout_ms))
+    if (dp_store_get(lt_dist.store, key, (void **)&hosts[r], &len, timeout_ms)) {
+      dp_pg_blame(r);
       rc = dp_error("init_process_group: rank %d of %d never joined within %.1f s", r, size, timeout_ms / 1000.0);
+    }
   }
   if (!rc) {
     int nodes = 0;

@@ -157,4 +157,83 @@ cat ready 2>/dev/null
       assert.matches("^TOKEN %x+ RANK 0", r.out)
     end)
   end)
+
+  describe("the rank blamed for a failure", function()
+    local SECRET = "DDPLUA_JOB_TOKEN=hostile-spec-blame-0123456789 "
+
+    -- Node 0 and node 1 on 127.0.0.1 running script with args; node 1's host
+    -- gets `signal` (e.g. "INT") once `ready_file` exists. Returns both
+    -- results {code=, err=}.
+    local function two_nodes(nproc0, nproc1, script, args, timeout, signal)
+      local port = H.free_port()
+      local common = SECRET .. q(BIN) .. " --nnodes 2 --timeout " .. timeout .. " --master_port " .. port
+      local kill = signal and ("n=0; while [ ! -s ready ] && [ $n -lt 1000 ]; do sleep 0.01; n=$((n+1)); done; " ..
+        "kill -" .. signal .. " $node1; ") or ""
+      -- (a background job of sh starts with SIGINT ignored: --default-signal undoes that)
+      sh(("cd %s || exit 1; rm -f ready; env --default-signal=INT %s --node_rank 1 --nproc %d %s %s >out1 2>err1 & " ..
+        "node1=$!; (%s --node_rank 0 --nproc %d %s %s >out0 2>err0; echo $? >rc0) & %s wait $node1; echo $? >rc1; wait")
+        :format(q(dir), common, nproc1, q(script), args, common, nproc0, q(script), args, kill))
+      local r = {}
+      for n = 0, 1 do
+        r[n] = { code = tonumber(H.read(dir .. "/rc" .. n)), err = H.read(dir .. "/err" .. n) or "" }
+      end
+      return r
+    end
+
+    it("is the failing rank, not the first to exit, when it exits slowly: 10 of 10 runs, on both nodes", function()
+      -- rank 1 (node 1) fails; its exit takes 0.3 s more, and rank 0 (node 0), failing because of it,
+      -- exits first: both hosts named rank 0 (3 of 3 runs)
+      local named = {}
+      for run = 1, 10 do
+        local r = two_nodes(1, 1, SCRIPTS .. "/slow_exit.lua", "1 0.3", 20)
+        assert.are.equal(1, r[0].code, r[0].err)
+        assert.are.equal(1, r[1].code, r[1].err)
+        assert.matches("ddplua: rank 1 %(pid %d+ on node 1%) exited with code 1\n", r[1].err)
+        assert.matches("ddplua: stopped because another node failed: rank 1 %(pid %d+ on node 1%) exited with code 1",
+          r[0].err)
+        assert.is_nil(r[0].err:match("ddplua: rank 0 "), "run " .. run .. ": node 0 blamed rank 0")
+        named[#named + 1] = run
+      end
+      assert.are.equal(10, #named)
+    end)
+
+    it("is the rank the others waited for when it froze (one node, 3 ranks)", function()
+      local t0 = os.time()
+      local r = sh(q(BIN) .. " --nproc 3 --timeout 1 " .. q(SCRIPTS .. "/frozen_rank.lua") .. " 2")
+      assert.are.equal(1, r.code, r.err)
+      assert.matches("ddplua: rank 2 %(pid %d+%) stopped making progress: rank %d was waiting for it %([^\n]*" ..
+        "all_reduce #1 [^\n]*timed out after 1%.0 s on rank %d: rank 2 never arrived%)", r.err)
+      local _, summaries = r.err:gsub("\nddplua: rank %d+ %(pid", "")
+      assert.are.equal(1, summaries)
+      assert.is_true(os.time() - t0 < 15)
+    end)
+
+    it("is the frozen rank 2 of a 1 + 2 job on both nodes, which exit with the same code", function()
+      local r = two_nodes(1, 2, SCRIPTS .. "/frozen_rank.lua", "2", 2)
+      assert.are.equal(1, r[1].code, r[1].err)
+      assert.are.equal(r[1].code, r[0].code, r[0].err)
+      assert.matches("ddplua: rank 2 %(pid %d+ on node 1%) stopped making progress: rank 1 was waiting for it", r[1].err)
+      assert.matches("ddplua: stopped because another node failed: rank 2 %(pid %d+ on node 1%) stopped making progress",
+        r[0].err)
+    end)
+
+    it("gives every node the same exit code after SIGINT to node 1's host (5 of 5 runs)", function()
+      write(dir .. "/wait.lua", [[
+local ddp = require "ddplua"
+ddp.distributed.init_process_group()
+if os.getenv("RANK") == "1" then
+  io.open("ready", "w"):write("1"):close()
+  os.execute("sleep 30")
+end
+ddp.distributed.all_reduce(ddp.ones(2)) -- rank 0 waits here for rank 1, and fails when it is stopped
+]])
+      for run = 1, 5 do
+        local r = two_nodes(1, 1, dir .. "/wait.lua", "", 20, "INT")
+        assert.are.equal(130, r[1].code, "run " .. run .. ": " .. r[1].err)
+        assert.are.equal(130, r[0].code, "run " .. run .. ": " .. r[0].err)
+        assert.matches("ddplua: received SIGINT; stopped all 1 ranks of this node", r[1].err, 1, true)
+        assert.matches("ddplua: stopped because another node failed: node 1's host received SIGINT", r[0].err, 1, true)
+      end
+    end)
+  end)
 end)
