@@ -12,6 +12,7 @@
 #ifndef DP_PG_H
 #define DP_PG_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -61,11 +62,22 @@ struct dp_pg {
   int rank, size;  /* within this group */
   int global_rank; /* in the default group */
   int timeout_ms;
-  uint64_t seq;    /* collectives issued so far */
-  bool debug;      /* DDPLUA_DEBUG=1: cross-check op/dtype/count */
-  dp_store *store; /* shared with the default group */
-  char prefix[64]; /* store key prefix of this group */
+  uint64_t seq;         /* collectives issued so far */
+  bool debug;           /* DDPLUA_DEBUG=1: cross-check op/dtype/count */
+  dp_store *store;      /* shared with the default group */
+  char prefix[64];      /* store key prefix of this group */
+  _Atomic int holds;    /* C holders besides the Lua group (dp_pg_hold) */
+  _Atomic bool retired; /* destroy_process_group was called */
 };
+
+/* A group's lifetime. The Lua group object owns it; C code that keeps using
+ * it past the call that handed it over (a DDP reducer) holds it. Retiring
+ * (destroy_process_group) shuts it down at once, so every later call fails
+ * with "the process group was destroyed", and frees it when nothing holds
+ * it any more: one init/destroy cycle leaves nothing behind. */
+void dp_pg_hold(dp_pg *g);
+void dp_pg_unhold(dp_pg *g);
+void dp_pg_retire(dp_pg *g);
 
 /* Completion handles. */
 struct dp_work {

@@ -46,15 +46,6 @@ void cpu_op_ctx(const cpu_op *op, char *buf, size_t n) {
            dp_dtype_name((dp_dtype)d->dtype), (long long)d->count);
 }
 
-static _Atomic int culprit = -1;
-
-int dp_pg_culprit(void) { return atomic_load(&culprit); }
-
-void dp_pg_blame(int global_rank) {
-  int none = -1;
-  if (global_rank >= 0) atomic_compare_exchange_strong(&culprit, &none, global_rank);
-}
-
 void cpu_fail(cpu_pg *g, const char *err) {
   pthread_mutex_lock(&g->broken_mu);
   if (!atomic_load(&g->broken)) {

@@ -179,8 +179,6 @@ void dp_blame_resolve(const dp_blame *b, int64_t now, dp_blame_verdict *v) {
   }
   v->state = DP_BLAME_LOCAL;
   if (s->exited && !s->after_stop)
-    snprintf(v->why, sizeof v->why, "exited with code %d while rank %d was waiting for it (%s)", s->code, accuser,
-             why);
-  else
-    snprintf(v->why, sizeof v->why, "stopped making progress: rank %d was waiting for it (%s)", accuser, why);
+    snprintf(v->why, sizeof v->why, "exited with code %d while rank %d was waiting for it (%s)", s->code, accuser, why);
+  else snprintf(v->why, sizeof v->why, "stopped making progress: rank %d was waiting for it (%s)", accuser, why);
 }

@@ -283,12 +283,27 @@ static int run_scheduled(const dp_host_opts *o, dp_placement *p, int argc, char 
   return rc;
 }
 
-/* A worker dies with its host (SIGKILL when the host's thread that spawned
- * it ends, however it ends). Set here rather than between fork and exec so
- * that the host can spawn with posix_spawn; the getppid check closes the
- * window in which the host may already have died. */
+/* The signal a worker gets when its host dies (PR_SET_PDEATHSIG). It is
+ * caught, so that the worker takes down its whole process group (the
+ * node's ranks and every process their scripts started, which the kernel
+ * would otherwise leave running, reparented) and not only itself. */
+#define HOST_DIED_SIGNAL (SIGRTMIN + 8)
+
+static void host_died(int sig) {
+  (void)sig;
+  kill(0, SIGKILL); /* the group, this process included */
+  _exit(128 + SIGKILL);
+}
+
+/* A worker dies with its host (however the host's thread that spawned it
+ * ends). Set here rather than between fork and exec so that the host can
+ * spawn with posix_spawn; the getppid check closes the window in which the
+ * host may already have died. */
 static void die_with_host(const char *host_pid) {
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  struct sigaction sa = {.sa_handler = host_died};
+  sigemptyset(&sa.sa_mask);
+  sigaction(HOST_DIED_SIGNAL, &sa, NULL);
+  prctl(PR_SET_PDEATHSIG, HOST_DIED_SIGNAL);
   if (getppid() != (pid_t)atol(host_pid)) _exit(1);
 }
 
