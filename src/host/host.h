@@ -6,7 +6,9 @@
  *   token.c       the job token of a job started across nodes or by a scheduler
  *   rendezvous.c  multi-node agreement on process counts, and messages between nodes' hosts
  *   blame.c       which rank failed first, from the ranks' failure reports and exits
- *   supervisor.c  spawning the workers (fork + exec), their output, failure handling
+ *   supervisor.c  spawning the workers (fork + exec), their output, signals, the event loop
+ *   verdict.c     how a failure ends: the culprit, one verdict across nodes, the summary
+ *                 (supervisor.h: what these two share)
  *   output.c      whole-line, rank-prefixed relay of the workers' output, logs and last lines */
 #ifndef DP_HOST_H
 #define DP_HOST_H

@@ -37,59 +37,17 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "host/host.h"
+#include "host/supervisor.h"
 
 extern char **environ;
 
-enum { GRACE_MS = 3000, DRAIN_MS = 500, READ_CHUNK = 65536, VERDICT_WAIT_MS = 5000, REPORT_LINE_MAX = 4096 };
-
-typedef struct {
-  int rank;
-  pid_t pid;
-  int fd[2]; /* read ends of its stdout, stderr pipes; -1 once closed */
-  int log_fd;
-  dp_relay *relay;
-  bool exited;
-  int code, sig; /* exit code, or the signal that killed it */
-  char **envp;
-} worker;
-
-/* How the job ends (the summary line and code are in the verdict). */
-typedef enum { RUNNING, STOP_FAILURE, STOP_SIGNAL, STOP_REMOTE, STOP_LAUNCH } stop_kind;
-
-typedef struct {
-  bool set;
-  int code;
-  char text[1200];   /* the summary line, after "ddplua: " */
-  int culprit;       /* index of the local worker whose last lines follow it, -1 */
-  bool provisional;  /* another node claimed the verdict first: its own is on the way */
-  int64_t remote_by; /* REMOTE culprit or provisional: wait for the other node's verdict until then */
-} verdict;
-
-typedef struct {
-  const dp_supervise_args *a;
-  worker *w;
-  int n, alive;
-  pid_t pgid;
-  stop_kind stop;
-  int host_signal;      /* the signal that stopped the host */
-  int64_t kill_at_ms;   /* SIGKILL the group at this time; -1: not pending */
-  int64_t decide_at_ms; /* resolve the blame again at this time; -1: not pending */
-  dp_blame *blame;
-  verdict v;
-  bool accused; /* asked another node to judge its rank */
-  int report_fd;
-  char report_buf[REPORT_LINE_MAX];
-  size_t report_len;
-} sup;
-
-static int64_t now_ms(void) {
+int64_t sup_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static const char *signame(int sig, char *buf, size_t n) {
+const char *sup_signame(int sig, char *buf, size_t n) {
   const char *abbrev = sigabbrev_np(sig);
   if (abbrev) snprintf(buf, n, "SIG%s", abbrev);
   else snprintf(buf, n, "signal %d", sig);
@@ -216,90 +174,16 @@ static int spawn_all(sup *s) {
   return rc;
 }
 
-static void signal_group(sup *s, int sig) {
+void sup_signal_group(sup *s, int sig) {
   if (s->pgid > 0) kill(-s->pgid, sig);
 }
 
-static void begin_stop(sup *s, stop_kind why) {
+void sup_begin_stop(sup *s, stop_kind why) {
   if (s->stop != RUNNING) return;
   s->stop = why;
-  signal_group(s, SIGTERM);
-  signal_group(s, SIGCONT); /* a stopped (frozen) rank gets its SIGTERM now, not after the grace period */
-  s->kill_at_ms = now_ms() + GRACE_MS;
-}
-
-/* "rank R (pid P[ on node N])" for a local rank, "rank R (on node N)" for another node's. */
-static void name_rank(sup *s, int rank, char *buf, size_t n) {
-  int i = rank - s->a->first_rank;
-  int node = s->a->rdzv ? dp_rdzv_node_of(s->a->rdzv, rank) : s->a->node_rank;
-  if (i >= 0 && i < s->n) {
-    size_t k = (size_t)snprintf(buf, n, "rank %d (pid %d", rank, (int)s->w[i].pid);
-    if (s->a->nnodes > 1) k += (size_t)snprintf(buf + k, n - k, " on node %d", node);
-    snprintf(buf + k, n - k, ")");
-  } else {
-    snprintf(buf, n, "rank %d (on node %d)", rank, node);
-  }
-}
-
-/* Fixes the job's verdict (the first one counts). Across nodes the first
- * host to claim it tells the others; a host that lost the claim keeps its
- * own only until the winner's arrives. */
-static void settle(sup *s, stop_kind why, int code, const char *text, int culprit) {
-  if (s->v.set) return;
-  s->v = (verdict){.set = true, .code = code, .culprit = culprit};
-  snprintf(s->v.text, sizeof s->v.text, "%s", text);
-  if (s->a->rdzv && why != STOP_REMOTE) {
-    int won = dp_rdzv_claim(s->a->rdzv);
-    if (won == 1) dp_rdzv_publish(s->a->rdzv, code, text);
-    if (won == 0) {
-      s->v.provisional = true;
-      s->v.remote_by = now_ms() + VERDICT_WAIT_MS;
-    }
-  }
-  if (why == STOP_LAUNCH) {
-    s->stop = STOP_LAUNCH;
-    signal_group(s, SIGKILL);
-  } else {
-    begin_stop(s, why);
-  }
-}
-
-/* Asks blame.c who failed, and acts on what it says. */
-static void decide(sup *s) {
-  s->decide_at_ms = -1;
-  if (s->v.set) return;
-  dp_blame_verdict bv;
-  int64_t now = now_ms();
-  dp_blame_resolve(s->blame, now, &bv);
-  char who[160], line[1200];
-  switch (bv.state) {
-  case DP_BLAME_NONE: return;
-  case DP_BLAME_WAIT: s->decide_at_ms = bv.until_ms; return;
-  case DP_BLAME_LOCAL:
-    if (bv.exiting) { /* let it end with its own exit code */
-      s->decide_at_ms = bv.until_ms;
-      return;
-    }
-    name_rank(s, bv.rank, who, sizeof who);
-    snprintf(line, sizeof line, "%s %s", who, bv.why);
-    settle(s, STOP_FAILURE, bv.code, line, bv.rank - s->a->first_rank);
-    return;
-  case DP_BLAME_REMOTE:
-    /* another node's rank: its host judges; ours only if it says nothing */
-    if (!s->accused && s->a->rdzv) {
-      s->accused = true;
-      s->v.remote_by = now + VERDICT_WAIT_MS;
-      dp_rdzv_accuse(s->a->rdzv, bv.rank, s->a->first_rank, bv.why);
-    }
-    if (s->a->rdzv && now < s->v.remote_by) {
-      s->decide_at_ms = s->v.remote_by;
-      return;
-    }
-    name_rank(s, bv.rank, who, sizeof who);
-    snprintf(line, sizeof line, "%s %s", who, bv.why);
-    settle(s, STOP_FAILURE, bv.code, line, -1);
-    return;
-  }
+  sup_signal_group(s, SIGTERM);
+  sup_signal_group(s, SIGCONT); /* a stopped (frozen) rank gets its SIGTERM now, not after the grace period */
+  s->kill_at_ms = sup_now_ms() + GRACE_MS;
 }
 
 /* Notes workers that have exited (keeping their zombies). */
@@ -315,35 +199,7 @@ static void check_exits(sup *s) {
     else w->sig = si.si_status;
     dp_blame_exit(s->blame, w->rank, w->code, w->sig, s->stop != RUNNING);
   }
-  decide(s);
-}
-
-/* Reads the workers' failure reports ("<rank> <blamed> <text>" lines). */
-static void read_reports(sup *s) {
-  for (;;) {
-    ssize_t k = read(s->report_fd, s->report_buf + s->report_len, sizeof s->report_buf - 1 - s->report_len);
-    if (k <= 0) {
-      if (k == 0 || (errno != EAGAIN && errno != EINTR)) {
-        close(s->report_fd); /* every worker is gone */
-        s->report_fd = -1;
-      }
-      break;
-    }
-    s->report_len += (size_t)k;
-    s->report_buf[s->report_len] = 0;
-    char *line = s->report_buf, *nl;
-    while ((nl = strchr(line, '\n'))) {
-      *nl = 0;
-      int rank, blamed, n = 0;
-      if (sscanf(line, "%d %d %n", &rank, &blamed, &n) == 2 && n > 0)
-        dp_blame_report(s->blame, rank, blamed, line + n, now_ms());
-      line = nl + 1;
-    }
-    s->report_len = strlen(line);
-    memmove(s->report_buf, line, s->report_len);
-    if (s->report_len == sizeof s->report_buf - 1) s->report_len = 0; /* no newline in 4 KiB: junk */
-  }
-  decide(s);
+  verdict_decide(s);
 }
 
 /* Relays what one pipe holds now (at most one chunk, so that a chatty rank
@@ -372,39 +228,15 @@ static void handle_signals(sup *s, int sfd) {
     } else if (s->stop == RUNNING) {
       s->host_signal = sig;
       char sn[32], line[200];
-      snprintf(line, sizeof line, "node %d's host received %s", s->a->node_rank, signame(sig, sn, sizeof sn));
-      settle(s, STOP_SIGNAL, 128 + sig, line, -1);
+      snprintf(line, sizeof line, "node %d's host received %s", s->a->node_rank, sup_signame(sig, sn, sizeof sn));
+      verdict_settle(s, STOP_SIGNAL, 128 + sig, line, -1);
     } else {
       /* a second Ctrl-C: no more grace */
-      signal_group(s, SIGKILL);
+      sup_signal_group(s, SIGKILL);
       s->kill_at_ms = -1;
     }
   }
   if (chld) check_exits(s);
-}
-
-/* A message from another node's host (or about one). */
-static void handle_remote(sup *s) {
-  dp_rdzv_msg m;
-  while (dp_rdzv_next(s->a->rdzv, &m)) {
-    switch (m.kind) {
-    case DP_MSG_VERDICT:
-      if (s->v.set && !s->v.provisional) break;
-      s->v = (verdict){.set = true, .code = m.code, .culprit = -1};
-      snprintf(s->v.text, sizeof s->v.text, "stopped because another node failed: %s", m.text);
-      if (s->stop == RUNNING) begin_stop(s, STOP_REMOTE);
-      else s->stop = STOP_REMOTE;
-      break;
-    case DP_MSG_ACCUSE:
-      dp_blame_accused(s->blame, m.rank, m.victim, m.text, now_ms());
-      decide(s);
-      break;
-    case DP_MSG_LOST:
-    case DP_MSG_STORE_LOST:
-      if (s->stop == RUNNING || (!s->v.set && m.kind == DP_MSG_LOST)) settle(s, STOP_FAILURE, 1, m.text, -1);
-      break;
-    }
-  }
 }
 
 /* Polls the open pipes (+ signalfd, report pipe, remote messages) once:
@@ -438,8 +270,8 @@ static void poll_once(sup *s, int sfd, int timeout_ms) {
   if (r <= 0) return;
   for (int k = first_pipe; k < n; k++)
     if (pf[k].revents) pump(&s->w[who[k] / 2], who[k] % 2 + 1);
-  if (at_rep >= 0 && pf[at_rep].revents) read_reports(s);
-  if (at_rfd >= 0 && pf[at_rfd].revents) handle_remote(s);
+  if (at_rep >= 0 && pf[at_rep].revents) verdict_read_reports(s);
+  if (at_rfd >= 0 && pf[at_rfd].revents) verdict_handle_remote(s);
   if (at_sfd >= 0 && pf[at_sfd].revents) handle_signals(s, sfd);
 }
 
@@ -449,48 +281,12 @@ static bool pipes_open(sup *s) {
   return false;
 }
 
-static int finish(sup *s) {
-  if (s->stop == RUNNING && !s->v.set) {
-    /* every worker exited: a failure still unjudged (an accused rank that
-     * exited, a remote culprit whose node said nothing) is judged now */
-    s->v.remote_by = 0;
-    decide(s);
-  }
-  if (!s->v.set) return 0;
-  char sn[32];
-  if (s->stop == STOP_SIGNAL) {
-    fprintf(stderr, "ddplua: received %s; stopped all %d ranks of this node\n", signame(s->host_signal, sn, sizeof sn),
-            s->n);
-    return s->v.code;
-  }
-  if (s->stop == STOP_LAUNCH) return 1; /* the reason was printed when it happened */
-  /* a culprit of ours that was still exiting when the verdict was made:
-   * say how it ended */
-  if (s->v.culprit >= 0 && s->stop != STOP_REMOTE) {
-    dp_blame_verdict bv;
-    dp_blame_resolve(s->blame, INT64_MAX, &bv);
-    if (bv.state == DP_BLAME_LOCAL && bv.rank == s->w[s->v.culprit].rank) {
-      char who[160];
-      name_rank(s, bv.rank, who, sizeof who);
-      snprintf(s->v.text, sizeof s->v.text, "%s %s", who, bv.why);
-    }
-  }
-  fprintf(stderr, "ddplua: %s\n", s->v.text);
-  fflush(stderr);
-  if (s->v.culprit >= 0) dp_relay_print_tail(s->w[s->v.culprit].relay, 2);
-  return s->v.code;
-}
-
 /* Whether the loop still has something to wait for: a worker, or another
  * node's verdict that is due. */
-static bool waiting(sup *s) {
-  if (s->alive > 0) return true;
-  bool want_remote = s->v.provisional || (!s->v.set && s->accused);
-  return want_remote && s->a->rdzv && now_ms() < s->v.remote_by;
-}
+static bool waiting(sup *s) { return s->alive > 0 || verdict_due(s); }
 
 static int next_timeout(sup *s) {
-  int64_t now = now_ms(), at = -1;
+  int64_t now = sup_now_ms(), at = -1;
   int64_t cand[] = {s->kill_at_ms, s->decide_at_ms, waiting(s) && s->alive == 0 ? s->v.remote_by : -1};
   for (size_t i = 0; i < sizeof cand / sizeof *cand; i++)
     if (cand[i] >= 0 && (at < 0 || cand[i] < at)) at = cand[i];
@@ -532,28 +328,28 @@ int dp_supervise(const dp_supervise_args *a) {
     char line[600];
     fprintf(stderr, "ddplua: %s\n", dp_errmsg());
     snprintf(line, sizeof line, "node %d's host could not start its ranks (%s)", a->node_rank, dp_errmsg());
-    settle(&s, STOP_LAUNCH, 1, line, -1); /* and stop what was started */
+    verdict_settle(&s, STOP_LAUNCH, 1, line, -1); /* and stop what was started */
   }
   check_exits(&s); /* a SIGCHLD that came before the signalfd existed */
   while (waiting(&s)) {
-    int64_t now = now_ms();
+    int64_t now = sup_now_ms();
     if (s.kill_at_ms >= 0 && now >= s.kill_at_ms) {
-      signal_group(&s, SIGKILL);
+      sup_signal_group(&s, SIGKILL);
       s.kill_at_ms = -1;
     }
-    if (s.decide_at_ms >= 0 && now >= s.decide_at_ms) decide(&s);
+    if (s.decide_at_ms >= 0 && now >= s.decide_at_ms) verdict_decide(&s);
     poll_once(&s, sfd, next_timeout(&s));
   }
   /* every worker has exited: end whatever the scripts left in the group,
    * then relay the output still in the pipes */
-  signal_group(&s, SIGKILL);
-  int64_t drain_end = now_ms() + DRAIN_MS;
+  sup_signal_group(&s, SIGKILL);
+  int64_t drain_end = sup_now_ms() + DRAIN_MS;
   while (pipes_open(&s)) {
-    int64_t left = drain_end - now_ms();
+    int64_t left = drain_end - sup_now_ms();
     if (left <= 0) break;
     poll_once(&s, -1, (int)left);
   }
-  if (s.report_fd >= 0) read_reports(&s);
+  if (s.report_fd >= 0) verdict_read_reports(&s);
   for (int i = 0; i < s.n; i++) {
     for (int j = 0; j < 2; j++)
       if (s.w[i].fd[j] >= 0) {
@@ -564,7 +360,7 @@ int dp_supervise(const dp_supervise_args *a) {
   }
   /* a signal that came while the last workers exited still stops the host */
   if (s.stop == RUNNING) handle_signals(&s, sfd);
-  code = finish(&s);
+  code = verdict_finish(&s);
 out:
   for (int i = 0; i < s.n; i++) {
     dp_relay_free(s.w[i].relay);
