@@ -80,6 +80,8 @@ function Scheduler:load_state_dict(sd)
       end
     end
   end
+  local cls = getmetatable(self)
+  if cls.check_state then cls.check_state(sd, fail) end
   for k, v in pairs(sd) do self[k] = type(v) == "table" and { table.unpack(v) } or v end
 end
 
@@ -104,6 +106,11 @@ function M.StepLR.new(optimizer, opts)
   return self
 end
 
+-- what load_state_dict may restore (the constructor checks the same)
+function M.StepLR.check_state(sd, fail)
+  if sd.step_size ~= nil and sd.step_size < 1 then fail("step_size must be a positive integer, got %d", sd.step_size) end
+end
+
 function M.StepLR:get_lr()
   local lrs = {}
   for i, g in ipairs(self.optimizer.param_groups) do
@@ -125,6 +132,10 @@ function M.CosineAnnealingLR.new(optimizer, opts)
   local self = new_scheduler(M.CosineAnnealingLR, "CosineAnnealingLR", optimizer)
   self.T_max, self.eta_min = opts.T_max, eta_min
   return self
+end
+
+function M.CosineAnnealingLR.check_state(sd, fail)
+  if sd.T_max ~= nil and sd.T_max < 1 then fail("T_max must be a positive integer, got %d", sd.T_max) end
 end
 
 function M.CosineAnnealingLR:get_lr()
