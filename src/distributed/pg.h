@@ -74,7 +74,8 @@ struct dp_pg {
  * it past the call that handed it over (a DDP reducer) holds it. Retiring
  * (destroy_process_group) shuts it down at once, so every later call fails
  * with "the process group was destroyed", and frees it when nothing holds
- * it any more: one init/destroy cycle leaves nothing behind. */
+ * it any more: one init/destroy cycle leaves nothing behind. (A backend
+ * without shutdown, NCCL's, is destroyed when the last holder lets go.) */
 void dp_pg_hold(dp_pg *g);
 void dp_pg_unhold(dp_pg *g);
 void dp_pg_retire(dp_pg *g);

@@ -15,12 +15,8 @@
  * watcher's pipe; the timeouts are the grace period between SIGTERM and
  * SIGKILL and the waits blame.c asks for.
  *
- * A failure ends in one verdict: the culprit (blame.c: the first rank whose
- * failure is its own, not the first to exit), the summary line and the exit
- * code. Across nodes the first host to reach a verdict claims it in the
- * store and sends it to the others (rendezvous.c), so every node prints the
- * same cause and exits with the same code; a host whose victims blame
- * another node's rank asks that node to judge. */
+ * How a failure ends (the culprit, one verdict across nodes, the summary)
+ * is verdict.c's. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -128,7 +128,7 @@ void verdict_handle_remote(sup *s) {
       break;
     case DP_MSG_LOST:
     case DP_MSG_STORE_LOST:
-      if (s->stop == RUNNING || (!s->v.set && m.kind == DP_MSG_LOST)) verdict_settle(s, STOP_FAILURE, 1, m.text, -1);
+      if (!s->v.set) verdict_settle(s, STOP_FAILURE, 1, m.text, -1); /* else: a consequence of the failure */
       break;
     }
   }
@@ -150,8 +150,8 @@ int verdict_finish(sup *s) {
   if (!s->v.set) return 0;
   char sn[32];
   if (s->stop == STOP_SIGNAL) {
-    fprintf(stderr, "ddplua: received %s; stopped all %d ranks of this node\n", sup_signame(s->host_signal, sn, sizeof sn),
-            s->n);
+    fprintf(stderr, "ddplua: received %s; stopped all %d ranks of this node\n",
+            sup_signame(s->host_signal, sn, sizeof sn), s->n);
     return s->v.code;
   }
   if (s->stop == STOP_LAUNCH) return 1; /* the reason was printed when it happened */
@@ -171,4 +171,3 @@ int verdict_finish(sup *s) {
   if (s->v.culprit >= 0) dp_relay_print_tail(s->w[s->v.culprit].relay, 2);
   return s->v.code;
 }
-
