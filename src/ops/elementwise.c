@@ -209,8 +209,16 @@ static int binary_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
     break;
   }
   case DP_B_POW:
-    if (na) { /* gy * b * a^(b-1), 0 where b == 0 */
+    if (na && b->dtype == gy->dtype) { /* gy * b * a^(b-1), 0 where b == 0 */
       dp_tensor *t = dp_scope_add(&s, dp_binary(DP_B_POW_DBASE, a, b));
+      ga = t ? dp_mul(gy, t) : NULL;
+    } else if (na) { /* b - 1 in b's own dtype, as PyTorch: an int64 b exact beyond 2^53 (wrapping), a float32
+                      * b rounded there (1e-16 - 1 is -1, an integer power of a negative base, not NaN) */
+      dp_number one = dp_number_int(1);
+      dp_tensor *b1 = dp_scope_add(&s, dp_binary_number(DP_B_SUB, b, &one, false));
+      dp_tensor *p = b1 ? dp_scope_add(&s, dp_binary(DP_B_POW, a, b1)) : NULL;
+      dp_tensor *pb = p ? dp_scope_add(&s, dp_mul(p, b)) : NULL;
+      dp_tensor *t = pb ? dp_scope_add(&s, dp_binary(DP_B_KEEP_NZ, pb, b)) : NULL;
       ga = t ? dp_mul(gy, t) : NULL;
     }
     if (nb) { /* gy * a^b * log(a), 0 where a == 0 and b >= 0 */
@@ -282,8 +290,13 @@ static int binary_scalar_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin)
     }
     break;
   case DP_B_POW: { /* a^s: s * a^(s-1), 0 for s == 0; s^a: s^a * log(s), 0 for s == 0 and a >= 0 */
-    dp_number sn = dp_number_float(s);
-    dp_tensor *t = dp_scope_add(&sc, dp_binary_number(first ? DP_B_POW_DEXP : DP_B_POW_DBASE, a, &sn, first));
+    dp_number sn = dp_number_float(s), s1 = dp_number_float(s - 1);
+    dp_tensor *t;
+    if (first || s == 0) t = dp_scope_add(&sc, dp_binary_number(first ? DP_B_POW_DEXP : DP_B_POW_DBASE, a, &sn, first));
+    else { /* a^(s-1) as the forward computes a power (sqrt, rsqrt, ...: PyTorch's (-inf)^-0.5 is NaN, not 0) */
+      dp_tensor *p = dp_scope_add(&sc, dp_binary_number(DP_B_POW, a, &s1, false));
+      t = p ? dp_scope_add(&sc, dp_binary_number(DP_B_MUL, p, &sn, false)) : NULL;
+    }
     g = t ? dp_mul(gy, t) : NULL;
     break;
   }

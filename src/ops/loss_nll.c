@@ -124,9 +124,9 @@ static dp_tensor *reduce_loss(dp_tensor *per, dp_reduction red, dp_tensor *denom
 }
 
 /* nll of class-last log-probabilities lp [..., C]; *wsum_out gets the kept
- * targets' weight sum (0-dim, no grad), *wt_out their weights [R] */
-static dp_tensor *nll_core(dp_tensor *lp, dp_tensor *t, const dp_loss_opts *o, dp_reduction red,
-                           dp_tensor **wsum_out, dp_tensor **keep_out) {
+ * targets' weight sum (0-dim, no grad), *keep_out which rows are kept [R] (int64 0/1) */
+static dp_tensor *nll_core(dp_tensor *lp, dp_tensor *t, const dp_loss_opts *o, dp_reduction red, dp_tensor **wsum_out,
+                           dp_tensor **keep_out) {
   int64_t C = lp->shape[lp->ndim - 1], R = C ? dp_numel(lp) / C : dp_numel(t);
   DP_SCOPE(s);
   dp_tensor *keep = NULL, *cls = NULL;

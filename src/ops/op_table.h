@@ -87,7 +87,9 @@
   /* internal (no Lua name): pow's two partial derivatives, PyTorch's */  \
   /* formulas with their zero-base cases (elementwise.c)               */  \
   X(POW_DBASE, pow_grad_base, NULL,  OUT_FLOAT,   SAVES_NONE, 0) \
-  X(POW_DEXP,  pow_grad_exp,  NULL,  OUT_FLOAT,   SAVES_NONE, 0)
+  X(POW_DEXP,  pow_grad_exp,  NULL,  OUT_FLOAT,   SAVES_NONE, 0) \
+  /* a where b != 0, else 0 (PyTorch's where(b == 0, 0, a): no 0 * inf) */ \
+  X(KEEP_NZ,   keep_where_nonzero, NULL, OUT_FLOAT, SAVES_NONE, 0)
 
 /* Reductions over the middle axis of [outer, k, inner] (backend.h's reduce):
  * X(ID, name). ARGMAX/ARGMIN write int64 positions. */

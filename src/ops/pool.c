@@ -14,7 +14,7 @@ int dp_window_size(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d, bool c
       dp_mul_overflow(p, 2, &num) || dp_add_overflow(num, n, &num) || dp_sub_overflow(num, eff, &num) ||
       (ceil_mode && dp_add_overflow(num, s - 1, &num)))
     return -1;
-  int64_t q = num >= 0 ? num / s : -((-num + s - 1) / s); /* rounded down */
+  int64_t q = num / s - (num % s != 0 && num < 0); /* rounded down (no -num + s - 1: it can overflow) */
   int64_t o = q + 1;
   /* PyTorch's rule: in ceil mode the last window must start inside the
    * input or its left padding ((o - 1) * s < n + p) */

@@ -151,6 +151,7 @@ BIN(ge) { return a >= b; }
  * 0 * inf); d(a^b)/db = a^b * log(a), 0 where a == 0 and b >= 0 */
 BIN(pow_grad_base) { return b == 0 ? (T)0 : b * POW(a, b - 1); }
 BIN(pow_grad_exp) { return (a == 0 && b >= 0) ? (T)0 : POW(a, b) * LOG(a); }
+BIN(keep_where_nonzero) { return b == 0 ? (T)0 : a; }
 /* exact in int64, wrapping; div promotes integers to float */
 BIN_INT(add) { return (int64_t)((uint64_t)a + (uint64_t)b); }
 BIN_INT(sub) { return (int64_t)((uint64_t)a - (uint64_t)b); }
