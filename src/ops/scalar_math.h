@@ -31,6 +31,27 @@ static inline DP_HD int64_t dp_i64_bound(double v) {
   return (int64_t)v;
 }
 
+/* Adam / AdamW's coefficients for one step, computed once in double as
+ * torch.optim's Python computes them: 1 - beta2 in float32 (1 - 0.999f) is
+ * off by 1e-5, in double it rounds to float32 exactly. */
+typedef struct {
+  double b1, one_minus_b1, b2, one_minus_b2, eps, wd;
+  double decay;     /* AdamW: p *= 1 - lr * wd */
+  double step_size; /* lr / (1 - b1^t) */
+  double bc2_sqrt;  /* sqrt(1 - b2^t) */
+  int decoupled;
+} dp_adam_k;
+static inline dp_adam_k dp_adam_coefs(double lr, double b1, double b2, double eps, double wd, int decoupled,
+                                      int64_t step) {
+  dp_adam_k k;
+  k.b1 = b1, k.one_minus_b1 = 1.0 - b1, k.b2 = b2, k.one_minus_b2 = 1.0 - b2, k.eps = eps, k.wd = wd;
+  k.decay = 1.0 - lr * wd;
+  k.step_size = lr / (1.0 - pow(b1, (double)step));
+  k.bc2_sqrt = sqrt(1.0 - pow(b2, (double)step));
+  k.decoupled = decoupled;
+  return k;
+}
+
 /* the two instantiations of scalar_math_t.h */
 #define DP_TN(name) DP_TN_(name, DP_T_SFX)
 #define DP_TN_(name, sfx) DP_TN__(name, sfx)

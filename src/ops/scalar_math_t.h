@@ -67,11 +67,13 @@ FWD(sigmoid) {
 }
 BWD(sigmoid) { return gy * (y * (1 - y)); }
 
+/* the gradients in PyTorch's order of operations, which decides where an
+ * intermediate overflows: grad / (2 y); -0.5 grad * y^3 */
 FWD(sqrt) { return SQRT(x); }
-BWD(sqrt) { return gy * (C(0.5) / y); }
+BWD(sqrt) { return gy / (2 * y); }
 
 FWD(rsqrt) { return 1 / SQRT(x); }
-BWD(rsqrt) { return gy * (C(-0.5) * y * y * y); }
+BWD(rsqrt) { return C(-0.5) * gy * (y * y * y); }
 
 FWD(abs) { return FABS(x); }
 BWD(abs) { return gy * (T)((x > 0) - (x < 0)); }
@@ -261,22 +263,23 @@ static inline DP_HD void DP_TN(dp_sgd_update)(T *p, T g, T *buf, T lr, T mu, T d
   *p -= lr * step;
 }
 
-/* Adam / AdamW (decoupled weight decay), PyTorch's formulation: bc1 = 1 -
- * b1^t, bc2 = 1 - b2^t (passed in), p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) +
- * eps); with amsgrad (vmax not NULL) the denominator uses the running
- * maximum of v (NaN propagating, as torch.maximum). */
-static inline DP_HD void DP_TN(dp_adam_update)(T *p, T g, T *m, T *v, T *vmax, T lr, T b1, T b2, T eps, T wd,
-                                               int decoupled, T bc1, T bc2) {
-  if (wd != 0) {
-    if (decoupled) *p *= 1 - lr * wd;
-    else g += wd * *p;
+/* Adam / AdamW (decoupled weight decay), PyTorch's single-tensor update
+ * in its order of operations, with the coefficients of dp_adam_coefs
+ * (scalar_math.h) rounded to T: m = b1 m + (1 - b1) g, v = b2 v + (1 - b2)
+ * g g, p -= step_size m / (sqrt(v) / sqrt(bc2) + eps); with amsgrad (vmax
+ * not NULL) the denominator uses the running maximum of v (NaN
+ * propagating, as torch.maximum). */
+static inline DP_HD void DP_TN(dp_adam_update)(T *p, T g, T *m, T *v, T *vmax, const dp_adam_k *k) {
+  if (k->wd != 0) {
+    if (k->decoupled) *p *= (T)k->decay;
+    else g += (T)k->wd * *p;
   }
-  *m = b1 * *m + (1 - b1) * g;
-  *v = b2 * *v + (1 - b2) * g * g;
+  *m = (T)k->b1 * *m + (T)k->one_minus_b1 * g;
+  *v = (T)k->b2 * *v + (T)k->one_minus_b2 * g * g;
   T vv = *v;
   if (vmax) vv = *vmax = DP_TN(dp_maximum_bin)(*vmax, vv);
-  T denom = SQRT(vv) / SQRT(bc2) + eps;
-  *p -= (lr / bc1) * *m / denom;
+  T denom = SQRT(vv) / (T)k->bc2_sqrt + (T)k->eps;
+  *p -= (T)k->step_size * *m / denom;
 }
 
 #undef T

@@ -43,7 +43,8 @@ G.f32 = f32
 
 local SPECIALS = { 0.0, -0.0, 0 / 0, math.huge, -math.huge, 1e30, -1e30, 1e-30, -1e-30 }
 
---- n values for dtype. opts: positive (> 0), range {lo, hi}, specials (false: none), ints (small integers only).
+--- n values for dtype. opts: positive (> 0), range {lo, hi}, specials (false: none), ints (small integers only),
+--- magnitude {lo, hi} (floats: normal values times 10^e, e drawn once per tensor from lo..hi).
 function G:values(dtype, n, opts)
   opts = opts or {}
   local v = {}
@@ -72,10 +73,11 @@ function G:values(dtype, n, opts)
     return v
   end
   -- floats
-  local mode = opts.range and "range" or (opts.ints and "ints" or self:pick({ "normal", "normal", "normal", "normal",
+  local mode = opts.range and "range" or opts.magnitude and "magnitude" or (opts.ints and "ints" or self:pick({ "normal", "normal", "normal", "normal",
     "normal", "wide", "ints", "specials", "scaled", "scaled" }))
   if opts.specials == false and mode == "specials" then mode = "normal" end
   local scale = self:pick({ 1e-3, 1e3, 1e4, 30 })
+  if mode == "magnitude" then scale = 10.0 ^ self:int(opts.magnitude[1], opts.magnitude[2]) end
   for i = 1, n do
     local x
     if mode == "range" then x = opts.range[1] + (opts.range[2] - opts.range[1]) * self:float()
@@ -83,7 +85,7 @@ function G:values(dtype, n, opts)
       x = (self:chance(0.5) and 1 or -1) * 10 ^ (self:float() * 60 - 30)
     elseif mode == "ints" then x = self:int(-3, 3) + 0.0
     elseif mode == "specials" and self:chance(0.25) then x = self:pick(SPECIALS)
-    elseif mode == "scaled" then x = self:normal() * scale
+    elseif mode == "scaled" or mode == "magnitude" then x = self:normal() * scale
     else x = self:normal() end
     if opts.positive then x = math.abs(x) + 1e-3 end
     if dtype == "float32" then x = f32(x) end

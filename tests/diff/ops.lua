@@ -21,7 +21,9 @@ local M = {}
 
 local function add(e) M[#M + 1] = e end
 
-local function values_opts(o) return { positive = o.positive, range = o.range, specials = o.specials } end
+local function values_opts(o)
+  return { positive = o.positive, range = o.range, specials = o.specials, magnitude = o.magnitude }
+end
 
 local function unary(name, lua, torch, o)
   o = o or {}
@@ -188,12 +190,16 @@ for _, op in ipairs({ "argmax", "argmin" }) do
       return { dim = nonzero(reduce_dim(g, s)), keepdim = g:chance(0.5) }
     end })
 end
-for _, op in ipairs({ "softmax", "log_softmax" }) do
-  add({ name = op, lua = "x:" .. op .. "(A.dim)", torch = "torch." .. op .. "(x, D(A['dim']))", gen = function(g)
-    local s = g:shape({ min_rank = 1 })
-    g:tensor("x", s, g:pick(FLOATS))
-    return { dim = nonzero(reduce_dim(g, s)) }
-  end, tol = { float32 = { 1e-5, 1e-5 } } })
+-- (the *_large rows: logits of 1e2..1e12, bug 13 of issue 11, owned: docs/pytorch_differences.md)
+for _, large in ipairs({ false, true }) do
+  for _, op in ipairs({ "softmax", "log_softmax" }) do
+    add({ name = op .. (large and "_large" or ""), lua = "x:" .. op .. "(A.dim)", torch = "torch." .. op ..
+      "(x, D(A['dim']))", gen = function(g)
+        local s = g:shape({ min_rank = 1 })
+        g:tensor("x", s, g:pick(FLOATS), { magnitude = large and { 2, 12 } or nil })
+        return { dim = nonzero(reduce_dim(g, s)) }
+      end, tol = { float32 = { 1e-5, 1e-5 } } })
+  end
 end
 
 -- ---- linear algebra ----
@@ -304,7 +310,7 @@ local function class_case(g, opts)
   for _, d in ipairs(extra) do xs[#xs + 1] = d ts[#ts + 1] = d end
   if #lead == 0 then extra = {} xs = { C } ts = {} end
   local dt = g:pick(FLOATS)
-  g:tensor("x", xs, dt, { specials = opts.specials })
+  g:tensor("x", xs, dt, { specials = opts.specials, magnitude = opts.magnitude })
   local ig = g:pick({ -100, -100, 2 })
   g:tensor("t", ts, "int64", { range = { 1, C }, contiguous = true, grad = false })
   if opts.weight then g:tensor("w", { C }, dt, { positive = true, grad = false, contiguous = true }) end
@@ -314,6 +320,11 @@ add({ name = "cross_entropy",
   lua = "ddp.cross_entropy(x, t, {reduction = A.red, label_smoothing = A.ls, ignore_index = A.ig})",
   torch = "F.cross_entropy(x, cls(t, A['ig']), reduction=A['red'], label_smoothing=A['ls'], ignore_index=-100)",
   weight = 2, gen = function(g) return class_case(g, { smoothing = true }) end, tol = { float32 = { 1e-5, 1e-5 } } })
+add({ name = "cross_entropy_large",
+  lua = "ddp.cross_entropy(x, t, {reduction = A.red, label_smoothing = A.ls, ignore_index = A.ig})",
+  torch = "F.cross_entropy(x, cls(t, A['ig']), reduction=A['red'], label_smoothing=A['ls'], ignore_index=-100)",
+  gen = function(g) return class_case(g, { smoothing = true, magnitude = { 2, 12 } }) end,
+  tol = { float32 = { 1e-5, 1e-5 } } })
 add({ name = "cross_entropy_weight",
   lua = "ddp.cross_entropy(x, t, {reduction = A.red, label_smoothing = A.ls, ignore_index = A.ig, weight = w})",
   torch = "F.cross_entropy(x, cls(t, A['ig']), weight=w, reduction=A['red'], label_smoothing=A['ls'], " ..
@@ -359,6 +370,29 @@ add({ name = "index_select", lua = "x:index_select(A.dim, idx)", torch = "torch.
     g:tensor("idx", { g:int(0, 4) }, "int64", { range = { 1, s[dim] }, grad = false })
     return { dim = dim }
   end })
+
+-- ---- optimizers: a few steps with given gradients (helpers.lua's optim_steps; torch.optim on the other side) ----
+for _, opt in ipairs({ "SGD", "Adam", "AdamW" }) do
+  add({ name = "optim_" .. opt:lower(), lua = "optim_steps(p, g, A)", torch = "optim_steps(p, g, A)", grad = false,
+    gen = function(g)
+      local s = g:shape({ max_rank = 3 })
+      local dt = g:pick(FLOATS)
+      local steps = g:int(1, 4)
+      g:tensor("p", s, dt, { specials = false, grad = false })
+      g:tensor("g", { steps, table.unpack(s) }, dt, { specials = false, grad = false })
+      local hp = { lr = g:pick({ 1e-3, 0.1, 1.0 }), weight_decay = g:pick({ 0, 0.01, 0.5 }) }
+      if opt == "SGD" then
+        hp.momentum = g:pick({ 0, 0.9 })
+        hp.dampening = hp.momentum > 0 and g:pick({ 0, 0.5 }) or 0
+        hp.nesterov = hp.momentum > 0 and hp.dampening == 0 and g:chance(0.5)
+      else
+        hp.betas = g:pick({ { 0.9, 0.999 }, { 0.5, 0.9 }, { 0.0, 0.99 } })
+        hp.eps = g:pick({ 1e-8, 1e-3 })
+        hp.amsgrad = g:chance(0.5)
+      end
+      return { opt = opt, hp = hp }
+    end, tol = { float32 = { 1e-5, 1e-6 } } })
+end
 
 -- ---- joining, views and casts ----
 add({ name = "cat", lua = "ddp.cat({a, b}, A.dim)", torch = "torch.cat([a, b], D(A['dim']))", gen = function(g)

@@ -104,6 +104,19 @@ def setitem(t, i, v):
     return t
 
 
+def optim_steps(p, g, A):
+    """len(g) steps of torch.optim.<A['opt']> on a copy of p with the gradients g[i]."""
+    q = p.detach().clone().requires_grad_(True)
+    hp = dict(A["hp"])
+    if "betas" in hp:
+        hp["betas"] = tuple(hp["betas"])
+    opt = getattr(torch.optim, A["opt"])([q], **hp)
+    for i in range(g.shape[0]):
+        q.grad = g[i].clone()
+        opt.step()
+    return q.detach()
+
+
 def apply_layout(t, ops):
     for op in ops:
         if op[0] == "t":
@@ -138,7 +151,7 @@ def evaluate(c, inputs, compiled, cast64, contiguous=False):
     if expr not in compiled:
         compiled[expr] = compile(expr, "<%s>" % c["op"], "eval")
     env = {"torch": torch, "F": F, "A": Args(decode(c["args"])), "D": D, "ix1": ix1, "cls": cls, "bn": bn,
-           "setitem": setitem, "DT": DT}
+           "setitem": setitem, "optim_steps": optim_steps, "DT": DT}
     leaves = {}
     for inp in c["inputs"]:
         t = inputs[inp["key"]].clone()

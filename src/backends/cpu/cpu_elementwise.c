@@ -211,12 +211,21 @@ static void ugrad_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   ugrad_ctx *c = vctx;
   /* operands: gx, gy, [x], [y] (in that order, absent ones skipped) */
   int kx = c->has_x ? 2 : -1, ky = c->has_y ? (c->has_x ? 3 : 2) : -1;
-  bool f32 = c->dt[0] == DP_F32 && s[0] == 4 && s[1] == 4 && (kx < 0 || s[kx] == 4) && (ky < 0 || s[ky] == 4);
-  for (int k = 1; k < 4; k++) f32 = f32 && c->dt[k] == DP_F32;
+  bool all_f32 = true;
+  for (int k = 0; k < 4; k++) all_f32 = all_f32 && c->dt[k] == DP_F32;
+  bool unit = s[0] == 4 && s[1] == 4 && (kx < 0 || s[kx] == 4) && (ky < 0 || s[ky] == 4);
   dp_grad_reads reads = dp_unary_ops[c->a->op].grad;
-  if (f32 && (reads != DP_GRAD_X || kx > 0) && (reads != DP_GRAD_Y || ky > 0)) {
+  if (all_f32 && unit && (reads != DP_GRAD_X || kx > 0) && (reads != DP_GRAD_Y || ky > 0)) {
     ugrad_f32(c->a, (float *)p[0], (const float *)p[1], kx > 0 ? (const float *)p[kx] : NULL,
               ky > 0 ? (const float *)p[ky] : NULL, n);
+    return;
+  }
+  if (all_f32) { /* strided: the same float math (a broadcast gy computes what a contiguous one does) */
+    for (int64_t i = 0; i < n; i++) {
+      float x = kx > 0 ? *(const float *)(p[kx] + i * s[kx]) : 0.f;
+      float y = ky > 0 ? *(const float *)(p[ky] + i * s[ky]) : 0.f;
+      *(float *)(p[0] + i * s[0]) = dp_unary_grad_f(c->a->op, *(const float *)(p[1] + i * s[1]), x, y, &c->a->p);
+    }
     return;
   }
   for (int64_t i = 0; i < n; i++) {
