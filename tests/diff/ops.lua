@@ -7,7 +7,10 @@
 --     gen = function(g) ... return A end,  -- draws the inputs (g:tensor) and returns the arguments (tests/diff/gen.lua)
 --     tol = { float32 = { 1e-5, 1e-6 } },  -- optional: {rtol, atol} per dtype (atol scales with the result's magnitude)
 --     grad = false,                        -- optional: no backward check
---     weight = 2 }                         -- optional: a share of the cases (default 1)
+--     weight = 2,                          -- optional: a share of the cases (default 1)
+--     conditioning = true }                -- optional: a sum of products that may cancel (matmul, conv, norms): a
+--                                          -- mismatching element is rechecked against how far PyTorch's float64
+--                                          -- result moves under one-ulp input perturbations (tests/diff/run.lua)
 --
 -- Kinds with a generator ready: unary(name, lua, torch, opts), binary(...), scalar(...). Every float input requires
 -- grad unless its g:tensor call says grad = false; backward runs on sum(out[1] * w) with fixed weights w. Adding an
@@ -203,7 +206,8 @@ for _, large in ipairs({ false, true }) do
 end
 
 -- ---- linear algebra ----
-add({ name = "matmul", lua = "a:matmul(b)", torch = "torch.matmul(a, b)", weight = 2, gen = function(g)
+add({ name = "matmul", lua = "a:matmul(b)", torch = "torch.matmul(a, b)", weight = 2, conditioning = true,
+  gen = function(g)
   local m, k, n = g:int(0, 4), g:int(0, 5), g:int(0, 4)
   local ra, rb = g:int(1, 4), g:int(1, 4)
   local batch = {}
@@ -223,7 +227,7 @@ end, tol = { float32 = { 1e-4, 1e-5 } } })
 for _, v in ipairs({ { "linear", "ddp.linear(x, w, b)", "F.linear(x, w, b)" },
   { "linear_relu", "ddp.linear(x, w, b, 'relu')", "torch.relu(F.linear(x, w, b))" },
   { "linear_nobias", "ddp.linear(x, w)", "F.linear(x, w)" } }) do
-  add({ name = v[1], lua = v[2], torch = v[3], gen = function(g)
+  add({ name = v[1], lua = v[2], torch = v[3], conditioning = true, gen = function(g)
     local s = g:shape({ min_rank = 1, max_rank = 3 })
     local out = g:int(1, 4)
     local dt = g:pick(FLOATS)
@@ -243,7 +247,7 @@ for _, bias in ipairs({ true, false }) do
   add({ name = bias and "conv2d" or "conv2d_nobias",
     lua = "ddp.conv2d(x, w, " .. (bias and "b" or "nil") .. ", A.stride, A.padding, A.dilation, A.groups)",
     torch = "F.conv2d(x, w, " .. (bias and "b" or "None") .. ", A['stride'], A['padding'], A['dilation'], A['groups'])",
-    weight = 2, gen = function(g)
+    weight = 2, conditioning = true, gen = function(g)
       local groups = g:pick({ 1, 1, 2, 3 })
       local cpg, opg = g:int(1, 2), g:int(1, 2)
       local k = { g:int(1, 3), g:int(1, 3) }
@@ -275,7 +279,8 @@ for _, op in ipairs({ "max_pool2d", "avg_pool2d" }) do
       return { k = k, stride = st, padding = pad, ceil = g:chance(0.5) }
     end })
 end
-add({ name = "batch_norm", lua = "bn(x, rm, rv, w, b, A)", torch = "bn(x, rm, rv, w, b, A)", gen = function(g)
+add({ name = "batch_norm", lua = "bn(x, rm, rv, w, b, A)", torch = "bn(x, rm, rv, w, b, A)", conditioning = true,
+  gen = function(g)
   local s = g:shape({ min_rank = 2, max_rank = 4, no_zero = true })
   local dt = g:pick(FLOATS)
   g:tensor("x", s, dt, { specials = false })
@@ -288,7 +293,7 @@ add({ name = "batch_norm", lua = "bn(x, rm, rv, w, b, A)", torch = "bn(x, rm, rv
   return { training = g:chance(0.6), momentum = g:pick({ 0.1, 0.5 }), eps = 1e-5 }
 end, tol = NORM_TOL, grad_tol = NORM_GRAD_TOL })
 add({ name = "layer_norm", lua = "ddp.layer_norm(x, A.shape, w, b, A.eps)",
-  torch = "F.layer_norm(x, A['shape'], w, b, A['eps'])", gen = function(g)
+  torch = "F.layer_norm(x, A['shape'], w, b, A['eps'])", conditioning = true, gen = function(g)
     local s = g:shape({ min_rank = 1 })
     local k = g:int(1, #s)
     local ns = { table.unpack(s, #s - k + 1) }

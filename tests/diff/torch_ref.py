@@ -8,6 +8,14 @@ encoded as {"$i": "..."} / {"$f": "..."} so that integers stay integers and NaN 
 the expression runs; outputs and, after backward of sum(out[0] * w) with w_i = ((7 i) mod 11 - 5) / 4, the base
 tensors' gradients are written to results.safetensors, and results.json says per case what came out or which
 error was raised. safetensors is read and written with struct + json (no extra package).
+
+    python3 torch_ref.py --conditioning cases.json inputs.safetensors positions.json cond.json cond.safetensors
+
+measures, for the cases at the given positions (1-based, of ops whose result may be ill-conditioned), how far
+PyTorch's float64 result moves when every float input and the backward's weights move by one unit in the last place
+of their dtype (3 random perturbations): per output and gradient element, the largest deviation from the unperturbed
+float64 run. A result within a few times that deviation is as right as floating point allows (run.lua rechecks a
+mismatch of such an op with it).
 """
 import json
 import struct
@@ -143,10 +151,11 @@ def as_list(r):
     return [r]
 
 
-def evaluate(c, inputs, compiled, cast64, contiguous=False):
+def evaluate(c, inputs, compiled, cast64, contiguous=False, perturb=None):
     """Runs case c; returns (outs, leaves) or raises. cast64: float32 inputs as float64 (the reference that tells
     which side of a float32 disagreement is the more accurate); contiguous: every input made contiguous after its
-    layout (the same values: tells a PyTorch bug with a layout from a difference of the op)."""
+    layout (the same values: tells a PyTorch bug with a layout from a difference of the op); perturb: a function
+    applied to each float input (after the cast)."""
     expr = c["torch"]
     if expr not in compiled:
         compiled[expr] = compile(expr, "<%s>" % c["op"], "eval")
@@ -157,6 +166,8 @@ def evaluate(c, inputs, compiled, cast64, contiguous=False):
         t = inputs[inp["key"]].clone()
         if cast64 and t.dtype == torch.float32:
             t = t.double()
+        if perturb is not None and t.is_floating_point():
+            t = perturb(t, inp["dtype"])
         if inp["requires_grad"] and c["grad"]:
             t.requires_grad_(True)
             leaves[inp["name"]] = t
@@ -202,7 +213,87 @@ def refc(r, c, inputs, compiled, tensors, cid):
         r["refc"] = {"status": "error", "error": message(e)}
 
 
+ULP = {"float32": 2.0 ** -23, "float64": 2.0 ** -52}
+
+
+def run_float64(c, inputs, compiled, perturb=None, wperturb=None):
+    """Outputs and gradients (float64) of case c with its float inputs in float64, optionally perturbed."""
+    outs, leaves = evaluate(c, inputs, compiled, True, perturb=perturb)
+    grads = {}
+    if c["grad"] and leaves and outs and outs[0].requires_grad:
+        w = weights(outs[0]).double()
+        if wperturb is not None:
+            w = wperturb(w)
+        (outs[0].double() * w).sum().backward()
+        grads = {n: l.grad.detach() for n, l in leaves.items() if l.grad is not None}
+    return [o.detach() for o in outs], grads
+
+
+def deviation(a, b):
+    """|a - b| elementwise, 0 where both agree on a non-finite value, inf where only one is finite."""
+    if not (a.is_floating_point() and b.is_floating_point()) or a.shape != b.shape:
+        return None
+    d = (a - b).abs()
+    same = (a == b) | (a.isnan() & b.isnan())
+    return torch.where(same, torch.zeros_like(d), torch.nan_to_num(d, nan=float("inf")))
+
+
+def conditioning(cases_path, inputs_path, positions_path, res_json, res_st):
+    with open(cases_path) as f:
+        cases = json.load(f)["cases"]
+    with open(positions_path) as f:
+        positions = json.load(f)["positions"]
+    inputs = read_safetensors(inputs_path)
+    results, tensors, compiled = {}, {}, {}
+    for pos in positions:
+        c = cases[pos - 1]
+        r = {}
+        try:
+            outs0, grads0 = run_float64(c, inputs, compiled)
+            gen = torch.Generator().manual_seed(c["id"])
+            dev_o, dev_g = [None] * len(outs0), {}
+            wulp = max([ULP.get(i["dtype"], 0.0) for i in c["inputs"]] + [0.0])
+            for _ in range(3):
+                def perturb(t, dtype):
+                    sign = torch.randint(0, 2, t.shape, generator=gen).to(t.dtype) * 2 - 1
+                    return t * (1 + ULP.get(dtype, 0.0) * sign)
+
+                def wperturb(w):
+                    sign = torch.randint(0, 2, w.shape, generator=gen).to(w.dtype) * 2 - 1
+                    return w * (1 + wulp * sign)
+
+                outs, grads = run_float64(c, inputs, compiled, perturb, wperturb)
+                for k, (a, b) in enumerate(zip(outs, outs0)):
+                    d = deviation(a.double() if a.is_floating_point() else a, b.double() if b.is_floating_point() else b)
+                    if d is not None:
+                        dev_o[k] = d if dev_o[k] is None else torch.maximum(dev_o[k], d)
+                for n, g in grads.items():
+                    if n in grads0:
+                        d = deviation(g, grads0[n])
+                        if d is not None:
+                            dev_g[n] = d if n not in dev_g else torch.maximum(dev_g[n], d)
+            r["outs"] = []
+            for k, d in enumerate(dev_o):
+                key = "c%d_dev_out%d" % (pos, k) if d is not None else None
+                if key:
+                    tensors[key] = d
+                r["outs"].append(key)
+            r["grads"] = {}
+            for n, d in dev_g.items():
+                key = "c%d_dev_grad_%s" % (pos, n)
+                tensors[key] = d
+                r["grads"][n] = key
+        except Exception as e:
+            r["error"] = message(e)
+        results[str(pos)] = r
+    write_safetensors(res_st, tensors)
+    with open(res_json, "w") as f:
+        json.dump({"results": results}, f)
+
+
 def main():
+    if sys.argv[1] == "--conditioning":
+        return conditioning(*sys.argv[2:7])
     cases_path, inputs_path, res_json, res_st = sys.argv[1:5]
     with open(cases_path) as f:
         cases = json.load(f)["cases"]
