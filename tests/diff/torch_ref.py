@@ -12,7 +12,7 @@ error was raised. safetensors is read and written with struct + json (no extra p
     python3 torch_ref.py --conditioning cases.json inputs.safetensors positions.json cond.json cond.safetensors
 
 measures, for the cases at the given positions (1-based, of ops whose result may be ill-conditioned), how far
-PyTorch's float64 result moves when every float input and the backward's weights move by one unit in the last place
+PyTorch's float64 result moves when every float element the op reads and the backward's weights move by one unit in the last place
 of their dtype (3 random perturbations): per output and gradient element, the largest deviation from the unperturbed
 float64 run. A result within a few times that deviation is as right as floating point allows (run.lua rechecks a
 mismatch of such an op with it).
@@ -155,7 +155,7 @@ def evaluate(c, inputs, compiled, cast64, contiguous=False, perturb=None):
     """Runs case c; returns (outs, leaves) or raises. cast64: float32 inputs as float64 (the reference that tells
     which side of a float32 disagreement is the more accurate); contiguous: every input made contiguous after its
     layout (the same values: tells a PyTorch bug with a layout from a difference of the op); perturb: a function
-    applied to each float input (after the cast)."""
+    applied to each float input as the op sees it (after the layout)."""
     expr = c["torch"]
     if expr not in compiled:
         compiled[expr] = compile(expr, "<%s>" % c["op"], "eval")
@@ -166,12 +166,13 @@ def evaluate(c, inputs, compiled, cast64, contiguous=False, perturb=None):
         t = inputs[inp["key"]].clone()
         if cast64 and t.dtype == torch.float32:
             t = t.double()
-        if perturb is not None and t.is_floating_point():
-            t = perturb(t, inp["dtype"])
         if inp["requires_grad"] and c["grad"]:
             t.requires_grad_(True)
             leaves[inp["name"]] = t
         v = apply_layout(t, inp["layout"])
+        if perturb is not None and v.is_floating_point():
+            # each element the op sees moves on its own (an expanded input too: its copies are separate inputs)
+            v = perturb(v, inp["dtype"])
         env[inp["name"]] = v.contiguous() if contiguous else v
     outs = [o if isinstance(o, torch.Tensor) else torch.tensor(o) for o in as_list(eval(compiled[expr], env))]
     return outs, leaves
