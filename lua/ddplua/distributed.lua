@@ -11,6 +11,7 @@
 -- Ranks are 0-based process ids (as RANK, NCCL and the seed tutorial);
 -- src/dst arguments are global ranks, also with {group=g}.
 local core = require "ddplua.core"
+local E = require "ddplua.errors"
 local C = core.dist
 
 local M = {}
@@ -29,13 +30,13 @@ local function env_int(name, what)
   local v = os.getenv(name)
   if v == nil or v == "" then return nil end
   local n = math.tointeger(tonumber(v))
-  if not n then error(string.format("init_process_group: environment variable %s=%q is not an integer%s", name, v,
-    what and (" (" .. what .. ")") or ""), 3) end
+  if not n then E.raise(string.format("init_process_group: environment variable %s=%q is not an integer%s", name, v,
+    what and (" (" .. what .. ")") or "")) end
   return n
 end
 
 local function need(v, msg)
-  if v == nil then error("init_process_group: " .. msg, 3) end
+  if v == nil then E.raise("init_process_group: " .. msg) end
   return v
 end
 
@@ -51,13 +52,13 @@ local function pick_backend(b)
     local ok, why = C.nccl_available()
     if ok then return "nccl" end
     if not core.cuda_is_available() then
-      error("init_process_group: backend 'nccl' needs CUDA, but " .. tostring(why) .. "; use backend='cpu'", 3)
+      E.raise("init_process_group: backend 'nccl' needs CUDA, but " .. tostring(why) .. "; use backend='cpu'")
     end
-    error("init_process_group: backend 'nccl' is not available: " .. tostring(why) .. "; use backend='cpu' " ..
-      "(it accepts CUDA tensors, staged through host memory)", 3)
+    E.raise("init_process_group: backend 'nccl' is not available: " .. tostring(why) .. "; use backend='cpu' " ..
+      "(it accepts CUDA tensors, staged through host memory)")
   end
-  error(string.format("init_process_group: unknown backend %q (expected \"cpu\", \"nccl\" or \"auto\")",
-    tostring(b)), 3)
+  E.raise(string.format("init_process_group: unknown backend %q (expected \"cpu\", \"nccl\" or \"auto\")",
+    tostring(b)))
 end
 
 --- init_process_group{backend=, init_method=, world_size=, rank=, timeout=}
@@ -65,18 +66,18 @@ end
 function M.init_process_group(opts)
   opts = opts or {}
   if type(opts) ~= "table" then
-    error("init_process_group: expected an options table, got " .. type(opts), 2)
+    E.raise("init_process_group: expected an options table, got " .. type(opts))
   end
   for k in pairs(opts) do
     if not valid_opts[k] then
-      error("init_process_group: unknown option '" .. tostring(k) ..
-        "' (valid: backend, init_method, world_size, rank, timeout)", 2)
+      E.raise("init_process_group: unknown option '" .. tostring(k) ..
+        "' (valid: backend, init_method, world_size, rank, timeout)")
     end
   end
   local backend = pick_backend(opts.backend)
   local timeout = opts.timeout or tonumber(os.getenv("DDPLUA_TIMEOUT") or "") or 300
   if type(timeout) ~= "number" or timeout <= 0 then
-    error("init_process_group: timeout must be a positive number of seconds, got " .. tostring(timeout), 2)
+    E.raise("init_process_group: timeout must be a positive number of seconds, got " .. tostring(timeout))
   end
   local p = {
     backend = backend,
@@ -86,7 +87,7 @@ function M.init_process_group(opts)
     world_size = opts.world_size or env_int("WORLD_SIZE"),
   }
   local method = opts.init_method or "env://"
-  if type(method) ~= "string" then error("init_process_group: init_method must be a string", 2) end
+  if type(method) ~= "string" then E.raise("init_process_group: init_method must be a string") end
   local host, port = method:match("^tcp://%[?([^%]]*)%]?:(%d+)$")
   if host then
     need(p.world_size, "init_method='" .. method .. "' needs world_size=")
@@ -109,16 +110,16 @@ function M.init_process_group(opts)
     p.local_rank, p.local_size = env_int("LOCAL_RANK"), env_int("LOCAL_WORLD_SIZE")
     p.node_rank, p.nnodes = env_int("NODE_RANK"), env_int("DDPLUA_NNODES")
   else
-    error(string.format("init_process_group: unsupported init_method %q (expected \"env://\" or " ..
-      "\"tcp://host:port\")", method), 2)
+    E.raise(string.format("init_process_group: unsupported init_method %q (expected \"env://\" or " ..
+      "\"tcp://host:port\")", method))
   end
   if math.type(p.rank) ~= "integer" or math.type(p.world_size) ~= "integer" or p.world_size < 1 then
-    error(string.format("init_process_group: rank and world_size must be integers (got rank=%s, world_size=%s)",
-      tostring(p.rank), tostring(p.world_size)), 2)
+    E.raise(string.format("init_process_group: rank and world_size must be integers (got rank=%s, world_size=%s)",
+      tostring(p.rank), tostring(p.world_size)))
   end
   if p.rank < 0 or p.rank >= p.world_size then
-    error(string.format("init_process_group: rank %d is out of range for world_size %d (expected 0..%d)", p.rank,
-      p.world_size, p.world_size - 1), 2)
+    E.raise(string.format("init_process_group: rank %d is out of range for world_size %d (expected 0..%d)", p.rank,
+      p.world_size, p.world_size - 1))
   end
   C._init(p)
 end
@@ -156,19 +157,19 @@ function M.device() return require("ddplua").device() end
 --- metric covers each dataset item exactly once. Rows come back in the
 --- epoch's global order; gather predictions and labels alike to align them.
 function M.gather_for_metrics(t, sampler, opts)
-  if not require("ddplua").is_tensor(t) then error("gather_for_metrics: expected a tensor, got " .. type(t), 2) end
+  if not require("ddplua").is_tensor(t) then E.raise("gather_for_metrics: expected a tensor, got " .. type(t)) end
   if type(sampler) ~= "table" or type(sampler.gather_order) ~= "function" then
-    error("gather_for_metrics: expected the DistributedSampler that produced the rows", 2)
+    E.raise("gather_for_metrics: expected the DistributedSampler that produced the rows")
   end
   local n = t:dim() > 0 and t:size(1) or 0
   if n ~= sampler.num_samples then
-    error(string.format("gather_for_metrics: the tensor has %d rows but the sampler gives this rank %d samples " ..
-      "(gather the results of one whole epoch of the sampler)", n, sampler.num_samples), 2)
+    E.raise(string.format("gather_for_metrics: the tensor has %d rows but the sampler gives this rank %d samples " ..
+      "(gather the results of one whole epoch of the sampler)", n, sampler.num_samples))
   end
   local world = M.get_world_size(opts and opts.group)
   if world ~= sampler.num_replicas then
-    error(string.format("gather_for_metrics: the group has %d ranks but the sampler was built for %d", world,
-      sampler.num_replicas), 2)
+    E.raise(string.format("gather_for_metrics: the group has %d ranks but the sampler was built for %d", world,
+      sampler.num_replicas))
   end
   local shape = t:size()
   shape[1] = n * world

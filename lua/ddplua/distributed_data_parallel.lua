@@ -23,6 +23,7 @@
 -- The wrapper itself holds nothing but `module`.
 local ddp = require "ddplua"
 local Module = require "ddplua.nn.module"
+local E = require "ddplua.errors"
 local core = ddp.core
 
 local DDP = Module:extend("DistributedDataParallel")
@@ -38,7 +39,7 @@ for _, k in ipairs(IMPLEMENTED) do implemented[k] = true end
 -- mode this wrapper does not have.
 local function check_options(opts)
   if type(opts) ~= "table" then
-    error("DistributedDataParallel: expected an options table, got " .. type(opts), 4)
+    E.raise("DistributedDataParallel: expected an options table, got " .. type(opts))
   end
   local problems = {}
   local unknown = {}
@@ -68,7 +69,7 @@ local function check_options(opts)
   check_type("find_unused_parameters", "a boolean", is_bool)
   check_type("broadcast_buffers", "a boolean", is_bool)
   check_type("gradient_as_bucket_view", "a boolean", is_bool)
-  if #problems > 0 then error("DistributedDataParallel: " .. table.concat(problems, "; "), 4) end
+  if #problems > 0 then E.raise("DistributedDataParallel: " .. table.concat(problems, "; ")) end
 end
 
 -- device_ids / output_device as PyTorch takes them: nil, or for a module on
@@ -88,8 +89,8 @@ local function check_devices(opts, module)
     return v
   end
   local function fail(what)
-    error(string.format("DistributedDataParallel: %s, but the module's parameters are on %s (device_ids and " ..
-      "output_device are for a module on one GPU: nil or that GPU)", what, where), 4)
+    E.raise(string.format("DistributedDataParallel: %s, but the module's parameters are on %s (device_ids and " ..
+      "output_device are for a module on one GPU: nil or that GPU)", what, where))
   end
   local ids = opts.device_ids
   if ids ~= nil then
@@ -172,9 +173,9 @@ local function check_same_model(dist, params, group)
   for r = 2, world do
     local a, b = rows[1], rows[r]
     if a[1] ~= b[1] or a[2] ~= b[2] or a[3] ~= b[3] then
-      error(string.format("DistributedDataParallel: ranks hold different models: rank 0 has %d parameters " ..
+      E.raise(string.format("DistributedDataParallel: ranks hold different models: rank 0 has %d parameters " ..
         "(%d elements), rank %d has %d parameters (%d elements)%s", a[1], a[2], r - 1, b[1], b[2],
-        (a[1] == b[1] and a[2] == b[2]) and " with different shapes" or ""), 5)
+        (a[1] == b[1] and a[2] == b[2]) and " with different shapes" or ""))
     end
   end
 end
@@ -222,13 +223,13 @@ function DDP:__init(module, opts)
   opts = opts or {}
   check_options(opts)
   if not Module.is_module(module) then
-    error("DistributedDataParallel: expected an nn.Module, got " .. (type(module) == "table" and "a table" or
-      type(module)), 3)
+    E.raise("DistributedDataParallel: expected an nn.Module, got " .. (type(module) == "table" and "a table" or
+      type(module)))
   end
   check_devices(opts, module)
   if not ddp.distributed.is_initialized() then
-    error("DistributedDataParallel: the default process group is not initialised; call " ..
-      "dist.init_process_group() before wrapping the model", 3)
+    E.raise("DistributedDataParallel: the default process group is not initialised; call " ..
+      "dist.init_process_group() before wrapping the model")
   end
   self.module = module -- the one child: names become "module.<name>"
   rawset(self, "process_group", opts.process_group)
@@ -289,19 +290,19 @@ end
 -- DDP never averages such a parameter either). Add them to model.module.
 function DDP:add_module(name, m)
   if name == "module" and rawget(self, "module") == nil then return Module.add_module(self, name, m) end
-  error(string.format("DistributedDataParallel: cannot add the submodule '%s' to the wrapper; add it to " ..
-    "model.module (the next forward includes its parameters)", tostring(name)), 2)
+  E.raise(string.format("DistributedDataParallel: cannot add the submodule '%s' to the wrapper; add it to " ..
+    "model.module (the next forward includes its parameters)", tostring(name)))
 end
 DDP.register_module = DDP.add_module
 
 function DDP:register_parameter(name)
-  error(string.format("DistributedDataParallel: cannot add the parameter '%s' to the wrapper; add it to " ..
-    "model.module (the next forward includes it)", tostring(name)), 2)
+  E.raise(string.format("DistributedDataParallel: cannot add the parameter '%s' to the wrapper; add it to " ..
+    "model.module (the next forward includes it)", tostring(name)))
 end
 
 function DDP:register_buffer(name)
-  error(string.format("DistributedDataParallel: cannot add the buffer '%s' to the wrapper; add it to " ..
-    "model.module", tostring(name)), 2)
+  E.raise(string.format("DistributedDataParallel: cannot add the buffer '%s' to the wrapper; add it to " ..
+    "model.module", tostring(name)))
 end
 
 --- Reducer counters: buckets, how many all-reduces started during backward

@@ -48,7 +48,7 @@ local EXPORTS = {
     form = "nn.", names = {
       "Module", "Sequential", "Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d",
       "SyncBatchNorm", "ReLU", "GELU", "Tanh", "Sigmoid", "Dropout", "Flatten", "Embedding", "LayerNorm",
-      "CrossEntropyLoss", "MSELoss", "F", "init",
+      "CrossEntropyLoss", "MSELoss", "F", "init", "ModuleList", "ModuleDict", "Identity",
     },
   },
   F = {

@@ -9,6 +9,7 @@
 local ddp = require "ddplua"
 local dataset = require "ddplua.data.dataset"
 local sampler = require "ddplua.data.sampler"
+local E = require "ddplua.errors"
 
 local DataLoader = { __name = "DataLoader" }
 DataLoader.__index = DataLoader
@@ -44,29 +45,29 @@ end
 
 function DataLoader.new(ds, opts)
   opts = opts or {}
-  if type(opts) ~= "table" then error("DataLoader: options must be a table", 3) end
+  if type(opts) ~= "table" then E.raise("DataLoader: options must be a table") end
   for k in pairs(opts) do
     if not valid[k] then
-      error("DataLoader: unknown option '" .. tostring(k) ..
-        "' (valid options: batch_size, shuffle, sampler, drop_last, collate_fn)", 3)
+      E.raise("DataLoader: unknown option '" .. tostring(k) ..
+        "' (valid options: batch_size, shuffle, sampler, drop_last, collate_fn)")
     end
   end
   local ok, n = pcall(function() return #ds end)
   if (type(ds) ~= "table" and type(ds) ~= "userdata") or not ok or math.type(n) ~= "integer" then
-    error("DataLoader: expected a dataset (with #ds and ds:get(i), ds[i] or ds:get_batch(indices)), got " ..
-      type(ds), 3)
+    E.raise("DataLoader: expected a dataset (with #ds and ds:get(i), ds[i] or ds:get_batch(indices)), got " ..
+      type(ds))
   end
   local bs = opts.batch_size or 1
   if math.type(bs) ~= "integer" or bs < 1 then
-    error("DataLoader: batch_size must be a positive integer, got " .. tostring(bs), 3)
+    E.raise("DataLoader: batch_size must be a positive integer, got " .. tostring(bs))
   end
   if opts.sampler ~= nil and opts.shuffle then
-    error("DataLoader: sampler and shuffle=true are mutually exclusive (the sampler decides the order)", 3)
+    E.raise("DataLoader: sampler and shuffle=true are mutually exclusive (the sampler decides the order)")
   end
   local s = opts.sampler
   if s ~= nil then
     if type(s) ~= "table" or type(s.indices) ~= "function" then
-      error("DataLoader: sampler must have a sampler:indices() method", 3)
+      E.raise("DataLoader: sampler must have a sampler:indices() method")
     end
   elseif opts.shuffle then
     s = sampler.RandomSampler(n)
@@ -74,7 +75,7 @@ function DataLoader.new(ds, opts)
     s = sampler.SequentialSampler(n)
   end
   if opts.collate_fn ~= nil and type(opts.collate_fn) ~= "function" then
-    error("DataLoader: collate_fn must be a function", 3)
+    E.raise("DataLoader: collate_fn must be a function")
   end
   return setmetatable({
     dataset = ds,

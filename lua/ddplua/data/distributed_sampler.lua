@@ -5,6 +5,7 @@
 --   rank r takes positions r, r+R, r+2R, ...
 -- Positions are 1-based (PyTorch's index i is ddplua's i + 1).
 local ddp = require "ddplua"
+local E = require "ddplua.errors"
 
 local DistributedSampler = {}
 DistributedSampler.__index = DistributedSampler
@@ -15,7 +16,7 @@ local function dataset_len(ds)
   local ok, n = pcall(function() return #ds end)
   if ok and math.type(n) == "integer" then return n end
   if type(ds) == "table" and type(ds.len) == "function" then return ds:len() end
-  error("DistributedSampler: the dataset has no length (#dataset)", 3)
+  E.raise("DistributedSampler: the dataset has no length (#dataset)")
 end
 
 --- DistributedSampler(dataset, {num_replicas=, rank=, shuffle=true, seed=0, drop_last=false})
@@ -23,28 +24,28 @@ function DistributedSampler.new(dataset, opts)
   opts = opts or {}
   for k in pairs(opts) do
     if k ~= "num_replicas" and k ~= "rank" and k ~= "shuffle" and k ~= "seed" and k ~= "drop_last" then
-      error("DistributedSampler: unknown option '" .. tostring(k) ..
-        "' (valid: num_replicas, rank, shuffle, seed, drop_last)", 2)
+      E.raise("DistributedSampler: unknown option '" .. tostring(k) ..
+        "' (valid: num_replicas, rank, shuffle, seed, drop_last)")
     end
   end
   local R, rank = opts.num_replicas, opts.rank
   if R == nil or rank == nil then
     local dist = ddp.distributed
     if not dist.is_initialized() then
-      error("DistributedSampler: the process group is not initialised; call " ..
-        "dist.init_process_group first or pass num_replicas= and rank=", 2)
+      E.raise("DistributedSampler: the process group is not initialised; call " ..
+        "dist.init_process_group first or pass num_replicas= and rank=")
     end
     R = R or dist.get_world_size()
     rank = rank or dist.get_rank()
   end
   if math.type(R) ~= "integer" or R < 1 then
-    error("DistributedSampler: num_replicas must be a positive integer, got " .. tostring(R), 2)
+    E.raise("DistributedSampler: num_replicas must be a positive integer, got " .. tostring(R))
   end
   if math.type(rank) ~= "integer" or rank < 0 or rank >= R then
-    error(string.format("DistributedSampler: invalid rank %s, expected 0..%d", tostring(rank), R - 1), 2)
+    E.raise(string.format("DistributedSampler: invalid rank %s, expected 0..%d", tostring(rank), R - 1))
   end
   local seed = opts.seed or 0
-  if math.type(seed) ~= "integer" then error("DistributedSampler: seed must be an integer", 2) end
+  if math.type(seed) ~= "integer" then E.raise("DistributedSampler: seed must be an integer") end
   local N = dataset_len(dataset)
   local drop_last = opts.drop_last and true or false
   local num_samples
@@ -72,7 +73,7 @@ function DistributedSampler.new(dataset, opts)
 end
 
 function DistributedSampler:set_epoch(epoch)
-  if math.type(epoch) ~= "integer" then error("set_epoch: expected an integer epoch, got " .. tostring(epoch), 2) end
+  if math.type(epoch) ~= "integer" then E.raise("set_epoch: expected an integer epoch, got " .. tostring(epoch)) end
   if epoch ~= self.epoch then self.position = 0 end
   self.epoch = epoch
 end

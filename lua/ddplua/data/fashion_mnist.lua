@@ -10,6 +10,7 @@
 local ddp = require "ddplua"
 local core = ddp.core
 local dataset = require "ddplua.data.dataset"
+local E = require "ddplua.errors"
 
 local FashionMNIST = dataset.dataset_class("FashionMNIST")
 
@@ -45,7 +46,7 @@ function FashionMNIST.cache_dir(opt)
   end
   if dir == false or dir == "" or dir == "off" then return nil end
   if type(dir) ~= "string" then
-    error("FashionMNIST: cache_dir must be a directory path, false or \"off\", got " .. type(dir), 4)
+    E.raise("FashionMNIST: cache_dir must be a directory path, false or \"off\", got " .. type(dir))
   end
   return dir
 end
@@ -63,34 +64,34 @@ end
 
 function FashionMNIST.new(opts)
   opts = opts or {}
-  if type(opts) ~= "table" then error("FashionMNIST: expected an options table {root=, split=}", 3) end
+  if type(opts) ~= "table" then E.raise("FashionMNIST: expected an options table {root=, split=}") end
   for k in pairs(opts) do
     if k ~= "root" and k ~= "split" and k ~= "cache_dir" then
-      error("FashionMNIST: unknown option '" .. tostring(k) .. "' (valid options: root, split, cache_dir)", 3)
+      E.raise("FashionMNIST: unknown option '" .. tostring(k) .. "' (valid options: root, split, cache_dir)")
     end
   end
   local split = opts.split or "train"
   local prefix = prefixes[split]
-  if not prefix then error('FashionMNIST: split must be "train" or "test", got ' .. tostring(split), 3) end
+  if not prefix then E.raise('FashionMNIST: split must be "train" or "test", got ' .. tostring(split)) end
   local root = opts.root or FashionMNIST.default_root
   local image_path = locate(root, prefix .. "-images-idx3-ubyte")
   local label_path = locate(root, prefix .. "-labels-idx1-ubyte")
   local cache_dir = FashionMNIST.cache_dir(opts.cache_dir)
   local images, labels = load(image_path, cache_dir), load(label_path, cache_dir)
   if images:dim() ~= 3 then
-    error(string.format("FashionMNIST: %s holds a %d-dimensional array, expected images [N, 28, 28]", image_path,
-      images:dim()), 3)
+    E.raise(string.format("FashionMNIST: %s holds a %d-dimensional array, expected images [N, 28, 28]", image_path,
+      images:dim()))
   end
   if labels:dim() ~= 1 then
-    error(string.format("FashionMNIST: %s holds a %d-dimensional array, expected labels [N]", label_path,
-      labels:dim()), 3)
+    E.raise(string.format("FashionMNIST: %s holds a %d-dimensional array, expected labels [N]", label_path,
+      labels:dim()))
   end
   if images:size(1) ~= labels:size(1) then
-    error(string.format("FashionMNIST: %s holds %d images but %s holds %d labels", image_path, images:size(1),
-      label_path, labels:size(1)), 3)
+    E.raise(string.format("FashionMNIST: %s holds %d images but %s holds %d labels", image_path, images:size(1),
+      label_path, labels:size(1)))
   end
   if labels:numel() > 0 and labels:max():item() > 9 then
-    error(string.format("FashionMNIST: %s holds label %d, expected 0..9", label_path, labels:max():item()), 3)
+    E.raise(string.format("FashionMNIST: %s holds label %d, expected 0..9", label_path, labels:max():item()))
   end
   return setmetatable({
     split = split,

@@ -8,6 +8,7 @@
 -- position instead: 1, 2, ... across the groups in order (PyTorch's ids
 -- counted from 1, like every Lua position).
 local ddp = require "ddplua"
+local E = require "ddplua.errors"
 local core = ddp.core
 
 local Optimizer = {}
@@ -31,30 +32,27 @@ function Optimizer.new(cls, params, opts)
   local self = setmetatable({ param_groups = {}, state = {} }, cls)
   local name = cls.__name
   if type(params) ~= "table" or ddp.is_tensor(params) then
-    error(string.format("%s: expected a list of parameters or of parameter groups, got %s", name,
-      type_name(params)), 3)
+    E.raise(string.format("%s: expected a list of parameters or of parameter groups, got %s", name,
+      type_name(params)))
   end
   if getmetatable(params) and getmetatable(params).__is_module then
-    error(string.format("%s: expected a list of parameters, got a module (pass model:parameters())", name), 3)
+    E.raise(string.format("%s: expected a list of parameters, got a module (pass model:parameters())", name))
   end
   if opts ~= nil and type(opts) ~= "table" then
-    error(string.format("%s: options must be a table, got %s", name, type(opts)), 3)
+    E.raise(string.format("%s: options must be a table, got %s", name, type(opts)))
   end
   opts = opts or {}
   self.defaults = {}
   for k, v in pairs(cls.defaults_template) do self.defaults[k] = v end
   for k, v in pairs(opts) do
     if cls.defaults_template[k] == nil then
-      error(string.format("%s: unknown option '%s' (valid options: %s)", name, tostring(k), self:_option_names()), 3)
+      E.raise(string.format("%s: unknown option '%s' (valid options: %s)", name, tostring(k), self:_option_names()))
     end
     self.defaults[k] = v
   end
-  if #params == 0 then error(string.format("%s: got an empty parameter list", name), 3) end
+  if #params == 0 then E.raise(string.format("%s: got an empty parameter list", name)) end
   local groups = is_group_list(params) and params or { { params = params } }
-  for _, g in ipairs(groups) do
-    local ok, err = pcall(self.add_param_group, self, g)
-    if not ok then error(err, 3) end
-  end
+  for _, g in ipairs(groups) do self:add_param_group(g) end
   return self
 end
 
@@ -70,32 +68,32 @@ end
 function Optimizer:add_param_group(group)
   local name, gi = self.__name, #self.param_groups + 1
   if type(group) ~= "table" or ddp.is_tensor(group) then
-    error(string.format("%s: parameter group %d must be a table {params=...}, got %s", name, gi, type_name(group)), 2)
+    E.raise(string.format("%s: parameter group %d must be a table {params=...}, got %s", name, gi, type_name(group)))
   end
   local params = group.params
   if ddp.is_tensor(params) then params = { params } end
   if type(params) ~= "table" then
-    error(string.format("%s: parameter group %d has no params list", name, gi), 2)
+    E.raise(string.format("%s: parameter group %d has no params list", name, gi))
   end
-  if #params == 0 then error(string.format("%s: parameter group %d has an empty parameter list", name, gi), 2) end
+  if #params == 0 then E.raise(string.format("%s: parameter group %d has an empty parameter list", name, gi)) end
   local seen = {}
   for _, g in ipairs(self.param_groups) do for _, p in ipairs(g.params) do seen[p] = true end end
   local list = {}
   for i, p in ipairs(params) do
     if not ddp.is_tensor(p) then
-      error(string.format("%s: parameter %d of group %d is a %s, expected a tensor", name, i, gi, type_name(p)), 2)
+      E.raise(string.format("%s: parameter %d of group %d is a %s, expected a tensor", name, i, gi, type_name(p)))
     end
     if not p.is_leaf then
-      error(string.format("%s: parameter %d of group %d is not a leaf tensor (optimizers update leaves)", name, i,
-        gi), 2)
+      E.raise(string.format("%s: parameter %d of group %d is not a leaf tensor (optimizers update leaves)", name, i,
+        gi))
     end
     if not p:is_floating_point() then
-      error(string.format("%s: parameter %d of group %d is %s; parameters must be floating point", name, i, gi,
-        p:dtype()), 2)
+      E.raise(string.format("%s: parameter %d of group %d is %s; parameters must be floating point", name, i, gi,
+        p:dtype()))
     end
     if seen[p] then
-      error(string.format("%s: parameter %d of group %d appears in more than one place in the parameter groups",
-        name, i, gi), 2)
+      E.raise(string.format("%s: parameter %d of group %d appears in more than one place in the parameter groups",
+        name, i, gi))
     end
     seen[p] = true
     list[i] = p
@@ -104,8 +102,8 @@ function Optimizer:add_param_group(group)
   for k, v in pairs(group) do
     if k ~= "params" then
       if self.defaults[k] == nil and k ~= "initial_lr" then
-        error(string.format("%s: unknown option '%s' in parameter group %d (valid options: %s)", name, tostring(k),
-          gi, self:_option_names()), 2)
+        E.raise(string.format("%s: unknown option '%s' in parameter group %d (valid options: %s)", name, tostring(k),
+          gi, self:_option_names()))
       end
       g[k] = v
     end
@@ -113,7 +111,7 @@ function Optimizer:add_param_group(group)
   for k, v in pairs(self.defaults) do
     if g[k] == nil then g[k] = type(v) == "table" and { table.unpack(v) } or v end
   end
-  self.check_group(g, function(msg) error(string.format("%s: %s (parameter group %d)", name, msg, gi), 4) end)
+  self.check_group(g, function(msg) E.raise(string.format("%s: %s (parameter group %d)", name, msg, gi)) end)
   self.param_groups[gi] = g
 end
 
@@ -130,7 +128,7 @@ function Optimizer:step(closure)
   local loss
   if closure ~= nil then loss = ddp.enable_grad(closure) end
   for _, g in ipairs(self.param_groups) do
-    self.check_group(g, function(msg) error(string.format("%s: %s", self.__name, msg), 4) end)
+    self.check_group(g, function(msg) E.raise(string.format("%s: %s", self.__name, msg)) end)
     self.step_group(g, self.state)
   end
   return loss
@@ -165,32 +163,32 @@ end
 function Optimizer:load_state_dict(sd)
   local name = self.__name
   if type(sd) ~= "table" or type(sd.param_groups) ~= "table" or type(sd.state) ~= "table" then
-    error(name .. ": load_state_dict expects a table {state=, param_groups=} from state_dict()", 2)
+    E.raise(name .. ": load_state_dict expects a table {state=, param_groups=} from state_dict()")
   end
   if #sd.param_groups ~= #self.param_groups then
-    error(string.format("%s: loaded state dict has %d parameter groups, the optimizer has %d", name,
-      #sd.param_groups, #self.param_groups), 2)
+    E.raise(string.format("%s: loaded state dict has %d parameter groups, the optimizer has %d", name,
+      #sd.param_groups, #self.param_groups))
   end
   local by_pos = {}
   for gi, g in ipairs(self.param_groups) do
     local sg = sd.param_groups[gi]
     if type(sg.params) ~= "table" or #sg.params ~= #g.params then
-      error(string.format("%s: parameter group %d of the loaded state dict has %s parameters, the optimizer's has %d",
-        name, gi, type(sg.params) == "table" and tostring(#sg.params) or "no", #g.params), 2)
+      E.raise(string.format("%s: parameter group %d of the loaded state dict has %s parameters, the optimizer's has %d",
+        name, gi, type(sg.params) == "table" and tostring(#sg.params) or "no", #g.params))
     end
     for i, p in ipairs(g.params) do by_pos[sg.params[i]] = p end
   end
   local new_state = {}
   for pos, s in pairs(sd.state) do
     local p = by_pos[pos]
-    if p == nil then error(string.format("%s: loaded state names parameter %s, which no group holds", name,
-        tostring(pos)), 2) end
+    if p == nil then E.raise(string.format("%s: loaded state names parameter %s, which no group holds", name,
+        tostring(pos))) end
     local copy = {}
     for k, v in pairs(s) do
       if ddp.is_tensor(v) then
         if table.concat(v:size(), "x") ~= table.concat(p:size(), "x") then
-          error(string.format("%s: loaded state '%s' of parameter %s has shape [%s] but the parameter has shape [%s]",
-            name, k, tostring(pos), table.concat(v:size(), ", "), table.concat(p:size(), ", ")), 2)
+          E.raise(string.format("%s: loaded state '%s' of parameter %s has shape [%s] but the parameter has shape [%s]",
+            name, k, tostring(pos), table.concat(v:size(), ", "), table.concat(p:size(), ", ")))
         end
         copy[k] = ddp.no_grad(function() return v:detach():to(p:dtype(), p:device()):clone() end)
       else
