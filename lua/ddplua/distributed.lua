@@ -19,11 +19,42 @@ local M = {}
 M.ReduceOp = { SUM = "sum", AVG = "avg", MAX = "max", MIN = "min", PRODUCT = "prod", PROD = "prod" }
 
 for _, k in ipairs {
-  "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "barrier", "send", "recv", "new_group",
-  "destroy_process_group", "is_initialized", "get_rank", "get_world_size", "get_local_rank", "get_local_world_size",
-  "get_backend", "spawn", "find_free_port", "nccl_available",
+  "new_group", "destroy_process_group", "is_initialized", "get_rank", "get_world_size", "get_local_rank",
+  "get_local_world_size", "get_backend", "spawn", "find_free_port", "nccl_available",
 } do
   M[k] = C[k]
+end
+
+-- The collectives. A failure is reported at the user's line (the first
+-- frame outside the library: for a collective inside ddp.save_checkpoint or
+-- DDP's forward, the line that called those), and one that depends on what
+-- the other ranks did (a mismatch, a timeout, a rank that left) also says
+-- which call this rank was in and from where: every rank prints its own
+-- side, so together they show each rank's call and its line.
+local function annotate(name, err, from_library)
+  local msg = tostring(err)
+  if not (msg:find("mismatch", 1, true) or msg:find("timed out", 1, true) or msg:find("never arrived", 1, true)
+      or msg:find("exited", 1, true) or msg:find("was killed", 1, true)) then
+    return msg
+  end
+  local rank = C.is_initialized() and C.get_rank() or 0
+  msg = string.format("%s\n  rank %d was in dist.%s%s at %s", msg, rank, name,
+    from_library and " (inside a ddplua call)" or "", E.user_site())
+  if msg:find("mismatch", 1, true) then
+    msg = msg .. "\n  every rank must make the same collective calls in the same order (ddp.save_checkpoint is " ..
+      "one: call it on every rank; to save from one rank, use ddp.save_state)"
+  end
+  return msg
+end
+
+for _, k in ipairs { "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "barrier", "send", "recv" } do
+  local f = C[k]
+  M[k] = function(...)
+    local ok, a, b = pcall(f, ...)
+    if ok then return a, b end
+    local caller = debug.getinfo(2, "S")
+    E.raise(annotate(k, a, caller ~= nil and caller.what ~= "C" and E.in_library(caller.source)))
+  end
 end
 
 local function env_int(name, what)
@@ -43,11 +74,22 @@ end
 local valid_opts = { backend = true, init_method = true, world_size = true, rank = true, timeout = true }
 
 -- "auto" (the default) is nccl when a GPU and NCCL are there (ddp.device()
--- is then "cuda:<local rank>"), else cpu.
-local function pick_backend(b)
+-- is then "cuda:<local rank>"), else cpu. PyTorch's "gloo" is ddplua's cpu
+-- backend (rank 0 says so, once).
+local function pick_backend(b, rank)
   b = b or os.getenv("DDPLUA_BACKEND")
   if b == nil or b == "" or b == "auto" then return C.nccl_available() and "nccl" or "cpu" end
-  if b == "cpu" or b == "gloo" then return "cpu" end
+  if b == "gloo" then
+    if (rank or 0) == 0 then
+      io.stderr:write("ddplua: backend 'gloo' (PyTorch's CPU backend) runs as ddplua's 'cpu' backend\n")
+    end
+    return "cpu"
+  end
+  if b == "cpu" then return "cpu" end
+  if b == "mpi" or b == "ucc" then
+    E.raise(string.format("init_process_group: backend %q is not available in ddplua (backends: \"cpu\" (PyTorch's " ..
+      "\"gloo\"), \"nccl\", \"auto\")", b))
+  end
   if b == "nccl" then
     local ok, why = C.nccl_available()
     if ok then return "nccl" end
@@ -57,16 +99,39 @@ local function pick_backend(b)
     E.raise("init_process_group: backend 'nccl' is not available: " .. tostring(why) .. "; use backend='cpu' " ..
       "(it accepts CUDA tensors, staged through host memory)")
   end
-  E.raise(string.format("init_process_group: unknown backend %q (expected \"cpu\", \"nccl\" or \"auto\")",
-    tostring(b)))
+  E.raise(string.format("init_process_group: unknown backend %q (expected \"cpu\" (or PyTorch's \"gloo\"), " ..
+    "\"nccl\" or \"auto\")", tostring(b)))
+end
+
+-- PyTorch's positional form: init_process_group(backend, init_method,
+-- timeout, world_size, rank), or (backend, {options}); -1 (PyTorch's
+-- default world_size and rank) means unset.
+local function positional_opts(backend, ...)
+  local n, second = select("#", ...), ...
+  if n == 1 and type(second) == "table" then
+    local opts = {}
+    for k, v in pairs(second) do opts[k] = v end
+    if opts.backend ~= nil and opts.backend ~= backend then
+      E.raise(string.format("init_process_group: backend %q given twice, differently (%q in the options)", backend,
+        tostring(opts.backend)))
+    end
+    opts.backend = backend
+    return opts
+  end
+  if n > 4 then E.raise("init_process_group: too many arguments (backend, init_method, timeout, world_size, rank)") end
+  local init_method, timeout, world_size, rank = ...
+  return { backend = backend, init_method = init_method, timeout = timeout,
+    world_size = world_size ~= -1 and world_size or nil, rank = rank ~= -1 and rank or nil }
 end
 
 --- init_process_group{backend=, init_method=, world_size=, rank=, timeout=}
---- Every field is optional under the launcher (and under dist.spawn).
-function M.init_process_group(opts)
+--- or init_process_group("gloo" | "nccl" | ..., ...) as PyTorch's. Every
+--- field is optional under the launcher (and under dist.spawn).
+function M.init_process_group(opts, ...)
+  if type(opts) == "string" then opts = positional_opts(opts, ...) end
   opts = opts or {}
   if type(opts) ~= "table" then
-    E.raise("init_process_group: expected an options table, got " .. type(opts))
+    E.raise("init_process_group: expected a backend name or an options table, got " .. type(opts))
   end
   for k in pairs(opts) do
     if not valid_opts[k] then
@@ -74,7 +139,12 @@ function M.init_process_group(opts)
         "' (valid: backend, init_method, world_size, rank, timeout)")
     end
   end
-  local backend = pick_backend(opts.backend)
+  local given = opts
+  opts = {}
+  for k, v in pairs(given) do opts[k] = v end
+  if opts.world_size == -1 then opts.world_size = nil end
+  if opts.rank == -1 then opts.rank = nil end
+  local backend = pick_backend(opts.backend, opts.rank or tonumber(os.getenv("RANK") or "0"))
   local timeout = opts.timeout or tonumber(os.getenv("DDPLUA_TIMEOUT") or "") or 300
   if type(timeout) ~= "number" or timeout <= 0 then
     E.raise("init_process_group: timeout must be a positive number of seconds, got " .. tostring(timeout))

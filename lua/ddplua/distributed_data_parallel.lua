@@ -6,6 +6,7 @@
 --                    find_unused_parameters=false, broadcast_buffers=true})
 --   local opt = optim.SGD(model:parameters(), {lr=0.05})   -- after wrapping
 --   do local _ <close> = model:no_sync() ... end            -- accumulate locally
+--   model.require_backward_grad_sync = false                -- or nanoGPT's way, per forward
 --
 -- As in PyTorch it is an nn.Module whose one child is the wrapped module,
 -- `model.module`: every Module method works on it, and named_parameters(),
@@ -21,6 +22,11 @@
 -- broadcast, new buckets), where PyTorch would silently stop averaging those
 -- gradients. Every rank must make the same change, as with any collective.
 -- The wrapper itself holds nothing but `module`.
+--
+-- require_backward_grad_sync (default true), as PyTorch's: each forward
+-- reads it, and a backward of a forward run with it false accumulates
+-- locally (no all-reduce), as inside no_sync; the first backward whose
+-- forward ran with it true averages everything accumulated.
 local ddp = require "ddplua"
 local Module = require "ddplua.nn.module"
 local E = require "ddplua.errors"
@@ -237,6 +243,8 @@ function DDP:__init(module, opts)
   rawset(self, "find_unused_parameters", opts.find_unused_parameters and true or false)
   rawset(self, "bucket_cap_mb", opts.bucket_cap_mb or 25)
   rawset(self, "training", module.training ~= false)
+  rawset(self, "require_backward_grad_sync", true)
+  rawset(self, "_no_sync_depth", 0)
   build_reducer(self)
 end
 
@@ -244,6 +252,11 @@ end
 -- broadcast_buffers; nothing to do alone).
 function DDP:forward(...)
   local buffers = sync_reducer(self)
+  local flag = rawget(self, "require_backward_grad_sync")
+  if flag ~= true and flag ~= false then
+    E.raise("DistributedDataParallel: require_backward_grad_sync must be true or false, got " .. tostring(flag))
+  end
+  rawget(self, "reducer"):set_sync(flag and rawget(self, "_no_sync_depth") == 0)
   local module = rawget(self, "module")
   if #buffers > 0 and self.broadcast_buffers and module.training ~= false and self._world_size > 1 then
     broadcast_tensors(ddp.distributed, buffers, self.process_group)
@@ -255,7 +268,11 @@ end
 --- locally; the next backward outside reduces the accumulated total.
 function DDP:no_sync()
   local prev = self.reducer:set_sync(false)
-  return setmetatable({}, { __close = function() self.reducer:set_sync(prev) end })
+  rawset(self, "_no_sync_depth", rawget(self, "_no_sync_depth") + 1)
+  return setmetatable({}, { __close = function()
+    rawset(self, "_no_sync_depth", rawget(self, "_no_sync_depth") - 1)
+    self.reducer:set_sync(prev)
+  end })
 end
 
 --- Module:to (and float/double/cuda/cpu, which call it), then a new

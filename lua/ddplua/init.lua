@@ -90,6 +90,8 @@ function M.config(defaults, opts) return require("ddplua.config").resolve(defaul
 function M.save_checkpoint(path, what) return require("ddplua.checkpoint").save(path, what) end
 function M.load_checkpoint(path, opts) return require("ddplua.checkpoint").load(path, opts) end
 function M.progress(total, opts) return require("ddplua.progress").new(total, opts) end
+function M.save_state(path, state, opts) return require("ddplua.state").save(path, state, opts) end
+function M.load_state(path, opts) return require("ddplua.state").load(path, opts) end
 -- Devices ------------------------------------------------------------------
 
 --- ddp.device(): "cuda:<LOCAL_RANK>" when a GPU is available, else "cpu".

@@ -65,7 +65,7 @@ function DistributedSampler.new(dataset, opts)
     n = N,
     num_samples = num_samples,
     total_size = num_samples * R,
-    _epochs_drawn = {},
+    _passes = {}, -- epoch -> full passes over its order (reported by the DataLoader)
     _warned = false,
     position = 0, -- samples of this epoch already consumed (resume)
   }, DistributedSampler)
@@ -105,16 +105,29 @@ function DistributedSampler:global_indices()
   return idx
 end
 
+--- A second complete pass over one epoch's shuffle means two epochs
+--- trained on the same order: set_epoch was not called. A direct
+--- indices() call counts as a pass; the DataLoader draws with _draw and
+--- reports the passes it completes, so one cut short (peeking at a batch
+--- before the loop) does not count.
+function DistributedSampler:_pass_completed()
+  if not self.shuffle then return end
+  local n = (self._passes[self.epoch] or 0) + 1
+  self._passes[self.epoch] = n
+  if n == 2 and not self._warned then
+    self._warned = true
+    io.stderr:write(string.format("ddplua: warning: DistributedSampler: two epochs drew epoch %d's order (the " ..
+      "same shuffle); call sampler:set_epoch(epoch) at the start of every epoch\n", self.epoch))
+  end
+end
+
 --- This rank's positions for the current epoch (a Lua array, 1-based).
 function DistributedSampler:indices()
-  if self.shuffle then
-    if self._epochs_drawn[self.epoch] and not self._warned then
-      self._warned = true
-      io.stderr:write(string.format("ddplua: warning: DistributedSampler drew epoch %d's order again; call " ..
-        "sampler:set_epoch(epoch) at the start of every epoch, or every epoch sees the same shuffle\n", self.epoch))
-    end
-    self._epochs_drawn[self.epoch] = true
-  end
+  self:_pass_completed()
+  return self:_draw()
+end
+
+function DistributedSampler:_draw()
   local all = self:global_indices()
   local out = {}
   for p = self.rank + 1, self.total_size, self.num_replicas do out[#out + 1] = all[p] end

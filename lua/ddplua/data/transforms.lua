@@ -154,8 +154,8 @@ function M.list(v, who)
     elseif is_transform(t) then
       out[#out + 1] = t
     else
-      E.raise(string.format("%s: entry %d is a %s, not a data.transforms object (transforms are compiled to C; " ..
-        "Lua functions cannot be used)", who, i, type(t)))
+      E.raise(string.format("%s: entry %d is a %s, not a data.transforms object (the list is compiled to C, so " ..
+        "a Lua function cannot be an entry)", who, i, type(t)))
     end
   end
   return out
