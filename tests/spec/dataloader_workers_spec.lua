@@ -225,13 +225,13 @@ local loader = ddp.data.DataLoader(ds, { batch_size = 1, num_workers = 2 })
 for x in loader:iter() do print("BATCH") io.stdout:flush() end
 ]])
     local p = io.popen("cd " .. U.quote(dir) .. " && (" .. U.quote(U.abspath(U.ddplua)) ..
-      " s.lua & echo PARENT $!; sleep 1; ps -o pid= --ppid $!; kill -9 $!) 2>&1")
+      " s.lua & echo PARENT $!; sleep 1; echo CHILDREN $(cat /proc/$!/task/*/children); kill -9 $!) 2>&1")
     local out = p:read("a")
     p:close()
     U.rm_rf(dir)
     local workers = {}
-    for pid in out:gmatch("\n%s*(%d+)%s*\n") do workers[#workers + 1] = tonumber(pid) end
-    for pid in out:gmatch("\n%s*(%d+)%s*$") do workers[#workers + 1] = tonumber(pid) end
+    -- the children from /proc, not ps: ps inherits the ASan run's LD_PRELOAD and can deadlock in it
+    for pid in (out:match("CHILDREN ([%d ]*)") or ""):gmatch("%d+") do workers[#workers + 1] = tonumber(pid) end
     assert.is_true(#workers >= 2, out)
     local t0 = ddp.clock()
     local alive
