@@ -6,6 +6,7 @@
 local ddp = require "ddplua"
 local Module = require "ddplua.nn.module"
 local util = require "ddplua.nn.util"
+local E = require "ddplua.errors"
 
 local M = {}
 
@@ -13,7 +14,7 @@ local reductions = { mean = true, sum = true, none = true }
 
 local function check_reduction(who, r)
   if r ~= nil and not reductions[r] then
-    error(string.format('%s: reduction must be "mean", "sum" or "none", got %s', who, tostring(r)), 4)
+    E.raise(string.format('%s: reduction must be "mean", "sum" or "none", got %s', who, tostring(r)))
   end
 end
 
@@ -24,10 +25,10 @@ local function init_class_loss(self, who, opts, extra)
   opts = util.check_opts(who, opts, valid)
   check_reduction(who, opts.reduction)
   if opts.ignore_index ~= nil and math.type(opts.ignore_index) ~= "integer" then
-    error(who .. ": ignore_index must be an integer, got " .. tostring(opts.ignore_index), 4)
+    E.raise(who .. ": ignore_index must be an integer, got " .. tostring(opts.ignore_index))
   end
   if opts.weight ~= nil and not ddp.is_tensor(opts.weight) then
-    error(who .. ": weight must be a tensor of class weights, got " .. type(opts.weight), 4)
+    E.raise(who .. ": weight must be a tensor of class weights, got " .. type(opts.weight))
   end
   self:register_buffer("weight", opts.weight)
   self.reduction = opts.reduction or "mean"
@@ -47,7 +48,7 @@ function M.CrossEntropyLoss:__init(opts)
   opts = init_class_loss(self, "CrossEntropyLoss", opts, { "label_smoothing" })
   local ls = opts.label_smoothing
   if ls ~= nil and (type(ls) ~= "number" or ls < 0 or ls > 1) then
-    error("CrossEntropyLoss: label_smoothing must be a number in [0, 1], got " .. tostring(ls), 3)
+    E.raise("CrossEntropyLoss: label_smoothing must be a number in [0, 1], got " .. tostring(ls))
   end
   self.label_smoothing = ls or 0
 end

@@ -1,54 +1,54 @@
--- nn.MaxPool2d(kernel_size [, stride [, padding [, dilation [, return_indices [, ceil_mode]]]]]) and
--- nn.AvgPool2d(kernel_size [, stride [, padding [, ceil_mode [, count_include_pad]]]]) in PyTorch's positional
--- order, also written (k, {stride=, padding=, ceil_mode=}). stride defaults to kernel_size; each size is an
--- integer or {h, w}. What is not implemented (dilation other than 1, return_indices, count_include_pad=false) is
--- an error naming it.
+-- nn.MaxPool2d(kernel_size [, stride [, padding [, dilation [,
+-- return_indices [, ceil_mode]]]]]) and nn.AvgPool2d(kernel_size [, stride
+-- [, padding [, ceil_mode [, count_include_pad [, divisor_override]]]]]),
+-- PyTorch's positional order, or (k, {stride=, padding=, ceil_mode=, ...}).
+-- stride defaults to kernel_size; each is an integer or {h, w}. The ops have
+-- no dilation, return_indices or divisor_override yet (errors when set);
+-- average pooling counts the padding (count_include_pad=true).
 local ddp = require "ddplua"
 local Module = require "ddplua.nn.module"
 local util = require "ddplua.nn.util"
+local E = require "ddplua.errors"
 
 local M = {}
 
-local POSITIONAL = {
+local SETTINGS = {
   MaxPool2d = { "stride", "padding", "dilation", "return_indices", "ceil_mode" },
-  AvgPool2d = { "stride", "padding", "ceil_mode", "count_include_pad" },
+  AvgPool2d = { "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override" },
 }
+
+local function check_unsupported(name, o)
+  if o.dilation ~= nil and o.dilation ~= 1 and not (type(o.dilation) == "table" and o.dilation[1] == 1 and
+      o.dilation[2] == 1) then
+    E.raise(name .. ": dilation=" .. util.value_str(o.dilation) .. " is not supported yet; leave it at 1")
+  end
+  util.unsupported(name, "return_indices", o.return_indices, false, "the op returns the values only")
+  util.unsupported(name, "count_include_pad", o.count_include_pad, true, "the padding is always counted")
+  util.unsupported(name, "divisor_override", o.divisor_override, nil, "the divisor is the window size")
+end
 
 local function pool(name, op)
   local cls = Module:extend(name)
-  function cls:__init(kernel_size, stride, ...)
-    local opts
-    if type(stride) == "table" and stride[1] == nil then -- an options table, not a {h, w} pair
-      opts = util.check_opts(name, stride, { "stride", "padding", "ceil_mode" })
-    else
-      opts = {}
-      local args = { stride, ... }
-      for i, key in ipairs(POSITIONAL[name]) do opts[key] = args[i] end
-    end
-    local function unsupported(key, ok)
-      if not ok then error(string.format("%s: %s=%s is not supported", name, key, tostring(opts[key])), 3) end
-    end
-    unsupported("dilation", opts.dilation == nil or opts.dilation == 1)
-    unsupported("return_indices", not opts.return_indices)
-    unsupported("count_include_pad", opts.count_include_pad == nil or opts.count_include_pad == true)
+  function cls:__init(kernel_size, ...)
+    local o = util.args(name, SETTINGS[name], ...)
+    check_unsupported(name, o)
     local kh, kw = util.check_pair(name, "kernel_size", kernel_size)
-    local sh, sw = util.check_pair(name, "stride", opts.stride == nil and kernel_size or opts.stride)
-    local ph, pw = util.check_pair(name, "padding", opts.padding or 0, true)
+    local sh, sw = util.check_pair(name, "stride", o.stride == nil and kernel_size or o.stride)
+    local ph, pw = util.check_pair(name, "padding", o.padding or 0, true)
     if ph * 2 > kh or pw * 2 > kw then
-      error(string.format("%s: padding (%d, %d) must be at most half the kernel size (%d, %d)", name, ph, pw, kh, kw),
-        3)
+      E.raise(string.format("%s: padding (%d, %d) must be at most half the kernel size (%d, %d)", name, ph, pw, kh, kw))
     end
-    if opts.ceil_mode ~= nil and type(opts.ceil_mode) ~= "boolean" then
-      error(string.format("%s: ceil_mode must be a boolean, got %s", name, tostring(opts.ceil_mode)), 3)
+    if o.ceil_mode ~= nil and type(o.ceil_mode) ~= "boolean" then
+      E.raise(string.format("%s: ceil_mode must be a boolean, got %s", name, tostring(o.ceil_mode)))
     end
     self.kernel_size, self.stride, self.padding = { kh, kw }, { sh, sw }, { ph, pw }
-    self.ceil_mode = opts.ceil_mode or false
+    self.ceil_mode = o.ceil_mode or false
     self._args = { util.pair_arg(kh, kw), util.pair_arg(sh, sw), util.pair_arg(ph, pw) }
   end
   function cls:forward(x)
     if x:dim() ~= 4 and x:dim() ~= 3 then
-      error(string.format("%s: expected input of shape [N, C, H, W] or [C, H, W], got %s", tostring(self),
-        util.shape_str(x)), 2)
+      E.raise(string.format("%s: expected input of shape [N, C, H, W] or [C, H, W], got %s", tostring(self),
+        util.shape_str(x)))
     end
     local a = self._args
     if op == "max_pool2d" then return ddp.max_pool2d(x, a[1], a[2], a[3], 1, self.ceil_mode) end
