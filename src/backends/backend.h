@@ -65,7 +65,7 @@ typedef struct {
  * 0. Label smoothing eps: loss = (1-eps)*nll + eps*mean_j(-logp_j). */
 typedef struct {
   const dp_tensor *x, *target;
-  const dp_tensor *lse;   /* backward: the forward's per-row log-sum-exp */
+  const dp_tensor *lse;   /* backward: the forward's per-row max and log(sum(exp(x - max))), float64 [rows, 2] */
   const dp_tensor *scale; /* backward: per-row upstream gradient over the normaliser (0 for ignored rows) */
   int64_t base, ignore_index;
   double smoothing;

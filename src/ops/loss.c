@@ -183,7 +183,9 @@ dp_tensor *dp_cross_entropy(dp_tensor *logits, dp_tensor *target, dp_reduction r
   int64_t rows = xc ? xc->shape[0] : 0;
   count = (double)rows;
   dp_tensor *loss = rc ? NULL : dp_scope_add(&s, dp_empty(logits->dtype, 1, &rows, dp_dev(logits)));
-  dp_tensor *lse = loss ? dp_scope_add(&s, dp_empty(logits->dtype, 1, &rows, dp_dev(logits))) : NULL;
+  /* per row (max, log_s) in float64: the gradient is exp((x - max) - log_s), exact for any logit magnitude */
+  int64_t lse_shape[2] = {rows, 2};
+  dp_tensor *lse = loss ? dp_scope_add(&s, dp_empty(DP_F64, 2, lse_shape, dp_dev(logits))) : NULL;
   dp_ce_args ca = {.x = xc, .target = tc, .base = base, .ignore_index = ignore_index, .smoothing = smoothing};
   rc = lse ? dp_backend_of(logits)->cross_entropy(loss, lse, &ca) : -1;
   /* valid-row mask (1 where target != ignore_index) and count */

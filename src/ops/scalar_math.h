@@ -117,27 +117,33 @@ static inline DP_HD void dp_lse_merge_d(double *m, double *s, double m2, double 
     *s += s2 * exp(m2 - *m);
   }
 }
-/* softmax / log_softmax output from an element and its row's lse */
-static inline DP_HD double dp_softmax_out_d(double v, double lse, int log_softmax) {
-  return log_softmax ? v - lse : exp(v - lse);
+/* softmax / log_softmax output from an element, its row's max and log of
+ * sum(exp(v - max)). From v - max, as PyTorch: the lse max + log_s is
+ * rounded to the logits' magnitude, so exp(v - lse) was |v| * 1e-16 off
+ * (1e-4 at 1e12) and float32 lse far worse (bug 13 of issue 11). */
+static inline DP_HD double dp_softmax_out_d(double v, double mx, double log_s, int log_softmax) {
+  double d = (v - mx) - log_s;
+  return log_softmax ? d : exp(d);
 }
 /* gradient: softmax: y * (gy - sum(gy*y)); log_softmax: gy - exp(y) * sum(gy) */
 static inline DP_HD double dp_softmax_grad_d(double gy, double y, double dot, int log_softmax) {
   return log_softmax ? gy - exp(y) * dot : y * (gy - dot);
 }
-/* Cross-entropy of one row from its lse, the target logit and the sum of
- * the logits: (1-eps) * nll + eps * mean_j(-log p_j). */
-static inline DP_HD double dp_ce_loss_d(double lse, double x_target, double sum_x, int64_t classes, double eps) {
-  double nll = lse - x_target;
+/* Cross-entropy of one row from its max and log_s (as softmax's), the
+ * target logit and the sum of the logits: (1-eps) * nll + eps *
+ * mean_j(-log p_j), each from differences to the max. */
+static inline DP_HD double dp_ce_loss_d(double mx, double log_s, double x_target, double sum_x, int64_t classes,
+                                        double eps) {
+  double nll = (mx - x_target) + log_s;
   if (eps == 0) return nll; /* no 0 * inf from an infinite logit in the smoothing term */
-  double smooth = lse - sum_x / (double)classes;
+  double smooth = (mx - sum_x / (double)classes) + log_s;
   return (1.0 - eps) * nll + eps * smooth;
 }
 /* d loss / d x_j times the row's scale: (p_j - smoothed one-hot_j) * scale */
-static inline DP_HD double dp_ce_grad_d(double x, double lse, int is_target, int64_t classes, double eps,
+static inline DP_HD double dp_ce_grad_d(double x, double mx, double log_s, int is_target, int64_t classes, double eps,
                                         double scale) {
   double target_p = eps / (double)classes + (is_target ? 1.0 - eps : 0.0);
-  return (exp(x - lse) - target_p) * scale;
+  return (dp_softmax_out_d(x, mx, log_s, 0) - target_p) * scale;
 }
 
 /* Welford/Chan merge of (count n, mean, M2 = sum of squared deviations). */

@@ -111,14 +111,6 @@ K.entries = {
         ~= nil and got == 0 and want ~= want
     end,
   },
-  {
-    id = "softmax_large_logits",
-    ops = { "softmax", "log_softmax", "cross_entropy", "cross_entropy_weight", "cross_entropy_probs",
-      "softmax_large", "log_softmax_large", "cross_entropy_large" },
-    explains = function(case, _, detail)
-      return case.max_abs >= 64 and detail:find("element %d+:") ~= nil
-    end,
-  },
 }
 
 K.by_id = {}

@@ -193,7 +193,7 @@ for _, op in ipairs({ "argmax", "argmin" }) do
       return { dim = nonzero(reduce_dim(g, s)), keepdim = g:chance(0.5) }
     end })
 end
--- (the *_large rows: logits of 1e2..1e12, bug 13 of issue 11, owned: docs/pytorch_differences.md)
+-- (the *_large rows: logits of 1e2..1e12, bug 13 of issue 11: computed from x - max, they agree with PyTorch)
 for _, large in ipairs({ false, true }) do
   for _, op in ipairs({ "softmax", "log_softmax" }) do
     add({ name = op .. (large and "_large" or ""), lua = "x:" .. op .. "(A.dim)", torch = "torch." .. op ..

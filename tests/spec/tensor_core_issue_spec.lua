@@ -3,9 +3,7 @@
 -- a child process, so that it fails this spec instead of killing it),
 -- PyTorch's numerics, errors where PyTorch works, and the messages.
 -- Bugs 1 (backward on a leaf) and 10 (clamp's gradient at a bound) have
--- their own specs (autograd_leaf_backward_spec, ops_activation_spec); bug
--- 13 (softmax precision for large logits) belongs to the CPU-kernel work
--- and is in the differential suite's known items.
+-- their own specs (autograd_leaf_backward_spec, ops_activation_spec).
 local ddp = require "ddplua"
 local H = require "helpers.host"
 local gc = require "helpers.gradcheck"
@@ -247,6 +245,37 @@ describe("bug 12: pow's gradients at a zero base", function()
     local e = ddp.tensor({ 0.0, 2.0 }):requires_grad_()
     ddp.pow(ddp.tensor(0.0), e):sum():backward()
     assert.are.same({ 0, 0 }, e.grad:totable())
+  end)
+end)
+
+describe("bug 13: softmax, log_softmax and cross_entropy keep their precision for large logits", function()
+  -- logits 1e12 and 1e12 - 1: p = (1, e^-1) / (1 + e^-1) whatever the offset (PyTorch works from x - max)
+  local e1 = math.exp(-1)
+  local p0, p1, ls = 1 / (1 + e1), e1 / (1 + e1), math.log(1 + e1)
+  local function near(got, want, tol, what)
+    assert.is_true(math.abs(got - want) <= tol, string.format("%s: %.17g, expected %.17g", what, got, want))
+  end
+
+  it("softmax and log_softmax of float64 logits of 1e12", function()
+    local x = ddp.tensor({ { 1e12, 1e12 - 1 } }, { dtype = "float64" })
+    local y, ly = x:softmax(2):totable()[1], x:log_softmax(2):totable()[1]
+    near(y[1], p0, 1e-14, "softmax 1")
+    near(y[2], p1, 1e-14, "softmax 2")
+    near(ly[1], -ls, 1e-14, "log_softmax 1")
+    near(ly[2], -1 - ls, 1e-14, "log_softmax 2")
+  end)
+
+  it("cross_entropy's loss at 1e12 and its float32 gradient at 1e4, whose rows sum to 0", function()
+    local x = ddp.tensor({ { 1e12, 1e12 - 1 } }, { dtype = "float64" })
+    near(ddp.cross_entropy(x, ddp.tensor({ 2 })):item(), 1 + ls, 1e-14, "loss")
+    local z = ddp.tensor({ { 1e4, 1e4 - 1, 1e4 - 2 } }):requires_grad_()
+    ddp.cross_entropy(z, ddp.tensor({ 1 })):backward()
+    local s = 1 + e1 + e1 * e1
+    local g = z.grad:totable()[1]
+    near(g[1], 1 / s - 1, 1e-7, "gradient 1")
+    near(g[2], e1 / s, 1e-7, "gradient 2")
+    near(g[3], e1 * e1 / s, 1e-7, "gradient 3")
+    near(g[1] + g[2] + g[3], 0, 1e-7, "row sum")
   end)
 end)
 
