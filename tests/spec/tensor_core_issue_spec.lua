@@ -277,6 +277,14 @@ describe("bug 13: softmax, log_softmax and cross_entropy keep their precision fo
     near(g[3], e1 * e1 / s, 1e-7, "gradient 3")
     near(g[1] + g[2] + g[3], 0, 1e-7, "row sum")
   end)
+
+  -- (found by the differential suite, SEED=1796136141: the smoothing term took the mean of the logits, 32 off their
+  -- max at 2.3e17, and gave 4.81)
+  it("cross_entropy's label smoothing over equal logits of 2.3e17 is log(5)", function()
+    local x = ddp.tensor({ 2.3371544944018147e17 }, { dtype = "float64" }):view(1, 1):expand(1, 5)
+    local l = ddp.cross_entropy(x, ddp.tensor({ 2 }), { reduction = "none", label_smoothing = 0.1 })
+    near(l:totable()[1], math.log(5), 1e-14, "loss")
+  end)
 end)
 
 describe("bug 14: empty tensors and unbatched inputs work as in PyTorch", function()
