@@ -22,7 +22,9 @@ local function child(src, opts)
   opts = opts or {}
   local path = os.tmpname() .. ".lua"
   H.write(path, src)
-  local prefix = opts.ulimit_kb and ("ulimit -v " .. opts.ulimit_kb .. "; ") or ""
+  -- (under an address-space limit without the sanitizer runtime test-asan preloads: its shadow memory alone is
+  -- terabytes of address space, so ASan cannot start there)
+  local prefix = opts.ulimit_kb and ("unset LD_PRELOAD; ulimit -v " .. opts.ulimit_kb .. "; ") or ""
   local r = H.sh(prefix .. "timeout -s KILL " .. (opts.timeout or 60) .. " " .. H.q(H.bin) .. " " .. H.q(path))
   os.remove(path)
   return r
