@@ -172,7 +172,9 @@ int dp_cpu_cross_entropy_backward(dp_tensor *gx, const dp_ce_args *a) {
   for (int64_t r = 0; r < rows; r++) {
     int64_t t = tp[r], b = r * C;
     double sc = LD(scale, sp, r);
-    if (t == ignore_index || sc == 0.0) {
+    /* an ignored row's gradient is 0 (pytorch_differences.md: ignored_rows_zero_gradient); a zero upstream
+     * gradient is not a shortcut: 0 * NaN is NaN for NaN or infinite logits, as PyTorch's */
+    if (t == ignore_index) {
       for (int64_t j = 0; j < C; j++) ST(gx, gp, b + j, 0.0);
       continue;
     }

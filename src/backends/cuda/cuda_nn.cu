@@ -235,7 +235,7 @@ __global__ void k_cross_entropy_backward(char *gx, dp_dtype gxdt, const char *x,
     int64_t t = target[r];
     double sc = dp_cu_ld(scale, r, sdt);
     double v = 0.0;
-    if (t != ignore && sc != 0.0)
+    if (t != ignore) /* 0 * NaN stays NaN, as on the CPU */
       v = dp_ce_grad_d(dp_cu_ld(x, e, xdt), dp_cu_ld(lse, 2 * r, lsedt), dp_cu_ld(lse, 2 * r + 1, lsedt), j == t - base,
                        C, eps, sc);
     dp_cu_st(gx, e, gxdt, v);
