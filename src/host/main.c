@@ -74,9 +74,7 @@ static int traceback(lua_State *L) {
   return 1;
 }
 
-lua_State *dp_host_new_state(void) {
-  lua_State *L = luaL_newstate();
-  if (!L) return NULL;
+void dp_host_open_libs(lua_State *L) {
   luaL_openlibs(L);
   char dir[PATH_MAX + 64];
   dp_host_lua_dir(dir, sizeof dir);
@@ -90,10 +88,21 @@ lua_State *dp_host_new_state(void) {
   lua_pushcfunction(L, luaopen_ddplua_core);
   lua_setfield(L, -2, "ddplua.core");
   lua_pop(L, 2);
+}
+
+lua_State *dp_host_new_state(void) {
+  lua_State *L = luaL_newstate();
+  if (!L) return NULL;
+  dp_host_open_libs(L);
   return L;
 }
 
 int dp_host_run_script(lua_State *L, const char *script, char **pre, int n_pre, char **args, int n_args) {
+  return dp_host_run_script_ex(L, script, pre, n_pre, args, n_args, NULL);
+}
+
+int dp_host_run_script_ex(lua_State *L, const char *script, char **pre, int n_pre, char **args, int n_args,
+                          bool *load_failed) {
   /* arg as lua5.4 builds it: arg[-n_pre..-1] = interpreter and options,
    * arg[0] = script, arg[1..] = the script's arguments */
   lua_createtable(L, n_args, n_pre + 1);
@@ -110,6 +119,7 @@ int dp_host_run_script(lua_State *L, const char *script, char **pre, int n_pre, 
   lua_setglobal(L, "arg");
   lua_pushcfunction(L, traceback);
   int rc = luaL_loadfile(L, script);
+  if (load_failed) *load_failed = rc != LUA_OK;
   if (rc == LUA_OK) {
     luaL_checkstack(L, n_args + 2, "too many arguments");
     for (int i = 0; i < n_args; i++) lua_pushstring(L, args[i]);

@@ -528,7 +528,7 @@ os.execute("env -u SLURM_PROCID " .. %q .. " --master_port " .. os.getenv("MASTE
         { "deep.yaml", "ddplua: deep%.yaml:1:104: nested more than 100 levels deep" },
         { "bad.yaml", "ddplua: bad%.yaml:2:%d+: " },
         { "key.yaml", "key%.yaml: unknown key 'ddplua%.nprocs' %(valid keys: nproc, nnodes, node_rank, master_addr, " ..
-          "master_port, backend, timeout, log_dir%)" },
+          "master_port, backend, timeout, log_dir, watch, max_restarts, restart_delay%)" },
         { "val.yaml", "val%.yaml: ddplua%.nproc: expected a positive integer or 'auto', got 'two'" },
         { "float.yaml", "float%.yaml: ddplua%.master_port: expected a port number from 1 to 65535, got '80%.0'" },
         { "noscript.yaml", "noscript%.yaml: script 'missing%.lua' not found" },
