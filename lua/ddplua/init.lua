@@ -88,6 +88,9 @@ function M.config(defaults, opts) return require("ddplua.config").resolve(defaul
 function M.save_checkpoint(path, what) return require("ddplua.checkpoint").save(path, what) end
 function M.load_checkpoint(path, opts) return require("ddplua.checkpoint").load(path, opts) end
 function M.progress(total, opts) return require("ddplua.progress").new(total, opts) end
+-- A loop that survives restarts (ddplua/resume.lua): periodic checkpoints, and resuming from the last one.
+function M.checkpoint_every(opts) return require("ddplua.resume").every(opts) end
+function M.resume(every) return require("ddplua.resume").resume(every) end
 -- Devices ------------------------------------------------------------------
 
 --- ddp.device(): "cuda:<LOCAL_RANK>" when a GPU is available, else "cpu".

@@ -34,8 +34,7 @@ static void append_log(const char *dir, const char *line) {
   snprintf(path, sizeof path, "%s/restarts.log", dir);
   int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return; /* the console line is what the user sees; the log is a record */
-  if (write(fd, line, strlen(line)) < 0) {
-  }
+  if (write(fd, line, strlen(line)) < 0) {}
   close(fd);
 }
 
@@ -63,8 +62,8 @@ static int restart_delay(double seconds) {
 }
 
 /* "restart 1 of 3 (world size 4 -> 2): <cause>", on the console and in the logs. */
-static void announce(const dp_host_opts *o, const char *run_dir, int restarts, bool membership, int gen,
-                     int old_world, int new_world, const char *cause) {
+static void announce(const dp_host_opts *o, const char *run_dir, int restarts, bool membership, int gen, int old_world,
+                     int new_world, const char *cause) {
   char what[96], sizes[64];
   if (membership) snprintf(what, sizeof what, "restart for a joining node (not counted)");
   else snprintf(what, sizeof what, "restart %d of %d", restarts, o->max_restarts);
@@ -93,7 +92,7 @@ int dp_run_generations(const dp_host_opts *o, char **argv, dp_placement *p, int 
   exe[k] = 0;
   dp_watch_runs *watch = NULL;
   if (o->watch && !(watch = dp_watch_runs_new(o, p->node_rank == 0))) return 2;
-  int restarts = 0, gen = 0, code = 0, old_world = p->world_size;
+  int restarts = 0, gen = p->restart_count, code = 0, old_world = p->world_size;
   bool meet = false, pending = false, membership = false;
   char run_dir[1024] = "", cause[1200] = "";
   for (;;) {

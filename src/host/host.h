@@ -49,6 +49,8 @@ int dp_host_run_script_ex(lua_State *L, const char *script, char **pre, int n_pr
 /* In a worker: where dp_host_run_script reports a failure to the host (see
  * main.c) and this worker's rank. */
 void dp_host_set_report(int fd, int rank);
+/* Off: a failed script is not reported as the job's failure (--watch). */
+void dp_host_report_failures(bool on);
 /* The descriptor a worker finds its report pipe on, named to it by
  * DDPLUA_REPORT_FD. */
 #define DP_REPORT_FD 3

@@ -191,7 +191,8 @@ static int decide(dp_rdzv *r, int timeout_ms) {
   if (!rc) {
     char v[4096];
     size_t len = (size_t)snprintf(v, sizeof v, "%d", n);
-    for (int p = 0; p < n && len < sizeof v; p++) len += (size_t)snprintf(v + len, sizeof v - len, " %d:%d", ids[p], nprocs[p]);
+    for (int p = 0; p < n && len < sizeof v; p++)
+      len += (size_t)snprintf(v + len, sizeof v - len, " %d:%d", ids[p], nprocs[p]);
     char g[32];
     snprintf(k, sizeof k, "host/%smembers", r->gp);
     snprintf(g, sizeof g, "%d", r->gen);
@@ -228,7 +229,8 @@ static int follow(dp_rdzv *r, int timeout_ms) {
     int n = 0, off = 0, used = 0;
     const char *p = val;
     sscanf(p, "%d%n", &n, &used);
-    int *ids = dp_xcalloc((size_t)(n > 0 ? n : 1), sizeof *ids), *nprocs = dp_xcalloc((size_t)(n > 0 ? n : 1), sizeof *nprocs);
+    int *ids = dp_xcalloc((size_t)(n > 0 ? n : 1), sizeof *ids),
+        *nprocs = dp_xcalloc((size_t)(n > 0 ? n : 1), sizeof *nprocs);
     bool in = false, ok = n > 0;
     off = used;
     for (int i = 0; i < n && ok; i++) {

@@ -21,15 +21,15 @@ struct dp_rdzv {
   char token[80];
   pthread_t watcher;
   bool watching;
-  int wake[2]; /* watcher -> supervisor loop: one byte per message */
-  int id;      /* --node_rank: the node's name, for good */
+  int wake[2];  /* watcher -> supervisor loop: one byte per message */
+  int id;       /* --node_rank: the node's name, for good */
   int min, max; /* --nnodes MIN:MAX (equal: a fixed number of nodes) */
   int nproc, max_restarts;
   /* the generation */
   int gen;
-  char gp[24]; /* its key prefix under host/: "" for generation 0, "g<gen>/" after */
-  int n;       /* nodes taking part */
-  int *ids;    /* their ids, ascending: node position p is ids[p] */
+  char gp[24];     /* its key prefix under host/: "" for generation 0, "g<gen>/" after */
+  int n;           /* nodes taking part */
+  int *ids;        /* their ids, ascending: node position p is ids[p] */
   int *first_rank; /* n + 1 entries: position p runs ranks first_rank[p] .. first_rank[p+1]-1 */
   int pos;         /* this node's position */
   /* what the watcher waits for: the mailbox, the other nodes' lost keys, joiners' keys */

@@ -133,7 +133,7 @@ static int64_t now_ms(void) {
 int dp_rerun_serve(const dp_host_opts *o, char **argv, int argc, int report_fd, int rank) {
   report_to = report_fd;
   my_rank = rank;
-  dp_host_set_report(-1, rank); /* a failed run is not the job's failure: no blame report */
+  dp_host_report_failures(false); /* a failed run is not the job's failure: no blame report */
   lt_rerun_snapshot();
   lua_State *L = dp_host_new_state();
   if (!L) {
@@ -157,8 +157,7 @@ int dp_rerun_serve(const dp_host_opts *o, char **argv, int argc, int report_fd, 
     bool load_failed = false;
     interrupted = 0;
     in_run = 1;
-    int rc = dp_host_run_script_ex(L, o->script, argv, o->n_pre, argv + o->args_pos, argc - o->args_pos,
-                                   &load_failed);
+    int rc = dp_host_run_script_ex(L, o->script, argv, o->n_pre, argv + o->args_pos, argc - o->args_pos, &load_failed);
     in_run = 0;
     lua_sethook(L, NULL, 0, 0);
     const char *status = rc == 0 ? "ok" : interrupted ? "interrupted" : load_failed ? "load" : "error";

@@ -34,11 +34,11 @@
 enum { DEBOUNCE_MS = 25, POLL_MS = 100, MAX_FILES = 4096 };
 
 typedef struct {
-  char *path;      /* absolute */
-  int dir;         /* index in dirs */
+  char *path;       /* absolute */
+  int dir;          /* index in dirs */
   const char *base; /* within path */
-  uint64_t hash;   /* of the content last run; 0: missing */
-  struct stat st;  /* polling: the last stat */
+  uint64_t hash;    /* of the content last run; 0: missing */
+  struct stat st;   /* polling: the last stat */
   bool marked;
 } file;
 
@@ -207,8 +207,7 @@ bool dp_watch_check(dp_watch *w, int64_t now, char *changed, size_t n) {
     /* named relative to the current directory when it is below it */
     const char *shown = f->path;
     if (cwd_len > 1 && strncmp(f->path, cwd, cwd_len) == 0 && f->path[cwd_len] == '/') shown += cwd_len + 1;
-    if (count++ < 4 && k < n)
-      k += (size_t)snprintf(changed + k, n - k, "%s%s", k ? ", " : "", shown);
+    if (count++ < 4 && k < n) k += (size_t)snprintf(changed + k, n - k, "%s%s", k ? ", " : "", shown);
   }
   if (count > 4 && k < n) snprintf(changed + k, n - k, " and %d more", count - 4);
   return count > 0;

@@ -39,10 +39,10 @@ struct dp_watch_runs {
   bool *failed;
   int n;
   int64_t started_ms;
-  int next;         /* > 0: start this run once `run` has ended */
-  char what[600];   /* why: the files that changed */
+  int next;             /* > 0: start this run once `run` has ended */
+  char what[600];       /* why: the files that changed */
   int64_t interrupt_by; /* -1: no interrupt pending */
-  bool cold;        /* the next generation starts `next` in fresh workers */
+  bool cold;            /* the next generation starts `next` in fresh workers */
   char cold_why[200];
 };
 
@@ -168,7 +168,8 @@ static void run_ended(sup *s) {
     start_run(s, wr->next);
     return;
   }
-  if (n_failed) say("%s failed on rank %s (the error is above); waiting for a change", run_name(wr->run, name, 32), ranks);
+  if (n_failed)
+    say("%s failed on rank %s (the error is above); waiting for a change", run_name(wr->run, name, 32), ranks);
   else say("%s done (%.2f s); waiting for a change", run_name(wr->run, name, sizeof name), secs);
 }
 
@@ -209,7 +210,8 @@ void watch_runs_tick(sup *s, int64_t now) {
   dp_watch_runs *wr = s->a->watch;
   if (!wr || s->stop != RUNNING) return;
   char what[600];
-  if (wr->files && dp_watch_check(wr->files, now, what, sizeof what)) changed(s, wr->next ? wr->next : wr->run + 1, what);
+  if (wr->files && dp_watch_check(wr->files, now, what, sizeof what))
+    changed(s, wr->next ? wr->next : wr->run + 1, what);
   if (wr->busy && wr->interrupt_by >= 0 && now >= wr->interrupt_by) {
     int still = -1;
     for (int i = 0; i < s->n && still < 0; i++)
