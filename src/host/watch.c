@@ -8,8 +8,11 @@
  * the old one (IN_MOVED_TO on the watched name; a watch on the old file
  * would see nothing more), or by moving the old file away and writing a
  * new one (IN_MOVED_FROM / IN_CREATE / IN_CLOSE_WRITE). Any event on a
- * watched name marks the file; DEBOUNCE_MS after the last such event the
- * marked files are read, and those whose content differs from what was
+ * watched name marks the file; a while after the last such event the
+ * marked files are read (SETTLE_MS after an event that ends a save, a file
+ * closed after writing or renamed into place, so that files saved together
+ * make one change; DEBOUNCE_MS after one in the middle of a save, a
+ * creation or a move away), and those whose content differs from what was
  * last run (FNV-1a of the bytes) are the change — so the temporary files
  * of a save, a save that changes nothing, and the several events of one
  * save all count once or not at all. A file that is missing then (between
@@ -31,7 +34,7 @@
 #include "core/error.h"
 #include "host/host.h"
 
-enum { DEBOUNCE_MS = 25, POLL_MS = 100, MAX_FILES = 4096 };
+enum { SETTLE_MS = 5, DEBOUNCE_MS = 25, POLL_MS = 100, MAX_FILES = 4096 };
 
 typedef struct {
   char *path;       /* absolute */
@@ -134,9 +137,9 @@ int dp_watch_add(dp_watch *w, const char *path) {
   return 0;
 }
 
-static void mark(dp_watch *w, file *f, int64_t now) {
+static void mark(dp_watch *w, file *f, int64_t now, bool save_ended) {
   f->marked = true;
-  w->settle_at = now + DEBOUNCE_MS;
+  w->settle_at = now + (save_ended ? SETTLE_MS : DEBOUNCE_MS);
 }
 
 static void read_events(dp_watch *w, int64_t now) {
@@ -148,13 +151,14 @@ static void read_events(dp_watch *w, int64_t now) {
       const struct inotify_event *e = (const struct inotify_event *)p;
       p += sizeof *e + e->len;
       if (e->mask & IN_Q_OVERFLOW) { /* events were lost: look at every file */
-        for (int i = 0; i < w->nf; i++) mark(w, &w->f[i], now);
+        for (int i = 0; i < w->nf; i++) mark(w, &w->f[i], now, false);
         continue;
       }
       if (!e->len) continue;
       for (int i = 0; i < w->nf; i++) {
         file *f = &w->f[i];
-        if (w->d[f->dir].wd == e->wd && strcmp(f->base, e->name) == 0) mark(w, f, now);
+        if (w->d[f->dir].wd == e->wd && strcmp(f->base, e->name) == 0)
+          mark(w, f, now, e->mask & (IN_CLOSE_WRITE | IN_MOVED_TO));
       }
     }
   }
@@ -172,7 +176,7 @@ static void poll_files(dp_watch *w, int64_t now) {
     if (stat(f->path, &st) != 0) memset(&st, 0, sizeof st);
     if (!same_stat(&st, &f->st)) {
       f->st = st;
-      mark(w, f, now);
+      mark(w, f, now, false);
     }
   }
 }
