@@ -131,6 +131,33 @@ describe("ddplua --watch", function()
     assert.is_true(stop(dir, pid))
   end)
 
+  it("reruns across nodes: node 0's host watches and tells node 1's, both rerun warm", function()
+    sh("cp " .. q(SCRIPT) .. " " .. q(dir .. "/watch_train.lua"))
+    local port = H.free_port()
+    local common = ("DDPLUA_JOB_TOKEN=watch-spec-0123456789abcdef env --default-signal=INT %s --watch --nnodes 2 " ..
+      "--nproc 1 --master_port %d"):format(q(BIN), port)
+    sh(("cd %s && (%s --node_rank 1 watch_train.lua N=128 >out1 2>err1 & echo $! >pid1; " ..
+      "%s --node_rank 0 watch_train.lua N=128 >out 2>err & echo $! >pid)"):format(q(dir), common, common))
+    local pid, pid1 = tonumber(H.read(dir .. "/pid")), tonumber(H.read(dir .. "/pid1"))
+    wait_for(dir, "err", "run 1 done", 1)
+    wait_for(dir, "err1", "run 1 done", 1)
+    assert.matches("node 0's host says when to rerun it", H.read(dir .. "/err1"), 1, true)
+    local first = losses(H.read(dir .. "/out"))
+    assert.are.equal(2 * 128 // (32 * 2), #first)
+    save_by_rename(dir, H.read(dir .. "/watch_train.lua") .. "-- edited\n")
+    wait_for(dir, "err", "rerun 1 done", 1)
+    assert.matches("ddplua: %-%-watch: rerun 1: watch_train%.lua changed\n", wait_for(dir, "err1", "rerun 1 done", 1))
+    local out = H.read(dir .. "/out")
+    assert.are.same(first, { table.unpack(losses(out), #first + 1) })
+    assert.are.equal(1, count(out, "loading the data"))
+    assert.are.equal(1, count(H.read(dir .. "/out1"), "loading the data"))
+    assert.is_true(stop(dir, pid))
+    local deadline = core.clock() + 15
+    while alive(pid1) and core.clock() < deadline do os.execute("sleep 0.05") end
+    assert.is_false(alive(pid1))
+    assert.matches("stopped because another node failed: node 0's host received SIGINT", H.read(dir .. "/err1"))
+  end)
+
   it("watches the files the script requires, polls without inotify, and ends when a rank crashes", function()
     write(dir .. "/helper_mod.lua", "return { factor = 1 }\n")
     local pid = start(dir, "--nproc 2", "N=64", "DDPLUA_WATCH_POLL=1")
