@@ -4,11 +4,17 @@
  *   launcher.c    picks the mode (in-process, scheduler rank, supervised workers) and builds the environment
  *   sched_env.c   Slurm and Open MPI environments -> one rank's placement
  *   token.c       the job token of a job started across nodes or by a scheduler
- *   rendezvous.c  multi-node agreement on process counts, and messages between nodes' hosts
+ *   rendezvous.c  the nodes' hosts: their store connection, messages between them, the end
+ *   membership.c  which nodes take part in each generation (fixed --nnodes, MIN:MAX)
+ *                 (rdzv.h: what these two share)
  *   blame.c       which rank failed first, from the ranks' failure reports and exits
+ *   elastic.c     the generations of a node's workers: --max_restarts, MIN:MAX, restarts.log
  *   supervisor.c  spawning the workers (fork + exec), their output, signals, the event loop
  *   verdict.c     how a failure ends: the culprit, one verdict across nodes, the summary
- *                 (supervisor.h: what these two share)
+ *   watch_runs.c  --watch on the host: which run starts when, interrupts, fresh workers
+ *                 (supervisor.h: what these three share)
+ *   watch.c       the files a --watch job watches (inotify, or polling)
+ *   rerun.c       a --watch worker: the script run again and again in one Lua state
  *   output.c      whole-line, rank-prefixed relay of the workers' output, logs and last lines */
 #ifndef DP_HOST_H
 #define DP_HOST_H

@@ -15,8 +15,13 @@
  * watcher's pipe; the timeouts are the grace period between SIGTERM and
  * SIGKILL and the waits blame.c asks for.
  *
- * How a failure ends (the culprit, one verdict across nodes, the summary)
- * is verdict.c's. */
+ * Under --watch each worker also gets a control pipe (DP_CONTROL_FD) on
+ * which the host tells it which run to start; watch_runs.c decides that,
+ * from the files (watch.c) and the workers' reports.
+ *
+ * This is one generation of the node's workers; elastic.c starts the next
+ * one after a restartable failure. How a failure ends (the culprit, one
+ * verdict across nodes, the summary or a restart) is verdict.c's. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

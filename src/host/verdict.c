@@ -1,7 +1,10 @@
 /* How a failure ends (supervisor.h): the culprit from the workers'
  * reports and exits (blame.c decides; this file acts), one verdict per job
  * (across nodes the first host to claim it in the store sends it to the
- * others, rendezvous.c), and the summary the host prints. */
+ * others, rendezvous.c), and the summary the host prints — unless a
+ * restart answers it (--max_restarts has restarts left, or a node joins a
+ * MIN:MAX job): then elastic.c says one line instead. A verdict of a host
+ * told to stop (a signal) is final on every node: no restart follows it. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
