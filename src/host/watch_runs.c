@@ -18,6 +18,7 @@
  * Across nodes node 0's host watches the files and tells the other hosts
  * which run to start (rendezvous.c); each node runs its own copy of the
  * files, and the ranks meet in init_process_group as in any run. */
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -86,6 +87,14 @@ static void say(const char *fmt, ...) {
   fflush(stderr);
 }
 
+/* The script as the user would name it: relative to the current directory when below it. */
+static const char *shown(const char *path) {
+  static char cwd[PATH_MAX];
+  size_t n = getcwd(cwd, sizeof cwd) ? strlen(cwd) : 0;
+  if (n > 1 && strncmp(path, cwd, n) == 0 && path[n] == '/') return path + n + 1;
+  return path;
+}
+
 static void start_run(sup *s, int run) {
   dp_watch_runs *wr = s->a->watch;
   if (wr->n != s->n) {
@@ -102,8 +111,10 @@ static void start_run(sup *s, int run) {
     if (wr->files)
       say("run 1 of %s on %d rank%s; saving it, a file it requires or the --config file reruns it (%s); Ctrl-C "
           "ends the watch",
-          wr->script, s->n, s->n == 1 ? "" : "s", dp_watch_method(wr->files));
-    else say("run 1 of %s on %d rank%s; node 0's host says when to rerun it", wr->script, s->n, s->n == 1 ? "" : "s");
+          shown(wr->script), s->n, s->n == 1 ? "" : "s", dp_watch_method(wr->files));
+    else
+      say("run 1 of %s on %d rank%s; node 0's host says when to rerun it", shown(wr->script), s->n,
+          s->n == 1 ? "" : "s");
   } else if (wr->cold) {
     say("%s: %s changed (in fresh ranks: %s)", run_name(run, name, sizeof name), wr->what, wr->cold_why);
   } else {
