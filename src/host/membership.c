@@ -60,7 +60,7 @@ static int read_entry(dp_rdzv *r, int id, entry *e, int timeout_ms) {
   *e = (entry){0, 0, 0, 0};
   int got = sscanf(val, "%d %d %d %d", &e->nproc, &e->max, &e->min, &e->max_restarts);
   free(val);
-  if (got < 2 || e->nproc < 1) return dp_error("bad entry %s", k);
+  if (got < 2 || e->nproc < 1 || e->nproc > 65536) return dp_error("bad entry %s", k);
   if (got < 4) e->min = e->max;
   if (e->max != r->max || e->min != r->min) {
     char theirs[32], ours[32];
@@ -228,13 +228,14 @@ static int follow(dp_rdzv *r, int timeout_ms) {
     }
     int n = 0, off = 0, used = 0;
     const char *p = val;
-    sscanf(p, "%d%n", &n, &used);
+    if (sscanf(p, "%d%n", &n, &used) != 1 || n < 1 || n > r->max) n = 0; /* junk: refused below */
     int *ids = dp_xcalloc((size_t)(n > 0 ? n : 1), sizeof *ids),
         *nprocs = dp_xcalloc((size_t)(n > 0 ? n : 1), sizeof *nprocs);
     bool in = false, ok = n > 0;
     off = used;
     for (int i = 0; i < n && ok; i++) {
-      ok = sscanf(p + off, " %d:%d%n", &ids[i], &nprocs[i], &used) == 2;
+      ok = sscanf(p + off, " %d:%d%n", &ids[i], &nprocs[i], &used) == 2 && ids[i] >= 0 && ids[i] < r->max &&
+           (i == 0 || ids[i] > ids[i - 1]) && nprocs[i] >= 1 && nprocs[i] <= 65536;
       off += used;
       in = in || ids[i] == r->id;
     }

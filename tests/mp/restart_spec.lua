@@ -137,6 +137,58 @@ kill $watchdog 2>/dev/null
       assert.is_nil(times[201])
     end)
 
+    describe("two network namespaces joined by veth", function()
+      local tag = os.time() % 100000
+      local ns = { "ddplua_e0_" .. tag, "ddplua_e1_" .. tag }
+      local why
+      setup(function()
+        if sh("id -u").out:match("^(%d+)") ~= "0" then why = "not root" return end
+        if sh("command -v ip").code ~= 0 then why = "the ip command (iproute2) is missing" return end
+        for _, c in ipairs {
+          "ip netns add " .. ns[1], "ip netns add " .. ns[2], "ip link add ddpe0 type veth peer name ddpe1",
+          "ip link set ddpe0 netns " .. ns[1], "ip link set ddpe1 netns " .. ns[2],
+          "ip -n " .. ns[1] .. " addr add 10.215.0.1/24 dev ddpe0", "ip -n " .. ns[2] .. " addr add 10.215.0.2/24 dev ddpe1",
+          "ip -n " .. ns[1] .. " link set ddpe0 up", "ip -n " .. ns[2] .. " link set ddpe1 up",
+          "ip -n " .. ns[1] .. " link set lo up", "ip -n " .. ns[2] .. " link set lo up",
+        } do
+          local r = sh(c)
+          if r.code ~= 0 then
+            why = "cannot create network namespaces here (`" .. c .. "`: " .. r.err:gsub("\n", " ") .. ")"
+            return
+          end
+        end
+      end)
+      teardown(function() sh("ip netns del " .. ns[1] .. "; ip netns del " .. ns[2]) end)
+
+      it("a node whose machine drops off the network: node 0 goes on alone in seconds", function()
+        if why then
+          pending("skipped: " .. why)
+          return
+        end
+        local common = "env " .. SECRET .. q(BIN) .. " --nnodes 1:2 --nproc 1 --max_restarts 1 --restart_delay 0 " ..
+            "--master_addr 10.215.0.1 --master_port 29617 --timeout 60 "
+        local r = sh(([[
+cd %s
+ip netns exec %s %s --node_rank 1 %s dir=%s pause_rank=1 pause_step=7 >out1 2>err1 & n1=$!
+ip netns exec %s %s --node_rank 0 %s dir=%s tag=node0 >out0 2>err0 & n0=$!
+n=0; while [ ! -e paused ] && [ $n -lt 1500 ]; do sleep 0.02; n=$((n+1)); done
+ip -n %s link set ddpe1 down    # node 1's machine drops off the network (no FIN, no RST)
+kill -9 $n1                      # and is gone
+t0=$(date +%%s%%N)
+( sleep 100; kill -9 $n0 ) 2>/dev/null & watchdog=$!
+wait $n0; echo "rc0=$? $(( ($(date +%%s%%N) - t0) / 1000000 ))"
+kill $watchdog 2>/dev/null
+]]):format(q(dir), ns[2], common, q(SCRIPT), q(dir), ns[1], common, q(SCRIPT), q(dir), ns[2]))
+        local rc, ms = r.out:match("rc0=(%d+) (%d+)")
+        local err0 = H.read(dir .. "/err0") or ""
+        assert.are.equal("0", rc, err0)
+        figure("node 1 dropped off the network at step 7 of a 1:2 job: node 0 finished alone %d ms later", tonumber(ms))
+        assert.matches("ddplua: restart 1 of 1 %(new world size 1, was 2%)", err0)
+        assert.matches("done rank 0 world 1 generation 1 steps 44", H.read(dir .. "/out0") or "")
+        assert.is_true(tonumber(ms) < 40000, "node 0 took " .. ms .. " ms") -- keepalive: seconds, not --timeout
+      end)
+    end)
+
     it("a fixed --nnodes 2 job that loses a node cannot restart without it", function()
       local r = two_nodes("2", "--max_restarts 1 --restart_delay 0", "pause_rank=1 pause_step=7", true)
       assert.are.equal(1, r[0].code, r[0].err)
