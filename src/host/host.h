@@ -65,6 +65,11 @@ int dp_host_main(int argc, char **argv);
 
 /* ---- options.c ---- */
 
+/* The most processes on one node (--nproc) and nodes in a job (--nnodes);
+ * membership.c holds other hosts' entries to the same. */
+#define DP_HOST_MAX_NPROC 65536
+#define DP_HOST_MAX_NNODES 65536
+
 typedef struct {
   int nproc;              /* processes on this node, >= 1 (auto resolved) */
   int nnodes, node_rank;  /* 1, 0; nnodes is MAX of --nnodes MIN:MAX */

@@ -16,7 +16,13 @@
  * other that asked to join, up to MAX, as long as MIN remain. The other
  * hosts wait for the list; one that is not on it (it came too late, or the
  * job had MAX nodes) asks for the next generation, which node 0 starts as
- * soon as there is room (rendezvous.c's watcher sees the request). */
+ * soon as there is room (rendezvous.c's watcher sees the request).
+ *
+ * What another host wrote is checked before it is used (a host of another
+ * version, or a token holder's junk, must not crash or wedge this one):
+ * nproc in 1..DP_HOST_MAX_NPROC, node ids below MAX and ascending, the
+ * world size an int, the generation a non-negative int. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +66,9 @@ static int read_entry(dp_rdzv *r, int id, entry *e, int timeout_ms) {
   *e = (entry){0, 0, 0, 0};
   int got = sscanf(val, "%d %d %d %d", &e->nproc, &e->max, &e->min, &e->max_restarts);
   free(val);
-  if (got < 2 || e->nproc < 1 || e->nproc > 65536) return dp_error("bad entry %s", k);
+  if (got < 2 || e->nproc < 1 || e->nproc > DP_HOST_MAX_NPROC)
+    return dp_error("bad entry %s from node %d's host (expected \"<nproc 1..%d> <max> <min> <max_restarts>\")", k, id,
+                    DP_HOST_MAX_NPROC);
   if (got < 4) e->min = e->max;
   if (e->max != r->max || e->min != r->min) {
     char theirs[32], ours[32];
@@ -75,7 +83,11 @@ static int read_entry(dp_rdzv *r, int id, entry *e, int timeout_ms) {
   return 0;
 }
 
-static void set_nodes(dp_rdzv *r, int n, const int *ids, const int *nprocs) {
+/* The generation's nodes; -1 + dp_error when their ranks would not fit an int. */
+static int set_nodes(dp_rdzv *r, int n, const int *ids, const int *nprocs) {
+  int64_t world = 0;
+  for (int p = 0; p < n; p++) world += nprocs[p];
+  if (world > INT_MAX) return dp_error("the generation's %d nodes would run %lld ranks, too many", n, (long long)world);
   free(r->ids);
   free(r->first_rank);
   r->n = n;
@@ -87,6 +99,7 @@ static void set_nodes(dp_rdzv *r, int n, const int *ids, const int *nprocs) {
     r->first_rank[p + 1] = r->first_rank[p] + nprocs[p];
     if (ids[p] == r->id) r->pos = p;
   }
+  return 0;
 }
 
 static int fixed_members(dp_rdzv *r, int timeout_ms) {
@@ -130,7 +143,7 @@ static int fixed_members(dp_rdzv *r, int timeout_ms) {
     rc = read_entry(r, i, &e, timeout_ms);
     nprocs[i] = e.nproc;
   }
-  if (!rc) set_nodes(r, n, ids, nprocs);
+  if (!rc) rc = set_nodes(r, n, ids, nprocs);
   free(ids);
   free(nprocs);
   return rc;
@@ -188,16 +201,16 @@ static int decide(dp_rdzv *r, int timeout_ms) {
     ids[n] = id;
     nprocs[n++] = e.nproc;
   }
-  if (!rc) {
-    char v[4096];
-    size_t len = (size_t)snprintf(v, sizeof v, "%d", n);
-    for (int p = 0; p < n && len < sizeof v; p++)
-      len += (size_t)snprintf(v + len, sizeof v - len, " %d:%d", ids[p], nprocs[p]);
-    char g[32];
+  if (!rc) rc = set_nodes(r, n, ids, nprocs);
+  if (!rc) { /* " id:nproc" per node: at most 1 + 2 * 11 characters each */
+    size_t cap = 16 + (size_t)n * 24, len;
+    char *v = dp_xmalloc(cap), g[32];
+    len = (size_t)snprintf(v, cap, "%d", n);
+    for (int p = 0; p < n; p++) len += (size_t)snprintf(v + len, cap - len, " %d:%d", ids[p], nprocs[p]);
     snprintf(k, sizeof k, "host/%smembers", r->gp);
     snprintf(g, sizeof g, "%d", r->gen);
-    rc = dp_store_set(r->store, k, v, strlen(v)) || dp_store_set(r->store, "host/gen", g, strlen(g));
-    if (!rc) set_nodes(r, n, ids, nprocs);
+    rc = dp_store_set(r->store, k, v, len) || dp_store_set(r->store, "host/gen", g, strlen(g));
+    free(v);
   }
   free(ids);
   free(nprocs);
@@ -213,8 +226,10 @@ static int follow(dp_rdzv *r, int timeout_ms) {
   void *val = NULL;
   size_t len;
   if (exists(r, "host/gen") && dp_store_get(r->store, "host/gen", &val, &len, 1000) == 0) {
-    int current = atoi(val); /* a host that starts while the job runs asks for the next one */
+    int current = -1; /* a host that starts while the job runs asks for the next one */
+    bool ok = sscanf(val, "%d", &current) == 1 && current >= 0 && current < INT_MAX;
     free(val);
+    if (!ok) return dp_error("bad entry host/gen (expected the job's generation, a non-negative integer)");
     if (current >= r->gen) set_gen(r, current + 1);
   }
   for (;;) {
@@ -228,23 +243,28 @@ static int follow(dp_rdzv *r, int timeout_ms) {
     }
     int n = 0, off = 0, used = 0;
     const char *p = val;
-    if (sscanf(p, "%d%n", &n, &used) != 1 || n < 1 || n > r->max) n = 0; /* junk: refused below */
+    if (sscanf(p, "%d%n", &n, &used) != 1 || n < 1 || n > r->max) n = 0; /* refused below */
     int *ids = dp_xcalloc((size_t)(n > 0 ? n : 1), sizeof *ids),
         *nprocs = dp_xcalloc((size_t)(n > 0 ? n : 1), sizeof *nprocs);
     bool in = false, ok = n > 0;
     off = used;
     for (int i = 0; i < n && ok; i++) {
       ok = sscanf(p + off, " %d:%d%n", &ids[i], &nprocs[i], &used) == 2 && ids[i] >= 0 && ids[i] < r->max &&
-           (i == 0 || ids[i] > ids[i - 1]) && nprocs[i] >= 1 && nprocs[i] <= 65536;
+           (i == 0 || ids[i] > ids[i - 1]) && nprocs[i] >= 1 && nprocs[i] <= DP_HOST_MAX_NPROC;
       off += used;
       in = in || ids[i] == r->id;
     }
     free(val);
-    if (ok && in) set_nodes(r, n, ids, nprocs);
+    int rc = ok && in ? set_nodes(r, n, ids, nprocs) : 0;
     free(ids);
     free(nprocs);
-    if (!ok) return dp_error("bad entry %s", k);
+    if (!ok)
+      return dp_error("bad entry %s from node 0's host (expected \"<n> <id>:<nproc> ...\": n of at most %d nodes, "
+                      "ids ascending below %d, nproc 1..%d)",
+                      k, r->max, r->max, DP_HOST_MAX_NPROC);
+    if (rc) return -1;
     if (in) return 0;
+    if (r->gen == INT_MAX) return dp_error("node %d's host was in none of the job's generations", r->id);
     set_gen(r, r->gen + 1);
   }
 }

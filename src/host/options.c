@@ -169,7 +169,7 @@ static int set_option(dp_host_opts *o, int id, const char *v) {
       o->nproc = g > 0 ? g : dp_host_cores();
       break;
     }
-    if (parse_int(v, 1, 65536, &n)) goto bad;
+    if (parse_int(v, 1, DP_HOST_MAX_NPROC, &n)) goto bad;
     o->nproc = (int)n;
     break;
   case OPT_NNODES: {
@@ -181,9 +181,10 @@ static int set_option(dp_host_opts *o, int id, const char *v) {
       if (len == 0 || len >= sizeof first) goto bad;
       memcpy(first, v, len);
       first[len] = 0;
-      if (parse_int(first, 1, 65536, &lo) || parse_int(colon + 1, 1, 65536, &n) || lo > n) goto bad;
+      if (parse_int(first, 1, DP_HOST_MAX_NNODES, &lo) || parse_int(colon + 1, 1, DP_HOST_MAX_NNODES, &n) || lo > n)
+        goto bad;
     } else {
-      if (parse_int(v, 1, 65536, &n)) goto bad;
+      if (parse_int(v, 1, DP_HOST_MAX_NNODES, &n)) goto bad;
       lo = n;
     }
     o->nnodes = (int)n;

@@ -20,13 +20,15 @@
  *                                      <text> names the cause; flags: 1 final (no restart), 2 a restart
  *                                      to take in a node that joins
  *        "A <rank> <victim> <text>"    rank <victim> elsewhere failed because of <rank>, one of yours
- *        "R <run> <text>"              --watch: start run <run>, <text> changed
- *        "E"                           this host is done with the generation (releases its watcher);
+ *        "R <run> <text>"              --watch: start run <run>, <text> changed;
+ *      anything else in a mailbox is skipped. The watcher also waits for host/<gp>end/<r>, which its
+ *      own host sets when it is done with the generation (not a mail: mail another host numbered
+ *      wrongly must not keep the watcher from seeing it);
  *      the first host to claim the verdict (add("host/<gp>verdict") returns 1) sends it to every other
  *      node, so every node names the same cause and exits (or restarts) alike;
- *   5. at the end each host sets host/<gp>done/<r> = "<exit code>", clears its on-close key and says
- *      "E"; node 0 waits (up to --timeout) for every member's done key, or its lost key, before it
- *      stops serving, so the store outlives all workers. */
+ *   5. at the end each host sets host/<gp>done/<r> = "<exit code>", clears its on-close key and sets
+ *      its end key; node 0 waits (up to --timeout) for every member's done key, or its lost key, before
+ *      it stops serving, so the store outlives all workers. */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -83,7 +85,7 @@ static void clear_queue(dp_rdzv *r) {
   while (read(r->wake[0], buf, sizeof buf) > 0) {}
 }
 
-/* "V <code> <flags> <text>", "A <rank> <victim> <text>", "R <run> <text>" -> m; false for "E" or junk. */
+/* "V <code> <flags> <text>", "A <rank> <victim> <text>", "R <run> <text>" -> m; false for junk. */
 static bool parse_mail(const char *v, dp_rdzv_msg *m) {
   int code = 0, flags = 0, rank = -1, victim = -1, n = 0;
   memset(m, 0, sizeof *m);
@@ -106,8 +108,9 @@ static bool parse_mail(const char *v, dp_rdzv_msg *m) {
   return true;
 }
 
-/* keys[0] is the mailbox (its number advances), the others lost keys
- * (key_node >= 0) or joiners' keys (key_node = -1 - node), each once. */
+/* keys[0] is the mailbox (its number advances), keys[1] the end key, the
+ * others lost keys (key_node >= 0) or joiners' keys (key_node = -1 -
+ * node), each once. */
 static void *watch(void *arg) {
   dp_rdzv *r = arg;
   int seq = 1;
@@ -124,12 +127,14 @@ static void *watch(void *arg) {
     void *val = NULL;
     size_t len = 0;
     if (dp_store_get(r->watch_store, r->keys[which], &val, &len, 1000) != 0) continue;
+    if (which == 1) {
+      free(val);
+      break;
+    }
     if (which == 0) {
       seq++;
-      bool end = strcmp(val, "E") == 0;
-      if (!end && parse_mail(val, &m)) push(r, &m);
+      if (parse_mail(val, &m)) push(r, &m);
       free(val);
-      if (end) break;
       continue;
     }
     int node = r->key_node[which];
@@ -253,6 +258,8 @@ int dp_rdzv_generation(dp_rdzv *r, int gen, int timeout_ms, dp_rdzv_place *pl) {
    * keys of nodes asking for the next generation */
   char k[64];
   add_key(r, 0, "");
+  rdzv_key(r, k, sizeof k, "end", r->id);
+  add_key(r, 0, k);
   for (int p = 0; p < r->n; p++)
     if (r->ids[p] != r->id) {
       rdzv_lost_key(k, sizeof k, r->ids[p]);
@@ -284,7 +291,9 @@ int dp_rdzv_generation(dp_rdzv *r, int gen, int timeout_ms, dp_rdzv_place *pl) {
 
 void dp_rdzv_end_generation(dp_rdzv *r) {
   if (r->watching) {
-    if (mail(r, r->id, "E") != 0) {
+    char k[64];
+    rdzv_key(r, k, sizeof k, "end", r->id);
+    if (dp_store_set(r->store, k, "1", 1) != 0) {
       /* the store is gone: the watcher's wait fails and it returns by itself */
     }
     pthread_join(r->watcher, NULL);

@@ -2,7 +2,9 @@
 -- ddp.resume ends where an uninterrupted run does, bit for bit; a failure
 -- beyond N ends the job as without restarts; --nnodes MIN:MAX goes on
 -- without a lost node (every sample of the epoch trained once across the
--- two generations) and takes in a node that joins; DistributedSampler
+-- two generations), also when the lost node's machine drops off the network
+-- (network namespaces joined by veth, as root; reported pending elsewhere),
+-- and takes in a node that joins; DistributedSampler
 -- re-shards a saved position at another world size.
 -- Run: DDPLUA_BIN=./build/bin/ddplua busted --cpath="./build/lib/?.so" tests/mp/restart_spec.lua
 local H = require "helpers.host"
@@ -140,15 +142,16 @@ kill $watchdog 2>/dev/null
     describe("two network namespaces joined by veth", function()
       local tag = os.time() % 100000
       local ns = { "ddplua_e0_" .. tag, "ddplua_e1_" .. tag }
+      local veth = { "ddpe0_" .. tag, "ddpe1_" .. tag } -- tagged too: the root namespace is shared
       local why
       setup(function()
         if sh("id -u").out:match("^(%d+)") ~= "0" then why = "not root" return end
         if sh("command -v ip").code ~= 0 then why = "the ip command (iproute2) is missing" return end
         for _, c in ipairs {
-          "ip netns add " .. ns[1], "ip netns add " .. ns[2], "ip link add ddpe0 type veth peer name ddpe1",
-          "ip link set ddpe0 netns " .. ns[1], "ip link set ddpe1 netns " .. ns[2],
-          "ip -n " .. ns[1] .. " addr add 10.215.0.1/24 dev ddpe0", "ip -n " .. ns[2] .. " addr add 10.215.0.2/24 dev ddpe1",
-          "ip -n " .. ns[1] .. " link set ddpe0 up", "ip -n " .. ns[2] .. " link set ddpe1 up",
+          "ip netns add " .. ns[1], "ip netns add " .. ns[2], "ip link add " .. veth[1] .. " type veth peer name " .. veth[2],
+          "ip link set " .. veth[1] .. " netns " .. ns[1], "ip link set " .. veth[2] .. " netns " .. ns[2],
+          "ip -n " .. ns[1] .. " addr add 10.215.0.1/24 dev " .. veth[1], "ip -n " .. ns[2] .. " addr add 10.215.0.2/24 dev " .. veth[2],
+          "ip -n " .. ns[1] .. " link set " .. veth[1] .. " up", "ip -n " .. ns[2] .. " link set " .. veth[2] .. " up",
           "ip -n " .. ns[1] .. " link set lo up", "ip -n " .. ns[2] .. " link set lo up",
         } do
           local r = sh(c)
@@ -172,18 +175,18 @@ cd %s
 ip netns exec %s %s --node_rank 1 %s dir=%s pause_rank=1 pause_step=7 >out1 2>err1 & n1=$!
 ip netns exec %s %s --node_rank 0 %s dir=%s tag=node0 >out0 2>err0 & n0=$!
 n=0; while [ ! -e paused ] && [ $n -lt 1500 ]; do sleep 0.02; n=$((n+1)); done
-ip -n %s link set ddpe1 down    # node 1's machine drops off the network (no FIN, no RST)
+ip -n %s link set %s down    # node 1's machine drops off the network (no FIN, no RST)
 kill -9 $n1                      # and is gone
 t0=$(date +%%s%%N)
 ( sleep 100; kill -9 $n0 ) 2>/dev/null & watchdog=$!
 wait $n0; echo "rc0=$? $(( ($(date +%%s%%N) - t0) / 1000000 ))"
 kill $watchdog 2>/dev/null
-]]):format(q(dir), ns[2], common, q(SCRIPT), q(dir), ns[1], common, q(SCRIPT), q(dir), ns[2]))
+]]):format(q(dir), ns[2], common, q(SCRIPT), q(dir), ns[1], common, q(SCRIPT), q(dir), ns[2], veth[2]))
         local rc, ms = r.out:match("rc0=(%d+) (%d+)")
         local err0 = H.read(dir .. "/err0") or ""
         assert.are.equal("0", rc, err0)
         figure("node 1 dropped off the network at step 7 of a 1:2 job: node 0 finished alone %d ms later", tonumber(ms))
-        assert.matches("ddplua: restart 1 of 1 %(new world size 1, was 2%)", err0)
+        assert.matches("ddplua: restart 1 of 1 %(new world size 1, was 2%): node 1's host was lost", err0)
         assert.matches("done rank 0 world 1 generation 1 steps 44", H.read(dir .. "/out0") or "")
         assert.is_true(tonumber(ms) < 40000, "node 0 took " .. ms .. " ms") -- keepalive: seconds, not --timeout
       end)
