@@ -40,7 +40,9 @@ static void end_job(job *j) {
   dp_store_server_stop(j->server);
 }
 
-static void put(job *j, const char *key, const char *val) { CHECK(dp_store_set(j->forger, key, val, strlen(val)) == 0); }
+static void put(job *j, const char *key, const char *val) {
+  CHECK(dp_store_set(j->forger, key, val, strlen(val)) == 0);
+}
 
 /* Node `id` of a MIN:MAX job (one rank) meets generation 0; the result, and
  * dp_errmsg() containing `want` when it fails. */
