@@ -4,7 +4,8 @@
 -- the next save, whose run is correct; files the script requires are
 -- watched, editors' temporary-file-and-rename saves count once, polling
 -- works without inotify; a crashing rank still ends the job, Ctrl-C ends
--- the watch.
+-- the watch; 50 warm reruns (every fifth failing on one rank) leave the
+-- ranks' and the host's memory, descriptors and shared mappings flat.
 -- Run: DDPLUA_BIN=./build/bin/ddplua busted --cpath="./build/lib/?.so" tests/mp/watch_spec.lua
 local H = require "helpers.host"
 local core = require "ddplua.core"
@@ -70,6 +71,18 @@ end
 local function save_by_rename(dir, text)
   write(dir .. "/.watch_train.lua.tmp", text)
   assert.are.equal(0, sh("mv " .. q(dir .. "/.watch_train.lua.tmp") .. " " .. q(dir .. "/watch_train.lua")).code)
+end
+
+-- What process `pid` holds: resident KiB, open descriptors, shared mappings
+-- (the process groups' memfd segments).
+local function holdings(pid)
+  local status = H.read("/proc/" .. pid .. "/status") or ""
+  local fds = sh("ls /proc/" .. pid .. "/fd | wc -l").out
+  local shm = 0
+  for perms in (H.read("/proc/" .. pid .. "/maps") or ""):gmatch("%x+%-%x+ (....)") do
+    if perms:sub(4, 4) == "s" then shm = shm + 1 end
+  end
+  return { rss = tonumber(status:match("VmRSS:%s*(%d+)")), fds = tonumber(fds:match("%d+")), shm = shm }
 end
 
 describe("ddplua --watch", function()
@@ -191,5 +204,43 @@ describe("ddplua --watch", function()
     while alive(pid) and core.clock() < deadline do os.execute("sleep 0.05") end
     assert.is_false(alive(pid))
     assert.matches("ddplua: rank 1 %(pid %d+%) was killed by signal 9 %(SIGKILL%)", H.read(dir .. "/err"))
+  end)
+
+  it("keeps memory, descriptors and shared mappings flat over 50 warm reruns (every fifth one failing)", function()
+    local pid = start(dir, "--nproc 2", "N=256")
+    wait_for(dir, "err", "run 1 done", 1)
+    local good = 'print("PID " .. io.open("/proc/self/stat"):read("n"))\n' .. H.read(dir .. "/watch_train.lua")
+    local bad = good:gsub("local n, fail_rank = 512, nil", "local n, fail_rank = 512, 1")
+    local ranks, at = nil, {}
+    for k = 1, 50 do
+      save_by_rename(dir, (k % 5 == 3 and bad or good) .. "-- edit " .. k .. "\n")
+      wait_for(dir, "err", "rerun " .. k .. " [df][oa]", 1) -- done, or failed
+      if k == 1 then
+        ranks = {}
+        for p in H.read(dir .. "/out"):gmatch("PID (%d+)") do ranks[#ranks + 1] = tonumber(p) end
+        assert.are.equal(2, #ranks)
+      end
+      if k == 10 or k == 50 then
+        at[k] = { host = holdings(pid) }
+        for i, p in ipairs(ranks) do at[k][i] = holdings(p) end
+      end
+    end
+    local err = H.read(dir .. "/err")
+    assert.are.equal(10, count(err, "rerun %d+ failed on rank"))
+    assert.are.equal(40, count(err, "rerun %d+ done"))
+    assert.is_nil(err:match("in fresh ranks"), "a rerun was not warm")
+    local pids = {}
+    for p in H.read(dir .. "/out"):gmatch("PID (%d+)") do pids[tonumber(p)] = true end
+    assert.are.same({ [ranks[1]] = true, [ranks[2]] = true }, pids) -- the same two processes all along
+    for _, who in ipairs { 1, 2, "host" } do
+      local a, b = at[10][who], at[50][who]
+      io.stderr:write(("\n    [figure] %s after rerun 10 / 50: RSS %d / %d KiB, %d / %d fds, %d / %d shm mappings\n")
+        :format(who == "host" and "host" or "rank " .. (who - 1), a.rss, b.rss, a.fds, b.fds, a.shm, b.shm))
+      assert.are.equal(a.fds, b.fds)
+      assert.are.equal(a.shm, b.shm)
+      if who ~= "host" then assert.is_true(a.shm >= 1, "no shared segment seen") end
+      assert.is_true(b.rss - a.rss < 1024, ("%s grew by %d KiB over 40 reruns"):format(tostring(who), b.rss - a.rss))
+    end
+    assert.is_true(stop(dir, pid))
   end)
 end)
