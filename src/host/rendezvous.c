@@ -30,6 +30,7 @@
  *      its end key; node 0 waits (up to --timeout) for every member's done key, or its lost key, before
  *      it stops serving, so the store outlives all workers. */
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,7 +99,7 @@ static bool parse_mail(const char *v, dp_rdzv_msg *m) {
     m->kind = DP_MSG_ACCUSE;
     m->rank = rank;
     m->victim = victim;
-  } else if (sscanf(v, "R %d %n", &code, &n) == 1 && n > 0) {
+  } else if (sscanf(v, "R %d %n", &code, &n) == 1 && n > 0 && code >= 1 && code < INT_MAX) { /* one more must fit */
     m->kind = DP_MSG_RERUN;
     m->code = code;
   } else {

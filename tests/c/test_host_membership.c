@@ -134,7 +134,7 @@ static void watcher_skips_junk(void) {
   CHECK(r != NULL);
   dp_rdzv_place pl = {0};
   CHECK(dp_rdzv_generation(r, 0, 2000, &pl) == 0);
-  const char *junk[] = {"junk", "V", "V x y", "A 1", "R", "", "E!"};
+  const char *junk[] = {"junk", "V", "V x y", "A 1", "R", "R 0 x", "R 2147483647 x", "", "E", "E!"};
   int seq = 1;
   char k[64];
   for (size_t i = 0; i < sizeof junk / sizeof *junk; i++) {
