@@ -208,6 +208,7 @@ describe("ddplua --watch", function()
 
   it("keeps memory, descriptors and shared mappings flat over 50 warm reruns (every fifth one failing)", function()
     local pid = start(dir, "--nproc 2", "N=256")
+    finally(function() if alive(pid) then stop(dir, pid) end end) -- a failed assertion must not leave the watch
     wait_for(dir, "err", "run 1 done", 1)
     local good = 'print("PID " .. io.open("/proc/self/stat"):read("n"))\n' .. H.read(dir .. "/watch_train.lua")
     local bad = good:gsub("local n, fail_rank = 512, nil", "local n, fail_rank = 512, 1")
