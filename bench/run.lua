@@ -226,6 +226,22 @@ benchmarks[#benchmarks + 1] = function(c)
   }
 end
 
+-- `ddplua --watch` (bench/watch.lua): from saving the Fashion-MNIST example to the rerun's line after its
+-- set-up (data kept with ddp.keep, model, DDP, optimizer), beside a cold start's time to the same line; no peer.
+benchmarks[#benchmarks + 1] = function(c)
+  local cmd = string.format("%s %s/bench/watch.lua reps=%d", c.ddplua, c.root, math.max(c.reps, 5))
+  local out = c.run(cmd)
+  local warm, cold = c.field(out, "warm_ready_ms", cmd), c.field(out, "cold_ready_ms", cmd)
+  local first, cold_first = c.field(out, "warm_ms", cmd), c.field(out, "cold_ms", cmd)
+  return {
+    { name = "--watch rerun: edit to set-up, ms", ours = warm, fmt = "%.1f", goal = "< 100", pass = warm < 100 },
+    { name = "  cold start to the same line, ms", ours = cold, fmt = "%.1f", ratio = warm / cold, goal = "(info)",
+      pass = true },
+    { name = string.format("  to the first line (cold %.1f), ms", cold_first), ours = first, fmt = "%.1f",
+      goal = "(info)", pass = true },
+  }
+end
+
 local rows = {}
 for _, b in ipairs(benchmarks) do
   for _, r in ipairs(b(ctx)) do rows[#rows + 1] = r end

@@ -9,6 +9,7 @@
 --   ddplua examples/fashion_mnist/train.lua                           (one process)
 --   ddplua --config configs/fashion_mlp.yaml                          (settings from YAML)
 --   ddplua --nproc 2 examples/fashion_mnist/train.lua resume=runs/fashion_mnist/last.safetensors epochs=6
+--   ddplua --watch --nproc 2 examples/fashion_mnist/train.lua epochs=1  (reruns on every save, data kept)
 --
 -- Settings (key=value, or YAML via --config): model=mlp|cnn epochs=5 lr=0.05 (for a global batch of 64,
 -- scaled linearly with batch_size x processes) momentum=0.9
@@ -66,14 +67,20 @@ local lr = cfg.lr * cfg.batch_size * world / 64
 local opt = optim.SGD(model:parameters(), { lr = lr, momentum = cfg.momentum })
 local criterion = nn.CrossEntropyLoss()
 
--- 3. the data: every rank sees its own shard, the shuffle seed is shared
-local train_set = data.FashionMNIST { root = cfg.root, split = "train" }
+-- 3. the data: every rank sees its own shard, the shuffle seed is shared. ddp.keep: under
+-- `ddplua --watch` a rerun after an edit takes the decoded images from the last run
+local function fashion(split)
+  return ddp.keep("fashion-mnist/" .. split .. "/" .. cfg.root, function()
+    return data.FashionMNIST { root = cfg.root, split = split }
+  end)
+end
+local train_set = fashion("train")
 if cfg.train_samples > 0 then
   local idx = {}
   for i = 1, math.min(cfg.train_samples, #train_set) do idx[i] = i end
   train_set = data.Subset(train_set, idx)
 end
-local test_set = data.FashionMNIST { root = cfg.root, split = "test" }
+local test_set = fashion("test")
 local train_sampler = data.DistributedSampler(train_set, { shuffle = true, seed = cfg.seed })
 local test_sampler = data.DistributedSampler(test_set, { shuffle = false })
 local train_loader = data.DataLoader(train_set, { batch_size = cfg.batch_size, sampler = train_sampler })

@@ -399,6 +399,7 @@ function M.resolve(defaults, opts)
     if where == nil and type(cfg.run_dir) == "string" and cfg.run_dir ~= "" then where = cfg.run_dir end
     dir = metrics.run_dir { dir = where, name = name, root = opts.runs_root }
     if rank.is_main() then metrics.write_file(dir .. "/config.yaml", text) end
+    require("ddplua.resume").note_run_dir(dir) -- the ddplua host logs restarts there
   end
   return cfg, dir
 end

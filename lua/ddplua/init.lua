@@ -29,6 +29,8 @@ local CORE_EXPORTS = {
   "set_num_threads", "get_num_threads", "blas_info", "gemm_impl", "set_gemm_impl", "memory_stats", "empty_cache",
   "cuda_is_available", "cuda_device_count", "cuda_device_name", "cuda_memory_stats", "cuda_empty_cache",
   "synchronize", "clock",
+  -- values that outlive a `ddplua --watch` rerun (the same process, a fresh Lua environment)
+  "keep",
 }
 
 for _, k in ipairs(CORE_EXPORTS) do
@@ -90,6 +92,9 @@ function M.load_checkpoint(path, opts) return require("ddplua.checkpoint").load(
 function M.progress(total, opts) return require("ddplua.progress").new(total, opts) end
 function M.save_state(path, state, opts) return require("ddplua.state").save(path, state, opts) end
 function M.load_state(path, opts) return require("ddplua.state").load(path, opts) end
+-- A loop that survives restarts (ddplua/resume.lua): periodic checkpoints, and resuming from the last one.
+function M.checkpoint_every(opts) return require("ddplua.resume").every(opts) end
+function M.resume(every) return require("ddplua.resume").resume(every) end
 -- Devices ------------------------------------------------------------------
 
 --- ddp.device(): "cuda:<LOCAL_RANK>" when a GPU is available, else "cpu".

@@ -57,6 +57,11 @@ typedef struct dp_pg_ops {
    * (a DDP reducer) may still point at when Lua destroys them. destroy()
    * frees a shut-down group. */
   void (*shutdown)(dp_pg *g);
+  /* Optional: fails the group on every rank, as a rank's fatal error does:
+   * peers blocked in a collective with this rank fail at once, naming it
+   * and `why`, instead of at the deadline (a `ddplua --watch` run that
+   * failed on this rank). */
+  void (*abort)(dp_pg *g, const char *why);
 } dp_pg_ops;
 
 struct dp_pg {

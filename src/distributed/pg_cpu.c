@@ -255,6 +255,7 @@ int cpu_new_group(dp_pg *pg, const int *ranks, int n, dp_pg **out);
 dp_storage *cpu_alloc_shared(dp_pg *pg, size_t nbytes);
 void cpu_destroy(dp_pg *pg);
 void cpu_shutdown(dp_pg *pg);
+static void cpu_abort(dp_pg *pg, const char *why) { cpu_fail((cpu_pg *)pg, why); }
 
 const dp_pg_ops dp_pg_cpu_ops = {
     .name = "cpu",
@@ -270,4 +271,5 @@ const dp_pg_ops dp_pg_cpu_ops = {
     .alloc_shared = cpu_alloc_shared,
     .destroy = cpu_destroy,
     .shutdown = cpu_shutdown,
+    .abort = cpu_abort,
 };

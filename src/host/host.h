@@ -4,11 +4,17 @@
  *   launcher.c    picks the mode (in-process, scheduler rank, supervised workers) and builds the environment
  *   sched_env.c   Slurm and Open MPI environments -> one rank's placement
  *   token.c       the job token of a job started across nodes or by a scheduler
- *   rendezvous.c  multi-node agreement on process counts, and messages between nodes' hosts
+ *   rendezvous.c  the nodes' hosts: their store connection, messages between them, the end
+ *   membership.c  which nodes take part in each generation (fixed --nnodes, MIN:MAX)
+ *                 (rdzv.h: what these two share)
  *   blame.c       which rank failed first, from the ranks' failure reports and exits
+ *   elastic.c     the generations of a node's workers: --max_restarts, MIN:MAX, restarts.log
  *   supervisor.c  spawning the workers (fork + exec), their output, signals, the event loop
  *   verdict.c     how a failure ends: the culprit, one verdict across nodes, the summary
- *                 (supervisor.h: what these two share)
+ *   watch_runs.c  --watch on the host: which run starts when, interrupts, fresh workers
+ *                 (supervisor.h: what these three share)
+ *   watch.c       the files a --watch job watches (inotify, or polling)
+ *   rerun.c       a --watch worker: the script run again and again in one Lua state
  *   output.c      whole-line, rank-prefixed relay of the workers' output, logs and last lines */
 #ifndef DP_HOST_H
 #define DP_HOST_H
@@ -32,6 +38,9 @@
 /* A Lua state with the standard libraries, package.path pointing at the
  * ddplua Lua library and ddplua.core preloaded. */
 lua_State *dp_host_new_state(void);
+/* Opens those libraries (and sets package.path, the preload) into L's
+ * current globals and package.loaded (rerun.c gives each run fresh ones). */
+void dp_host_open_libs(lua_State *L);
 /* The directory holding the ddplua Lua library (its parent of ddplua/). */
 void dp_host_lua_dir(char *out, size_t n);
 /* Runs script with `arg` and `...` set like lua5.4 does: arg[-n_pre..-1] =
@@ -39,9 +48,15 @@ void dp_host_lua_dir(char *out, size_t n);
  * arg[1..n_args] = args. Prints the error with a traceback and returns 1 on
  * failure. */
 int dp_host_run_script(lua_State *L, const char *script, char **pre, int n_pre, char **args, int n_args);
+/* The same; *load_failed (may be NULL) tells a script that did not load
+ * (a syntax error, a missing file) from one that failed while running. */
+int dp_host_run_script_ex(lua_State *L, const char *script, char **pre, int n_pre, char **args, int n_args,
+                          bool *load_failed);
 /* In a worker: where dp_host_run_script reports a failure to the host (see
  * main.c) and this worker's rank. */
 void dp_host_set_report(int fd, int rank);
+/* Off: a failed script is not reported as the job's failure (--watch). */
+void dp_host_report_failures(bool on);
 /* The descriptor a worker finds its report pipe on, named to it by
  * DDPLUA_REPORT_FD. */
 #define DP_REPORT_FD 3
@@ -50,17 +65,26 @@ int dp_host_main(int argc, char **argv);
 
 /* ---- options.c ---- */
 
+/* The most processes on one node (--nproc) and nodes in a job (--nnodes);
+ * membership.c holds other hosts' entries to the same. */
+#define DP_HOST_MAX_NPROC 65536
+#define DP_HOST_MAX_NNODES 65536
+
 typedef struct {
-  int nproc;             /* processes on this node, >= 1 (auto resolved) */
-  int nnodes, node_rank; /* 1, 0 */
-  char *master_addr;     /* NULL: not given */
-  int master_port;       /* 0: not given */
-  char *backend;         /* "auto" | "nccl" | "cpu" */
-  double timeout_s;      /* 300 */
-  char *config;          /* absolute path of --config, or NULL */
-  char *log_dir;         /* NULL: no logs */
-  char *token_file;      /* --token_file, or NULL */
-  bool insecure;         /* --insecure: a job of independently started processes may run without a secret */
+  int nproc;              /* processes on this node, >= 1 (auto resolved) */
+  int nnodes, node_rank;  /* 1, 0; nnodes is MAX of --nnodes MIN:MAX */
+  int nnodes_min;         /* MIN of --nnodes MIN:MAX (== nnodes unless elastic) */
+  char *master_addr;      /* NULL: not given */
+  int master_port;        /* 0: not given */
+  char *backend;          /* "auto" | "nccl" | "cpu" */
+  double timeout_s;       /* 300 */
+  char *config;           /* absolute path of --config, or NULL */
+  char *log_dir;          /* NULL: no logs */
+  char *token_file;       /* --token_file, or NULL */
+  bool insecure;          /* --insecure: a job of independently started processes may run without a secret */
+  bool watch;             /* --watch: rerun the script in the same workers whenever its files change */
+  int max_restarts;       /* --max_restarts: new generations of workers after failures (0) */
+  double restart_delay_s; /* --restart_delay: seconds before each (1) */
   bool nproc_given, nnodes_given;
   /* what to run */
   char *script; /* path of the script (or of the tool) */
@@ -94,12 +118,20 @@ typedef struct {
   char token[80];
   const char *scheduler; /* "Slurm", "Open MPI" */
   char public_seed[400]; /* scheduler: what every task knows alike (for --insecure) */
+  int restart_count;     /* the job's generation: DDPLUA_RESTART_COUNT (elastic.c) */
 } dp_placement;
 
 /* 1 and fills p (all but the token: see dp_job_token) when this process is
  * one rank started by Slurm (srun) or Open MPI (mpirun); 0 when neither; -1
  * + dp_error on an inconsistent environment. */
 int dp_sched_detect(dp_placement *p);
+
+/* ---- launcher.c ---- */
+
+/* The variables every worker of this node gets (RANK and LOCAL_RANK apart),
+ * "NAME=value", NULL-terminated; dp_host_env_free releases them. */
+char **dp_host_job_env(const dp_host_opts *o, const dp_placement *p);
+void dp_host_env_free(char **env);
 
 /* ---- token.c ---- */
 
@@ -117,38 +149,57 @@ int dp_job_token(const dp_host_opts *o, const char *who, const char *public_seed
 /* FNV-1a of s from h (also sched_env.c's port derivation). */
 uint64_t dp_fnv1a(const char *s, uint64_t h);
 
-/* ---- rendezvous.c ---- */
+/* ---- rendezvous.c, membership.c ---- */
 
 typedef struct dp_rdzv dp_rdzv;
-/* Connects this node's host to the store, publishes nproc and waits for the
- * other nodes; sets *rank_offset and *world_size. NULL + dp_error. */
-dp_rdzv *dp_rdzv_join(const char *addr, int port, const char *token, int node_rank, int nnodes, int nproc,
-                      int timeout_ms, int *rank_offset, int *world_size);
+/* Connects this node's host to the store (node 0's) and claims its node id
+ * (--node_rank); the nodes meet in dp_rdzv_generation. NULL + dp_error. */
+dp_rdzv *dp_rdzv_join(const char *addr, int port, const char *token, int node_rank, int nnodes_min, int nnodes_max,
+                      int nproc, int max_restarts, int timeout_ms);
+/* Where this node's ranks are in one generation of the job. */
+typedef struct {
+  int gen;                /* the job's generation (0, then one more per restart): DDPLUA_RESTART_COUNT */
+  int rank_offset, world; /* this node's first rank, WORLD_SIZE */
+  int node_pos, n_nodes;  /* NODE_RANK (the position among the nodes taking part), DDPLUA_NNODES */
+} dp_rdzv_place;
+/* The nodes agree on generation `gen`: with a fixed --nnodes every node
+ * takes part; with MIN:MAX node 0 decides which do (membership.c). Starts
+ * watching for the generation's messages. 0, or -1 + dp_error (too few
+ * nodes, a node lost that a fixed job needs, inconsistent options). */
+int dp_rdzv_generation(dp_rdzv *r, int gen, int timeout_ms, dp_rdzv_place *pl);
+/* Stops watching this generation's messages (before a restart). */
+void dp_rdzv_end_generation(dp_rdzv *r);
 /* What other nodes' hosts (or the store) tell this one while the job runs. */
 typedef enum {
-  DP_MSG_VERDICT,   /* the job's verdict: code, text */
-  DP_MSG_ACCUSE,    /* a rank elsewhere (victim) failed because of this node's `rank`: text is its error */
-  DP_MSG_LOST,      /* node `node`'s host vanished: text */
-  DP_MSG_STORE_LOST /* the store (node 0's host) is gone: text */
+  DP_MSG_VERDICT,    /* the job's verdict: code, final, membership, text */
+  DP_MSG_ACCUSE,     /* a rank elsewhere (victim) failed because of this node's `rank`: text is its error */
+  DP_MSG_LOST,       /* node `node`'s host vanished: text */
+  DP_MSG_STORE_LOST, /* the store (node 0's host) is gone: text */
+  DP_MSG_RERUN,      /* --watch: start run `code`, because `text` changed */
+  DP_MSG_JOIN        /* MIN:MAX, on node 0: node `node` waits to join */
 } dp_rdzv_msg_kind;
 typedef struct {
   dp_rdzv_msg_kind kind;
   int code, rank, victim, node;
+  bool final, membership;
   char text[1024];
 } dp_rdzv_msg;
 /* Readable when a message is waiting; dp_rdzv_next takes one (false: none). */
 int dp_rdzv_fd(dp_rdzv *r);
 bool dp_rdzv_next(dp_rdzv *r, dp_rdzv_msg *m);
-/* The node that runs global rank `rank` (-1: none). */
+/* The node id that runs global rank `rank` (-1: none). */
 int dp_rdzv_node_of(const dp_rdzv *r, int rank);
-/* Claims the job's verdict: 1 when this host is the first to (it then
- * publishes it), 0 when another was (its verdict is on the way), -1 when
- * the store cannot be reached. */
+/* Claims the generation's verdict: 1 when this host is the first to (it
+ * then publishes it), 0 when another was (its verdict is on the way), -1
+ * when the store cannot be reached. */
 int dp_rdzv_claim(dp_rdzv *r);
-/* Sends the verdict to every other node. */
-void dp_rdzv_publish(dp_rdzv *r, int code, const char *text);
+/* Sends the verdict to every other node: final (no restart may answer
+ * it), membership (a restart for a node that joins, not a failure). */
+void dp_rdzv_publish(dp_rdzv *r, int code, bool final, bool membership, const char *text);
 /* Tells the node of `rank` that `victim` (here) failed because of it. */
 void dp_rdzv_accuse(dp_rdzv *r, int rank, int victim, const char *text);
+/* --watch on node 0: tells the other nodes to start run `run`. */
+void dp_rdzv_rerun(dp_rdzv *r, int run, const char *what);
 /* Reports this node's exit code; on node 0 waits for the other nodes'
  * reports (up to timeout_ms after a normal end, a few seconds after a
  * failure, not at all for a node known lost, less if SIGINT/SIGTERM/SIGHUP/
@@ -203,6 +254,46 @@ typedef struct {
 } dp_blame_verdict;
 void dp_blame_resolve(const dp_blame *b, int64_t now_ms, dp_blame_verdict *v);
 
+/* ---- watch.c ---- */
+
+/* The files of a --watch job: added one by one, watched with inotify
+ * (polling without it, or with DDPLUA_WATCH_POLL=1); a change is reported
+ * once it has settled and only when a file's bytes differ from the last
+ * run's. */
+typedef struct dp_watch dp_watch;
+dp_watch *dp_watch_new(void);
+void dp_watch_free(dp_watch *w);
+/* 0, or -1 + dp_error (a file that does not exist, too many files). */
+int dp_watch_add(dp_watch *w, const char *path);
+const char *dp_watch_method(const dp_watch *w); /* "inotify" | "polling" */
+int dp_watch_count(const dp_watch *w);
+/* Readable when events are waiting (-1 when polling); the ms until the
+ * next check is due (-1: none). */
+int dp_watch_fd(const dp_watch *w);
+int dp_watch_timeout(const dp_watch *w, int64_t now_ms);
+/* Takes the events; true when a change has settled, with the changed
+ * files named in `changed` (relative to the current directory when below
+ * it). */
+bool dp_watch_check(dp_watch *w, int64_t now_ms, char *changed, size_t n);
+
+/* ---- watch_runs.c: the runs of a --watch job, across worker generations ---- */
+typedef struct dp_watch_runs dp_watch_runs;
+/* leader: this host watches the files (node 0); the others rerun when it
+ * says so. NULL + message on stderr when the files cannot be watched. */
+dp_watch_runs *dp_watch_runs_new(const dp_host_opts *o, bool leader);
+void dp_watch_runs_free(dp_watch_runs *wr);
+
+/* How one generation of workers ended (supervisor.c / verdict.c). */
+typedef struct {
+  int code;           /* the host's exit code if nothing follows */
+  bool restart;       /* a failure that --max_restarts may answer: the summary was not printed */
+  bool cold;          /* --watch: the workers were stopped to start the next run in fresh ones */
+  bool membership;    /* the restart takes in a node that joins (not a failure: not counted) */
+  int culprit_rank;   /* -1: none */
+  char cause[1200];   /* the summary line (after "ddplua: ") */
+  char run_dir[1024]; /* where rank 0's run keeps its files ("" unknown): restarts.log goes there */
+} dp_gen_result;
+
 /* ---- supervisor.c ---- */
 
 typedef struct {
@@ -214,13 +305,39 @@ typedef struct {
   int node_rank, nnodes;            /* for messages */
   char *const *job_env;             /* NULL-terminated "NAME=value" entries every worker gets */
   dp_rdzv *rdzv;                    /* multi-node: stop requests from other nodes; NULL otherwise */
+  dp_watch_runs *watch;             /* --watch: the runs; NULL otherwise */
+  bool may_restart;                 /* --max_restarts has restarts left: a failure is not summarised */
 } dp_supervise_args;
 
-/* Runs the workers to completion; returns the host's exit code. Signals
- * SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGCHLD must be blocked by the caller
- * (before any thread is started) so that they arrive on the signalfd. */
-int dp_supervise(const dp_supervise_args *a);
+/* Runs the workers to completion; returns the host's exit code (also in
+ * res->code) and how they ended. Signals SIGINT/SIGTERM/SIGHUP/SIGQUIT/
+ * SIGCHLD must be blocked by the caller (before any thread is started) so
+ * that they arrive on the signalfd. */
+int dp_supervise(const dp_supervise_args *a, dp_gen_result *res);
 /* Removes /dev/shm/ddplua-<token>-* (segments a killed rank could leave). */
 void dp_remove_job_shm(const char *token);
+
+/* ---- elastic.c ---- */
+
+/* Runs this node's `n_workers` workers, generation after generation
+ * (--max_restarts, --nnodes MIN:MAX, --watch's fresh workers), p describing
+ * the first of them (updated for each generation); rdzv: multi-node, its
+ * generation 0 already agreed on. Returns the host's exit code. The
+ * supervisor's signals must be blocked (dp_supervise). */
+int dp_run_generations(const dp_host_opts *o, char **argv, dp_placement *p, int n_workers, dp_rdzv *rdzv,
+                       int timeout_ms);
+
+/* ---- rerun.c: a worker of `ddplua --watch` ---- */
+
+/* A watched worker reads its commands ("run <n>\n"; EOF: exit) from this
+ * descriptor, named to it by DDPLUA_CONTROL_FD, and reports on the report
+ * pipe: "F <rank> <path>" for each file its script requires, "W <rank> <n>
+ * <ok|load|error|interrupted> <ms>" when run n ends. The host interrupts a
+ * run with DP_INTERRUPT_SIGNAL. */
+#define DP_CONTROL_FD 4
+#define DP_CONTROL_ENV "DDPLUA_CONTROL_FD"
+#define DP_INTERRUPT_SIGNAL (SIGRTMIN + 9)
+/* Serves runs until the host closes the control pipe; the exit code. */
+int dp_rerun_serve(const dp_host_opts *o, char **argv, int argc, int report_fd, int rank);
 
 #endif

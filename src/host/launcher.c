@@ -57,6 +57,7 @@ static void env_free(strlist *l) {
 
 /* The variables every rank of this node gets (RANK and LOCAL_RANK apart). */
 static void job_env(strlist *l, const dp_host_opts *o, const dp_placement *p) {
+  env_add(l, "DDPLUA_RESTART_COUNT", "%d", p->restart_count);
   char tmo[32];
   dp_host_format_seconds(o->timeout_s, tmo, sizeof tmo);
   env_add(l, "WORLD_SIZE", "%d", p->world_size);
@@ -180,33 +181,25 @@ static void block_supervisor_signals(void) {
   signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill the host before it stops the workers */
 }
 
-/* Fork/exec and supervise this node's workers. `p` describes the first of
- * them (rank, local_rank) and the job; `n_workers` follow it. */
-static int supervise(const dp_host_opts *o, dp_placement *p, int n_workers, char **argv, dp_rdzv *rdzv) {
-  char exe[PATH_MAX];
-  ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (k <= 0) {
-    fprintf(stderr, "ddplua: cannot find its own executable: %s\n", strerror(errno));
-    return 1;
-  }
-  exe[k] = 0;
+char **dp_host_job_env(const dp_host_opts *o, const dp_placement *p) {
   strlist env = {0};
   job_env(&env, o, p);
   env_add(&env, "DDPLUA_RANK_PREFIX", "1");
-  dp_supervise_args a = {.opts = o,
-                         .argv = argv,
-                         .self_exe = exe,
-                         .n_workers = n_workers,
-                         .first_rank = p->rank,
-                         .first_local_rank = p->local_rank,
-                         .node_rank = p->node_rank,
-                         .nnodes = p->nnodes,
-                         .job_env = env.v,
-                         .rdzv = rdzv};
+  return env.v;
+}
+
+void dp_host_env_free(char **env) {
+  for (char **e = env; e && *e; e++) free(*e);
+  free(env);
+}
+
+/* Fork/exec and supervise this node's workers (elastic.c: one generation,
+ * or more). `p` describes the first of them (rank, local_rank) and the
+ * job; `n_workers` follow it. */
+static int supervise(const dp_host_opts *o, dp_placement *p, int n_workers, char **argv, dp_rdzv *rdzv,
+                     int timeout_ms) {
   block_supervisor_signals();
-  int rc = dp_supervise(&a);
-  env_free(&env);
-  return rc;
+  return dp_run_generations(o, argv, p, n_workers, rdzv, timeout_ms);
 }
 
 static int run_launcher(const dp_host_opts *o, char **argv) {
@@ -242,19 +235,26 @@ static int run_launcher(const dp_host_opts *o, char **argv) {
   dp_rdzv *rdzv = NULL;
   int timeout_ms = o->timeout_s * 1000 > 2e9 ? 2000000000 : (int)(o->timeout_s * 1000);
   if (multi) {
-    rdzv = dp_rdzv_join(p.master_addr, p.master_port, p.token, p.node_rank, p.nnodes, o->nproc, timeout_ms, &p.rank,
-                        &p.world_size);
-    if (!rdzv) {
+    dp_rdzv_place pl;
+    rdzv = dp_rdzv_join(p.master_addr, p.master_port, p.token, p.node_rank, o->nnodes_min, o->nnodes, o->nproc,
+                        o->max_restarts, timeout_ms);
+    if (!rdzv || dp_rdzv_generation(rdzv, 0, timeout_ms, &pl)) {
       fprintf(stderr, "ddplua: node %d: rendezvous with the other nodes' hosts at %s:%d failed: %s\n", p.node_rank,
               p.master_addr, p.master_port, dp_errmsg());
+      if (rdzv) dp_rdzv_finish(rdzv, 1, 0);
       dp_store_server_stop(srv);
       return 1;
     }
+    p.restart_count = pl.gen;
+    p.rank = pl.rank_offset;
+    p.world_size = pl.world;
+    p.node_rank = pl.node_pos;
+    p.nnodes = pl.n_nodes;
   } else {
     p.rank = 0;
     p.world_size = o->nproc;
   }
-  int rc = supervise(o, &p, o->nproc, argv, rdzv);
+  int rc = supervise(o, &p, o->nproc, argv, rdzv, timeout_ms);
   if (rdzv) rc = dp_rdzv_finish(rdzv, rc, timeout_ms);
   dp_store_server_stop(srv);
   /* every rank of this node was ours: remove what a killed one left in
@@ -278,7 +278,7 @@ static int run_scheduled(const dp_host_opts *o, dp_placement *p, int argc, char 
     fprintf(stderr, "ddplua: %s\n", dp_errmsg());
     return 1;
   }
-  int rc = supervise(o, p, 1, argv, NULL);
+  int rc = supervise(o, p, 1, argv, NULL, 0);
   dp_store_server_stop(srv);
   return rc;
 }
@@ -338,7 +338,7 @@ int dp_host_main(int argc, char **argv) {
     if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) < 0) return 1;
   raise_fd_limit();
   const char *host_pid = getenv(DP_WORKER_ENV);
-  bool worker = host_pid != NULL;
+  bool worker = host_pid != NULL, watched = false;
   if (worker) {
     die_with_host(host_pid);
     unsetenv(DP_WORKER_ENV); /* a ddplua the script starts is a host again */
@@ -348,6 +348,10 @@ int dp_host_main(int argc, char **argv) {
       dp_host_set_report(DP_REPORT_FD, atoi(rank));
     }
     unsetenv(DP_REPORT_ENV);
+    const char *cfd = getenv(DP_CONTROL_ENV);
+    watched = cfd && atoi(cfd) == DP_CONTROL_FD && rank && rfd;
+    if (watched) fcntl(DP_CONTROL_FD, F_SETFD, FD_CLOEXEC);
+    unsetenv(DP_CONTROL_ENV);
   }
   dp_host_opts o;
   bool done;
@@ -358,27 +362,38 @@ int dp_host_main(int argc, char **argv) {
   }
   if (worker) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a pipe: let io.write lines reach the host as they end */
-    rc = run_script(&o, argv, argc);
+    if (watched) rc = dp_rerun_serve(&o, argv, argc, DP_REPORT_FD, atoi(getenv("RANK")));
+    else rc = run_script(&o, argv, argc);
   } else {
     dp_placement p;
     int sched = 0;
     /* an explicit --nproc/--nnodes > 1 means this host launches (e.g. one
      * srun task per node), whatever the scheduler says */
     if (!(o.nproc_given && o.nproc > 1) && !(o.nnodes_given && o.nnodes > 1)) sched = dp_sched_detect(&p);
+    if (sched > 0 && (o.watch || o.max_restarts)) {
+      fprintf(stderr,
+              "ddplua: %s needs the ranks started by the host (--nproc N), not by %s: each %s task is "
+              "already one rank\n",
+              o.watch ? "--watch" : "--max_restarts", p.scheduler, p.scheduler);
+      sched = -2;
+    }
     if (sched > 0) sched = scheduler_token(&o, &p);
-    if (sched < 0) {
+    if (sched == -2) {
+      rc = 2;
+    } else if (sched < 0) {
       fprintf(stderr, "ddplua: %s\n", dp_errmsg());
       rc = 2;
     } else if (sched) {
       rc = run_scheduled(&o, &p, argc, argv);
-    } else if (o.nproc == 1 && o.nnodes == 1 && !o.log_dir && getenv("RANK") && getenv("WORLD_SIZE") &&
-               !getenv("DDPLUA_LAUNCHED")) {
+    } else if (o.nproc == 1 && o.nnodes == 1 && !o.log_dir && !o.watch && !o.max_restarts && getenv("RANK") &&
+               getenv("WORLD_SIZE") && !getenv("DDPLUA_LAUNCHED")) {
       /* the ranks are managed outside (started by hand with RANK/WORLD_SIZE
        * set, as torchrun-style scripts do): leave the environment alone. A
        * ddplua started from inside a ddplua job (DDPLUA_LAUNCHED inherited)
        * is a new job of its own instead. */
       rc = run_script(&o, argv, argc);
-    } else if (o.nproc == 1 && o.nnodes == 1 && !o.log_dir) {
+    } else if (o.nproc == 1 && o.nnodes == 1 && !o.log_dir && !o.watch && !o.max_restarts) {
+      /* (--watch and --max_restarts need the script in a supervised worker, as --log_dir does) */
       dp_placement single = {.world_size = 1, .local_world_size = 1, .nnodes = 1, .master_port = o.master_port};
       snprintf(single.master_addr, sizeof single.master_addr, "%s", o.master_addr ? o.master_addr : "127.0.0.1");
       dp_store_make_token(single.token, sizeof single.token);

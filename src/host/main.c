@@ -16,11 +16,14 @@
 int luaopen_ddplua_core(lua_State *L);
 
 static int report_fd = -1, report_rank = -1;
+static bool report_failures = true;
 
 void dp_host_set_report(int fd, int rank) {
   report_fd = fd;
   report_rank = rank;
 }
+
+void dp_host_report_failures(bool on) { report_failures = on; }
 
 /* Tells the host, before anything slow (printing, freeing the heap at
  * exit), that this rank's script failed and whom the process groups blame
@@ -28,7 +31,7 @@ void dp_host_set_report(int fd, int rank) {
  * line of the error>\n", one write of less than PIPE_BUF, so it arrives
  * whole and before this process's exit. */
 static void report_failure(const char *msg) {
-  if (report_fd < 0) return;
+  if (report_fd < 0 || !report_failures) return;
   char line[1200];
   int k = snprintf(line, sizeof line, "%d %d ", report_rank, dp_pg_culprit());
   size_t first = strcspn(msg, "\n");
@@ -64,6 +67,26 @@ void dp_host_lua_dir(char *out, size_t n) {
   snprintf(out, n, "%s/lua", DDPLUA_SOURCE_DIR);
 }
 
+/* require "ddplua.host" (only under the ddplua host; the library looks
+ * for it in package.preload): what a script's libraries tell the host.
+ *   note_run_dir(path)   the run directory (rank 0's counts): the host
+ *                        writes restarts.log there (elastic.c) */
+static int l_note_run_dir(lua_State *L) {
+  const char *dir = luaL_checkstring(L, 1);
+  char abs[PATH_MAX], line[PATH_MAX + 64];
+  if (report_fd < 0 || !realpath(dir, abs)) return 0;
+  int k = snprintf(line, sizeof line, "D %d %s\n", report_rank, abs);
+  if (k > 0 && k < (int)sizeof line && k < 4000 && write(report_fd, line, (size_t)k) < 0) { /* the host is gone */
+  }
+  return 0;
+}
+
+static int open_host_module(lua_State *L) {
+  static const luaL_Reg fs[] = {{"note_run_dir", l_note_run_dir}, {NULL, NULL}};
+  luaL_newlib(L, fs);
+  return 1;
+}
+
 static int traceback(lua_State *L) {
   const char *msg = lua_tostring(L, 1);
   if (!msg) {
@@ -74,9 +97,7 @@ static int traceback(lua_State *L) {
   return 1;
 }
 
-lua_State *dp_host_new_state(void) {
-  lua_State *L = luaL_newstate();
-  if (!L) return NULL;
+void dp_host_open_libs(lua_State *L) {
   luaL_openlibs(L);
   char dir[PATH_MAX + 64];
   dp_host_lua_dir(dir, sizeof dir);
@@ -89,11 +110,24 @@ lua_State *dp_host_new_state(void) {
   lua_getfield(L, -1, "preload");
   lua_pushcfunction(L, luaopen_ddplua_core);
   lua_setfield(L, -2, "ddplua.core");
+  lua_pushcfunction(L, open_host_module);
+  lua_setfield(L, -2, "ddplua.host");
   lua_pop(L, 2);
+}
+
+lua_State *dp_host_new_state(void) {
+  lua_State *L = luaL_newstate();
+  if (!L) return NULL;
+  dp_host_open_libs(L);
   return L;
 }
 
 int dp_host_run_script(lua_State *L, const char *script, char **pre, int n_pre, char **args, int n_args) {
+  return dp_host_run_script_ex(L, script, pre, n_pre, args, n_args, NULL);
+}
+
+int dp_host_run_script_ex(lua_State *L, const char *script, char **pre, int n_pre, char **args, int n_args,
+                          bool *load_failed) {
   /* arg as lua5.4 builds it: arg[-n_pre..-1] = interpreter and options,
    * arg[0] = script, arg[1..] = the script's arguments */
   lua_createtable(L, n_args, n_pre + 1);
@@ -110,6 +144,7 @@ int dp_host_run_script(lua_State *L, const char *script, char **pre, int n_pre, 
   lua_setglobal(L, "arg");
   lua_pushcfunction(L, traceback);
   int rc = luaL_loadfile(L, script);
+  if (load_failed) *load_failed = rc != LUA_OK;
   if (rc == LUA_OK) {
     luaL_checkstack(L, n_args + 2, "too many arguments");
     for (int i = 0; i < n_args; i++) lua_pushstring(L, args[i]);

@@ -1,6 +1,6 @@
 /* The host's command line:
- *   ddplua [--nproc N|auto] [--nnodes N --node_rank R --master_addr A --master_port P]
- *          [--token_file FILE | --insecure]
+ *   ddplua [--nproc N|auto] [--nnodes N|MIN:MAX --node_rank R --master_addr A --master_port P]
+ *          [--watch] [--max_restarts N --restart_delay S] [--token_file FILE | --insecure]
  *          [--backend auto|nccl|cpu] [--config run.yaml] [--log_dir DIR] [--timeout S]
  *          script.lua|tool [key=value ...] [script args ...]
  * Options come before the script (`--opt value` or `--opt=value`); everything after the script belongs to
@@ -31,6 +31,9 @@ enum {
   OPT_BACKEND,
   OPT_TIMEOUT,
   OPT_LOG_DIR,
+  OPT_WATCH,
+  OPT_MAX_RESTARTS,
+  OPT_RESTART_DELAY,
   OPT_CONFIG,
   OPT_TOKEN_FILE,
   OPT_INSECURE,
@@ -39,18 +42,22 @@ enum {
 
 /* Options in the order --help lists them. From `config` on they are
  * command-line only (the security choices are not left to a run file);
- * `insecure` is a flag, without a value. */
+ * `insecure` and `watch` are flags, without a value (in the YAML, watch
+ * takes true or false). */
 static const struct {
   const char *name, *expects;
 } opt_info[N_OPTS] = {
     [OPT_NPROC] = {"nproc", "a positive integer or 'auto'"},
-    [OPT_NNODES] = {"nnodes", "a positive integer"},
+    [OPT_NNODES] = {"nnodes", "a positive integer, or MIN:MAX (1 <= MIN <= MAX)"},
     [OPT_NODE_RANK] = {"node_rank", "an integer from 0 to nnodes-1"},
     [OPT_MASTER_ADDR] = {"master_addr", "a host name or IPv4 address"},
     [OPT_MASTER_PORT] = {"master_port", "a port number from 1 to 65535"},
     [OPT_BACKEND] = {"backend", "one of auto, nccl, cpu"},
     [OPT_TIMEOUT] = {"timeout", "a positive number of seconds"},
     [OPT_LOG_DIR] = {"log_dir", "a directory name"},
+    [OPT_WATCH] = {"watch", "no value (in the YAML: true or false)"},
+    [OPT_MAX_RESTARTS] = {"max_restarts", "a non-negative integer"},
+    [OPT_RESTART_DELAY] = {"restart_delay", "a non-negative number of seconds"},
     [OPT_CONFIG] = {"config", "a YAML file"},
     [OPT_TOKEN_FILE] = {"token_file", "a file holding the job's secret token"},
     [OPT_INSECURE] = {"insecure", "no value"},
@@ -67,7 +74,9 @@ static const char usage_text[] =
     "options:\n"
     "  --nproc N|auto      processes on this node (default 1: run in-process; auto: one per visible GPU,\n"
     "                      else one per core)\n"
-    "  --nnodes N          nodes in the job (default 1); each node runs its own ddplua\n"
+    "  --nnodes N|MIN:MAX  nodes in the job (default 1); each node runs its own ddplua. MIN:MAX: the job\n"
+    "                      goes on with MIN..MAX nodes, restarting at a new world size when one is lost\n"
+    "                      or joins\n"
     "  --node_rank R       this node's index, 0..N-1 (node 0 serves the rendezvous store)\n"
     "  --master_addr A     node 0's address (default 127.0.0.1)\n"
     "  --master_port P     the store's port (default: a free one on one node, 29500 across nodes)\n"
@@ -76,6 +85,11 @@ static const char usage_text[] =
     "                      wins), `script:` names the script; passed to the script as DDPLUA_CONFIG\n"
     "  --log_dir DIR       also write each rank's output to DIR/rank_N.log\n"
     "  --timeout S         deadline in seconds for rendezvous and every collective (default 300)\n"
+    "  --watch             rerun the script in the same ranks (process groups, GPUs, ddp.keep values\n"
+    "                      kept) each time it, a file it requires or the --config file is saved\n"
+    "  --max_restarts N    after a rank fails, start all ranks again up to N times (default 0); the\n"
+    "                      script sees DDPLUA_RESTART_COUNT and resumes with ddp.resume()\n"
+    "  --restart_delay S   seconds to wait before each restart (default 1)\n"
     "  --token_file FILE   the job's secret token (first line of FILE, which only you may read); a job\n"
     "                      across nodes, or of a scheduler's tasks, needs one (or DDPLUA_JOB_TOKEN)\n"
     "  --insecure          run such a job without a secret: anyone who reaches the store can join it\n"
@@ -155,13 +169,43 @@ static int set_option(dp_host_opts *o, int id, const char *v) {
       o->nproc = g > 0 ? g : dp_host_cores();
       break;
     }
-    if (parse_int(v, 1, 65536, &n)) goto bad;
+    if (parse_int(v, 1, DP_HOST_MAX_NPROC, &n)) goto bad;
     o->nproc = (int)n;
     break;
-  case OPT_NNODES:
-    if (parse_int(v, 1, 65536, &n)) goto bad;
+  case OPT_NNODES: {
+    const char *colon = strchr(v, ':');
+    long lo = 0;
+    if (colon) {
+      char first[32];
+      size_t len = (size_t)(colon - v);
+      if (len == 0 || len >= sizeof first) goto bad;
+      memcpy(first, v, len);
+      first[len] = 0;
+      if (parse_int(first, 1, DP_HOST_MAX_NNODES, &lo) || parse_int(colon + 1, 1, DP_HOST_MAX_NNODES, &n) || lo > n)
+        goto bad;
+    } else {
+      if (parse_int(v, 1, DP_HOST_MAX_NNODES, &n)) goto bad;
+      lo = n;
+    }
     o->nnodes = (int)n;
+    o->nnodes_min = (int)lo;
     break;
+  }
+  case OPT_WATCH:
+    if (strcmp(v, "") && strcmp(v, "true") && strcmp(v, "false")) goto bad;
+    o->watch = strcmp(v, "false") != 0;
+    break;
+  case OPT_MAX_RESTARTS:
+    if (parse_int(v, 0, 1000000, &n)) goto bad;
+    o->max_restarts = (int)n;
+    break;
+  case OPT_RESTART_DELAY: {
+    char *end;
+    double t = strtod(v, &end);
+    if (end == v || *end || !(t >= 0) || !isfinite(t) || t > 1e6) goto bad;
+    o->restart_delay_s = t;
+    break;
+  }
   case OPT_NODE_RANK:
     if (parse_int(v, 0, 65535, &n)) goto bad;
     o->node_rank = (int)n;
@@ -259,6 +303,10 @@ static int load_config(dp_host_opts *o, const char *shown_path, const bool *give
         goto out;
       }
       int t = lua_type(L, -1);
+      if (id == OPT_WATCH && t == LUA_TBOOLEAN) {
+        if (!given[id]) o->watch = lua_toboolean(L, -1);
+        continue;
+      }
       if (t != LUA_TSTRING && t != LUA_TNUMBER) {
         dp_error("%s: ddplua.%s: expected %s, got a %s", shown_path, key, opt_info[id].expects, lua_typename(L, t));
         goto out;
@@ -345,8 +393,9 @@ void dp_host_opts_free(dp_host_opts *o) {
 int dp_host_parse(int argc, char **argv, dp_host_opts *o, bool *done) {
   memset(o, 0, sizeof *o);
   o->nproc = 1;
-  o->nnodes = 1;
+  o->nnodes = o->nnodes_min = 1;
   o->timeout_s = 300;
+  o->restart_delay_s = 1;
   o->backend = dp_xstrdup("auto");
   *done = true;
   bool given[N_OPTS] = {false};
@@ -375,8 +424,8 @@ int dp_host_parse(int argc, char **argv, dp_host_opts *o, bool *done) {
       return usage_error("unknown option '%s' (valid options: %s, --help, --version)", a, valid);
     }
     const char *v = eq ? eq + 1 : NULL;
-    if (id == OPT_INSECURE) {
-      if (v) return usage_error("--insecure takes no value (got '%s')%s", v, "");
+    if (id == OPT_INSECURE || id == OPT_WATCH) {
+      if (v) return usage_error("--%s takes no value (got '%s')", opt_info[id].name, v);
       v = "";
     } else if (!v) {
       if (i + 1 >= argc) {
@@ -415,6 +464,13 @@ int dp_host_parse(int argc, char **argv, dp_host_opts *o, bool *done) {
   } else {
     fputs(usage_text, stderr);
     fprintf(stderr, "\nddplua: no script given%s\n", o->config ? " (and the config file has no 'script:')" : "");
+    return 2;
+  }
+  if (o->watch && (o->max_restarts > 0 || o->nnodes_min != o->nnodes)) {
+    fprintf(stderr,
+            "ddplua: --watch does not go with %s: a watched job reruns when a file is saved, and a rank "
+            "that crashes ends it\n",
+            o->max_restarts > 0 ? "--max_restarts" : "--nnodes MIN:MAX");
     return 2;
   }
   if (o->node_rank >= o->nnodes) {

@@ -15,8 +15,13 @@
  * watcher's pipe; the timeouts are the grace period between SIGTERM and
  * SIGKILL and the waits blame.c asks for.
  *
- * How a failure ends (the culprit, one verdict across nodes, the summary)
- * is verdict.c's. */
+ * Under --watch each worker also gets a control pipe (DP_CONTROL_FD) on
+ * which the host tells it which run to start; watch_runs.c decides that,
+ * from the files (watch.c) and the workers' reports.
+ *
+ * This is one generation of the node's workers; elastic.c starts the next
+ * one after a restartable failure. How a failure ends (the culprit, one
+ * verdict across nodes, the summary or a restart) is verdict.c's. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -69,16 +74,18 @@ static bool same_name(const char *env_entry, const char *set) {
 /* The worker's environment: ours, minus what the job sets, plus the job's
  * variables and the rank's own. */
 static char **worker_env(const dp_supervise_args *a, int rank, int local_rank) {
-  enum { N_OWN = 4 };
-  char own[N_OWN][64];
+  enum { MAX_OWN = 5 };
+  char own[MAX_OWN][64];
   snprintf(own[0], sizeof own[0], "RANK=%d", rank);
   snprintf(own[1], sizeof own[1], "LOCAL_RANK=%d", local_rank);
   snprintf(own[2], sizeof own[2], "%s=%d", DP_WORKER_ENV, (int)getpid());
   snprintf(own[3], sizeof own[3], "%s=%d", DP_REPORT_ENV, DP_REPORT_FD);
+  snprintf(own[4], sizeof own[4], "%s=%d", DP_CONTROL_ENV, DP_CONTROL_FD);
+  const int N_OWN = a->watch ? 5 : 4; /* the control pipe: --watch only */
   size_t n_env = 0, n_extra = 0;
   while (environ[n_env]) n_env++;
   while (a->job_env[n_extra]) n_extra++;
-  char **env = dp_xcalloc(n_env + n_extra + N_OWN + 1, sizeof *env);
+  char **env = dp_xcalloc(n_env + n_extra + MAX_OWN + 1, sizeof *env);
   size_t k = 0;
   for (size_t i = 0; i < n_env; i++) {
     bool drop = false;
@@ -101,7 +108,7 @@ static void free_env(char **env) {
 /* posix_spawn: glibc creates the child with CLONE_VM|CLONE_VFORK (no copy
  * of the host's page tables) and runs exactly these steps before exec. The
  * worker sets its parent-death signal itself (see dp_host_main). */
-static int spawn_one(sup *s, worker *w, int out_w, int err_w, int report_w) {
+static int spawn_one(sup *s, worker *w, int out_w, int err_w, int report_w, int control_r) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t at;
   posix_spawn_file_actions_init(&fa);
@@ -109,7 +116,8 @@ static int spawn_one(sup *s, worker *w, int out_w, int err_w, int report_w) {
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&fa, out_w, 1); /* dup2 clears O_CLOEXEC on 1 and 2 */
   posix_spawn_file_actions_adddup2(&fa, err_w, 2);
-  posix_spawn_file_actions_adddup2(&fa, report_w, DP_REPORT_FD); /* its failure report (main.c) */
+  posix_spawn_file_actions_adddup2(&fa, report_w, DP_REPORT_FD);                       /* its failure report (main.c) */
+  if (control_r >= 0) posix_spawn_file_actions_adddup2(&fa, control_r, DP_CONTROL_FD); /* --watch: rerun.c */
   sigset_t none, dfl;
   sigemptyset(&none);
   sigemptyset(&dfl);
@@ -141,10 +149,25 @@ static int spawn_worker(sup *s, int i, int report_w) {
     close(out[1]);
     return dp_error("pipe: %s", strerror(errno));
   }
+  int ctl[2] = {-1, -1};
+  if (s->a->watch && pipe2(ctl, O_CLOEXEC) < 0) {
+    close(out[0]);
+    close(out[1]);
+    close(err[0]);
+    close(err[1]);
+    return dp_error("pipe: %s", strerror(errno));
+  }
+  if (ctl[0] >= 0 && ctl[0] <= DP_CONTROL_FD) { /* out of the way of the child's dup2 onto 3 and 4 */
+    int high = fcntl(ctl[0], F_DUPFD_CLOEXEC, DP_CONTROL_FD + 1);
+    close(ctl[0]);
+    ctl[0] = high;
+  }
   w->envp = worker_env(s->a, w->rank, s->a->first_local_rank + i);
-  int rc = spawn_one(s, w, out[1], err[1], report_w);
+  int rc = spawn_one(s, w, out[1], err[1], report_w, ctl[0]);
   close(out[1]);
   close(err[1]);
+  if (ctl[0] >= 0) close(ctl[0]);
+  w->ctl = ctl[1];
   if (rc != 0) {
     close(out[0]);
     close(err[0]);
@@ -194,6 +217,7 @@ static void check_exits(sup *s) {
     if (si.si_code == CLD_EXITED) w->code = si.si_status;
     else w->sig = si.si_status;
     dp_blame_exit(s->blame, w->rank, w->code, w->sig, s->stop != RUNNING);
+    watch_runs_exit(s, w);
   }
   verdict_decide(s);
 }
@@ -212,6 +236,16 @@ static void pump(worker *w, int stream) {
   dp_relay_close(w->relay, stream);
   close(fd);
   w->fd[stream - 1] = -1;
+}
+
+void sup_drain(sup *s, worker *w) {
+  (void)s;
+  for (int j = 0; j < 2; j++)
+    for (int rounds = 0; w->fd[j] >= 0 && rounds < 64; rounds++) {
+      struct pollfd pf = {w->fd[j], POLLIN, 0};
+      if (poll(&pf, 1, 0) <= 0) break;
+      pump(w, j + 1);
+    }
 }
 
 static void handle_signals(sup *s, int sfd) {
@@ -239,9 +273,9 @@ static void handle_signals(sup *s, int sfd) {
  * reports before exits, so that a rank's report counts before its death. */
 static void poll_once(sup *s, int sfd, int timeout_ms) {
   int n = 0, at_sfd = -1, at_rfd = -1, at_rep = -1;
-  struct pollfd pf[3 + 2 * s->n];
-  int who[3 + 2 * s->n];
-  int rfd = s->a->rdzv ? dp_rdzv_fd(s->a->rdzv) : -1;
+  struct pollfd pf[4 + 2 * s->n];
+  int who[4 + 2 * s->n];
+  int rfd = s->a->rdzv ? dp_rdzv_fd(s->a->rdzv) : -1, wfd = watch_runs_fd(s);
   if (s->report_fd >= 0) {
     at_rep = n;
     pf[n++] = (struct pollfd){s->report_fd, POLLIN, 0};
@@ -254,6 +288,7 @@ static void poll_once(sup *s, int sfd, int timeout_ms) {
     at_rfd = n;
     pf[n++] = (struct pollfd){rfd, POLLIN, 0};
   }
+  if (wfd >= 0) pf[n++] = (struct pollfd){wfd, POLLIN, 0}; /* watch_runs_tick reads it */
   int first_pipe = n;
   for (int i = 0; i < s->n; i++)
     for (int j = 0; j < 2; j++)
@@ -283,15 +318,19 @@ static bool waiting(sup *s) { return s->alive > 0 || verdict_due(s); }
 
 static int next_timeout(sup *s) {
   int64_t now = sup_now_ms(), at = -1;
-  int64_t cand[] = {s->kill_at_ms, s->decide_at_ms, waiting(s) && s->alive == 0 ? s->v.remote_by : -1};
+  int watch_in = watch_runs_timeout(s, now);
+  int64_t cand[] = {s->kill_at_ms, s->decide_at_ms, waiting(s) && s->alive == 0 ? s->v.remote_by : -1,
+                    watch_in >= 0 ? now + watch_in : -1};
   for (size_t i = 0; i < sizeof cand / sizeof *cand; i++)
     if (cand[i] >= 0 && (at < 0 || cand[i] < at)) at = cand[i];
   if (at < 0) return -1;
   return at > now ? (int)(at - now) : 0;
 }
 
-int dp_supervise(const dp_supervise_args *a) {
-  sup s = {.a = a, .n = a->n_workers, .kill_at_ms = -1, .decide_at_ms = -1, .report_fd = -1};
+int dp_supervise(const dp_supervise_args *a, dp_gen_result *res) {
+  memset(res, 0, sizeof *res);
+  res->culprit_rank = -1;
+  sup s = {.a = a, .n = a->n_workers, .kill_at_ms = -1, .decide_at_ms = -1, .report_fd = -1, .res = res};
   s.w = dp_xcalloc((size_t)s.n, sizeof *s.w);
   s.blame = dp_blame_new(a->first_rank, s.n);
   s.v.culprit = -1;
@@ -308,7 +347,7 @@ int dp_supervise(const dp_supervise_args *a) {
   for (int i = 0; i < s.n; i++) {
     worker *w = &s.w[i];
     w->rank = a->first_rank + i;
-    w->fd[0] = w->fd[1] = w->log_fd = -1;
+    w->fd[0] = w->fd[1] = w->log_fd = w->ctl = -1;
     if (a->opts->log_dir) {
       char path[4200];
       snprintf(path, sizeof path, "%s/rank_%d.log", a->opts->log_dir, w->rank);
@@ -325,6 +364,8 @@ int dp_supervise(const dp_supervise_args *a) {
     fprintf(stderr, "ddplua: %s\n", dp_errmsg());
     snprintf(line, sizeof line, "node %d's host could not start its ranks (%s)", a->node_rank, dp_errmsg());
     verdict_settle(&s, STOP_LAUNCH, 1, line, -1); /* and stop what was started */
+  } else {
+    watch_runs_begin(&s);
   }
   check_exits(&s); /* a SIGCHLD that came before the signalfd existed */
   while (waiting(&s)) {
@@ -335,6 +376,7 @@ int dp_supervise(const dp_supervise_args *a) {
     }
     if (s.decide_at_ms >= 0 && now >= s.decide_at_ms) verdict_decide(&s);
     poll_once(&s, sfd, next_timeout(&s));
+    watch_runs_tick(&s, sup_now_ms());
   }
   /* every worker has exited: end whatever the scripts left in the group,
    * then relay the output still in the pipes */
@@ -358,7 +400,9 @@ int dp_supervise(const dp_supervise_args *a) {
   if (s.stop == RUNNING) handle_signals(&s, sfd);
   code = verdict_finish(&s);
 out:
+  res->code = code;
   for (int i = 0; i < s.n; i++) {
+    if (s.w[i].ctl >= 0) close(s.w[i].ctl);
     dp_relay_free(s.w[i].relay);
     free_env(s.w[i].envp);
     if (s.w[i].log_fd >= 0) close(s.w[i].log_fd);

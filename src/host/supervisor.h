@@ -18,6 +18,7 @@ typedef struct {
   int rank;
   pid_t pid;
   int fd[2]; /* read ends of its stdout, stderr pipes; -1 once closed */
+  int ctl;   /* --watch: write end of its control pipe (rerun.c), else -1 */
   int log_fd;
   dp_relay *relay;
   bool exited;
@@ -26,7 +27,15 @@ typedef struct {
 } worker;
 
 /* How the job ends (the summary line and code are in the verdict). */
-typedef enum { RUNNING, STOP_FAILURE, STOP_SIGNAL, STOP_REMOTE, STOP_LAUNCH } stop_kind;
+typedef enum {
+  RUNNING,
+  STOP_FAILURE,
+  STOP_SIGNAL,
+  STOP_REMOTE,
+  STOP_LAUNCH,
+  STOP_COLD, /* --watch: the next run needs fresh workers */
+  STOP_ENDED /* --watch: a rank left (os.exit): the watch ends */
+} stop_kind;
 
 typedef struct {
   bool set;
@@ -34,6 +43,8 @@ typedef struct {
   char text[1200];   /* the summary line, after "ddplua: " */
   int culprit;       /* index of the local worker whose last lines follow it, -1 */
   bool provisional;  /* another node claimed the verdict first: its own is on the way */
+  bool final;        /* a verdict no restart may answer (a host was told to stop) */
+  bool membership;   /* not a failure: a node joins (--nnodes MIN:MAX), the job restarts to take it in */
   int64_t remote_by; /* REMOTE culprit or provisional: wait for the other node's verdict until then */
 } verdict;
 
@@ -52,6 +63,7 @@ typedef struct {
   int report_fd;
   char report_buf[REPORT_LINE_MAX];
   size_t report_len;
+  dp_gen_result *res;
 } sup;
 
 int64_t sup_now_ms(void);
@@ -60,6 +72,24 @@ const char *sup_signame(int sig, char *buf, size_t n);
 void sup_signal_group(sup *s, int sig);
 /* SIGTERM (and SIGCONT) to the group, SIGKILL after the grace period. */
 void sup_begin_stop(sup *s, stop_kind why);
+
+/* Relays what the worker's pipes hold now (before acting on its report). */
+void sup_drain(sup *s, worker *w);
+
+/* ---- watch_runs.c ---- */
+/* The workers are up: start the first run, or the one a cold start was for. */
+void watch_runs_begin(sup *s);
+/* A worker's "W ..." or "F ..." line (rerun.c). */
+void watch_runs_line(sup *s, const char *line);
+/* Readable when the files may have changed (-1: none); ms until a check
+ * or deadline is due (-1: none); the check. */
+int watch_runs_fd(sup *s);
+int watch_runs_timeout(sup *s, int64_t now);
+void watch_runs_tick(sup *s, int64_t now);
+/* Node 0 says: start run `run`, because `what` changed. */
+void watch_runs_remote(sup *s, int run, const char *what);
+/* A worker exited while the job was running. */
+void watch_runs_exit(sup *s, worker *w);
 
 /* ---- verdict.c ---- */
 /* Fixes the job's verdict (the first one counts; across nodes the first

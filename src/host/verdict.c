@@ -1,7 +1,10 @@
 /* How a failure ends (supervisor.h): the culprit from the workers'
  * reports and exits (blame.c decides; this file acts), one verdict per job
  * (across nodes the first host to claim it in the store sends it to the
- * others, rendezvous.c), and the summary the host prints. */
+ * others, rendezvous.c), and the summary the host prints — unless a
+ * restart answers it (--max_restarts has restarts left, or a node joins a
+ * MIN:MAX job): then elastic.c says one line instead. A verdict of a host
+ * told to stop (a signal) is final on every node: no restart follows it. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -26,13 +29,14 @@ static void name_rank(sup *s, int rank, char *buf, size_t n) {
 
 /* A host that lost the claim keeps its own verdict only until the
  * winner's arrives. */
-void verdict_settle(sup *s, stop_kind why, int code, const char *text, int culprit) {
+static void settle(sup *s, stop_kind why, int code, const char *text, int culprit, bool membership) {
   if (s->v.set) return;
-  s->v = (verdict){.set = true, .code = code, .culprit = culprit};
+  s->v =
+      (verdict){.set = true, .code = code, .culprit = culprit, .final = why == STOP_SIGNAL, .membership = membership};
   snprintf(s->v.text, sizeof s->v.text, "%s", text);
   if (s->a->rdzv && why != STOP_REMOTE) {
     int won = dp_rdzv_claim(s->a->rdzv);
-    if (won == 1) dp_rdzv_publish(s->a->rdzv, code, text);
+    if (won == 1) dp_rdzv_publish(s->a->rdzv, code, s->v.final, membership, text);
     if (won == 0) {
       s->v.provisional = true;
       s->v.remote_by = sup_now_ms() + VERDICT_WAIT_MS;
@@ -44,6 +48,10 @@ void verdict_settle(sup *s, stop_kind why, int code, const char *text, int culpr
   } else {
     sup_begin_stop(s, why);
   }
+}
+
+void verdict_settle(sup *s, stop_kind why, int code, const char *text, int culprit) {
+  settle(s, why, code, text, culprit, false);
 }
 
 void verdict_decide(sup *s) {
@@ -100,7 +108,10 @@ void verdict_read_reports(sup *s) {
     while ((nl = strchr(line, '\n'))) {
       *nl = 0;
       int rank, blamed, n = 0;
-      if (sscanf(line, "%d %d %n", &rank, &blamed, &n) == 2 && n > 0)
+      if (line[0] == 'W' || line[0] == 'F') watch_runs_line(s, line); /* --watch (rerun.c) */
+      else if (line[0] == 'D' && sscanf(line, "D %d %n", &rank, &n) == 1 && n > 0 && rank == 0)
+        snprintf(s->res->run_dir, sizeof s->res->run_dir, "%s", line + n); /* rank 0's run directory */
+      else if (sscanf(line, "%d %d %n", &rank, &blamed, &n) == 2 && n > 0)
         dp_blame_report(s->blame, rank, blamed, line + n, sup_now_ms());
       line = nl + 1;
     }
@@ -115,9 +126,13 @@ void verdict_handle_remote(sup *s) {
   dp_rdzv_msg m;
   while (dp_rdzv_next(s->a->rdzv, &m)) {
     switch (m.kind) {
+    case DP_MSG_RERUN: watch_runs_remote(s, m.code, m.text); break;
+    case DP_MSG_JOIN:
+      if (s->stop == RUNNING) settle(s, STOP_FAILURE, 1, m.text, -1, true); /* a restart to take it in */
+      break;
     case DP_MSG_VERDICT:
       if (s->v.set && !s->v.provisional) break;
-      s->v = (verdict){.set = true, .code = m.code, .culprit = -1};
+      s->v = (verdict){.set = true, .code = m.code, .culprit = -1, .final = m.final, .membership = m.membership};
       snprintf(s->v.text, sizeof s->v.text, "stopped because another node failed: %s", m.text);
       if (s->stop == RUNNING) sup_begin_stop(s, STOP_REMOTE);
       else s->stop = STOP_REMOTE;
@@ -141,6 +156,10 @@ bool verdict_due(sup *s) {
 }
 
 int verdict_finish(sup *s) {
+  if (s->stop == STOP_COLD) {
+    s->res->cold = true;
+    return 0;
+  }
   if (s->stop == RUNNING && !s->v.set) {
     /* every worker exited: a failure still unjudged (an accused rank that
      * exited, a remote culprit whose node said nothing) is judged now */
@@ -165,6 +184,13 @@ int verdict_finish(sup *s) {
       name_rank(s, bv.rank, who, sizeof who);
       snprintf(s->v.text, sizeof s->v.text, "%s %s", who, bv.why);
     }
+  }
+  snprintf(s->res->cause, sizeof s->res->cause, "%s", s->v.text);
+  s->res->culprit_rank = s->v.culprit >= 0 ? s->w[s->v.culprit].rank : -1;
+  if ((s->a->may_restart || s->v.membership) && !s->v.final && (s->stop == STOP_FAILURE || s->stop == STOP_REMOTE)) {
+    s->res->restart = true; /* --max_restarts, a node joining: one line about it instead (elastic.c) */
+    s->res->membership = s->v.membership;
+    return s->v.code;
   }
   fprintf(stderr, "ddplua: %s\n", s->v.text);
   fflush(stderr);

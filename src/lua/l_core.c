@@ -2,12 +2,15 @@
  * adds its functions to the module table and its methods to the tensor
  * method table (exposed as core.Tensor so lua/ddplua can add Lua methods). */
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "autograd/autograd.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/sgemm.h"
+#include "lua/l_rerun.h"
 #include "lua/l_util.h"
+#include "ops/autocast.h"
 #include "ops/ops.h"
 
 static int l_manual_seed(lua_State *L) {
@@ -151,6 +154,79 @@ static int l_collectgarbage_paced(lua_State *L) {
   return 0;
 }
 
+/* ---- ddp.keep and the runtime between reruns (l_rerun.h) ---- */
+
+/* The kept values live in the registry, which outlives the fresh global
+ * environment every `ddplua --watch` rerun gets (src/host/rerun.c): the
+ * same process, the same Lua state, everything else new. */
+#define KEPT_REGISTRY_KEY "ddplua.kept"
+
+/* keep(key, fn) -> the value kept under key in this process, or fn()'s
+ * first result, kept from now on. */
+static int l_keep(lua_State *L) {
+  if (lua_type(L, 1) != LUA_TSTRING)
+    return luaL_error(L, "keep: expected a string key (keep(key, fn)), got a %s", luaL_typename(L, 1));
+  if (lua_type(L, 2) != LUA_TFUNCTION)
+    return luaL_error(L, "keep: expected a function that makes the value kept under '%s', got a %s", lua_tostring(L, 1),
+                      luaL_typename(L, 2));
+  lua_settop(L, 2);
+  if (lua_getfield(L, LUA_REGISTRYINDEX, KEPT_REGISTRY_KEY) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, KEPT_REGISTRY_KEY);
+  }
+  lua_pushvalue(L, 1);
+  if (lua_rawget(L, 3) != LUA_TNIL) return 1;
+  lua_pop(L, 1);
+  lua_pushvalue(L, 2);
+  lua_call(L, 0, 1); /* an error in fn propagates; nothing is kept */
+  if (lua_isnil(L, -1))
+    return luaL_error(L, "keep: the function for '%s' returned nil; return the value to keep", lua_tostring(L, 1));
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, 3);
+  return 1;
+}
+
+static struct {
+  bool taken;
+  uint64_t seed, offset;
+  dp_autocast_state autocast;
+  int sgemm_threads, blas_threads;
+  bool has_impl;
+  dp_sgemm_impl impl;
+} initial;
+
+void lt_rerun_snapshot(void) {
+  dp_rng_get_state(&initial.seed, &initial.offset);
+  initial.autocast = dp_autocast_get();
+  initial.sgemm_threads = dp_sgemm_get_num_threads();
+  initial.blas_threads = dp_blas_get_num_threads();
+  initial.has_impl = dp_sgemm_get_impl(&initial.impl) == 0; /* a bad DDPLUA_GEMM fails each run alike */
+  initial.taken = true;
+}
+
+/* What a script can change in the C runtime, back to how a fresh process
+ * starts: the generator, grad mode, autocast, threads, the GEMM, CUDA's
+ * TF32/sync options (their defaults come from the environment). */
+void lt_rerun_reset(void) {
+  if (!initial.taken) return;
+  dp_rng_set_state(initial.seed, initial.offset);
+  dp_set_grad_enabled(true);
+  dp_autocast_state prev;
+  dp_autocast_set(initial.autocast, &prev);
+  dp_sgemm_set_num_threads(initial.sgemm_threads);
+  if (initial.blas_threads > 0) dp_blas_set_num_threads(initial.blas_threads);
+  if (initial.has_impl) dp_sgemm_set_impl(initial.impl);
+  const dp_backend *cuda = dp_backend_get(DP_CUDA);
+  if (cuda && cuda->set_option) {
+    const char *tf32 = getenv("DDPLUA_TF32"), *sync = getenv("DDPLUA_CUDA_SYNC"); /* as the plugin reads them */
+    cuda->set_option("tf32", tf32 && *tf32 && strcmp(tf32, "0") != 0 ? 1.0 : 0.0);
+    cuda->set_option("sync", sync && *sync && strcmp(sync, "0") != 0 ? 1.0 : 0.0);
+  }
+}
+
 /* strong references: a weak one would not pull the object out of the static runtime */
 void lt_open_dist(lua_State *L, int module);
 void lt_open_io(lua_State *L, int module);
@@ -176,6 +252,7 @@ int luaopen_ddplua_core(lua_State *L) {
                                    {"cuda_device_count", l_cuda_device_count},
                                    {"synchronize", l_synchronize},
                                    {"gc_pace", l_collectgarbage_paced},
+                                   {"keep", l_keep},
                                    {NULL, NULL}};
   /* young collections free each step's tensors cheaply (see lt_gc_pace) */
   lua_gc(L, LUA_GCGEN, 0, 0);

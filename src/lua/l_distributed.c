@@ -41,7 +41,7 @@ static void group_unref(lgroup *g) {
  * still hold the group (a DDP reducer on the default group holds no Lua
  * reference): it is then shut down, failing every later call, and freed
  * when that code lets go (dp_pg_retire). */
-static void group_destroy(lgroup *g) {
+void lt_dist_group_destroy(lgroup *g) {
   if (g->destroyed) return;
   if (g->pg) dp_pg_retire(g->pg);
   g->pg = NULL;
@@ -219,12 +219,22 @@ static int l_init(lua_State *L) {
     lt_dist.server = dp_store_server_start(bind, port, token, &got);
     if (!lt_dist.server) return luaL_error(L, "init_process_group: %s", dp_errmsg());
   }
-  lt_dist.store = dp_store_connect(addr, port, token, timeout_ms);
+  if (!lt_dist.store) lt_dist.store = dp_store_connect(addr, port, token, timeout_ms); /* kept under --watch */
   if (!lt_dist.store) {
     close_store();
     return luaL_error(L, "init_process_group: rank %d: %s", rank, dp_errmsg());
   }
-  snprintf(lt_dist.prefix, sizeof lt_dist.prefix, "pg%d", ++lt_dist.generation);
+  if (lt_dist.watch) {
+    int adopted = lt_dist_watch_adopt(rank, size, backend, debug, timeout_ms);
+    if (adopted < 0) return lt_error(L);
+    if (adopted) return 0;
+  }
+  /* a restarted job (--max_restarts) must not meet the keys its last
+   * generation left in the host's store */
+  const char *restart = getenv("DDPLUA_RESTART_COUNT");
+  if (restart && atoi(restart) > 0)
+    snprintf(lt_dist.prefix, sizeof lt_dist.prefix, "r%d.pg%d", atoi(restart), ++lt_dist.generation);
+  else snprintf(lt_dist.prefix, sizeof lt_dist.prefix, "pg%d", ++lt_dist.generation);
   lt_dist.node_rank = get_int_field(L, 1, "node_rank", -1);
   lt_dist.local_rank = get_int_field(L, 1, "local_rank", -1);
   lt_dist.local_size = get_int_field(L, 1, "local_size", -1);
@@ -273,20 +283,20 @@ static int l_init(lua_State *L) {
  * init/destroy cycles (the host's) holds one generation at a time. Rank 0
  * serving the store itself keeps it up until every rank has said goodbye
  * (bounded), so a slower rank's last store use does not fail. */
-static void goodbye(void) {
-  if (!lt_dist.store || !lt_dist.world) return;
+void lt_dist_goodbye(const lgroup *g) {
+  if (!lt_dist.store || !g || !g->pg) return;
   char key[64], prefix[48];
   snprintf(key, sizeof key, "%s/bye", lt_dist.prefix);
   snprintf(prefix, sizeof prefix, "%s/", lt_dist.prefix);
   int64_t n = 0;
-  int world = lt_dist.world->n;
+  int world = g->n;
   if (dp_store_add(lt_dist.store, key, 1, &n)) return;
   if (n >= world) {
     dp_store_delete_prefix(lt_dist.store, prefix, NULL);
     return;
   }
   if (!lt_dist.server) return;
-  int timeout_ms = lt_dist.world->pg->timeout_ms < 10000 ? lt_dist.world->pg->timeout_ms : 10000;
+  int timeout_ms = g->pg->timeout_ms < 10000 ? g->pg->timeout_ms : 10000;
   const char *keys[] = {key};
   for (int waited = 0, here = 1; here && waited < timeout_ms; waited += 5) {
     struct timespec ts = {0, 5000000};
@@ -296,8 +306,8 @@ static void goodbye(void) {
 }
 
 static void destroy_all(void) {
-  goodbye();
-  while (lt_dist.groups) group_destroy(lt_dist.groups);
+  lt_dist_goodbye(lt_dist.world);
+  while (lt_dist.groups) lt_dist_group_destroy(lt_dist.groups);
   lt_dist.world = NULL;
   close_store();
 }
@@ -307,9 +317,13 @@ static int l_destroy(lua_State *L) {
   if (!lua_isnoneornil(L, 1)) {
     lgroup *g = check_group_obj(L, 1);
     if (!g->is_default) {
-      group_destroy(g);
+      lt_dist_group_destroy(g);
       return 0;
     }
+  }
+  if (lt_dist.watch) { /* --watch: kept for the next run's init_process_group (l_distributed_watch.c) */
+    lt_dist_watch_stash();
+    return 0;
   }
   destroy_all();
   return 0;

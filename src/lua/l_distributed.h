@@ -32,6 +32,11 @@ typedef struct {
   int generation;          /* init_process_group calls so far: store key prefix */
   int local_rank, local_size, node_rank, nnodes;
   char prefix[32];
+  /* `ddplua --watch` (l_distributed_watch.c): the default group of the
+   * last run, hidden until the next init_process_group adopts it */
+  bool watch, last_ok;
+  int watch_run, watch_inits;
+  lgroup *kept;
 } ldist_state;
 
 extern ldist_state lt_dist;
@@ -50,5 +55,16 @@ void lt_open_dist_spawn(lua_State *L, int dist);
 /* Called in a forked child: forget the parent's groups without touching
  * them (their threads do not exist here). */
 void lt_dist_forget(void);
+/* Destroys g's process group, taking it off the live list. */
+void lt_dist_group_destroy(lgroup *g);
+/* Every rank of g says goodbye to the keys under lt_dist.prefix; the last
+ * one deletes them. */
+void lt_dist_goodbye(const lgroup *g);
+/* --watch (l_distributed_watch.c): destroy_process_group() of the default
+ * group keeps it for the next run; init_process_group asks every rank
+ * whether the kept group can serve again: 1 adopted (it is the default
+ * group again), 0 create a new one (the kept one is gone), -1 + dp_error. */
+void lt_dist_watch_stash(void);
+int lt_dist_watch_adopt(int rank, int size, const char *backend, bool debug, int timeout_ms);
 
 #endif

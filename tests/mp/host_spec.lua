@@ -59,6 +59,15 @@ describe("ddplua host", function()
         { "--timeout -1 x.lua", "%-%-timeout: expected a positive number of seconds, got '%-1'" },
         { "--nnodes 2 --node_rank 2 x.lua", "%-%-node_rank 2 is out of range for %-%-nnodes 2" },
         { "--config /nonexistent.yaml x.lua", "%-%-config: cannot open '/nonexistent.yaml'" },
+        { "--nnodes 2:1 x.lua", "%-%-nnodes: expected a positive integer, or MIN:MAX %(1 <= MIN <= MAX%), got '2:1'" },
+        { "--nnodes :2 x.lua", "%-%-nnodes: expected a positive integer, or MIN:MAX" },
+        { "--nnodes 1:2 --node_rank 2 x.lua", "%-%-node_rank 2 is out of range for %-%-nnodes 2" },
+        { "--max_restarts -1 x.lua", "%-%-max_restarts: expected a non%-negative integer, got '%-1'" },
+        { "--restart_delay soon x.lua", "%-%-restart_delay: expected a non%-negative number of seconds, got 'soon'" },
+        { "--watch=yes x.lua", "%-%-watch takes no value %(got 'yes'%)" },
+        { "--watch --max_restarts 1 x.lua", "%-%-watch does not go with %-%-max_restarts" },
+        { "--watch --nnodes 1:2 x.lua", "%-%-watch does not go with %-%-nnodes MIN:MAX" },
+        { "--watch missing.lua", "%-%-watch: cannot watch 'missing%.lua': No such file" },
         { "", "no script given" },
       }
       for _, c in ipairs(cases) do
@@ -73,6 +82,8 @@ describe("ddplua host", function()
       assert.are.equal(0, r.code)
       assert.matches("%-%-nproc N|auto", r.out)
       assert.matches("%-%-master_port", r.out)
+      assert.matches("%-%-watch", r.out)
+      assert.matches("%-%-max_restarts N", r.out)
       r = sh(q(BIN) .. " --version")
       assert.are.equal(0, r.code)
       assert.matches("^ddplua %d+%.%d+ %(Lua 5%.4", r.out)
@@ -528,7 +539,7 @@ os.execute("env -u SLURM_PROCID " .. %q .. " --master_port " .. os.getenv("MASTE
         { "deep.yaml", "ddplua: deep%.yaml:1:104: nested more than 100 levels deep" },
         { "bad.yaml", "ddplua: bad%.yaml:2:%d+: " },
         { "key.yaml", "key%.yaml: unknown key 'ddplua%.nprocs' %(valid keys: nproc, nnodes, node_rank, master_addr, " ..
-          "master_port, backend, timeout, log_dir%)" },
+          "master_port, backend, timeout, log_dir, watch, max_restarts, restart_delay%)" },
         { "val.yaml", "val%.yaml: ddplua%.nproc: expected a positive integer or 'auto', got 'two'" },
         { "float.yaml", "float%.yaml: ddplua%.master_port: expected a port number from 1 to 65535, got '80%.0'" },
         { "noscript.yaml", "noscript%.yaml: script 'missing%.lua' not found" },

@@ -36,6 +36,7 @@ local EXPORTS = {
       "seed_everything", "get_rng_state", "set_rng_state",
       -- files and runs
       "save", "load", "save_checkpoint", "load_checkpoint", "config", "progress", "save_state", "load_state",
+      "checkpoint_every", "resume", "keep",
       -- processes and devices
       "is_main", "print", "device", "synchronize", "cuda_is_available", "cuda_device_count", "cuda_device_name",
       "cuda_memory_stats", "cuda_empty_cache", "autocast", "set_float32_matmul_precision",

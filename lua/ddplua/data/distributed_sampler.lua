@@ -4,6 +4,15 @@
 --   pad by repeating indices from the front (5 items on 2 ranks duplicate one),
 --   rank r takes positions r, r+R, r+2R, ...
 -- Positions are 1-based (PyTorch's index i is ddplua's i + 1).
+--
+-- Resuming mid-epoch (ddp.checkpoint_every / ddp.resume): the state is
+-- {epoch, position, offset, num_replicas}: every rank took `position`
+-- samples of the epoch's order after its first `offset` positions. Loaded
+-- at the same world size, indices() skips them; loaded at another world size
+-- (a node lost or joined), the epoch's first offset + position * R_old
+-- positions are done and the rest of the order (its real items) is dealt out
+-- again over the new ranks, padded or truncated as for a whole epoch: no
+-- sample of the epoch is skipped, none repeated but for that padding.
 local ddp = require "ddplua"
 local E = require "ddplua.errors"
 
@@ -67,14 +76,15 @@ function DistributedSampler.new(dataset, opts)
     total_size = num_samples * R,
     _passes = {}, -- epoch -> full passes over its order (reported by the DataLoader)
     _warned = false,
-    position = 0, -- samples of this epoch already consumed (resume)
+    position = 0, -- samples of this epoch this rank already took (resume)
+    offset = 0,   -- positions of this epoch's order taken before the world changed (resume)
   }, DistributedSampler)
   return self
 end
 
 function DistributedSampler:set_epoch(epoch)
   if math.type(epoch) ~= "integer" then E.raise("set_epoch: expected an integer epoch, got " .. tostring(epoch)) end
-  if epoch ~= self.epoch then self.position = 0 end
+  if epoch ~= self.epoch then self.position, self.offset = 0, 0 end
   self.epoch = epoch
 end
 
@@ -105,6 +115,24 @@ function DistributedSampler:global_indices()
   return idx
 end
 
+-- How many samples each rank takes of a segment of `len` positions.
+local function per_rank(len, R, drop_last)
+  if len <= 0 then return 0 end
+  if drop_last then return len // R end
+  return (len + R - 1) // R
+end
+
+-- The epoch's order after `offset` positions (its real items only), padded
+-- from its front or truncated to a multiple of R, as global_indices.
+local function segment(self, all)
+  local seg = table.move(all, self.offset + 1, self.n, 1, {})
+  local want = per_rank(#seg, self.num_replicas, self.drop_last) * self.num_replicas
+  local have = #seg
+  for i = have + 1, want do seg[i] = seg[(i - have - 1) % have + 1] end
+  for i = #seg, want + 1, -1 do seg[i] = nil end
+  return seg
+end
+
 --- A second complete pass over one epoch's shuffle means two epochs
 --- trained on the same order: set_epoch was not called. A direct
 --- indices() call counts as a pass; the DataLoader draws with _draw and
@@ -121,7 +149,8 @@ function DistributedSampler:_pass_completed()
   end
 end
 
---- This rank's positions for the current epoch (a Lua array, 1-based).
+--- This rank's positions for the current epoch (a Lua array, 1-based):
+--- the ones it has not taken yet when a mid-epoch state was loaded.
 function DistributedSampler:indices()
   self:_pass_completed()
   return self:_draw()
@@ -130,32 +159,64 @@ end
 function DistributedSampler:_draw()
   local all = self:global_indices()
   local out = {}
-  for p = self.rank + 1, self.total_size, self.num_replicas do out[#out + 1] = all[p] end
+  if self.offset == 0 then
+    for p = self.rank + 1 + self.position * self.num_replicas, self.total_size, self.num_replicas do
+      out[#out + 1] = all[p]
+    end
+    return out
+  end
+  local seg = segment(self, all)
+  for p = self.rank + 1 + self.position * self.num_replicas, #seg, self.num_replicas do out[#out + 1] = seg[p] end
   return out
 end
 
---- Resume support: {epoch=, position=}
-function DistributedSampler:state_dict() return { epoch = self.epoch, position = self.position } end
+--- How many samples indices() gives this rank now (the epoch's, less those
+--- a loaded state says it took).
+function DistributedSampler:remaining()
+  local count = self.offset == 0 and self.num_samples or per_rank(self.n - self.offset, self.num_replicas,
+    self.drop_last)
+  return math.max(count - self.position, 0)
+end
+
+--- Resume support: {epoch=, position=, offset=, num_replicas=} (see the top).
+function DistributedSampler:state_dict()
+  return { epoch = self.epoch, position = self.position, offset = self.offset, num_replicas = self.num_replicas }
+end
+
+local function shown(v) return type(v) == "string" and string.format("%q", v) or tostring(v) end
+
 --- Checked here, so that a bad state is an error at load rather than at
---- the first iteration: epoch an integer, position an integer in
---- 0..num_samples (the samples of that epoch this rank already took).
+--- the first iteration: epoch an integer, offset an integer in 0..N,
+--- num_replicas a positive integer (default: this sampler's), position an
+--- integer in 0..the samples each of those ranks takes of the epoch after
+--- offset. A state saved at another num_replicas is re-sharded (see the top).
 function DistributedSampler:load_state_dict(s)
   local function fail(fmt, ...) error(string.format("DistributedSampler: load_state_dict: " .. fmt, ...), 3) end
   if type(s) ~= "table" then fail("expected a table {epoch=, position=}, got a %s", type(s)) end
   for k in pairs(s) do
-    if k ~= "epoch" and k ~= "position" then fail("unknown field '%s' (expected epoch, position)", tostring(k)) end
+    if k ~= "epoch" and k ~= "position" and k ~= "offset" and k ~= "num_replicas" then
+      fail("unknown field '%s' (expected epoch, position, offset, num_replicas)", tostring(k))
+    end
   end
-  local epoch, position = s.epoch or 0, s.position or 0
+  local epoch, position, offset = s.epoch or 0, s.position or 0, s.offset or 0
+  local R = s.num_replicas or self.num_replicas
   if math.type(epoch) ~= "integer" or epoch < 0 then
-    fail("epoch is %s, expected a non-negative integer", type(epoch) == "string" and string.format("%q", epoch) or
-      tostring(epoch))
+    fail("epoch is %s, expected a non-negative integer", shown(epoch))
   end
-  if math.type(position) ~= "integer" or position < 0 or position > self.num_samples then
-    fail("position is %s, expected an integer in 0..%d (this rank's samples per epoch)",
-      type(position) == "string" and string.format("%q", position) or tostring(position), self.num_samples)
+  if math.type(offset) ~= "integer" or offset < 0 or offset > self.n then
+    fail("offset is %s, expected an integer in 0..%d (positions of the epoch's order)", shown(offset), self.n)
+  end
+  if math.type(R) ~= "integer" or R < 1 then fail("num_replicas is %s, expected a positive integer", shown(R)) end
+  local most = offset == 0 and R == self.num_replicas and self.num_samples or per_rank(self.n - offset, R, self.drop_last)
+  if math.type(position) ~= "integer" or position < 0 or position > most then
+    fail("position is %s, expected an integer in 0..%d (this rank's samples per epoch)", shown(position), most)
   end
   self.epoch = epoch
-  self.position = position
+  if R == self.num_replicas then
+    self.offset, self.position = offset, position
+  else -- another world: every old rank took `position` of the segment, i.e. its first position * R positions
+    self.offset, self.position = math.min(offset + position * R, self.n), 0
+  end
 end
 
 --- Which rows of an all_gather of per-rank results (rank-major, num_samples
