@@ -30,7 +30,7 @@ local EXPORTS = {
       "softmax", "log_softmax", "sum", "mean",
       "max", "min", "argmax", "argmin", "eq", "ne", "lt", "le", "gt", "ge", "matmul", "mm", "index_select", "linear",
       "conv2d", "max_pool2d", "avg_pool2d", "batch_norm", "layer_norm", "dropout", "embedding", "cross_entropy",
-      "mse_loss",
+      "mse_loss", "nll_loss",
       -- autograd, random numbers
       "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "manual_seed", "initial_seed",
       "seed_everything", "get_rng_state", "set_rng_state",
@@ -50,15 +50,15 @@ local EXPORTS = {
     form = "nn.", names = {
       "Module", "Sequential", "Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d",
       "SyncBatchNorm", "ReLU", "GELU", "LeakyReLU", "ELU", "SiLU", "Softplus", "Tanh", "Sigmoid", "Dropout",
-      "Flatten", "Embedding", "LayerNorm", "CrossEntropyLoss", "MSELoss", "F", "init", "ModuleList", "ModuleDict",
-      "Identity",
+      "Flatten", "Embedding", "LayerNorm", "CrossEntropyLoss", "NLLLoss", "MSELoss", "F", "init", "ModuleList",
+      "ModuleDict", "Identity",
     },
   },
   F = {
     form = "F.", names = {
       "relu", "gelu", "leaky_relu", "elu", "silu", "softplus", "tanh", "sigmoid", "softmax", "log_softmax",
       "flatten", "linear", "conv2d", "max_pool2d",
-      "avg_pool2d", "batch_norm", "layer_norm", "dropout", "embedding", "cross_entropy", "mse_loss",
+      "avg_pool2d", "batch_norm", "layer_norm", "dropout", "embedding", "cross_entropy", "mse_loss", "nll_loss",
     },
   },
   optim = { form = "optim.", names = { "SGD", "Adam", "AdamW", "Optimizer", "lr_scheduler" } },
