@@ -1,0 +1,159 @@
+/* norm, var and std.
+ *
+ * var and std are compositions of differentiable ops (mean, subtract,
+ * square, sum, divide; sqrt), so their gradients come from those. norm
+ * computes its value without recording a graph and has its own node with
+ * PyTorch's gradient, which is 0 (not NaN) where the norm is 0 and splits
+ * an inf-norm's gradient evenly among the elements that attain it. */
+#include <math.h>
+#include <string.h>
+
+#include "ops/model_ops.h"
+#include "ops/op_util.h"
+
+static int reduced_count(const char *op, const dp_tensor *x, int n, const int *dims, bool *mask, int64_t *count) {
+  memset(mask, 0, sizeof(bool) * DP_MAXDIM);
+  *count = 1;
+  for (int i = 0; i < n; i++) {
+    if (dp_check_dim(op, x, dims[i])) return -1;
+    if (mask[dims[i]]) return dp_error("%s: dimension %d appears more than once", op, dims[i] + 1);
+    mask[dims[i]] = true;
+  }
+  for (int d = 0; d < x->ndim; d++)
+    if (n == 0 || mask[d]) *count *= x->shape[d], mask[d] = true;
+  return 0;
+}
+
+/* ---- var / std ---- */
+dp_tensor *dp_var(dp_tensor *x, int n, const int *dims, double correction, bool keepdim) {
+  bool mask[DP_MAXDIM];
+  int64_t count;
+  if (dp_check_float("var", x) || reduced_count("var", x, n, dims, mask, &count)) return NULL;
+  DP_SCOPE(s);
+  dp_tensor *m = dp_scope_add(&s, dp_mean(x, n, dims, true));
+  dp_tensor *d = m ? dp_scope_add(&s, dp_sub(x, m)) : NULL;
+  dp_tensor *sq = d ? dp_scope_add(&s, dp_mul(d, d)) : NULL;
+  dp_tensor *sum = sq ? dp_scope_add(&s, dp_sum(sq, n, dims, keepdim)) : NULL;
+  double div = (double)count - correction;
+  return sum ? dp_binary_scalar(DP_B_DIV, sum, div > 0 ? div : 0.0, false) : NULL;
+}
+
+dp_tensor *dp_std(dp_tensor *x, int n, const int *dims, double correction, bool keepdim) {
+  DP_SCOPE(s);
+  dp_tensor *v = dp_scope_add(&s, dp_var(x, n, dims, correction, keepdim));
+  return v ? dp_unary(DP_U_SQRT, v) : NULL;
+}
+
+/* ---- norm ---- */
+
+/* max (or min) of t over the masked dims, kept as size 1 */
+static dp_tensor *extreme_dims(dp_scope *s, dp_tensor *t, const bool *mask, bool is_max) {
+  dp_tensor *cur = t;
+  for (int d = 0; d < t->ndim && cur; d++)
+    if (mask[d]) cur = dp_scope_add(s, is_max ? dp_max(cur, d, true, NULL) : dp_min(cur, d, true, NULL));
+  return cur;
+}
+
+static dp_tensor *norm_value(dp_scope *s, dp_tensor *x, double p, const bool *mask, int n, const int *dims) {
+  dp_tensor *a = dp_scope_add(s, dp_unary(DP_U_ABS, x));
+  if (!a) return NULL;
+  if (isinf(p)) return x->ndim ? extreme_dims(s, a, mask, p > 0) : a;
+  dp_tensor *t;
+  if (p == 0) {
+    dp_tensor *nz = dp_scope_add(s, dp_binary_scalar(DP_B_NE, a, 0.0, false));
+    t = nz ? dp_scope_add(s, dp_to(nz, x->dtype, dp_dev(x))) : NULL;
+  } else if (p == 1) {
+    t = a;
+  } else if (p == 2) {
+    t = dp_scope_add(s, dp_mul(a, a));
+  } else {
+    t = dp_scope_add(s, dp_binary_scalar(DP_B_POW, a, p, false));
+  }
+  dp_tensor *sum = t ? dp_scope_add(s, dp_sum(t, n, dims, true)) : NULL;
+  if (!sum || p == 0 || p == 1) return sum;
+  if (p == 2) return dp_scope_add(s, dp_unary(DP_U_SQRT, sum));
+  return dp_scope_add(s, dp_binary_scalar(DP_B_POW, sum, 1.0 / p, false));
+}
+
+static int norm_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  dp_tensor *x = dp_node_saved(n, 0), *nrm = dp_node_saved(n, 1); /* nrm: keepdim shape */
+  double p = n->f[0];
+  int nd = x->ndim;
+  DP_SCOPE(s);
+  dp_tensor *g = dp_scope_add(&s, dp_reshape(gout[0], nd, nrm->shape));
+  dp_tensor *r = NULL;
+  if (!g) return -1;
+  if (p == 0) {
+    r = dp_scope_add(&s, dp_zeros(x->dtype, nd, x->shape, dp_dev(x)));
+  } else if (p == 1) {
+    dp_tensor *sg = dp_scope_add(&s, dp_unary(DP_U_SIGN, x));
+    r = sg ? dp_scope_add(&s, dp_mul(sg, g)) : NULL;
+  } else if (isinf(p)) { /* g * sign(x) * (|x| == norm) / count */
+    dp_tensor *a = dp_scope_add(&s, dp_unary(DP_U_ABS, x));
+    dp_tensor *eq = a ? dp_scope_add(&s, dp_binary(DP_B_EQ, a, nrm)) : NULL;
+    dp_tensor *m = eq ? dp_scope_add(&s, dp_to(eq, x->dtype, dp_dev(x))) : NULL;
+    int dims[DP_MAXDIM], k = 0;
+    for (int d = 0; d < nd; d++)
+      if (nrm->shape[d] == 1 && x->shape[d] != 1) dims[k++] = d;
+    dp_tensor *cnt = m ? (k ? dp_scope_add(&s, dp_sum(m, k, dims, true)) : m) : NULL;
+    dp_tensor *sg = cnt ? dp_scope_add(&s, dp_unary(DP_U_SIGN, x)) : NULL;
+    dp_tensor *w = sg ? dp_scope_add(&s, dp_mul(sg, m)) : NULL;
+    dp_tensor *wg = w ? dp_scope_add(&s, dp_mul(w, g)) : NULL;
+    r = wg ? dp_scope_add(&s, dp_div(wg, cnt)) : NULL;
+  } else { /* g * x |x|^(p-2) / norm^(p-1), 0 where the norm is 0 */
+    dp_tensor *num;
+    if (p == 2) {
+      num = x;
+    } else {
+      dp_tensor *a = dp_scope_add(&s, dp_unary(DP_U_ABS, x));
+      dp_tensor *ap = a ? dp_scope_add(&s, dp_binary_scalar(DP_B_POW, a, p - 2, false)) : NULL;
+      num = ap ? dp_scope_add(&s, dp_mul(x, ap)) : NULL;
+    }
+    dp_tensor *den = p == 2 ? nrm : dp_scope_add(&s, dp_binary_scalar(DP_B_POW, nrm, p - 1, false));
+    dp_tensor *q = num && den ? dp_scope_add(&s, dp_div(num, den)) : NULL;
+    dp_tensor *qg = q ? dp_scope_add(&s, dp_mul(q, g)) : NULL;
+    dp_tensor *zero = qg ? dp_scope_add(&s, dp_binary_scalar(DP_B_EQ, nrm, 0.0, false)) : NULL;
+    dp_tensor *z = zero ? dp_scope_add(&s, dp_scalar(0, x->dtype, dp_dev(x))) : NULL;
+    r = z ? dp_scope_add(&s, dp_where(zero, z, qg)) : NULL;
+  }
+  if (!r) return -1;
+  gin[0] = dp_scope_keep(&s, r);
+  return 0;
+}
+
+dp_tensor *dp_norm(dp_tensor *x, double p, int n, const int *dims, bool keepdim) {
+  bool mask[DP_MAXDIM];
+  int64_t count;
+  if (dp_check_float("norm", x) || reduced_count("norm", x, n, dims, mask, &count)) return NULL;
+  if (p != p || (p < 0 && !isinf(p))) {
+    dp_error("norm: p must be >= 0 or +-inf, got %g", p);
+    return NULL;
+  }
+  if (isinf(p) && count == 0) {
+    dp_error("norm: the %s-norm of an empty tensor is undefined", p > 0 ? "inf" : "-inf");
+    return NULL;
+  }
+  DP_SCOPE(s);
+  bool prev = dp_set_grad_enabled(false);
+  dp_tensor *v = norm_value(&s, x, p, mask, n, dims); /* keepdim shape */
+  dp_tensor *out = NULL;
+  if (v) {
+    int64_t sh[DP_MAXDIM];
+    int k = 0;
+    for (int d = 0; d < x->ndim; d++)
+      if (keepdim || !mask[d]) sh[k++] = v->shape[d];
+    out = dp_scope_add(&s, dp_reshape(v, k, sh));
+  }
+  dp_set_grad_enabled(prev);
+  if (!out) return NULL;
+  dp_scope_keep(&s, out);
+  if (dp_any_requires_grad(1, &x)) {
+    dp_node *nd = dp_node_new("NormBackward", norm_backward, 1, &x, 1);
+    nd->f[0] = p;
+    dp_node_save(nd, x);
+    dp_node_save(nd, v);
+    dp_node_attach(nd, out, 0);
+    dp_node_release(nd);
+  }
+  return out;
+}
