@@ -19,6 +19,9 @@ local CORE_EXPORTS = {
   "clamp", "maximum", "minimum", "relu", "gelu", "leaky_relu", "elu", "silu", "softplus", "tanh", "sigmoid", "softmax", "log_softmax", "sum", "mean", "max",
   "min", "argmax", "argmin", "eq", "ne", "lt", "le", "gt", "ge", "matmul", "mm", "index_select", "linear", "conv2d",
   "max_pool2d", "avg_pool2d", "batch_norm", "layer_norm", "dropout", "embedding", "cross_entropy", "mse_loss",
+  -- the model ops (src/ops/model_ops.h)
+  "sin", "cos", "erf", "log1p", "expm1", "where", "masked_fill", "tril", "triu", "gather", "scatter", "scatter_add",
+  "topk", "split", "chunk", "cumsum", "flip", "tile", "norm", "var", "std", "randint", "multinomial", "bernoulli",
   -- autograd mode, random numbers
   "set_grad_enabled", "is_grad_enabled", "manual_seed", "initial_seed", "get_rng_state", "set_rng_state",
   -- safetensors
@@ -86,6 +89,8 @@ function M.config(defaults, opts) return require("ddplua.config").resolve(defaul
 function M.save_checkpoint(path, what) return require("ddplua.checkpoint").save(path, what) end
 function M.load_checkpoint(path, opts) return require("ddplua.checkpoint").load(path, opts) end
 function M.progress(total, opts) return require("ddplua.progress").new(total, opts) end
+--- ddp.einsum(equation, a, b, ...): lua/ddplua/einsum.lua
+function M.einsum(eq, ...) return require("ddplua.einsum")(eq, ...) end
 -- Devices ------------------------------------------------------------------
 
 --- ddp.device(): "cuda:<LOCAL_RANK>" when a GPU is available, else "cpu".
