@@ -133,7 +133,8 @@ static int l_topk(lua_State *L) {
   if (lua_istable(L, 3)) {
     static const char *const valid[] = {"dim", "largest", "sorted", NULL};
     lt_check_keys(L, 3, "topk", valid);
-    if (lua_getfield(L, 3, "dim") != LUA_TNIL) dim = lt_dim_value(L, luaL_checkinteger(L, -1), x->ndim ? x->ndim : 1, 0);
+    if (lua_getfield(L, 3, "dim") != LUA_TNIL)
+      dim = lt_dim_value(L, luaL_checkinteger(L, -1), x->ndim ? x->ndim : 1, 0);
     lua_pop(L, 1);
     largest = field_bool(L, 3, "largest", "topk", true);
     field_bool(L, 3, "sorted", "topk", true); /* always sorted: a valid order for sorted=false too */

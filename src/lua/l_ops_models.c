@@ -3,8 +3,8 @@
  *
  *   core.scaled_dot_product_attention(q, k, v [, {attn_mask=, is_causal=, dropout_p=, scale=}])
  *   core.adaptive_avg_pool2d(x, size)                 size: n or {h, w}
- *   core._rnn_layer(mode, xp, w_hh, b_hh, h0, c0, reverse) -> y, h_T, c_T   mode "RNN_TANH" | "RNN_RELU" | "LSTM" | "GRU"
- *   core._clip_grad_norm(grads, max_norm, norm_type, error_if_nonfinite) -> total norm (0-dim tensor)
+ *   core._rnn_layer(mode, xp, w_hh, b_hh, h0, c0, reverse) -> y, h_T, c_T   mode "RNN_TANH" | "RNN_RELU" | "LSTM" |
+ * "GRU" core._clip_grad_norm(grads, max_norm, norm_type, error_if_nonfinite) -> total norm (0-dim tensor)
  *   core._rmsprop_step(group, state)  core._adagrad_step(group, state)
  *
  * The two optimizer steps follow l_ops_optim.c's: one call per parameter
@@ -84,7 +84,8 @@ static int l_clip_grad_norm(lua_State *L) {
   for (int i = 0; i < n; i++) {
     lua_geti(L, 1, i + 1);
     gs[i] = lt_test(L, -1);
-    if (!gs[i]) return luaL_error(L, "clip_grad_norm_: gradient %d is a %s, expected a tensor", i + 1, luaL_typename(L, -1));
+    if (!gs[i])
+      return luaL_error(L, "clip_grad_norm_: gradient %d is a %s, expected a tensor", i + 1, luaL_typename(L, -1));
     lua_pop(L, 1);
   }
   return lt_push(L, dp_clip_grad_norm_(gs, n, max_norm, p, err));
@@ -129,7 +130,8 @@ static void push_state(lua_State *L, int state, int params, lua_Integer i) {
 static dp_tensor *state_tensor(lua_State *L, dp_tensor *p, const char *key, double fill, const char *who) {
   lua_getfield(L, -1, key);
   dp_tensor *s = lt_test(L, -1);
-  if (!s && !lua_isnil(L, -1)) luaL_error(L, "%s: state '%s' is a %s, expected a tensor", who, key, luaL_typename(L, -1));
+  if (!s && !lua_isnil(L, -1))
+    luaL_error(L, "%s: state '%s' is a %s, expected a tensor", who, key, luaL_typename(L, -1));
   lua_pop(L, 1);
   if (s) return s;
   s = dp_full(p->dtype, p->ndim, p->shape, fill, dp_dev(p));

@@ -42,10 +42,24 @@ static dp_tensor *as4(dp_scope *s, dp_tensor *t, int nb, bool unit_last) {
 static int attention_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_tensor *q = dp_node_saved(n, 0), *k = dp_node_saved(n, 1), *v = dp_node_saved(n, 2);
   dp_tensor *mask = dp_node_saved(n, 3), *out = dp_node_saved(n, 4), *lse = dp_node_saved(n, 5);
-  dp_attn_args a = {.b1 = q->shape[0], .b2 = q->shape[1], .L = q->shape[2], .S = k->shape[2], .E = q->shape[3],
-                    .Ev = v->shape[3], .q = q, .k = k, .v = v, .mask = mask, .mask_bool = n->i[0], .causal = n->i[1],
-                    .scale = n->f[0], .dropout_p = n->f[1], .seed = (uint64_t)n->i[2], .offset = (uint64_t)n->i[3],
-                    .out = out, .lse = lse};
+  dp_attn_args a = {.b1 = q->shape[0],
+                    .b2 = q->shape[1],
+                    .L = q->shape[2],
+                    .S = k->shape[2],
+                    .E = q->shape[3],
+                    .Ev = v->shape[3],
+                    .q = q,
+                    .k = k,
+                    .v = v,
+                    .mask = mask,
+                    .mask_bool = n->i[0],
+                    .causal = n->i[1],
+                    .scale = n->f[0],
+                    .dropout_p = n->f[1],
+                    .seed = (uint64_t)n->i[2],
+                    .offset = (uint64_t)n->i[3],
+                    .out = out,
+                    .lse = lse};
   DP_SCOPE(s);
   dp_tensor *gc = dp_scope_add(&s, dp_contiguous_raw(gout[0]));
   dp_tensor *gq = dp_scope_add(&s, dp_empty(q->dtype, 4, q->shape, dp_dev(q)));
@@ -95,8 +109,7 @@ static int check_inputs(dp_tensor *q, dp_tensor *k, dp_tensor *v) {
   if (k->shape[nd - 1] != q->shape[nd - 1])
     return dp_error("%s: query %s and key %s must have the same last dimension", op, SHAPE(q), SHAPE(k));
   if (k->shape[nd - 2] != v->shape[nd - 2])
-    return dp_error("%s: key %s and value %s must have the same length (dimension %d)", op, SHAPE(k), SHAPE(v),
-                    nd - 1);
+    return dp_error("%s: key %s and value %s must have the same length (dimension %d)", op, SHAPE(k), SHAPE(v), nd - 1);
   return 0;
 }
 
@@ -153,8 +166,21 @@ dp_tensor *dp_scaled_dot_product_attention(dp_tensor *q, dp_tensor *k, dp_tensor
     seed = dp_rng_seed();
     offset = dp_rng_reserve(((uint64_t)(rows * S) + 3) / 4);
   }
-  dp_attn_args a = {.b1 = b1, .b2 = b2, .L = L, .S = S, .E = E, .Ev = Ev, .q = q4, .k = k4, .v = v4, .mask = m4,
-                    .mask_bool = mask_bool, .causal = causal, .scale = scale, .dropout_p = dropout_p, .seed = seed,
+  dp_attn_args a = {.b1 = b1,
+                    .b2 = b2,
+                    .L = L,
+                    .S = S,
+                    .E = E,
+                    .Ev = Ev,
+                    .q = q4,
+                    .k = k4,
+                    .v = v4,
+                    .mask = m4,
+                    .mask_bool = mask_bool,
+                    .causal = causal,
+                    .scale = scale,
+                    .dropout_p = dropout_p,
+                    .seed = seed,
                     .offset = offset};
   if (dp_backend_of(q)->attention(out, lse, &a)) return NULL;
   dp_scope_keep(&s, out);

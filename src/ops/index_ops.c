@@ -209,8 +209,8 @@ static int scatter_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   }
   if (dp_node_needs(n, 1)) { /* src's: the gathered gradient, zero past idx's shape */
     dp_tensor *gs = dp_scope_add(&s, dp_zeros(n->in_dtype[1], n->in_ndim[1], n->in_shape[1], dp_dev(gy)));
-    dp_tensor *region = gs && n->in_ndim[1] ? dp_scope_add(&s, dp_as_strided(gs, idx->ndim, idx->shape, gs->stride, 0))
-                                            : NULL;
+    dp_tensor *region =
+        gs && n->in_ndim[1] ? dp_scope_add(&s, dp_as_strided(gs, idx->ndim, idx->shape, gs->stride, 0)) : NULL;
     dp_tensor *gg = gs ? dp_scope_add(&s, dp_empty(gy->dtype, idx->ndim, idx->shape, dp_dev(gy))) : NULL;
     if (!gg || dp_backend_of(gg)->gather(gg, gy, idx, dim, base)) return -1;
     if (n->in_ndim[1] == 0) { /* a 0-dim value: the sum of its positions' gradients */

@@ -29,10 +29,10 @@ static inline DP_HD int dp_rnn_saved(dp_rnn_mode m) { return m == DP_RNN_LSTM ? 
     T e = EXP_(x);                                                                                                     \
     return e / (1 + e);                                                                                                \
   }                                                                                                                    \
-  /* LSTM (PyTorch's gate order i, f, g, o): from the pre-activations (both                                           \
-   * projections and both biases summed) and c_{t-1}, the activated gates,                                            \
-   * c_t = f c_{t-1} + i g and h_t = o tanh(c_t). */                                                                  \
-  static inline DP_HD void dp_lstm_cell_##S(T pi, T pf, T pg, T po, T c_prev, T *ai, T *af, T *ag, T *ao, T *c,       \
+  /* LSTM (PyTorch's gate order i, f, g, o): from the pre-activations (both                                            \
+   * projections and both biases summed) and c_{t-1}, the activated gates,                                             \
+   * c_t = f c_{t-1} + i g and h_t = o tanh(c_t). */                                                                   \
+  static inline DP_HD void dp_lstm_cell_##S(T pi, T pf, T pg, T po, T c_prev, T *ai, T *af, T *ag, T *ao, T *c,        \
                                             T *h) {                                                                    \
     *ai = dp_sigmoid_##S(pi);                                                                                          \
     *af = dp_sigmoid_##S(pf);                                                                                          \
@@ -41,10 +41,10 @@ static inline DP_HD int dp_rnn_saved(dp_rnn_mode m) { return m == DP_RNN_LSTM ? 
     *c = *af * c_prev + *ai * *ag;                                                                                     \
     *h = *ao * TANH_(*c);                                                                                              \
   }                                                                                                                    \
-  /* Its backward: dh is the whole gradient reaching h_t, dc the one reaching                                         \
-   * c_t from step t + 1; gives the pre-activation gradients and dc_{t-1}. */                                         \
-  static inline DP_HD void dp_lstm_cell_grad_##S(T ai, T af, T ag, T ao, T c, T c_prev, T dh, T dc, T *dpi, T *dpf,   \
-                                                 T *dpg, T *dpo, T *dc_prev) {                                        \
+  /* Its backward: dh is the whole gradient reaching h_t, dc the one reaching                                          \
+   * c_t from step t + 1; gives the pre-activation gradients and dc_{t-1}. */                                          \
+  static inline DP_HD void dp_lstm_cell_grad_##S(T ai, T af, T ag, T ao, T c, T c_prev, T dh, T dc, T *dpi, T *dpf,    \
+                                                 T *dpg, T *dpo, T *dc_prev) {                                         \
     T tc = TANH_(c);                                                                                                   \
     T dct = dc + dh * ao * (1 - tc * tc);                                                                              \
     *dpo = dh * tc * (ao * (1 - ao));                                                                                  \
@@ -53,8 +53,8 @@ static inline DP_HD int dp_rnn_saved(dp_rnn_mode m) { return m == DP_RNN_LSTM ? 
     *dpg = dct * ai * (1 - ag * ag);                                                                                   \
     *dc_prev = dct * af;                                                                                               \
   }                                                                                                                    \
-  /* GRU (PyTorch's order r, z, n): x* the input projection with b_ih, h*                                             \
-   * the hidden one with b_hh (kept apart: r multiplies the hidden n part).                                           \
+  /* GRU (PyTorch's order r, z, n): x* the input projection with b_ih, h*                                              \
+   * the hidden one with b_hh (kept apart: r multiplies the hidden n part).                                            \
    * n = tanh(xn + r hn), h_t = (1 - z) n + z h_{t-1}. */                                                              \
   static inline DP_HD void dp_gru_cell_##S(T xr, T xz, T xn, T hr, T hz, T hn, T h_prev, T *r, T *z, T *n, T *h) {     \
     *r = dp_sigmoid_##S(xr + hr);                                                                                      \
@@ -62,9 +62,9 @@ static inline DP_HD int dp_rnn_saved(dp_rnn_mode m) { return m == DP_RNN_LSTM ? 
     *n = TANH_(xn + *r * hn);                                                                                          \
     *h = (1 - *z) * *n + *z * h_prev;                                                                                  \
   }                                                                                                                    \
-  /* Its backward: the input-side pre-activation gradients (the hidden side's                                         \
-   * are the same for r and z, and dhn for n) and h_{t-1}'s direct share. */                                          \
-  static inline DP_HD void dp_gru_cell_grad_##S(T r, T z, T n, T hn, T h_prev, T dh, T *dxr, T *dxz, T *dxn, T *dhn,  \
+  /* Its backward: the input-side pre-activation gradients (the hidden side's                                          \
+   * are the same for r and z, and dhn for n) and h_{t-1}'s direct share. */                                           \
+  static inline DP_HD void dp_gru_cell_grad_##S(T r, T z, T n, T hn, T h_prev, T dh, T *dxr, T *dxz, T *dxn, T *dhn,   \
                                                 T *dh_direct) {                                                        \
     T dnp = dh * (1 - z) * (1 - n * n);                                                                                \
     *dxr = dnp * hn * (r * (1 - r));                                                                                   \
@@ -73,10 +73,10 @@ static inline DP_HD int dp_rnn_saved(dp_rnn_mode m) { return m == DP_RNN_LSTM ? 
     *dhn = dnp * r;                                                                                                    \
     *dh_direct = dh * z;                                                                                               \
   }                                                                                                                    \
-  /* RMSprop, PyTorch's update: square_avg = a sa + (1-a) g^2; centered                                               \
-   * (gavg non-NULL) subtracts the squared mean gradient; with momentum                                               \
-   * (buf non-NULL) buf = m buf + g / avg and p -= lr buf, else p -= lr g / avg. */                                   \
-  static inline DP_HD void dp_rmsprop_update_##S(T *p, T g, T *sq, T *gavg, T *buf, T lr, T alpha, T eps, T wd,       \
+  /* RMSprop, PyTorch's update: square_avg = a sa + (1-a) g^2; centered                                                \
+   * (gavg non-NULL) subtracts the squared mean gradient; with momentum                                                \
+   * (buf non-NULL) buf = m buf + g / avg and p -= lr buf, else p -= lr g / avg. */                                    \
+  static inline DP_HD void dp_rmsprop_update_##S(T *p, T g, T *sq, T *gavg, T *buf, T lr, T alpha, T eps, T wd,        \
                                                  T momentum) {                                                         \
     if (wd != 0) g += wd * *p;                                                                                         \
     *sq = alpha * *sq + (1 - alpha) * g * g;                                                                           \
@@ -94,7 +94,7 @@ static inline DP_HD int dp_rnn_saved(dp_rnn_mode m) { return m == DP_RNN_LSTM ? 
       *p += -lr * (g / avg);                                                                                           \
     }                                                                                                                  \
   }                                                                                                                    \
-  /* Adagrad: sum += g^2, p -= clr g / (sqrt(sum) + eps), clr the decayed lr. */                                      \
+  /* Adagrad: sum += g^2, p -= clr g / (sqrt(sum) + eps), clr the decayed lr. */                                       \
   static inline DP_HD void dp_adagrad_update_##S(T *p, T g, T *sum, T clr, T eps, T wd) {                              \
     if (wd != 0) g += wd * *p;                                                                                         \
     *sum += g * g;                                                                                                     \
@@ -108,9 +108,7 @@ DP_MODEL_MATH_T(double, d, exp, tanh, sqrt)
 /* ---- adaptive average pooling: output o of `out` over n inputs averages
  * [floor(o n / out), ceil((o + 1) n / out)) (PyTorch's windows) ---- */
 static inline DP_HD int64_t dp_adaptive_start(int64_t o, int64_t n, int64_t out) { return (o * n) / out; }
-static inline DP_HD int64_t dp_adaptive_end(int64_t o, int64_t n, int64_t out) {
-  return ((o + 1) * n + out - 1) / out;
-}
+static inline DP_HD int64_t dp_adaptive_end(int64_t o, int64_t n, int64_t out) { return ((o + 1) * n + out - 1) / out; }
 
 /* ---- top-k order: whether a (at position ia) comes before b. NaN counts
  * as the largest value, as in PyTorch (first for largest, last for

@@ -55,8 +55,7 @@ dp_tensor *dp_randint(int64_t low, int64_t high, int ndim, const int64_t *shape,
                       uint64_t offset);
 /* n category positions + base per row of probs ([cats] or [rows, cats]):
  * counters [offset, offset + rows * n). */
-dp_tensor *dp_multinomial(dp_tensor *probs, int64_t n, bool replacement, int64_t base, uint64_t seed,
-                          uint64_t offset);
+dp_tensor *dp_multinomial(dp_tensor *probs, int64_t n, bool replacement, int64_t base, uint64_t seed, uint64_t offset);
 /* 1 with probability p (elementwise, p in [0, 1]), p's dtype: counters
  * [offset, offset + numel). */
 dp_tensor *dp_bernoulli(dp_tensor *p, uint64_t seed, uint64_t offset);

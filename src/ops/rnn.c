@@ -18,14 +18,14 @@
 static dp_tensor *step_view(dp_scope *s, const dp_tensor *t, int64_t step) {
   if (!t) return NULL;
   int64_t rows = t->shape[1], cols = t->shape[2];
-  return dp_scope_add(s, dp_as_strided(t, 2, (int64_t[]){rows, cols}, (int64_t[]){cols, 1},
-                                       t->offset + step * rows * cols));
+  return dp_scope_add(
+      s, dp_as_strided(t, 2, (int64_t[]){rows, cols}, (int64_t[]){cols, 1}, t->offset + step * rows * cols));
 }
 
 /* c [m, n] = op(a) op(b) (+ c when beta is 1), all contiguous: a stored [m,
  * k] or, transposed, [k, m]; b [k, n] or, transposed, [n, k] */
-static int gemm2(dp_tensor *c, const dp_tensor *a, bool trans_a, const dp_tensor *b, bool trans_b, int64_t m,
-                 int64_t n, int64_t k, double beta) {
+static int gemm2(dp_tensor *c, const dp_tensor *a, bool trans_a, const dp_tensor *b, bool trans_b, int64_t m, int64_t n,
+                 int64_t k, double beta) {
   dp_gemm_args g = {.dtype = c->dtype,
                     .trans_a = trans_a,
                     .trans_b = trans_b,
@@ -45,8 +45,7 @@ static int gemm2(dp_tensor *c, const dp_tensor *a, bool trans_a, const dp_tensor
   return dp_backend_of(c)->gemm(&g);
 }
 
-static int check_args(dp_rnn_mode mode, dp_tensor *xp, dp_tensor *w_hh, dp_tensor *b_hh, dp_tensor *h0,
-                      dp_tensor *c0) {
+static int check_args(dp_rnn_mode mode, dp_tensor *xp, dp_tensor *w_hh, dp_tensor *b_hh, dp_tensor *h0, dp_tensor *c0) {
   const char *op = "rnn";
   int G = dp_rnn_gates(mode);
   if (xp->ndim != 3 || xp->shape[2] % G)
@@ -89,8 +88,8 @@ static int rnn_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   /* gh: the gradient reaching h of the step being walked, from later steps */
   dp_tensor *gh = gout[1] ? dp_scope_add(&s, dp_copy_raw(gout[1])) : dp_scope_add(&s, dp_zeros(dt, 2, hsh, dev));
   dp_tensor *gc = mode != DP_RNN_LSTM ? NULL
-                  : gout[2]          ? dp_scope_add(&s, dp_copy_raw(gout[2]))
-                                     : dp_scope_add(&s, dp_zeros(dt, 2, hsh, dev));
+                  : gout[2]           ? dp_scope_add(&s, dp_copy_raw(gout[2]))
+                                      : dp_scope_add(&s, dp_zeros(dt, 2, hsh, dev));
   dp_tensor *gc2 = mode == DP_RNN_LSTM ? dp_scope_add(&s, dp_empty(dt, 2, hsh, dev)) : NULL;
   dp_tensor *ghd = mode == DP_RNN_GRU ? dp_scope_add(&s, dp_empty(dt, 2, hsh, dev)) : NULL;
   dp_tensor *cur = dp_scope_add(&s, dp_empty(dt, 2, hsh, dev));
@@ -215,7 +214,9 @@ int dp_rnn_layer(dp_rnn_mode mode, dp_tensor *xp, dp_tensor *w_hh, dp_tensor *b_
   if (!hl || (mode == DP_RNN_LSTM && !cl)) return -1;
   dp_tensor *ins[5] = {xp, w_hh, b_hh, h0, c0};
   if (dp_any_requires_grad(5, ins)) {
-    dp_node *n = dp_node_new(mode == DP_RNN_LSTM ? "LstmBackward" : mode == DP_RNN_GRU ? "GruBackward" : "RnnBackward",
+    dp_node *n = dp_node_new(mode == DP_RNN_LSTM  ? "LstmBackward"
+                             : mode == DP_RNN_GRU ? "GruBackward"
+                                                  : "RnnBackward",
                              rnn_backward, 5, ins, 3);
     n->i[0] = mode;
     n->i[1] = reverse;

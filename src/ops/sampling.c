@@ -58,8 +58,7 @@ static int check_weights(const dp_tensor *w, int64_t rows, int64_t cats, int64_t
   return 0;
 }
 
-dp_tensor *dp_multinomial(dp_tensor *probs, int64_t n, bool replacement, int64_t base, uint64_t seed,
-                          uint64_t offset) {
+dp_tensor *dp_multinomial(dp_tensor *probs, int64_t n, bool replacement, int64_t base, uint64_t seed, uint64_t offset) {
   if (probs->ndim < 1 || probs->ndim > 2 || !dp_dtype_is_float(probs->dtype)) {
     dp_error("multinomial: expected a 1- or 2-dimensional floating point tensor of probabilities, got %s of shape %s",
              dp_dtype_name(probs->dtype), SHAPE(probs));

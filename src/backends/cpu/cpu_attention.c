@@ -40,9 +40,9 @@ enum { BR = 64, BC = 64 };
 
 typedef struct {
   const dp_attn_args *a;
-  dp_tensor *out, *lse;                /* forward */
-  dp_tensor *gq, *gk, *gv, *gmask;     /* backward */
-  float *D;                            /* backward: rowsum(dO * O), [b1 b2 L] */
+  dp_tensor *out, *lse;            /* forward */
+  dp_tensor *gq, *gk, *gv, *gmask; /* backward */
+  float *D;                        /* backward: rowsum(dO * O), [b1 b2 L] */
   int64_t tasks, nqb;
   int isa; /* 2 AVX-512, 1 AVX2, 0 plain */
   int parts;
@@ -74,10 +74,43 @@ INLINE void mask_row(const dp_attn_args *a, int64_t bh, int64_t i, int64_t j0, i
     for (int64_t c = i - j0 + 1 < 0 ? 0 : i - j0 + 1; c < nc; c++) s[c] = -INFINITY;
 }
 
+/* Row reductions in 16 independent lanes: strict floating point does not
+ * let the compiler reassociate a serial max or sum, so a one-accumulator
+ * loop would run scalar; lanes vectorise (and combine in a fixed order). */
+enum { LANES = 16 };
+INLINE float row_max(const float *s, int64_t n) {
+  float lane[LANES];
+  for (int l = 0; l < LANES; l++) lane[l] = -INFINITY;
+  int64_t c = 0;
+  for (; c + LANES <= n; c += LANES)
+    for (int l = 0; l < LANES; l++) lane[l] = s[c + l] > lane[l] ? s[c + l] : lane[l];
+  float mx = -INFINITY;
+  for (; c < n; c++) mx = s[c] > mx ? s[c] : mx;
+  for (int l = 0; l < LANES; l++) mx = lane[l] > mx ? lane[l] : mx;
+  return mx;
+}
+/* s[c] = exp(s[c] - m); returns their sum */
+INLINE float exp_row(float *s, int64_t n, float m) {
+  float lane[LANES] = {0};
+  int64_t c = 0;
+  for (; c + LANES <= n; c += LANES)
+    for (int l = 0; l < LANES; l++) {
+      float p = dp_attn_exp(s[c + l] - m);
+      s[c + l] = p;
+      lane[l] += p;
+    }
+  float sum = 0;
+  for (; c < n; c++) {
+    s[c] = dp_attn_exp(s[c] - m);
+    sum += s[c];
+  }
+  for (int l = 0; l < LANES; l++) sum += lane[l];
+  return sum;
+}
+
 /* Dropout of a row of weights in place (keep[c] records the mask for the
  * backward's second use). */
-INLINE void dropout_row(const dp_attn_args *a, int64_t bh, int64_t i, int64_t j0, int64_t nc, float *p,
-                        uint8_t *keep) {
+INLINE void dropout_row(const dp_attn_args *a, int64_t bh, int64_t i, int64_t j0, int64_t nc, float *p, uint8_t *keep) {
   float inv = (float)(1.0 / (1.0 - a->dropout_p)), pf = (float)a->dropout_p;
   uint64_t e0 = (uint64_t)((bh * a->L + i) * a->S + j0);
   for (int64_t c = 0; c < nc; c++) {
@@ -111,19 +144,13 @@ INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm) {
     for (int64_t r = 0; r < nr; r++) {
       float *s = Sb + r * BC;
       mask_row(a, bh, i0 + r, j0, nc, s);
-      float mx = -INFINITY;
-      for (int64_t c = 0; c < nc; c++) mx = s[c] > mx ? s[c] : mx;
+      float mx = row_max(s, nc);
       float mnew = mx > m[r] ? mx : m[r];
       if (mnew == -INFINITY) { /* no key so far: contributes nothing */
         for (int64_t c = 0; c < nc; c++) s[c] = 0.0f;
         continue;
       }
-      float alpha = dp_attn_exp(m[r] - mnew), sum = 0.0f;
-      for (int64_t c = 0; c < nc; c++) {
-        float p = dp_attn_exp(s[c] - mnew);
-        s[c] = p;
-        sum += p;
-      }
+      float alpha = dp_attn_exp(m[r] - mnew), sum = exp_row(s, nc, mnew);
       l[r] = l[r] * alpha + sum;
       m[r] = mnew;
       if (alpha != 1.0f)
@@ -176,7 +203,7 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
           for (int64_t c = 0; c < nc; c++) p[c] = 0.0f;
         } else {
           mask_row(a, bh, i0 + r, j0, nc, p);
-          for (int64_t c = 0; c < nc; c++) p[c] = dp_attn_exp(p[c] - li);
+          exp_row(p, nc, li);
         }
         if (drop) {
           memcpy(Z + r * BC, p, sizeof(float) * (size_t)nc);
@@ -184,8 +211,8 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
         }
       }
       const float *Zt = drop ? Z : P;
-      gemm(nc, Ev, nr, Zt, 1, BC, dO + i0 * Ev, Ev, gv + j0 * Ev, Ev, 1.0f, true);  /* dV += Z^T dO */
-      gemm(nr, nc, Ev, dO + i0 * Ev, Ev, 1, Vt, BC, dS, BC, 1.0f, false);            /* dZ = dO V^T */
+      gemm(nc, Ev, nr, Zt, 1, BC, dO + i0 * Ev, Ev, gv + j0 * Ev, Ev, 1.0f, true); /* dV += Z^T dO */
+      gemm(nr, nc, Ev, dO + i0 * Ev, Ev, 1, Vt, BC, dS, BC, 1.0f, false);          /* dZ = dO V^T */
       for (int64_t r = 0; r < nr; r++) {
         float *d = dS + r * BC;
         const float *p = P + r * BC;
@@ -203,9 +230,7 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
 
 /* ---- the instruction-set variants and the thread split ---- */
 static size_t fwd_floats(const dp_attn_args *a) { return (size_t)(BR * a->E + a->E * BC + BR * BC + BR * a->Ev); }
-static size_t bwd_floats(const dp_attn_args *a) {
-  return (size_t)(BR * a->E + a->E * BC + a->Ev * BC + 3 * BR * BC);
-}
+static size_t bwd_floats(const dp_attn_args *a) { return (size_t)(BR * a->E + a->E * BC + a->Ev * BC + 3 * BR * BC); }
 
 #define DEFINE_PARTS(SFX, TARGET, GEMM)                                                                                \
   TARGET static void fwd_part_##SFX(void *ctx, int part) {                                                             \
@@ -215,7 +240,7 @@ static size_t bwd_floats(const dp_attn_args *a) {
       atomic_store(&jb->failed, 1);                                                                                    \
       return;                                                                                                          \
     }                                                                                                                  \
-    for (int64_t t = part; t < jb->tasks; t += jb->parts) fwd_block(jb, t, work, GEMM);                               \
+    for (int64_t t = part; t < jb->tasks; t += jb->parts) fwd_block(jb, t, work, GEMM);                                \
     free(work);                                                                                                        \
   }                                                                                                                    \
   TARGET static void bwd_part_##SFX(void *ctx, int part) {                                                             \
@@ -224,7 +249,7 @@ static size_t bwd_floats(const dp_attn_args *a) {
     uint8_t *keep = malloc(BR * BC);                                                                                   \
     if (!work || !keep) atomic_store(&jb->failed, 1);                                                                  \
     else                                                                                                               \
-      for (int64_t t = part; t < jb->tasks; t += jb->parts) bwd_head(jb, t, work, keep, GEMM);                        \
+      for (int64_t t = part; t < jb->tasks; t += jb->parts) bwd_head(jb, t, work, keep, GEMM);                         \
     free(work);                                                                                                        \
     free(keep);                                                                                                        \
   }

@@ -26,14 +26,16 @@ void dp_attn_gemm_plain(int64_t R, int64_t N, int64_t K, const float *A, int64_t
                         int64_t ldb, float *C, int64_t ldc, float alpha, bool accumulate);
 
 /* exp(x) for the softmax tiles, x <= 0 (scores minus their row maximum):
- * Cephes' range reduction and degree-6 polynomial (about 2 ulp), written
+ * Cephes' range reduction (to nearest) and degree-6 polynomial (about 2 ulp), written
  * as straight-line float code the compiler vectorises in each target's
  * loop; exactly 0 below -87.3 (and at -inf, a masked score), NaN stays
  * NaN. */
 static inline __attribute__((always_inline)) float dp_attn_exp(float x) {
   float xc = x > -87.3f ? x : -87.3f; /* NaN -> -87.3 here; restored below */
   xc = xc < 88.0f ? xc : 88.0f;
-  float n = __builtin_floorf(xc * 1.44269504088896341f + 0.5f);
+  /* round to nearest by adding and removing 1.5 * 2^23 (no floorf call, which the compiler will not inline
+   * under strict floating point, so the loop stays vectorised) */
+  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = xc - n * 0.693359375f - n * -2.12194440e-4f;
   float y = 1.9875691500e-4f;
   y = y * r + 1.3981999507e-3f;

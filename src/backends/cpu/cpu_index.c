@@ -25,7 +25,8 @@ static void where_row(char **p, const int64_t *st, int64_t n, void *ctx) {
     for (int64_t i = 0; i < n; i++) of[i] = cu[i] ? af[i] : bf[i];
     return;
   }
-  for (int64_t i = 0; i < n; i++) memcpy(o + i * st[0], *(const uint8_t *)(c + i * st[1]) ? a + i * st[2] : b + i * st[3], es);
+  for (int64_t i = 0; i < n; i++)
+    memcpy(o + i * st[0], *(const uint8_t *)(c + i * st[1]) ? a + i * st[2] : b + i * st[3], es);
 }
 
 int dp_cpu_where(dp_tensor *out, const dp_tensor *cond, const dp_tensor *a, const dp_tensor *b) {
@@ -69,7 +70,8 @@ static const char *position_str(int ndim, const int64_t *shape, int64_t i, char 
     i = shape[d] ? i / shape[d] : 0;
   }
   size_t k = (size_t)snprintf(buf, n, "(");
-  for (int d = 0; d < ndim && k < n; d++) k += (size_t)snprintf(buf + k, n - k, d ? ", %" PRId64 : "%" PRId64, idx[d] + 1);
+  for (int d = 0; d < ndim && k < n; d++)
+    k += (size_t)snprintf(buf + k, n - k, d ? ", %" PRId64 : "%" PRId64, idx[d] + 1);
   if (k < n) snprintf(buf + k, n - k, ")");
   return buf;
 }
@@ -135,7 +137,8 @@ int dp_cpu_scatter(dp_tensor *dst, const dp_tensor *idx, const dp_tensor *src, i
     const char *s = sp + (size_t)off[2] * es;
     if (!accumulate) memcpy(d, s, es);
     else if (dst->dtype == DP_F32) *(float *)d += *(const float *)s;
-    else if (dst->dtype == DP_I64) *(int64_t *)d = (int64_t)((uint64_t) * (int64_t *)d + (uint64_t) * (const int64_t *)s);
+    else if (dst->dtype == DP_I64)
+      *(int64_t *)d = (int64_t)((uint64_t) * (int64_t *)d + (uint64_t) * (const int64_t *)s);
     else if (dst->dtype == DP_U8) *(uint8_t *)d = (uint8_t)(*(uint8_t *)d + *(const uint8_t *)s);
     else dp_store_d(d, dst->dtype, dp_load_d(d, dst->dtype) + dp_load_d(s, dst->dtype));
   }
@@ -248,6 +251,7 @@ int dp_cpu_multinomial(dp_tensor *out, dp_tensor *w, const dp_tensor *u, int64_t
   double *wp = dp_data(w);
   const double *up = dp_data(u);
   int64_t *op = dp_data(out);
-  for (int64_t r = 0; r < rows; r++) dp_multinomial_row(wp + r * cats, cats, up + r * n, n, replacement, base, op + r * n);
+  for (int64_t r = 0; r < rows; r++)
+    dp_multinomial_row(wp + r * cats, cats, up + r * n, n, replacement, base, op + r * n);
   return 0;
 }

@@ -13,9 +13,9 @@
 
 #define CELL_FORWARD(T, S)                                                                                             \
   static void cell_forward_##S(const dp_rnn_cell_args *a) {                                                            \
-    const int64_t h = a->hidden;                                                                                            \
+    const int64_t h = a->hidden;                                                                                       \
     const T *b = a->bhh ? (const T *)dp_data(a->bhh) : NULL;                                                           \
-    for (int64_t r = 0; r < a->rows; r++) {                                                                               \
+    for (int64_t r = 0; r < a->rows; r++) {                                                                            \
       const T *xp = ROW(const T, a->xp, r), *hp = ROW(const T, a->hp, r);                                              \
       T *ho = ROW(T, a->h_out, r), *sv = ROW(T, a->saved, r);                                                          \
       switch (a->mode) {                                                                                               \
@@ -33,7 +33,8 @@
       case DP_RNN_GRU: {                                                                                               \
         const T *hprev = ROW(const T, a->h_prev, r);                                                                   \
         for (int64_t j = 0; j < h; j++) {                                                                              \
-          T hr = hp[j] + (b ? b[j] : 0), hz = hp[h + j] + (b ? b[h + j] : 0), hn = hp[2 * h + j] + (b ? b[2 * h + j] : 0); \
+          T hr = hp[j] + (b ? b[j] : 0), hz = hp[h + j] + (b ? b[h + j] : 0),                                          \
+            hn = hp[2 * h + j] + (b ? b[2 * h + j] : 0);                                                               \
           dp_gru_cell_##S(xp[j], xp[h + j], xp[2 * h + j], hr, hz, hn, hprev[j], &sv[j], &sv[h + j], &sv[2 * h + j],   \
                           &ho[j]);                                                                                     \
           sv[3 * h + j] = hn;                                                                                          \
@@ -51,9 +52,9 @@
 
 #define CELL_BACKWARD(T, S)                                                                                            \
   static void cell_backward_##S(const dp_rnn_cell_args *a) {                                                           \
-    const int64_t h = a->hidden;                                                                                            \
-    for (int64_t r = 0; r < a->rows; r++) {                                                                               \
-      const T *gh = ROW(const T, a->gh, r), *sv = ROW(const T, a->saved, r);                                          \
+    const int64_t h = a->hidden;                                                                                       \
+    for (int64_t r = 0; r < a->rows; r++) {                                                                            \
+      const T *gh = ROW(const T, a->gh, r), *sv = ROW(const T, a->saved, r);                                           \
       T *gx = ROW(T, a->gxp, r);                                                                                       \
       switch (a->mode) {                                                                                               \
       case DP_RNN_LSTM: {                                                                                              \

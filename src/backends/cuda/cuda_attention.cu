@@ -115,8 +115,8 @@ template <typename A> __global__ void k_attn_fwd(const attn_k a, char *out, char
 
 /* dQ of one query row, and D = rowsum(dO O) for the key pass */
 template <typename A>
-__global__ void k_attn_bwd_q(const attn_k a, const char *out, const char *gout, const char *lse, dp_dtype ldt,
-                             char *gq, char *gmask, A *D, int64_t rows) {
+__global__ void k_attn_bwd_q(const attn_k a, const char *out, const char *gout, const char *lse, dp_dtype ldt, char *gq,
+                             char *gmask, A *D, int64_t rows) {
   int lane = threadIdx.x & 31;
   for (int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; row < rows;
        row += ((int64_t)gridDim.x * blockDim.x) >> 5) {
@@ -201,11 +201,11 @@ int dp_cu_attention(dp_tensor *out, dp_tensor *lse, const dp_attn_args *a) {
   if (rows == 0) return 0;
   attn_k k = kargs(a);
   if (a->q->dtype == DP_F64)
-    k_attn_fwd<double><<<warp_grid(rows), 256, 0, c->stream>>>(k, (char *)dp_cu_ptr(out), (char *)dp_cu_ptr(lse),
-                                                                lse->dtype, rows);
+    k_attn_fwd<double>
+        <<<warp_grid(rows), 256, 0, c->stream>>>(k, (char *)dp_cu_ptr(out), (char *)dp_cu_ptr(lse), lse->dtype, rows);
   else
-    k_attn_fwd<float><<<warp_grid(rows), 256, 0, c->stream>>>(k, (char *)dp_cu_ptr(out), (char *)dp_cu_ptr(lse),
-                                                               lse->dtype, rows);
+    k_attn_fwd<float>
+        <<<warp_grid(rows), 256, 0, c->stream>>>(k, (char *)dp_cu_ptr(out), (char *)dp_cu_ptr(lse), lse->dtype, rows);
   return dp_cu_after_launch(c, "scaled_dot_product_attention");
 }
 
@@ -226,8 +226,8 @@ static int backward_t(const dp_cu_ctx *c, const dp_attn_args *a, dp_tensor *gq, 
   }
   if (!rc && krows) {
     k_attn_bwd_kv<A><<<warp_grid(krows), 256, 0, c->stream>>>(k, (const char *)dp_cu_ptr(a->gout),
-                                                                (const char *)dp_cu_ptr(a->lse), a->lse->dtype, D,
-                                                                (char *)dp_cu_ptr(gk), (char *)dp_cu_ptr(gv), krows);
+                                                              (const char *)dp_cu_ptr(a->lse), a->lse->dtype, D,
+                                                              (char *)dp_cu_ptr(gk), (char *)dp_cu_ptr(gv), krows);
     rc = dp_cu_after_launch(c, "scaled_dot_product_attention backward");
   }
   dp_cu_scratch_free(c, D, dbytes);

@@ -155,8 +155,8 @@ int dp_cu_scatter(dp_tensor *dst, const dp_tensor *idx, const dp_tensor *src, in
 
 /* ---- topk: one thread per line; pick r is the best element after pick
  * r - 1 in dp_topk_before's strict order (O(n k), no scratch) ---- */
-__global__ void k_topk(char *vals, int64_t *inds, const char *x, dp_dtype dt, int64_t outer, int64_t n,
-                       int64_t inner, int64_t k, bool largest, int64_t base) {
+__global__ void k_topk(char *vals, int64_t *inds, const char *x, dp_dtype dt, int64_t outer, int64_t n, int64_t inner,
+                       int64_t k, bool largest, int64_t base) {
   const int64_t es = (int64_t)dp_dtype_bytes(dt);
   DP_CU_LOOP(line, outer * inner) {
     int64_t o, in;
@@ -184,15 +184,15 @@ int dp_cu_topk(dp_tensor *values, dp_tensor *indices, const dp_tensor *x, const 
   DP_CU_ENTER(c, x);
   int64_t lines = a->outer * a->inner;
   if (lines == 0 || k == 0) return 0;
-  k_topk<<<dp_cu_blocks(c, lines, 128), 128, 0, c->stream>>>((char *)dp_cu_ptr(values),
-                                                             (int64_t *)dp_cu_ptr(indices), (const char *)dp_cu_ptr(x),
-                                                             x->dtype, a->outer, a->k, a->inner, k, largest, a->base);
+  k_topk<<<dp_cu_blocks(c, lines, 128), 128, 0, c->stream>>>((char *)dp_cu_ptr(values), (int64_t *)dp_cu_ptr(indices),
+                                                             (const char *)dp_cu_ptr(x), x->dtype, a->outer, a->k,
+                                                             a->inner, k, largest, a->base);
   return dp_cu_after_launch(c, "topk");
 }
 
 /* ---- cumsum: one thread per line, double (or exact int64) sums ---- */
-__global__ void k_cumsum(char *out, dp_dtype odt, const char *x, dp_dtype xdt, int64_t outer, int64_t n,
-                         int64_t inner, bool reverse) {
+__global__ void k_cumsum(char *out, dp_dtype odt, const char *x, dp_dtype xdt, int64_t outer, int64_t n, int64_t inner,
+                         bool reverse) {
   DP_CU_LOOP(line, outer * inner) {
     int64_t o, in;
     dp_cu_divmod(line, inner, &o, &in);
@@ -216,9 +216,8 @@ int dp_cu_cumsum(dp_tensor *out, const dp_tensor *x, const dp_reduce_args *a, bo
   DP_CU_ENTER(c, x);
   int64_t lines = a->outer * a->inner;
   if (lines == 0 || a->k == 0) return 0;
-  k_cumsum<<<dp_cu_blocks(c, lines, 128), 128, 0, c->stream>>>((char *)dp_cu_ptr(out), out->dtype,
-                                                               (const char *)dp_cu_ptr(x), x->dtype, a->outer, a->k,
-                                                               a->inner, reverse);
+  k_cumsum<<<dp_cu_blocks(c, lines, 128), 128, 0, c->stream>>>(
+      (char *)dp_cu_ptr(out), out->dtype, (const char *)dp_cu_ptr(x), x->dtype, a->outer, a->k, a->inner, reverse);
   return dp_cu_after_launch(c, "cumsum");
 }
 

@@ -25,8 +25,8 @@ template <> struct opt_fns<float> {
   }
 };
 template <> struct opt_fns<double> {
-  static __device__ void rms(double *p, double g, double *sq, double *ga, double *buf, double lr, double al,
-                             double eps, double wd, double mo) {
+  static __device__ void rms(double *p, double g, double *sq, double *ga, double *buf, double lr, double al, double eps,
+                             double wd, double mo) {
     dp_rmsprop_update_d(p, g, sq, ga, buf, lr, al, eps, wd, mo);
   }
   static __device__ void ada(double *p, double g, double *sum, double clr, double eps, double wd) {
@@ -36,7 +36,8 @@ template <> struct opt_fns<double> {
 
 template <typename T>
 __global__ void k_rmsprop(T *p, const T *g, T *sq, T *ga, T *buf, int64_t n, T lr, T alpha, T eps, T wd, T mo) {
-  DP_CU_LOOP(i, n) opt_fns<T>::rms(&p[i], g[i], &sq[i], ga ? &ga[i] : NULL, buf ? &buf[i] : NULL, lr, alpha, eps, wd, mo);
+  DP_CU_LOOP(i, n)
+  opt_fns<T>::rms(&p[i], g[i], &sq[i], ga ? &ga[i] : NULL, buf ? &buf[i] : NULL, lr, alpha, eps, wd, mo);
 }
 
 template <typename T> __global__ void k_adagrad(T *p, const T *g, T *sum, int64_t n, T clr, T eps, T wd) {
@@ -56,9 +57,9 @@ int dp_cu_rmsprop_step(dp_tensor *p, const dp_tensor *g, dp_tensor *sq, dp_tenso
         (float *)dp_cu_ptr(p), (const float *)dp_cu_ptr(g), (float *)dp_cu_ptr(sq), (float *)ga, (float *)bf, n,
         (float)a->lr, (float)a->alpha, (float)a->eps, (float)a->weight_decay, (float)a->momentum);
   else
-    k_rmsprop<double><<<blocks, DP_CU_THREADS, 0, c->stream>>>(
-        (double *)dp_cu_ptr(p), (const double *)dp_cu_ptr(g), (double *)dp_cu_ptr(sq), (double *)ga, (double *)bf, n,
-        a->lr, a->alpha, a->eps, a->weight_decay, a->momentum);
+    k_rmsprop<double><<<blocks, DP_CU_THREADS, 0, c->stream>>>((double *)dp_cu_ptr(p), (const double *)dp_cu_ptr(g),
+                                                               (double *)dp_cu_ptr(sq), (double *)ga, (double *)bf, n,
+                                                               a->lr, a->alpha, a->eps, a->weight_decay, a->momentum);
   return dp_cu_after_launch(c, "rmsprop step");
 }
 
@@ -70,12 +71,12 @@ int dp_cu_adagrad_step(dp_tensor *p, const dp_tensor *g, dp_tensor *sum, const d
   unsigned blocks = dp_cu_blocks(c, n, DP_CU_THREADS);
   if (p->dtype == DP_F32)
     k_adagrad<float><<<blocks, DP_CU_THREADS, 0, c->stream>>>((float *)dp_cu_ptr(p), (const float *)dp_cu_ptr(g),
-                                                             (float *)dp_cu_ptr(sum), n, (float)a->clr, (float)a->eps,
-                                                             (float)a->weight_decay);
+                                                              (float *)dp_cu_ptr(sum), n, (float)a->clr, (float)a->eps,
+                                                              (float)a->weight_decay);
   else
     k_adagrad<double><<<blocks, DP_CU_THREADS, 0, c->stream>>>((double *)dp_cu_ptr(p), (const double *)dp_cu_ptr(g),
-                                                              (double *)dp_cu_ptr(sum), n, a->clr, a->eps,
-                                                              a->weight_decay);
+                                                               (double *)dp_cu_ptr(sum), n, a->clr, a->eps,
+                                                               a->weight_decay);
   return dp_cu_after_launch(c, "adagrad step");
 }
 
@@ -90,7 +91,9 @@ __global__ void k_pow_sum(double *out, const char *g, dp_dtype dt, int64_t n, do
   }
   if (mode == 1)
     acc = dp_cu_group_reduce(
-        acc, [](double a, double b) { return a != a ? a : b != b ? b : (a > b ? a : b); }, true, shm);
+        acc, [](double a, double b) { return a != a   ? a
+                                             : b != b ? b
+                                                      : (a > b ? a : b); }, true, shm);
   else
     acc = dp_cu_group_reduce(
         acc, [](double a, double b) { return a + b; }, true, shm);

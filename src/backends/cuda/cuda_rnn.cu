@@ -50,9 +50,8 @@ __device__ __forceinline__ void lstm_grad_t(float ai, float af, float ag, float 
                                             float dc, float *a, float *b, float *g, float *o, float *dcp) {
   dp_lstm_cell_grad_f(ai, af, ag, ao, c, cp, dh, dc, a, b, g, o, dcp);
 }
-__device__ __forceinline__ void lstm_grad_t(double ai, double af, double ag, double ao, double c, double cp,
-                                            double dh, double dc, double *a, double *b, double *g, double *o,
-                                            double *dcp) {
+__device__ __forceinline__ void lstm_grad_t(double ai, double af, double ag, double ao, double c, double cp, double dh,
+                                            double dc, double *a, double *b, double *g, double *o, double *dcp) {
   dp_lstm_cell_grad_d(ai, af, ag, ao, c, cp, dh, dc, a, b, g, o, dcp);
 }
 __device__ __forceinline__ void gru_t(float xr, float xz, float xn, float hr, float hz, float hn, float hp, float *r,
@@ -63,8 +62,8 @@ __device__ __forceinline__ void gru_t(double xr, double xz, double xn, double hr
                                       double *r, double *z, double *n, double *h) {
   dp_gru_cell_d(xr, xz, xn, hr, hz, hn, hp, r, z, n, h);
 }
-__device__ __forceinline__ void gru_grad_t(float r, float z, float n, float hn, float hp, float dh, float *a,
-                                           float *b, float *c, float *d, float *e) {
+__device__ __forceinline__ void gru_grad_t(float r, float z, float n, float hn, float hp, float dh, float *a, float *b,
+                                           float *c, float *d, float *e) {
   dp_gru_cell_grad_f(r, z, n, hn, hp, dh, a, b, c, d, e);
 }
 __device__ __forceinline__ void gru_grad_t(double r, double z, double n, double hn, double hp, double dh, double *a,
