@@ -28,6 +28,7 @@ local nn = {
   MSELoss = loss.MSELoss,
   F = require "ddplua.nn.functional",
   init = require "ddplua.nn.initializers",
+  utils = require "ddplua.nn.utils",
 }
 for name, cls in pairs(activation.modules) do nn[name] = cls end -- ReLU, GELU, ... (activation.lua)
 
