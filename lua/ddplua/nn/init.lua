@@ -5,6 +5,7 @@ local batchnorm = require "ddplua.nn.batchnorm"
 local loss = require "ddplua.nn.loss"
 local pooling = require "ddplua.nn.pooling"
 local rnn = require "ddplua.nn.rnn"
+local transformer = require "ddplua.nn.transformer"
 
 local nn = {
   Module = require "ddplua.nn.module",
@@ -17,6 +18,9 @@ local nn = {
   RNN = rnn.RNN,
   LSTM = rnn.LSTM,
   GRU = rnn.GRU,
+  MultiheadAttention = require "ddplua.nn.attention",
+  TransformerEncoderLayer = transformer.TransformerEncoderLayer,
+  TransformerEncoder = transformer.TransformerEncoder,
   BatchNorm1d = batchnorm.BatchNorm1d,
   BatchNorm2d = batchnorm.BatchNorm2d,
   SyncBatchNorm = require "ddplua.nn.syncbatchnorm",
