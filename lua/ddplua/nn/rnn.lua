@@ -4,6 +4,7 @@
 --
 --   nn.LSTM(input_size, hidden_size [, num_layers [, bias [, batch_first [, dropout [, bidirectional]]]]])
 --   nn.LSTM(input_size, hidden_size, {num_layers=1, bias=true, batch_first=false, dropout=0, bidirectional=false})
+--   nn.LSTM(input_size, hidden_size, num_layers, {dropout=0.2})   (positional settings, then a table)
 --   nn.RNN(... [, num_layers [, nonlinearity = "tanh"|"relu" [, bias ...]]]) (PyTorch's positional order)
 --   out, h_n = rnn(x [, h_0])         out, {h_n, c_n} = lstm(x [, {h_0, c_0}])
 --
@@ -24,21 +25,28 @@ local M = {}
 local SETTINGS = { "num_layers", "bias", "batch_first", "dropout", "bidirectional" }
 local RNN_SETTINGS = { "num_layers", "nonlinearity", "bias", "batch_first", "dropout", "bidirectional" }
 
--- the settings: one options table (which may also name dtype and device,
--- keyword-only in PyTorch), or PyTorch's positional order
+-- the settings: PyTorch's positional order, then optionally one options
+-- table (which may also name dtype and device, keyword-only in PyTorch), as
+-- nn.LSTM(ninp, nhid, nlayers, {dropout = 0.2}) writes LSTM(ninp, nhid, nlayers, dropout=0.2)
 local function settings(who, names, ...)
-  local n, first = select("#", ...), ...
-  if n == 1 and type(first) == "table" then
+  local args, n = { ... }, select("#", ...)
+  local opts = {}
+  if n > 0 and type(args[n]) == "table" then
     local valid = { table.unpack(names) }
     valid[#valid + 1], valid[#valid + 2] = "dtype", "device"
-    return util.check_opts(who, first, valid)
+    for k, v in pairs(util.check_opts(who, args[n], valid)) do opts[k] = v end
+    n = n - 1
   end
   if n > #names then
     error(string.format("%s: too many arguments (%d after input_size and hidden_size; the settings are %s)", who, n,
       table.concat(names, ", ")), 4)
   end
-  local opts = {}
-  for i = 1, n do opts[names[i]] = select(i, ...) end
+  for i = 1, n do
+    if opts[names[i]] ~= nil then
+      error(string.format("%s: %s given both positionally and in the options table", who, names[i]), 4)
+    end
+    opts[names[i]] = args[i]
+  end
   return opts
 end
 
