@@ -257,7 +257,17 @@ DEFINE_PARTS(avx512, TARGET_AVX512, dp_attn_gemm_avx512)
 DEFINE_PARTS(avx2, TARGET_AVX2, dp_attn_gemm_avx2)
 DEFINE_PARTS(plain, , dp_attn_gemm_plain)
 
+static int forced_isa = -1;
+
+int dp_cpu_attention_force_isa(int isa) {
+  if (isa == 2 && !dp_sgemm_cpu_supports(DP_SGEMM_AVX512)) return -1;
+  if (isa == 1 && !dp_sgemm_cpu_supports(DP_SGEMM_AVX2)) return -1;
+  forced_isa = isa < 0 || isa > 2 ? -1 : isa;
+  return 0;
+}
+
 static int best_isa(void) {
+  if (forced_isa >= 0) return forced_isa;
   if (dp_sgemm_cpu_supports(DP_SGEMM_AVX512)) return 2;
   if (dp_sgemm_cpu_supports(DP_SGEMM_AVX2)) return 1;
   return 0;

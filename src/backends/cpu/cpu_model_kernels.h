@@ -21,6 +21,9 @@ int dp_cpu_multinomial(dp_tensor *out, dp_tensor *w, const dp_tensor *u, int64_t
 /* cpu_attention.c */
 int dp_cpu_attention(dp_tensor *out, dp_tensor *lse, const dp_attn_args *a);
 int dp_cpu_attention_backward(dp_tensor *gq, dp_tensor *gk, dp_tensor *gv, dp_tensor *gmask, const dp_attn_args *a);
+/* Tests: run the float32 tiles compiled for isa (2 AVX-512, 1 AVX2, 0 plain;
+ * -1 the best the CPU has); -1 when the CPU lacks it. */
+int dp_cpu_attention_force_isa(int isa);
 
 /* cpu_rnn.c: recurrent cells and adaptive pooling */
 int dp_cpu_rnn_cell(const dp_rnn_cell_args *a);
