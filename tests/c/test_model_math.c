@@ -110,8 +110,8 @@ static void test_topk_order(void) {
   CHECK(dp_topk_before(3, 5, 2, 1, true));
   CHECK(!dp_topk_before(3, 5, 2, 1, false));
   CHECK(dp_topk_before(1, 1, 1, 2, true) && dp_topk_before(1, 1, 1, 2, false)); /* ties: lower position */
-  CHECK(dp_topk_before(NAN, 7, 1e30, 1, true));   /* NaN is the largest */
-  CHECK(!dp_topk_before(NAN, 7, 1e30, 1, false)); /* and so last for smallest */
+  CHECK(dp_topk_before(NAN, 7, 1e30, 1, true));                                 /* NaN is the largest */
+  CHECK(!dp_topk_before(NAN, 7, 1e30, 1, false));                               /* and so last for smallest */
   CHECK(dp_topk_before(NAN, 1, NAN, 2, true));
 }
 
@@ -143,7 +143,8 @@ static void test_attn_gemm(void) {
   dp_attn_gemm_fn fns[3] = {dp_attn_gemm_plain, dp_attn_gemm_avx2, dp_attn_gemm_avx512};
   bool ok[3] = {true, dp_sgemm_cpu_supports(DP_SGEMM_AVX2), dp_sgemm_cpu_supports(DP_SGEMM_AVX512)};
   unsigned s = 11;
-  int64_t sizes[][3] = {{1, 1, 1}, {3, 5, 7}, {8, 16, 32}, {9, 17, 33}, {64, 64, 32}, {13, 70, 5}, {4, 48, 1}, {7, 100, 0}};
+  int64_t sizes[][3] = {{1, 1, 1},    {3, 5, 7},   {8, 16, 32}, {9, 17, 33},
+                        {64, 64, 32}, {13, 70, 5}, {4, 48, 1},  {7, 100, 0}};
   float *A = malloc(sizeof(float) * 200 * 200), *B = malloc(sizeof(float) * 200 * 200);
   float *C = malloc(sizeof(float) * 200 * 200), *C0 = malloc(sizeof(float) * 200 * 200);
   for (int i = 0; i < 200 * 200; i++) A[i] = (float)frand(&s, -1, 1), B[i] = (float)frand(&s, -1, 1);
