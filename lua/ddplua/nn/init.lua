@@ -2,6 +2,7 @@
 -- nn.F (functional forms) and nn.init (initialisers).
 local activation = require "ddplua.nn.activation"
 local batchnorm = require "ddplua.nn.batchnorm"
+local container = require "ddplua.nn.container"
 local loss = require "ddplua.nn.loss"
 local pooling = require "ddplua.nn.pooling"
 local rnn = require "ddplua.nn.rnn"
@@ -9,7 +10,10 @@ local transformer = require "ddplua.nn.transformer"
 
 local nn = {
   Module = require "ddplua.nn.module",
-  Sequential = require "ddplua.nn.container",
+  Sequential = container.Sequential,
+  ModuleList = container.ModuleList,
+  ModuleDict = container.ModuleDict,
+  Identity = activation.Identity,
   Linear = require "ddplua.nn.linear",
   Conv2d = require "ddplua.nn.conv",
   MaxPool2d = pooling.MaxPool2d,

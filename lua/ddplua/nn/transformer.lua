@@ -122,8 +122,8 @@ function Encoder:__init(layer, num_layers, opts)
   self.num_layers = util.check_int("TransformerEncoder", "num_layers", num_layers)
   local layers = {}
   for i = 1, num_layers do layers[i] = deepcopy(layer, {}) end
-  -- a container whose children are named 0, 1, ... (PyTorch's ModuleList), never called itself
-  self.layers = require("ddplua.nn.container")(layers)
+  -- children named 0, 1, ... as PyTorch's ModuleList
+  self.layers = require("ddplua.nn.container").ModuleList(layers)
   self.norm = opts.norm
 end
 
