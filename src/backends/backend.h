@@ -290,7 +290,8 @@ typedef struct dp_backend {
 
   /* ---- attention, recurrent cells, pooling (ops/attention.c, ops/rnn.c) ---- */
   /* out contiguous [b1, b2, L, Ev] in q's dtype; lse contiguous [b1 b2 L]
-   * (float32, float64 for float64 inputs). */
+   * float64 (for every input dtype: the backward's exp(S - lse) would lose
+   * |lse| * 2^-24 of each weight to a float32 lse). */
   int (*attention)(dp_tensor *out, dp_tensor *lse, const dp_attn_args *a);
   /* gq, gk, gv contiguous like q, k, v (overwritten); gmask NULL, or
    * contiguous [b1, b2, L, S] in the scores' dtype: the scores' gradient

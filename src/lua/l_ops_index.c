@@ -196,6 +196,12 @@ static int l_chunk(lua_State *L) {
   if (x->ndim == 0) return luaL_error(L, "chunk: cannot chunk a 0-dimensional tensor");
   int d = lua_isnoneornil(L, 3) ? 0 : lt_check_dim(L, 3, x->ndim, 0);
   int64_t len = x->shape[d], size = (len + chunks - 1) / chunks;
+  if (len == 0) { /* PyTorch's: `chunks` empty parts */
+    if (chunks > 1000000) return luaL_error(L, "chunk: %d empty parts are too many", (int)chunks);
+    int64_t *sizes = lua_newuserdatauv(L, sizeof(int64_t) * (size_t)chunks, 0);
+    memset(sizes, 0, sizeof(int64_t) * (size_t)chunks);
+    return push_parts(L, x, d, (int)chunks, sizes);
+  }
   lua_settop(L, 1);
   lua_pushinteger(L, size ? size : 1);
   lua_pushinteger(L, d + 1);

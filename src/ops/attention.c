@@ -159,7 +159,7 @@ dp_tensor *dp_scaled_dot_product_attention(dp_tensor *q, dp_tensor *k, dp_tensor
   osh[nd - 1] = Ev;
   int64_t b1 = q4->shape[0], b2 = q4->shape[1], rows = b1 * b2 * L;
   dp_tensor *out = dp_scope_add(&s, dp_empty(q->dtype, nd, osh, dp_dev(q)));
-  dp_tensor *lse = dp_scope_add(&s, dp_empty(q->dtype == DP_F64 ? DP_F64 : DP_F32, 1, &rows, dp_dev(q)));
+  dp_tensor *lse = dp_scope_add(&s, dp_empty(DP_F64, 1, &rows, dp_dev(q))); /* backend.h: float64 always */
   if (!out || !lse) return NULL;
   uint64_t seed = 0, offset = 0;
   if (dropout_p > 0) {

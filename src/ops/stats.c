@@ -1,7 +1,8 @@
 /* norm, var and std.
  *
  * var and std are compositions of differentiable ops (mean, subtract,
- * square, sum, divide; sqrt), so their gradients come from those. norm
+ * square, sum, divide; sqrt behind a where), so their gradients come from
+ * those. norm
  * computes its value without recording a graph and has its own node with
  * PyTorch's gradient, which is 0 (not NaN) where the norm is 0 and splits
  * an inf-norm's gradient evenly among the elements that attain it. */
@@ -38,10 +39,17 @@ dp_tensor *dp_var(dp_tensor *x, int n, const int *dims, double correction, bool 
   return sum ? dp_binary_scalar(DP_B_DIV, sum, div > 0 ? div : 0.0, false) : NULL;
 }
 
+/* sqrt(var), with PyTorch's gradient 0 where the std is 0 (sqrt's own, g / (2 sqrt(0)), would make 0 * inf = NaN of
+ * var's zero gradient there): where(var == 0, 0, sqrt(where(var == 0, 1, var))) has that value and that gradient */
 dp_tensor *dp_std(dp_tensor *x, int n, const int *dims, double correction, bool keepdim) {
   DP_SCOPE(s);
   dp_tensor *v = dp_scope_add(&s, dp_var(x, n, dims, correction, keepdim));
-  return v ? dp_unary(DP_U_SQRT, v) : NULL;
+  dp_tensor *zero = v ? dp_scope_add(&s, dp_binary_scalar(DP_B_EQ, v, 0.0, false)) : NULL;
+  dp_tensor *one = zero ? dp_scope_add(&s, dp_scalar(1, v->dtype, dp_dev(v))) : NULL;
+  dp_tensor *z = one ? dp_scope_add(&s, dp_scalar(0, v->dtype, dp_dev(v))) : NULL;
+  dp_tensor *safe = z ? dp_scope_add(&s, dp_where(zero, one, v)) : NULL;
+  dp_tensor *r = safe ? dp_scope_add(&s, dp_unary(DP_U_SQRT, safe)) : NULL;
+  return r ? dp_where(zero, z, r) : NULL;
 }
 
 /* ---- norm ---- */
@@ -57,6 +65,11 @@ static dp_tensor *extreme_dims(dp_scope *s, dp_tensor *t, const bool *mask, bool
 static dp_tensor *norm_value(dp_scope *s, dp_tensor *x, double p, const bool *mask, int n, const int *dims) {
   dp_tensor *a = dp_scope_add(s, dp_unary(DP_U_ABS, x));
   if (!a) return NULL;
+  if (isinf(p) && dp_numel(x) == 0) { /* 0, as torch.norm gives (max/min refuse an empty input) */
+    int64_t sh[DP_MAXDIM];
+    for (int d = 0; d < x->ndim; d++) sh[d] = mask[d] ? 1 : x->shape[d];
+    return dp_scope_add(s, dp_zeros(x->dtype, x->ndim, sh, dp_dev(x)));
+  }
   if (isinf(p)) return x->ndim ? extreme_dims(s, a, mask, p > 0) : a;
   dp_tensor *t;
   if (p == 0) {
@@ -100,21 +113,39 @@ static int norm_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
     dp_tensor *w = sg ? dp_scope_add(&s, dp_mul(sg, m)) : NULL;
     dp_tensor *wg = w ? dp_scope_add(&s, dp_mul(w, g)) : NULL;
     r = wg ? dp_scope_add(&s, dp_div(wg, cnt)) : NULL;
-  } else { /* g * x |x|^(p-2) / norm^(p-1), 0 where the norm is 0 */
+  } else { /* PyTorch's grouping, which keeps float32 in range (x |x|^(p-2) overflows for a tiny x and p < 2):
+            * p < 1: sign(x) |x|^(p-1) (0 where x is 0) * g * norm^(1-p); p < 2: sign(x) |x|^(p-1) * (g / norm^(p-1));
+            * else x |x|^(p-2) * (g / norm^(p-1)); the last two 0 where the norm is 0 */
     dp_tensor *num;
     if (p == 2) {
       num = x;
+    } else if (p < 2) {
+      dp_tensor *a = dp_scope_add(&s, dp_unary(DP_U_ABS, x));
+      dp_tensor *ap = a ? dp_scope_add(&s, dp_binary_scalar(DP_B_POW, a, p - 1, false)) : NULL;
+      dp_tensor *sg = ap ? dp_scope_add(&s, dp_unary(DP_U_SIGN, x)) : NULL;
+      num = sg ? dp_scope_add(&s, dp_mul(sg, ap)) : NULL;
+      if (num && p < 1) {
+        dp_tensor *x0 = dp_scope_add(&s, dp_binary_scalar(DP_B_EQ, x, 0.0, false));
+        dp_tensor *z0 = x0 ? dp_scope_add(&s, dp_scalar(0, x->dtype, dp_dev(x))) : NULL;
+        num = z0 ? dp_scope_add(&s, dp_where(x0, z0, num)) : NULL;
+      }
     } else {
       dp_tensor *a = dp_scope_add(&s, dp_unary(DP_U_ABS, x));
       dp_tensor *ap = a ? dp_scope_add(&s, dp_binary_scalar(DP_B_POW, a, p - 2, false)) : NULL;
       num = ap ? dp_scope_add(&s, dp_mul(x, ap)) : NULL;
     }
-    dp_tensor *den = p == 2 ? nrm : dp_scope_add(&s, dp_binary_scalar(DP_B_POW, nrm, p - 1, false));
-    dp_tensor *q = num && den ? dp_scope_add(&s, dp_div(num, den)) : NULL;
-    dp_tensor *qg = q ? dp_scope_add(&s, dp_mul(q, g)) : NULL;
-    dp_tensor *zero = qg ? dp_scope_add(&s, dp_binary_scalar(DP_B_EQ, nrm, 0.0, false)) : NULL;
-    dp_tensor *z = zero ? dp_scope_add(&s, dp_scalar(0, x->dtype, dp_dev(x))) : NULL;
-    r = z ? dp_scope_add(&s, dp_where(zero, z, qg)) : NULL;
+    if (num && p < 1) {
+      dp_tensor *ng = dp_scope_add(&s, dp_mul(num, g));
+      dp_tensor *np = ng ? dp_scope_add(&s, dp_binary_scalar(DP_B_POW, nrm, 1 - p, false)) : NULL;
+      r = np ? dp_scope_add(&s, dp_mul(ng, np)) : NULL;
+    } else if (num) {
+      dp_tensor *den = p == 2 ? nrm : dp_scope_add(&s, dp_binary_scalar(DP_B_POW, nrm, p - 1, false));
+      dp_tensor *sc = den ? dp_scope_add(&s, dp_div(g, den)) : NULL;
+      dp_tensor *zero = sc ? dp_scope_add(&s, dp_binary_scalar(DP_B_EQ, nrm, 0.0, false)) : NULL;
+      dp_tensor *z = zero ? dp_scope_add(&s, dp_scalar(0, x->dtype, dp_dev(x))) : NULL;
+      dp_tensor *scz = z ? dp_scope_add(&s, dp_where(zero, z, sc)) : NULL;
+      r = scz ? dp_scope_add(&s, dp_mul(num, scz)) : NULL;
+    }
   }
   if (!r) return -1;
   gin[0] = dp_scope_keep(&s, r);
@@ -127,10 +158,6 @@ dp_tensor *dp_norm(dp_tensor *x, double p, int n, const int *dims, bool keepdim)
   if (dp_check_float("norm", x) || reduced_count("norm", x, n, dims, mask, &count)) return NULL;
   if (p != p || (p < 0 && !isinf(p))) {
     dp_error("norm: p must be >= 0 or +-inf, got %g", p);
-    return NULL;
-  }
-  if (isinf(p) && count == 0) {
-    dp_error("norm: the %s-norm of an empty tensor is undefined", p > 0 ? "inf" : "-inf");
     return NULL;
   }
   DP_SCOPE(s);

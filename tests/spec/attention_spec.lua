@@ -129,6 +129,55 @@ describe("scaled_dot_product_attention", function()
     end, { gc.smooth_input({ 3, 4 }, 27), gc.smooth_input({ 5, 4 }, 28), gc.smooth_input({ 5, 3 }, 29) })
   end)
 
+  it("gives a saturated softmax row the composed math's exact zero gradient in float32", function()
+    -- one key wins every row by 1e4 (the weights are one-hot in float32): dS = P (dO V^T - D) must cancel
+    -- exactly, as softmax's backward does; with D = rowsum(dO O) summed in another order than dO V^T it was a
+    -- rounding difference times |K| (about 1e-3; found by the differential suite)
+    local q = ddp.tensor({ { 1, 0, 2 }, { 2, 1, 1 }, { 3, -1, 1 } }, { dtype = "float32" }):view(1, 1, 3, 3)
+      :requires_grad_()
+    local k = ddp.tensor({ { 9000, 0, 7000 }, { 0, 0, 0 }, { -5000, 1, 0 }, { 1, 2, 3 } }, { dtype = "float32" })
+      :view(1, 1, 4, 3)
+      :requires_grad_()
+    ddp.manual_seed(5)
+    for _ = 1, 4 do
+      q.grad, k.grad = nil, nil
+      local v = ddp.randn(1, 1, 4, 24):requires_grad_()
+      local y = F.scaled_dot_product_attention(q, k, v)
+      local first = v:detach():view(4, 24)[1]:totable()
+      assert.are.same({ first, first, first }, y:detach():view(3, 24):totable()) -- key 1's value row, bit for bit
+      local loss = (y * ddp.randn(1, 1, 3, 24)):sum()
+      loss:backward()
+      for _, t in ipairs({ q.grad, k.grad }) do
+        for _, g in ipairs(gc.flat_values(t)) do assert.are.equal(0, g) end
+      end
+    end
+  end)
+
+  it("keeps float32's precision in the backward when the scores are large (the lse is saved in float64)", function()
+    -- a float mask lifting every score by 3000: a float32 lse is rounded by 3000 * 2^-24 = 2e-4, and every weight the
+    -- backward recomputed as exp(S - lse) was off by that much, twice the composed float32 math's error (which comes
+    -- from the scores' own rounding at 3000); found by the differential suite
+    ddp.manual_seed(7)
+    local q, k, v = ddp.randn(2, 5, 4), ddp.randn(2, 7, 4), ddp.randn(2, 7, 3)
+    local mask = ddp.randn(5, 7) + 3000
+    local w = ddp.randn(2, 5, 3)
+    local function grads(dt, f)
+      local function leaf(t) return t:to(dt):clone():requires_grad_() end
+      local qq, kk, vv = leaf(q), leaf(k), leaf(v)
+      local loss = (f(qq, kk, vv, { attn_mask = mask:to(dt) }) * w:to(dt)):sum()
+      loss:backward()
+      return { qq.grad:double(), kk.grad:double(), vv.grad:double() }
+    end
+    local fused, comp = grads("float32", F.scaled_dot_product_attention), grads("float32", composed)
+    local exact = grads("float64", composed)
+    for i = 1, 3 do
+      local e_fused = (fused[i] - exact[i]):abs():max():item()
+      local e_comp = (comp[i] - exact[i]):abs():max():item()
+      assert.is_true(e_fused <= 1.5 * e_comp + 1e-6, string.format("gradient %d: fused %g, composed %g", i, e_fused,
+        e_comp))
+    end
+  end)
+
   it("matches PyTorch's math in float32 and float64, values and gradients", function()
     if not TR.available() then return pending("skipped: /usr/bin/python3 cannot import torch") end
     local q, k, v, m = rnd({ 2, 2, 70, 32 }, 30), rnd({ 2, 2, 90, 32 }, 31), rnd({ 2, 2, 90, 16 }, 32), rnd({ 70, 90 }, 33)

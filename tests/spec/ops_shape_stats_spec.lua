@@ -40,6 +40,14 @@ describe("split and chunk", function()
     R.assert_error(function() x:chunk(0) end, "chunk: the number of chunks must be positive")
     R.assert_error(function() ddp.tensor(1.0):split(1) end, "cannot split a 0-dimensional tensor")
   end)
+
+  it("chunk an empty dim into n empty parts, as PyTorch (the differential suite found 1)", function()
+    local parts = { ddp.zeros(0, 3):chunk(3) }
+    assert.are.equal(3, #parts)
+    for _, t in ipairs(parts) do assert.are.same({ 0, 3 }, t:size()) end
+    assert.are.equal(4, select("#", ddp.zeros(2, 0):chunk(4, 2)))
+    assert.are.equal(1, select("#", ddp.zeros(0):split(2))) -- split keeps PyTorch's one empty part
+  end)
 end)
 
 describe("cumsum and flip", function()
@@ -126,6 +134,23 @@ describe("norm, var and std", function()
     local t = ddp.tensor({ 2, -2, 1 }, { dtype = "float64" }):requires_grad_()
     t:norm(math.huge):backward()
     assert.are.same({ 0.5, -0.5, 0 }, vals(t.grad))
+    -- float32, p < 2 and a tiny element: x |x|^(p-2) overflowed to inf where PyTorch's sign(x) |x|^(p-1) * norm^(1-p)
+    -- stays finite (found by the differential suite)
+    local tiny = ddp.tensor({ -1e-29, 4e27, 0 }):requires_grad_()
+    tiny:norm(0.5):backward()
+    local g = vals(tiny.grad)
+    local n = (math.sqrt(1e-29) + math.sqrt(4e27)) ^ 2
+    for _, v in ipairs(g) do assert.is_true(v == v and math.abs(v) < math.huge, tostring(v)) end
+    assert.is_true(math.abs(g[1] - -(1e-29) ^ -0.5 * n ^ 0.5) <= 1e-5 * math.abs(g[1]), tostring(g[1]))
+    assert.is_true(math.abs(g[2] - (4e27) ^ -0.5 * n ^ 0.5) <= 1e-5 * math.abs(g[2]), tostring(g[2]))
+    assert.are.equal(0, g[3]) -- 0 at a zero element for p < 1, as PyTorch
+    -- the inf-norms of an empty tensor are 0, as torch.norm gives (was an error; the differential suite)
+    assert.are.same({ { 0, 0, 0 } }, ddp.zeros(0, 3):norm(math.huge, 1, true):totable())
+    assert.are.equal(0, ddp.zeros(0, 3):norm(-math.huge):item())
+    assert.are.same({ 0 }, ddp.zeros(3, 0):norm(math.huge, 1):size())
+    local one = ddp.tensor({ 1e-30, 3e30 }):requires_grad_()
+    one:norm(1.5):backward()
+    for _, v in ipairs(vals(one.grad)) do assert.is_true(v == v and math.abs(v) < math.huge, tostring(v)) end
   end)
 
   it("var and std match the reference with unbiased, correction and keepdim, and their gradients", function()
@@ -151,6 +176,12 @@ describe("norm, var and std", function()
     R.check_forward(function(t) return t:std({ unbiased = false }) end, { x }, { shape = {}, v = { math.sqrt(ss / #all.v) } })
     gc.assert_gradcheck(function(t) return t:t():var(1) end, { gc.smooth_input({ 3, 4 }, 11) })
     gc.assert_gradcheck(function(t) return t:std(2, { keepdim = true }) end, { gc.smooth_input({ 3, 4 }, 12) })
+    -- a constant row has std 0 and PyTorch's gradient 0 there, not sqrt's 0 * inf = NaN (the differential suite)
+    local c = ddp.tensor({ { 2, 2, 2 }, { 1, 2, 4 } }, { dtype = "float64" }):requires_grad_()
+    c:std(2):sum():backward()
+    local cg = vals(c.grad)
+    assert.are.same({ 0, 0, 0 }, { cg[1], cg[2], cg[3] })
+    assert.are.same({ 0, 1 }, { c:std(2):totable()[1], c:std(2):totable()[2] > 0 and 1 or 0 })
     R.assert_error(function() ddp.tensor({ 1, 2 }):var() end, "var: expected a floating point tensor")
     R.assert_error(function() x:var(1, { unbiased = true, correction = 1 }) end, "pass unbiased or correction, not both")
     R.assert_error(function() x:std(1, { bias = 1 }) end, "std: unknown option 'bias'")

@@ -6,7 +6,7 @@
  * GEMM (cpu_attn_gemm.c), folding them into a running row maximum m, sum
  * l and output accumulator (the online softmax: when the maximum grows,
  * what was accumulated is rescaled by exp(m_old - m_new)), then adds P V.
- * Only the output and lse = m + log(l) per row are stored. The backward
+ * Only the output and lse = m + log(l) per row (in float64) are stored. The backward
  * (FlashAttention-2) walks key blocks outside and query blocks inside,
  * recomputing P = exp(S - lse) per tile, and accumulates dV += P^T dO,
  * dS = P (dO V^T - D) with D = rowsum(dO O), dQ += dS K, dK += dS^T Q.
@@ -89,6 +89,11 @@ INLINE float row_max(const float *s, int64_t n) {
   for (int l = 0; l < LANES; l++) mx = lane[l] > mx ? lane[l] : mx;
   return mx;
 }
+/* s[c] = exp((s[c] - m) - lo): m + lo is the backward's float64 lse as two floats (s - m is exact for the scores
+ * near it, Sterbenz), so the weights keep float32's precision however large the scores are */
+INLINE void exp_row2(float *s, int64_t n, float m, float lo) {
+  for (int64_t c = 0; c < n; c++) s[c] = dp_attn_exp((s[c] - m) - lo);
+}
 /* s[c] = exp(s[c] - m); returns their sum */
 INLINE float exp_row(float *s, int64_t n, float m) {
   float lane[LANES] = {0};
@@ -160,11 +165,11 @@ INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm) {
     gemm(nr, Ev, nc, Sb, BC, 1, v + j0 * vs, vs, acc, Ev, 1.0f, true);
   }
   float *o = (float *)dp_data(jb->out) + (bh * L + i0) * Ev;
-  float *lse = (float *)dp_data(jb->lse) + bh * L + i0;
+  double *lse = (double *)dp_data(jb->lse) + bh * L + i0;
   for (int64_t r = 0; r < nr; r++) {
     float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
     for (int64_t e = 0; e < Ev; e++) o[r * Ev + e] = acc[r * Ev + e] * inv;
-    lse[r] = l[r] > 0 ? m[r] + logf(l[r]) : -INFINITY;
+    lse[r] = l[r] > 0 ? (double)m[r] + log((double)l[r]) : -INFINITY;
   }
 }
 
@@ -174,7 +179,8 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
   const int64_t L = a->L, S = a->S, E = a->E, Ev = a->Ev;
   const int64_t qs = a->q->stride[2], ks = a->k->stride[2], vs = a->v->stride[2];
   const float *q = head_of(a->q, a, bh), *k = head_of(a->k, a, bh), *v = head_of(a->v, a, bh);
-  const float *dO = (const float *)dp_data(a->gout) + bh * L * Ev, *lse = (const float *)dp_data(a->lse) + bh * L;
+  const float *dO = (const float *)dp_data(a->gout) + bh * L * Ev;
+  const double *lse = (const double *)dp_data(a->lse) + bh * L;
   const float *D = jb->D + bh * L;
   float *gq = (float *)dp_data(jb->gq) + bh * L * E, *gk = (float *)dp_data(jb->gk) + bh * S * E;
   float *gv = (float *)dp_data(jb->gv) + bh * S * Ev;
@@ -198,12 +204,14 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
         for (int64_t e = 0; e < E; e++) Qs[r * E + e] = q[(i0 + r) * qs + e] * scale;
       gemm(nr, nc, E, Qs, E, 1, Kt, BC, P, BC, 1.0f, false);
       for (int64_t r = 0; r < nr; r++) {
-        float *p = P + r * BC, li = lse[i0 + r];
+        float *p = P + r * BC;
+        double li = lse[i0 + r];
         if (li == -INFINITY) { /* a row with no key: no gradient */
           for (int64_t c = 0; c < nc; c++) p[c] = 0.0f;
         } else {
           mask_row(a, bh, i0 + r, j0, nc, p);
-          exp_row(p, nc, li);
+          float hi = (float)li;
+          exp_row2(p, nc, hi, (float)(li - (double)hi));
         }
         if (drop) {
           memcpy(Z + r * BC, p, sizeof(float) * (size_t)nc);
@@ -404,12 +412,13 @@ int dp_cpu_attention_backward(dp_tensor *gq, dp_tensor *gk, dp_tensor *gv, dp_te
   float *D = malloc(sizeof(float) * (size_t)(BH * L + 1));
   if (!D) return dp_error("attention: out of memory");
   const float *go = dp_data(a->gout), *o = dp_data(a->out);
-  for (int64_t r = 0; r < BH * L; r++) {
-    float d = 0;
-    for (int64_t e = 0; e < a->Ev; e++) d += go[r * a->Ev + e] * o[r * a->Ev + e];
-    D[r] = d;
-  }
-  job jb = {.a = a, .gq = gq, .gk = gk, .gv = gv, .gmask = gmask, .D = D, .tasks = BH, .isa = best_isa()};
+  int isa = best_isa();
+  /* D = rowsum(dO * O) through the tiles' own GEMM kernel: its dot products then round as dZ = dO V^T's do, so
+   * a row whose weights are one-hot (a saturated softmax: O is that key's value row bit for bit) gets dS = P (dZ -
+   * D) = 0 exactly, as the composed softmax's backward does, instead of a rounding difference times |K| */
+  dp_attn_gemm_fn gemm = isa == 2 ? dp_attn_gemm_avx512 : isa == 1 ? dp_attn_gemm_avx2 : dp_attn_gemm_plain;
+  for (int64_t r = 0; r < BH * L; r++) gemm(1, 1, a->Ev, go + r * a->Ev, 1, 1, o + r * a->Ev, 1, D + r, 1, 1.0f, false);
+  job jb = {.a = a, .gq = gq, .gk = gk, .gv = gv, .gmask = gmask, .D = D, .tasks = BH, .isa = isa};
   atomic_init(&jb.failed, 0);
   int rc = run(&jb, false);
   free(D);
