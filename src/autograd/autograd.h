@@ -69,8 +69,17 @@ bool dp_grad_enabled(void);
 /* Returns the previous mode. */
 bool dp_set_grad_enabled(bool on);
 
-/* True when grad mode is on and any of the n tensors requires grad. */
+/* True when grad mode is on and any of the n tensors requires grad (stale
+ * views are refreshed first: dp_autograd_refresh). */
 bool dp_any_requires_grad(int n, dp_tensor *const *ts);
+
+/* Views and in-place writes (ops/inplace.c). dp_view_set_base records that
+ * v views `of` (its root base). dp_autograd_refresh rebuilds the grad_fn
+ * of a view whose base's history an in-place write replaced since the
+ * view's was set (PyTorch regenerates it the same way); dp_node_new and
+ * the engine call it, as does every Lua read of grad_fn / requires_grad. */
+void dp_view_set_base(dp_tensor *v, dp_tensor *of);
+void dp_autograd_refresh(dp_tensor *t);
 
 /* Creates a node for an op with the given inputs (inputs that need no
  * gradient get empty edges; NULL inputs are allowed, e.g. an absent bias). */
@@ -115,6 +124,7 @@ void dp_remove_grad_hook(dp_tensor *leaf, int id);
  * it): `ok` says whether backward itself succeeded; a hook returning -1
  * (with dp_error) makes dp_backward fail with its message. */
 typedef int (*dp_engine_hook_fn)(void *ctx, bool ok);
+/* Returns the hook's id (> 0), or -1 + dp_error when 16 are live. */
 int dp_add_post_backward_hook(dp_engine_hook_fn fn, void *ctx);
 void dp_remove_post_backward_hook(int id);
 

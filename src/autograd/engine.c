@@ -20,7 +20,8 @@ static post_hook post_hooks[16];
 static int n_post_hooks, next_hook_id = 1;
 
 int dp_add_post_backward_hook(dp_engine_hook_fn fn, void *ctx) {
-  DP_ASSERT(n_post_hooks < 16);
+  if (n_post_hooks >= 16)
+    return dp_error("at most 16 post-backward hooks (DistributedDataParallel instances) can be live at once");
   post_hooks[n_post_hooks] = (post_hook){fn, ctx, next_hook_id};
   n_post_hooks++;
   return next_hook_id++;
@@ -174,6 +175,7 @@ static int deliver_to_leaf(dp_tensor *leaf, dp_tensor *g) {
 }
 
 int dp_backward(dp_tensor *root, dp_tensor *grad, bool retain_graph) {
+  dp_autograd_refresh(root);
   if (!root->requires_grad)
     return dp_error("backward: the tensor does not require grad and has no grad_fn (was it computed "
                     "under no_grad, or from tensors without requires_grad?)");

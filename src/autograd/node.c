@@ -16,9 +16,13 @@ bool dp_set_grad_enabled(bool on) {
 
 bool dp_any_requires_grad(int n, dp_tensor *const *ts) {
   if (grad_off) return false;
+  bool any = false;
   for (int i = 0; i < n; i++)
-    if (ts[i] && ts[i]->requires_grad) return true;
-  return false;
+    if (ts[i]) {
+      dp_autograd_refresh(ts[i]);
+      any |= ts[i]->requires_grad;
+    }
+  return any;
 }
 
 dp_node *dp_node_new(const char *name, dp_backward_fn fn, int n_inputs, dp_tensor *const *inputs, int n_outputs) {
@@ -38,6 +42,7 @@ dp_node *dp_node_new(const char *name, dp_backward_fn fn, int n_inputs, dp_tenso
     dp_tensor *t = inputs[i];
     n->in_ndim[i] = -1;
     if (!t) continue;
+    dp_autograd_refresh(t);
     n->in_ndim[i] = t->ndim;
     n->in_dtype[i] = t->dtype;
     memcpy(n->in_shape[i], t->shape, sizeof(int64_t) * (size_t)t->ndim);

@@ -43,10 +43,13 @@ typedef struct {
   int device;
 } dp_gemm_args;
 
-/* 2-d sliding-window geometry shared by conv (im2col) and pooling. */
+/* 2-d sliding-window geometry shared by conv (im2col) and pooling: output
+ * position o along an axis reads inputs o * s - p + i * d for kernel
+ * offsets i < k (d, the dilation, is 1 for pooling). */
 typedef struct {
   int64_t n, c, h, w; /* input NCHW */
   int64_t kh, kw, sh, sw, ph, pw;
+  int64_t dh, dw; /* dilation */
   int64_t oh, ow; /* output spatial size */
 } dp_window2d;
 
@@ -63,7 +66,7 @@ typedef struct {
  * 0. Label smoothing eps: loss = (1-eps)*nll + eps*mean_j(-logp_j). */
 typedef struct {
   const dp_tensor *x, *target;
-  const dp_tensor *lse;   /* backward: the forward's per-row log-sum-exp */
+  const dp_tensor *lse;   /* backward: the forward's per-row max and log(sum(exp(x - max))), float64 [rows, 2] */
   const dp_tensor *scale; /* backward: per-row upstream gradient over the normaliser (0 for ignored rows) */
   int64_t base, ignore_index;
   double smoothing;
@@ -101,6 +104,10 @@ typedef struct {
   double lr, beta1, beta2, eps, weight_decay;
   bool decoupled; /* AdamW */
   int64_t step;   /* 1 at the first step (bias corrections) */
+  /* amsgrad: the running maximum of exp_avg_sq (contiguous, like the
+   * parameter), updated in place and used in the denominator; NULL
+   * without amsgrad */
+  dp_tensor *max_exp_avg_sq;
 } dp_adam_args;
 
 /* Scaled dot-product attention over q [b1, b2, L, E], k [b1, b2, S, E], v
@@ -222,14 +229,16 @@ typedef struct dp_backend {
   int (*cross_entropy)(dp_tensor *loss, dp_tensor *lse, const dp_ce_args *a);
   /* gx = (softmax(x) - smoothed_onehot) * scale[row] */
   int (*cross_entropy_backward)(dp_tensor *gx, const dp_ce_args *a);
-  /* cols [nb, c*kh*kw, oh*ow] from images n0..n0+nb-1 of x (contiguous). */
+  /* cols [nb, c*kh*kw, oh*ow] from images n0..n0+nb-1 of x (contiguous),
+   * with the window's dilation. */
   int (*im2col)(dp_tensor *cols, const dp_tensor *x, const dp_window2d *g, int64_t n0, int64_t nb);
   /* gx images n0.. += col2im(cols); gx zeroed by the caller. */
   int (*col2im)(dp_tensor *gx, const dp_tensor *cols, const dp_window2d *g, int64_t n0, int64_t nb);
   /* Pooling: x, gy, y, idx contiguous NCHW; windows follow
-   * dp_window_range (ops/scalar_math.h), padding <= kernel / 2 so no
-   * window is empty. idx (int64) holds the winner's position iy * w + ix
-   * in its plane; NaN wins, else the first maximum. The backward kernels
+   * dp_window_range (ops/scalar_math.h), padding <= kernel / 2 and the
+   * last window (ceil mode) starting inside the padded input, so no window
+   * is empty. idx (int64) holds the winner's position iy * w + ix
+   * in its plane; the last NaN wins, else the first maximum (PyTorch's). The backward kernels
    * overwrite gx (contiguous, x's shape). */
   int (*max_pool2d)(dp_tensor *y, dp_tensor *idx, const dp_tensor *x, const dp_window2d *g);
   int (*max_pool2d_backward)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, const dp_window2d *g);
@@ -362,7 +371,7 @@ typedef struct {
   int (*store_get)(dp_store *s, const char *key, void **val, size_t *len, int timeout_ms);
   int (*store_add)(dp_store *s, const char *key, int64_t delta, int64_t *result);
 } dp_runtime_api;
-#define DP_PLUGIN_ABI 2
+#define DP_PLUGIN_ABI 3
 /* Exported by ddplua_cuda.so. Returns NULL and writes err when no GPU can
  * be used (driver missing, no device visible). */
 typedef const dp_backend *(*dp_plugin_init_fn)(const dp_runtime_api *api, char *err, size_t errlen);

@@ -271,6 +271,7 @@ dp_reducer *dp_reducer_new(dp_pg *pg, dp_tensor *const *params, const char *cons
     r->hook_ids[i] = dp_add_grad_hook(r->params[i], grad_ready, &r->hctx[i]);
   }
   r->post_hook_id = dp_add_post_backward_hook(finalize, r);
+  if (r->post_hook_id < 0) goto fail; /* too many live reducers: an error, not an abort */
   r->stats.n_buckets = r->n_buckets;
   r->stats.n_params = r->n;
   reset(r);

@@ -16,14 +16,15 @@
  * offsets that overlap, leave holes or run past the buffer, byte counts that
  * do not match dtype x shape) and names the file and the byte offset.
  *
- * Reading maps the file (MAP_PRIVATE) and lets CPU tensors alias the
- * mapping where their bytes are aligned to their element size (all of them
- * in files ddplua and Hugging Face write): no copy, no fresh memory to fault
- * in, and the page cache is the only copy until a tensor is written to
- * (copy-on-write). The mapping lives until the last such tensor is released.
- * Misaligned tensors, and every tensor when mapping is off or fails, are
- * read into fresh memory. A mapped file must not be truncated in place while
- * its tensors live (ddplua itself only ever replaces files by rename).
+ * Reading copies the data into fresh memory, unless the caller asks for a
+ * mapping (use_mmap; ddp.load's {mmap = true}): then the file is mapped
+ * (MAP_PRIVATE) and CPU tensors alias the mapping where their bytes are
+ * aligned to their element size (all of them in files ddplua and Hugging
+ * Face write): no copy, and the page cache is the only copy until a tensor
+ * is written to (copy-on-write). The mapping lives until the last such
+ * tensor is released. A mapped file must not be truncated in place while
+ * its tensors live (a read past the new end is SIGBUS; ddplua itself only
+ * ever replaces files by rename), which is why mapping is not the default.
  *
  * Writing goes to "<path>.tmp.<pid>", is fsync'ed, renamed over path and the
  * directory fsync'ed, so a crash at any moment leaves either the old file or

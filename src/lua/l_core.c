@@ -90,8 +90,9 @@ static int l_blas_info(lua_State *L) {
 static int l_set_num_threads(lua_State *L) {
   lua_Integer n = luaL_checkinteger(L, 1);
   if (n < 1) return luaL_argerror(L, 1, "number of threads must be >= 1");
-  dp_sgemm_set_num_threads(n > INT32_MAX ? INT32_MAX : (int)n);
-  LT_CHECK(L, dp_blas_set_num_threads((int)n));
+  int k = n > INT32_MAX ? INT32_MAX : (int)n;
+  dp_sgemm_set_num_threads(k);
+  LT_CHECK(L, dp_blas_set_num_threads(k));
   return 0;
 }
 

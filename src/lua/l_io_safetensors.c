@@ -1,14 +1,18 @@
 /* ddp.save / ddp.load: safetensors files (src/io/safetensors.c).
  *
  *   ddp.save(tensors, path [, {metadata = {k = "v"}}])
- *   local tensors, metadata, names = ddp.load(path [, {device = "cuda:0", mmap = true}])
+ *   local tensors, metadata, names = ddp.load(path [, {device = "cuda:0", mmap = false}])
  *
  * `tensors` is a map name -> tensor, written sorted by name (Lua tables have
  * no order; sorting makes the file deterministic, as PyTorch's and Hugging
  * Face's writers do), or, to choose the order, an array of {name, tensor}
  * pairs or a table whose metatable has __pairs (an ordered dictionary).
- * load returns the header's names in order as a third value; its CPU
- * tensors alias a private mapping of the file unless {mmap = false}. */
+ * load returns the header's names in order as a third value. It reads the
+ * file into memory: a file truncated or rewritten in place afterwards
+ * cannot touch the tensors. {mmap = true} maps it instead (no copy; the
+ * CPU tensors alias a private mapping), at the price that truncating the
+ * file in place while they live kills the process with SIGBUS on the next
+ * read, as with any mapped file. */
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +58,7 @@ static int collect_pairs(lua_State *L, int *sort) {
       return luaL_error(L, "save: an array of {name, tensor} pairs must have no other keys");
     for (size_t i = 1; i <= n; i++) {
       if (lua_rawgeti(L, 1, (lua_Integer)i) != LUA_TTABLE)
-        return luaL_error(L, "save: entry %d of the pairs array is a %s, expected {name, tensor}", (int)i,
+        return luaL_error(L, "save: entry %I of the pairs array is a %s, expected {name, tensor}", (lua_Integer)i,
                           luaL_typename(L, -1));
       int entry = lua_gettop(L);
       lua_rawgeti(L, entry, 1);
@@ -166,7 +170,7 @@ static int l_save(lua_State *L) {
 static int l_load(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   dp_device dev = dp_cpu();
-  int use_mmap = 1;
+  int use_mmap = 0; /* safe by default; mapping is the documented opt-in */
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
     static const char *const valid[] = {"device", "mmap", NULL};

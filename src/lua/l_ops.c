@@ -8,33 +8,36 @@
 #include "lua/l_util.h"
 #include "ops/ops.h"
 
-/* t (op) u where either side may be a number */
+/* t (op) u where either side may be a number (exact for integers) */
 static int binary(lua_State *L, dp_binary_op op) {
   dp_tensor *a = lt_test(L, 1), *b = lt_test(L, 2);
   if (a && b) return lt_push(L, dp_binary(op, a, b));
-  if (a && lua_type(L, 2) == LUA_TNUMBER) return lt_push(L, dp_binary_scalar(op, a, lua_tonumber(L, 2), false));
-  if (b && lua_type(L, 1) == LUA_TNUMBER) return lt_push(L, dp_binary_scalar(op, b, lua_tonumber(L, 1), true));
+  if (a && lua_type(L, 2) == LUA_TNUMBER) {
+    dp_number s = LT_NUMBER(L, 2);
+    return lt_push(L, dp_binary_number(op, a, &s, false));
+  }
+  if (b && lua_type(L, 1) == LUA_TNUMBER) {
+    dp_number s = LT_NUMBER(L, 1);
+    return lt_push(L, dp_binary_number(op, b, &s, true));
+  }
   if (!a && !b)
     return luaL_error(L, "expected a tensor operand, got %s and %s", luaL_typename(L, 1), luaL_typename(L, 2));
   return luaL_error(L, "cannot combine a tensor with a %s (expected a tensor or a number)",
                     luaL_typename(L, a ? 2 : 1));
 }
 
-static int l_add(lua_State *L) {
-  /* t:add(u, alpha) as PyTorch: t + alpha * u */
-  if (!lua_isnoneornil(L, 3)) {
-    dp_tensor *a = lt_check(L, 1);
-    lua_Number alpha = luaL_checknumber(L, 3);
-    dp_tensor *b = lt_check(L, 2);
-    dp_tensor *s = dp_binary_scalar(DP_B_MUL, b, alpha, false);
-    if (!s) return lt_error(L);
-    dp_tensor *r = dp_add(a, s);
-    dp_release(s);
-    return lt_push(L, r);
-  }
-  return binary(L, DP_B_ADD);
+/* t:add(u, alpha) / t:sub(u, alpha) as PyTorch: t + alpha * u, alpha
+ * applied after promotion */
+static int add_sub(lua_State *L, bool sub) {
+  if (lua_isnoneornil(L, 3)) return binary(L, sub ? DP_B_SUB : DP_B_ADD);
+  dp_tensor *a = lt_check(L, 1), *b = lt_check(L, 2);
+  luaL_checknumber(L, 3);
+  dp_number alpha = LT_NUMBER(L, 3);
+  if (sub) alpha = alpha.is_int ? dp_number_int((int64_t)(0u - (uint64_t)alpha.i)) : dp_number_float(-alpha.d);
+  return lt_push(L, dp_add_scaled(a, b, &alpha));
 }
-static int l_sub(lua_State *L) { return binary(L, DP_B_SUB); }
+static int l_add(lua_State *L) { return add_sub(L, false); }
+static int l_sub(lua_State *L) { return add_sub(L, true); }
 static int l_mul(lua_State *L) { return binary(L, DP_B_MUL); }
 static int l_div(lua_State *L) { return binary(L, DP_B_DIV); }
 static int l_pow(lua_State *L) { return binary(L, DP_B_POW); }
@@ -55,6 +58,18 @@ static int l_unm(lua_State *L) { return lt_push(L, dp_neg(lt_check(L, 1))); }
 static int l_unary(lua_State *L) {
   dp_unary_args a = dp_unary_args_of((dp_unary_op)lua_tointeger(L, lua_upvalueindex(1)));
   dp_tensor *x = lt_check(L, 1);
+  if (a.op == DP_U_CLAMP) { /* bounds as numbers: exact for int64 (dp_clamp_number) */
+    dp_number b[2];
+    for (int i = 0; i < 2; i++)
+      if (!lua_isnoneornil(L, 2 + i)) {
+        if (lua_type(L, 2 + i) != LUA_TNUMBER)
+          return luaL_error(L, "clamp: %s (argument %d) must be a number, got %s", i ? "max" : "min", 2 + i,
+                            luaL_typename(L, 2 + i));
+        b[i] = LT_NUMBER(L, 2 + i);
+      }
+    if (!lua_isnone(L, 4)) return luaL_error(L, "clamp: expected at most 2 arguments after the tensor");
+    return lt_push(L, dp_clamp_number(x, lua_isnoneornil(L, 2) ? NULL : &b[0], lua_isnoneornil(L, 3) ? NULL : &b[1]));
+  }
   int arg = 2;
   for (size_t k = 0; k < DP_UNARY_NPARAMS; k++) {
     const dp_param_info *pi = &dp_unary_param_list[k];
@@ -105,23 +120,31 @@ static void open_unary_ops(lua_State *L, int module, int methods) {
   lua_setfield(L, module, "_unary_params");
 }
 
-/* in place: t:add_(u [, alpha]) / t:mul_(s) ...; no autograd */
+/* in place: t:add_(u [, alpha]) / t:mul_(s) ...: ops/inplace.c checks the
+ * result's dtype and overlaps, refuses a leaf that requires grad and
+ * records the write for autograd */
 static int inplace(lua_State *L, dp_binary_op op) {
   dp_tensor *a = lt_check(L, 1);
-  if (a->requires_grad && dp_grad_enabled())
-    return luaL_error(L, "in-place operation on a tensor that requires grad (wrap it in ddp.no_grad)");
   int rc;
   if (lua_type(L, 2) == LUA_TNUMBER) {
-    rc = dp_binary_scalar_(op, a, lua_tonumber(L, 2));
+    dp_number s = LT_NUMBER(L, 2);
+    rc = dp_inplace_binary_number_(op, a, &s);
   } else {
     dp_tensor *b = lt_check(L, 2);
-    if (!lua_isnoneornil(L, 3)) {
-      dp_tensor *s = dp_binary_scalar(DP_B_MUL, b, luaL_checknumber(L, 3), false);
+    if (!lua_isnoneornil(L, 3)) { /* alpha * b in the promoted dtype, then the in-place op */
+      luaL_checknumber(L, 3);
+      dp_number alpha = LT_NUMBER(L, 3);
+      dp_dtype rt = dp_result_type(a, b);
+      if (!dp_dtype_is_float(rt) && !alpha.is_int)
+        return luaL_error(L, "for integral input tensors, argument alpha must not be a floating point number");
+      dp_tensor *bc = b->dtype == rt ? (dp_retain(b), b) : dp_to(b, rt, dp_dev(b));
+      dp_tensor *s = bc ? dp_binary_number(DP_B_MUL, bc, &alpha, false) : NULL;
+      dp_release(bc);
       if (!s) return lt_error(L);
-      rc = dp_binary_(op, a, s);
+      rc = dp_inplace_binary_(op, a, s);
       dp_release(s);
     } else {
-      rc = dp_binary_(op, a, b);
+      rc = dp_inplace_binary_(op, a, b);
     }
   }
   LT_CHECK(L, rc);
@@ -210,7 +233,7 @@ static int l_index_select(lua_State *L) {
     lua_pop(L, 1);
     if (!ok) {
       dp_release(it);
-      return luaL_error(L, "index_select: position %d of the index list is not an integer", (int)(i + 1));
+      return luaL_error(L, "index_select: position %I of the index list is not an integer", (lua_Integer)(i + 1));
     }
   }
   dp_tensor *itd = dp_to(it, DP_I64, dp_dev(t));

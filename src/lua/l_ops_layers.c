@@ -2,9 +2,10 @@
  * on these): convolution, pooling, batch and layer norm, dropout,
  * embedding. Module-level functions:
  *
- *   ddp.conv2d(x, w [, b [, stride [, padding]]])     stride/padding: n or {h, w}; 1 / 0
- *   ddp.max_pool2d(x, kernel [, stride [, padding]])  stride defaults to kernel
- *   ddp.avg_pool2d(x, kernel [, stride [, padding]])  padding counted in the mean
+ *   ddp.conv2d(x, w [, b [, stride [, padding [, dilation [, groups]]]]])   pairs: n or {h, w}; 1 / 0 / 1 / 1
+ *   ddp.max_pool2d(x, kernel [, stride [, padding [, dilation [, ceil_mode]]]])  stride defaults to kernel
+ *   ddp.avg_pool2d(x, kernel [, stride [, padding [, ceil_mode]]])  padding counted in the mean
+ *   (PyTorch's positional order; max_pool2d's dilation must be 1)
  *   ddp.batch_norm(x, running_mean, running_var, weight, bias [, training [, momentum [, eps]]])
  *       tensors may be nil; training false, momentum 0.1, eps 1e-5 (PyTorch's F.batch_norm)
  *   ddp.layer_norm(x, normalized_shape [, weight [, bias [, eps]]])  shape: n or {d1, ...}
@@ -53,7 +54,7 @@ static void read_pair(lua_State *L, int idx, const char *op, const char *what, c
   if (!lua_istable(L, idx))
     luaL_error(L, "%s: %s must be an integer or a table {h, w}, got %s", op, what, luaL_typename(L, idx));
   if (luaL_len(L, idx) != 2)
-    luaL_error(L, "%s: %s table must have 2 entries {h, w}, got %d", op, what, (int)luaL_len(L, idx));
+    luaL_error(L, "%s: %s table must have 2 entries {h, w}, got %I", op, what, (lua_Integer)luaL_len(L, idx));
   for (int i = 0; i < 2; i++) {
     lua_geti(L, idx, i + 1);
     int ok;
@@ -66,21 +67,33 @@ static void read_pair(lua_State *L, int idx, const char *op, const char *what, c
 
 static int l_conv2d(lua_State *L) {
   dp_tensor *x = lt_check(L, 1), *w = lt_check(L, 2), *b = opt_tensor(L, 3);
-  int64_t stride[2], pad[2];
-  read_pair(L, 4, "conv2d", "stride", (int64_t[]){1, 1}, stride);
-  read_pair(L, 5, "conv2d", "padding", (int64_t[]){0, 0}, pad);
-  return lt_push(L, dp_conv2d(x, w, b, stride, pad));
+  dp_conv2d_args a;
+  read_pair(L, 4, "conv2d", "stride", (int64_t[]){1, 1}, a.stride);
+  read_pair(L, 5, "conv2d", "padding", (int64_t[]){0, 0}, a.padding);
+  read_pair(L, 6, "conv2d", "dilation", (int64_t[]){1, 1}, a.dilation);
+  a.groups = luaL_optinteger(L, 7, 1);
+  return lt_push(L, dp_conv2d(x, w, b, &a));
 }
 
 static int pool(lua_State *L, bool is_max) {
   const char *op = is_max ? "max_pool2d" : "avg_pool2d";
   dp_tensor *x = lt_check(L, 1);
-  int64_t k[2], stride[2], pad[2];
+  dp_pool2d_args a;
   if (lua_isnoneornil(L, 2)) return luaL_error(L, "%s: kernel_size is required", op);
-  read_pair(L, 2, op, "kernel_size", NULL, k);
-  read_pair(L, 3, op, "stride", k, stride);
-  read_pair(L, 4, op, "padding", (int64_t[]){0, 0}, pad);
-  return lt_push(L, is_max ? dp_max_pool2d(x, k, stride, pad) : dp_avg_pool2d(x, k, stride, pad));
+  read_pair(L, 2, op, "kernel_size", NULL, a.kernel);
+  read_pair(L, 3, op, "stride", a.kernel, a.stride);
+  read_pair(L, 4, op, "padding", (int64_t[]){0, 0}, a.padding);
+  int ceil_arg = 5;
+  if (is_max) { /* F.max_pool2d(x, k, stride, padding, dilation, ceil_mode) */
+    int64_t dil[2];
+    read_pair(L, 5, op, "dilation", (int64_t[]){1, 1}, dil);
+    if (dil[0] != 1 || dil[1] != 1)
+      return luaL_error(L, "max_pool2d: dilation %I x %I is not supported (only 1)", (lua_Integer)dil[0],
+                        (lua_Integer)dil[1]);
+    ceil_arg = 6;
+  }
+  a.ceil_mode = opt_bool(L, ceil_arg, false);
+  return lt_push(L, is_max ? dp_max_pool2d(x, &a) : dp_avg_pool2d(x, &a));
 }
 static int l_max_pool2d(lua_State *L) { return pool(L, true); }
 static int l_avg_pool2d(lua_State *L) { return pool(L, false); }
@@ -119,7 +132,7 @@ static int l_batch_norm_gather_stats(lua_State *L) {
       int ok;
       lua_Number v = lua_tonumberx(L, -1, &ok);
       if (!ok)
-        return luaL_error(L, "batch_norm_gather_stats: count %d must be a number, got %s", (int)(i + 1),
+        return luaL_error(L, "batch_norm_gather_stats: count %I must be a number, got %s", (lua_Integer)(i + 1),
                           luaL_typename(L, -1));
       ((double *)dp_data(owned))[i] = v;
       lua_pop(L, 1);

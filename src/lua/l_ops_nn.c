@@ -44,22 +44,39 @@ static dp_reduction read_reduction(lua_State *L, const char *s) {
   return DP_REDUCE_MEAN;
 }
 
-/* cross_entropy(logits, target [, {reduction=, label_smoothing=, ignore_index=}]) */
-static int l_cross_entropy(lua_State *L) {
-  dp_tensor *x = lt_check(L, 1), *t = lt_check(L, 2);
-  const char *red = NULL;
-  double smoothing = 0;
-  int64_t ignore = -100; /* PyTorch's default; never a valid 1-based class */
-  if (lua_istable(L, 3)) {
-    static const char *const valid[] = {"reduction", "label_smoothing", "ignore_index", NULL};
-    lt_check_keys(L, 3, "cross_entropy", valid);
-    if (lua_getfield(L, 3, "reduction") != LUA_TNIL) red = luaL_checkstring(L, -1);
-    if (lua_getfield(L, 3, "label_smoothing") != LUA_TNIL) smoothing = luaL_checknumber(L, -1);
-    if (lua_getfield(L, 3, "ignore_index") != LUA_TNIL) ignore = luaL_checkinteger(L, -1);
-  }
-  return lt_push(L, dp_cross_entropy(x, t, read_reduction(L, red), smoothing, ignore, 1));
+/* {reduction=, label_smoothing=, ignore_index=, weight=} at idx (may be
+ * none); `smoothing` says whether label_smoothing is an option of op */
+static dp_loss_opts read_loss_opts(lua_State *L, int idx, const char *op, bool smoothing) {
+  dp_loss_opts o = {.reduction = DP_REDUCE_MEAN, .ignore_index = -100, .base = 1}; /* -100: PyTorch's default */
+  if (lua_isnoneornil(L, idx)) return o;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  static const char *const with_smoothing[] = {"reduction", "label_smoothing", "ignore_index", "weight", NULL};
+  static const char *const without[] = {"reduction", "ignore_index", "weight", NULL};
+  lt_check_keys(L, idx, op, smoothing ? with_smoothing : without);
+  if (lua_getfield(L, idx, "reduction") != LUA_TNIL) o.reduction = read_reduction(L, luaL_checkstring(L, -1));
+  if (lua_getfield(L, idx, "label_smoothing") != LUA_TNIL) o.label_smoothing = luaL_checknumber(L, -1);
+  if (lua_getfield(L, idx, "ignore_index") != LUA_TNIL) o.ignore_index = luaL_checkinteger(L, -1);
+  if (lua_getfield(L, idx, "weight") != LUA_TNIL) o.weight = lt_check(L, -1); /* stays on the stack */
+  return o;
 }
 
+/* cross_entropy(logits, target [, {reduction=, label_smoothing=, ignore_index=, weight=}]): target class
+ * positions (int64) or class probabilities (float, the logits' shape) */
+static int l_cross_entropy(lua_State *L) {
+  dp_tensor *x = lt_check(L, 1), *t = lt_check(L, 2);
+  dp_loss_opts o = read_loss_opts(L, 3, "cross_entropy", true);
+  return lt_push(L, dp_cross_entropy_opts(x, t, &o));
+}
+
+/* nll_loss(log_probs, target [, {reduction=, ignore_index=, weight=}]) */
+static int l_nll_loss(lua_State *L) {
+  dp_tensor *x = lt_check(L, 1), *t = lt_check(L, 2);
+  dp_loss_opts o = read_loss_opts(L, 3, "nll_loss", false);
+  return lt_push(L, dp_nll_loss(x, t, &o));
+}
+
+/* mse_loss(input, target [, {reduction=}]): broadcasting with PyTorch's
+ * warning (printed once per process) when the shapes differ */
 static int l_mse_loss(lua_State *L) {
   dp_tensor *a = lt_check(L, 1), *b = lt_check(L, 2);
   const char *red = NULL;
@@ -68,13 +85,34 @@ static int l_mse_loss(lua_State *L) {
     lt_check_keys(L, 3, "mse_loss", valid);
     if (lua_getfield(L, 3, "reduction") != LUA_TNIL) red = luaL_checkstring(L, -1);
   }
+  if (!dp_same_shape(a, b)) {
+    static bool warned;
+    char sa[160], sb[160];
+    int nd;
+    int64_t sh[DP_MAXDIM];
+    if (dp_broadcast_shape(a, b, &nd, sh)) {
+      dp_error_prefix("mse_loss: ");
+      return lt_error(L);
+    }
+    if (!warned) {
+      warned = true;
+      fprintf(stderr,
+              "ddplua: warning: mse_loss: using a target size (%s) that is different to the input size (%s). This "
+              "will likely lead to incorrect results due to broadcasting. Please ensure they have the same size.\n",
+              dp_shape_str(b, sb, sizeof sb), dp_shape_str(a, sa, sizeof sa));
+    }
+  }
   return lt_push(L, dp_mse_loss(a, b, read_reduction(L, red)));
 }
 
 void lt_open_nn_ops(lua_State *L, int module, int methods) {
-  static const luaL_Reg funcs[] = {{"linear", l_linear},           {"softmax", l_softmax},
-                                   {"log_softmax", l_log_softmax}, {"cross_entropy", l_cross_entropy},
-                                   {"mse_loss", l_mse_loss},       {NULL, NULL}};
+  static const luaL_Reg funcs[] = {{"linear", l_linear},
+                                   {"softmax", l_softmax},
+                                   {"log_softmax", l_log_softmax},
+                                   {"cross_entropy", l_cross_entropy},
+                                   {"mse_loss", l_mse_loss},
+                                   {"nll_loss", l_nll_loss},
+                                   {NULL, NULL}};
   lua_pushvalue(L, module);
   luaL_setfuncs(L, funcs, 0);
   lua_pop(L, 1);

@@ -4,10 +4,11 @@
  * and runs the backend's fused update (cpu_optim.c, or the CUDA kernel).
  *
  *   _sgd_step(group, state)            group: {params=, lr=, momentum=, dampening=, weight_decay=, nesterov=}
- *   _adam_step(group, state, decoupled) group: {params=, lr=, betas={b1, b2}, eps=, weight_decay=}
+ *   _adam_step(group, state, decoupled) group: {params=, lr=, betas={b1, b2}, eps=, weight_decay=, amsgrad=}
  *
  * state is the optimizer's table keyed by parameter tensor; state[p] is
- * {momentum_buffer=} (SGD) or {step=, exp_avg=, exp_avg_sq=} (Adam). */
+ * {momentum_buffer=} (SGD) or {step=, exp_avg=, exp_avg_sq= [, max_exp_avg_sq=]} (Adam; the last with
+ * amsgrad), PyTorch's keys. */
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -28,7 +29,7 @@ static double group_number(lua_State *L, int group, const char *key, const char 
 static dp_tensor *param_with_grad(lua_State *L, int params, lua_Integer i, const char *who) {
   lua_geti(L, params, i);
   dp_tensor *p = lt_test(L, -1);
-  if (!p) luaL_error(L, "%s: parameter %d is a %s, expected a tensor", who, (int)i, luaL_typename(L, -1));
+  if (!p) luaL_error(L, "%s: parameter %I is a %s, expected a tensor", who, (lua_Integer)i, luaL_typename(L, -1));
   lua_pop(L, 1);
   /* a zero-pending gradient (zero_grad on a kept buffer) steps as zeros */
   if (dp_grad_materialize(p)) lt_error(L);
@@ -58,7 +59,8 @@ static dp_tensor *state_tensor(lua_State *L, dp_tensor *p, const char *key, lua_
   lua_getfield(L, -1, key);
   dp_tensor *s = lt_test(L, -1);
   if (!s && !lua_isnil(L, -1))
-    luaL_error(L, "%s: state '%s' of parameter %d is a %s, expected a tensor", who, key, (int)i, luaL_typename(L, -1));
+    luaL_error(L, "%s: state '%s' of parameter %I is a %s, expected a tensor", who, key, (lua_Integer)i,
+               luaL_typename(L, -1));
   lua_pop(L, 1);
   if (s) return s;
   s = dp_zeros(p->dtype, p->ndim, p->shape, dp_dev(p));
@@ -92,7 +94,7 @@ static int l_sgd_step(lua_State *L) {
     }
     /* buf stays referenced by the state table */
     char name[64];
-    snprintf(name, sizeof name, "%s: parameter %d", who, (int)i);
+    snprintf(name, sizeof name, "%s: parameter %lld", who, (long long)i);
     dp_sgd_args a = {.lr = lr,
                      .momentum = momentum,
                      .dampening = dampening,
@@ -118,6 +120,9 @@ static int l_adam_step(lua_State *L) {
   double b1 = lua_tonumberx(L, -2, &ok1), b2 = lua_tonumberx(L, -1, &ok2);
   if (!ok1 || !ok2) return luaL_error(L, "%s: option 'betas' must hold two numbers", who);
   lua_pop(L, 3);
+  lua_getfield(L, 1, "amsgrad");
+  bool amsgrad = lua_toboolean(L, -1);
+  lua_pop(L, 1);
   if (lua_getfield(L, 1, "params") != LUA_TTABLE) return luaL_error(L, "%s: group has no params list", who);
   int params = lua_gettop(L);
   lua_Integer n = luaL_len(L, params);
@@ -128,6 +133,7 @@ static int l_adam_step(lua_State *L) {
     bool created;
     dp_tensor *m = state_tensor(L, p, "exp_avg", i, who, &created);
     dp_tensor *v = state_tensor(L, p, "exp_avg_sq", i, who, &created);
+    dp_tensor *vmax = amsgrad ? state_tensor(L, p, "max_exp_avg_sq", i, who, &created) : NULL;
     lua_getfield(L, -1, "step");
     lua_Integer step = lua_isnil(L, -1) ? 0 : lua_tointeger(L, -1);
     lua_pop(L, 1);
@@ -136,14 +142,15 @@ static int l_adam_step(lua_State *L) {
     lua_setfield(L, -2, "step");
     lua_pop(L, 1);
     char name[64];
-    snprintf(name, sizeof name, "%s: parameter %d", who, (int)i);
+    snprintf(name, sizeof name, "%s: parameter %lld", who, (long long)i);
     dp_adam_args a = {.lr = lr,
                       .beta1 = b1,
                       .beta2 = b2,
                       .eps = eps,
                       .weight_decay = wd,
                       .decoupled = decoupled,
-                      .step = (int64_t)step};
+                      .step = (int64_t)step,
+                      .max_exp_avg_sq = vmax};
     LT_CHECK(L, dp_adam_step_(name, p, p->grad, m, v, &a));
   }
   return 0;

@@ -7,14 +7,13 @@
 #include "lua/l_util.h"
 #include "ops/ops.h"
 
-typedef struct {
-  dp_tensor *t;
-} lt_box;
-
 /* ---- metamethods and properties ---- */
 static int l_gc(lua_State *L) {
-  lt_box *b = luaL_checkudata(L, 1, DP_TENSOR_MT);
-  dp_clear(&b->t);
+  lt_box_free(L, 1, NULL);
+  return 0;
+}
+static int l_close(lua_State *L) {
+  lt_box_free(L, 1, "a <close> variable going out of scope");
   return 0;
 }
 
@@ -221,8 +220,8 @@ static int l_narrow(lua_State *L) {
   int d = lt_check_dim(L, 2, t->ndim, 0);
   lua_Integer start = luaL_checkinteger(L, 3), len = luaL_checkinteger(L, 4);
   if (start < 1 || start > t->shape[d] + 1)
-    return luaL_error(L, "narrow: start %d out of range for dimension %d of size %d (positions are 1-based)",
-                      (int)start, d + 1, (int)t->shape[d]);
+    return luaL_error(L, "narrow: start %I out of range for dimension %d of size %I (positions are 1-based)",
+                      (lua_Integer)start, d + 1, (lua_Integer)t->shape[d]);
   return lt_push(L, dp_narrow(t, d, start - 1, len));
 }
 static int l_select(lua_State *L) {
@@ -231,9 +230,9 @@ static int l_select(lua_State *L) {
   lua_Integer i = luaL_checkinteger(L, 3);
   if (i == 0 || i > t->shape[d] || i < -t->shape[d])
     return luaL_error(L,
-                      "select: index %d out of range for dimension %d of size %d (positions are 1..%d or "
+                      "select: index %I out of range for dimension %d of size %I (positions are 1..%I or "
                       "negative from the end)",
-                      (int)i, d + 1, (int)t->shape[d], (int)t->shape[d]);
+                      (lua_Integer)i, d + 1, (lua_Integer)t->shape[d], (lua_Integer)t->shape[d]);
   return lt_push(L, dp_select(t, d, i > 0 ? i - 1 : t->shape[d] + i));
 }
 static int l_flatten(lua_State *L) {
@@ -298,12 +297,13 @@ static int l_totable(lua_State *L) {
   return 1;
 }
 
+/* fill_ / zero_ / copy_ / t[i] = v go through ops/inplace.c: overlap and
+ * dtype checks, refusal on a leaf that requires grad, autograd recording */
 static int l_fill_(lua_State *L) {
   dp_tensor *t = lt_check(L, 1);
-  lua_Number v = luaL_checknumber(L, 2);
-  if (t->requires_grad && dp_grad_enabled() && dp_is_leaf(t))
-    return luaL_error(L, "fill_: a leaf tensor that requires grad cannot be modified in place (use ddp.no_grad)");
-  LT_CHECK(L, dp_fill_(t, v));
+  luaL_checknumber(L, 2);
+  dp_number v = LT_NUMBER(L, 2);
+  LT_CHECK(L, dp_inplace_fill_(t, &v));
   lua_settop(L, 1);
   return 1;
 }
@@ -314,9 +314,7 @@ static int l_zero_(lua_State *L) {
 }
 static int l_copy_(lua_State *L) {
   dp_tensor *t = lt_check(L, 1), *u = lt_check(L, 2);
-  if (t->requires_grad && dp_grad_enabled() && dp_is_leaf(t))
-    return luaL_error(L, "copy_: a leaf tensor that requires grad cannot be modified in place (use ddp.no_grad)");
-  LT_CHECK(L, dp_copy_(t, u));
+  LT_CHECK(L, dp_inplace_copy_(t, u));
   lua_settop(L, 1);
   return 1;
 }
@@ -366,6 +364,7 @@ static int l_index(lua_State *L) {
       lua_pushnil(L);
       return 1;
     }
+    dp_autograd_refresh(t); /* a view whose base an in-place write changed */
     if (strcmp(k, "requires_grad") == 0) {
       lua_pushboolean(L, t->requires_grad);
       return 1;
@@ -392,8 +391,8 @@ static int l_index(lua_State *L) {
     if (t->ndim == 0) return luaL_error(L, "cannot index a 0-dimensional tensor");
     lua_Integer i = lua_tointeger(L, 2);
     if (i == 0 || i > t->shape[0] || i < -t->shape[0])
-      return luaL_error(L, "index %d out of range for dimension 1 of size %d (positions are 1-based)", (int)i,
-                        (int)t->shape[0]);
+      return luaL_error(L, "index %I out of range for dimension 1 of size %I (positions are 1-based)", (lua_Integer)i,
+                        (lua_Integer)t->shape[0]);
     return lt_push(L, dp_select(t, 0, i > 0 ? i - 1 : t->shape[0] + i));
   }
   return luaL_error(L, "tensors are indexed by integer positions or method names, got %s", luaL_typename(L, 2));
@@ -423,15 +422,22 @@ static int l_newindex(lua_State *L) {
     }
     return luaL_error(L, "cannot set field '%s' of a tensor", k);
   }
-  if (lua_isinteger(L, 2)) {
+  if (lua_isinteger(L, 2)) { /* t[i] = v: a write through the view t[i] (recorded as PyTorch's CopySlices) */
     lua_Integer i = lua_tointeger(L, 2);
-    if (t->ndim == 0 || i == 0 || i > t->shape[0] || i < -t->shape[0])
-      return luaL_error(L, "index %d out of range for dimension 1 (positions are 1-based)", (int)i);
+    if (t->ndim == 0) return luaL_error(L, "cannot index a 0-dimensional tensor");
+    if (i == 0 || i > t->shape[0] || i < -t->shape[0])
+      return luaL_error(L, "index %I out of range for dimension 1 of size %I (positions are 1-based)", (lua_Integer)i,
+                        (lua_Integer)t->shape[0]);
+    dp_tensor *u = lua_type(L, 3) == LUA_TNUMBER ? NULL : lt_check(L, 3);
     dp_tensor *v = dp_select(t, 0, i > 0 ? i - 1 : t->shape[0] + i);
     if (!v) return lt_error(L);
     int rc;
-    if (lua_type(L, 3) == LUA_TNUMBER) rc = dp_fill_(v, lua_tonumber(L, 3));
-    else rc = dp_copy_(v, lt_check(L, 3));
+    if (!u) {
+      dp_number n = LT_NUMBER(L, 3);
+      rc = dp_inplace_fill_(v, &n);
+    } else {
+      rc = dp_inplace_copy_(v, u);
+    }
     dp_release(v);
     LT_CHECK(L, rc);
     return 0;
@@ -440,13 +446,12 @@ static int l_newindex(lua_State *L) {
 }
 
 static int l_is_tensor(lua_State *L) {
-  lua_pushboolean(L, lt_test(L, 1) != NULL);
+  lua_pushboolean(L, luaL_testudata(L, 1, DP_TENSOR_MT) != NULL);
   return 1;
 }
 
 static int l_free(lua_State *L) { /* releases memory now instead of at GC */
-  lt_box *b = luaL_checkudata(L, 1, DP_TENSOR_MT);
-  dp_clear(&b->t);
+  lt_box_free(L, 1, "t:free()");
   return 0;
 }
 
@@ -511,7 +516,7 @@ void lt_open_tensor(lua_State *L, int module, int methods) {
   lua_setfield(L, -2, "__newindex");
   lua_pushcfunction(L, l_gc);
   lua_setfield(L, -2, "__gc");
-  lua_pushcfunction(L, l_gc);
+  lua_pushcfunction(L, l_close);
   lua_setfield(L, -2, "__close");
   lua_pushcfunction(L, l_tostring);
   lua_setfield(L, -2, "__tostring");

@@ -16,8 +16,8 @@ static void table_shape(lua_State *L, int idx, int depth, int *ndim, int64_t *sh
     shape[depth] = n;
     (*ndim)++;
   } else if (depth < *ndim && shape[depth] != n) {
-    luaL_error(L, "tensor(): ragged nested table: expected %d elements at depth %d, got %d", (int)shape[depth],
-               depth + 1, (int)n);
+    luaL_error(L, "tensor(): ragged nested table: expected %I elements at depth %d, got %I", (lua_Integer)shape[depth],
+               depth + 1, (lua_Integer)n);
   }
   for (int64_t i = 1; i <= n; i++) {
     int ty = lua_geti(L, idx, i);
@@ -30,7 +30,8 @@ static void table_shape(lua_State *L, int idx, int depth, int *ndim, int64_t *sh
     } else if (ty == LUA_TBOOLEAN) {
       *any_bool = true;
     } else {
-      luaL_error(L, "tensor(): expected numbers or nested tables, got %s at position %d", luaL_typename(L, -1), (int)i);
+      luaL_error(L, "tensor(): expected numbers or nested tables, got %s at position %I", luaL_typename(L, -1),
+                 (lua_Integer)i);
     }
     lua_pop(L, 1);
   }

@@ -37,7 +37,8 @@ static int l_zero_grads(lua_State *L) {
   for (lua_Integer i = 1; i <= n; i++) {
     lua_geti(L, 1, i);
     dp_tensor *t = lt_test(L, -1);
-    if (!t) return luaL_error(L, "zero_grad: element %d is a %s, expected a tensor", (int)i, luaL_typename(L, -1));
+    if (!t)
+      return luaL_error(L, "zero_grad: element %I is a %s, expected a tensor", (lua_Integer)i, luaL_typename(L, -1));
     lua_pop(L, 1);
     if (!t->grad) continue;
     if (t->keep_grad_buf) t->grad_zero_pending = true;

@@ -4,10 +4,6 @@
 
 #include "ops/ops.h"
 
-typedef struct {
-  dp_tensor *t;
-} lt_box;
-
 /* GC pacing. Lua does not see the bytes behind a tensor userdata, so
  * garbage tensors would pile up between collections, and the allocator
  * would grow to hold them; on a VM a first touch of a new page is dear
@@ -44,6 +40,7 @@ int lt_push(lua_State *L, dp_tensor *t) {
   if (!t) return lt_error(L);
   lt_box *b = lua_newuserdatauv(L, sizeof *b, 0);
   b->t = t;
+  b->freed_by = NULL;
   luaL_setmetatable(L, DP_TENSOR_MT);
   lt_gc_pace(L);
   return 1;
@@ -54,15 +51,28 @@ void lt_push_or_nil(lua_State *L, dp_tensor *t) {
   else lua_pushnil(L);
 }
 
+static void freed_error(lua_State *L, int idx, const lt_box *b) {
+  luaL_argerror(L, idx,
+                lua_pushfstring(L, "the tensor was freed (by %s) and cannot be used any more",
+                                b->freed_by ? b->freed_by : "its owner"));
+}
+
 dp_tensor *lt_test(lua_State *L, int idx) {
   lt_box *b = luaL_testudata(L, idx, DP_TENSOR_MT);
+  if (b && !b->t) freed_error(L, idx, b);
   return b ? b->t : NULL;
 }
 
 dp_tensor *lt_check(lua_State *L, int idx) {
   lt_box *b = luaL_checkudata(L, idx, DP_TENSOR_MT);
-  if (!b->t) luaL_argerror(L, idx, "tensor was already freed");
+  if (!b->t) freed_error(L, idx, b);
   return b->t;
+}
+
+void lt_box_free(lua_State *L, int idx, const char *by) {
+  lt_box *b = luaL_checkudata(L, idx, DP_TENSOR_MT);
+  if (b->t && by) b->freed_by = by;
+  dp_clear(&b->t);
 }
 
 int lt_dim_value(lua_State *L, lua_Integer d, int ndim, int extra) {
@@ -71,9 +81,9 @@ int lt_dim_value(lua_State *L, lua_Integer d, int ndim, int extra) {
   if (d < 0 && d >= -n) return (int)(d + n);
   if (d == 0)
     return luaL_error(L, "dimension 0 is not valid: dimensions count from 1 (1..%d), or from the end (-1..-%d)", n, n);
-  if (n == 0) return luaL_error(L, "dimension %d out of range: the tensor is 0-dimensional", (int)d);
-  return luaL_error(L, "dimension %d out of range for a %d-dimensional tensor (expected 1..%d or -%d..-1)", (int)d,
-                    ndim, n, n);
+  if (n == 0) return luaL_error(L, "dimension %I out of range: the tensor is 0-dimensional", (lua_Integer)d);
+  return luaL_error(L, "dimension %I out of range for a %d-dimensional tensor (expected 1..%d or -%d..-1)",
+                    (lua_Integer)d, ndim, n, n);
 }
 
 int lt_check_dim(lua_State *L, int idx, int ndim, int extra) {
@@ -135,6 +145,9 @@ void lt_check_keys(lua_State *L, int idx, const char *what, const char *const *v
       for (int i = 0; valid[i]; i++) ok |= strcmp(k, valid[i]) == 0;
     }
     if (!ok) {
+      /* the key's text first (luaL_tolstring pushes it: key, text), then
+       * the list (key, text, list); each read from its own slot */
+      const char *key = luaL_tolstring(L, -1, NULL);
       luaL_Buffer b;
       luaL_buffinit(L, &b);
       for (int i = 0; valid[i]; i++) {
@@ -142,8 +155,7 @@ void lt_check_keys(lua_State *L, int idx, const char *what, const char *const *v
         luaL_addstring(&b, valid[i]);
       }
       luaL_pushresult(&b);
-      luaL_error(L, "%s: unknown option '%s' (valid options: %s)", what, luaL_tolstring(L, -2, NULL),
-                 lua_tostring(L, -2));
+      luaL_error(L, "%s: unknown option '%s' (valid options: %s)", what, key, lua_tostring(L, -1));
     }
   }
 }

@@ -12,13 +12,29 @@
 
 #define DP_TENSOR_MT "ddplua.Tensor"
 
+/* A tensor userdata: the tensor it owns (NULL once freed) and, after an
+ * explicit release, what released it, for the error a later use raises. */
+typedef struct {
+  dp_tensor *t;
+  const char *freed_by; /* "t:free()", "a <close> variable" (NULL: never freed) */
+} lt_box;
+
 /* Pushes a userdata owning t (takes over the caller's reference); on NULL
  * raises the runtime's error message as a Lua error. */
 int lt_push(lua_State *L, dp_tensor *t);
 /* Like lt_push but pushes nil for NULL without an error. */
 void lt_push_or_nil(lua_State *L, dp_tensor *t);
+/* The tensor at idx: lt_check raises an error naming the argument when it
+ * is something else; lt_test returns NULL then. Both raise "tensor was
+ * freed by ..." for a tensor whose memory was released. */
 dp_tensor *lt_check(lua_State *L, int idx);
-dp_tensor *lt_test(lua_State *L, int idx); /* NULL if not a tensor */
+dp_tensor *lt_test(lua_State *L, int idx);
+/* Releases the tensor a box owns now (free(), __close), recording by what. */
+void lt_box_free(lua_State *L, int idx, const char *by);
+/* The Lua number at idx as an op operand: integers stay exact (int64),
+ * floats are doubles (the caller checked lua_type == LUA_TNUMBER). */
+#define LT_NUMBER(L, idx)                                                                                              \
+  (lua_isinteger(L, idx) ? dp_number_int((int64_t)lua_tointeger(L, idx)) : dp_number_float(lua_tonumber(L, idx)))
 /* Raises dp_errmsg() as a Lua error (with the caller's position). */
 int lt_error(lua_State *L);
 #define LT_CHECK(L, expr)                                                                                              \

@@ -1,19 +1,24 @@
-/* 2-d convolution as im2col + GEMM, and its gradients.
+/* 2-d convolution as im2col + GEMM (with groups and dilation), and its
+ * gradients.
  *
  * Forward, for a chunk of images at a time: cols [nb, C*kh*kw, oh*ow] =
- * im2col(x), then y[n] = W [O, C*kh*kw] @ cols[n] as one batched GEMM (W
- * broadcast with batch stride 0), then the bias through the bias/activation
- * epilogue. Chunks bound the column buffer (about 32 MiB) so a large batch
- * of large images never needs a huge temporary. A 1x1 kernel with stride 1
- * and no padding needs no columns: x itself is the column matrix.
+ * im2col(x) (the window's dilation applied there), then for each group g
+ * y[n, g] = W_g [O/G, C/G*kh*kw] @ cols[n, g] as one batched GEMM over the
+ * chunk (W_g broadcast with batch stride 0; a group's rows of cols, of W
+ * and of y are contiguous slices), then the bias through the
+ * bias/activation epilogue. Chunks bound the column buffer (about 32 MiB)
+ * so a large batch of large images never needs a huge temporary. A 1x1
+ * kernel with stride 1, no padding and no dilation needs no columns: x
+ * itself is the column matrix.
  *
  * Backward recomputes the columns per chunk rather than keeping them from
  * the forward (they are kh*kw times the input's size):
- *   gW += gy[n] @ cols[n]^T       (one GEMM per image, accumulating)
- *   gcols = W^T @ gy[n]           (batched), gx = col2im(gcols)
+ *   gW_g += gy[n, g] @ cols[n, g]^T   (one GEMM per image and group, accumulating)
+ *   gcols[n, g] = W_g^T @ gy[n, g]     (batched), gx = col2im(gcols)
  *   gb = sum of gy over n, oh, ow */
 #include <string.h>
 
+#include "ops/autocast.h"
 #include "ops/op_util.h"
 #include "ops/scalar_math.h"
 
@@ -21,35 +26,43 @@
 
 typedef struct {
   dp_window2d g;
-  int64_t outc, ck, L; /* output channels, C*kh*kw, oh*ow */
-  bool direct;         /* 1x1, stride 1, no padding: cols are x */
+  int64_t groups;
+  int64_t outc, opg, cpg; /* output channels; per group: output and input channels */
+  int64_t ck, L;          /* GEMM depth per group (C/G*kh*kw), oh*ow */
+  bool direct;            /* 1x1, stride 1, no padding or dilation: cols are x */
 } conv_geom;
 
-static void conv_geometry(conv_geom *cg, const dp_tensor *x, const dp_tensor *w, const int64_t stride[2],
-                          const int64_t padding[2]) {
+static void conv_geometry(conv_geom *cg, const dp_tensor *x, const dp_tensor *w, const dp_conv2d_args *a) {
   dp_window2d *g = &cg->g;
   g->n = x->shape[0], g->c = x->shape[1], g->h = x->shape[2], g->w = x->shape[3];
   g->kh = w->shape[2], g->kw = w->shape[3];
-  g->sh = stride[0], g->sw = stride[1], g->ph = padding[0], g->pw = padding[1];
-  g->oh = dp_window_out(g->h, g->kh, g->sh, g->ph);
-  g->ow = dp_window_out(g->w, g->kw, g->sw, g->pw);
+  g->sh = a->stride[0], g->sw = a->stride[1], g->ph = a->padding[0], g->pw = a->padding[1];
+  g->dh = a->dilation[0], g->dw = a->dilation[1];
+  /* the sizes were checked by check_conv_args (dp_window_size) */
+  dp_window_size(g->h, g->kh, g->sh, g->ph, g->dh, false, &g->oh);
+  dp_window_size(g->w, g->kw, g->sw, g->pw, g->dw, false, &g->ow);
+  cg->groups = a->groups;
   cg->outc = w->shape[0];
-  cg->ck = g->c * g->kh * g->kw;
+  cg->opg = cg->outc / a->groups;
+  cg->cpg = g->c / a->groups;
+  cg->ck = cg->cpg * g->kh * g->kw;
   cg->L = g->oh * g->ow;
   cg->direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
 }
 
 /* Images per chunk so that a chunk's columns fit the budget (at least 1). */
 static int64_t chunk_images(const conv_geom *cg, size_t es) {
-  int64_t per = cg->ck * cg->L * (int64_t)es;
+  int64_t per = cg->groups * cg->ck * cg->L * (int64_t)es;
   int64_t nb = per > 0 ? COLS_BUDGET_BYTES / per : cg->g.n;
   if (nb < 1) nb = 1;
   return nb > cg->g.n ? cg->g.n : nb;
 }
 
-/* C[b] = op(A[b]) @ op(B[b]) (+ beta C[b]) on contiguous matrices. */
+/* C[b] = op(A[b]) @ op(B[b]) (+ beta C[b]) on row-major matrices with row
+ * strides lda, ldb, ldc and batch strides sa, sb, sc. */
 static int gemm(dp_tensor *like, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t batch, const void *a,
-                int64_t lda, int64_t sa, const void *b, int64_t ldb, int64_t sb, void *c, int64_t sc, double beta) {
+                int64_t lda, int64_t sa, const void *b, int64_t ldb, int64_t sb, void *c, int64_t ldc, int64_t sc,
+                double beta) {
   dp_gemm_args ga = {.dtype = like->dtype,
                      .trans_a = ta,
                      .trans_b = tb,
@@ -66,7 +79,7 @@ static int gemm(dp_tensor *like, bool ta, bool tb, int64_t m, int64_t n, int64_t
                      .ldb = ldb,
                      .stride_b = sb,
                      .c = c,
-                     .ldc = n,
+                     .ldc = ldc,
                      .stride_c = sc,
                      .device = dp_dev(like).index};
   return dp_backend_of(like)->gemm(&ga);
@@ -77,21 +90,24 @@ static char *elem_ptr(const dp_tensor *t, int64_t i) { return (char *)dp_data(t)
 /* y [N, O, L] (contiguous) = conv(x, w) without bias. */
 static int conv_forward(dp_tensor *y, dp_tensor *x, dp_tensor *w, const conv_geom *cg) {
   const dp_backend *be = dp_backend_of(x);
-  int64_t N = cg->g.n, nb_max = chunk_images(cg, dp_elsize(x));
+  int64_t N = cg->g.n, nb_max = chunk_images(cg, dp_elsize(x)), G = cg->groups, CK = cg->ck, L = cg->L;
+  int64_t O = cg->outc, OG = cg->opg, rows = G * CK; /* rows of one image's columns */
   DP_SCOPE(s);
   dp_tensor *cols =
-      cg->direct ? NULL : dp_scope_add(&s, dp_empty(x->dtype, 3, (int64_t[]){nb_max, cg->ck, cg->L}, dp_dev(x)));
+      cg->direct ? NULL : dp_scope_add(&s, dp_empty(x->dtype, 3, (int64_t[]){nb_max, rows, L}, dp_dev(x)));
   if (!cg->direct && !cols) return -1;
   for (int64_t n0 = 0; n0 < N; n0 += nb_max) {
     int64_t nb = N - n0 < nb_max ? N - n0 : nb_max;
-    const void *src = elem_ptr(x, n0 * cg->ck * cg->L);
+    const char *src = elem_ptr(x, n0 * rows * L);
     if (cols) {
       if (be->im2col(cols, x, &cg->g, n0, nb)) return -1;
       src = dp_data(cols);
     }
-    if (gemm(y, false, false, cg->outc, cg->L, cg->ck, nb, dp_data(w), cg->ck, 0, src, cg->L, cg->ck * cg->L,
-             elem_ptr(y, n0 * cg->outc * cg->L), cg->outc * cg->L, 0.0))
-      return -1;
+    size_t es = dp_elsize(x);
+    for (int64_t gi = 0; gi < G; gi++)
+      if (gemm(y, false, false, OG, L, CK, nb, elem_ptr(w, gi * OG * CK), CK, 0, src + (size_t)(gi * CK * L) * es, L,
+               rows * L, elem_ptr(y, n0 * O * L + gi * OG * L), L, O * L, 0.0))
+        return -1;
   }
   return 0;
 }
@@ -100,11 +116,13 @@ static int conv_forward(dp_tensor *y, dp_tensor *x, dp_tensor *w, const conv_geo
 static int conv_backward_data(dp_tensor *gx, dp_tensor *gw, dp_tensor *gy, dp_tensor *x, dp_tensor *w,
                               const conv_geom *cg) {
   const dp_backend *be = dp_backend_of(gy);
-  int64_t N = cg->g.n, nb_max = chunk_images(cg, dp_elsize(gy)), O = cg->outc, CK = cg->ck, L = cg->L;
+  int64_t N = cg->g.n, nb_max = chunk_images(cg, dp_elsize(gy)), O = cg->outc, OG = cg->opg, CK = cg->ck, L = cg->L;
+  int64_t G = cg->groups, rows = G * CK;
+  size_t es = dp_elsize(gy);
   DP_SCOPE(s);
   dp_tensor *cols = NULL, *gcols = NULL;
   if (!cg->direct) {
-    int64_t sh[3] = {nb_max, CK, L};
+    int64_t sh[3] = {nb_max, rows, L};
     if (gw && !(cols = dp_scope_add(&s, dp_empty(gy->dtype, 3, sh, dp_dev(gy))))) return -1;
     if (gx && !(gcols = dp_scope_add(&s, dp_empty(gy->dtype, 3, sh, dp_dev(gy))))) return -1;
   }
@@ -114,32 +132,42 @@ static int conv_backward_data(dp_tensor *gx, dp_tensor *gw, dp_tensor *gy, dp_te
     int64_t nb = N - n0 < nb_max ? N - n0 : nb_max;
     const char *gyp = elem_ptr(gy, n0 * O * L);
     if (gw) {
-      const char *src = elem_ptr(x, n0 * CK * L);
+      const char *src = elem_ptr(x, n0 * rows * L);
       if (cols) {
         if (be->im2col(cols, x, &cg->g, n0, nb)) return -1;
         src = dp_data(cols);
       }
-      /* gW [O, CK] += gy[n] [O, L] @ cols[n]^T: one GEMM per image, since
-       * a batched GEMM writes one output per batch entry */
-      size_t es = dp_elsize(gy);
+      /* gW_g [OG, CK] += gy[n, g] [OG, L] @ cols[n, g]^T: one GEMM per
+       * image, since a batched GEMM writes one output per batch entry */
       for (int64_t i = 0; i < nb; i++)
-        if (gemm(gw, false, true, O, CK, L, 1, gyp + (size_t)(i * O * L) * es, L, 0, src + (size_t)(i * CK * L) * es, L,
-                 0, dp_data(gw), 0, (n0 + i) ? 1.0 : 0.0))
-          return -1;
+        for (int64_t gi = 0; gi < G; gi++)
+          if (gemm(gw, false, true, OG, CK, L, 1, gyp + (size_t)(i * O * L + gi * OG * L) * es, L, 0,
+                   src + (size_t)(i * rows * L + gi * CK * L) * es, L, 0, elem_ptr(gw, gi * OG * CK), CK, 0,
+                   (n0 + i) ? 1.0 : 0.0))
+            return -1;
     }
-    if (gx) { /* gcols[n] [CK, L] = W^T [CK, O] @ gy[n] [O, L] */
-      void *dst = gcols ? dp_data(gcols) : elem_ptr(gx, n0 * CK * L);
-      if (gemm(gy, true, false, CK, L, O, nb, dp_data(w), CK, 0, gyp, L, O * L, dst, CK * L, 0.0)) return -1;
+    if (gx) { /* gcols[n, g] [CK, L] = W_g^T [CK, OG] @ gy[n, g] [OG, L] */
+      char *dst = gcols ? (char *)dp_data(gcols) : elem_ptr(gx, n0 * rows * L);
+      for (int64_t gi = 0; gi < G; gi++)
+        if (gemm(gy, true, false, CK, L, OG, nb, elem_ptr(w, gi * OG * CK), CK, 0, gyp + (size_t)(gi * OG * L) * es, L,
+                 O * L, dst + (size_t)(gi * CK * L) * es, L, rows * L, 0.0))
+          return -1;
       if (gcols && be->col2im(gx, gcols, &cg->g, n0, nb)) return -1;
     }
   }
   return 0;
 }
 
+static dp_conv2d_args load_args(const dp_node *n) {
+  dp_conv2d_args a = {{n->i[0], n->i[1]}, {n->i[2], n->i[3]}, {n->i[4], n->i[5]}, n->i[6]};
+  return a;
+}
+
 static int conv2d_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_tensor *x = dp_node_saved(n, 0), *w = dp_node_saved(n, 1);
   conv_geom cg;
-  conv_geometry(&cg, x, w, (int64_t[]){n->i[0], n->i[1]}, (int64_t[]){n->i[2], n->i[3]});
+  dp_conv2d_args a = load_args(n);
+  conv_geometry(&cg, x, w, &a);
   bool want_x = dp_node_needs(n, 0), want_w = dp_node_needs(n, 1), want_b = n->n_inputs > 2 && dp_node_needs(n, 2);
   DP_SCOPE(s);
   dp_tensor *gy = dp_scope_add(&s, dp_contiguous_raw(gout[0]));
@@ -160,19 +188,23 @@ static int conv2d_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   return 0;
 }
 
-static int check_conv_args(const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const int64_t stride[2],
-                           const int64_t padding[2]) {
+static int check_conv_args(const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_conv2d_args *a) {
   if (x->ndim != 4)
     return dp_error("conv2d: expected a 4-dimensional input [N, C, H, W] (or 3-dimensional [C, H, W]), got shape %s",
                     SHAPE(x));
   if (w->ndim != 4)
-    return dp_error("conv2d: weight must be 4-dimensional [out_channels, in_channels, kh, kw], got shape %s", SHAPE(w));
+    return dp_error("conv2d: weight must be 4-dimensional [out_channels, in_channels / groups, kh, kw], got shape %s",
+                    SHAPE(w));
+  if (a->groups < 1) return dp_error("conv2d: groups must be >= 1, got %" PRId64, a->groups);
   if (w->shape[0] < 1 || w->shape[1] < 1)
     return dp_error("conv2d: weight of shape %s has no output or input channels", SHAPE(w));
-  if (x->shape[1] != w->shape[1])
-    return dp_error("conv2d: input has %" PRId64 " channels (shape %s) but weight of shape %s expects %" PRId64
-                    " input channels",
-                    x->shape[1], SHAPE(x), SHAPE(w), w->shape[1]);
+  if (w->shape[0] % a->groups)
+    return dp_error("conv2d: out_channels %" PRId64 " (weight shape %s) must be divisible by groups %" PRId64,
+                    w->shape[0], SHAPE(w), a->groups);
+  if (x->shape[1] % a->groups || x->shape[1] / a->groups != w->shape[1])
+    return dp_error("conv2d: input has %" PRId64 " channels (shape %s) but weight of shape %s with groups %" PRId64
+                    " expects %" PRId64 " input channels",
+                    x->shape[1], SHAPE(x), SHAPE(w), a->groups, w->shape[1] * a->groups);
   if (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))
     return dp_error("conv2d: bias of shape %s does not match weight %s (expected [%" PRId64 "])", SHAPE(b), SHAPE(w),
                     w->shape[0]);
@@ -182,31 +214,38 @@ static int check_conv_args(const dp_tensor *x, const dp_tensor *w, const dp_tens
                     b ? dp_dtype_name(b->dtype) : "");
   if (dp_check_same_device("conv2d", x, w) || (b && dp_check_same_device("conv2d", x, b))) return -1;
   for (int d = 0; d < 2; d++) {
-    if (stride[d] < 1) return dp_error("conv2d: stride must be >= 1, got %" PRId64, stride[d]);
-    if (padding[d] < 0) return dp_error("conv2d: padding must be >= 0, got %" PRId64, padding[d]);
+    if (a->stride[d] < 1) return dp_error("conv2d: stride must be >= 1, got %" PRId64, a->stride[d]);
+    if (a->padding[d] < 0) return dp_error("conv2d: padding must be >= 0, got %" PRId64, a->padding[d]);
+    if (a->dilation[d] < 1) return dp_error("conv2d: dilation must be >= 1, got %" PRId64, a->dilation[d]);
   }
-  for (int d = 0; d < 2; d++)
-    if (w->shape[2 + d] < 1 || dp_window_out(x->shape[2 + d], w->shape[2 + d], stride[d], padding[d]) < 1)
-      return dp_error("conv2d: kernel size %" PRId64 "x%" PRId64 " does not fit the input %" PRId64 "x%" PRId64
-                      " padded by %" PRId64 "x%" PRId64 " (input shape %s, weight shape %s)",
-                      w->shape[2], w->shape[3], x->shape[2], x->shape[3], padding[0], padding[1], SHAPE(x), SHAPE(w));
+  for (int d = 0; d < 2; d++) {
+    int64_t o;
+    if (dp_window_size(x->shape[2 + d], w->shape[2 + d], a->stride[d], a->padding[d], a->dilation[d], false, &o) ||
+        o < 1)
+      return dp_error("conv2d: kernel size %" PRId64 "x%" PRId64 " (dilation %" PRId64 "x%" PRId64
+                      ") does not fit the input %" PRId64 "x%" PRId64 " padded by %" PRId64 "x%" PRId64
+                      " (input shape %s, weight shape %s)",
+                      w->shape[2], w->shape[3], a->dilation[0], a->dilation[1], x->shape[2], x->shape[3], a->padding[0],
+                      a->padding[1], SHAPE(x), SHAPE(w));
+  }
   return 0;
 }
 
-dp_tensor *dp_conv2d(dp_tensor *x_in, dp_tensor *w_in, dp_tensor *b, const int64_t stride[2],
-                     const int64_t padding[2]) {
+static dp_tensor *conv2d_impl(dp_tensor *x_in, dp_tensor *w_in, dp_tensor *b, const dp_conv2d_args *a) {
   DP_SCOPE(s);
   bool prev = dp_set_grad_enabled(false);
   dp_tensor *x = x_in->ndim == 3 ? dp_scope_add(&s, dp_unsqueeze(x_in, 0)) : x_in;
   dp_set_grad_enabled(prev);
-  if (!x || check_conv_args(x, w_in, b, stride, padding)) return NULL;
+  if (!x || check_conv_args(x, w_in, b, a)) return NULL;
   dp_tensor *xc = dp_scope_add(&s, dp_contiguous_raw(x)), *wc = xc ? dp_scope_add(&s, dp_contiguous_raw(w_in)) : NULL;
-  if (!wc) return NULL;
+  /* the epilogue reads the bias as a dense [out_channels] row */
+  dp_tensor *bc = b ? dp_scope_add(&s, dp_contiguous_raw(b)) : NULL;
+  if (!wc || (b && !bc)) return NULL;
   conv_geom cg;
-  conv_geometry(&cg, xc, wc, stride, padding);
+  conv_geometry(&cg, xc, wc, a);
   dp_tensor *out = dp_scope_add(&s, dp_empty(xc->dtype, 4, (int64_t[]){cg.g.n, cg.outc, cg.g.oh, cg.g.ow}, dp_dev(xc)));
   if (!out || conv_forward(out, xc, wc, &cg) ||
-      (b && dp_backend_of(out)->bias_act(out, b, NULL, cg.g.n, cg.outc, cg.L)))
+      (bc && cg.g.n > 0 && dp_backend_of(out)->bias_act(out, bc, NULL, cg.g.n, cg.outc, cg.L)))
     return NULL;
   if (x_in->ndim == 3 && !(out = dp_scope_add(&s, dp_reshape(out, 3, (int64_t[]){cg.outc, cg.g.oh, cg.g.ow}))))
     return NULL;
@@ -214,11 +253,19 @@ dp_tensor *dp_conv2d(dp_tensor *x_in, dp_tensor *w_in, dp_tensor *b, const int64
   dp_tensor *ins[3] = {x_in, w_in, b};
   if (dp_any_requires_grad(b ? 3 : 2, ins)) {
     dp_node *n = dp_node_new("ConvolutionBackward", conv2d_backward, b ? 3 : 2, ins, 1);
-    n->i[0] = stride[0], n->i[1] = stride[1], n->i[2] = padding[0], n->i[3] = padding[1];
+    n->i[0] = a->stride[0], n->i[1] = a->stride[1], n->i[2] = a->padding[0], n->i[3] = a->padding[1];
+    n->i[4] = a->dilation[0], n->i[5] = a->dilation[1], n->i[6] = a->groups;
     dp_node_save(n, xc);
     dp_node_save(n, wc);
     dp_node_attach(n, out, 0);
     dp_node_release(n);
   }
   return out;
+}
+
+/* Autocast (autocast.h) casts float32 CUDA operands to bfloat16/float16 first. */
+dp_tensor *dp_conv2d(dp_tensor *x, dp_tensor *w, dp_tensor *b, const dp_conv2d_args *a) {
+  dp_autocast_scope ac;
+  if (dp_autocast_cast(&ac, 3, (dp_tensor * *[]){&x, &w, &b})) return NULL;
+  return dp_autocast_done(&ac, conv2d_impl(x, w, b, a));
 }

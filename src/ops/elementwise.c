@@ -143,25 +143,29 @@ dp_tensor *dp_unary(dp_unary_op op, dp_tensor *x) {
 }
 
 /* ---- binary ---- */
-static dp_dtype binary_out_dtype(dp_binary_op op, dp_dtype a, dp_dtype b) {
-  if (dp_binary_ops[op].out == DP_OUT_BOOL) return DP_U8;
-  dp_dtype t = dp_promote(a, b);
-  if (dp_binary_ops[op].out == DP_OUT_FLOAT && !dp_dtype_is_float(t)) return DP_F32;
-  return t;
+/* The dtype the op computes in (PyTorch's result type; an integer one
+ * becomes float32 for the OUT_FLOAT ops) and the dtype it writes. */
+static dp_dtype compute_dtype(dp_binary_op op, dp_dtype rt) {
+  return dp_binary_ops[op].out == DP_OUT_FLOAT && !dp_dtype_is_float(rt) ? DP_F32 : rt;
+}
+static dp_dtype output_dtype(dp_binary_op op, dp_dtype compute) {
+  return dp_binary_ops[op].out == DP_OUT_BOOL ? DP_U8 : compute;
 }
 
-/* The weight a gets of the gradient of maximum/minimum(a, b): 1 where it
- * wins, 0.5 at ties (the gradient is split equally, as PyTorch), 0 where
- * it loses; b (NULL) stands for the scalar s. */
-static dp_tensor *extreme_weight(dp_binary_op op, dp_tensor *a, dp_tensor *b, double s, dp_tensor *like) {
+/* The weight an operand gets of the gradient of maximum/minimum: 1 where
+ * it wins, 0.5 at ties (split equally), 0 where it loses, and 1 where the
+ * comparison is undecided (a NaN on either side: PyTorch passes the
+ * gradient to both there). `lose` is the comparison under which the
+ * operand loses; b (NULL) stands for the scalar s. */
+static dp_tensor *extreme_weight(dp_binary_op lose, dp_tensor *a, dp_tensor *b, double s, dp_tensor *like) {
   DP_SCOPE(sc);
-  dp_binary_op wins = op == DP_B_MAX ? DP_B_GT : DP_B_LT;
-  dp_tensor *win = dp_scope_add(&sc, b ? dp_binary(wins, a, b) : dp_binary_scalar(wins, a, s, false));
+  dp_tensor *l = dp_scope_add(&sc, b ? dp_binary(lose, a, b) : dp_binary_scalar(lose, a, s, false));
   dp_tensor *tie = dp_scope_add(&sc, b ? dp_binary(DP_B_EQ, a, b) : dp_binary_scalar(DP_B_EQ, a, s, false));
-  dp_tensor *wf = win ? dp_scope_add(&sc, dp_to(win, like->dtype, dp_dev(like))) : NULL;
+  dp_tensor *lf = l ? dp_scope_add(&sc, dp_to(l, like->dtype, dp_dev(like))) : NULL;
   dp_tensor *tf = tie ? dp_scope_add(&sc, dp_to(tie, like->dtype, dp_dev(like))) : NULL;
   dp_tensor *half = tf ? dp_scope_add(&sc, dp_binary_scalar(DP_B_MUL, tf, 0.5, false)) : NULL;
-  return wf && half ? dp_add(wf, half) : NULL;
+  dp_tensor *drop = lf && half ? dp_scope_add(&sc, dp_add(lf, half)) : NULL;
+  return drop ? dp_binary_scalar(DP_B_SUB, drop, 1.0, true) : NULL; /* 1 - lose - tie/2 */
 }
 
 static int binary_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
@@ -193,28 +197,38 @@ static int binary_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
     break;
   case DP_B_MAX:
   case DP_B_MIN: {
-    dp_tensor *ma = dp_scope_add(&s, extreme_weight(op, a, b, 0, gy)); /* a's weight; b's is 1 - ma */
-    if (ma && na) ga = dp_mul(gy, ma);
-    if (ma && nb) {
-      dp_tensor *mb = dp_scope_add(&s, dp_binary_scalar(DP_B_SUB, ma, 1.0, true));
-      gb = mb ? dp_mul(gy, mb) : NULL;
+    bool mx = op == DP_B_MAX;
+    if (na) {
+      dp_tensor *w = dp_scope_add(&s, extreme_weight(mx ? DP_B_LT : DP_B_GT, a, b, 0, gy));
+      ga = w ? dp_mul(gy, w) : NULL;
+    }
+    if (nb) {
+      dp_tensor *w = dp_scope_add(&s, extreme_weight(mx ? DP_B_GT : DP_B_LT, a, b, 0, gy));
+      gb = w ? dp_mul(gy, w) : NULL;
     }
     break;
   }
   case DP_B_POW:
-    if (na) { /* gy * b * a^(b-1) */
-      dp_tensor *bm1 = dp_scope_add(&s, dp_binary_scalar(DP_B_SUB, b, 1.0, false));
-      dp_tensor *p = bm1 ? dp_scope_add(&s, dp_binary(DP_B_POW, a, bm1)) : NULL;
-      dp_tensor *t = p ? dp_scope_add(&s, dp_mul(p, b)) : NULL;
+    if (na && b->dtype == gy->dtype) { /* gy * b * a^(b-1), 0 where b == 0 */
+      dp_tensor *t = dp_scope_add(&s, dp_binary(DP_B_POW_DBASE, a, b));
+      ga = t ? dp_mul(gy, t) : NULL;
+    } else if (na) { /* b - 1 in b's own dtype, as PyTorch: an int64 b exact beyond 2^53 (wrapping), a float32
+                      * b rounded there (1e-16 - 1 is -1, an integer power of a negative base, not NaN) */
+      dp_number one = dp_number_int(1);
+      dp_tensor *b1 = dp_scope_add(&s, dp_binary_number(DP_B_SUB, b, &one, false));
+      dp_tensor *p = b1 ? dp_scope_add(&s, dp_binary(DP_B_POW, a, b1)) : NULL;
+      dp_tensor *pb = p ? dp_scope_add(&s, dp_mul(p, b)) : NULL;
+      dp_tensor *t = pb ? dp_scope_add(&s, dp_binary(DP_B_KEEP_NZ, pb, b)) : NULL;
       ga = t ? dp_mul(gy, t) : NULL;
     }
-    if (nb) { /* gy * y * log(a) */
-      dp_tensor *la = dp_scope_add(&s, dp_unary(DP_U_LOG, a)), *t = la ? dp_scope_add(&s, dp_mul(y, la)) : NULL;
+    if (nb) { /* gy * a^b * log(a), 0 where a == 0 and b >= 0 */
+      dp_tensor *t = dp_scope_add(&s, dp_binary(DP_B_POW_DEXP, a, b));
       gb = t ? dp_mul(gy, t) : NULL;
     }
     break;
-  default: return dp_error("comparison ops have no gradient");
+  default: return dp_error("%s has no gradient", dp_binary_name(op));
   }
+  (void)y;
   gin[0] = dp_grad_for_input(n, 0, ga);
   gin[1] = dp_grad_for_input(n, 1, gb);
   return (na && !gin[0]) || (nb && !gin[1]) ? -1 : 0;
@@ -234,10 +248,14 @@ dp_tensor *dp_binary(dp_binary_op op, dp_tensor *a, dp_tensor *b) {
     dp_error_prefix(name);
     return NULL;
   }
+  dp_dtype cdt = compute_dtype(op, dp_result_type(a, b));
   DP_SCOPE(s);
-  dp_tensor *out = dp_scope_add(&s, dp_empty(binary_out_dtype(op, a->dtype, b->dtype), nd, shape, dp_dev(a)));
-  dp_tensor *ea = dp_scope_add(&s, dp_expand_raw(a, nd, shape)), *eb = dp_scope_add(&s, dp_expand_raw(b, nd, shape));
-  if (!out || !ea || !eb || dp_backend_of(a)->binary(op, out, ea, eb)) return NULL;
+  /* operands in the compute dtype (cast before broadcasting: the small side) */
+  dp_tensor *ca = dp_scope_add(&s, dp_cast_raw(a, cdt)), *cb = ca ? dp_scope_add(&s, dp_cast_raw(b, cdt)) : NULL;
+  dp_tensor *out = cb ? dp_scope_add(&s, dp_empty(output_dtype(op, cdt), nd, shape, dp_dev(a))) : NULL;
+  dp_tensor *ea = out ? dp_scope_add(&s, dp_expand_raw(ca, nd, shape)) : NULL;
+  dp_tensor *eb = ea ? dp_scope_add(&s, dp_expand_raw(cb, nd, shape)) : NULL;
+  if (!eb || dp_backend_of(a)->binary(op, out, ea, eb)) return NULL;
   dp_scope_keep(&s, out);
   dp_tensor *ins[2] = {a, b};
   const dp_op_info *info = &dp_binary_ops[op];
@@ -271,56 +289,137 @@ static int binary_scalar_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin)
       g = u ? dp_neg(u) : NULL;
     }
     break;
-  case DP_B_POW:
-    if (!first) { /* s * a^(s-1) */
-      dp_tensor *p = dp_scope_add(&sc, dp_binary_scalar(DP_B_POW, a, s - 1.0, false));
-      dp_tensor *t = p ? dp_scope_add(&sc, dp_binary_scalar(DP_B_MUL, p, s, false)) : NULL;
-      g = t ? dp_mul(gy, t) : NULL;
-    } else { /* s^a: y * log(s) */
-      dp_tensor *t = dp_scope_add(&sc, dp_binary_scalar(DP_B_MUL, y, log(s), false));
-      g = t ? dp_mul(gy, t) : NULL;
+  case DP_B_POW: { /* a^s: s * a^(s-1), 0 for s == 0; s^a: s^a * log(s), 0 for s == 0 and a >= 0 */
+    dp_number sn = dp_number_float(s), s1 = dp_number_float(s - 1);
+    dp_tensor *t;
+    if (first || s == 0) t = dp_scope_add(&sc, dp_binary_number(first ? DP_B_POW_DEXP : DP_B_POW_DBASE, a, &sn, first));
+    else { /* a^(s-1) as the forward computes a power (sqrt, rsqrt, ...: PyTorch's (-inf)^-0.5 is NaN, not 0) */
+      dp_tensor *p = dp_scope_add(&sc, dp_binary_number(DP_B_POW, a, &s1, false));
+      t = p ? dp_scope_add(&sc, dp_binary_number(DP_B_MUL, p, &sn, false)) : NULL;
     }
+    g = t ? dp_mul(gy, t) : NULL;
     break;
+  }
   case DP_B_MAX:
   case DP_B_MIN: {
-    dp_tensor *m = dp_scope_add(&sc, extreme_weight(op, a, NULL, s, gy));
+    dp_tensor *m = dp_scope_add(&sc, extreme_weight(op == DP_B_MAX ? DP_B_LT : DP_B_GT, a, NULL, s, gy));
     g = m ? dp_mul(gy, m) : NULL;
     break;
   }
-  default: return dp_error("comparison ops have no gradient");
+  default: return dp_error("%s has no gradient", dp_binary_name(op));
   }
   if (!g) return -1;
   gin[0] = dp_grad_for_input(n, 0, g);
   return gin[0] ? 0 : -1;
 }
 
-dp_tensor *dp_binary_scalar(dp_binary_op op, dp_tensor *a, double s, bool scalar_first) {
+/* s in the compute dtype, as PyTorch casts a scalar to it (float32 rounds
+ * 0.1; bfloat16 rounds further) */
+static double number_in(const dp_number *s, dp_dtype dt) {
+  double v = dp_number_value(s);
+  char one[8];
+  dp_store_d(one, dt, v);
+  return dp_load_d(one, dt);
+}
+
+/* x^e for the exponents PyTorch computes without pow (sqrt for 0.5, x * x
+ * for 2, ...): the same values, e.g. (-inf)^0.5 is NaN as sqrt gives, not
+ * C pow's inf. Writes out (no autograd); 1 when e is not one of them. */
+static int pow_special(dp_tensor *out, dp_tensor *x, double e) {
+  dp_unary_op u;
+  if (e == 0.5) u = DP_U_SQRT;
+  else if (e == -0.5) u = DP_U_RSQRT;
+  else if (e == -1) u = DP_U_RECIP;
+  else if (e == 2 || e == 3 || e == -2) u = DP_U_SQUARE;
+  else return 1;
+  bool prev = dp_set_grad_enabled(false);
+  DP_SCOPE(s);
+  dp_tensor *v = dp_scope_add(&s, dp_unary(u, x));
+  if (v && e == 3) v = dp_scope_add(&s, dp_mul(v, x));
+  if (v && e == -2) v = dp_scope_add(&s, dp_unary(DP_U_RECIP, v));
+  dp_set_grad_enabled(prev);
+  return v ? dp_backend_of(out)->copy(out, v) : -1;
+}
+
+dp_tensor *dp_binary_number(dp_binary_op op, dp_tensor *a, const dp_number *s, bool scalar_first) {
   if ((unsigned)op >= DP_B_COUNT) {
     dp_error("unknown binary op %d", (int)op);
     return NULL;
   }
-  /* A Lua number is weakly typed (as a Python scalar in PyTorch): it keeps
-   * an integer tensor integer unless it has a fraction. */
   const dp_op_info *info = &dp_binary_ops[op];
-  dp_dtype odt = a->dtype;
-  if (info->out == DP_OUT_BOOL) odt = DP_U8;
-  else if (!dp_dtype_is_float(odt) && (info->out == DP_OUT_FLOAT || s != floor(s) || isinf(s))) odt = DP_F32;
+  dp_dtype cdt = compute_dtype(op, dp_result_type_number(a, s));
+  if (op == DP_B_POW && !scalar_first && !dp_dtype_is_float(cdt) && s->is_int && s->i < 0) {
+    dp_error("pow: integers to negative integer powers are not allowed (%s tensor to the power %lld)",
+             dp_dtype_name(a->dtype), (long long)s->i);
+    return NULL;
+  }
   DP_SCOPE(sc);
-  dp_tensor *out = dp_scope_add(&sc, dp_empty(odt, a->ndim, a->shape, dp_dev(a)));
-  if (!out || dp_backend_of(a)->binary_scalar(op, out, a, s, scalar_first)) return NULL;
+  dp_tensor *ca = dp_scope_add(&sc, dp_cast_raw(a, cdt));
+  dp_tensor *out = ca ? dp_scope_add(&sc, dp_empty(output_dtype(op, cdt), a->ndim, a->shape, dp_dev(a))) : NULL;
+  if (!out) return NULL;
+  if (dp_dtype_is_float(cdt)) {
+    int special = op == DP_B_POW && !scalar_first ? pow_special(out, ca, number_in(s, cdt)) : 1;
+    if (special < 0 || (special && dp_backend_of(a)->binary_scalar(op, out, ca, number_in(s, cdt), scalar_first)))
+      return NULL;
+  } else { /* integers: the number as a broadcast 0-dim tensor, so the kernel's exact int64 path runs */
+    dp_tensor *st = dp_scope_add(&sc, dp_number_tensor(s, cdt, dp_dev(a)));
+    dp_tensor *es = st ? dp_scope_add(&sc, dp_expand_raw(st, a->ndim, a->shape)) : NULL;
+    if (!es || dp_backend_of(a)->binary(op, out, scalar_first ? es : ca, scalar_first ? ca : es)) return NULL;
+  }
   dp_scope_keep(&sc, out);
   if (info->node && dp_any_requires_grad(1, &a)) {
     dp_node *n = dp_node_new(info->node, binary_scalar_backward, 1, &a, 1);
     n->i[0] = op;
     n->i[1] = scalar_first;
-    n->f[0] = s;
+    n->f[0] = number_in(s, cdt);
     bool need_a = op == DP_B_MAX || op == DP_B_MIN || op == DP_B_POW || (op == DP_B_DIV && scalar_first);
     dp_node_save(n, need_a ? a : NULL);
-    dp_node_save(n, ((op == DP_B_DIV || op == DP_B_POW) && scalar_first) ? out : NULL);
+    dp_node_save(n, (op == DP_B_DIV && scalar_first) ? out : NULL);
     dp_node_attach(n, out, 0);
     dp_node_release(n);
   }
   return out;
+}
+
+dp_tensor *dp_binary_scalar(dp_binary_op op, dp_tensor *a, double s, bool scalar_first) {
+  dp_number n = dp_number_of_double(s);
+  return dp_binary_number(op, a, &n, scalar_first);
+}
+
+dp_tensor *dp_add_scaled(dp_tensor *a, dp_tensor *b, const dp_number *alpha) {
+  dp_dtype rt = dp_result_type(a, b);
+  if (!dp_dtype_is_float(rt) && !alpha->is_int) {
+    dp_error("add: for integral input tensors, argument alpha must not be a floating point number (got %g)", alpha->d);
+    return NULL;
+  }
+  /* alpha * b in the result dtype (a uint8 b with alpha -1 wraps there, as
+   * in PyTorch, instead of in b's own dtype before promotion) */
+  DP_SCOPE(s);
+  dp_tensor *bc = b->dtype == rt ? b : dp_scope_add(&s, dp_to(b, rt, dp_dev(b)));
+  dp_tensor *sb = bc ? dp_scope_add(&s, dp_binary_number(DP_B_MUL, bc, alpha, false)) : NULL;
+  return sb ? dp_add(a, sb) : NULL;
+}
+
+dp_tensor *dp_clamp_number(dp_tensor *x, const dp_number *lo, const dp_number *hi) {
+  if (!lo && !hi) {
+    dp_error("clamp: at least one of min and max must be given");
+    return NULL;
+  }
+  bool ints = !dp_dtype_is_float(x->dtype) && (!lo || lo->is_int) && (!hi || hi->is_int);
+  if (ints) { /* exact: maximum then minimum with the integer bounds (PyTorch's order: max wins) */
+    if ((lo && dp_number_check("clamp", lo, x->dtype)) || (hi && dp_number_check("clamp", hi, x->dtype))) return NULL;
+    DP_SCOPE(s);
+    dp_tensor *t = lo ? dp_scope_add(&s, dp_binary_number(DP_B_MAX, x, lo, false)) : x;
+    return !t ? NULL : hi ? dp_binary_number(DP_B_MIN, t, hi, false) : (dp_retain(t), t);
+  }
+  dp_unary_args a = dp_unary_args_of(DP_U_CLAMP);
+  if (lo) a.p.min = dp_number_value(lo);
+  if (hi) a.p.max = dp_number_value(hi);
+  if (dp_dtype_is_float(x->dtype)) return dp_unary_with(&a, x);
+  /* an integer x with a float bound: float32, the default dtype */
+  DP_SCOPE(s);
+  dp_tensor *xf = dp_scope_add(&s, dp_cast_raw(x, DP_F32));
+  return xf ? dp_unary_with(&a, xf) : NULL;
 }
 
 int dp_binary_(dp_binary_op op, dp_tensor *a, dp_tensor *b) {

@@ -107,6 +107,10 @@ static int ce_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
     gin[0] = dp_scope_keep(&s, gx);
     return 0;
   }
+  if (n->in_ndim[0] == 1) { /* unbatched [C] logits: the forward lifted them to [1, C] */
+    gin[0] = dp_reshape(gx, 1, n->in_shape[0]);
+    return gin[0] ? 0 : -1;
+  }
   /* back to the logits' original layout */
   int nd = n->in_ndim[0];
   int64_t sh[DP_MAXDIM]; /* [N, d..., C] then move C back to dim 1 */
@@ -179,7 +183,9 @@ dp_tensor *dp_cross_entropy(dp_tensor *logits, dp_tensor *target, dp_reduction r
   int64_t rows = xc ? xc->shape[0] : 0;
   count = (double)rows;
   dp_tensor *loss = rc ? NULL : dp_scope_add(&s, dp_empty(logits->dtype, 1, &rows, dp_dev(logits)));
-  dp_tensor *lse = loss ? dp_scope_add(&s, dp_empty(logits->dtype, 1, &rows, dp_dev(logits))) : NULL;
+  /* per row (max, log_s) in float64: the gradient is exp((x - max) - log_s), exact for any logit magnitude */
+  int64_t lse_shape[2] = {rows, 2};
+  dp_tensor *lse = loss ? dp_scope_add(&s, dp_empty(DP_F64, 2, lse_shape, dp_dev(logits))) : NULL;
   dp_ce_args ca = {.x = xc, .target = tc, .base = base, .ignore_index = ignore_index, .smoothing = smoothing};
   rc = lse ? dp_backend_of(logits)->cross_entropy(loss, lse, &ca) : -1;
   /* valid-row mask (1 where target != ignore_index) and count */
@@ -217,12 +223,6 @@ dp_tensor *dp_cross_entropy(dp_tensor *logits, dp_tensor *target, dp_reduction r
 }
 
 dp_tensor *dp_mse_loss(dp_tensor *a, dp_tensor *b, dp_reduction red) {
-  if (!dp_same_shape(a, b)) {
-    /* PyTorch warns and broadcasts; a shape mismatch in a loss is almost
-     * always a bug, so it is an error here */
-    dp_error("mse_loss: input shape %s and target shape %s differ", SHAPE(a), SHAPE(b));
-    return NULL;
-  }
   DP_SCOPE(s);
   dp_tensor *d = dp_scope_add(&s, dp_sub(a, b));
   dp_tensor *sq = d ? dp_unary(DP_U_SQUARE, d) : NULL;

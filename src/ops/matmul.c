@@ -54,13 +54,20 @@ static dp_tensor *gemm_operand(dp_scope *s, dp_tensor *t, bool *trans, int64_t *
    * keep an empty or size-1 view as it is */
   dp_tensor *copy = dp_scope_add(s, dp_copy_raw(t));
   if (!copy) return NULL;
-  DP_ASSERT(as_gemm_operand(copy, trans, ld) && batch_stride(copy, bstride, nb));
+  if (!as_gemm_operand(copy, trans, ld) || !batch_stride(copy, bstride, nb)) {
+    dp_error("internal error: a packed copy of shape %s is not a GEMM operand", SHAPE(copy));
+    return NULL;
+  }
   return copy;
 }
 
 /* out [batch..., m, n] = a [batch..., m, k] @ b [batch..., k, n]; a and b
  * already expanded to the same batch dims. */
 static int gemm_batched(dp_tensor *out, dp_tensor *a, dp_tensor *b, double beta) {
+  /* nothing to compute, or a sum over k = 0 terms: no GEMM (an empty
+   * operand need not have GEMM strides) */
+  if (dp_numel(out) == 0) return 0;
+  if (a->shape[a->ndim - 1] == 0) return beta == 0.0 ? dp_fill_(out, 0.0) : 0;
   DP_SCOPE(s);
   bool ta = false, tb = false;
   int64_t lda = 0, ldb = 0, sa = 0, sb = 0, nba = 1, nbb = 1;
@@ -135,8 +142,8 @@ static dp_tensor *matmul_impl(dp_tensor *a, dp_tensor *b) {
     dp_error("matmul: both arguments need at least 1 dimension, got shapes %s and %s", SHAPE(a), SHAPE(b));
     return NULL;
   }
-  if (a->dtype != b->dtype || !dp_dtype_is_float(a->dtype)) {
-    dp_error("matmul: expected two floating point tensors of the same dtype, got %s and %s", dp_dtype_name(a->dtype),
+  if (a->dtype != b->dtype) {
+    dp_error("matmul: expected two tensors of the same dtype, got %s and %s", dp_dtype_name(a->dtype),
              dp_dtype_name(b->dtype));
     return NULL;
   }
@@ -284,10 +291,14 @@ static dp_tensor *linear_impl(dp_tensor *x, dp_tensor *w, dp_tensor *b, int act)
   dp_tensor *x2 = dp_scope_add(&s, dp_reshape(x, 2, (int64_t[]){rows, in}));
   dp_tensor *wt = x2 ? dp_scope_add(&s, dp_transpose(w, 0, 1)) : NULL;
   dp_set_grad_enabled(prev);
-  dp_tensor *out = wt ? dp_scope_add(&s, dp_empty(w->dtype, 2, (int64_t[]){rows, outf}, dp_dev(x))) : NULL;
+  /* the kernel reads the bias as a dense [out_features] row: an expanded or
+   * strided bias is packed first */
+  dp_tensor *bc = b ? dp_scope_add(&s, dp_contiguous_raw(b)) : NULL;
+  dp_tensor *out =
+      wt && (!b || bc) ? dp_scope_add(&s, dp_empty(w->dtype, 2, (int64_t[]){rows, outf}, dp_dev(x))) : NULL;
   dp_unary_args a = dp_unary_args_of((dp_unary_op)(act >= 0 ? act : 0));
   if (!out || gemm_batched(out, x2, wt, 0.0) ||
-      ((b || act >= 0) && dp_backend_of(out)->bias_act(out, b, act >= 0 ? &a : NULL, rows, outf, 1)))
+      ((b || act >= 0) && rows > 0 && dp_backend_of(out)->bias_act(out, bc, act >= 0 ? &a : NULL, rows, outf, 1)))
     return NULL;
   if (x->ndim != 2) {
     int64_t osh[DP_MAXDIM];

@@ -62,7 +62,7 @@ static int check_ids(const dp_tensor *ids, int64_t rows, int64_t base) {
   const int64_t *p = dp_data(ids);
   int64_t n = dp_numel(ids);
   for (int64_t i = 0; i < n; i++) {
-    if (p[i] - base >= 0 && p[i] - base < rows) continue;
+    if (p[i] >= base && p[i] - base < rows) continue; /* p[i] >= base first: no overflow */
     char pos[DP_MAXDIM * 24 + 4];
     size_t k = 0;
     int64_t rem = i;

@@ -317,7 +317,7 @@ dp_tensor *dp_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *runni
 static int layer_norm_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_tensor *x = dp_node_saved(n, 0), *mean = dp_node_saved(n, 1), *rstd = dp_node_saved(n, 2);
   dp_tensor *w = dp_node_saved(n, 3);
-  int64_t rows = dp_numel(mean), cols = rows ? dp_numel(x) / rows : 0;
+  int64_t rows = dp_numel(mean), cols = n->i[0]; /* the normalised extent (saved: rows may be 0) */
   bool want_w = n->n_inputs > 1 && dp_node_needs(n, 1), want_b = n->n_inputs > 2 && dp_node_needs(n, 2);
   DP_SCOPE(s);
   dp_tensor *gy = dp_scope_add(&s, dp_contiguous_raw(gout[0]));
@@ -381,6 +381,7 @@ dp_tensor *dp_layer_norm(dp_tensor *x, int nd, dp_tensor *w, dp_tensor *b, doubl
   int nin = b ? 3 : w ? 2 : 1;
   if (dp_any_requires_grad(nin, ins)) {
     dp_node *n = dp_node_new("LayerNormBackward", layer_norm_backward, nin, ins, 1);
+    n->i[0] = cols;
     dp_node_save(n, xc);
     dp_node_save(n, mean);
     dp_node_save(n, rstd);

@@ -39,7 +39,7 @@
   X(EXP,        exp,        "ExpBackward",        GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE) \
   X(LOG,        log,        "LogBackward",        GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
   X(RELU,       relu,       "ReluBackward",       GRAD_Y,    INT_KEEP,          EPILOGUE)    \
-  X(GELU,       gelu,       "GeluBackward",       GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(GELU,       gelu,       "GeluBackward",       GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
   X(TANH,       tanh,       "TanhBackward",       GRAD_Y,    INT_TO_FLOAT,      EPILOGUE)    \
   X(SIGMOID,    sigmoid,    "SigmoidBackward",    GRAD_Y,    INT_TO_FLOAT,      EPILOGUE)    \
   X(SQRT,       sqrt,       "SqrtBackward",       GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE) \
@@ -70,8 +70,8 @@
   P(SOFTPLUS,   threshold,      20.0)
 
 /* X(ID, name, autograd node (NULL: no gradient), out, saves, scalar_f32)
- * out:        the result dtype: OUT_PROMOTE (dp_promote of the operands), OUT_FLOAT (promoted, integers give
- *             float32; no int64 formula), OUT_BOOL (uint8 0/1, no gradient).
+ * out:        the result dtype: OUT_PROMOTE (PyTorch's result type of the operands, dp_result_type), OUT_FLOAT
+ *             (promoted, integers give float32; no int64 formula), OUT_BOOL (uint8 0/1, no gradient).
  * saves:      what the backward reads: SAVES_NONE, SAVES_AB (both operands), SAVES_ABY (and the output).
  * scalar_f32: 1 when a float32 tensor combines with a Lua number rounded to float32 (+ - * /: the vectorised
  *             path); 0 when it sees the exact number (comparisons against 0.1 must not round it). */
@@ -82,13 +82,19 @@
   X(DIV, div,     "DivBackward",     OUT_FLOAT,   SAVES_ABY,  1) \
   X(MAX, maximum, "MaximumBackward", OUT_PROMOTE, SAVES_AB,   0) \
   X(MIN, minimum, "MinimumBackward", OUT_PROMOTE, SAVES_AB,   0) \
-  X(POW, pow,     "PowBackward",     OUT_FLOAT,   SAVES_ABY,  0) \
+  X(POW, pow,     "PowBackward",     OUT_PROMOTE, SAVES_ABY,  0) \
   X(EQ,  eq,      NULL,              OUT_BOOL,    SAVES_NONE, 0) \
   X(NE,  ne,      NULL,              OUT_BOOL,    SAVES_NONE, 0) \
   X(LT,  lt,      NULL,              OUT_BOOL,    SAVES_NONE, 0) \
   X(LE,  le,      NULL,              OUT_BOOL,    SAVES_NONE, 0) \
   X(GT,  gt,      NULL,              OUT_BOOL,    SAVES_NONE, 0) \
-  X(GE,  ge,      NULL,              OUT_BOOL,    SAVES_NONE, 0)
+  X(GE,  ge,      NULL,              OUT_BOOL,    SAVES_NONE, 0) \
+  /* internal (no Lua name): pow's two partial derivatives, PyTorch's */  \
+  /* formulas with their zero-base cases (elementwise.c)               */  \
+  X(POW_DBASE, pow_grad_base, NULL,  OUT_FLOAT,   SAVES_NONE, 0) \
+  X(POW_DEXP,  pow_grad_exp,  NULL,  OUT_FLOAT,   SAVES_NONE, 0) \
+  /* a where b != 0, else 0 (PyTorch's where(b == 0, 0, a): no 0 * inf) */ \
+  X(KEEP_NZ,   keep_where_nonzero, NULL, OUT_FLOAT, SAVES_NONE, 0)
 
 /* Reductions over the middle axis of [outer, k, inner] (backend.h's reduce):
  * X(ID, name). ARGMAX/ARGMIN write int64 positions. */

@@ -31,5 +31,11 @@ dp_tensor *dp_contiguous_raw(dp_tensor *t); /* contiguous copy without autograd 
 dp_tensor *dp_copy_raw(dp_tensor *t);
 /* 0-based dim check: error naming the dim in the user's 1-based terms. */
 int dp_check_dim(const char *op, const dp_tensor *t, int dim);
+/* Output size of a sliding window of k inputs spaced by dilation d, with
+ * stride s over n inputs padded by p on both sides (PyTorch's formula,
+ * floor or ceil mode; in ceil mode a last window that would start past the
+ * padded input is dropped), in checked arithmetic (ops/pool.c). *out < 1
+ * when the window does not fit; -1 (no message) on overflow. */
+int dp_window_size(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode, int64_t *out);
 
 #endif

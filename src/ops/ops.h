@@ -23,13 +23,64 @@
 #include "backends/backend.h"
 #include "tensor/tensor.h"
 
+/* ---- numbers and type promotion (ops/promote.c) ---- */
+/* A Lua number as an operand (PyTorch's "wrapped number"): an integer is
+ * exact in int64, a float is a double; both are weakly typed. */
+typedef struct {
+  bool is_int;
+  int64_t i; /* is_int */
+  double d;  /* !is_int (and (double)i otherwise) */
+} dp_number;
+static inline dp_number dp_number_int(int64_t i) {
+  dp_number n = {true, i, (double)i};
+  return n;
+}
+static inline dp_number dp_number_float(double d) {
+  dp_number n = {false, 0, d};
+  return n;
+}
+/* A double typed as a Lua number holding it would be: whole values in
+ * range are integers (internal callers pass positions, counts, 0.5 ...). */
+dp_number dp_number_of_double(double v);
+double dp_number_value(const dp_number *v);
+/* A 0-dim tensor of dtype dt holding v cast as PyTorch casts a scalar
+ * (an int64 exactly, uint8 modulo 256). */
+dp_tensor *dp_number_tensor(const dp_number *v, dp_dtype dt, dp_device dev);
+/* PyTorch's checked conversion of a scalar (fill_, clamp's bounds): an
+ * error naming op when v overflows dt (uint8 takes -255..255, wrapping the
+ * negatives). */
+int dp_number_check(const char *op, const dp_number *v, dp_dtype dt);
+/* PyTorch's result_type of a binary op (0-dim tensors and numbers take
+ * part by category only; ops/promote.c explains the rule). */
+dp_dtype dp_result_type(const dp_tensor *a, const dp_tensor *b);
+dp_dtype dp_result_type_number(const dp_tensor *a, const dp_number *v);
+/* Whether an in-place op may write a result of dtype `from` into `to`
+ * (PyTorch's can_cast: not a float into an integer). */
+bool dp_can_cast(dp_dtype from, dp_dtype to);
+/* t in dtype dt (t itself, retained, when it has it); no autograd. */
+dp_tensor *dp_cast_raw(dp_tensor *t, dp_dtype dt);
+
 /* ---- elementwise (ops/elementwise.c) ---- */
 /* y = op(x), op from the op table (ops/op_table.h) with its default
  * parameters; dp_unary_with takes them explicitly (a->p). */
 dp_tensor *dp_unary(dp_unary_op op, dp_tensor *x);
 dp_tensor *dp_unary_with(const dp_unary_args *a, dp_tensor *x);
-dp_tensor *dp_binary(dp_binary_op op, dp_tensor *a, dp_tensor *b); /* broadcasting */
+/* Binary ops with broadcasting and PyTorch's type promotion: the operands
+ * are cast to the result type (or float32 for an integer result of an
+ * OUT_FLOAT op), computed there, and comparisons give uint8 0/1. */
+dp_tensor *dp_binary(dp_binary_op op, dp_tensor *a, dp_tensor *b);
+/* a (op) s, or s (op) a when scalar_first; s a Lua number (exact in
+ * int64, rounded to a float result's dtype as PyTorch casts a scalar).
+ * dp_binary_scalar types a double as dp_number_of_double does. */
+dp_tensor *dp_binary_number(dp_binary_op op, dp_tensor *a, const dp_number *s, bool scalar_first);
 dp_tensor *dp_binary_scalar(dp_binary_op op, dp_tensor *a, double s, bool scalar_first);
+/* a + alpha * b (PyTorch's add(a, b, alpha=)), alpha applied after
+ * promotion; a float alpha with an integer result is an error. */
+dp_tensor *dp_add_scaled(dp_tensor *a, dp_tensor *b, const dp_number *alpha);
+/* clamp(x, min, max) with either bound absent (NULL): exact in int64 for
+ * integer bounds; a float bound makes an integer x float32 (PyTorch's
+ * result type). */
+dp_tensor *dp_clamp_number(dp_tensor *x, const dp_number *lo, const dp_number *hi);
 static inline dp_tensor *dp_add(dp_tensor *a, dp_tensor *b) { return dp_binary(DP_B_ADD, a, b); }
 static inline dp_tensor *dp_sub(dp_tensor *a, dp_tensor *b) { return dp_binary(DP_B_SUB, a, b); }
 static inline dp_tensor *dp_mul(dp_tensor *a, dp_tensor *b) { return dp_binary(DP_B_MUL, a, b); }
@@ -44,7 +95,15 @@ int dp_broadcast_shape(const dp_tensor *a, const dp_tensor *b, int *ndim, int64_
 /* View of t expanded (stride 0) to ndim/shape; raw, no autograd. */
 dp_tensor *dp_expand_raw(dp_tensor *t, int ndim, const int64_t *shape);
 
-/* ---- copies, casts, fills (ops/copy.c) ---- */
+/* ---- in-place writes a user asks for (ops/inplace.c): PyTorch's dtype
+ * and overlap checks, refusal on a leaf that requires grad, and autograd
+ * recording (CopySlices through views) ---- */
+int dp_inplace_fill_(dp_tensor *t, const dp_number *v);
+int dp_inplace_copy_(dp_tensor *dst, dp_tensor *src);
+int dp_inplace_binary_(dp_binary_op op, dp_tensor *a, dp_tensor *b);
+int dp_inplace_binary_number_(dp_binary_op op, dp_tensor *a, const dp_number *s);
+
+/* ---- copies, casts, fills (ops/copy.c): no autograd, no checks ---- */
 int dp_fill_(dp_tensor *t, double v);
 /* dst <- src broadcast to dst's shape, casting dtype, across devices. */
 int dp_copy_(dp_tensor *dst, dp_tensor *src);
@@ -100,12 +159,40 @@ typedef enum { DP_REDUCE_NONE, DP_REDUCE_MEAN, DP_REDUCE_SUM } dp_reduction;
  * positions + base. */
 dp_tensor *dp_cross_entropy(dp_tensor *logits, dp_tensor *target, dp_reduction red, double smoothing,
                             int64_t ignore_index, int64_t base);
+/* Broadcasting a and b, as PyTorch (which warns when the shapes differ:
+ * the Lua binding does). */
 dp_tensor *dp_mse_loss(dp_tensor *a, dp_tensor *b, dp_reduction red);
-/* x [N, C, H, W] or [C, H, W], w [O, C, kh, kw], b [O] or NULL. */
-dp_tensor *dp_conv2d(dp_tensor *x, dp_tensor *w, dp_tensor *b, const int64_t stride[2], const int64_t padding[2]);
-/* Floor mode; padding at most half the kernel; avg counts the padding. */
-dp_tensor *dp_max_pool2d(dp_tensor *x, const int64_t k[2], const int64_t stride[2], const int64_t pad[2]);
-dp_tensor *dp_avg_pool2d(dp_tensor *x, const int64_t k[2], const int64_t stride[2], const int64_t pad[2]);
+/* PyTorch's loss options (ops/loss_nll.c). */
+typedef struct {
+  dp_reduction reduction;
+  double label_smoothing; /* cross_entropy */
+  int64_t ignore_index;
+  int64_t base;      /* class positions count from base (Lua: 1) */
+  dp_tensor *weight; /* [C] class weights, or NULL */
+} dp_loss_opts;
+/* cross_entropy with every option: class-position targets (int64) or class
+ * probabilities (a float target of the logits' shape), class weights; the
+ * plain case is dp_cross_entropy's fused kernel. */
+dp_tensor *dp_cross_entropy_opts(dp_tensor *logits, dp_tensor *target, const dp_loss_opts *o);
+/* nll_loss of log-probabilities [N, C], [N, C, d...] or [C] (label_smoothing unused). */
+dp_tensor *dp_nll_loss(dp_tensor *logp, dp_tensor *target, const dp_loss_opts *o);
+/* PyTorch's F.conv2d arguments ({h, w} pairs; groups >= 1). */
+typedef struct {
+  int64_t stride[2], padding[2], dilation[2];
+  int64_t groups;
+} dp_conv2d_args;
+/* x [N, C, H, W] or [C, H, W], w [O, C / groups, kh, kw], b [O] or NULL. */
+dp_tensor *dp_conv2d(dp_tensor *x, dp_tensor *w, dp_tensor *b, const dp_conv2d_args *a);
+/* PyTorch's F.max_pool2d / F.avg_pool2d arguments: padding at most half
+ * the kernel; ceil_mode rounds the output size up (a last window must
+ * start inside the padded input); avg counts the padding
+ * (count_include_pad=true, PyTorch's default). */
+typedef struct {
+  int64_t kernel[2], stride[2], padding[2];
+  bool ceil_mode;
+} dp_pool2d_args;
+dp_tensor *dp_max_pool2d(dp_tensor *x, const dp_pool2d_args *a);
+dp_tensor *dp_avg_pool2d(dp_tensor *x, const dp_pool2d_args *a);
 /* x [N, C, ...]; running stats updated in place when training (may be
  * NULL); w, b may be NULL. Training uses the batch statistics (biased
  * variance) and moves running_mean/running_var towards them by momentum,

@@ -38,7 +38,9 @@ int dp_sgd_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *buf, co
 int dp_adam_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, const dp_adam_args *a) {
   if (check_grad(who, p, g)) return -1;
   if (!m || !v) return dp_error("%s: Adam needs both moment tensors (exp_avg, exp_avg_sq)", who);
-  if (check_state(who, "exp_avg", m, p) || check_state(who, "exp_avg_sq", v, p)) return -1;
+  if (check_state(who, "exp_avg", m, p) || check_state(who, "exp_avg_sq", v, p) ||
+      check_state(who, "max_exp_avg_sq", a->max_exp_avg_sq, p))
+    return -1;
   if (a->step < 1) return dp_error("%s: step must be >= 1, got %lld", who, (long long)a->step);
   DP_SCOPE(s);
   dp_tensor *gc = dp_scope_add(&s, dp_contiguous_raw(g));
@@ -46,5 +48,6 @@ int dp_adam_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_
   dp_bump_version(p);
   dp_bump_version(m);
   dp_bump_version(v);
+  if (a->max_exp_avg_sq) dp_bump_version(a->max_exp_avg_sq);
   return 0;
 }

@@ -1,14 +1,32 @@
-/* 2-d max and average pooling (floor mode; average counts the padding, as
- * PyTorch's defaults), with their gradients. Inputs are [N, C, H, W] or
- * unbatched [C, H, W]. Max pooling saves the winners' positions, so its
- * backward is a scatter and never compares values again. */
+/* 2-d max and average pooling (floor or ceil mode; average counts the
+ * padding, as PyTorch's default), with their gradients, and the window
+ * size formula convolution shares. Inputs are [N, C, H, W] or unbatched
+ * [C, H, W]. Max pooling saves the winners' positions, so its backward is
+ * a scatter and never compares values again. */
 #include "ops/op_util.h"
 #include "ops/scalar_math.h"
+#include "tensor/checked.h"
+
+int dp_window_size(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode, int64_t *out) {
+  int64_t eff, num;
+  /* eff = d * (k - 1) + 1; num = n + 2p - eff (+ s - 1 in ceil mode) */
+  if (k < 1 || s < 1 || d < 1 || dp_mul_overflow(d, k - 1, &eff) || dp_add_overflow(eff, 1, &eff) ||
+      dp_mul_overflow(p, 2, &num) || dp_add_overflow(num, n, &num) || dp_sub_overflow(num, eff, &num) ||
+      (ceil_mode && dp_add_overflow(num, s - 1, &num)))
+    return -1;
+  int64_t q = num / s - (num % s != 0 && num < 0); /* rounded down (no -num + s - 1: it can overflow) */
+  int64_t o = q + 1;
+  /* PyTorch's rule: in ceil mode the last window must start inside the
+   * input or its left padding ((o - 1) * s < n + p) */
+  if (ceil_mode && o > 0 && (o - 1) > (n + p - 1) / s) o--;
+  *out = o;
+  return 0;
+}
 
 /* x as a contiguous 4-d tensor (an unbatched input gains N = 1) and the
  * window geometry; NULL + error naming the arguments. */
-static dp_tensor *pool_input(const char *op, dp_tensor *x, const int64_t k[2], const int64_t s[2], const int64_t p[2],
-                             dp_window2d *g) {
+static dp_tensor *pool_input(const char *op, dp_tensor *x, const dp_pool2d_args *a, dp_window2d *g) {
+  const int64_t *k = a->kernel, *s = a->stride, *p = a->padding;
   if (x->ndim != 3 && x->ndim != 4) {
     dp_error("%s: expected a 3- or 4-dimensional input ([C, H, W] or [N, C, H, W]), got shape %s", op, SHAPE(x));
     return NULL;
@@ -32,10 +50,9 @@ static dp_tensor *pool_input(const char *op, dp_tensor *x, const int64_t k[2], c
   int lead = x->ndim - 4; /* -1 for an unbatched input */
   g->n = lead < 0 ? 1 : x->shape[0];
   g->c = x->shape[lead + 1], g->h = x->shape[lead + 2], g->w = x->shape[lead + 3];
-  g->kh = k[0], g->kw = k[1], g->sh = s[0], g->sw = s[1], g->ph = p[0], g->pw = p[1];
-  g->oh = dp_window_out(g->h, g->kh, g->sh, g->ph);
-  g->ow = dp_window_out(g->w, g->kw, g->sw, g->pw);
-  if (g->oh < 1 || g->ow < 1) {
+  g->kh = k[0], g->kw = k[1], g->sh = s[0], g->sw = s[1], g->ph = p[0], g->pw = p[1], g->dh = g->dw = 1;
+  if (dp_window_size(g->h, g->kh, g->sh, g->ph, 1, a->ceil_mode, &g->oh) ||
+      dp_window_size(g->w, g->kw, g->sw, g->pw, 1, a->ceil_mode, &g->ow) || g->oh < 1 || g->ow < 1) {
     dp_error("%s: kernel size %" PRId64 "x%" PRId64 " does not fit the input %" PRId64 "x%" PRId64 " padded by %" PRId64
              "x%" PRId64 " (input shape %s)",
              op, k[0], k[1], g->h, g->w, p[0], p[1], SHAPE(x));
@@ -53,6 +70,7 @@ static void pool_out_shape(const dp_tensor *x, const dp_window2d *g, int64_t *sh
 
 static void save_geometry(dp_node *n, const dp_window2d *g) {
   n->i[0] = g->kh, n->i[1] = g->kw, n->i[2] = g->sh, n->i[3] = g->sw, n->i[4] = g->ph, n->i[5] = g->pw;
+  n->i[6] = g->oh, n->i[7] = g->ow;
 }
 
 static dp_window2d load_geometry(const dp_node *n) {
@@ -67,9 +85,11 @@ static dp_window2d load_geometry(const dp_node *n) {
                    .sh = n->i[2],
                    .sw = n->i[3],
                    .ph = n->i[4],
-                   .pw = n->i[5]};
-  g.oh = dp_window_out(g.h, g.kh, g.sh, g.ph);
-  g.ow = dp_window_out(g.w, g.kw, g.sw, g.pw);
+                   .pw = n->i[5],
+                   .dh = 1,
+                   .dw = 1,
+                   .oh = n->i[6],
+                   .ow = n->i[7]};
   return g;
 }
 
@@ -83,10 +103,10 @@ static int max_pool_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   return 0;
 }
 
-dp_tensor *dp_max_pool2d(dp_tensor *x, const int64_t k[2], const int64_t stride[2], const int64_t pad[2]) {
+dp_tensor *dp_max_pool2d(dp_tensor *x, const dp_pool2d_args *a) {
   dp_window2d g;
   DP_SCOPE(s);
-  dp_tensor *xc = dp_scope_add(&s, pool_input("max_pool2d", x, k, stride, pad, &g));
+  dp_tensor *xc = dp_scope_add(&s, pool_input("max_pool2d", x, a, &g));
   if (!xc) return NULL;
   int64_t sh[4];
   pool_out_shape(x, &g, sh);
@@ -114,10 +134,10 @@ static int avg_pool_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   return 0;
 }
 
-dp_tensor *dp_avg_pool2d(dp_tensor *x, const int64_t k[2], const int64_t stride[2], const int64_t pad[2]) {
+dp_tensor *dp_avg_pool2d(dp_tensor *x, const dp_pool2d_args *a) {
   dp_window2d g;
   DP_SCOPE(s);
-  dp_tensor *xc = dp_scope_add(&s, pool_input("avg_pool2d", x, k, stride, pad, &g));
+  dp_tensor *xc = dp_scope_add(&s, pool_input("avg_pool2d", x, a, &g));
   if (!xc) return NULL;
   int64_t sh[4];
   pool_out_shape(x, &g, sh);

@@ -79,7 +79,8 @@ static dp_tensor *sum_impl(const char *opname, dp_tensor *x, int n, const int *d
   DP_SCOPE(s);
   dp_tensor *cur;
   if (x->ndim == 0) {
-    cur = dp_scope_add(&s, dp_copy_raw(x));
+    cur = dp_scope_add(&s, dp_cast_raw(x, odt));
+    if (cur == x) cur = dp_scope_add(&s, dp_copy_raw(x)); /* dp_cast_raw handed x back (retained) */
   } else if (n == 0 || x->ndim == 1) {
     /* everything at once: one row of numel elements */
     dp_tensor *c = dp_scope_add(&s, dp_contiguous_raw(x));
@@ -160,11 +161,16 @@ static int extreme_dim_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
 }
 
 static int extreme_all_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
-  /* gradient split evenly among the elements equal to the extreme */
+  /* gradient split evenly among the elements equal to the extreme, or
+   * among the NaNs when the extreme is NaN (PyTorch's evenly_distribute) */
   dp_tensor *x = dp_node_saved(n, 0), *y = dp_node_saved(n, 1);
   if (!x || !y) return -1;
   DP_SCOPE(s);
-  dp_tensor *eq = dp_scope_add(&s, dp_binary(DP_B_EQ, x, y));
+  dp_tensor *same = dp_scope_add(&s, dp_binary(DP_B_EQ, x, y));
+  dp_tensor *xn = same ? dp_scope_add(&s, dp_binary(DP_B_NE, x, x)) : NULL;
+  dp_tensor *yn = xn ? dp_scope_add(&s, dp_binary(DP_B_NE, y, y)) : NULL;
+  dp_tensor *both = yn ? dp_scope_add(&s, dp_mul(xn, yn)) : NULL;
+  dp_tensor *eq = both ? dp_scope_add(&s, dp_add(same, both)) : NULL; /* never both 1: NaN != NaN */
   dp_tensor *m = eq ? dp_scope_add(&s, dp_to(eq, gout[0]->dtype, dp_dev(x))) : NULL;
   dp_tensor *cnt = m ? dp_scope_add(&s, dp_sum(m, 0, NULL, false)) : NULL;
   dp_tensor *w = cnt ? dp_scope_add(&s, dp_div(m, cnt)) : NULL;
@@ -174,8 +180,11 @@ static int extreme_all_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
 
 static dp_tensor *extreme(bool is_max, dp_tensor *x, int dim, bool keepdim, dp_tensor **indices) {
   const char *op = is_max ? "max" : "min";
-  if (dp_numel(x) == 0) {
-    dp_error("%s: the tensor is empty", op);
+  if (dim >= 0 && dp_check_dim(op, x, dim)) return NULL;
+  /* empty elsewhere is fine (an empty result); an empty reduced dim is not */
+  if (dim < 0 ? dp_numel(x) == 0 : x->shape[dim] == 0) {
+    if (dim < 0) dp_error("%s: the tensor is empty (shape %s): specify a dimension to reduce", op, SHAPE(x));
+    else dp_error("%s: dimension %d of shape %s is empty: there is no extreme to take", op, dim + 1, SHAPE(x));
     return NULL;
   }
   dp_reduce_op rop = is_max ? DP_R_MAX : DP_R_MIN;
@@ -227,8 +236,10 @@ dp_tensor *dp_min(dp_tensor *x, int dim, bool keepdim, dp_tensor **indices) {
 
 static dp_tensor *arg_extreme(bool is_max, dp_tensor *x, int dim, bool keepdim, int64_t base) {
   const char *op = is_max ? "argmax" : "argmin";
-  if (dp_numel(x) == 0) {
-    dp_error("%s: the tensor is empty", op);
+  if (dim >= 0 && dp_check_dim(op, x, dim)) return NULL;
+  if (dim < 0 ? dp_numel(x) == 0 : x->shape[dim] == 0) {
+    if (dim < 0) dp_error("%s: the tensor is empty (shape %s): specify a dimension to reduce", op, SHAPE(x));
+    else dp_error("%s: dimension %d of shape %s is empty: there is no extreme to take", op, dim + 1, SHAPE(x));
     return NULL;
   }
   dp_reduce_op rop = is_max ? DP_R_ARGMAX : DP_R_ARGMIN;

@@ -31,6 +31,27 @@ static inline DP_HD int64_t dp_i64_bound(double v) {
   return (int64_t)v;
 }
 
+/* Adam / AdamW's coefficients for one step, computed once in double as
+ * torch.optim's Python computes them: 1 - beta2 in float32 (1 - 0.999f) is
+ * off by 1e-5, in double it rounds to float32 exactly. */
+typedef struct {
+  double b1, one_minus_b1, b2, one_minus_b2, eps, wd;
+  double decay;     /* AdamW: p *= 1 - lr * wd */
+  double step_size; /* lr / (1 - b1^t) */
+  double bc2_sqrt;  /* sqrt(1 - b2^t) */
+  int decoupled;
+} dp_adam_k;
+static inline dp_adam_k dp_adam_coefs(double lr, double b1, double b2, double eps, double wd, int decoupled,
+                                      int64_t step) {
+  dp_adam_k k;
+  k.b1 = b1, k.one_minus_b1 = 1.0 - b1, k.b2 = b2, k.one_minus_b2 = 1.0 - b2, k.eps = eps, k.wd = wd;
+  k.decay = 1.0 - lr * wd;
+  k.step_size = lr / (1.0 - pow(b1, (double)step));
+  k.bc2_sqrt = sqrt(1.0 - pow(b2, (double)step));
+  k.decoupled = decoupled;
+  return k;
+}
+
 /* the two instantiations of scalar_math_t.h */
 #define DP_TN(name) DP_TN_(name, DP_T_SFX)
 #define DP_TN_(name, sfx) DP_TN__(name, sfx)
@@ -59,11 +80,6 @@ static inline int dp_binary_is_compare(dp_binary_op op) { return dp_binary_ops[o
 
 /* ---- sliding windows (conv, pooling) ---- */
 
-/* Output size of a window of k with stride s over n inputs padded by p on
- * both sides (floor mode, as PyTorch's default); < 1 when it does not fit. */
-static inline DP_HD int64_t dp_window_out(int64_t n, int64_t k, int64_t s, int64_t p) {
-  return n + 2 * p < k ? 0 : (n + 2 * p - k) / s + 1;
-}
 /* ceil(a / b) for b > 0 and any sign of a. */
 static inline DP_HD int64_t dp_ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 /* The window of output position o along one axis: the input range [*lo,
@@ -101,26 +117,33 @@ static inline DP_HD void dp_lse_merge_d(double *m, double *s, double m2, double 
     *s += s2 * exp(m2 - *m);
   }
 }
-/* softmax / log_softmax output from an element and its row's lse */
-static inline DP_HD double dp_softmax_out_d(double v, double lse, int log_softmax) {
-  return log_softmax ? v - lse : exp(v - lse);
+/* softmax / log_softmax output from an element, its row's max and log of
+ * sum(exp(v - max)). From v - max, as PyTorch: the lse max + log_s is
+ * rounded to the logits' magnitude, so exp(v - lse) was |v| * 1e-16 off
+ * (1e-4 at 1e12) and float32 lse far worse (bug 13 of issue 11). */
+static inline DP_HD double dp_softmax_out_d(double v, double mx, double log_s, int log_softmax) {
+  double d = (v - mx) - log_s;
+  return log_softmax ? d : exp(d);
 }
 /* gradient: softmax: y * (gy - sum(gy*y)); log_softmax: gy - exp(y) * sum(gy) */
 static inline DP_HD double dp_softmax_grad_d(double gy, double y, double dot, int log_softmax) {
   return log_softmax ? gy - exp(y) * dot : y * (gy - dot);
 }
-/* Cross-entropy of one row from its lse, the target logit and the sum of
- * the logits: (1-eps) * nll + eps * mean_j(-log p_j). */
-static inline DP_HD double dp_ce_loss_d(double lse, double x_target, double sum_x, int64_t classes, double eps) {
-  double nll = lse - x_target;
-  double smooth = lse - sum_x / (double)classes;
+/* Cross-entropy of one row from its max and log_s (as softmax's), the
+ * target logit and the sum of the logits: (1-eps) * nll + eps *
+ * mean_j(-log p_j), each from differences to the max. */
+static inline DP_HD double dp_ce_loss_d(double mx, double log_s, double x_target, double sum_x, int64_t classes,
+                                        double eps) {
+  double nll = (mx - x_target) + log_s;
+  if (eps == 0) return nll; /* no 0 * inf from an infinite logit in the smoothing term */
+  double smooth = (mx - sum_x / (double)classes) + log_s;
   return (1.0 - eps) * nll + eps * smooth;
 }
 /* d loss / d x_j times the row's scale: (p_j - smoothed one-hot_j) * scale */
-static inline DP_HD double dp_ce_grad_d(double x, double lse, int is_target, int64_t classes, double eps,
+static inline DP_HD double dp_ce_grad_d(double x, double mx, double log_s, int is_target, int64_t classes, double eps,
                                         double scale) {
   double target_p = eps / (double)classes + (is_target ? 1.0 - eps : 0.0);
-  return (exp(x - lse) - target_p) * scale;
+  return (dp_softmax_out_d(x, mx, log_s, 0) - target_p) * scale;
 }
 
 /* Welford/Chan merge of (count n, mean, M2 = sum of squared deviations). */
@@ -131,16 +154,16 @@ static inline DP_HD void dp_welford_merge_d(double *n, double *mean, double *m2,
   *m2 += m2b + delta * delta * (n1 * n2 / tot);
   *n = tot;
 }
-/* Batch norm folds its per-channel statistics and affine parameters into
- * one scale and shift (y = x * scale + shift: dp_bn_apply), computed in
- * double once per channel. */
+/* Batch norm's per-channel terms (y = (x - mean) * scale + bias:
+ * dp_bn_apply), computed in double once per channel. */
 typedef struct {
-  double scale, shift;
+  double mean, scale, bias;
 } dp_bn_affine_k;
 static inline DP_HD dp_bn_affine_k dp_bn_affine(double mean, double invstd, double w, double b) {
   dp_bn_affine_k k;
+  k.mean = mean;
   k.scale = invstd * w;
-  k.shift = b - mean * invstd * w;
+  k.bias = b;
   return k;
 }
 /* Batch norm input gradient w * invstd * (gy - mean_dy - xhat *
@@ -157,7 +180,8 @@ static inline DP_HD dp_bn_grad_k dp_bn_grad_coefs(double w, double invstd, doubl
   dp_bn_grad_k k;
   k.gy = a;
   k.x = -a * invstd * mean_dy_xhat;
-  k.c = -a * mean_dy + a * invstd * mean_dy_xhat * mean;
+  /* without the xhat term (evaluation mode) an infinite mean must not make 0 * inf */
+  k.c = -a * mean_dy + (mean_dy_xhat != 0 ? a * invstd * mean_dy_xhat * mean : 0.0);
   return k;
 }
 

@@ -43,10 +43,11 @@ BWD(exp) { return gy * y; }
 FWD(log) { return LOG(x); }
 BWD(log) { return gy * (1 / x); }
 
-FWD(relu) { return x > 0 ? x : 0; }
-/* from y (y > 0 iff x > 0), as a select: where y <= 0 the gradient is 0
- * even if gy is inf or NaN (PyTorch's threshold_backward) */
-BWD(relu) { return y > 0 ? gy : 0; }
+/* NaN stays NaN (PyTorch's clamp_min(x, 0)) */
+FWD(relu) { return x <= 0 ? 0 : x; }
+/* from y, as a select: where y <= 0 the gradient is 0 even if gy is inf
+ * or NaN, and NaN passes gy (PyTorch's threshold_backward) */
+BWD(relu) { return y <= 0 ? 0 : gy; }
 INT(relu) { return x > 0 ? x : 0; }
 
 /* exact GELU, x * Phi(x) (PyTorch's default, approximate='none') */
@@ -68,11 +69,13 @@ FWD(sigmoid) {
 }
 BWD(sigmoid) { return gy * (y * (1 - y)); }
 
+/* the gradients in PyTorch's order of operations, which decides where an
+ * intermediate overflows: grad / (2 y); -0.5 grad * y^3 */
 FWD(sqrt) { return SQRT(x); }
-BWD(sqrt) { return gy * (C(0.5) / y); }
+BWD(sqrt) { return gy / (2 * y); }
 
 FWD(rsqrt) { return 1 / SQRT(x); }
-BWD(rsqrt) { return gy * (C(-0.5) * y * y * y); }
+BWD(rsqrt) { return C(-0.5) * gy * (y * y * y); }
 
 FWD(abs) { return FABS(x); }
 BWD(abs) { return gy * (T)((x > 0) - (x < 0)); }
@@ -107,7 +110,8 @@ FWD(leaky_relu) { return x > 0 ? x : x * (T)p->negative_slope; }
 BWD(leaky_relu) { return x > 0 ? gy : gy * (T)p->negative_slope; }
 
 /* x where x > 0, else alpha * (exp(x) - 1); the gradient alpha * exp(x)
- * there (alpha at 0), and NaN at NaN (as PyTorch's vectorised kernel) */
+ * there (alpha at 0), and NaN at NaN (as PyTorch's vectorised kernel;
+ * its scalar tail gives gy there: tests/diff/known_differences.lua) */
 FWD(elu) { return x > 0 ? x : (T)p->alpha * EXPM1(x); }
 BWD(elu) { return x > 0 ? gy : gy * (T)p->alpha * EXP(x); }
 
@@ -165,11 +169,27 @@ BIN(lt) { return a < b; }
 BIN(le) { return a <= b; }
 BIN(gt) { return a > b; }
 BIN(ge) { return a >= b; }
-/* exact in int64, wrapping; div and pow promote integers to float */
+/* d(a^b)/da = b * a^(b-1), 0 where b == 0 (so 0^0 has gradient 0, not
+ * 0 * inf); d(a^b)/db = a^b * log(a), 0 where a == 0 and b >= 0 */
+BIN(pow_grad_base) { return b == 0 ? (T)0 : b * POW(a, b - 1); }
+BIN(pow_grad_exp) { return (a == 0 && b >= 0) ? (T)0 : POW(a, b) * LOG(a); }
+BIN(keep_where_nonzero) { return b == 0 ? (T)0 : a; }
+/* exact in int64, wrapping; div promotes integers to float */
 BIN_INT(add) { return (int64_t)((uint64_t)a + (uint64_t)b); }
 BIN_INT(sub) { return (int64_t)((uint64_t)a - (uint64_t)b); }
 BIN_INT(mul) { return (int64_t)((uint64_t)a * (uint64_t)b); }
 BIN_INT(maximum) { return a > b ? a : b; }
+/* integer powers by squaring, wrapping; a negative exponent gives 0 except
+ * for a base of 1 or -1 (PyTorch's integer pow) */
+BIN_INT(pow) {
+  if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;
+  uint64_t r = 1, base = (uint64_t)a;
+  for (int64_t e = b; e; e >>= 1) {
+    if (e & 1) r *= base;
+    base *= base;
+  }
+  return (int64_t)r;
+}
 BIN_INT(minimum) { return a < b ? a : b; }
 BIN_INT(eq) { return a == b; }
 BIN_INT(ne) { return a != b; }
@@ -234,9 +254,10 @@ static inline DP_HD int64_t dp_binary_i64(dp_binary_op op, int64_t a, int64_t b)
 
 /* ---- normalisation, one element ---- */
 
-/* batch norm: y = x * scale + shift, scale and shift per channel
- * (dp_bn_affine) */
-static inline DP_HD T DP_TN(dp_bn_apply)(T x, T scale, T shift) { return x * scale + shift; }
+/* batch norm: y = (x - mean) * scale + bias, scale = invstd * w per
+ * channel (dp_bn_affine): subtracting the mean first keeps a channel with
+ * |mean| >> std exact where x * scale + (b - mean * scale) cancels */
+static inline DP_HD T DP_TN(dp_bn_apply)(T x, T mean, T scale, T bias) { return (x - mean) * scale + bias; }
 /* batch norm input gradient gx = k.gy * gy + k.x * x + k.c (dp_bn_grad_coefs) */
 static inline DP_HD T DP_TN(dp_bn_grad_apply)(T gy, T x, T kgy, T kx, T kc) { return kgy * gy + kx * x + kc; }
 /* layer norm: (x - mean) * rstd * w + b, mean and rstd per row, w and b per column */
@@ -262,18 +283,23 @@ static inline DP_HD void DP_TN(dp_sgd_update)(T *p, T g, T *buf, T lr, T mu, T d
   *p -= lr * step;
 }
 
-/* Adam / AdamW (decoupled weight decay), PyTorch's formulation: bc1 = 1 -
- * b1^t, bc2 = 1 - b2^t (passed in), p -= lr/bc1 * m / (sqrt(v/bc2) + eps). */
-static inline DP_HD void DP_TN(dp_adam_update)(T *p, T g, T *m, T *v, T lr, T b1, T b2, T eps, T wd, int decoupled,
-                                               T bc1, T bc2) {
-  if (wd != 0) {
-    if (decoupled) *p *= 1 - lr * wd;
-    else g += wd * *p;
+/* Adam / AdamW (decoupled weight decay), PyTorch's single-tensor update
+ * in its order of operations, with the coefficients of dp_adam_coefs
+ * (scalar_math.h) rounded to T: m = b1 m + (1 - b1) g, v = b2 v + (1 - b2)
+ * g g, p -= step_size m / (sqrt(v) / sqrt(bc2) + eps); with amsgrad (vmax
+ * not NULL) the denominator uses the running maximum of v (NaN
+ * propagating, as torch.maximum). */
+static inline DP_HD void DP_TN(dp_adam_update)(T *p, T g, T *m, T *v, T *vmax, const dp_adam_k *k) {
+  if (k->wd != 0) {
+    if (k->decoupled) *p *= (T)k->decay;
+    else g += (T)k->wd * *p;
   }
-  *m = b1 * *m + (1 - b1) * g;
-  *v = b2 * *v + (1 - b2) * g * g;
-  T denom = SQRT(*v / bc2) + eps;
-  *p -= (lr / bc1) * *m / denom;
+  *m = (T)k->b1 * *m + (T)k->one_minus_b1 * g;
+  *v = (T)k->b2 * *v + (T)k->one_minus_b2 * g * g;
+  T vv = *v;
+  if (vmax) vv = *vmax = DP_TN(dp_maximum_bin)(*vmax, vv);
+  T denom = SQRT(vv) / (T)k->bc2_sqrt + (T)k->eps;
+  *p -= (T)k->step_size * *m / denom;
 }
 
 #undef T

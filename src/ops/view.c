@@ -1,9 +1,16 @@
-/* Views (sharing storage) and cat, with their gradients. */
+/* Views (sharing storage) and cat, with their gradients. Every view made
+ * here records the tensor it views (view_base: the root of a chain of
+ * views), so that an in-place write through it is recorded on the base's
+ * history (ops/inplace.c). */
 #include <string.h>
 
 #include "ops/op_util.h"
+#include "tensor/checked.h"
 
-static dp_tensor *make_view(dp_tensor *t, int ndim, const int64_t *shape, const int64_t *stride, int64_t offset) {
+/* A tensor over t's storage; a view of t unless `fresh` (t is a private
+ * copy the caller made, not something the user can write through). */
+static dp_tensor *new_view(dp_tensor *t, int ndim, const int64_t *shape, const int64_t *stride, int64_t offset,
+                           bool fresh) {
   dp_tensor *v = dp_xcalloc(1, sizeof *v);
   v->refcount = 1;
   dp_storage_retain(t->storage);
@@ -13,7 +20,11 @@ static dp_tensor *make_view(dp_tensor *t, int ndim, const int64_t *shape, const 
   v->ndim = ndim;
   memcpy(v->shape, shape, sizeof(int64_t) * (size_t)ndim);
   memcpy(v->stride, stride, sizeof(int64_t) * (size_t)ndim);
+  if (!fresh) dp_view_set_base(v, t);
   return v;
+}
+static dp_tensor *make_view(dp_tensor *t, int ndim, const int64_t *shape, const int64_t *stride, int64_t offset) {
+  return new_view(t, ndim, shape, stride, offset, false);
 }
 
 /* ---- shape-changing views: gradient is reshaped back ---- */
@@ -43,8 +54,8 @@ static int infer_shape(const char *op, const dp_tensor *t, int ndim, const int64
       infer = d;
     } else if (shape[d] < 0) {
       return dp_error("%s: invalid size %" PRId64 " at dimension %d", op, shape[d], d + 1);
-    } else {
-      known *= shape[d];
+    } else if (dp_mul_overflow(known, shape[d], &known)) {
+      return dp_error("%s: shape %s is too large", op, dp_shp_n(ndim, shape));
     }
   }
   int64_t n = dp_numel(t);
@@ -110,7 +121,7 @@ dp_tensor *dp_reshape(dp_tensor *t, int ndim, const int64_t *shape) {
   dp_tensor *c = dp_scope_add(&s, dp_contiguous_raw(t));
   if (!c) return NULL;
   dp_contiguous_strides(ndim, sh, st);
-  return attach_reshape_grad(t, make_view(c, ndim, sh, st, c->offset), "ReshapeBackward");
+  return attach_reshape_grad(t, new_view(c, ndim, sh, st, c->offset, true), "ReshapeBackward");
 }
 
 dp_tensor *dp_flatten(dp_tensor *t, int start, int end) {
@@ -225,7 +236,8 @@ static int narrow_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
 static dp_tensor *narrow_impl(dp_tensor *t, int dim, int64_t start, int64_t len, bool select) {
   const char *op = select ? "select" : "narrow";
   if (dp_check_dim(op, t, dim)) return NULL;
-  if (start < 0 || len < 0 || start + len > t->shape[dim]) {
+  /* start <= size first, so size - start cannot overflow */
+  if (start < 0 || len < 0 || start > t->shape[dim] || len > t->shape[dim] - start) {
     if (select)
       dp_error("select: index %" PRId64 " out of range for dimension %d of size %" PRId64, start + 1, dim + 1,
                t->shape[dim]);
@@ -267,16 +279,32 @@ static int expand_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
 }
 
 dp_tensor *dp_expand(dp_tensor *t, int ndim, const int64_t *shape) {
-  if (ndim < t->ndim) {
-    dp_error("expand: the number of sizes (%d) must be at least the tensor's dimensions (%d)", ndim, t->ndim);
+  if (ndim < t->ndim || ndim > DP_MAXDIM) {
+    dp_error("expand: the number of sizes (%d) must be at least the tensor's dimensions (%d) and at most %d", ndim,
+             t->ndim, DP_MAXDIM);
     return NULL;
   }
   int64_t sh[DP_MAXDIM];
   for (int i = 0; i < ndim; i++) {
     int d = t->ndim - ndim + i;
-    sh[i] = (shape[i] == -1 && d >= 0) ? t->shape[d] : shape[i];
+    if (shape[i] == -1 && d < 0) {
+      dp_error("expand: the size -1 is not allowed in a leading, new dimension (size %d of %s)", i + 1,
+               dp_shp_n(ndim, shape));
+      return NULL;
+    }
+    if (shape[i] < -1) {
+      dp_error("expand: invalid size %" PRId64 " at dimension %d of %s (sizes are >= 0, or -1 to keep one)", shape[i],
+               i + 1, dp_shp_n(ndim, shape));
+      return NULL;
+    }
+    sh[i] = shape[i] == -1 ? t->shape[d] : shape[i];
+  }
+  if (dp_check_shape(ndim, sh)) {
+    dp_error_prefix("expand: ");
+    return NULL;
   }
   dp_tensor *out = dp_expand_raw(t, ndim, sh);
+  if (out) dp_view_set_base(out, t);
   if (out && dp_any_requires_grad(1, &t)) {
     dp_node *n = dp_node_new("ExpandBackward", expand_backward, 1, &t, 1);
     dp_node_attach(n, out, 0);
@@ -327,7 +355,10 @@ dp_tensor *dp_cat(int n, dp_tensor *const *ts, int dim) {
       }
     if (dp_check_same_device("cat", t0, t)) return NULL;
     dt = dp_promote(dt, t->dtype);
-    sh[dim] += t->shape[dim];
+    if (dp_add_overflow(sh[dim], t->shape[dim], &sh[dim])) {
+      dp_error("cat: the sizes along dimension %d add up to more than an int64 holds", dim + 1);
+      return NULL;
+    }
   }
   DP_SCOPE(s);
   dp_tensor *out = dp_scope_add(&s, dp_empty(dt, t0->ndim, sh, dp_dev(t0)));

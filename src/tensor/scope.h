@@ -9,8 +9,9 @@
  *   if (!out || backend(...)) return NULL;                    (s releases both)
  *   return dp_scope_keep(&s, out);                            (out leaves the scope)
  *
- * A scope holds DP_SCOPE_MAX tensors (an internal error past that): a loop
- * opens one per iteration. */
+ * A scope holds DP_SCOPE_MAX tensors: a loop opens one per iteration. Past
+ * that, dp_scope_add releases t and returns NULL with an internal error
+ * (the op then fails as on any other error: no abort is reachable). */
 #ifndef DP_SCOPE_H
 #define DP_SCOPE_H
 
@@ -34,7 +35,11 @@ static inline void dp_scope_end(dp_scope *s) {
 /* Hands t (NULL allowed) to the scope; returns t. */
 static inline dp_tensor *dp_scope_add(dp_scope *s, dp_tensor *t) {
   if (t) {
-    DP_ASSERT(s->n < DP_SCOPE_MAX);
+    if (s->n >= DP_SCOPE_MAX) {
+      dp_release(t);
+      dp_error("internal error: more than %d temporaries in one scope", DP_SCOPE_MAX);
+      return NULL;
+    }
     s->t[s->n++] = t;
   }
   return t;

@@ -8,6 +8,7 @@
 #include "autograd/autograd.h"
 #include "backends/backend.h"
 #include "core/error.h"
+#include "tensor/checked.h"
 
 void dp_retain(dp_tensor *t) {
   if (t) __atomic_fetch_add(&t->refcount, 1, __ATOMIC_RELAXED);
@@ -17,6 +18,7 @@ void dp_release(dp_tensor *t) {
   if (!t) return;
   if (__atomic_fetch_sub(&t->refcount, 1, __ATOMIC_ACQ_REL) != 1) return;
   dp_storage_release(t->storage);
+  dp_release(t->view_base);
   dp_release(t->grad);
   if (t->grad_fn) dp_node_release(t->grad_fn);
   dp_grad_hook *h = t->hooks;
@@ -43,18 +45,16 @@ void dp_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
 
 int dp_check_shape(int ndim, const int64_t *shape) {
   if (ndim < 0 || ndim > DP_MAXDIM) return dp_error("a tensor has at most %d dimensions, got %d", DP_MAXDIM, ndim);
-  int64_t n = 1;
-  for (int d = 0; d < ndim; d++) {
-    if (shape[d] < 0) {
-      char buf[128];
-      return dp_error("invalid shape %s: sizes must be >= 0", dp_shape_str_n(ndim, shape, buf, sizeof buf));
-    }
-    if (shape[d] && n > INT64_MAX / 16 / shape[d]) {
-      char buf[128];
-      return dp_error("shape %s is too large", dp_shape_str_n(ndim, shape, buf, sizeof buf));
-    }
-    n *= shape[d];
-  }
+  char buf[256];
+  for (int d = 0; d < ndim; d++)
+    if (shape[d] < 0)
+      return dp_error("invalid shape %s: sizes must be >= 0 (size %" PRId64 " at dimension %d)",
+                      dp_shape_str_n(ndim, shape, buf, sizeof buf), shape[d], d + 1);
+  /* at most 2^59 elements, so that numel * 16 bytes and every offset
+   * inside the tensor fit an int64 */
+  int64_t n;
+  if (dp_numel_overflow(ndim, shape, &n) || n > INT64_MAX / 16)
+    return dp_error("shape %s is too large (more than 2^59 elements)", dp_shape_str_n(ndim, shape, buf, sizeof buf));
   return 0;
 }
 
@@ -108,16 +108,19 @@ dp_tensor *dp_zeros_like(const dp_tensor *t) { return dp_zeros(t->dtype, t->ndim
 
 dp_tensor *dp_scalar(double v, dp_dtype dt, dp_device dev) { return dp_full(dt, 0, NULL, v, dev); }
 
-/* Checks that every element a view can address lies inside the storage. */
+/* Checks that every element a view can address lies inside the storage
+ * (checked arithmetic: a huge stride or size is an error, not a wrap). */
 static int check_view_fits(size_t nbytes, dp_dtype dt, int ndim, const int64_t *shape, const int64_t *stride,
                            int64_t offset) {
   if (offset < 0) return dp_error("view offset %" PRId64 " is negative", offset);
-  int64_t lo = offset, hi = offset;
-  for (int d = 0; d < ndim; d++) {
-    if (shape[d] == 0) return 0;
-    if (stride[d] >= 0) hi += stride[d] * (shape[d] - 1);
-    else lo += stride[d] * (shape[d] - 1);
+  int64_t lo, hi;
+  bool empty;
+  if (dp_span_overflow(ndim, shape, stride, offset, &lo, &hi, &empty)) {
+    char a[256], b[256];
+    return dp_error("view of shape %s with strides %s overflows the element offsets",
+                    dp_shape_str_n(ndim, shape, a, sizeof a), dp_shape_str_n(ndim, stride, b, sizeof b));
   }
+  if (empty) return 0;
   int64_t cap = (int64_t)(nbytes / dp_dtype_size(dt));
   if (lo < 0 || hi >= cap)
     return dp_error("view reaches element %" PRId64 " of a storage holding %" PRId64 " elements", lo < 0 ? lo : hi,

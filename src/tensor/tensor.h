@@ -57,6 +57,15 @@ typedef struct dp_tensor {
   int bw_pending;         /* engine scratch: contributions still expected */
   bool bw_got;            /* engine scratch: a gradient arrived this pass */
   unsigned saved_version; /* storage version when saved for backward */
+  /* views and in-place writes (ops/inplace.c): a differentiable view
+   * keeps the tensor it views (the root of a chain of views, retained); an
+   * in-place write through a view gives the base a new history
+   * (CopySlices) and bumps base->hist, and a view whose view_hist differs
+   * from its base's hist rebuilds its grad_fn from the base's history
+   * before autograd next reads it (dp_autograd_refresh). */
+  struct dp_tensor *view_base;
+  unsigned view_hist;
+  unsigned hist;
 } dp_tensor;
 
 #ifdef __cplusplus

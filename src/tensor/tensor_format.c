@@ -57,10 +57,17 @@ static void fmt_value(const fmt_ctx *c, double v, char *out, size_t n) {
   else snprintf(out, n, "%.4f", v);
 }
 
-static double elem(const dp_tensor *t, const int64_t *idx) {
+static const char *elem_ptr(const dp_tensor *t, const int64_t *idx) {
   int64_t off = t->offset;
   for (int d = 0; d < t->ndim; d++) off += idx[d] * t->stride[d];
-  return dp_load_d((const char *)t->storage->data + (size_t)off * dp_elsize(t), t->dtype);
+  return (const char *)t->storage->data + (size_t)off * dp_elsize(t);
+}
+static double elem(const dp_tensor *t, const int64_t *idx) { return dp_load_d(elem_ptr(t, idx), t->dtype); }
+
+/* the element's text: integers exactly (int64 beyond 2^53 too) */
+static void fmt_at(const fmt_ctx *c, const int64_t *idx, char *out, size_t n) {
+  if (c->t->dtype == DP_I64) snprintf(out, n, "%" PRId64, *(const int64_t *)elem_ptr(c->t, idx));
+  else fmt_value(c, elem(c->t, idx), out, n);
 }
 
 /* visits the elements that will be printed */
@@ -75,7 +82,7 @@ static void scan(fmt_ctx *c, int d, int64_t *idx, double *mx, double *mn, bool *
     if (a > *mx) *mx = a;
     if (a != 0 && a < *mn) *mn = a;
     char buf[64];
-    fmt_value(c, v, buf, sizeof buf);
+    fmt_at(c, idx, buf, sizeof buf);
     int w = (int)strlen(buf);
     if (w > c->width) c->width = w;
     return;
@@ -96,7 +103,7 @@ static void widths(fmt_ctx *c, int d, int64_t *idx) {
     char buf[64];
     double v = elem(t, idx);
     if (c->is_float && (v == 0 || !isfinite(v))) return;
-    fmt_value(c, v, buf, sizeof buf);
+    fmt_at(c, idx, buf, sizeof buf);
     int w = (int)strlen(buf);
     if (w > c->width) c->width = w;
     return;
@@ -113,7 +120,7 @@ static void emit(const fmt_ctx *c, sbuf *b, int d, int64_t *idx, int indent) {
   const dp_tensor *t = c->t;
   if (d == t->ndim) {
     char buf[64];
-    fmt_value(c, elem(t, idx), buf, sizeof buf);
+    fmt_at(c, idx, buf, sizeof buf);
     put(b, "%*s", c->width, buf);
     return;
   }

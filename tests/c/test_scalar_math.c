@@ -145,7 +145,7 @@ static void test_cross_entropy(void) {
     for (int j = 0; j < C; j++) sum += exp(x[j] - mx), sx += x[j];
     double lse = mx + log(sum), total = 0;
     for (int j = 0; j < C; j++) {
-      double g = dp_ce_grad_d(x[j], lse, j == t, C, eps, 1.0);
+      double g = dp_ce_grad_d(x[j], mx, log(sum), j == t, C, eps, 1.0);
       total += g;
       /* against a finite difference of the loss */
       double h = 1e-6, xp[5], xm[5];
@@ -154,16 +154,16 @@ static void test_cross_entropy(void) {
       double lp = 0, lm = 0, sp = 0, sm = 0, sxp = 0, sxm = 0;
       for (int i = 0; i < C; i++) lp += exp(xp[i]), lm += exp(xm[i]), sxp += xp[i], sxm += xm[i];
       sp = log(lp), sm = log(lm);
-      double fd = (dp_ce_loss_d(sp, xp[t], sxp, C, eps) - dp_ce_loss_d(sm, xm[t], sxm, C, eps)) / (2 * h);
+      double fd = (dp_ce_loss_d(0, sp, xp[t], sxp, C, eps) - dp_ce_loss_d(0, sm, xm[t], sxm, C, eps)) / (2 * h);
       CHECK(fabs(g - fd) < 1e-7);
     }
     CHECK(fabs(total) < 1e-12); /* softmax sums to 1, so do the targets */
-    CHECK(fabs(dp_ce_loss_d(lse, x[t], sx, C, 0.0) - (lse - x[t])) < 1e-15);
+    CHECK(fabs(dp_ce_loss_d(mx, log(sum), x[t], sx, C, 0.0) - (lse - x[t])) < 1e-15);
   }
   /* softmax gradient formulas against differences */
   double y[3], xs[3] = {0.2, -0.7, 1.3}, gy[3] = {0.5, -1.0, 2.0};
   double sum = exp(0.2) + exp(-0.7) + exp(1.3), lse = log(sum);
-  for (int j = 0; j < 3; j++) y[j] = dp_softmax_out_d(xs[j], lse, 0);
+  for (int j = 0; j < 3; j++) y[j] = dp_softmax_out_d(xs[j], 0, lse, 0);
   double dot = gy[0] * y[0] + gy[1] * y[1] + gy[2] * y[2];
   for (int j = 0; j < 3; j++) {
     double h = 1e-6, fp = 0, fm = 0;
@@ -171,11 +171,20 @@ static void test_cross_entropy(void) {
       double xp = xs[i] + (i == j ? h : 0), xm = xs[i] - (i == j ? h : 0);
       double lp = log(exp(xs[0] + (j == 0 ? h : 0)) + exp(xs[1] + (j == 1 ? h : 0)) + exp(xs[2] + (j == 2 ? h : 0)));
       double lm = log(exp(xs[0] - (j == 0 ? h : 0)) + exp(xs[1] - (j == 1 ? h : 0)) + exp(xs[2] - (j == 2 ? h : 0)));
-      fp += gy[i] * dp_softmax_out_d(xp, lp, 0);
-      fm += gy[i] * dp_softmax_out_d(xm, lm, 0);
+      fp += gy[i] * dp_softmax_out_d(xp, 0, lp, 0);
+      fm += gy[i] * dp_softmax_out_d(xm, 0, lm, 0);
     }
     CHECK(fabs(dp_softmax_grad_d(gy[j], y[j], dot, 0) - (fp - fm) / (2 * h)) < 1e-7);
   }
+  /* logits of 1e12 (bug 13 of issue 11): from x - max, softmax, log_softmax, the loss and its gradient stay exact;
+   * through lse = max + log_s (rounded to 1e12's ulp, 1.2e-4) they were 1e-4 off */
+  double big[2] = {1e12, 1e12 - 1}, mb = 1e12, ls = log(1 + exp(-1.0));
+  double p0 = 1 / (1 + exp(-1.0)), p1 = exp(-1.0) / (1 + exp(-1.0));
+  CHECK(fabs(dp_softmax_out_d(big[0], mb, ls, 0) - p0) < 1e-15);
+  CHECK(fabs(dp_softmax_out_d(big[1], mb, ls, 0) - p1) < 1e-15);
+  CHECK(fabs(dp_softmax_out_d(big[1], mb, ls, 1) - (-1 - ls)) < 1e-15);
+  CHECK(fabs(dp_ce_loss_d(mb, ls, big[1], big[0] + big[1], 2, 0.0) - (1 + ls)) < 1e-15);
+  CHECK(fabs(dp_ce_grad_d(big[0], mb, ls, 1, 2, 0.0, 1.0) - (p0 - 1)) < 1e-15);
 }
 
 /* batch norm / layer norm element formulas against differences of the

@@ -30,7 +30,7 @@ local EXPORTS = {
       "softmax", "log_softmax", "sum", "mean",
       "max", "min", "argmax", "argmin", "eq", "ne", "lt", "le", "gt", "ge", "matmul", "mm", "index_select", "linear",
       "conv2d", "max_pool2d", "avg_pool2d", "batch_norm", "layer_norm", "dropout", "embedding", "cross_entropy",
-      "mse_loss",
+      "mse_loss", "nll_loss",
       -- the model ops
       "sin", "cos", "erf", "log1p", "expm1", "where", "masked_fill", "tril", "triu", "gather", "scatter", "scatter_add",
       "topk", "split", "chunk", "cumsum", "flip", "tile", "norm", "var", "std", "randint", "multinomial", "bernoulli",
@@ -53,16 +53,16 @@ local EXPORTS = {
     form = "nn.", names = {
       "Module", "Sequential", "Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d",
       "SyncBatchNorm", "ReLU", "GELU", "LeakyReLU", "ELU", "SiLU", "Softplus", "Tanh", "Sigmoid", "Dropout",
-      "Flatten", "Embedding", "LayerNorm", "CrossEntropyLoss", "MSELoss", "F", "init", "ModuleList", "ModuleDict",
-      "Identity", "AdaptiveAvgPool2d", "RNN", "LSTM", "GRU", "MultiheadAttention", "TransformerEncoderLayer",
-      "TransformerEncoder", "utils",
+      "Flatten", "Embedding", "LayerNorm", "CrossEntropyLoss", "NLLLoss", "MSELoss", "F", "init", "ModuleList",
+      "ModuleDict", "Identity", "AdaptiveAvgPool2d", "RNN", "LSTM", "GRU", "MultiheadAttention",
+      "TransformerEncoderLayer", "TransformerEncoder", "utils",
     },
   },
   F = {
     form = "F.", names = {
       "relu", "gelu", "leaky_relu", "elu", "silu", "softplus", "tanh", "sigmoid", "softmax", "log_softmax",
       "flatten", "linear", "conv2d", "max_pool2d",
-      "avg_pool2d", "batch_norm", "layer_norm", "dropout", "embedding", "cross_entropy", "mse_loss",
+      "avg_pool2d", "batch_norm", "layer_norm", "dropout", "embedding", "cross_entropy", "mse_loss", "nll_loss",
       "scaled_dot_product_attention", "adaptive_avg_pool2d",
     },
   },

@@ -74,8 +74,9 @@ describe("cross_entropy", function()
     R.assert_error(function() return ddp.cross_entropy(x, targets({ { 1, 2, 3, 4, 1 } })) end, "[5, 4]", "[1, 5]")
   end)
 
-  it("refuses float targets and integer logits, naming the dtype", function()
-    R.assert_error(function() return ddp.cross_entropy(x, ddp.ones(5)) end, "target", "int64", "float32")
+  it("refuses float targets of another shape and integer logits, naming them", function()
+    -- float targets are class probabilities: they need the logits' shape
+    R.assert_error(function() return ddp.cross_entropy(x, ddp.ones(5)) end, "probability targets", "[5, 4]", "[5]")
     R.assert_error(function() return ddp.cross_entropy(targets({ { 1, 2 } }), targets({ 1 })) end, "int64")
   end)
 
@@ -99,7 +100,9 @@ describe("mse_loss", function()
     end)
   end
 
-  it("names both shapes when they differ", function()
-    R.assert_error(function() return ddp.mse_loss(ddp.ones(3, 4), ddp.ones(4)) end, "[3, 4]", "[4]")
+  it("broadcasts shapes that differ, as PyTorch, and names both when they cannot broadcast", function()
+    local p, q = R.randn({ 3, 4 }, 814), R.randn({ 4 }, 815)
+    assert.are.same(ddp.mse_loss(p, q:expand(3, 4)):item(), ddp.mse_loss(p, q):item())
+    R.assert_error(function() return ddp.mse_loss(ddp.ones(3, 4), ddp.ones(3)) end, "mse_loss", "[3, 4]", "[3]")
   end)
 end)

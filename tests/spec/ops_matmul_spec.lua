@@ -54,8 +54,13 @@ describe("matmul", function()
       "broadcast")
   end)
 
-  it("refuses integer and mixed dtypes, naming them", function()
-    R.assert_error(function() return ddp.tensor({ { 1, 2 } }):matmul(ddp.tensor({ { 1 }, { 2 } })) end, "int64")
+  it("multiplies int64 matrices exactly and refuses mixed dtypes, naming them", function()
+    -- exact beyond 2^53, wrapping like int64 arithmetic (PyTorch's CPU int matmul)
+    local big = 4611686018427387903
+    local r = ddp.tensor({ { big, 1 } }):matmul(ddp.tensor({ { 1 }, { 2 } }))
+    assert.are.same({ { big + 2 } }, r:totable())
+    assert.are.equal("int64", r:dtype())
+    assert.are.same({ 11 }, { ddp.tensor({ 1, 2 }):matmul(ddp.tensor({ 3, 4 })):item() })
     R.assert_error(function() return ddp.ones(2, 2):matmul(ddp.ones(2, 2, { dtype = "float64" })) end, "float32",
       "float64")
   end)

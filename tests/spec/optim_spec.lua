@@ -309,7 +309,7 @@ describe("optimizer errors", function()
     fails("Adam: invalid beta parameter at index 2: 1 %(expected 0 <= beta < 1%)",
       function() optim.Adam({ p }, { betas = { 0.9, 1 } }) end)
     fails("AdamW: invalid eps %-1", function() optim.AdamW({ p }, { eps = -1 }) end)
-    fails("Adam: unknown option 'amsgrad'", function() optim.Adam({ p }, { amsgrad = true }) end)
+    fails("Adam: unknown option 'amsgrads'", function() optim.Adam({ p }, { amsgrads = true }) end)
     local opt = optim.SGD({ p }, { lr = 0.1 })
     opt.param_groups[1].lr = -1 -- changed after construction: caught at step time
     fails("SGD: invalid lr %-1", function() opt:step() end)

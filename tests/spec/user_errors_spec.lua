@@ -23,7 +23,7 @@ describe("argument errors", function()
     local l
     l = here(); check(l, "Linear: out_features must be a positive integer", pcall(function() nn.Linear(3, "x") end))
     l = here(); check(l, "Conv2d: kernel_size must be a positive", pcall(function() nn.Conv2d(1, 2, 0) end))
-    l = here(); check(l, "Conv2d: dilation=2 is not supported yet", pcall(function() nn.Conv2d(1, 2, 3, 1, 0, 2) end))
+    l = here(); check(l, "Conv2d: in_channels 1 .* by groups 2", pcall(function() nn.Conv2d(1, 2, 3, 1, 0, 1, 2) end))
     l = here(); check(l, "Sequential: element 2 is a number", pcall(function() nn.Sequential { nn.ReLU(), 3 } end))
     l = here(); check(l, "ModuleList: index 5 out of range", pcall(function() return nn.ModuleList()[5] end))
     l = here(); check(l, "BatchNorm2d: unknown option 'eps2'", pcall(function() nn.BatchNorm2d(3, { eps2 = 1 }) end))

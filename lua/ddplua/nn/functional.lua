@@ -14,9 +14,17 @@ function F.flatten(x, start_dim, end_dim) return x:flatten(start_dim, end_dim) e
 
 --- linear(x, w [, b [, "relu"]]): the last argument fuses the activation.
 function F.linear(x, w, b, act) return ddp.linear(x, w, b, act) end
-function F.conv2d(x, w, b, stride, padding) return ddp.conv2d(x, w, b, stride or 1, padding or 0) end
-function F.max_pool2d(x, k, stride, padding) return ddp.max_pool2d(x, k, stride or k, padding or 0) end
-function F.avg_pool2d(x, k, stride, padding) return ddp.avg_pool2d(x, k, stride or k, padding or 0) end
+--- PyTorch's positional order: conv2d(x, w, b, stride, padding, dilation, groups),
+--- max_pool2d(x, k, stride, padding, dilation, ceil_mode), avg_pool2d(x, k, stride, padding, ceil_mode)
+function F.conv2d(x, w, b, stride, padding, dilation, groups)
+  return ddp.conv2d(x, w, b, stride or 1, padding or 0, dilation or 1, groups or 1)
+end
+function F.max_pool2d(x, k, stride, padding, dilation, ceil_mode)
+  return ddp.max_pool2d(x, k, stride or k, padding or 0, dilation or 1, ceil_mode or false)
+end
+function F.avg_pool2d(x, k, stride, padding, ceil_mode)
+  return ddp.avg_pool2d(x, k, stride or k, padding or 0, ceil_mode or false)
+end
 
 function F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
   return ddp.batch_norm(x, running_mean, running_var, weight, bias, training or false, momentum or 0.1, eps or 1e-5)
@@ -40,8 +48,10 @@ function F.scaled_dot_product_attention(q, k, v, opts) return ddp.core.scaled_do
 --- adaptive_avg_pool2d(x, output_size): output_size n or {h, w}.
 function F.adaptive_avg_pool2d(x, output_size) return ddp.core.adaptive_avg_pool2d(x, output_size) end
 
---- cross_entropy(logits, target [, {reduction=, label_smoothing=, ignore_index=}])
+--- cross_entropy(logits, target [, {weight=, reduction=, label_smoothing=, ignore_index=}]), nll_loss(logp, target
+--- [, {weight=, reduction=, ignore_index=}])
 function F.cross_entropy(input, target, opts) return ddp.cross_entropy(input, target, opts) end
+function F.nll_loss(input, target, opts) return ddp.nll_loss(input, target, opts) end
 function F.mse_loss(input, target, opts) return ddp.mse_loss(input, target, opts) end
 
 return F

@@ -33,6 +33,7 @@ local nn = {
   Embedding = require "ddplua.nn.embedding",
   LayerNorm = require "ddplua.nn.layernorm",
   CrossEntropyLoss = loss.CrossEntropyLoss,
+  NLLLoss = loss.NLLLoss,
   MSELoss = loss.MSELoss,
   F = require "ddplua.nn.functional",
   init = require "ddplua.nn.initializers",

@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/sgemm.h"
@@ -41,8 +43,8 @@ static struct {
   char *(*get_corename)(void);
   char err[256];    /* a BLAS library was loaded but is unusable */
   char absent[320]; /* no BLAS library: the plain loop runs (why) */
-  int threads;      /* set_num_threads without a BLAS library: remembered only */
-} blas = {.once = PTHREAD_ONCE_INIT, .threads = 1};
+  int threads;      /* what set_num_threads asked for (get_num_threads reports it) */
+} blas = {.once = PTHREAD_ONCE_INIT, .threads = 0};
 
 static void load_blas(void) {
   const char *want = getenv("DDPLUA_BLAS_CORETYPE");
@@ -80,16 +82,33 @@ static int ensure_blas(void) {
   return 0;
 }
 
+/* The threads OpenBLAS is given: at most one per online core (more only
+ * contend), and under an address-space limit (RLIMIT_AS) few enough that
+ * each one's GEMM buffer (OpenBLAS reserves about 128 MiB a thread) fits in
+ * half of it. Past that OpenBLAS's threads loop on a failing malloc and
+ * the process never finishes its matmul or exits. */
+static int blas_thread_cap(int n) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores >= 1 && n > cores) n = (int)cores;
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    rlim_t per = (rlim_t)160 << 20, fit = rl.rlim_cur / 2 / per;
+    if ((rlim_t)n > fit) n = fit < 1 ? 1 : (int)fit;
+  }
+  return n < 1 ? 1 : n;
+}
+
 int dp_blas_set_num_threads(int n) {
   if (ensure_blas()) return -1;
-  if (!blas.lib) blas.threads = n;
-  else if (blas.set_threads) blas.set_threads(n);
+  blas.threads = n < 1 ? 1 : n;
+  if (blas.lib && blas.set_threads) blas.set_threads(blas_thread_cap(blas.threads));
   return 0;
 }
 
 int dp_blas_get_num_threads(void) {
   if (ensure_blas()) return 1;
-  if (!blas.lib) return blas.threads;
+  if (blas.threads) return blas.threads; /* what was asked for, as PyTorch reports it */
+  if (!blas.lib) return 1;
   return blas.get_threads ? blas.get_threads() : 1;
 }
 
@@ -105,9 +124,46 @@ const char *dp_blas_info(void) {
 /* float32 goes to ddplua's own GEMM (sgemm.h) unless DDPLUA_GEMM=blas or the
  * CPU has neither AVX-512 nor AVX2+FMA; float64 always to OpenBLAS (or the
  * plain loop without it). */
+/* Integer GEMM (PyTorch multiplies int64 and uint8 matrices on the CPU):
+ * exact, wrapping like the elementwise integer ops (uint8 modulo 256);
+ * alpha and beta are whole numbers here (the op layer passes 1 and 0/1). */
+static void gemm_int_loop(const dp_gemm_args *g) {
+  size_t es = dp_dtype_size(g->dtype);
+  uint64_t alpha = (uint64_t)(int64_t)g->alpha, beta = (uint64_t)(int64_t)g->beta;
+  int64_t ai = g->trans_a ? 1 : g->lda, ak = g->trans_a ? g->lda : 1;
+  int64_t bk = g->trans_b ? 1 : g->ldb, bj = g->trans_b ? g->ldb : 1;
+  for (int64_t b = 0; b < g->batch; b++) {
+    const char *a = (const char *)g->a + (size_t)(b * g->stride_a) * es;
+    const char *bb = (const char *)g->b + (size_t)(b * g->stride_b) * es;
+    char *c = (char *)g->c + (size_t)(b * g->stride_c) * es;
+    for (int64_t i = 0; i < g->m; i++)
+      for (int64_t j = 0; j < g->n; j++) {
+        uint64_t acc = 0;
+        for (int64_t k = 0; k < g->k; k++) {
+          int64_t ia = (i * ai + k * ak), ib = (k * bk + j * bj);
+          uint64_t x = g->dtype == DP_I64 ? (uint64_t)((const int64_t *)a)[ia] : ((const uint8_t *)a)[ia];
+          uint64_t y = g->dtype == DP_I64 ? (uint64_t)((const int64_t *)bb)[ib] : ((const uint8_t *)bb)[ib];
+          acc += x * y;
+        }
+        int64_t e = i * g->ldc + j;
+        if (g->dtype == DP_I64) {
+          int64_t *pc = (int64_t *)c + e;
+          *pc = (int64_t)(alpha * acc + (beta ? beta * (uint64_t)*pc : 0));
+        } else {
+          uint8_t *pc = (uint8_t *)c + e;
+          *pc = (uint8_t)(alpha * acc + (beta ? beta * (uint64_t)*pc : 0));
+        }
+      }
+  }
+}
+
 int dp_cpu_gemm(const dp_gemm_args *g) {
+  if (g->dtype == DP_I64 || g->dtype == DP_U8) {
+    gemm_int_loop(g);
+    return 0;
+  }
   if (g->dtype != DP_F32 && g->dtype != DP_F64)
-    return dp_error("matmul on the cpu supports float32 and float64, got %s", dp_dtype_name(g->dtype));
+    return dp_error("matmul on the cpu supports float32, float64, int64 and uint8, got %s", dp_dtype_name(g->dtype));
   if (g->dtype == DP_F32) {
     dp_sgemm_impl impl;
     if (dp_sgemm_get_impl(&impl)) return -1;

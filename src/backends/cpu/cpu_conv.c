@@ -16,10 +16,11 @@
 #define LD(t, p, i) dp_load_d((const char *)(p) + (size_t)(i)*dp_elsize(t), (t)->dtype)
 #define ST(t, p, i, v) dp_store_d((char *)(p) + (size_t)(i)*dp_elsize(t), (t)->dtype, (v))
 
-/* Output columns [lo, hi) whose input column ox * sw - pw + kj is inside
- * the image: the rest read padding. */
+/* Output columns [lo, hi) whose input column ox * sw - pw + kj * dw is
+ * inside the image: the rest read padding. */
 static void valid_cols(const dp_window2d *g, int64_t kj, int64_t *lo, int64_t *hi) {
-  int64_t a = dp_ceil_div(g->pw - kj, g->sw), b = dp_ceil_div(g->w + g->pw - kj, g->sw);
+  int64_t off = kj * g->dw;
+  int64_t a = dp_ceil_div(g->pw - off, g->sw), b = dp_ceil_div(g->w + g->pw - off, g->sw);
   *lo = a < 0 ? 0 : a > g->ow ? g->ow : a;
   *hi = b < *lo ? *lo : b > g->ow ? g->ow : b;
 }
@@ -38,12 +39,12 @@ static void im2col_f32(float *cols, const float *x, const dp_window2d *g, int64_
           valid_cols(g, kj, &lo, &hi);
           for (int64_t oy = 0; oy < g->oh; oy++) {
             float *r = row + oy * g->ow;
-            int64_t iy = oy * g->sh - g->ph + ki;
+            int64_t iy = oy * g->sh - g->ph + ki * g->dh;
             if (iy < 0 || iy >= g->h) {
               memset(r, 0, sizeof(float) * (size_t)g->ow);
               continue;
             }
-            const float *src = xp + iy * g->w - g->pw + kj; /* src[ox * sw] is column ox */
+            const float *src = xp + iy * g->w - g->pw + kj * g->dw; /* src[ox * sw] is column ox */
             for (int64_t ox = 0; ox < lo; ox++) r[ox] = 0.f;
             if (g->sw == 1) memcpy(r + lo, src + lo, sizeof(float) * (size_t)(hi - lo));
             else
@@ -69,7 +70,7 @@ int dp_cpu_im2col(dp_tensor *cols, const dp_tensor *x, const dp_window2d *g, int
         for (int64_t kj = 0; kj < g->kw; kj++)
           for (int64_t oy = 0; oy < g->oh; oy++)
             for (int64_t ox = 0; ox < g->ow; ox++, k++) {
-              int64_t iy = oy * g->sh - g->ph + ki, ix = ox * g->sw - g->pw + kj;
+              int64_t iy = oy * g->sh - g->ph + ki * g->dh, ix = ox * g->sw - g->pw + kj * g->dw;
               bool inside = iy >= 0 && iy < g->h && ix >= 0 && ix < g->w;
               ST(cols, cp, k, inside ? LD(x, xp, n * img + c * plane + iy * g->w + ix) : 0.0);
             }
@@ -89,10 +90,10 @@ static void col2im_f32(float *gx, const float *cols, const dp_window2d *g, int64
           int64_t lo, hi;
           valid_cols(g, kj, &lo, &hi);
           for (int64_t oy = 0; oy < g->oh; oy++) {
-            int64_t iy = oy * g->sh - g->ph + ki;
+            int64_t iy = oy * g->sh - g->ph + ki * g->dh;
             if (iy < 0 || iy >= g->h) continue;
             const float *r = row + oy * g->ow;
-            float *dst = gp + iy * g->w - g->pw + kj;
+            float *dst = gp + iy * g->w - g->pw + kj * g->dw;
             if (g->sw == 1)
               for (int64_t ox = lo; ox < hi; ox++) dst[ox] += r[ox];
             else
@@ -117,7 +118,7 @@ int dp_cpu_col2im(dp_tensor *gx, const dp_tensor *cols, const dp_window2d *g, in
         for (int64_t kj = 0; kj < g->kw; kj++)
           for (int64_t oy = 0; oy < g->oh; oy++)
             for (int64_t ox = 0; ox < g->ow; ox++, k++) {
-              int64_t iy = oy * g->sh - g->ph + ki, ix = ox * g->sw - g->pw + kj;
+              int64_t iy = oy * g->sh - g->ph + ki * g->dh, ix = ox * g->sw - g->pw + kj * g->dw;
               if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w) continue;
               int64_t e = n * img + c * plane + iy * g->w + ix;
               ST(gx, gp, e, LD(gx, gp, e) + LD(cols, cp, k));
@@ -126,7 +127,8 @@ int dp_cpu_col2im(dp_tensor *gx, const dp_tensor *cols, const dp_window2d *g, in
 }
 
 /* ---- max pooling: idx holds the winner's position iy * w + ix in its
- * plane; NaN wins (propagates, as PyTorch); the first maximum wins ties ---- */
+ * plane; NaN wins (propagates; the last NaN of the window, as PyTorch's
+ * `val > max || isnan(val)`); the first maximum wins ties ---- */
 
 /* Position of the maximum of rows [y0, y1) x columns [x0, x1) of a plane
  * with row length w; its value in *m. */
@@ -136,11 +138,7 @@ static int64_t window_max_f32(const float *p, int64_t w, int64_t y0, int64_t y1,
   for (int64_t iy = y0; iy < y1; iy++)
     for (int64_t ix = x0; ix < x1; ix++) {
       float v = p[iy * w + ix];
-      if (isnan(v)) {
-        *m = v;
-        return iy * w + ix;
-      }
-      if (v > bv) bv = v, best = iy * w + ix;
+      if (v > bv || isnan(v)) bv = v, best = iy * w + ix;
     }
   *m = bv;
   return best;
@@ -153,11 +151,7 @@ static int64_t window_max_ref(const dp_tensor *x, const char *p, int64_t w, int6
   for (int64_t iy = y0; iy < y1; iy++)
     for (int64_t ix = x0; ix < x1; ix++) {
       double v = LD(x, p, iy * w + ix);
-      if (isnan(v)) {
-        *m = v;
-        return iy * w + ix;
-      }
-      if (v > bv) bv = v, best = iy * w + ix;
+      if (v > bv || isnan(v)) bv = v, best = iy * w + ix;
     }
   *m = bv;
   return best;

@@ -1,10 +1,11 @@
 /* CPU elementwise kernels: copy/cast, fill, unary, binary, their backward.
  *
- * Two paths per kernel: a float32 unit-stride loop the compiler vectorises,
+ * Paths per kernel: a float32 unit-stride loop the compiler vectorises; a
+ * strided float32 loop with the same float math (so a view computes what
+ * a contiguous tensor does, as in PyTorch and on CUDA); exact int64 loops;
  * and the reference path that loads every element as double (dp_load_d),
- * applies the double version of the math and stores in the output dtype.
- * float64, integers and strided views take the reference path; the specs
- * check the float32 path against it. The math is the op table's formulas
+ * applies the double version of the math and stores in the output dtype
+ * (float64 and dtype mixes). The specs check the float32 paths against it. The math is the op table's formulas
  * (ops/scalar_math_t.h); the per-op float32 loops are generated from the
  * table, so a new op needs nothing here. */
 #include <math.h>
@@ -157,6 +158,11 @@ static void unary_row(char **p, const int64_t *s, int64_t n, void *vctx) {
     unary_f32(c->a, (float *)p[0], (const float *)p[1], n);
     return;
   }
+  if (c->to == DP_F32 && c->from == DP_F32) {
+    for (int64_t i = 0; i < n; i++)
+      *(float *)(p[0] + i * s[0]) = dp_unary_f(c->a->op, *(const float *)(p[1] + i * s[1]), &c->a->p);
+    return;
+  }
   if (c->to == DP_I64 && c->from == DP_I64) { /* ops that keep integers: exact beyond 2^53 */
     for (int64_t i = 0; i < n; i++)
       *(int64_t *)(p[0] + i * s[0]) = dp_unary_i64(c->a->op, *(const int64_t *)(p[1] + i * s[1]), &c->a->p);
@@ -205,12 +211,21 @@ static void ugrad_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   ugrad_ctx *c = vctx;
   /* operands: gx, gy, [x], [y] (in that order, absent ones skipped) */
   int kx = c->has_x ? 2 : -1, ky = c->has_y ? (c->has_x ? 3 : 2) : -1;
-  bool f32 = c->dt[0] == DP_F32 && s[0] == 4 && s[1] == 4 && (kx < 0 || s[kx] == 4) && (ky < 0 || s[ky] == 4);
-  for (int k = 1; k < 4; k++) f32 = f32 && c->dt[k] == DP_F32;
+  bool all_f32 = true;
+  for (int k = 0; k < 4; k++) all_f32 = all_f32 && c->dt[k] == DP_F32;
+  bool unit = s[0] == 4 && s[1] == 4 && (kx < 0 || s[kx] == 4) && (ky < 0 || s[ky] == 4);
   dp_grad_reads reads = dp_unary_ops[c->a->op].grad;
-  if (f32 && (reads != DP_GRAD_X || kx > 0) && (reads != DP_GRAD_Y || ky > 0)) {
+  if (all_f32 && unit && (reads != DP_GRAD_X || kx > 0) && (reads != DP_GRAD_Y || ky > 0)) {
     ugrad_f32(c->a, (float *)p[0], (const float *)p[1], kx > 0 ? (const float *)p[kx] : NULL,
               ky > 0 ? (const float *)p[ky] : NULL, n);
+    return;
+  }
+  if (all_f32) { /* strided: the same float math (a broadcast gy computes what a contiguous one does) */
+    for (int64_t i = 0; i < n; i++) {
+      float x = kx > 0 ? *(const float *)(p[kx] + i * s[kx]) : 0.f;
+      float y = ky > 0 ? *(const float *)(p[ky] + i * s[ky]) : 0.f;
+      *(float *)(p[0] + i * s[0]) = dp_unary_grad_f(c->a->op, *(const float *)(p[1] + i * s[1]), x, y, &c->a->p);
+    }
     return;
   }
   for (int64_t i = 0; i < n; i++) {
@@ -279,16 +294,32 @@ static void binary_row(char **p, const int64_t *s, int64_t n, void *vctx) {
     else binary_f32(c->op, (float *)p[0], (const float *)p[1], (const float *)p[2], n);
     return;
   }
+  if (c->a == DP_F32 && c->b == DP_F32 && (c->to == DP_F32 || (c->to == DP_U8 && dp_binary_is_compare(c->op)))) {
+    for (int64_t i = 0; i < n; i++) {
+      float r = dp_binary_f(c->op, *(const float *)(p[1] + i * s[1]), *(const float *)(p[2] + i * s[2]));
+      if (c->to == DP_F32) *(float *)(p[0] + i * s[0]) = r;
+      else *(uint8_t *)(p[0] + i * s[0]) = (uint8_t)r;
+    }
+    return;
+  }
   if (c->to == DP_I64 && c->a == DP_I64 && c->b == DP_I64) {
     for (int64_t i = 0; i < n; i++)
       *(int64_t *)(p[0] + i * s[0]) =
           dp_binary_i64(c->op, *(int64_t *)(p[1] + i * s[1]), *(int64_t *)(p[2] + i * s[2]));
     return;
   }
-  if (c->to == DP_U8 && c->a == DP_I64 && c->b == DP_I64 && dp_binary_ops[c->op].out == DP_OUT_BOOL) {
-    for (int64_t i = 0; i < n; i++)
-      *(uint8_t *)(p[0] + i * s[0]) =
-          (uint8_t)dp_binary_i64(c->op, *(int64_t *)(p[1] + i * s[1]), *(int64_t *)(p[2] + i * s[2]));
+  /* other integer mixes (uint8, and comparisons to uint8): exact in int64,
+   * wrapping into uint8 as uint8 arithmetic would (5^194 is 25 there) */
+  if ((c->to == DP_I64 || c->to == DP_U8) && (c->a == DP_I64 || c->a == DP_U8) && (c->b == DP_I64 || c->b == DP_U8) &&
+      dp_binary_ops[c->op].out != DP_OUT_FLOAT) {
+    for (int64_t i = 0; i < n; i++) {
+      const char *pa = p[1] + i * s[1], *pb = p[2] + i * s[2];
+      int64_t av = c->a == DP_U8 ? *(const uint8_t *)pa : *(const int64_t *)pa;
+      int64_t bv = c->b == DP_U8 ? *(const uint8_t *)pb : *(const int64_t *)pb;
+      int64_t r = dp_binary_i64(c->op, av, bv);
+      if (c->to == DP_U8) *(uint8_t *)(p[0] + i * s[0]) = (uint8_t)r;
+      else *(int64_t *)(p[0] + i * s[0]) = r;
+    }
     return;
   }
   for (int64_t i = 0; i < n; i++)
@@ -307,6 +338,17 @@ static void binary_scalar_row(char **p, const int64_t *s, int64_t n, void *vctx)
   binary_ctx *c = vctx;
   if (c->to == DP_F32 && c->a == DP_F32 && s[0] == 4 && s[1] == 4 && dp_binary_ops[c->op].scalar_f32) {
     binary_f32_value(c->op, (float *)p[0], (const float *)p[1], (float)c->s, c->scalar_first, n);
+    return;
+  }
+  if (c->a == DP_F32 && (c->to == DP_F32 || (c->to == DP_U8 && dp_binary_is_compare(c->op)))) {
+    /* float math with the float scalar (the op layer rounded it to float32) */
+    float v = (float)c->s;
+    for (int64_t i = 0; i < n; i++) {
+      float a = *(const float *)(p[1] + i * s[1]);
+      float r = c->scalar_first ? dp_binary_f(c->op, v, a) : dp_binary_f(c->op, a, v);
+      if (c->to == DP_F32) *(float *)(p[0] + i * s[0]) = r;
+      else *(uint8_t *)(p[0] + i * s[0]) = (uint8_t)r;
+    }
     return;
   }
   for (int64_t i = 0; i < n; i++) {

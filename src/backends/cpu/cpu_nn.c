@@ -90,9 +90,9 @@ int dp_cpu_softmax(dp_tensor *y, const dp_tensor *x, int64_t rows, int64_t cols,
     }
     double s = 0;
     for (int64_t j = 0; j < cols; j++) s += exp(LD(x, xp, b + j) - mx);
-    double lse = mx + log(s);
+    double log_s = log(s);
     for (int64_t j = 0; j < cols; j++) {
-      ST(y, yp, b + j, dp_softmax_out_d(LD(x, xp, b + j), lse, logsm));
+      ST(y, yp, b + j, dp_softmax_out_d(LD(x, xp, b + j), mx, log_s, logsm));
     }
   }
   return 0;
@@ -116,7 +116,7 @@ int dp_cpu_softmax_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor 
 
 static int check_target(int64_t t, int64_t classes, int64_t base, int64_t row, int64_t ignore) {
   if (t == ignore) return 0;
-  if (t - base < 0 || t - base >= classes)
+  if (t < base || t - base >= classes)
     return dp_error("target %" PRId64 " at position %" PRId64 " is out of range: classes are %" PRId64 "..%" PRId64, t,
                     row + base, base, classes - 1 + base);
   return 0;
@@ -148,13 +148,13 @@ int dp_cpu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_ce_args *a) {
         s += exp(v - mx), sum_x += v;
       }
     }
-    double l = mx + log(s);
-    ST(lse, dp_data(lse), r, l);
+    double log_s = log(s);
+    ((double *)dp_data(lse))[2 * r] = mx, ((double *)dp_data(lse))[2 * r + 1] = log_s;
     if (t == ignore_index) {
       ST(loss, dp_data(loss), r, 0.0);
       continue;
     }
-    ST(loss, dp_data(loss), r, dp_ce_loss_d(l, LD(x, xp, b + t - base), sum_x, C, smoothing));
+    ST(loss, dp_data(loss), r, dp_ce_loss_d(mx, log_s, LD(x, xp, b + t - base), sum_x, C, smoothing));
   }
   return 0;
 }
@@ -164,7 +164,8 @@ int dp_cpu_cross_entropy_backward(dp_tensor *gx, const dp_ce_args *a) {
   int64_t base = a->base, ignore_index = a->ignore_index;
   double smoothing = a->smoothing;
   int64_t rows = x->shape[0], C = x->shape[1];
-  const char *xp = dp_data(x), *lp = dp_data(lse), *sp = dp_data(scale);
+  const char *xp = dp_data(x), *sp = dp_data(scale);
+  const double *lp = dp_data(lse);
   const int64_t *tp = dp_data(target);
   char *gp = dp_data(gx);
   double off = smoothing / (double)C;
@@ -175,16 +176,16 @@ int dp_cpu_cross_entropy_backward(dp_tensor *gx, const dp_ce_args *a) {
       for (int64_t j = 0; j < C; j++) ST(gx, gp, b + j, 0.0);
       continue;
     }
-    double l = LD(lse, lp, r);
+    double mx = lp[2 * r], log_s = lp[2 * r + 1];
     if (x->dtype == DP_F32 && gx->dtype == DP_F32) {
       const float *row = (const float *)xp + b;
       float *g = (float *)gp + b;
-      for (int64_t j = 0; j < C; j++) g[j] = (float)((exp(row[j] - l) - off) * sc);
-      g[t - base] -= (float)((1.0 - smoothing) * sc);
+      for (int64_t j = 0; j < C; j++) g[j] = (float)((dp_softmax_out_d(row[j], mx, log_s, 0) - off) * sc);
+      g[t - base] = (float)dp_ce_grad_d(row[t - base], mx, log_s, 1, C, smoothing, sc); /* p_t - 1 in double */
       continue;
     }
     for (int64_t j = 0; j < C; j++)
-      ST(gx, gp, b + j, dp_ce_grad_d(LD(x, xp, b + j), l, j == t - base, C, smoothing, sc));
+      ST(gx, gp, b + j, dp_ce_grad_d(LD(x, xp, b + j), mx, log_s, j == t - base, C, smoothing, sc));
   }
   return 0;
 }
@@ -197,10 +198,10 @@ int dp_cpu_index_select(dp_tensor *out, const dp_tensor *src, const dp_tensor *i
   const char *sp = dp_data(src);
   char *op = dp_data(out);
   for (int64_t i = 0; i < n; i++) {
-    int64_t k = ip[i] - base;
-    if (k < 0 || k >= rows)
+    if (ip[i] < base || ip[i] - base >= rows) /* ip[i] >= base first: no overflow */
       return dp_error("index %" PRId64 " at position %" PRId64 " is out of range %" PRId64 "..%" PRId64, ip[i],
                       i + base, base, rows - 1 + base);
+    int64_t k = ip[i] - base;
     memcpy(op + (size_t)i * row_bytes, sp + (size_t)k * row_bytes, row_bytes);
   }
   return 0;
@@ -213,10 +214,10 @@ int dp_cpu_index_add(dp_tensor *dst, const dp_tensor *idx, const dp_tensor *src,
   char *dp = dp_data(dst);
   const char *sp = dp_data(src);
   for (int64_t i = 0; i < n; i++) {
-    int64_t k = ip[i] - base;
-    if (k < 0 || k >= rows)
+    if (ip[i] < base || ip[i] - base >= rows) /* ip[i] >= base first: no overflow */
       return dp_error("index %" PRId64 " at position %" PRId64 " is out of range %" PRId64 "..%" PRId64, ip[i],
                       i + base, base, rows - 1 + base);
+    int64_t k = ip[i] - base;
     if (dst->dtype == DP_F32 && src->dtype == DP_F32) {
       float *o = (float *)dp + k * d;
       const float *s = (const float *)sp + i * d;

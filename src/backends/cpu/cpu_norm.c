@@ -10,8 +10,9 @@
  * CUDA kernels use too: batch norm's per-channel scale and shift (and the
  * three coefficients of its input gradient) computed in double once per
  * channel, layer norm's per-element apply and gradient. float32 tensors
- * run the float versions in loops the compiler vectorises; every other
- * dtype loads each element as double and runs the double versions. */
+ * run the float versions in loops the compiler vectorises (batch norm's
+ * input gradient excepted: double, see there); every other dtype loads each
+ * element as double and runs the double versions. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,15 +125,16 @@ int dp_cpu_bn_forward(dp_tensor *y, const dp_bn_args *a) {
   bool f32 = x->dtype == DP_F32 && y->dtype == DP_F32;
   for (int64_t ch = 0; ch < c; ch++) {
     dp_bn_affine_k k = dp_bn_affine(LD(mean, mp, ch), LD(invstd, sp, ch), opt_at(w, ch, 1.0), opt_at(b, ch, 0.0));
-    float scale = (float)k.scale, shift = (float)k.shift;
+    float mu = (float)k.mean, scale = (float)k.scale, bias = (float)k.bias;
     for (int64_t i = 0; i < n; i++) {
       int64_t off = (i * c + ch) * inner;
       if (f32) {
         const float *xr = (const float *)xp + off;
         float *yr = (float *)yp + off;
-        for (int64_t j = 0; j < inner; j++) yr[j] = dp_bn_apply_f(xr[j], scale, shift);
+        for (int64_t j = 0; j < inner; j++) yr[j] = dp_bn_apply_f(xr[j], mu, scale, bias);
       } else {
-        for (int64_t j = 0; j < inner; j++) ST(y, yp, off + j, dp_bn_apply_d(LD(x, xp, off + j), k.scale, k.shift));
+        for (int64_t j = 0; j < inner; j++)
+          ST(y, yp, off + j, dp_bn_apply_d(LD(x, xp, off + j), k.mean, k.scale, k.bias));
       }
     }
   }
@@ -187,13 +189,15 @@ int dp_cpu_bn_backward_elemt(dp_tensor *gx, const dp_bn_args *a) {
     dp_bn_grad_k k =
         dp_bn_grad_coefs(opt_at(w, ch, 1.0), LD(invstd, dp_data(invstd), ch), LD(mean, dp_data(mean), ch),
                          LD(sum_dy, dp_data(sum_dy), ch) / count, LD(sum_dy_xhat, dp_data(sum_dy_xhat), ch) / count);
-    float kgy = (float)k.gy, kx = (float)k.x, kc = (float)k.c;
     for (int64_t i = 0; i < n; i++) {
       int64_t off = (i * c + ch) * inner;
       if (f32) {
+        /* in double, as the CUDA kernel: the three terms cancel (to the eps
+         * term alone when a channel has two values), and float coefficients
+         * left float32 results several ulps of the terms off */
         const float *g = (const float *)gp + off, *xr = (const float *)xp + off;
         float *o = (float *)op + off;
-        for (int64_t j = 0; j < inner; j++) o[j] = dp_bn_grad_apply_f(g[j], xr[j], kgy, kx, kc);
+        for (int64_t j = 0; j < inner; j++) o[j] = (float)dp_bn_grad_apply_d(g[j], xr[j], k.gy, k.x, k.c);
       } else {
         for (int64_t j = 0; j < inner; j++)
           ST(gx, op, off + j, dp_bn_grad_apply_d(LD(gy, gp, off + j), LD(x, xp, off + j), k.gy, k.x, k.c));

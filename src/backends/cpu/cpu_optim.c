@@ -45,24 +45,19 @@ int dp_cpu_sgd_step(dp_tensor *p, const dp_tensor *g, dp_tensor *buf, const dp_s
 }
 
 int dp_cpu_adam_step(dp_tensor *p, const dp_tensor *g, dp_tensor *m, dp_tensor *v, const dp_adam_args *a) {
-  double lr = a->lr, beta1 = a->beta1, beta2 = a->beta2, eps = a->eps, weight_decay = a->weight_decay;
-  bool decoupled = a->decoupled;
-  int64_t step = a->step;
   if (check_float(p)) return -1;
   int64_t n = dp_numel(p);
-  double bc1 = 1.0 - pow(beta1, (double)step), bc2 = 1.0 - pow(beta2, (double)step);
+  dp_adam_k k = dp_adam_coefs(a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->decoupled, a->step);
+  void *vmax = a->max_exp_avg_sq ? dp_data(a->max_exp_avg_sq) : NULL;
   if (p->dtype == DP_F32) {
-    float *pp = dp_data(p), *mp = dp_data(m), *vp = dp_data(v);
+    float *pp = dp_data(p), *mp = dp_data(m), *vp = dp_data(v), *xp = vmax;
     const float *gp = dp_data(g);
-    for (int64_t i = 0; i < n; i++)
-      dp_adam_update_f(&pp[i], gp[i], &mp[i], &vp[i], (float)lr, (float)beta1, (float)beta2, (float)eps,
-                       (float)weight_decay, decoupled, (float)bc1, (float)bc2);
+    for (int64_t i = 0; i < n; i++) dp_adam_update_f(&pp[i], gp[i], &mp[i], &vp[i], xp ? &xp[i] : NULL, &k);
     return 0;
   }
-  double *pp = dp_data(p), *mp = dp_data(m), *vp = dp_data(v);
+  double *pp = dp_data(p), *mp = dp_data(m), *vp = dp_data(v), *xp = vmax;
   const double *gp = dp_data(g);
-  for (int64_t i = 0; i < n; i++)
-    dp_adam_update_d(&pp[i], gp[i], &mp[i], &vp[i], lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2);
+  for (int64_t i = 0; i < n; i++) dp_adam_update_d(&pp[i], gp[i], &mp[i], &vp[i], xp ? &xp[i] : NULL, &k);
   return 0;
 }
 

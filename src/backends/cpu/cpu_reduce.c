@@ -79,6 +79,17 @@ static int reduce_sum(dp_reduce_op op, dp_tensor *out, const dp_tensor *x, int64
   return 0;
 }
 
+/* Index of the extreme of k int64 values spaced by inner: compared as
+ * integers (a double would merge values beyond 2^53); the first wins. */
+static int64_t extreme_i64(const int64_t *p, int64_t k, int64_t inner, bool want_max) {
+  int64_t best = 0, bv = p[0];
+  for (int64_t j = 1; j < k; j++) {
+    int64_t v = p[j * inner];
+    if (want_max ? v > bv : v < bv) best = j, bv = v;
+  }
+  return best;
+}
+
 /* max/min/argmax/argmin: first occurrence wins; NaN counts as the extreme
  * (PyTorch propagates NaN). */
 static int reduce_extreme(dp_reduce_op op, dp_tensor *out, dp_tensor *idx, const dp_tensor *x, int64_t outer, int64_t k,
@@ -92,7 +103,8 @@ static int reduce_extreme(dp_reduce_op op, dp_tensor *out, dp_tensor *idx, const
     for (int64_t i = 0; i < inner; i++) {
       int64_t best = 0;
       double bv = dp_load_d(xp + (size_t)((o * k) * inner + i) * xs, x->dtype);
-      if (bv == bv)
+      if (x->dtype == DP_I64) best = extreme_i64((const int64_t *)xp + (o * k) * inner + i, k, inner, want_max);
+      else if (bv == bv)
         for (int64_t j = 1; j < k; j++) {
           double v = dp_load_d(xp + (size_t)((o * k + j) * inner + i) * xs, x->dtype);
           if (v != v) {
@@ -132,10 +144,11 @@ int dp_cpu_scatter_add_dim(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *
   size_t es = dp_elsize(gx);
   for (int64_t o = 0; o < outer; o++)
     for (int64_t i = 0; i < inner; i++) {
-      int64_t j = ix[o * inner + i] - base;
-      if (j < 0 || j >= k)
-        return dp_error("index %lld out of range [%lld, %lld]", (long long)(j + base), (long long)base,
+      int64_t v = ix[o * inner + i];
+      if (v < base || v - base >= k)
+        return dp_error("index %lld out of range [%lld, %lld]", (long long)v, (long long)base,
                         (long long)(k - 1 + base));
+      int64_t j = v - base;
       char *dst = g + (size_t)((o * k + j) * inner + i) * es;
       dp_store_d(dst, gx->dtype, dp_load_d(dst, gx->dtype) + dp_load_d(y + (size_t)(o * inner + i) * es, gy->dtype));
     }

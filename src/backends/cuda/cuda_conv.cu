@@ -27,7 +27,7 @@ __global__ void k_im2col(char *cols, const char *x, int es, const dp_window2d g,
     dp_cu_divmod(row, kk, &ci, &k);
     dp_cu_divmod(k, g.kw, &ki, &kj);
     dp_cu_divmod(pos, g.ow, &oy, &ox);
-    int64_t y = oy * g.sh - g.ph + ki, xx = ox * g.sw - g.pw + kj;
+    int64_t y = oy * g.sh - g.ph + ki * g.dh, xx = ox * g.sw - g.pw + kj * g.dw;
     char *d = cols + e * es;
     if (y < 0 || y >= g.h || xx < 0 || xx >= g.w) {
       for (int i = 0; i < es; i++) d[i] = 0;
@@ -52,16 +52,16 @@ int dp_cu_im2col(dp_tensor *cols_t, const dp_tensor *x_t, const dp_window2d *g, 
   return dp_cu_after_launch(c, "im2col");
 }
 
-/* Output positions (oy range) whose window covers input row y. */
-__device__ __forceinline__ void covering(int64_t y, int64_t k, int64_t s, int64_t p, int64_t on, int64_t *lo,
-                                         int64_t *hi) {
-  int64_t a = y + p - k + 1; /* oy*s >= a */
-  *lo = a <= 0 ? 0 : (a + s - 1) / s;
-  int64_t b = (y + p) / s; /* oy*s <= y + p */
-  *hi = b < on - 1 ? b : on - 1;
+/* The output position whose kernel offset i reads input position y along
+ * one axis (o * s - p + i * d == y), or -1 when none does. */
+__device__ __forceinline__ int64_t reader_of(int64_t y, int64_t i, int64_t s, int64_t p, int64_t d, int64_t on) {
+  int64_t t = y + p - i * d;
+  if (t < 0 || t % s) return -1;
+  return t / s < on ? t / s : -1;
 }
 
-/* gx images n0.. += col2im(cols) */
+/* gx images n0.. += col2im(cols): each input element sums the kernel
+ * offsets that read it (a loop over the kernel, which covers any dilation) */
 __global__ void k_col2im(char *gx, dp_dtype gxdt, const char *cols, dp_dtype cdt, const dp_window2d g, int64_t n0,
                          int64_t nb) {
   int64_t hw = g.h * g.w, ohw = g.oh * g.ow;
@@ -70,14 +70,13 @@ __global__ void k_col2im(char *gx, dp_dtype gxdt, const char *cols, dp_dtype cdt
     dp_cu_divmod(e, hw, &rest, &pix);
     dp_cu_divmod(rest, g.c, &b, &ci);
     dp_cu_divmod(pix, g.w, &y, &xx);
-    int64_t oy0, oy1, ox0, ox1;
-    covering(y, g.kh, g.sh, g.ph, g.oh, &oy0, &oy1);
-    covering(xx, g.kw, g.sw, g.pw, g.ow, &ox0, &ox1);
     double acc = 0;
-    for (int64_t oy = oy0; oy <= oy1; oy++) {
-      int64_t ki = y + g.ph - oy * g.sh;
-      for (int64_t ox = ox0; ox <= ox1; ox++) {
-        int64_t kj = xx + g.pw - ox * g.sw;
+    for (int64_t ki = 0; ki < g.kh; ki++) {
+      int64_t oy = reader_of(y, ki, g.sh, g.ph, g.dh, g.oh);
+      if (oy < 0) continue;
+      for (int64_t kj = 0; kj < g.kw; kj++) {
+        int64_t ox = reader_of(xx, kj, g.sw, g.pw, g.dw, g.ow);
+        if (ox < 0) continue;
         int64_t row = (ci * g.kh + ki) * g.kw + kj;
         acc += dp_cu_ld(cols, (b * g.c * g.kh * g.kw + row) * ohw + oy * g.ow + ox, cdt);
       }
@@ -99,6 +98,16 @@ int dp_cu_col2im(dp_tensor *gx_t, const dp_tensor *cols_t, const dp_window2d *g,
   return dp_cu_after_launch(c, "col2im");
 }
 
+/* Output positions (oy range) whose pooling window (no dilation) covers
+ * input row y. */
+__device__ __forceinline__ void covering(int64_t y, int64_t k, int64_t s, int64_t p, int64_t on, int64_t *lo,
+                                         int64_t *hi) {
+  int64_t a = y + p - k + 1; /* oy*s >= a */
+  *lo = a <= 0 ? 0 : (a + s - 1) / s;
+  int64_t b = (y + p) / s; /* oy*s <= y + p */
+  *hi = b < on - 1 ? b : on - 1;
+}
+
 /* ---- max pooling ---- */
 __global__ void k_max_pool2d(char *y, int64_t *idx, const char *x, dp_dtype dt, const dp_window2d g) {
   int64_t ohw = g.oh * g.ow, hw = g.h * g.w;
@@ -115,7 +124,7 @@ __global__ void k_max_pool2d(char *y, int64_t *idx, const char *x, dp_dtype dt, 
         int64_t xx = ox * g.sw - g.pw + kj;
         if (xx < 0 || xx >= g.w) continue;
         double v = dp_cu_ld(x, plane * hw + yy * g.w + xx, dt);
-        if (best < 0 || v > bv || (v != v && bv == bv)) best = yy * g.w + xx, bv = v;
+        if (best < 0 || v > bv || v != v) best = yy * g.w + xx, bv = v; /* the last NaN wins, as PyTorch */
       }
     }
     if (best >= 0) copy_elem(dp_cu_at(y, e, dt), dp_cu_at(x, plane * hw + best, dt), (int)dp_dtype_bytes(dt));

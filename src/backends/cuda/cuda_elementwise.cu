@@ -248,8 +248,11 @@ __global__ void k_binary(const __grid_constant__ dp_index_plan p, dp_binary_op o
     dp_index_offsets(&p, i, off);
     char *o = out + off[0] * oe;
     const char *ap = a + off[1] * ae;
-    if (mode == MODE_INT) {
-      int64_t r = dp_binary_i64(op, *(const int64_t *)ap, *(const int64_t *)(b + off[2] * be));
+    if (mode == MODE_INT) { /* int64 or uint8 operands (cast to the result type), exact, wrapping */
+      const char *bp = b + off[2] * be;
+      int64_t av = adt == DP_U8 ? (int64_t) * (const uint8_t *)ap : *(const int64_t *)ap;
+      int64_t bv = bdt == DP_U8 ? (int64_t) * (const uint8_t *)bp : *(const int64_t *)bp;
+      int64_t r = dp_binary_i64(op, av, bv);
       if (odt == DP_U8) *(uint8_t *)o = (uint8_t)r;
       else *(int64_t *)o = r;
     } else if (mode == MODE_FLOAT) {
@@ -278,7 +281,8 @@ static int binary(dp_binary_op op, dp_tensor *out_t, const dp_tensor *a_t, const
   int mode;
   if (b) {
     bool f = all_f32ish(adt, bdt) && (dp_dtype_is_f32ish(odt) || (odt == DP_U8 && dp_binary_is_compare(op)));
-    bool i = adt == DP_I64 && bdt == DP_I64 && (odt == DP_I64 || (odt == DP_U8 && dp_binary_is_compare(op)));
+    bool ints = (adt == DP_I64 || adt == DP_U8) && (bdt == DP_I64 || bdt == DP_U8);
+    bool i = ints && (odt == DP_I64 || odt == DP_U8) && dp_binary_ops[op].out != DP_OUT_FLOAT;
     mode = f ? MODE_FLOAT : i ? MODE_INT : MODE_DOUBLE;
   } else {
     /* as the CPU: only arithmetic with a scalar rounds the scalar to float;

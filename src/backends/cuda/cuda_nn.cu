@@ -110,13 +110,15 @@ __device__ __forceinline__ void lse_add(dp_cu_pair *p, double v) {
   if (v != -INFINITY) dp_lse_merge_d(&p->a, &p->b, v, 1.0); /* exp(-inf) adds nothing */
 }
 
-__device__ __forceinline__ double row_lse(const char *x, dp_dtype xdt, int64_t base, int64_t cols, dp_cu_rows g,
-                                          dp_cu_pair *shm) {
+/* the row's (max, log of sum(exp(x - max))): dp_softmax_out_d works from x - max */
+__device__ __forceinline__ dp_cu_pair row_lse(const char *x, dp_dtype xdt, int64_t base, int64_t cols, dp_cu_rows g,
+                                              dp_cu_pair *shm) {
   dp_cu_pair p = {-INFINITY, 0.0};
   for (int64_t j = g.lane; j < cols; j += g.size) lse_add(&p, dp_cu_ld(x, base + j, xdt));
   p = dp_cu_group_reduce(
       p, [](dp_cu_pair a, dp_cu_pair b) { return dp_cu_lse2(a, b); }, g.block, shm);
-  return p.a + log(p.b);
+  p.b = log(p.b);
+  return p;
 }
 
 __global__ void k_softmax(char *y, dp_dtype ydt, const char *x, dp_dtype xdt, int64_t rows, int64_t cols, bool logsm,
@@ -124,9 +126,9 @@ __global__ void k_softmax(char *y, dp_dtype ydt, const char *x, dp_dtype xdt, in
   __shared__ dp_cu_pair shm[32];
   for (dp_cu_rows g = dp_cu_rows_here(block); g.row < rows; dp_cu_rows_next(&g)) {
     int64_t base = g.row * cols;
-    double lse = row_lse(x, xdt, base, cols, g, shm);
+    dp_cu_pair ml = row_lse(x, xdt, base, cols, g, shm);
     for (int64_t j = g.lane; j < cols; j += g.size)
-      dp_cu_st(y, base + j, ydt, dp_softmax_out_d(dp_cu_ld(x, base + j, xdt), lse, logsm));
+      dp_cu_st(y, base + j, ydt, dp_softmax_out_d(dp_cu_ld(x, base + j, xdt), ml.a, ml.b, logsm));
   }
 }
 
@@ -192,16 +194,17 @@ __global__ void k_cross_entropy(char *loss, dp_dtype ldt, char *lse_out, dp_dtyp
     sum_x = dp_cu_group_reduce(
         sum_x, [](double a, double b) { return a + b; }, g.block, (double *)shm);
     if (g.lane != 0) continue; /* lane 0 writes; the others go on to the next row */
-    double l = p.a + log(p.b);
-    dp_cu_st(lse_out, g.row, lsedt, l);
+    double mx = p.a, log_s = log(p.b);
+    dp_cu_st(lse_out, 2 * g.row, lsedt, mx);
+    dp_cu_st(lse_out, 2 * g.row + 1, lsedt, log_s);
     int64_t t = target[g.row];
     if (t == ignore) {
       dp_cu_st(loss, g.row, ldt, 0.0);
-    } else if (t - base < 0 || t - base >= C) {
+    } else if (t < base || t - base >= C) {
       dp_cu_report(ctx, DP_CU_FAULT_TARGET, t, g.row + base, base, C - 1 + base);
       dp_cu_st(loss, g.row, ldt, NAN);
     } else {
-      dp_cu_st(loss, g.row, ldt, dp_ce_loss_d(l, dp_cu_ld(x, rb + t - base, xdt), sum_x, C, eps));
+      dp_cu_st(loss, g.row, ldt, dp_ce_loss_d(mx, log_s, dp_cu_ld(x, rb + t - base, xdt), sum_x, C, eps));
     }
   }
 }
@@ -235,7 +238,8 @@ __global__ void k_cross_entropy_backward(char *gx, dp_dtype gxdt, const char *x,
     double sc = dp_cu_ld(scale, r, sdt);
     double v = 0.0;
     if (t != ignore && sc != 0.0)
-      v = dp_ce_grad_d(dp_cu_ld(x, e, xdt), dp_cu_ld(lse, r, lsedt), j == t - base, C, eps, sc);
+      v = dp_ce_grad_d(dp_cu_ld(x, e, xdt), dp_cu_ld(lse, 2 * r, lsedt), dp_cu_ld(lse, 2 * r + 1, lsedt), j == t - base,
+                       C, eps, sc);
     dp_cu_st(gx, e, gxdt, v);
   }
 }
@@ -262,7 +266,8 @@ __global__ void k_index_select(char *out, const char *src, int es, int64_t rows,
   DP_CU_LOOP(e, n * d) {
     int64_t i, j;
     dp_cu_divmod(e, d, &i, &j);
-    int64_t k = idx[i] - base;
+    /* idx[i] < base first, so the subtraction cannot overflow */
+    int64_t k = idx[i] < base ? -1 : idx[i] - base;
     char *o = out + e * es;
     if (k < 0 || k >= rows) {
       if (j == 0) dp_cu_report(ctx, DP_CU_FAULT_INDEX_SELECT, idx[i], i + base, base, rows - 1 + base);
@@ -314,7 +319,7 @@ __global__ void k_index_add(char *dst, dp_dtype ddt, int64_t rows, int64_t d, co
   DP_CU_LOOP(e, n * d) {
     int64_t i, j;
     dp_cu_divmod(e, d, &i, &j);
-    int64_t k = idx[i] - base;
+    int64_t k = idx[i] < base ? -1 : idx[i] - base; /* no overflow */
     if (k < 0 || k >= rows) {
       if (j == 0) dp_cu_report(ctx, DP_CU_FAULT_INDEX_ADD, idx[i], i + base, base, rows - 1 + base);
       continue;

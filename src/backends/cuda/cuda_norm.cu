@@ -105,7 +105,7 @@ __global__ void k_bn_forward(char *y, dp_dtype ydt, const char *x, dp_dtype xdt,
     dp_cu_divmod(e, inner, &q, &i);
     dp_cu_divmod(q, ch, &q, &c);
     dp_bn_affine_k k = dp_bn_affine(vld(mean, c, 0.0), vld(invstd, c, 1.0), vld(w, c, 1.0), vld(b, c, 0.0));
-    dp_cu_st(y, e, ydt, dp_bn_apply_d(dp_cu_ld(x, e, xdt), k.scale, k.shift));
+    dp_cu_st(y, e, ydt, dp_bn_apply_d(dp_cu_ld(x, e, xdt), k.mean, k.scale, k.bias));
   }
 }
 

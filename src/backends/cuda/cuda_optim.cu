@@ -47,34 +47,35 @@ int dp_cu_sgd_step(dp_tensor *p_t, const dp_tensor *g_t, dp_tensor *buf_t, const
   return dp_cu_after_launch(c, "sgd step");
 }
 
-__global__ void k_adam_f32(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
-                           float eps, float wd, int decoupled, float bc1, float bc2) {
-  DP_CU_LOOP(i, n) dp_adam_update_f(&p[i], g[i], &m[i], &v[i], lr, b1, b2, eps, wd, decoupled, bc1, bc2);
+/* vmax: amsgrad's running maximum, or NULL; k: the step's coefficients
+ * (dp_adam_coefs, the same as the CPU's) */
+__global__ void k_adam_f32(float *p, const float *g, float *m, float *v, float *vmax, int64_t n, const dp_adam_k k) {
+  DP_CU_LOOP(i, n)
+  dp_adam_update_f(&p[i], g[i], &m[i], &v[i], vmax ? &vmax[i] : NULL, &k);
 }
-__global__ void k_adam_f64(double *p, const double *g, double *m, double *v, int64_t n, double lr, double b1, double b2,
-                           double eps, double wd, int decoupled, double bc1, double bc2) {
-  DP_CU_LOOP(i, n) dp_adam_update_d(&p[i], g[i], &m[i], &v[i], lr, b1, b2, eps, wd, decoupled, bc1, bc2);
+__global__ void k_adam_f64(double *p, const double *g, double *m, double *v, double *vmax, int64_t n,
+                           const dp_adam_k k) {
+  DP_CU_LOOP(i, n)
+  dp_adam_update_d(&p[i], g[i], &m[i], &v[i], vmax ? &vmax[i] : NULL, &k);
 }
 
 int dp_cu_adam_step(dp_tensor *p_t, const dp_tensor *g_t, dp_tensor *m_t, dp_tensor *v_t, const dp_adam_args *a) {
   DP_CU_ENTER(c, p_t);
   void *p = dp_cu_ptr(p_t), *m = dp_cu_ptr(m_t), *v = dp_cu_ptr(v_t);
+  void *vmax = a->max_exp_avg_sq ? dp_cu_ptr(a->max_exp_avg_sq) : NULL;
   const void *g = dp_cu_ptr(g_t);
   dp_dtype dt = p_t->dtype;
   int64_t n = dp_cu_numel(p_t);
-  double lr = a->lr, beta1 = a->beta1, beta2 = a->beta2, eps = a->eps, weight_decay = a->weight_decay;
-  bool decoupled = a->decoupled;
-  double bc1 = 1.0 - pow(beta1, (double)a->step), bc2 = 1.0 - pow(beta2, (double)a->step);
+  dp_adam_k k = dp_adam_coefs(a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->decoupled, a->step);
   if (check_dtype(dt)) return -1;
   if (n == 0) return 0;
   unsigned blocks = dp_cu_blocks(c, n, DP_CU_THREADS);
   if (dt == DP_F32)
-    k_adam_f32<<<blocks, DP_CU_THREADS, 0, c->stream>>>((float *)p, (const float *)g, (float *)m, (float *)v, n,
-                                                        (float)lr, (float)beta1, (float)beta2, (float)eps,
-                                                        (float)weight_decay, decoupled, (float)bc1, (float)bc2);
+    k_adam_f32<<<blocks, DP_CU_THREADS, 0, c->stream>>>((float *)p, (const float *)g, (float *)m, (float *)v,
+                                                        (float *)vmax, n, k);
   else
-    k_adam_f64<<<blocks, DP_CU_THREADS, 0, c->stream>>>((double *)p, (const double *)g, (double *)m, (double *)v, n, lr,
-                                                        beta1, beta2, eps, weight_decay, decoupled, bc1, bc2);
+    k_adam_f64<<<blocks, DP_CU_THREADS, 0, c->stream>>>((double *)p, (const double *)g, (double *)m, (double *)v,
+                                                        (double *)vmax, n, k);
   return dp_cu_after_launch(c, "adam step");
 }
 

@@ -11,7 +11,10 @@
  * combines them. */
 #include "backends/cuda/cuda_kernels.cuh"
 
-enum { ACC_FSUM, ACC_FPROD, ACC_ISUM, ACC_IPROD, ACC_MAX, ACC_MIN };
+/* ACC_IMAX / ACC_IMIN: int64 extremes, compared as integers (the value's
+ * bits ride in the accumulator's double), so values beyond 2^53 that a
+ * double would merge stay distinct */
+enum { ACC_FSUM, ACC_FPROD, ACC_ISUM, ACC_IPROD, ACC_MAX, ACC_MIN, ACC_IMAX, ACC_IMIN };
 
 struct reduce_args {
   const char *x;
@@ -30,7 +33,9 @@ __device__ __forceinline__ dp_cu_acc acc_identity(int acc) {
   case ACC_FPROD: return dp_cu_acc{1.0, 0};
   case ACC_IPROD: return dp_cu_acc{0.0, 1};
   case ACC_MAX:
-  case ACC_MIN: return dp_cu_acc{0.0, -1}; /* i < 0: empty */
+  case ACC_MIN:
+  case ACC_IMAX:
+  case ACC_IMIN: return dp_cu_acc{0.0, -1}; /* i < 0: empty */
   default: return dp_cu_acc{0.0, 0};
   }
 }
@@ -42,6 +47,14 @@ __device__ __forceinline__ dp_cu_acc acc_combine(int acc, dp_cu_acc a, dp_cu_acc
   case ACC_FPROD: return dp_cu_acc{a.d * b.d, 0};
   case ACC_ISUM: return dp_cu_acc{0.0, (long long)((unsigned long long)a.i + (unsigned long long)b.i)};
   case ACC_IPROD: return dp_cu_acc{0.0, (long long)((unsigned long long)a.i * (unsigned long long)b.i)};
+  case ACC_IMAX:
+  case ACC_IMIN: {
+    if (a.i < 0) return b;
+    if (b.i < 0) return a;
+    long long av = __double_as_longlong(a.d), bv = __double_as_longlong(b.d);
+    if (av != bv) return (acc == ACC_IMAX ? av > bv : av < bv) ? a : b;
+    return a.i < b.i ? a : b;
+  }
   default: {
     if (a.i < 0) return b;
     if (b.i < 0) return a;
@@ -72,6 +85,8 @@ __device__ __forceinline__ dp_cu_acc acc_load(const reduce_args &r, int64_t o, i
   }
   case ACC_MAX:
   case ACC_MIN: return dp_cu_acc{dp_conv_load_d(e, r.xdt), j};
+  case ACC_IMAX:
+  case ACC_IMIN: return dp_cu_acc{__longlong_as_double(*(const long long *)e), j};
   default: return dp_cu_acc{dp_conv_load_d(e, r.xdt), 0};
   }
 }
@@ -159,11 +174,10 @@ int dp_cu_reduce(dp_tensor *out_t, dp_tensor *idx_t, const dp_tensor *x_t, const
   case DP_R_MEAN: r.acc = integer ? ACC_ISUM : ACC_FSUM; break;
   case DP_R_PROD: r.acc = integer ? ACC_IPROD : ACC_FPROD; break;
   case DP_R_MAX:
-  case DP_R_ARGMAX: r.acc = ACC_MAX; break;
-  default: r.acc = ACC_MIN; break;
+  case DP_R_ARGMAX: r.acc = xdt == DP_I64 ? ACC_IMAX : ACC_MAX; break;
+  default: r.acc = xdt == DP_I64 ? ACC_IMIN : ACC_MIN; break;
   }
-  if ((r.acc == ACC_MAX || r.acc == ACC_MIN) && k == 0)
-    return dp_cu_error("max/min of an empty dimension is undefined");
+  if (r.acc >= ACC_MAX && k == 0) return dp_cu_error("max/min of an empty dimension is undefined");
   int64_t outputs = outer * inner;
   if (outputs == 0) return 0;
   bool rows = inner == 1;
@@ -203,9 +217,9 @@ __global__ void k_scatter_add_dim(char *gx, dp_dtype gxdt, const char *gy, dp_dt
                                   int64_t outer, int64_t k, int64_t inner, int64_t base, const dp_cu_ctx c) {
   DP_CU_LOOP(t, outer * inner) {
     int64_t o = t / inner, i = t % inner;
-    int64_t j = idx[t] - base;
+    int64_t j = idx[t] < base ? -1 : idx[t] - base; /* no overflow */
     if (j < 0 || j >= k) {
-      dp_cu_report(c, DP_CU_FAULT_SCATTER, j + base, base, k - 1 + base, 0);
+      dp_cu_report(c, DP_CU_FAULT_SCATTER, idx[t], base, k - 1 + base, 0);
       continue;
     }
     int64_t d = (o * k + j) * inner + i;
