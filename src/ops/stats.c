@@ -1,8 +1,8 @@
 /* norm, var and std.
  *
- * var and std are compositions of differentiable ops (mean, subtract,
- * square, sum, divide; sqrt behind a where), so their gradients come from
- * those. norm
+ * var and std are compositions of differentiable ops (a cast to float64,
+ * mean, subtract, square, sum, divide; sqrt behind a where), so their
+ * gradients come from those. norm
  * computes its value without recording a graph and has its own node with
  * PyTorch's gradient, which is 0 (not NaN) where the norm is 0 and splits
  * an inf-norm's gradient evenly among the elements that attain it. */
@@ -26,30 +26,42 @@ static int reduced_count(const char *op, const dp_tensor *x, int n, const int *d
 }
 
 /* ---- var / std ---- */
-dp_tensor *dp_var(dp_tensor *x, int n, const int *dims, double correction, bool keepdim) {
+/* float32 runs in float64 and rounds once at the end, as PyTorch's CPU kernels accumulate: the squares of values
+ * beyond 1.8e19 overflow float32 where their std does not (the differential suite found std = inf for 8.8e26) */
+static dp_tensor *var_std(dp_tensor *x, int n, const int *dims, double correction, bool keepdim, bool is_std) {
   bool mask[DP_MAXDIM];
   int64_t count;
-  if (dp_check_float("var", x) || reduced_count("var", x, n, dims, mask, &count)) return NULL;
+  const char *op = is_std ? "std" : "var";
+  if (dp_check_float(op, x) || reduced_count(op, x, n, dims, mask, &count)) return NULL;
   DP_SCOPE(s);
-  dp_tensor *m = dp_scope_add(&s, dp_mean(x, n, dims, true));
-  dp_tensor *d = m ? dp_scope_add(&s, dp_sub(x, m)) : NULL;
+  dp_tensor *xd = x->dtype == DP_F32 ? dp_scope_add(&s, dp_to(x, DP_F64, dp_dev(x))) : x;
+  dp_tensor *m = xd ? dp_scope_add(&s, dp_mean(xd, n, dims, true)) : NULL;
+  dp_tensor *d = m ? dp_scope_add(&s, dp_sub(xd, m)) : NULL;
   dp_tensor *sq = d ? dp_scope_add(&s, dp_mul(d, d)) : NULL;
   dp_tensor *sum = sq ? dp_scope_add(&s, dp_sum(sq, n, dims, keepdim)) : NULL;
   double div = (double)count - correction;
-  return sum ? dp_binary_scalar(DP_B_DIV, sum, div > 0 ? div : 0.0, false) : NULL;
+  dp_tensor *v = sum ? dp_scope_add(&s, dp_binary_scalar(DP_B_DIV, sum, div > 0 ? div : 0.0, false)) : NULL;
+  dp_tensor *r = v;
+  if (v && is_std) {
+    /* sqrt with PyTorch's gradient 0 where the std is 0 (sqrt's own, g / (2 sqrt(0)), would make 0 * inf = NaN of
+     * var's zero gradient there): where(var == 0, 0, sqrt(where(var == 0, 1, var))) has that value and gradient */
+    dp_tensor *zero = dp_scope_add(&s, dp_binary_scalar(DP_B_EQ, v, 0.0, false));
+    dp_tensor *one = zero ? dp_scope_add(&s, dp_scalar(1, v->dtype, dp_dev(v))) : NULL;
+    dp_tensor *z = one ? dp_scope_add(&s, dp_scalar(0, v->dtype, dp_dev(v))) : NULL;
+    dp_tensor *safe = z ? dp_scope_add(&s, dp_where(zero, one, v)) : NULL;
+    dp_tensor *sr = safe ? dp_scope_add(&s, dp_unary(DP_U_SQRT, safe)) : NULL;
+    r = sr ? dp_scope_add(&s, dp_where(zero, z, sr)) : NULL;
+  }
+  if (!r) return NULL;
+  return r->dtype == x->dtype ? dp_scope_keep(&s, r) : dp_to(r, x->dtype, dp_dev(x));
 }
 
-/* sqrt(var), with PyTorch's gradient 0 where the std is 0 (sqrt's own, g / (2 sqrt(0)), would make 0 * inf = NaN of
- * var's zero gradient there): where(var == 0, 0, sqrt(where(var == 0, 1, var))) has that value and that gradient */
+dp_tensor *dp_var(dp_tensor *x, int n, const int *dims, double correction, bool keepdim) {
+  return var_std(x, n, dims, correction, keepdim, false);
+}
+
 dp_tensor *dp_std(dp_tensor *x, int n, const int *dims, double correction, bool keepdim) {
-  DP_SCOPE(s);
-  dp_tensor *v = dp_scope_add(&s, dp_var(x, n, dims, correction, keepdim));
-  dp_tensor *zero = v ? dp_scope_add(&s, dp_binary_scalar(DP_B_EQ, v, 0.0, false)) : NULL;
-  dp_tensor *one = zero ? dp_scope_add(&s, dp_scalar(1, v->dtype, dp_dev(v))) : NULL;
-  dp_tensor *z = one ? dp_scope_add(&s, dp_scalar(0, v->dtype, dp_dev(v))) : NULL;
-  dp_tensor *safe = z ? dp_scope_add(&s, dp_where(zero, one, v)) : NULL;
-  dp_tensor *r = safe ? dp_scope_add(&s, dp_unary(DP_U_SQRT, safe)) : NULL;
-  return r ? dp_where(zero, z, r) : NULL;
+  return var_std(x, n, dims, correction, keepdim, true);
 }
 
 /* ---- norm ---- */
