@@ -39,8 +39,17 @@ static dp_tensor *var_std(dp_tensor *x, int n, const int *dims, double correctio
   dp_tensor *d = m ? dp_scope_add(&s, dp_sub(xd, m)) : NULL;
   dp_tensor *sq = d ? dp_scope_add(&s, dp_mul(d, d)) : NULL;
   dp_tensor *sum = sq ? dp_scope_add(&s, dp_sum(sq, n, dims, keepdim)) : NULL;
+  /* the corrected two-pass sum: minus (sum d)^2 / count, the rounding of the mean (with identical values the mean
+   * can be an ulp off them; PyTorch's Welford pass then gives exactly 0, and so does this), floored at 0 */
+  dp_tensor *s1 = sum ? dp_scope_add(&s, dp_sum(d, n, dims, keepdim)) : NULL;
+  dp_tensor *s11 = s1 ? dp_scope_add(&s, dp_mul(s1, s1)) : NULL;
+  dp_tensor *c = s11 ? dp_scope_add(&s, dp_binary_scalar(DP_B_DIV, s11, (double)count, false)) : NULL;
+  dp_tensor *ss = c ? dp_scope_add(&s, dp_sub(sum, c)) : NULL;
+  dp_tensor *neg = ss ? dp_scope_add(&s, dp_binary_scalar(DP_B_LT, ss, 0.0, false)) : NULL;
+  dp_tensor *z0 = neg ? dp_scope_add(&s, dp_scalar(0, ss->dtype, dp_dev(ss))) : NULL;
+  dp_tensor *ssf = z0 ? dp_scope_add(&s, dp_where(neg, z0, ss)) : NULL;
   double div = (double)count - correction;
-  dp_tensor *v = sum ? dp_scope_add(&s, dp_binary_scalar(DP_B_DIV, sum, div > 0 ? div : 0.0, false)) : NULL;
+  dp_tensor *v = ssf ? dp_scope_add(&s, dp_binary_scalar(DP_B_DIV, ssf, div > 0 ? div : 0.0, false)) : NULL;
   dp_tensor *r = v;
   if (v && is_std) {
     /* sqrt with PyTorch's gradient 0 where the std is 0 (sqrt's own, g / (2 sqrt(0)), would make 0 * inf = NaN of
@@ -113,10 +122,13 @@ static int norm_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   } else if (p == 1) {
     dp_tensor *sg = dp_scope_add(&s, dp_unary(DP_U_SIGN, x));
     r = sg ? dp_scope_add(&s, dp_mul(sg, g)) : NULL;
-  } else if (isinf(p)) { /* g * sign(x) * (|x| == norm) / count */
+  } else if (isinf(p)) { /* g * sign(x) * m / count(m), m = (|x| == norm or NaN), 0 at NaNs: PyTorch's values */
     dp_tensor *a = dp_scope_add(&s, dp_unary(DP_U_ABS, x));
     dp_tensor *eq = a ? dp_scope_add(&s, dp_binary(DP_B_EQ, a, nrm)) : NULL;
-    dp_tensor *m = eq ? dp_scope_add(&s, dp_to(eq, x->dtype, dp_dev(x))) : NULL;
+    dp_tensor *isn = eq ? dp_scope_add(&s, dp_binary(DP_B_NE, a, a)) : NULL;
+    dp_tensor *eqf = isn ? dp_scope_add(&s, dp_to(eq, x->dtype, dp_dev(x))) : NULL;
+    dp_tensor *isnf = eqf ? dp_scope_add(&s, dp_to(isn, x->dtype, dp_dev(x))) : NULL;
+    dp_tensor *m = isnf ? dp_scope_add(&s, dp_add(eqf, isnf)) : NULL; /* never both: NaN equals nothing */
     int dims[DP_MAXDIM], k = 0;
     for (int d = 0; d < nd; d++)
       if (nrm->shape[d] == 1 && x->shape[d] != 1) dims[k++] = d;
@@ -124,7 +136,9 @@ static int norm_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
     dp_tensor *sg = cnt ? dp_scope_add(&s, dp_unary(DP_U_SIGN, x)) : NULL;
     dp_tensor *w = sg ? dp_scope_add(&s, dp_mul(sg, m)) : NULL;
     dp_tensor *wg = w ? dp_scope_add(&s, dp_mul(w, g)) : NULL;
-    r = wg ? dp_scope_add(&s, dp_div(wg, cnt)) : NULL;
+    dp_tensor *q = wg ? dp_scope_add(&s, dp_div(wg, cnt)) : NULL;
+    dp_tensor *z = q ? dp_scope_add(&s, dp_scalar(0, x->dtype, dp_dev(x))) : NULL;
+    r = z ? dp_scope_add(&s, dp_where(isn, z, q)) : NULL;
   } else { /* PyTorch's grouping, which keeps float32 in range (x |x|^(p-2) overflows for a tiny x and p < 2):
             * p < 1: sign(x) |x|^(p-1) (0 where x is 0) * g * norm^(1-p); p < 2: sign(x) |x|^(p-1) * (g / norm^(p-1));
             * else x |x|^(p-2) * (g / norm^(p-1)); the last two 0 where the norm is 0 */
