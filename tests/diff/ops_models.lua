@@ -300,14 +300,16 @@ add({ name = "sdpa", conditioning = true, lua = "ddp.core.scaled_dot_product_att
     sdpa_inputs(g, {})
     return { scale = g:chance(0.5) and g:pick({ 0.3, 1.0, 2.5 }) or nil }
   end, tol = { float32 = { 1e-4, 1e-5 } } })
-add({ name = "sdpa_causal", conditioning = true, lua = "ddp.core.scaled_dot_product_attention(q, k, v, { is_causal = true })",
+add({ name = "sdpa_causal", conditioning = true,
+  lua = "ddp.core.scaled_dot_product_attention(q, k, v, { is_causal = true })",
   torch = SDPA_TORCH:format("torch.zeros(q.shape[-2], k.shape[-2], dtype=q.dtype).masked_fill(" ..
     "torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril().logical_not(), float('-inf'))"),
   gen = function(g)
     sdpa_inputs(g, { causal = true })
     return {}
   end, tol = { float32 = { 1e-4, 1e-5 } } })
-add({ name = "sdpa_bool_mask", conditioning = true, lua = "ddp.core.scaled_dot_product_attention(q, k, v, { attn_mask = m })",
+add({ name = "sdpa_bool_mask", conditioning = true,
+  lua = "ddp.core.scaled_dot_product_attention(q, k, v, { attn_mask = m })",
   torch = SDPA_TORCH:format("torch.zeros(m.shape, dtype=q.dtype).masked_fill(m == 0, float('-inf'))"),
   gen = function(g)
     local _, L, S = sdpa_inputs(g, {})
@@ -320,7 +322,8 @@ add({ name = "sdpa_bool_mask", conditioning = true, lua = "ddp.core.scaled_dot_p
       requires_grad = false }
     return {}
   end, tol = { float32 = { 1e-4, 1e-5 } } })
-add({ name = "sdpa_float_mask", conditioning = true, lua = "ddp.core.scaled_dot_product_attention(q, k, v, { attn_mask = m })",
+add({ name = "sdpa_float_mask", conditioning = true,
+  lua = "ddp.core.scaled_dot_product_attention(q, k, v, { attn_mask = m })",
   torch = SDPA_TORCH:format("m"), gen = function(g)
     local dt, L, S = sdpa_inputs(g, {})
     g:tensor("m", g:chance(0.5) and { L, S } or { S }, dt, { specials = false, grad = false })
