@@ -130,13 +130,14 @@ static inline DP_HD double dp_softmax_grad_d(double gy, double y, double dot, in
   return log_softmax ? gy - exp(y) * dot : y * (gy - dot);
 }
 /* Cross-entropy of one row from its max and log_s (as softmax's), the
- * target logit and the sum of the logits: (1-eps) * nll + eps *
- * mean_j(-log p_j), each from differences to the max. */
-static inline DP_HD double dp_ce_loss_d(double mx, double log_s, double x_target, double sum_x, int64_t classes,
+ * target logit and sum_d = sum_j (x_j - max): (1-eps) * nll + eps *
+ * mean_j(-log p_j), each from differences to the max (a mean of the logits
+ * themselves is rounded to their magnitude: 32 off at 2e17). */
+static inline DP_HD double dp_ce_loss_d(double mx, double log_s, double x_target, double sum_d, int64_t classes,
                                         double eps) {
   double nll = (mx - x_target) + log_s;
   if (eps == 0) return nll; /* no 0 * inf from an infinite logit in the smoothing term */
-  double smooth = (mx - sum_x / (double)classes) + log_s;
+  double smooth = log_s - sum_d / (double)classes;
   return (1.0 - eps) * nll + eps * smooth;
 }
 /* d loss / d x_j times the row's scale: (p_j - smoothed one-hot_j) * scale */

@@ -8,9 +8,12 @@
 --     tol = { float32 = { 1e-5, 1e-6 } },  -- optional: {rtol, atol} per dtype (atol scales with the result's magnitude)
 --     grad = false,                        -- optional: no backward check
 --     weight = 2,                          -- optional: a share of the cases (default 1)
---     conditioning = true }                -- optional: a sum of products that may cancel (matmul, conv, norms): a
---                                          -- mismatching element is rechecked against how far PyTorch's float64
---                                          -- result moves under one-ulp input perturbations (tests/diff/run.lua)
+--     conditioning = true }                -- optional: a smooth op whose results or gradients are sums that may
+--                                          -- cancel (matmul, conv, norms, softmax, cross-entropy; an expanded input
+--                                          -- sums its gradient too): a mismatching element is rechecked against how
+--                                          -- far PyTorch's float64 result moves under one-ulp input perturbations
+--                                          -- (tests/diff/run.lua). Not for ops with kinks or steps (clamp, relu,
+--                                          -- max, sign, comparisons): a perturbation across one would excuse anything.
 --
 -- Kinds with a generator ready: unary(name, lua, torch, opts), binary(...), scalar(...). Every float input requires
 -- grad unless its g:tensor call says grad = false; backward runs on sum(out[1] * w) with fixed weights w. Adding an
@@ -30,7 +33,8 @@ end
 
 local function unary(name, lua, torch, o)
   o = o or {}
-  add({ name = name, lua = lua, torch = torch, tol = o.tol, grad = o.grad, weight = o.weight, gen = function(g)
+  add({ name = name, lua = lua, torch = torch, tol = o.tol, grad = o.grad, weight = o.weight,
+    conditioning = o.conditioning, gen = function(g)
     g:tensor("x", g:shape(), g:pick(o.dtypes or ALL), values_opts(o))
     return o.args and o.args(g) or {}
   end })
@@ -44,7 +48,8 @@ end
 
 local function binary(name, lua, torch, o)
   o = o or {}
-  add({ name = name, lua = lua, torch = torch, tol = o.tol, grad = o.grad, weight = o.weight, gen = function(g)
+  add({ name = name, lua = lua, torch = torch, tol = o.tol, grad = o.grad, weight = o.weight,
+    conditioning = o.conditioning, gen = function(g)
     local s = g:shape()
     local t = g:bshape(s)
     if g:chance(0.5) then s, t = t, s end
@@ -57,25 +62,26 @@ end
 
 local function scalar(name, lua, torch, o)
   o = o or {}
-  add({ name = name, lua = lua, torch = torch, tol = o.tol, grad = o.grad, weight = o.weight, gen = function(g)
+  add({ name = name, lua = lua, torch = torch, tol = o.tol, grad = o.grad, weight = o.weight,
+    conditioning = o.conditioning, gen = function(g)
     g:tensor("a", g:shape(), g:pick(o.dtypes or ALL), values_opts(o))
     return { s = g:number(o.number) }
   end })
 end
 
 -- ---- elementwise: the op table's unary ops ----
-unary("neg", "-x", "-x")
-unary("exp", "x:exp()", "torch.exp(x)")
-unary("log", "x:log()", "torch.log(x)")
+unary("neg", "-x", "-x", { conditioning = true })
+unary("exp", "x:exp()", "torch.exp(x)", { conditioning = true })
+unary("log", "x:log()", "torch.log(x)", { conditioning = true })
 unary("relu", "x:relu()", "torch.relu(x)")
-unary("gelu", "x:gelu()", "F.gelu(x)")
-unary("tanh", "x:tanh()", "torch.tanh(x)")
-unary("sigmoid", "x:sigmoid()", "torch.sigmoid(x)")
-unary("sqrt", "x:sqrt()", "torch.sqrt(x)")
-unary("rsqrt", "x:rsqrt()", "torch.rsqrt(x)")
+unary("gelu", "x:gelu()", "F.gelu(x)", { conditioning = true })
+unary("tanh", "x:tanh()", "torch.tanh(x)", { conditioning = true })
+unary("sigmoid", "x:sigmoid()", "torch.sigmoid(x)", { conditioning = true })
+unary("sqrt", "x:sqrt()", "torch.sqrt(x)", { conditioning = true })
+unary("rsqrt", "x:rsqrt()", "torch.rsqrt(x)", { conditioning = true })
 unary("abs", "x:abs()", "torch.abs(x)")
-unary("square", "x:square()", "torch.square(x)")
-unary("reciprocal", "x:reciprocal()", "torch.reciprocal(x)")
+unary("square", "x:square()", "torch.square(x)", { conditioning = true })
+unary("reciprocal", "x:reciprocal()", "torch.reciprocal(x)", { conditioning = true })
 unary("sign", "x:sign()", "torch.sign(x)")
 unary("clamp", "x:clamp(A.lo, A.hi)", "torch.clamp(x, A['lo'], A['hi'])", { args = function(g)
   local lo, hi = g:number({ specials = false }), g:number({ specials = false })
@@ -85,15 +91,15 @@ end })
 unary("leaky_relu", "x:leaky_relu(A.slope)", "F.leaky_relu(x, A['slope'])",
   { args = function(g) return { slope = g:pick({ 0.01, 0.2, -0.5 }) } end })
 unary("elu", "x:elu(A.alpha)", "F.elu(x, A['alpha'])", { args = function(g) return { alpha = g:pick({ 1.0, 0.5 }) } end })
-unary("silu", "x:silu()", "F.silu(x)")
+unary("silu", "x:silu()", "F.silu(x)", { conditioning = true })
 unary("softplus", "x:softplus(A.beta, A.threshold)", "F.softplus(x, A['beta'], A['threshold'])",
   { args = function(g) return { beta = g:pick({ 1.0, 2.0 }), threshold = g:pick({ 20.0, 1.0 }) } end })
 
 -- ---- binary, with broadcasting and type promotion ----
-binary("add", "a + b", "a + b")
-binary("sub", "a - b", "a - b")
-binary("mul", "a * b", "a * b")
-binary("div", "a / b", "a / b")
+binary("add", "a + b", "a + b", { conditioning = true })
+binary("sub", "a - b", "a - b", { conditioning = true })
+binary("mul", "a * b", "a * b", { conditioning = true })
+binary("div", "a / b", "a / b", { conditioning = true })
 binary("maximum", "ddp.maximum(a, b)", "torch.maximum(a, b)")
 binary("minimum", "ddp.minimum(a, b)", "torch.minimum(a, b)")
 binary("pow", "a ^ b", "torch.pow(a, b)")
@@ -109,11 +115,11 @@ add({ name = "add_alpha", lua = "a:add(b, A.alpha)", torch = "torch.add(a, b, al
 end })
 
 -- ---- with a Lua number (PyTorch's wrapped numbers) ----
-scalar("add_number", "a + A.s", "a + A['s']")
-scalar("rsub_number", "A.s - a", "A['s'] - a")
-scalar("mul_number", "a * A.s", "a * A['s']")
-scalar("div_number", "a / A.s", "a / A['s']")
-scalar("rdiv_number", "A.s / a", "A['s'] / a")
+scalar("add_number", "a + A.s", "a + A['s']", { conditioning = true })
+scalar("rsub_number", "A.s - a", "A['s'] - a", { conditioning = true })
+scalar("mul_number", "a * A.s", "a * A['s']", { conditioning = true })
+scalar("div_number", "a / A.s", "a / A['s']", { conditioning = true })
+scalar("rdiv_number", "A.s / a", "A['s'] / a", { conditioning = true })
 scalar("pow_number", "a ^ A.s", "torch.pow(a, A['s'])", { number = { ints = { 0, 1, 2, 3, -1 },
   floats = { 0.5, 2.0, -1.5, 3.0 } } })
 scalar("rpow_number", "A.s ^ a", "torch.pow(A['s'], a)", { number = { ints = { 0, 1, 2, 3 }, floats = { 0.5, 2.0,
@@ -160,8 +166,8 @@ add({ name = "sum", lua = "A.all and x:sum() or x:sum(A.dim, A.keepdim)",
     g:tensor("x", s, g:pick(ALL))
     if #s == 0 or g:chance(0.3) then return { all = true } end
     return { dim = nonzero(reduce_dim(g, s)), keepdim = g:chance(0.5) }
-  end, tol = { float32 = { 1e-5, 1e-6 } } })
-add({ name = "mean", lua = "A.all and x:mean() or x:mean(A.dims, A.keepdim)",
+  end, tol = { float32 = { 1e-5, 1e-6 } }, conditioning = true })
+add({ name = "mean", conditioning = true, lua = "A.all and x:mean() or x:mean(A.dims, A.keepdim)",
   torch = "x.mean() if A['all'] else x.mean(dim=[D(d) for d in A['dims']], keepdim=A['keepdim'])", gen = function(g)
     local s = g:shape()
     g:tensor("x", s, g:pick(ALL))
@@ -201,7 +207,7 @@ for _, large in ipairs({ false, true }) do
         local s = g:shape({ min_rank = 1 })
         g:tensor("x", s, g:pick(FLOATS), { magnitude = large and { 2, 12 } or nil })
         return { dim = nonzero(reduce_dim(g, s)) }
-      end, tol = { float32 = { 1e-5, 1e-5 } } })
+      end, tol = { float32 = { 1e-5, 1e-5 } }, conditioning = true })
   end
 end
 
@@ -324,18 +330,19 @@ end
 add({ name = "cross_entropy",
   lua = "ddp.cross_entropy(x, t, {reduction = A.red, label_smoothing = A.ls, ignore_index = A.ig})",
   torch = "F.cross_entropy(x, cls(t, A['ig']), reduction=A['red'], label_smoothing=A['ls'], ignore_index=-100)",
-  weight = 2, gen = function(g) return class_case(g, { smoothing = true }) end, tol = { float32 = { 1e-5, 1e-5 } } })
+  weight = 2, gen = function(g) return class_case(g, { smoothing = true }) end, tol = { float32 = { 1e-5, 1e-5 } },
+  conditioning = true })
 add({ name = "cross_entropy_large",
   lua = "ddp.cross_entropy(x, t, {reduction = A.red, label_smoothing = A.ls, ignore_index = A.ig})",
   torch = "F.cross_entropy(x, cls(t, A['ig']), reduction=A['red'], label_smoothing=A['ls'], ignore_index=-100)",
   gen = function(g) return class_case(g, { smoothing = true, magnitude = { 2, 12 } }) end,
-  tol = { float32 = { 1e-5, 1e-5 } } })
+  tol = { float32 = { 1e-5, 1e-5 } }, conditioning = true })
 add({ name = "cross_entropy_weight",
   lua = "ddp.cross_entropy(x, t, {reduction = A.red, label_smoothing = A.ls, ignore_index = A.ig, weight = w})",
   torch = "F.cross_entropy(x, cls(t, A['ig']), weight=w, reduction=A['red'], label_smoothing=A['ls'], " ..
     "ignore_index=-100)",
   gen = function(g) return class_case(g, { smoothing = true, weight = true, specials = false }) end,
-  tol = { float32 = { 1e-5, 1e-5 } } })
+  tol = { float32 = { 1e-5, 1e-5 } }, conditioning = true })
 add({ name = "cross_entropy_probs", lua = "ddp.cross_entropy(x, p:softmax(A.cd), {reduction = A.red, " ..
     "label_smoothing = A.ls})",
   torch = "F.cross_entropy(x, torch.softmax(p, D(A['cd'])), reduction=A['red'], label_smoothing=A['ls'])",
@@ -345,7 +352,7 @@ add({ name = "cross_entropy_probs", lua = "ddp.cross_entropy(x, p:softmax(A.cd),
     g:tensor("x", s, dt, { specials = false })
     g:tensor("p", s, dt, { specials = false })
     return { red = g:pick({ "mean", "sum", "none" }), ls = g:pick({ 0.0, 0.2 }), cd = #s == 1 and 1 or 2 }
-  end, tol = { float32 = { 1e-5, 1e-5 } } })
+  end, tol = { float32 = { 1e-5, 1e-5 } }, conditioning = true })
 add({ name = "nll_loss", lua = "ddp.nll_loss(x, t, {reduction = A.red, ignore_index = A.ig, weight = w})",
   torch = "F.nll_loss(x, cls(t, A['ig']), weight=w, reduction=A['red'], ignore_index=-100)",
   gen = function(g)
@@ -353,7 +360,7 @@ add({ name = "nll_loss", lua = "ddp.nll_loss(x, t, {reduction = A.red, ignore_in
     a.ls = nil
     return a
   end })
-add({ name = "mse_loss", lua = "ddp.mse_loss(a, b, {reduction = A.red})",
+add({ name = "mse_loss", conditioning = true, lua = "ddp.mse_loss(a, b, {reduction = A.red})",
   torch = "F.mse_loss(a, b, reduction=A['red'])", gen = function(g)
     local s = g:shape()
     local dt = g:pick(FLOATS)

@@ -133,11 +133,11 @@ int dp_cpu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_ce_args *a) {
     int64_t t = tp[r];
     if (check_target(t, C, base, r, ignore_index)) return -1;
     int64_t b = r * C;
-    double mx = -INFINITY, s = 0, sum_x = 0;
+    double mx = -INFINITY, s = 0, sum_d = 0; /* sum_d: of x - max (dp_ce_loss_d) */
     if (x->dtype == DP_F32) {
       const float *row = (const float *)xp + b;
       for (int64_t j = 0; j < C; j++) mx = row[j] > mx ? row[j] : mx;
-      for (int64_t j = 0; j < C; j++) s += exp((double)row[j] - mx), sum_x += row[j];
+      for (int64_t j = 0; j < C; j++) s += exp((double)row[j] - mx), sum_d += (double)row[j] - mx;
     } else {
       for (int64_t j = 0; j < C; j++) {
         double v = LD(x, xp, b + j);
@@ -145,7 +145,7 @@ int dp_cpu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_ce_args *a) {
       }
       for (int64_t j = 0; j < C; j++) {
         double v = LD(x, xp, b + j);
-        s += exp(v - mx), sum_x += v;
+        s += exp(v - mx), sum_d += v - mx;
       }
     }
     double log_s = log(s);
@@ -154,7 +154,7 @@ int dp_cpu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_ce_args *a) {
       ST(loss, dp_data(loss), r, 0.0);
       continue;
     }
-    ST(loss, dp_data(loss), r, dp_ce_loss_d(mx, log_s, LD(x, xp, b + t - base), sum_x, C, smoothing));
+    ST(loss, dp_data(loss), r, dp_ce_loss_d(mx, log_s, LD(x, xp, b + t - base), sum_d, C, smoothing));
   }
   return 0;
 }
@@ -172,7 +172,9 @@ int dp_cpu_cross_entropy_backward(dp_tensor *gx, const dp_ce_args *a) {
   for (int64_t r = 0; r < rows; r++) {
     int64_t t = tp[r], b = r * C;
     double sc = LD(scale, sp, r);
-    if (t == ignore_index || sc == 0.0) {
+    /* an ignored row's gradient is 0 (pytorch_differences.md: ignored_rows_zero_gradient); a zero upstream
+     * gradient is not a shortcut: 0 * NaN is NaN for NaN or infinite logits, as PyTorch's */
+    if (t == ignore_index) {
       for (int64_t j = 0; j < C; j++) ST(gx, gp, b + j, 0.0);
       continue;
     }

@@ -183,16 +183,14 @@ __global__ void k_cross_entropy(char *loss, dp_dtype ldt, char *lse_out, dp_dtyp
   for (dp_cu_rows g = dp_cu_rows_here(block); g.row < rows; dp_cu_rows_next(&g)) {
     int64_t rb = g.row * C;
     dp_cu_pair p = {-INFINITY, 0.0};
-    double sum_x = 0;
-    for (int64_t j = g.lane; j < C; j += g.size) {
-      double v = dp_cu_ld(x, rb + j, xdt);
-      lse_add(&p, v);
-      sum_x += v;
-    }
+    for (int64_t j = g.lane; j < C; j += g.size) lse_add(&p, dp_cu_ld(x, rb + j, xdt));
     p = dp_cu_group_reduce(
         p, [](dp_cu_pair a, dp_cu_pair b) { return dp_cu_lse2(a, b); }, g.block, shm);
-    sum_x = dp_cu_group_reduce(
-        sum_x, [](double a, double b) { return a + b; }, g.block, (double *)shm);
+    /* every lane has the row max: sum_d of x - max (dp_ce_loss_d) in a second pass */
+    double sum_d = 0;
+    for (int64_t j = g.lane; j < C; j += g.size) sum_d += dp_cu_ld(x, rb + j, xdt) - p.a;
+    sum_d = dp_cu_group_reduce(
+        sum_d, [](double a, double b) { return a + b; }, g.block, (double *)shm);
     if (g.lane != 0) continue; /* lane 0 writes; the others go on to the next row */
     double mx = p.a, log_s = log(p.b);
     dp_cu_st(lse_out, 2 * g.row, lsedt, mx);
@@ -204,7 +202,7 @@ __global__ void k_cross_entropy(char *loss, dp_dtype ldt, char *lse_out, dp_dtyp
       dp_cu_report(ctx, DP_CU_FAULT_TARGET, t, g.row + base, base, C - 1 + base);
       dp_cu_st(loss, g.row, ldt, NAN);
     } else {
-      dp_cu_st(loss, g.row, ldt, dp_ce_loss_d(mx, log_s, dp_cu_ld(x, rb + t - base, xdt), sum_x, C, eps));
+      dp_cu_st(loss, g.row, ldt, dp_ce_loss_d(mx, log_s, dp_cu_ld(x, rb + t - base, xdt), sum_d, C, eps));
     }
   }
 }
@@ -237,7 +235,7 @@ __global__ void k_cross_entropy_backward(char *gx, dp_dtype gxdt, const char *x,
     int64_t t = target[r];
     double sc = dp_cu_ld(scale, r, sdt);
     double v = 0.0;
-    if (t != ignore && sc != 0.0)
+    if (t != ignore) /* 0 * NaN stays NaN, as on the CPU */
       v = dp_ce_grad_d(dp_cu_ld(x, e, xdt), dp_cu_ld(lse, 2 * r, lsedt), dp_cu_ld(lse, 2 * r + 1, lsedt), j == t - base,
                        C, eps, sc);
     dp_cu_st(gx, e, gxdt, v);
