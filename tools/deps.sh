@@ -5,7 +5,7 @@ set -e
 want="gcc make cmake pkg-config lua5.4 liblua5.4-dev libyaml-dev libopenblas-dev zlib1g-dev
       libpng-dev libjpeg-dev lua-busted dataset-fashion-mnist gnuplot-nox iproute2 procps"
 case "${1:-run}" in
-  test|bench) want="$want python3 python3-torch python3-numpy clang-format" ;;
+  test|bench) want="$want python3 python3-torch python3-torchvision python3-numpy clang-format fortunes" ;;
 esac
 missing=""
 for p in $want; do

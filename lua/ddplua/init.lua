@@ -21,6 +21,9 @@ local CORE_EXPORTS = {
   "min", "argmax", "argmin", "eq", "ne", "lt", "le", "gt", "ge", "matmul", "mm", "index_select", "linear", "conv2d",
   "max_pool2d", "avg_pool2d", "batch_norm", "layer_norm", "dropout", "embedding", "cross_entropy", "mse_loss",
   "nll_loss",
+  -- the model ops (src/ops/model_ops.h)
+  "sin", "cos", "erf", "log1p", "expm1", "where", "masked_fill", "tril", "triu", "gather", "scatter", "scatter_add",
+  "topk", "split", "chunk", "cumsum", "flip", "tile", "norm", "var", "std", "randint", "multinomial", "bernoulli",
   -- autograd mode, random numbers
   "set_grad_enabled", "is_grad_enabled", "manual_seed", "initial_seed", "get_rng_state", "set_rng_state",
   -- safetensors
@@ -95,6 +98,8 @@ function M.load_state(path, opts) return require("ddplua.state").load(path, opts
 -- A loop that survives restarts (ddplua/resume.lua): periodic checkpoints, and resuming from the last one.
 function M.checkpoint_every(opts) return require("ddplua.resume").every(opts) end
 function M.resume(every) return require("ddplua.resume").resume(every) end
+--- ddp.einsum(equation, a, b, ...): lua/ddplua/einsum.lua
+function M.einsum(eq, ...) return require("ddplua.einsum")(eq, ...) end
 -- Devices ------------------------------------------------------------------
 
 --- ddp.device(): "cuda:<LOCAL_RANK>" when a GPU is available, else "cpu".

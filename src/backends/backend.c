@@ -57,8 +57,24 @@ enum { ALL, DEVICE, OPTIONAL };
   X(dropout, ALL)                                                                                                      \
   X(index_select, ALL)                                                                                                 \
   X(index_add, ALL)                                                                                                    \
+  X(where, ALL)                                                                                                        \
+  X(tri, ALL)                                                                                                          \
+  X(gather, ALL)                                                                                                       \
+  X(scatter, ALL)                                                                                                      \
+  X(topk, ALL)                                                                                                         \
+  X(cumsum, ALL)                                                                                                       \
+  X(multinomial, ALL)                                                                                                  \
+  X(attention, ALL)                                                                                                    \
+  X(attention_backward, ALL)                                                                                           \
+  X(rnn_cell, ALL)                                                                                                     \
+  X(rnn_cell_backward, ALL)                                                                                            \
+  X(adaptive_avg_pool2d, ALL)                                                                                          \
+  X(adaptive_avg_pool2d_backward, ALL)                                                                                 \
   X(sgd_step, ALL)                                                                                                     \
   X(adam_step, ALL)                                                                                                    \
+  X(rmsprop_step, ALL)                                                                                                 \
+  X(adagrad_step, ALL)                                                                                                 \
+  X(pow_sum_list, ALL)                                                                                                 \
   X(unscale, ALL)                                                                                                      \
   X(unscale_list, OPTIONAL)                                                                                            \
   X(memory_stats, DEVICE)                                                                                              \

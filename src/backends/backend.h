@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "distributed/store.h"
+#include "ops/model_math.h"
 #include "ops/op_table.h"
 #include "tensor/tensor.h"
 
@@ -108,6 +109,56 @@ typedef struct {
    * without amsgrad */
   dp_tensor *max_exp_avg_sq;
 } dp_adam_args;
+
+/* Scaled dot-product attention over q [b1, b2, L, E], k [b1, b2, S, E], v
+ * [b1, b2, S, Ev] (q's batch dims folded into two; any strides with a
+ * unit one along the last dim), as flash attention computes it: tiles of
+ * scores with an online softmax, so no [L, S] matrix is kept; the forward
+ * saves only the output and each row's log-sum-exp, the backward
+ * recomputes the scores. mask (NULL for none) is a [b1, b2, L, S] view
+ * (stride 0 where broadcast): uint8 (nonzero takes part) or x's dtype
+ * (added to the scores). causal keeps j <= i. Rows with no key left give
+ * 0 (and lse -inf). Dropout zeroes the weights where dp_attn_keep
+ * (ops/model_math.h) says so, scaling the rest by 1 / (1 - p). */
+typedef struct {
+  int64_t b1, b2, L, S, E, Ev;
+  const dp_tensor *q, *k, *v, *mask;
+  bool mask_bool, causal;
+  double scale, dropout_p;
+  uint64_t seed, offset;
+  /* backward: the forward's output and lse, and the output's gradient (all contiguous) */
+  const dp_tensor *out, *lse, *gout;
+} dp_attn_args;
+
+/* One time step of a recurrent layer for `rows` rows of h = `hidden` units (dp_rnn_mode,
+ * ops/model_math.h; G = dp_rnn_gates gate blocks). xp: the step's input
+ * projection [n, G h] with b_ih; hp: h_{t-1} W_hh^T [n, G h] without bias;
+ * bhh [G h] or NULL. Each tensor 2-d [rows, ...]: unit stride along a row,
+ * any row stride. */
+typedef struct {
+  dp_rnn_mode mode;
+  int64_t rows, hidden;
+  const dp_tensor *xp, *hp, *bhh, *h_prev, *c_prev; /* c_prev: LSTM */
+  /* forward writes h (and c for LSTM) and the saved values (dp_rnn_saved x h per row) */
+  dp_tensor *h_out, *c_out, *saved;
+  /* backward: gh the whole gradient reaching h_t, gc the one reaching c_t
+   * (LSTM; NULL for zero); c the step's c_t; writes gxp [n, G h] (the
+   * pre-activation gradient), ghp [n, G h] (the hidden projection's: gxp
+   * itself but for GRU's n block), gc_prev (LSTM) and gh_direct (GRU:
+   * z gh, the share of h_{t-1} outside the projection) */
+  const dp_tensor *gh, *gc, *c, *h;
+  dp_tensor *gxp, *ghp, *gc_prev, *gh_direct;
+} dp_rnn_cell_args;
+
+/* RMSprop and Adagrad (PyTorch's semantics, ops/model_math.h). */
+typedef struct {
+  double lr, alpha, eps, weight_decay, momentum;
+  bool centered;
+} dp_rmsprop_args;
+typedef struct {
+  double clr; /* lr / (1 + (step - 1) lr_decay) */
+  double eps, weight_decay;
+} dp_adagrad_args;
 
 /* Device memory accounting (the CUDA caching allocator). */
 typedef struct {
@@ -216,11 +267,67 @@ typedef struct dp_backend {
   /* dst[idx[i] - base, :] += src[i, :] */
   int (*index_add)(dp_tensor *dst, const dp_tensor *idx, const dp_tensor *src, int64_t base);
 
+  /* ---- indexing, sorting, scans (ops/index_ops.c); index tensors int64 ---- */
+  /* out = cond ? a : b; cond uint8 (nonzero: true), a, b in out's dtype,
+   * all of out's shape (inputs strided, broadcast with stride 0). */
+  int (*where)(dp_tensor *out, const dp_tensor *cond, const dp_tensor *a, const dp_tensor *b);
+  /* x, out contiguous [batch, rows, cols]: out = x where j - i <= k (upper:
+   * j - i >= k), else 0. */
+  int (*tri)(dp_tensor *out, const dp_tensor *x, int64_t rows, int64_t cols, int64_t k, bool upper);
+  /* For every position p of idx's shape (idx and src strided, out
+   * contiguous of idx's shape): out[p] = src[p with coordinate dim replaced
+   * by idx[p] - base]. An index outside src's dim is an error naming it. */
+  int (*gather)(dp_tensor *out, const dp_tensor *src, const dp_tensor *idx, int dim, int64_t base);
+  /* dst[p with coordinate dim replaced by idx[p] - base] = src[p] (or +=
+   * when accumulate) for every p of idx's shape; dst strided, written in
+   * place; src of idx's shape, strided. Repeated targets: the last write
+   * wins (assign). */
+  int (*scatter)(dp_tensor *dst, const dp_tensor *idx, const dp_tensor *src, int dim, int64_t base, bool accumulate);
+  /* The k largest (smallest) of x's middle axis [outer, a->k, inner]
+   * (contiguous) into values and indices (+ a->base) [outer, k, inner], in
+   * dp_topk_before order (ops/model_math.h). */
+  int (*topk)(dp_tensor *values, dp_tensor *indices, const dp_tensor *x, const dp_reduce_args *a, int64_t k,
+              bool largest);
+  /* Inclusive prefix sums along the middle axis of [outer, a->k, inner]
+   * (contiguous; from the end when reverse), accumulated in double (int64
+   * exactly). */
+  int (*cumsum)(dp_tensor *out, const dp_tensor *x, const dp_reduce_args *a, bool reverse);
+  /* out int64 [rows, n] from the float64 weights w [rows, cats] (consumed)
+   * and float64 uniforms u [rows, n], all contiguous (dp_multinomial_row). */
+  int (*multinomial)(dp_tensor *out, dp_tensor *w, const dp_tensor *u, int64_t rows, int64_t cats, int64_t n,
+                     bool replacement, int64_t base);
+
+  /* ---- attention, recurrent cells, pooling (ops/attention.c, ops/rnn.c) ---- */
+  /* out contiguous [b1, b2, L, Ev] in q's dtype; lse contiguous [b1 b2 L]
+   * float64 (for every input dtype: the backward's exp(S - lse) would lose
+   * |lse| * 2^-24 of each weight to a float32 lse). */
+  int (*attention)(dp_tensor *out, dp_tensor *lse, const dp_attn_args *a);
+  /* gq, gk, gv contiguous like q, k, v (overwritten); gmask NULL, or
+   * contiguous [b1, b2, L, S] in the scores' dtype: the scores' gradient
+   * (a float mask's). */
+  int (*attention_backward)(dp_tensor *gq, dp_tensor *gk, dp_tensor *gv, dp_tensor *gmask, const dp_attn_args *a);
+  int (*rnn_cell)(const dp_rnn_cell_args *a);
+  int (*rnn_cell_backward)(const dp_rnn_cell_args *a);
+  /* x, y contiguous [planes, h, w] -> [planes, oh, ow]: windows of
+   * dp_adaptive_start/end; the backward overwrites gx. */
+  int (*adaptive_avg_pool2d)(dp_tensor *y, const dp_tensor *x, int64_t planes, int64_t h, int64_t w, int64_t oh,
+                             int64_t ow);
+  int (*adaptive_avg_pool2d_backward)(dp_tensor *gx, const dp_tensor *gy, int64_t planes, int64_t h, int64_t w,
+                                      int64_t oh, int64_t ow);
+
   /* ---- optimizers: all contiguous, same numel; state tensors updated in
    * place. ---- */
   /* buf may be NULL (no momentum). */
   int (*sgd_step)(dp_tensor *p, const dp_tensor *g, dp_tensor *buf, const dp_sgd_args *a);
   int (*adam_step)(dp_tensor *p, const dp_tensor *g, dp_tensor *m, dp_tensor *v, const dp_adam_args *a);
+  /* gavg (centered) and buf (momentum) may be NULL. */
+  int (*rmsprop_step)(dp_tensor *p, const dp_tensor *g, dp_tensor *sq, dp_tensor *gavg, dp_tensor *buf,
+                      const dp_rmsprop_args *a);
+  int (*adagrad_step)(dp_tensor *p, const dp_tensor *g, dp_tensor *sum, const dp_adagrad_args *a);
+  /* out (0-dim float64 on this device) = sum over the n tensors (this
+   * device's, contiguous) of |g|^p, or their max |g| for p = inf: one pass
+   * over all of them (clip_grad_norm_). NaN propagates. */
+  int (*pow_sum_list)(dp_tensor *out, const dp_tensor *const *gs, int n, double p);
   /* g *= inv_scale; sets *found_inf when any element is inf/nan. */
   int (*unscale)(dp_tensor *g, double inv_scale, int *found_inf);
 

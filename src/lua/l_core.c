@@ -264,6 +264,7 @@ int luaopen_ddplua_core(lua_State *L) {
   lt_open_tensor(L, module, methods);
   lt_open_tensor_ops(L, module, methods);
   lt_open_nn_ops(L, module, methods);
+  lt_open_model_ops(L, module, methods);
   lt_open_nn_support(L, module);
   lt_open_optim(L, module);
   lt_open_data(L, module);

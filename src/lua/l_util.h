@@ -79,6 +79,7 @@ void lt_open_tensor(lua_State *L, int module, int methods);
 void lt_open_tensor_create(lua_State *L, int module);
 void lt_open_tensor_ops(lua_State *L, int module, int methods);
 void lt_open_nn_ops(lua_State *L, int module, int methods);
+void lt_open_model_ops(lua_State *L, int module, int methods); /* l_ops_index.c, l_ops_models.c */
 void lt_open_nn_layers(lua_State *L, int module, int methods);
 void lt_open_nn_support(lua_State *L, int module);
 void lt_open_optim(lua_State *L, int module);

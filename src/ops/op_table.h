@@ -52,7 +52,12 @@
   X(LEAKY_RELU, leaky_relu, "LeakyReluBackward",  GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
   X(ELU,        elu,        "EluBackward",        GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
   X(SILU,       silu,       "SiluBackward",       GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
-  X(SOFTPLUS,   softplus,   "SoftplusBackward",   GRAD_X,    INT_ERROR,         NO_EPILOGUE)
+  X(SOFTPLUS,   softplus,   "SoftplusBackward",   GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
+  X(SIN,        sin,        "SinBackward",        GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(COS,        cos,        "CosBackward",        GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(ERF,        erf,        "ErfBackward",        GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(LOG1P,      log1p,      "Log1pBackward",      GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(EXPM1,      expm1,      "Expm1Backward",      GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE)
 
 /* The parameters of the unary ops that take some, in Lua argument order
  * (ddp.clamp(x, min, max)): P(ID, field of dp_unary_params, Lua default). */

@@ -20,6 +20,8 @@
 #define SQRT(v) DP_T_MATH(sqrt)(v)
 #define ERF(v) DP_T_MATH(erf)(v)
 #define FABS(v) DP_T_MATH(fabs)(v)
+#define SIN(v) DP_T_MATH(sin)(v)
+#define COS(v) DP_T_MATH(cos)(v)
 #define POW(a, b) DP_T_MATH(pow)(a, b)
 #define FWD(name) static inline DP_HD T DP_TN(dp_##name##_fwd)(T x, DP_UNUSED const dp_unary_params *p)
 #define BWD(name)                                                                                                      \
@@ -133,6 +135,24 @@ BWD(softplus) {
   T z = EXP(bx);
   return gy * z / (z + 1);
 }
+
+FWD(sin) { return SIN(x); }
+BWD(sin) { return gy * COS(x); }
+
+FWD(cos) { return COS(x); }
+BWD(cos) { return gy * -SIN(x); }
+
+/* d/dx erf(x) = 2/sqrt(pi) exp(-x^2) */
+FWD(erf) { return ERF(x); }
+BWD(erf) { return gy * (C(DP_2_SQRTPI) * EXP(-x * x)); }
+
+/* log(1 + x) accurate near 0; the gradient 1 / (1 + x) (inf at -1, as PyTorch) */
+FWD(log1p) { return LOG1P(x); }
+BWD(log1p) { return gy / (x + 1); }
+
+/* exp(x) - 1 accurate near 0; the gradient exp(x) = y + 1 */
+FWD(expm1) { return EXPM1(x); }
+BWD(expm1) { return gy * (y + 1); }
 
 /* ---- binary ops (gradients: ops/elementwise.c composes them) ---- */
 
@@ -292,6 +312,8 @@ static inline DP_HD void DP_TN(dp_adam_update)(T *p, T g, T *m, T *v, T *vmax, c
 #undef SQRT
 #undef ERF
 #undef FABS
+#undef SIN
+#undef COS
 #undef POW
 #undef FWD
 #undef BWD

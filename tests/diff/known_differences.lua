@@ -111,6 +111,23 @@ K.entries = {
         ~= nil and got == 0 and want ~= want
     end,
   },
+  -- (the model ops' entries, tests/diff/ops_models.lua)
+  {
+    id = "fused_attention_backward",
+    ops = { "sdpa", "sdpa_causal", "sdpa_bool_mask", "sdpa_float_mask" },
+    explains = function(case, _, detail)
+      return case.max_abs >= 100 and detail:find("^gradient of %w+: element") ~= nil
+    end,
+  },
+  {
+    id = "var_std_nonfinite_gradient",
+    ops = { "var", "std" },
+    explains = function(case, _, detail)
+      local got, want = pair(detail)
+      return case.n_special > 0 and detail:find("^gradient of x:") ~= nil and got ~= nil and want ~= nil and
+        (nonfinite(got) or nonfinite(want))
+    end,
+  },
 }
 
 K.by_id = {}

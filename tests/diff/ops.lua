@@ -479,4 +479,7 @@ view_entry("squeeze", "A.dim and x:squeeze(A.dim) or x:squeeze()",
 view_entry("contiguous", "x:contiguous()", "x.contiguous()", function() return {} end)
 view_entry("to", "x:to(A.dt)", "x.to(DT[A['dt']])", function(g) return { dt = g:pick(ALL) } end)
 
+-- ---- the model ops (issue 14): their own list, appended ----
+for _, e in ipairs(require "tests.diff.ops_models") do add(e) end
+
 return M

@@ -112,7 +112,7 @@ function R.erf(x)
       term = -term * ax * ax / n
       local add = term / (2 * n + 1)
       sum = sum + add
-    until math.abs(add) < 1e-17 * math.abs(sum)
+    until math.abs(add) <= 1e-17 * math.abs(sum) -- <=: at x = 0 every term is 0
     local r = 2 / math.sqrt(math.pi) * sum
     return x < 0 and -r or r
   end

@@ -139,6 +139,18 @@ describe("DataLoader worker processes", function()
     fails("DataLoader worker 0 %(pid %d+%) exited with code 3 while loading batch 3", function()
       for _ in exits:iter() do end
     end)
+    -- a worker that dies while the parent is not listening (the loop body is slow) is named when the next task
+    -- goes to it, not reported as a broken connection: worker 1 hands in batch 2, then is killed while idle
+    local idle = data.DataLoader(items(12, function(i)
+      if i == 3 then os.execute("(sleep 0.3; kill -9 " .. core.getpid() .. ") &") end
+    end), { batch_size = 2, num_workers = 2, prefetch_factor = 1, collate_fn = collate })
+    fails("DataLoader worker 1 %(pid %d+%) was killed by signal 9 %(SIGKILL%) while loading batch 4", function()
+      local b = 0
+      for _ in idle:iter() do
+        b = b + 1
+        if b == 1 then core._worker_poll({}, 1.5) end
+      end
+    end)
     local killed = data.DataLoader(items(12, function(i)
       if i == 9 then os.execute("kill -9 " .. core.getpid()) end
     end), { batch_size = 2, num_workers = 3, collate_fn = collate })

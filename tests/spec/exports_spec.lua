@@ -31,6 +31,10 @@ local EXPORTS = {
       "max", "min", "argmax", "argmin", "eq", "ne", "lt", "le", "gt", "ge", "matmul", "mm", "index_select", "linear",
       "conv2d", "max_pool2d", "avg_pool2d", "batch_norm", "layer_norm", "dropout", "embedding", "cross_entropy",
       "mse_loss", "nll_loss",
+      -- the model ops
+      "sin", "cos", "erf", "log1p", "expm1", "where", "masked_fill", "tril", "triu", "gather", "scatter", "scatter_add",
+      "topk", "split", "chunk", "cumsum", "flip", "tile", "norm", "var", "std", "randint", "multinomial", "bernoulli",
+      "einsum",
       -- autograd, random numbers
       "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "manual_seed", "initial_seed",
       "seed_everything", "get_rng_state", "set_rng_state",
@@ -51,7 +55,8 @@ local EXPORTS = {
       "Module", "Sequential", "Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d",
       "SyncBatchNorm", "ReLU", "GELU", "LeakyReLU", "ELU", "SiLU", "Softplus", "Tanh", "Sigmoid", "Dropout",
       "Flatten", "Embedding", "LayerNorm", "CrossEntropyLoss", "NLLLoss", "MSELoss", "F", "init", "ModuleList",
-      "ModuleDict", "Identity",
+      "ModuleDict", "Identity", "AdaptiveAvgPool2d", "RNN", "LSTM", "GRU", "MultiheadAttention",
+      "TransformerEncoderLayer", "TransformerEncoder", "utils",
     },
   },
   F = {
@@ -59,9 +64,10 @@ local EXPORTS = {
       "relu", "gelu", "leaky_relu", "elu", "silu", "softplus", "tanh", "sigmoid", "softmax", "log_softmax",
       "flatten", "linear", "conv2d", "max_pool2d",
       "avg_pool2d", "batch_norm", "layer_norm", "dropout", "embedding", "cross_entropy", "mse_loss", "nll_loss",
+      "scaled_dot_product_attention", "adaptive_avg_pool2d",
     },
   },
-  optim = { form = "optim.", names = { "SGD", "Adam", "AdamW", "Optimizer", "lr_scheduler" } },
+  optim = { form = "optim.", names = { "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Optimizer", "lr_scheduler" } },
   data = {
     form = "data.", names = {
       "TensorDataset", "Subset", "random_split", "FashionMNIST", "SequentialSampler", "RandomSampler",
@@ -88,6 +94,9 @@ local EXPORTS = {
       "exp", "log", "sqrt", "rsqrt", "square", "reciprocal", "sign", "clamp", "maximum", "minimum", "relu", "gelu",
       "leaky_relu", "elu", "silu", "softplus", "tanh", "sigmoid", "softmax", "log_softmax", "sum", "mean", "max", "min", "argmax", "argmin", "eq", "ne", "lt",
       "le", "gt", "ge", "matmul", "mm", "index_select",
+      "sin", "cos", "erf", "log1p", "expm1", "masked_fill", "tril", "triu", "gather", "scatter", "scatter_add",
+      "scatter_", "scatter_add_", "topk", "split", "chunk", "cumsum", "flip", "repeat_", "tile", "norm", "var", "std",
+      "multinomial", "bernoulli",
     },
   },
 }

@@ -170,7 +170,17 @@ function Pool:epoch(batches)
     while next_send <= nb and outstanding < limit do
       local w = self.workers[(next_send - 1) % n + 1]
       local seq = base + next_send
-      w.sock:send("task", seq, -1, nil, { ddp.tensor(batches[next_send], { dtype = "int64" }) })
+      local ok, err = pcall(w.sock.send, w.sock, "task", seq, -1, nil,
+        { ddp.tensor(batches[next_send], { dtype = "int64" }) })
+      if not ok then
+        -- the worker died since the last poll (its end is closed): name it, as receive does
+        if not tostring(err):find("connection is closed", 1, true) then error(err, 0) end
+        local first = seq
+        for s in pairs(w.pending) do first = math.min(first, s) end
+        err = worker_ended(self, w, first)
+        self:shutdown()
+        E.raise(err)
+      end
       w.pending[seq] = true
       next_send, outstanding = next_send + 1, outstanding + 1
     end

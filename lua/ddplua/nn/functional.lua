@@ -42,6 +42,12 @@ end
 
 function F.embedding(ids, weight) return ddp.embedding(ids, weight) end
 
+--- scaled_dot_product_attention(q, k, v [, {attn_mask=, is_causal=, dropout_p=, scale=}]): one fused op
+--- (flash attention's tiled online softmax; a bool mask's true takes part, a float one is added).
+function F.scaled_dot_product_attention(q, k, v, opts) return ddp.core.scaled_dot_product_attention(q, k, v, opts) end
+--- adaptive_avg_pool2d(x, output_size): output_size n or {h, w}.
+function F.adaptive_avg_pool2d(x, output_size) return ddp.core.adaptive_avg_pool2d(x, output_size) end
+
 --- cross_entropy(logits, target [, {weight=, reduction=, label_smoothing=, ignore_index=}]), nll_loss(logp, target
 --- [, {weight=, reduction=, ignore_index=}])
 function F.cross_entropy(input, target, opts) return ddp.cross_entropy(input, target, opts) end

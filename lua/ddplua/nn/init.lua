@@ -5,6 +5,8 @@ local batchnorm = require "ddplua.nn.batchnorm"
 local container = require "ddplua.nn.container"
 local loss = require "ddplua.nn.loss"
 local pooling = require "ddplua.nn.pooling"
+local rnn = require "ddplua.nn.rnn"
+local transformer = require "ddplua.nn.transformer"
 
 local nn = {
   Module = require "ddplua.nn.module",
@@ -16,6 +18,13 @@ local nn = {
   Conv2d = require "ddplua.nn.conv",
   MaxPool2d = pooling.MaxPool2d,
   AvgPool2d = pooling.AvgPool2d,
+  AdaptiveAvgPool2d = require "ddplua.nn.adaptive_pool",
+  RNN = rnn.RNN,
+  LSTM = rnn.LSTM,
+  GRU = rnn.GRU,
+  MultiheadAttention = require "ddplua.nn.attention",
+  TransformerEncoderLayer = transformer.TransformerEncoderLayer,
+  TransformerEncoder = transformer.TransformerEncoder,
   BatchNorm1d = batchnorm.BatchNorm1d,
   BatchNorm2d = batchnorm.BatchNorm2d,
   SyncBatchNorm = require "ddplua.nn.syncbatchnorm",
@@ -28,6 +37,7 @@ local nn = {
   MSELoss = loss.MSELoss,
   F = require "ddplua.nn.functional",
   init = require "ddplua.nn.initializers",
+  utils = require "ddplua.nn.utils",
 }
 for name, cls in pairs(activation.modules) do nn[name] = cls end -- ReLU, GELU, ... (activation.lua)
 

@@ -1,4 +1,4 @@
--- ddplua.optim: SGD, Adam, AdamW (update loops in C, one call per parameter
+-- ddplua.optim: SGD, Adam, AdamW, RMSprop, Adagrad (update loops in C, one call per parameter
 -- group per step) and lr_scheduler.StepLR / CosineAnnealingLR.
 local adam = require "ddplua.optim.adam"
 
@@ -7,5 +7,7 @@ return {
   SGD = require "ddplua.optim.sgd",
   Adam = adam.Adam,
   AdamW = adam.AdamW,
+  RMSprop = require "ddplua.optim.rmsprop",
+  Adagrad = require "ddplua.optim.adagrad",
   lr_scheduler = require "ddplua.optim.lr_scheduler",
 }

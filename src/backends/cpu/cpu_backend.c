@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_model_kernels.h"
 #include "tensor/storage.h"
 
 static int cpu_device_count(void) { return 1; }
@@ -58,7 +59,23 @@ const dp_backend dp_cpu_backend = {
     .dropout = dp_cpu_dropout,
     .index_select = dp_cpu_index_select,
     .index_add = dp_cpu_index_add,
+    .where = dp_cpu_where,
+    .tri = dp_cpu_tri,
+    .gather = dp_cpu_gather,
+    .scatter = dp_cpu_scatter,
+    .topk = dp_cpu_topk,
+    .cumsum = dp_cpu_cumsum,
+    .multinomial = dp_cpu_multinomial,
+    .attention = dp_cpu_attention,
+    .attention_backward = dp_cpu_attention_backward,
+    .rnn_cell = dp_cpu_rnn_cell,
+    .rnn_cell_backward = dp_cpu_rnn_cell_backward,
+    .adaptive_avg_pool2d = dp_cpu_adaptive_avg_pool2d,
+    .adaptive_avg_pool2d_backward = dp_cpu_adaptive_avg_pool2d_backward,
     .sgd_step = dp_cpu_sgd_step,
     .adam_step = dp_cpu_adam_step,
+    .rmsprop_step = dp_cpu_rmsprop_step,
+    .adagrad_step = dp_cpu_adagrad_step,
+    .pow_sum_list = dp_cpu_pow_sum_list,
     .unscale = dp_cpu_unscale,
 };

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backends/cuda/cuda_host.h"
+#include "backends/cuda/cuda_model.h"
 
 DP_STATIC_ASSERT(DP_IDX_MAXDIM == DP_MAXDIM, "the strided plan must cover every tensor dimension");
 
@@ -83,8 +84,24 @@ const dp_backend dp_cu_backend = {
     .dropout = dp_cu_dropout,
     .index_select = dp_cu_index_select,
     .index_add = dp_cu_index_add,
+    .where = dp_cu_where,
+    .tri = dp_cu_tri,
+    .gather = dp_cu_gather,
+    .scatter = dp_cu_scatter,
+    .topk = dp_cu_topk,
+    .cumsum = dp_cu_cumsum,
+    .multinomial = dp_cu_multinomial,
+    .attention = dp_cu_attention,
+    .attention_backward = dp_cu_attention_backward,
+    .rnn_cell = dp_cu_rnn_cell,
+    .rnn_cell_backward = dp_cu_rnn_cell_backward,
+    .adaptive_avg_pool2d = dp_cu_adaptive_avg_pool2d,
+    .adaptive_avg_pool2d_backward = dp_cu_adaptive_avg_pool2d_backward,
     .sgd_step = dp_cu_sgd_step,
     .adam_step = dp_cu_adam_step,
+    .rmsprop_step = dp_cu_rmsprop_step,
+    .adagrad_step = dp_cu_adagrad_step,
+    .pow_sum_list = dp_cu_pow_sum_list,
     .unscale = cu_unscale,
     .unscale_list = cu_unscale_list,
     .memory_stats = dp_cu_memory_stats,

@@ -39,6 +39,8 @@ enum {
   DP_CU_FAULT_INDEX_ADD,        /* v: index, position, lo, hi */
   DP_CU_FAULT_TARGET,           /* v: target, position, lo, hi */
   DP_CU_FAULT_SCATTER,          /* v: index, lo, hi */
+  DP_CU_FAULT_GATHER,           /* v: index, position, lo, hi (gather) */
+  DP_CU_FAULT_SCATTER_DIM,      /* v: index, position, lo, hi (scatter, scatter_add) */
 };
 typedef struct {
   volatile int ready; /* set last, after the fields */

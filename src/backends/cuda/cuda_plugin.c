@@ -91,6 +91,11 @@ static const char *fault_text(const dp_cu_fault *f, char *buf, size_t n) {
   case DP_CU_FAULT_SCATTER:
     snprintf(buf, n, "scatter_add: index %lld out of range [%lld, %lld]", v[0], v[1], v[2]);
     break;
+  case DP_CU_FAULT_GATHER:
+  case DP_CU_FAULT_SCATTER_DIM:
+    snprintf(buf, n, "%s: index %lld at position %lld of the index is out of range %lld..%lld",
+             f->code == DP_CU_FAULT_GATHER ? "gather" : "scatter", v[0], v[1], v[2], v[3]);
+    break;
   default: snprintf(buf, n, "a kernel reported error code %d", f->code); break;
   }
   return buf;

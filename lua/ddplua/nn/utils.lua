@@ -1,0 +1,63 @@
+-- nn.utils: gradient clipping, PyTorch's torch.nn.utils.
+--
+--   nn.utils.clip_grad_norm_(params, max_norm [, norm_type = 2 | {norm_type=, error_if_nonfinite=}])
+--       -> the total norm of all gradients together (a 0-dim tensor); each gradient is scaled in place by
+--          min(1, max_norm / (total + 1e-6)). One C pass computes the norm over every gradient.
+--   nn.utils.clip_grad_value_(params, clip_value): each gradient clamped to [-clip_value, clip_value] in place.
+--
+-- params: a tensor, a list of tensors (model:parameters()) or a module; parameters without a gradient are
+-- skipped. norm_type may be math.huge (the largest |g|).
+local ddp = require "ddplua"
+
+local M = {}
+
+local function grads_of(who, params)
+  if ddp.is_tensor(params) then params = { params } end
+  if type(params) ~= "table" then
+    error(string.format("%s: expected a tensor, a list of parameters or a module, got %s", who, type(params)), 3)
+  end
+  local mt = getmetatable(params)
+  if mt and mt.__is_module then params = params:parameters() end
+  local gs, seen = {}, {}
+  for i, p in ipairs(params) do
+    if not ddp.is_tensor(p) then
+      error(string.format("%s: parameter %d is a %s, expected a tensor", who, i, type(p)), 3)
+    end
+    if p.grad ~= nil and not seen[p] then
+      seen[p] = true
+      gs[#gs + 1] = p.grad
+    end
+  end
+  return gs
+end
+
+function M.clip_grad_norm_(params, max_norm, norm_type)
+  local err = false
+  if type(norm_type) == "table" then
+    for k in pairs(norm_type) do
+      if k ~= "norm_type" and k ~= "error_if_nonfinite" then
+        error("clip_grad_norm_: unknown option '" .. tostring(k) .. "' (valid options: norm_type, error_if_nonfinite)", 2)
+      end
+    end
+    err = norm_type.error_if_nonfinite == true
+    norm_type = norm_type.norm_type
+  end
+  norm_type = norm_type or 2
+  if type(max_norm) ~= "number" then error("clip_grad_norm_: max_norm must be a number, got " .. type(max_norm), 2) end
+  if type(norm_type) ~= "number" then error("clip_grad_norm_: norm_type must be a number, got " .. type(norm_type), 2) end
+  local gs = grads_of("clip_grad_norm_", params)
+  local ok, total = pcall(ddp.core._clip_grad_norm, gs, max_norm, norm_type, err)
+  if not ok then error(total, 2) end
+  return total
+end
+
+function M.clip_grad_value_(params, clip_value)
+  if type(clip_value) ~= "number" or clip_value < 0 then
+    error("clip_grad_value_: clip_value must be a number >= 0, got " .. tostring(clip_value), 2)
+  end
+  ddp.no_grad(function()
+    for _, g in ipairs(grads_of("clip_grad_value_", params)) do g:copy_(g:clamp(-clip_value, clip_value)) end
+  end)
+end
+
+return M

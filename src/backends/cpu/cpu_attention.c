@@ -1,0 +1,426 @@
+/* CPU scaled dot-product attention, forward and backward (contract:
+ * backends/backend.h, dp_attn_args), flash attention's algorithm.
+ *
+ * float32: the queries of one head are cut into blocks of BR rows; a block
+ * walks the keys BC at a time, computing the BR x BC scores with a small
+ * GEMM (cpu_attn_gemm.c), folding them into a running row maximum m, sum
+ * l and output accumulator (the online softmax: when the maximum grows,
+ * what was accumulated is rescaled by exp(m_old - m_new)), then adds P V.
+ * Only the output and lse = m + log(l) per row (in float64) are stored. The backward
+ * (FlashAttention-2) walks key blocks outside and query blocks inside,
+ * recomputing P = exp(S - lse) per tile, and accumulates dV += P^T dO,
+ * dS = P (dO V^T - D) with D = rowsum(dO O), dQ += dS K, dK += dS^T Q.
+ * Causal tiles above the diagonal are skipped. The work is split over
+ * (head, query block) pairs in the forward and over heads in the backward,
+ * on the GEMM's thread pool when ddp.set_num_threads asks for threads.
+ * The tile loops are compiled once per instruction set (AVX-512, AVX2,
+ * plain) through target attributes so that their exp and row loops
+ * vectorise like the GEMMs, and the best the CPU has runs.
+ *
+ * float64 (and any other dtype) takes a row-at-a-time double reference
+ * path: the same algorithm without tiles, which the float32 one is tested
+ * against. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_attn_gemm.h"
+#include "backends/cpu/cpu_model_kernels.h"
+#include "backends/cpu/sgemm.h"
+#include "backends/cpu/sgemm_kernels.h"
+#include "core/error.h"
+#include "ops/model_math.h"
+
+enum { BR = 64, BC = 64 };
+
+#define TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
+#define TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define INLINE static inline __attribute__((always_inline))
+
+typedef struct {
+  const dp_attn_args *a;
+  dp_tensor *out, *lse;            /* forward */
+  dp_tensor *gq, *gk, *gv, *gmask; /* backward */
+  float *D;                        /* backward: rowsum(dO * O), [b1 b2 L] */
+  int64_t tasks, nqb;
+  int isa; /* 2 AVX-512, 1 AVX2, 0 plain */
+  int parts;
+  atomic_int failed;
+} job;
+
+/* the per-head base of a [b1, b2, rows, cols] view */
+INLINE const float *head_of(const dp_tensor *t, const dp_attn_args *a, int64_t bh) {
+  return (const float *)dp_data(t) + (bh / a->b2) * t->stride[0] + (bh % a->b2) * t->stride[1];
+}
+
+/* Masks and the causal cut of one row of scores s[0..nc) for query i and
+ * keys j0..: -inf where a key takes no part, the float mask added. */
+INLINE void mask_row(const dp_attn_args *a, int64_t bh, int64_t i, int64_t j0, int64_t nc, float *s) {
+  if (a->mask) {
+    const dp_tensor *m = a->mask;
+    int64_t off = (bh / a->b2) * m->stride[0] + (bh % a->b2) * m->stride[1] + i * m->stride[2] + j0 * m->stride[3];
+    int64_t ms = m->stride[3];
+    if (a->mask_bool) {
+      const uint8_t *mp = (const uint8_t *)dp_data(m) + off;
+      for (int64_t c = 0; c < nc; c++)
+        if (!mp[c * ms]) s[c] = -INFINITY;
+    } else {
+      const float *mp = (const float *)dp_data(m) + off;
+      for (int64_t c = 0; c < nc; c++) s[c] += mp[c * ms];
+    }
+  }
+  if (a->causal)
+    for (int64_t c = i - j0 + 1 < 0 ? 0 : i - j0 + 1; c < nc; c++) s[c] = -INFINITY;
+}
+
+/* Row reductions in 16 independent lanes: strict floating point does not
+ * let the compiler reassociate a serial max or sum, so a one-accumulator
+ * loop would run scalar; lanes vectorise (and combine in a fixed order). */
+enum { LANES = 16 };
+INLINE float row_max(const float *s, int64_t n) {
+  float lane[LANES];
+  for (int l = 0; l < LANES; l++) lane[l] = -INFINITY;
+  int64_t c = 0;
+  for (; c + LANES <= n; c += LANES)
+    for (int l = 0; l < LANES; l++) lane[l] = s[c + l] > lane[l] ? s[c + l] : lane[l];
+  float mx = -INFINITY;
+  for (; c < n; c++) mx = s[c] > mx ? s[c] : mx;
+  for (int l = 0; l < LANES; l++) mx = lane[l] > mx ? lane[l] : mx;
+  return mx;
+}
+/* s[c] = exp((s[c] - m) - lo): m + lo is the backward's float64 lse as two floats (s - m is exact for the scores
+ * near it, Sterbenz), so the weights keep float32's precision however large the scores are */
+INLINE void exp_row2(float *s, int64_t n, float m, float lo) {
+  for (int64_t c = 0; c < n; c++) s[c] = dp_attn_exp((s[c] - m) - lo);
+}
+/* s[c] = exp(s[c] - m); returns their sum */
+INLINE float exp_row(float *s, int64_t n, float m) {
+  float lane[LANES] = {0};
+  int64_t c = 0;
+  for (; c + LANES <= n; c += LANES)
+    for (int l = 0; l < LANES; l++) {
+      float p = dp_attn_exp(s[c + l] - m);
+      s[c + l] = p;
+      lane[l] += p;
+    }
+  float sum = 0;
+  for (; c < n; c++) {
+    s[c] = dp_attn_exp(s[c] - m);
+    sum += s[c];
+  }
+  for (int l = 0; l < LANES; l++) sum += lane[l];
+  return sum;
+}
+
+/* Dropout of a row of weights in place (keep[c] records the mask for the
+ * backward's second use). */
+INLINE void dropout_row(const dp_attn_args *a, int64_t bh, int64_t i, int64_t j0, int64_t nc, float *p, uint8_t *keep) {
+  float inv = (float)(1.0 / (1.0 - a->dropout_p)), pf = (float)a->dropout_p;
+  uint64_t e0 = (uint64_t)((bh * a->L + i) * a->S + j0);
+  for (int64_t c = 0; c < nc; c++) {
+    bool k = dp_attn_keep(a->seed, a->offset, e0 + (uint64_t)c, pf);
+    if (keep) keep[c] = k;
+    p[c] = k ? p[c] * inv : 0.0f;
+  }
+}
+
+/* ---- float32 forward: one (head, query block) ---- */
+INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm) {
+  const dp_attn_args *a = jb->a;
+  const int64_t L = a->L, S = a->S, E = a->E, Ev = a->Ev;
+  const int64_t bh = t / jb->nqb, i0 = (t % jb->nqb) * BR, nr = L - i0 < BR ? L - i0 : BR;
+  const int64_t qs = a->q->stride[2], ks = a->k->stride[2], vs = a->v->stride[2];
+  const float *q = head_of(a->q, a, bh) + i0 * qs, *k = head_of(a->k, a, bh), *v = head_of(a->v, a, bh);
+  float *Qs = work, *Kt = Qs + BR * E, *Sb = Kt + E * BC, *acc = Sb + BR * BC;
+  float m[BR], l[BR];
+  const float scale = (float)a->scale;
+  for (int64_t r = 0; r < nr; r++) {
+    for (int64_t e = 0; e < E; e++) Qs[r * E + e] = q[r * qs + e] * scale;
+    for (int64_t e = 0; e < Ev; e++) acc[r * Ev + e] = 0.0f;
+    m[r] = -INFINITY, l[r] = 0.0f;
+  }
+  int64_t jend = a->causal && i0 + nr < S ? i0 + nr : S; /* keys after the last query are all masked */
+  for (int64_t j0 = 0; j0 < jend; j0 += BC) {
+    int64_t nc = jend - j0 < BC ? jend - j0 : BC;
+    for (int64_t c = 0; c < nc; c++)
+      for (int64_t e = 0; e < E; e++) Kt[e * BC + c] = k[(j0 + c) * ks + e];
+    gemm(nr, nc, E, Qs, E, 1, Kt, BC, Sb, BC, 1.0f, false);
+    for (int64_t r = 0; r < nr; r++) {
+      float *s = Sb + r * BC;
+      mask_row(a, bh, i0 + r, j0, nc, s);
+      float mx = row_max(s, nc);
+      float mnew = mx > m[r] ? mx : m[r];
+      if (mnew == -INFINITY) { /* no key so far: contributes nothing */
+        for (int64_t c = 0; c < nc; c++) s[c] = 0.0f;
+        continue;
+      }
+      float alpha = dp_attn_exp(m[r] - mnew), sum = exp_row(s, nc, mnew);
+      l[r] = l[r] * alpha + sum;
+      m[r] = mnew;
+      if (alpha != 1.0f)
+        for (int64_t e = 0; e < Ev; e++) acc[r * Ev + e] *= alpha;
+      if (a->dropout_p > 0) dropout_row(a, bh, i0 + r, j0, nc, s, NULL);
+    }
+    gemm(nr, Ev, nc, Sb, BC, 1, v + j0 * vs, vs, acc, Ev, 1.0f, true);
+  }
+  float *o = (float *)dp_data(jb->out) + (bh * L + i0) * Ev;
+  double *lse = (double *)dp_data(jb->lse) + bh * L + i0;
+  for (int64_t r = 0; r < nr; r++) {
+    float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+    for (int64_t e = 0; e < Ev; e++) o[r * Ev + e] = acc[r * Ev + e] * inv;
+    lse[r] = l[r] > 0 ? (double)m[r] + log((double)l[r]) : -INFINITY;
+  }
+}
+
+/* ---- float32 backward: one head ---- */
+INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_gemm_fn gemm) {
+  const dp_attn_args *a = jb->a;
+  const int64_t L = a->L, S = a->S, E = a->E, Ev = a->Ev;
+  const int64_t qs = a->q->stride[2], ks = a->k->stride[2], vs = a->v->stride[2];
+  const float *q = head_of(a->q, a, bh), *k = head_of(a->k, a, bh), *v = head_of(a->v, a, bh);
+  const float *dO = (const float *)dp_data(a->gout) + bh * L * Ev;
+  const double *lse = (const double *)dp_data(a->lse) + bh * L;
+  const float *D = jb->D + bh * L;
+  float *gq = (float *)dp_data(jb->gq) + bh * L * E, *gk = (float *)dp_data(jb->gk) + bh * S * E;
+  float *gv = (float *)dp_data(jb->gv) + bh * S * Ev;
+  float *gm = jb->gmask ? (float *)dp_data(jb->gmask) + bh * L * S : NULL;
+  float *Qs = work, *Kt = Qs + BR * E, *Vt = Kt + E * BC, *P = Vt + Ev * BC, *Z = P + BR * BC, *dS = Z + BR * BC;
+  const float scale = (float)a->scale, inv = (float)(1.0 / (1.0 - a->dropout_p));
+  const bool drop = a->dropout_p > 0;
+  memset(gq, 0, sizeof(float) * (size_t)(L * E));
+  memset(gk, 0, sizeof(float) * (size_t)(S * E));
+  memset(gv, 0, sizeof(float) * (size_t)(S * Ev));
+  if (gm) memset(gm, 0, sizeof(float) * (size_t)(L * S));
+  for (int64_t j0 = 0; j0 < S; j0 += BC) {
+    int64_t nc = S - j0 < BC ? S - j0 : BC;
+    for (int64_t c = 0; c < nc; c++) {
+      for (int64_t e = 0; e < E; e++) Kt[e * BC + c] = k[(j0 + c) * ks + e];
+      for (int64_t e = 0; e < Ev; e++) Vt[e * BC + c] = v[(j0 + c) * vs + e];
+    }
+    for (int64_t i0 = a->causal ? j0 / BR * BR : 0; i0 < L; i0 += BR) { /* queries before j0 see none of these keys */
+      int64_t nr = L - i0 < BR ? L - i0 : BR;
+      for (int64_t r = 0; r < nr; r++)
+        for (int64_t e = 0; e < E; e++) Qs[r * E + e] = q[(i0 + r) * qs + e] * scale;
+      gemm(nr, nc, E, Qs, E, 1, Kt, BC, P, BC, 1.0f, false);
+      for (int64_t r = 0; r < nr; r++) {
+        float *p = P + r * BC;
+        double li = lse[i0 + r];
+        if (li == -INFINITY) { /* a row with no key: no gradient */
+          for (int64_t c = 0; c < nc; c++) p[c] = 0.0f;
+        } else {
+          mask_row(a, bh, i0 + r, j0, nc, p);
+          float hi = (float)li;
+          exp_row2(p, nc, hi, (float)(li - (double)hi));
+        }
+        if (drop) {
+          memcpy(Z + r * BC, p, sizeof(float) * (size_t)nc);
+          dropout_row(a, bh, i0 + r, j0, nc, Z + r * BC, keep + r * BC);
+        }
+      }
+      const float *Zt = drop ? Z : P;
+      gemm(nc, Ev, nr, Zt, 1, BC, dO + i0 * Ev, Ev, gv + j0 * Ev, Ev, 1.0f, true); /* dV += Z^T dO */
+      gemm(nr, nc, Ev, dO + i0 * Ev, Ev, 1, Vt, BC, dS, BC, 1.0f, false);          /* dZ = dO V^T */
+      for (int64_t r = 0; r < nr; r++) {
+        float *d = dS + r * BC;
+        const float *p = P + r * BC;
+        float Di = D[i0 + r];
+        if (drop)
+          for (int64_t c = 0; c < nc; c++) d[c] = keep[r * BC + c] ? d[c] * inv : 0.0f;
+        for (int64_t c = 0; c < nc; c++) d[c] = p[c] * (d[c] - Di);
+        if (gm) memcpy(gm + (i0 + r) * S + j0, d, sizeof(float) * (size_t)nc);
+      }
+      gemm(nr, E, nc, dS, BC, 1, k + j0 * ks, ks, gq + i0 * E, E, scale, true); /* dQ += dS K */
+      gemm(nc, E, nr, dS, 1, BC, q + i0 * qs, qs, gk + j0 * E, E, scale, true); /* dK += dS^T Q */
+    }
+  }
+}
+
+/* ---- the instruction-set variants and the thread split ---- */
+static size_t fwd_floats(const dp_attn_args *a) { return (size_t)(BR * a->E + a->E * BC + BR * BC + BR * a->Ev); }
+static size_t bwd_floats(const dp_attn_args *a) { return (size_t)(BR * a->E + a->E * BC + a->Ev * BC + 3 * BR * BC); }
+
+#define DEFINE_PARTS(SFX, TARGET, GEMM)                                                                                \
+  TARGET static void fwd_part_##SFX(void *ctx, int part) {                                                             \
+    job *jb = ctx;                                                                                                     \
+    float *work = malloc(sizeof(float) * fwd_floats(jb->a));                                                           \
+    if (!work) {                                                                                                       \
+      atomic_store(&jb->failed, 1);                                                                                    \
+      return;                                                                                                          \
+    }                                                                                                                  \
+    for (int64_t t = part; t < jb->tasks; t += jb->parts) fwd_block(jb, t, work, GEMM);                                \
+    free(work);                                                                                                        \
+  }                                                                                                                    \
+  TARGET static void bwd_part_##SFX(void *ctx, int part) {                                                             \
+    job *jb = ctx;                                                                                                     \
+    float *work = malloc(sizeof(float) * bwd_floats(jb->a));                                                           \
+    uint8_t *keep = malloc(BR * BC);                                                                                   \
+    if (!work || !keep) atomic_store(&jb->failed, 1);                                                                  \
+    else                                                                                                               \
+      for (int64_t t = part; t < jb->tasks; t += jb->parts) bwd_head(jb, t, work, keep, GEMM);                         \
+    free(work);                                                                                                        \
+    free(keep);                                                                                                        \
+  }
+DEFINE_PARTS(avx512, TARGET_AVX512, dp_attn_gemm_avx512)
+DEFINE_PARTS(avx2, TARGET_AVX2, dp_attn_gemm_avx2)
+DEFINE_PARTS(plain, , dp_attn_gemm_plain)
+
+static int forced_isa = -1;
+
+int dp_cpu_attention_force_isa(int isa) {
+  if (isa == 2 && !dp_sgemm_cpu_supports(DP_SGEMM_AVX512)) return -1;
+  if (isa == 1 && !dp_sgemm_cpu_supports(DP_SGEMM_AVX2)) return -1;
+  forced_isa = isa < 0 || isa > 2 ? -1 : isa;
+  return 0;
+}
+
+static int best_isa(void) {
+  if (forced_isa >= 0) return forced_isa;
+  if (dp_sgemm_cpu_supports(DP_SGEMM_AVX512)) return 2;
+  if (dp_sgemm_cpu_supports(DP_SGEMM_AVX2)) return 1;
+  return 0;
+}
+
+static int run(job *jb, bool forward) {
+  static void (*const fwd[3])(void *, int) = {fwd_part_plain, fwd_part_avx2, fwd_part_avx512};
+  static void (*const bwd[3])(void *, int) = {bwd_part_plain, bwd_part_avx2, bwd_part_avx512};
+  void (*fn)(void *, int) = (forward ? fwd : bwd)[jb->isa];
+  int threads = dp_sgemm_get_num_threads();
+  jb->parts = (int)(jb->tasks < threads ? jb->tasks : threads);
+  if (jb->parts > DP_SG_MAX_THREADS) jb->parts = DP_SG_MAX_THREADS;
+  if (jb->parts <= 1) {
+    jb->parts = 1;
+    fn(jb, 0);
+  } else {
+    dp_sg_parallel(jb->parts, fn, jb);
+  }
+  return atomic_load(&jb->failed) ? dp_error("attention: out of memory for the tiles") : 0;
+}
+
+/* ---- the double reference path (float64 and other dtypes) ---- */
+#define LDT(t, off) dp_load_d((const char *)dp_data(t) + (size_t)(off)*dp_elsize(t), (t)->dtype)
+#define STT(t, off, v) dp_store_d((char *)dp_data(t) + (size_t)(off)*dp_elsize(t), (t)->dtype, (v))
+
+static int64_t off4(const dp_tensor *t, const dp_attn_args *a, int64_t bh, int64_t row, int64_t col) {
+  return (bh / a->b2) * t->stride[0] + (bh % a->b2) * t->stride[1] + row * t->stride[2] + col * t->stride[3];
+}
+
+/* scores of query i against every key, masked; returns their maximum */
+static double ref_scores(const dp_attn_args *a, int64_t bh, int64_t i, double *s) {
+  double mx = -INFINITY;
+  for (int64_t j = 0; j < a->S; j++) {
+    double d = 0;
+    for (int64_t e = 0; e < a->E; e++) d += LDT(a->q, off4(a->q, a, bh, i, e)) * LDT(a->k, off4(a->k, a, bh, j, e));
+    d *= a->scale;
+    if (a->mask) {
+      int64_t mo = off4(a->mask, a, bh, i, j);
+      if (a->mask_bool) d = ((const uint8_t *)dp_data(a->mask))[mo] ? d : -INFINITY;
+      else d += LDT(a->mask, mo);
+    }
+    if (a->causal && j > i) d = -INFINITY;
+    s[j] = d;
+    mx = d > mx ? d : mx;
+  }
+  return mx;
+}
+
+static double ref_keep(const dp_attn_args *a, int64_t bh, int64_t i, int64_t j) {
+  if (a->dropout_p <= 0) return 1.0;
+  uint64_t e = (uint64_t)((bh * a->L + i) * a->S + j);
+  return dp_attn_keep(a->seed, a->offset, e, (float)a->dropout_p) ? 1.0 / (1.0 - a->dropout_p) : 0.0;
+}
+
+static int ref_forward(dp_tensor *out, dp_tensor *lse, const dp_attn_args *a) {
+  int64_t BH = a->b1 * a->b2, L = a->L, S = a->S, Ev = a->Ev;
+  double *s = malloc(sizeof(double) * (size_t)(S + Ev + 1));
+  if (!s) return dp_error("attention: out of memory");
+  double *acc = s + S;
+  for (int64_t bh = 0; bh < BH; bh++)
+    for (int64_t i = 0; i < L; i++) {
+      double mx = ref_scores(a, bh, i, s), l = 0;
+      for (int64_t e = 0; e < Ev; e++) acc[e] = 0;
+      if (mx != -INFINITY)
+        for (int64_t j = 0; j < S; j++) {
+          double p = exp(s[j] - mx);
+          l += p;
+          double z = p * ref_keep(a, bh, i, j);
+          for (int64_t e = 0; e < Ev; e++) acc[e] += z * LDT(a->v, off4(a->v, a, bh, j, e));
+        }
+      for (int64_t e = 0; e < Ev; e++) STT(out, (bh * L + i) * Ev + e, l > 0 ? acc[e] / l : 0.0);
+      STT(lse, bh * L + i, l > 0 ? mx + log(l) : -INFINITY);
+    }
+  free(s);
+  return 0;
+}
+
+static int ref_backward(dp_tensor *gq, dp_tensor *gk, dp_tensor *gv, dp_tensor *gmask, const dp_attn_args *a) {
+  int64_t BH = a->b1 * a->b2, L = a->L, S = a->S, E = a->E, Ev = a->Ev;
+  double *s = malloc(sizeof(double) * (size_t)(S + E + S * E + S * Ev));
+  if (!s) return dp_error("attention: out of memory");
+  double *dq = s + S, *dk = dq + E, *dv = dk + S * E;
+  for (int64_t bh = 0; bh < BH; bh++) {
+    memset(dk, 0, sizeof(double) * (size_t)(S * E + S * Ev));
+    for (int64_t i = 0; i < L; i++) {
+      double li = LDT(a->lse, bh * L + i), Di = 0;
+      ref_scores(a, bh, i, s);
+      for (int64_t e = 0; e < Ev; e++) Di += LDT(a->gout, (bh * L + i) * Ev + e) * LDT(a->out, (bh * L + i) * Ev + e);
+      for (int64_t e = 0; e < E; e++) dq[e] = 0;
+      for (int64_t j = 0; j < S; j++) {
+        double p = li == -INFINITY ? 0.0 : exp(s[j] - li), keep = ref_keep(a, bh, i, j), dz = 0;
+        for (int64_t e = 0; e < Ev; e++) {
+          double go = LDT(a->gout, (bh * L + i) * Ev + e);
+          dv[j * Ev + e] += p * keep * go;
+          dz += go * LDT(a->v, off4(a->v, a, bh, j, e));
+        }
+        double ds = p * (dz * keep - Di);
+        if (gmask) STT(gmask, (bh * L + i) * S + j, ds);
+        for (int64_t e = 0; e < E; e++) {
+          dq[e] += a->scale * ds * LDT(a->k, off4(a->k, a, bh, j, e));
+          dk[j * E + e] += a->scale * ds * LDT(a->q, off4(a->q, a, bh, i, e));
+        }
+      }
+      for (int64_t e = 0; e < E; e++) STT(gq, (bh * L + i) * E + e, dq[e]);
+    }
+    for (int64_t j = 0; j < S; j++) {
+      for (int64_t e = 0; e < E; e++) STT(gk, (bh * S + j) * E + e, dk[j * E + e]);
+      for (int64_t e = 0; e < Ev; e++) STT(gv, (bh * S + j) * Ev + e, dv[j * Ev + e]);
+    }
+  }
+  free(s);
+  return 0;
+}
+
+/* ---- the entries ---- */
+static bool fast_path(const dp_attn_args *a) {
+  return a->q->dtype == DP_F32 && a->k->dtype == DP_F32 && a->v->dtype == DP_F32 &&
+         (!a->mask || a->mask_bool || a->mask->dtype == DP_F32);
+}
+
+int dp_cpu_attention(dp_tensor *out, dp_tensor *lse, const dp_attn_args *a) {
+  if (a->b1 * a->b2 * a->L == 0) return 0;
+  if (!fast_path(a)) return ref_forward(out, lse, a);
+  job jb = {.a = a, .out = out, .lse = lse, .nqb = (a->L + BR - 1) / BR, .isa = best_isa()};
+  jb.tasks = a->b1 * a->b2 * jb.nqb;
+  atomic_init(&jb.failed, 0);
+  return run(&jb, true);
+}
+
+int dp_cpu_attention_backward(dp_tensor *gq, dp_tensor *gk, dp_tensor *gv, dp_tensor *gmask, const dp_attn_args *a) {
+  int64_t BH = a->b1 * a->b2, L = a->L;
+  if (BH == 0) return 0;
+  if (!fast_path(a)) return ref_backward(gq, gk, gv, gmask, a);
+  float *D = malloc(sizeof(float) * (size_t)(BH * L + 1));
+  if (!D) return dp_error("attention: out of memory");
+  const float *go = dp_data(a->gout), *o = dp_data(a->out);
+  int isa = best_isa();
+  /* D = rowsum(dO * O) through the tiles' own GEMM kernel: its dot products then round as dZ = dO V^T's do, so
+   * a row whose weights are one-hot (a saturated softmax: O is that key's value row bit for bit) gets dS = P (dZ -
+   * D) = 0 exactly, as the composed softmax's backward does, instead of a rounding difference times |K| */
+  dp_attn_gemm_fn gemm = isa == 2 ? dp_attn_gemm_avx512 : isa == 1 ? dp_attn_gemm_avx2 : dp_attn_gemm_plain;
+  for (int64_t r = 0; r < BH * L; r++) gemm(1, 1, a->Ev, go + r * a->Ev, 1, 1, o + r * a->Ev, 1, D + r, 1, 1.0f, false);
+  job jb = {.a = a, .gq = gq, .gk = gk, .gv = gv, .gmask = gmask, .D = D, .tasks = BH, .isa = isa};
+  atomic_init(&jb.failed, 0);
+  int rc = run(&jb, false);
+  free(D);
+  return rc;
+}

@@ -1,0 +1,55 @@
+/* The small float32 GEMMs of the CPU attention kernel (cpu_attention.c)
+ * and its exponential.
+ *
+ * dp_attn_gemm_fn computes, for an attention tile (at most a few hundred
+ * rows and columns), C[r, n] = alpha * sum_k A[r * ars + k * acs] * B[k *
+ * ldb + n] (+ C[r, n] when accumulate): A is read element by element (any
+ * strides, so a transposed tile costs no copy), B row by row along n (unit
+ * stride), C's rows have stride ldc. Register-blocked micro-kernels for
+ * AVX-512 and AVX2+FMA (compiled through target attributes, chosen at run
+ * time by the CPU's features as sgemm.c does) and a plain loop. */
+#ifndef DP_CPU_ATTN_GEMM_H
+#define DP_CPU_ATTN_GEMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef void (*dp_attn_gemm_fn)(int64_t R, int64_t N, int64_t K, const float *A, int64_t ars, int64_t acs,
+                                const float *B, int64_t ldb, float *C, int64_t ldc, float alpha, bool accumulate);
+
+void dp_attn_gemm_avx512(int64_t R, int64_t N, int64_t K, const float *A, int64_t ars, int64_t acs, const float *B,
+                         int64_t ldb, float *C, int64_t ldc, float alpha, bool accumulate);
+void dp_attn_gemm_avx2(int64_t R, int64_t N, int64_t K, const float *A, int64_t ars, int64_t acs, const float *B,
+                       int64_t ldb, float *C, int64_t ldc, float alpha, bool accumulate);
+void dp_attn_gemm_plain(int64_t R, int64_t N, int64_t K, const float *A, int64_t ars, int64_t acs, const float *B,
+                        int64_t ldb, float *C, int64_t ldc, float alpha, bool accumulate);
+
+/* exp(x) for the softmax tiles, x <= 0 (scores minus their row maximum):
+ * Cephes' range reduction (to nearest) and degree-6 polynomial (about 2 ulp), written
+ * as straight-line float code the compiler vectorises in each target's
+ * loop; exactly 0 below -87.3 (and at -inf, a masked score), NaN stays
+ * NaN. */
+static inline __attribute__((always_inline)) float dp_attn_exp(float x) {
+  float xc = x > -87.3f ? x : -87.3f; /* NaN -> -87.3 here; restored below */
+  xc = xc < 88.0f ? xc : 88.0f;
+  /* round to nearest by adding and removing 1.5 * 2^23 (no floorf call, which the compiler will not inline
+   * under strict floating point, so the loop stays vectorised) */
+  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = xc - n * 0.693359375f - n * -2.12194440e-4f;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * r * r + r + 1.0f;
+  int32_t bits = ((int32_t)n + 127) << 23;
+  float p2;
+  memcpy(&p2, &bits, sizeof p2);
+  y *= p2;
+  y = x > -87.3f ? y : 0.0f;
+  return x == x ? y : x;
+}
+
+#endif

@@ -1,0 +1,257 @@
+/* CPU kernels for where, tril/triu, gather, scatter (and scatter_add),
+ * topk, cumsum and multinomial. Selections copy elements as bytes, so they
+ * serve every dtype; gather and scatter walk index positions through the
+ * strided plan the CUDA kernels use (ops/strided_index.h). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_iter.h"
+#include "backends/cpu/cpu_model_kernels.h"
+#include "core/error.h"
+#include "ops/model_math.h"
+#include "ops/strided_index.h"
+
+/* ---- where ---- */
+static void where_row(char **p, const int64_t *st, int64_t n, void *ctx) {
+  size_t es = *(const size_t *)ctx;
+  char *o = p[0];
+  const char *c = p[1], *a = p[2], *b = p[3];
+  if (es == 4 && st[0] == 4 && st[2] == 4 && st[3] == 4 && st[1] == 1) { /* contiguous float32: a select loop */
+    float *of = (float *)o;
+    const float *af = (const float *)a, *bf = (const float *)b;
+    const uint8_t *cu = (const uint8_t *)c;
+    for (int64_t i = 0; i < n; i++) of[i] = cu[i] ? af[i] : bf[i];
+    return;
+  }
+  for (int64_t i = 0; i < n; i++)
+    memcpy(o + i * st[0], *(const uint8_t *)(c + i * st[1]) ? a + i * st[2] : b + i * st[3], es);
+}
+
+int dp_cpu_where(dp_tensor *out, const dp_tensor *cond, const dp_tensor *a, const dp_tensor *b) {
+  size_t es = dp_elsize(out);
+  const dp_tensor *ops[4] = {out, cond, a, b};
+  dp_cpu_foreach(4, ops, where_row, &es);
+  return 0;
+}
+
+/* ---- tril / triu: whole runs of a row are copied or zeroed ---- */
+int dp_cpu_tri(dp_tensor *out, const dp_tensor *x, int64_t rows, int64_t cols, int64_t k, bool upper) {
+  size_t es = dp_elsize(x);
+  int64_t batch = rows * cols != 0 ? dp_numel(x) / (rows * cols) : 0;
+  const char *xp = dp_data(x);
+  char *op = dp_data(out);
+  for (int64_t b = 0; b < batch; b++)
+    for (int64_t i = 0; i < rows; i++) {
+      size_t row = (size_t)((b * rows + i) * cols) * es;
+      /* lower keeps j <= i + k: [0, cut); upper keeps j >= i + k: [cut, cols) */
+      int64_t cut = upper ? i + k : i + k + 1;
+      cut = cut < 0 ? 0 : cut > cols ? cols : cut;
+      size_t c = (size_t)cut * es, all = (size_t)cols * es;
+      if (upper) {
+        memset(op + row, 0, c);
+        if (op != xp) memmove(op + row + c, xp + row + c, all - c);
+      } else {
+        if (op != xp) memmove(op + row, xp + row, c);
+        memset(op + row + c, 0, all - c);
+      }
+    }
+  return 0;
+}
+
+/* ---- gather / scatter ---- */
+
+/* "(2, 3)" for linear position i of shape (1-based, as Lua counts) */
+static const char *position_str(int ndim, const int64_t *shape, int64_t i, char *buf, size_t n) {
+  int64_t idx[DP_MAXDIM];
+  for (int d = ndim - 1; d >= 0; d--) {
+    idx[d] = shape[d] ? i % shape[d] : 0;
+    i = shape[d] ? i / shape[d] : 0;
+  }
+  size_t k = (size_t)snprintf(buf, n, "(");
+  for (int d = 0; d < ndim && k < n; d++)
+    k += (size_t)snprintf(buf + k, n - k, d ? ", %" PRId64 : "%" PRId64, idx[d] + 1);
+  if (k < n) snprintf(buf + k, n - k, ")");
+  return buf;
+}
+
+static int index_error(const char *op, const dp_tensor *idx, int64_t i, int64_t v, int dim, int64_t size,
+                       int64_t base) {
+  char pos[DP_MAXDIM * 24 + 4];
+  return dp_error("%s: index %" PRId64 " at position %s of the index (shape %s) is out of range for dimension %d of "
+                  "size %" PRId64 " (expected %" PRId64 "..%" PRId64 ")",
+                  op, v, position_str(idx->ndim, idx->shape, i, pos, sizeof pos),
+                  dp_shape_str(idx, (char[160]){0}, 160), dim + 1, size, base, size - 1 + base);
+}
+
+/* A plan over idx's shape: operand 0 idx, 1 `other` without its dim's
+ * stride (added from the index), 2 `third` (may be NULL). */
+static void index_plan(dp_index_plan *p, const dp_tensor *idx, const dp_tensor *other, int dim,
+                       const dp_tensor *third) {
+  int64_t ost[DP_MAXDIM];
+  memcpy(ost, other->stride, sizeof ost);
+  ost[dim] = 0;
+  const int64_t *st[3] = {idx->stride, ost, third ? third->stride : idx->stride};
+  dp_index_plan_init(p, idx->ndim, idx->shape, 3, st);
+}
+
+int dp_cpu_gather(dp_tensor *out, const dp_tensor *src, const dp_tensor *idx, int dim, int64_t base) {
+  dp_index_plan p;
+  index_plan(&p, idx, src, dim, out);
+  size_t es = dp_elsize(src);
+  const int64_t *ip = dp_data(idx);
+  const char *sp = dp_data(src);
+  char *op = dp_data(out);
+  int64_t size = src->shape[dim], sd = src->stride[dim];
+  for (int64_t i = 0; i < p.numel; i++) {
+    int64_t off[DP_IDX_MAXOPS];
+    dp_index_offsets(&p, i, off);
+    int64_t j = ip[off[0]] - base;
+    if (j < 0 || j >= size) return index_error("gather", idx, i, j + base, dim, size, base);
+    memcpy(op + (size_t)off[2] * es, sp + (size_t)(off[1] + j * sd) * es, es);
+  }
+  return 0;
+}
+
+int dp_cpu_scatter(dp_tensor *dst, const dp_tensor *idx, const dp_tensor *src, int dim, int64_t base, bool accumulate) {
+  dp_index_plan p;
+  index_plan(&p, idx, dst, dim, src);
+  size_t es = dp_elsize(dst);
+  const int64_t *ip = dp_data(idx);
+  const char *sp = dp_data(src);
+  char *dp_ = dp_data(dst);
+  int64_t size = dst->shape[dim], sd = dst->stride[dim];
+  const char *op = accumulate ? "scatter_add" : "scatter";
+  /* every index is checked before anything is written, so a bad one leaves dst as it was */
+  for (int64_t i = 0; i < p.numel; i++) {
+    int64_t off[DP_IDX_MAXOPS];
+    dp_index_offsets(&p, i, off);
+    int64_t j = ip[off[0]] - base;
+    if (j < 0 || j >= size) return index_error(op, idx, i, j + base, dim, size, base);
+  }
+  for (int64_t i = 0; i < p.numel; i++) {
+    int64_t off[DP_IDX_MAXOPS];
+    dp_index_offsets(&p, i, off);
+    char *d = dp_ + (size_t)(off[1] + (ip[off[0]] - base) * sd) * es;
+    const char *s = sp + (size_t)off[2] * es;
+    if (!accumulate) memcpy(d, s, es);
+    else if (dst->dtype == DP_F32) *(float *)d += *(const float *)s;
+    else if (dst->dtype == DP_I64)
+      *(int64_t *)d = (int64_t)((uint64_t) * (int64_t *)d + (uint64_t) * (const int64_t *)s);
+    else if (dst->dtype == DP_U8) *(uint8_t *)d = (uint8_t)(*(uint8_t *)d + *(const uint8_t *)s);
+    else dp_store_d(d, dst->dtype, dp_load_d(d, dst->dtype) + dp_load_d(s, dst->dtype));
+  }
+  return 0;
+}
+
+/* ---- topk: a heap of the k best seen so far, worst on top ---- */
+typedef struct {
+  double v;
+  int64_t i;
+} vi;
+
+static bool worse(vi a, vi b, bool largest) { return dp_topk_before(b.v, b.i, a.v, a.i, largest); }
+
+static void sift_down(vi *h, int64_t n, int64_t at, bool largest) {
+  for (;;) {
+    int64_t l = 2 * at + 1, r = l + 1, w = at;
+    if (l < n && worse(h[l], h[w], largest)) w = l;
+    if (r < n && worse(h[r], h[w], largest)) w = r;
+    if (w == at) return;
+    vi t = h[at];
+    h[at] = h[w];
+    h[w] = t;
+    at = w;
+  }
+}
+
+static void sift_up(vi *h, int64_t at, bool largest) {
+  while (at > 0) {
+    int64_t parent = (at - 1) / 2;
+    if (!worse(h[at], h[parent], largest)) return;
+    vi t = h[at];
+    h[at] = h[parent];
+    h[parent] = t;
+    at = parent;
+  }
+}
+
+int dp_cpu_topk(dp_tensor *values, dp_tensor *indices, const dp_tensor *x, const dp_reduce_args *a, int64_t k,
+                bool largest) {
+  int64_t outer = a->outer, n = a->k, inner = a->inner;
+  size_t es = dp_elsize(x);
+  const char *xp = dp_data(x);
+  char *vp = dp_data(values);
+  int64_t *ip = dp_data(indices);
+  if (k == 0 || outer * inner == 0) return 0;
+  vi *h = malloc(sizeof(vi) * (size_t)k);
+  if (!h) return dp_error("topk: out of memory");
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t in = 0; in < inner; in++) {
+      int64_t m = 0;
+      for (int64_t j = 0; j < n; j++) {
+        size_t at = (size_t)((o * n + j) * inner + in) * es;
+        vi e = {x->dtype == DP_F32 ? (double)*(const float *)(xp + at) : dp_load_d(xp + at, x->dtype), j};
+        if (m < k) {
+          h[m] = e;
+          sift_up(h, m++, largest);
+        } else if (worse(h[0], e, largest)) {
+          h[0] = e;
+          sift_down(h, k, 0, largest);
+        }
+      }
+      /* pop worst-first into the back of the output */
+      for (int64_t r = k - 1; r >= 0; r--) {
+        vi best = h[0];
+        h[0] = h[--m];
+        sift_down(h, m, 0, largest);
+        int64_t oi = (o * k + r) * inner + in;
+        memcpy(vp + (size_t)oi * es, xp + (size_t)((o * n + best.i) * inner + in) * es, es);
+        ip[oi] = best.i + a->base;
+      }
+    }
+  free(h);
+  return 0;
+}
+
+/* ---- cumsum ---- */
+int dp_cpu_cumsum(dp_tensor *out, const dp_tensor *x, const dp_reduce_args *a, bool reverse) {
+  int64_t outer = a->outer, n = a->k, inner = a->inner;
+  const char *xp = dp_data(x);
+  char *op = dp_data(out);
+  size_t xs = dp_elsize(x), os = dp_elsize(out);
+  bool integer = !dp_dtype_is_float(out->dtype);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t in = 0; in < inner; in++) {
+      double acc = 0;
+      int64_t iacc = 0;
+      for (int64_t s = 0; s < n; s++) {
+        int64_t j = reverse ? n - 1 - s : s;
+        size_t at = (size_t)((o * n + j) * inner + in);
+        if (integer) {
+          int64_t v = x->dtype == DP_I64 ? ((const int64_t *)xp)[at] : (int64_t)dp_load_d(xp + at * xs, x->dtype);
+          iacc = (int64_t)((uint64_t)iacc + (uint64_t)v);
+          ((int64_t *)op)[at] = iacc;
+        } else if (x->dtype == DP_F32) {
+          acc += ((const float *)xp)[at];
+          ((float *)op)[at] = (float)acc;
+        } else {
+          acc += dp_load_d(xp + at * xs, x->dtype);
+          dp_store_d(op + at * os, out->dtype, acc);
+        }
+      }
+    }
+  return 0;
+}
+
+/* ---- multinomial ---- */
+int dp_cpu_multinomial(dp_tensor *out, dp_tensor *w, const dp_tensor *u, int64_t rows, int64_t cats, int64_t n,
+                       bool replacement, int64_t base) {
+  double *wp = dp_data(w);
+  const double *up = dp_data(u);
+  int64_t *op = dp_data(out);
+  for (int64_t r = 0; r < rows; r++)
+    dp_multinomial_row(wp + r * cats, cats, up + r * n, n, replacement, base, op + r * n);
+  return 0;
+}

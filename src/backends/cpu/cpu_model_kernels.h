@@ -1,0 +1,42 @@
+/* CPU kernels of the model ops (indexing, sorting and scans, attention,
+ * recurrent cells, adaptive pooling, RMSprop / Adagrad, gradient norms):
+ * entries of dp_cpu_backend, contracts in backends/backend.h; per-element
+ * math in ops/model_math.h, shared with the CUDA kernels. */
+#ifndef DP_CPU_MODEL_KERNELS_H
+#define DP_CPU_MODEL_KERNELS_H
+
+#include "backends/backend.h"
+
+/* cpu_index.c */
+int dp_cpu_where(dp_tensor *out, const dp_tensor *cond, const dp_tensor *a, const dp_tensor *b);
+int dp_cpu_tri(dp_tensor *out, const dp_tensor *x, int64_t rows, int64_t cols, int64_t k, bool upper);
+int dp_cpu_gather(dp_tensor *out, const dp_tensor *src, const dp_tensor *idx, int dim, int64_t base);
+int dp_cpu_scatter(dp_tensor *dst, const dp_tensor *idx, const dp_tensor *src, int dim, int64_t base, bool accumulate);
+int dp_cpu_topk(dp_tensor *values, dp_tensor *indices, const dp_tensor *x, const dp_reduce_args *a, int64_t k,
+                bool largest);
+int dp_cpu_cumsum(dp_tensor *out, const dp_tensor *x, const dp_reduce_args *a, bool reverse);
+int dp_cpu_multinomial(dp_tensor *out, dp_tensor *w, const dp_tensor *u, int64_t rows, int64_t cats, int64_t n,
+                       bool replacement, int64_t base);
+
+/* cpu_attention.c */
+int dp_cpu_attention(dp_tensor *out, dp_tensor *lse, const dp_attn_args *a);
+int dp_cpu_attention_backward(dp_tensor *gq, dp_tensor *gk, dp_tensor *gv, dp_tensor *gmask, const dp_attn_args *a);
+/* Tests: run the float32 tiles compiled for isa (2 AVX-512, 1 AVX2, 0 plain;
+ * -1 the best the CPU has); -1 when the CPU lacks it. */
+int dp_cpu_attention_force_isa(int isa);
+
+/* cpu_rnn.c: recurrent cells and adaptive pooling */
+int dp_cpu_rnn_cell(const dp_rnn_cell_args *a);
+int dp_cpu_rnn_cell_backward(const dp_rnn_cell_args *a);
+int dp_cpu_adaptive_avg_pool2d(dp_tensor *y, const dp_tensor *x, int64_t planes, int64_t h, int64_t w, int64_t oh,
+                               int64_t ow);
+int dp_cpu_adaptive_avg_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, int64_t planes, int64_t h, int64_t w,
+                                        int64_t oh, int64_t ow);
+
+/* cpu_optim_extra.c */
+int dp_cpu_rmsprop_step(dp_tensor *p, const dp_tensor *g, dp_tensor *sq, dp_tensor *gavg, dp_tensor *buf,
+                        const dp_rmsprop_args *a);
+int dp_cpu_adagrad_step(dp_tensor *p, const dp_tensor *g, dp_tensor *sum, const dp_adagrad_args *a);
+int dp_cpu_pow_sum_list(dp_tensor *out, const dp_tensor *const *gs, int n, double p);
+
+#endif

@@ -1,0 +1,358 @@
+/* Selections and scans with their gradients: where and masked_fill,
+ * tril / triu, gather / scatter / scatter_add, topk, cumsum, flip.
+ *
+ * Gradients are the ops themselves run the other way: where's is where
+ * with a zero, tril's is tril, gather's is scatter_add into zeros,
+ * scatter's the gathered gradient (and the rest of it, the written
+ * positions zeroed), topk's a scatter of the values' gradient, cumsum's a
+ * cumsum from the end, flip's a flip (through index_select). */
+#include <math.h>
+#include <string.h>
+
+#include "ops/model_ops.h"
+#include "ops/op_util.h"
+
+/* ---- where / masked_fill ---- */
+
+/* cond ? a : b broadcast to (nd, shape), in dtype dt; no autograd */
+static dp_tensor *where_raw(dp_tensor *cond, dp_tensor *a, dp_tensor *b, dp_dtype dt, int nd, const int64_t *shape) {
+  DP_SCOPE(s);
+  dp_tensor *ac = a->dtype == dt ? a : dp_scope_add(&s, dp_to(a, dt, dp_dev(a)));
+  dp_tensor *bc = b->dtype == dt ? b : dp_scope_add(&s, dp_to(b, dt, dp_dev(b)));
+  dp_tensor *ec = dp_scope_add(&s, dp_expand_raw(cond, nd, shape));
+  dp_tensor *ea = ac ? dp_scope_add(&s, dp_expand_raw(ac, nd, shape)) : NULL;
+  dp_tensor *eb = bc ? dp_scope_add(&s, dp_expand_raw(bc, nd, shape)) : NULL;
+  dp_tensor *out = dp_scope_add(&s, dp_empty(dt, nd, shape, dp_dev(cond)));
+  if (!ec || !ea || !eb || !out || dp_backend_of(out)->where(out, ec, ea, eb)) return NULL;
+  return dp_scope_keep(&s, out);
+}
+
+static int check_cond(const char *op, const dp_tensor *cond) {
+  if (cond->dtype == DP_U8) return 0;
+  return dp_error("%s: the %s must be a boolean (uint8) tensor such as x:gt(0) gives, got %s", op,
+                  strcmp(op, "where") ? "mask" : "condition", dp_dtype_name(cond->dtype));
+}
+
+/* where's gradient for input `which` (1: a, 2: b): the upstream gradient
+ * where that input was chosen, 0 elsewhere, summed to the input's shape */
+static dp_tensor *where_grad(dp_node *n, dp_tensor *cond, dp_tensor *gy, int which) {
+  DP_SCOPE(s);
+  dp_tensor *zero = dp_scope_add(&s, dp_scalar(0, gy->dtype, dp_dev(gy)));
+  dp_tensor *g = zero ? dp_scope_add(&s, where_raw(cond, which == 1 ? gy : zero, which == 1 ? zero : gy, gy->dtype,
+                                                   gy->ndim, gy->shape))
+                      : NULL;
+  return g ? dp_grad_for_input(n, which, dp_scope_keep(&s, g)) : NULL;
+}
+
+static int where_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  dp_tensor *cond = dp_node_saved(n, 0);
+  for (int k = 1; k <= 2; k++)
+    if (dp_node_needs(n, k) && !(gin[k] = where_grad(n, cond, gout[0], k))) return -1;
+  return 0;
+}
+
+dp_tensor *dp_where(dp_tensor *cond, dp_tensor *a, dp_tensor *b) {
+  if (check_cond("where", cond) || dp_check_same_device("where", cond, a) || dp_check_same_device("where", a, b))
+    return NULL;
+  int nd, nd2;
+  int64_t sh[DP_MAXDIM], sh2[DP_MAXDIM];
+  if (dp_broadcast_shape(a, b, &nd, sh)) {
+    dp_error_prefix("where: ");
+    return NULL;
+  }
+  dp_tensor ab = {.ndim = nd}; /* a shape-only stand-in for the broadcast of a and b */
+  memcpy(ab.shape, sh, sizeof sh);
+  if (dp_broadcast_shape(cond, &ab, &nd2, sh2)) {
+    dp_error_prefix("where: ");
+    return NULL;
+  }
+  dp_tensor *out = where_raw(cond, a, b, dp_promote(a->dtype, b->dtype), nd2, sh2);
+  dp_tensor *ins[3] = {cond, a, b};
+  if (out && dp_any_requires_grad(3, ins)) {
+    dp_node *n = dp_node_new("WhereBackward", where_backward, 3, ins, 1);
+    dp_node_save(n, cond);
+    dp_node_attach(n, out, 0);
+    dp_node_release(n);
+  }
+  return out;
+}
+
+dp_tensor *dp_masked_fill(dp_tensor *x, dp_tensor *mask, dp_tensor *value) {
+  if (check_cond("masked_fill", mask) || dp_check_same_device("masked_fill", x, mask)) return NULL;
+  if (value->ndim != 0) {
+    dp_error("masked_fill: the value must be a number or a 0-dimensional tensor, got shape %s", SHAPE(value));
+    return NULL;
+  }
+  int nd;
+  int64_t sh[DP_MAXDIM];
+  if (dp_broadcast_shape(x, mask, &nd, sh) || nd != x->ndim || memcmp(sh, x->shape, sizeof(int64_t) * (size_t)nd)) {
+    dp_error("masked_fill: the mask of shape %s cannot be broadcast to the tensor's shape %s", SHAPE(mask), SHAPE(x));
+    return NULL;
+  }
+  DP_SCOPE(s);
+  /* the value takes x's dtype, as PyTorch's masked_fill */
+  dp_tensor *v = value->dtype == x->dtype ? value : dp_scope_add(&s, dp_to(value, x->dtype, dp_dev(x)));
+  return v ? dp_where(mask, v, x) : NULL;
+}
+
+/* ---- tril / triu ---- */
+static dp_tensor *tri_raw(dp_tensor *x, int64_t k, bool upper) {
+  DP_SCOPE(s);
+  dp_tensor *xc = dp_scope_add(&s, dp_contiguous_raw(x));
+  dp_tensor *out = xc ? dp_scope_add(&s, dp_empty_like(xc)) : NULL;
+  if (!out || dp_backend_of(x)->tri(out, xc, x->shape[x->ndim - 2], x->shape[x->ndim - 1], k, upper)) return NULL;
+  return dp_scope_keep(&s, out);
+}
+
+static int tri_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  gin[0] = tri_raw(gout[0], n->i[0], n->i[1]);
+  return gin[0] ? 0 : -1;
+}
+
+dp_tensor *dp_tri(dp_tensor *x, int64_t k, bool upper) {
+  if (x->ndim < 2) {
+    dp_error("%s: expected a tensor with at least 2 dimensions, got shape %s", upper ? "triu" : "tril", SHAPE(x));
+    return NULL;
+  }
+  dp_tensor *out = tri_raw(x, k, upper);
+  if (out && dp_any_requires_grad(1, &x)) {
+    dp_node *n = dp_node_new(upper ? "TriuBackward" : "TrilBackward", tri_backward, 1, &x, 1);
+    n->i[0] = k;
+    n->i[1] = upper;
+    dp_node_attach(n, out, 0);
+    dp_node_release(n);
+  }
+  return out;
+}
+
+/* ---- gather / scatter ---- */
+static int check_index(const char *op, const dp_tensor *x, int dim, const dp_tensor *idx, const dp_tensor *src) {
+  if (idx->dtype != DP_I64)
+    return dp_error("%s: the index must be an int64 tensor, got %s (convert with :long())", op,
+                    dp_dtype_name(idx->dtype));
+  if (dp_check_same_device(op, x, idx)) return -1;
+  if (idx->ndim != x->ndim)
+    return dp_error("%s: the index (shape %s) must have as many dimensions as the tensor (shape %s)", op, SHAPE(idx),
+                    SHAPE(x));
+  if (dp_check_dim(op, x, dim)) return -1;
+  for (int d = 0; d < x->ndim; d++) {
+    if (d != dim && idx->shape[d] > x->shape[d])
+      return dp_error("%s: the index (shape %s) is larger than the tensor (shape %s) in dimension %d", op, SHAPE(idx),
+                      SHAPE(x), d + 1);
+    if (src && src->ndim && idx->shape[d] > src->shape[d])
+      return dp_error("%s: the index (shape %s) is larger than the source (shape %s) in dimension %d", op, SHAPE(idx),
+                      SHAPE(src), d + 1);
+  }
+  if (src && src->ndim && src->ndim != x->ndim)
+    return dp_error("%s: the source (shape %s) must have as many dimensions as the tensor (shape %s)", op, SHAPE(src),
+                    SHAPE(x));
+  return 0;
+}
+
+/* src's values over idx's shape, in dtype dt: a narrowed view, or the
+ * 0-dim value expanded */
+static dp_tensor *source_view(dp_scope *s, dp_tensor *src, const dp_tensor *idx, dp_dtype dt) {
+  dp_tensor *c = src->dtype == dt ? src : dp_scope_add(s, dp_to(src, dt, dp_dev(src)));
+  if (!c) return NULL;
+  if (c->ndim == 0) return dp_scope_add(s, dp_expand_raw(c, idx->ndim, idx->shape));
+  return dp_scope_add(s, dp_as_strided(c, idx->ndim, idx->shape, c->stride, c->offset));
+}
+
+static int gather_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  DP_SCOPE(s);
+  dp_tensor *idx = dp_node_saved(n, 0);
+  dp_tensor *gx = dp_scope_add(&s, dp_zeros(n->in_dtype[0], n->in_ndim[0], n->in_shape[0], dp_dev(gout[0])));
+  if (!gx || dp_backend_of(gx)->scatter(gx, idx, gout[0], (int)n->i[0], n->i[1], true)) return -1;
+  gin[0] = dp_scope_keep(&s, gx);
+  return 0;
+}
+
+dp_tensor *dp_gather(dp_tensor *x, int dim, dp_tensor *idx, int64_t base) {
+  if (check_index("gather", x, dim, idx, NULL)) return NULL;
+  DP_SCOPE(s);
+  dp_tensor *out = dp_scope_add(&s, dp_empty(x->dtype, idx->ndim, idx->shape, dp_dev(x)));
+  if (!out || dp_backend_of(x)->gather(out, x, idx, dim, base)) return NULL;
+  dp_scope_keep(&s, out);
+  if (dp_any_requires_grad(1, &x)) {
+    dp_node *n = dp_node_new("GatherBackward", gather_backward, 1, &x, 1);
+    n->i[0] = dim;
+    n->i[1] = base;
+    dp_node_save(n, idx);
+    dp_node_attach(n, out, 0);
+    dp_node_release(n);
+  }
+  return out;
+}
+
+int dp_scatter_(dp_tensor *x, int dim, dp_tensor *idx, dp_tensor *src, int64_t base, bool accumulate) {
+  const char *op = accumulate ? "scatter_add" : "scatter";
+  if (check_index(op, x, dim, idx, src) || dp_check_same_device(op, x, src)) return -1;
+  DP_SCOPE(s);
+  dp_tensor *sv = source_view(&s, src, idx, x->dtype);
+  if (!sv || dp_backend_of(x)->scatter(x, idx, sv, dim, base, accumulate)) return -1;
+  dp_bump_version(x);
+  return 0;
+}
+
+static int scatter_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  dp_tensor *idx = dp_node_saved(n, 0), *gy = gout[0];
+  int dim = (int)n->i[0];
+  int64_t base = n->i[1];
+  bool accumulate = n->i[2];
+  DP_SCOPE(s);
+  if (dp_node_needs(n, 0)) { /* x's: all of it (add), or all but the written positions (assign) */
+    dp_tensor *g = dp_scope_add(&s, dp_copy_raw(gy));
+    dp_tensor *zero = g ? dp_scope_add(&s, dp_scalar(0, gy->dtype, dp_dev(gy))) : NULL;
+    dp_tensor *z = zero ? dp_scope_add(&s, dp_expand_raw(zero, idx->ndim, idx->shape)) : NULL;
+    if (!z || (!accumulate && dp_backend_of(g)->scatter(g, idx, z, dim, base, false))) return -1;
+    gin[0] = dp_scope_keep(&s, g);
+  }
+  if (dp_node_needs(n, 1)) { /* src's: the gathered gradient, zero past idx's shape */
+    dp_tensor *gs = dp_scope_add(&s, dp_zeros(n->in_dtype[1], n->in_ndim[1], n->in_shape[1], dp_dev(gy)));
+    dp_tensor *region =
+        gs && n->in_ndim[1] ? dp_scope_add(&s, dp_as_strided(gs, idx->ndim, idx->shape, gs->stride, 0)) : NULL;
+    dp_tensor *gg = gs ? dp_scope_add(&s, dp_empty(gy->dtype, idx->ndim, idx->shape, dp_dev(gy))) : NULL;
+    if (!gg || dp_backend_of(gg)->gather(gg, gy, idx, dim, base)) return -1;
+    if (n->in_ndim[1] == 0) { /* a 0-dim value: the sum of its positions' gradients */
+      gin[1] = dp_grad_for_input(n, 1, dp_scope_keep(&s, gg));
+      if (!gin[1]) return -1;
+    } else {
+      if (!region || dp_copy_(region, gg)) return -1;
+      gin[1] = dp_scope_keep(&s, gs);
+    }
+  }
+  return 0;
+}
+
+dp_tensor *dp_scatter(dp_tensor *x, int dim, dp_tensor *idx, dp_tensor *src, int64_t base, bool accumulate) {
+  DP_SCOPE(s);
+  dp_tensor *out = dp_scope_add(&s, dp_copy_raw(x));
+  if (!out || dp_scatter_(out, dim, idx, src, base, accumulate)) return NULL;
+  dp_scope_keep(&s, out);
+  dp_tensor *ins[2] = {x, src};
+  if (dp_any_requires_grad(2, ins)) {
+    dp_node *n = dp_node_new(accumulate ? "ScatterAddBackward" : "ScatterBackward", scatter_backward, 2, ins, 1);
+    n->i[0] = dim, n->i[1] = base, n->i[2] = accumulate;
+    dp_node_save(n, idx);
+    dp_node_attach(n, out, 0);
+    dp_node_release(n);
+  }
+  return out;
+}
+
+/* ---- topk ---- */
+static int topk_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  DP_SCOPE(s);
+  dp_tensor *idx = dp_node_saved(n, 0);
+  dp_tensor *gx = dp_scope_add(&s, dp_zeros(n->in_dtype[0], n->in_ndim[0], n->in_shape[0], dp_dev(gout[0])));
+  if (!gx) return -1;
+  if (n->in_ndim[0] == 0) { /* k is 0 or 1 */
+    if (dp_numel(idx) && dp_copy_(gx, gout[0])) return -1;
+  } else if (dp_backend_of(gx)->scatter(gx, idx, gout[0], (int)n->i[0], 0, true)) {
+    return -1;
+  }
+  gin[0] = dp_scope_keep(&s, gx);
+  return 0;
+}
+
+dp_tensor *dp_topk(dp_tensor *x, int64_t k, int dim, bool largest, int64_t base, dp_tensor **indices) {
+  int nd = x->ndim;
+  if (nd > 0 && dp_check_dim("topk", x, dim)) return NULL;
+  int64_t n = nd ? x->shape[dim] : 1;
+  if (nd == 0 && k != 1) {
+    dp_error("topk: k must be 1 for a 0-dimensional tensor, got %" PRId64, k);
+    return NULL;
+  }
+  if (k < 0 || k > n) {
+    dp_error("topk: k = %" PRId64 " is out of range for a dimension of size %" PRId64 " (expected 0..%" PRId64 ")", k,
+             n, n);
+    return NULL;
+  }
+  DP_SCOPE(s);
+  dp_tensor *xc = dp_scope_add(&s, dp_contiguous_raw(x));
+  if (!xc) return NULL;
+  int64_t outer = 1, inner = 1, sh[DP_MAXDIM];
+  for (int d = 0; d < nd; d++) {
+    sh[d] = d == dim ? k : x->shape[d];
+    if (d < dim) outer *= x->shape[d];
+    if (d > dim) inner *= x->shape[d];
+  }
+  dp_tensor *v = dp_scope_add(&s, dp_empty(x->dtype, nd, sh, dp_dev(x)));
+  dp_tensor *i0 = dp_scope_add(&s, dp_empty(DP_I64, nd, sh, dp_dev(x)));
+  dp_reduce_args ra = {DP_R_MAX, outer, n, inner, 0};
+  if (!v || !i0 || dp_backend_of(x)->topk(v, i0, xc, &ra, k, largest)) return NULL;
+  dp_scope_keep(&s, v);
+  if (dp_any_requires_grad(1, &x)) {
+    dp_node *nd_ = dp_node_new("TopkBackward", topk_backward, 1, &x, 1);
+    nd_->i[0] = dim;
+    dp_node_save(nd_, i0);
+    dp_node_attach(nd_, v, 0);
+    dp_node_release(nd_);
+  }
+  if (indices) {
+    /* a new tensor: i0 is saved for the backward and must not change in place */
+    *indices = base ? dp_binary_scalar(DP_B_ADD, i0, (double)base, false) : (dp_retain(i0), i0);
+    if (!*indices) {
+      dp_release(v);
+      return NULL;
+    }
+  }
+  return v;
+}
+
+/* ---- cumsum ---- */
+static dp_tensor *cumsum_raw(dp_tensor *x, int dim, bool reverse) {
+  DP_SCOPE(s);
+  dp_tensor *xc = dp_scope_add(&s, dp_contiguous_raw(x));
+  dp_dtype odt = dp_dtype_is_float(x->dtype) ? x->dtype : DP_I64;
+  dp_tensor *out = xc ? dp_scope_add(&s, dp_empty(odt, x->ndim, x->shape, dp_dev(x))) : NULL;
+  if (!out) return NULL;
+  int64_t outer = 1, inner = 1, n = x->ndim ? x->shape[dim] : 1;
+  for (int d = 0; d < x->ndim; d++) {
+    if (d < dim) outer *= x->shape[d];
+    if (d > dim) inner *= x->shape[d];
+  }
+  dp_reduce_args ra = {DP_R_SUM, outer, n, inner, 0};
+  if (dp_backend_of(x)->cumsum(out, xc, &ra, reverse)) return NULL;
+  return dp_scope_keep(&s, out);
+}
+
+static int cumsum_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  gin[0] = cumsum_raw(gout[0], (int)n->i[0], true);
+  return gin[0] ? 0 : -1;
+}
+
+dp_tensor *dp_cumsum(dp_tensor *x, int dim) {
+  if (x->ndim > 0 && dp_check_dim("cumsum", x, dim)) return NULL;
+  dp_tensor *out = cumsum_raw(x, dim, false);
+  if (out && dp_any_requires_grad(1, &x)) {
+    dp_node *n = dp_node_new("CumsumBackward", cumsum_backward, 1, &x, 1);
+    n->i[0] = dim;
+    dp_node_attach(n, out, 0);
+    dp_node_release(n);
+  }
+  return out;
+}
+
+/* ---- flip: index_select with reversed positions, one dim at a time ---- */
+dp_tensor *dp_flip(dp_tensor *x, int n, const int *dims) {
+  bool seen[DP_MAXDIM] = {false};
+  for (int i = 0; i < n; i++) {
+    if (dp_check_dim("flip", x, dims[i])) return NULL;
+    if (seen[dims[i]]) {
+      dp_error("flip: dimension %d appears more than once", dims[i] + 1);
+      return NULL;
+    }
+    seen[dims[i]] = true;
+  }
+  DP_SCOPE(s);
+  dp_tensor *cur = x;
+  for (int i = 0; i < n && cur; i++) {
+    int64_t len = x->shape[dims[i]];
+    dp_tensor *pos = dp_scope_add(&s, dp_arange((double)(len - 1), -1.0, -1.0, DP_I64, dp_dev(x)));
+    cur = pos ? dp_scope_add(&s, dp_index_select(cur, dims[i], pos, 0)) : NULL;
+  }
+  if (!cur) return NULL;
+  if (cur == x) return dp_clone(x); /* no dims: a copy, as PyTorch's flip */
+  return dp_scope_keep(&s, cur);
+}

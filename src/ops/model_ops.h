@@ -1,0 +1,91 @@
+/* The op layer's model ops (the conventions of ops/ops.h: 0-based dims and
+ * positions, index tensors int64 counting from `base`, new references,
+ * NULL + dp_errmsg() on error, an autograd node when an input requires
+ * grad): selections and scans (ops/index_ops.c), shape copies
+ * (ops/shape_ops.c), statistics (ops/stats.c), sampling (ops/sampling.c),
+ * attention (ops/attention.c), recurrent layers (ops/rnn.c), adaptive
+ * pooling and the extra optimizer steps and gradient clipping
+ * (ops/optim_extra.c). */
+#ifndef DP_MODEL_OPS_H
+#define DP_MODEL_OPS_H
+
+#include "ops/ops.h"
+
+/* ---- selections and scans (ops/index_ops.c) ---- */
+/* cond (uint8) ? a : b, the three broadcast, a and b promoted. */
+dp_tensor *dp_where(dp_tensor *cond, dp_tensor *a, dp_tensor *b);
+/* x with value where mask (uint8, broadcastable to x) is nonzero; value a
+ * 0-dim tensor (its gradient is the masked gradient's sum). */
+dp_tensor *dp_masked_fill(dp_tensor *x, dp_tensor *mask, dp_tensor *value);
+/* Lower (upper) triangle of the last two dims: j - i <= k (>= k). */
+dp_tensor *dp_tri(dp_tensor *x, int64_t k, bool upper);
+/* out[p] = x[p with coordinate dim = idx[p] - base], idx of x's rank and
+ * no larger than x outside dim. */
+dp_tensor *dp_gather(dp_tensor *x, int dim, dp_tensor *idx, int64_t base);
+/* x with src (a tensor at least idx's size, or the 0-dim value) written
+ * (added) at idx along dim: scatter / scatter_add. */
+dp_tensor *dp_scatter(dp_tensor *x, int dim, dp_tensor *idx, dp_tensor *src, int64_t base, bool accumulate);
+/* In place, no autograd (x:scatter_(...), x:scatter_add_(...)). */
+int dp_scatter_(dp_tensor *x, int dim, dp_tensor *idx, dp_tensor *src, int64_t base, bool accumulate);
+/* The k largest (smallest) along dim: values, and int64 positions + base. */
+dp_tensor *dp_topk(dp_tensor *x, int64_t k, int dim, bool largest, int64_t base, dp_tensor **indices);
+/* Inclusive prefix sums along dim; integers give int64. */
+dp_tensor *dp_cumsum(dp_tensor *x, int dim);
+/* x reversed along each of the n dims. */
+dp_tensor *dp_flip(dp_tensor *x, int n, const int *dims);
+
+/* ---- shape copies (ops/shape_ops.c) ---- */
+/* PyTorch's repeat: reps (n >= x->ndim) copies along each dim, leading
+ * ones added; tile pads reps with leading ones instead. */
+dp_tensor *dp_repeat(dp_tensor *x, int n, const int64_t *reps);
+dp_tensor *dp_tile(dp_tensor *x, int n, const int64_t *reps);
+
+/* ---- statistics (ops/stats.c) ---- */
+/* p-norm over dims (n = 0: all): p >= 0 or +-inf; p = 0 counts non-zeros. */
+dp_tensor *dp_norm(dp_tensor *x, double p, int n, const int *dims, bool keepdim);
+/* variance / standard deviation over dims (n = 0: all) with N - correction
+ * in the denominator (correction 1: unbiased). */
+dp_tensor *dp_var(dp_tensor *x, int n, const int *dims, double correction, bool keepdim);
+dp_tensor *dp_std(dp_tensor *x, int n, const int *dims, double correction, bool keepdim);
+
+/* ---- sampling (ops/sampling.c): from (seed, offset), counters reserved
+ * by the caller (the global generator or a Generator object) ---- */
+/* Uniform integers in [low, high), int64. Uses counters [offset, offset + numel). */
+dp_tensor *dp_randint(int64_t low, int64_t high, int ndim, const int64_t *shape, dp_device dev, uint64_t seed,
+                      uint64_t offset);
+/* n category positions + base per row of probs ([cats] or [rows, cats]):
+ * counters [offset, offset + rows * n). */
+dp_tensor *dp_multinomial(dp_tensor *probs, int64_t n, bool replacement, int64_t base, uint64_t seed, uint64_t offset);
+/* 1 with probability p (elementwise, p in [0, 1]), p's dtype: counters
+ * [offset, offset + numel). */
+dp_tensor *dp_bernoulli(dp_tensor *p, uint64_t seed, uint64_t offset);
+
+/* ---- attention (ops/attention.c) ---- */
+/* softmax(q k^T * scale + mask) v over q [..., L, E], k [..., S, E], v
+ * [..., S, Ev] (the same leading dims); mask NULL, uint8 (nonzero takes
+ * part) or float (added), broadcastable to [..., L, S]; causal keeps j <=
+ * i; dropout_p on the weights; scale < 0 for 1 / sqrt(E). */
+dp_tensor *dp_scaled_dot_product_attention(dp_tensor *q, dp_tensor *k, dp_tensor *v, dp_tensor *mask, bool causal,
+                                           double dropout_p, double scale);
+
+/* ---- recurrent layers (ops/rnn.c) ---- */
+/* One direction of one layer over time: xp [T, N, G H] the input
+ * projection (with b_ih), w_hh [G H, H], b_hh [G H] or NULL, h0 (and c0 for
+ * LSTM) [N, H] or NULL for zeros; reverse walks t = T-1 .. 0. Gives y [T,
+ * N, H], and h_T (c_T) [N, H] (the state after the last step walked). */
+int dp_rnn_layer(dp_rnn_mode mode, dp_tensor *xp, dp_tensor *w_hh, dp_tensor *b_hh, dp_tensor *h0, dp_tensor *c0,
+                 bool reverse, dp_tensor **y, dp_tensor **h_last, dp_tensor **c_last);
+
+/* ---- adaptive pooling, optimizers, clipping (ops/optim_extra.c) ---- */
+/* x [N, C, H, W] or [C, H, W] -> [..., oh, ow]. */
+dp_tensor *dp_adaptive_avg_pool2d(dp_tensor *x, int64_t oh, int64_t ow);
+int dp_rmsprop_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *sq, dp_tensor *gavg, dp_tensor *buf,
+                     const dp_rmsprop_args *a);
+int dp_adagrad_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *sum, const dp_adagrad_args *a);
+/* The p-norm of all n gradients together (0-dim float32, float64 when any
+ * is float64, on their device), then each scaled by min(1, max_norm /
+ * (norm + 1e-6)) in place (PyTorch's clip_grad_norm_). error_if_nonfinite:
+ * a NaN or inf norm is an error and nothing is scaled. */
+dp_tensor *dp_clip_grad_norm_(dp_tensor *const *gs, int n, double max_norm, double p, bool error_if_nonfinite);
+
+#endif

@@ -1,0 +1,71 @@
+-- The model examples at reduced size, as the host runs them: examples/gpt
+-- (2 ranks, gradient accumulation with no_sync; a run stopped and resumed
+-- from its checkpoint ends bitwise where the straight run ends; sample.lua
+-- writes text from the checkpoint), examples/resnet (resnet18 on a
+-- generated CSV image set, 2 ranks) and examples/lstm_lm (word-level LSTM on
+-- the fortunes corpus). They need Debian's fortunes package.
+local U = require "helpers.io_util"
+
+local function have_fortunes() return U.exists("/usr/share/games/fortunes/fortunes") end
+
+local function run(script, args, nproc)
+  local parts = { U.ddplua }
+  if nproc then parts[#parts + 1] = "--nproc " .. nproc end
+  parts[#parts + 1] = script
+  for _, a in ipairs(args) do parts[#parts + 1] = U.quote(a) end
+  local ok, out = U.run(table.concat(parts, " "))
+  assert(ok, table.concat(parts, " ") .. "\n" .. out)
+  return out
+end
+
+describe("examples/gpt", function()
+  it("trains on 2 ranks with accumulation, resumes bitwise, and samples from its checkpoint", function()
+    if not have_fortunes() then return pending("skipped: Debian's fortunes package is not installed") end
+    local dir = U.tmpdir()
+    local common = { "steps=10", "limit=300000", "n_layer=1", "n_embd=32", "n_head=2", "block_size=32",
+      "batch_size=4", "accum=2", "warmup=3", "eval_batches=2", "out=" .. dir }
+    local straight = run("examples/gpt/train.lua", common, 2)
+    local full = straight:match("val_loss=[%d.]+ %(([^)]+)%)")
+    assert.is_not_nil(full, straight)
+    assert.is_true(tonumber(full) < math.log(256), straight) -- it learnt something
+    local args = { table.unpack(common) }
+    args[#args + 1] = "stop_after=4"
+    assert.is_not_nil(run("examples/gpt/train.lua", args, 2):find("stopped after step 4", 1, true))
+    args[#args] = "resume=" .. dir .. "/ckpt.safetensors"
+    local resumed = run("examples/gpt/train.lua", args, 2)
+    assert.are.equal(full, resumed:match("val_loss=[%d.]+ %(([^)]+)%)"), resumed)
+    local text = run("examples/gpt/sample.lua", { "ckpt=" .. dir .. "/ckpt.safetensors", "prompt=Q: ",
+      "tokens=40" })
+    assert.is_not_nil(text:find("Q: ", 1, true), text)
+    assert.is_true(#text >= 43)
+    U.rm_rf(dir)
+  end)
+end)
+
+describe("examples/resnet", function()
+  it("trains resnet18 on a generated CSV image set with 2 ranks", function()
+    local dir = U.tmpdir()
+    run("examples/csv_images/make_dataset.lua", { "out=" .. dir, "n=200" })
+    local out = run("examples/resnet/train.lua", { "data=" .. dir, "epochs=1", "width=8", "batch_size=16",
+      "num_workers=1" }, 2)
+    assert.is_not_nil(out:find("resnet18 (width 8)", 1, true), out)
+    local acc = tonumber(out:match("test acc ([%d.]+)"))
+    assert.is_true(acc ~= nil and acc >= 0 and acc <= 1, out)
+    assert.is_true(U.exists(dir .. "/resnet18.safetensors"))
+    U.rm_rf(dir)
+  end)
+end)
+
+describe("examples/lstm_lm", function()
+  it("trains the word-level LSTM language model and reports perplexities", function()
+    if not have_fortunes() then return pending("skipped: Debian's fortunes package is not installed") end
+    local dir = U.tmpdir()
+    local out = run("examples/lstm_lm/train.lua", { "epochs=1", "limit=20000", "nhid=32", "emsize=32", "vocab=500",
+      "bptt=20", "out=" .. dir })
+    local v1 = out:match("end of epoch   1 | valid loss%s+([%d.]+)")
+    assert.is_true(v1 ~= nil and tonumber(v1) < math.log(500) - 1, out) -- well below a uniform guess
+    assert.is_not_nil(out:match("test ppl%s+[%d.]+"), out)
+    assert.is_true(U.exists(dir .. "/corpus.safetensors"))
+    U.rm_rf(dir)
+  end)
+end)

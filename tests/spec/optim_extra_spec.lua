@@ -1,0 +1,205 @@
+-- optim.RMSprop and optim.Adagrad against PyTorch's optimizers on the same
+-- parameters and gradient sequences (float64 and float32, every option),
+-- their state in checkpoints (a resumed run continues bitwise);
+-- nn.utils.clip_grad_norm_ / clip_grad_value_ against PyTorch; and
+-- nn.AdaptiveAvgPool2d against PyTorch, finite differences and avg_pool2d.
+local ddp = require "ddplua"
+local gc = require "helpers.gradcheck"
+local R = require "helpers.ref"
+local TR = require "helpers.torch_ref"
+local nn, optim = ddp.nn, ddp.optim
+
+local STEPS = 6
+
+-- runs `steps` updates of opt on p with the gradient sequence gs[1..]
+local function run(cls, opts, p0, gs, dt)
+  local p = p0:to(dt):clone():requires_grad_()
+  local opt = optim[cls]({ p }, opts)
+  for s = 1, STEPS do
+    p.grad = gs[s]:to(dt):clone()
+    opt:step()
+  end
+  return p, opt
+end
+
+local function py_opts(opts)
+  local parts = {}
+  for k, v in pairs(opts) do parts[#parts + 1] = string.format("%s=%s", k, type(v) == "boolean" and (v and "True" or "False") or tostring(v)) end
+  return table.concat(parts, ", ")
+end
+
+describe("optim.RMSprop and optim.Adagrad", function()
+  local p0 = R.randn({ 3, 4 }, 1)
+  local gs = {}
+  for s = 1, STEPS do gs[s] = R.randn({ 3, 4 }, 10 + s) end
+  local cases = {
+    { "RMSprop", {} },
+    { "RMSprop", { lr = 0.05, alpha = 0.9, momentum = 0.8, weight_decay = 0.1 } },
+    { "RMSprop", { centered = true, eps = 1e-4 } },
+    { "RMSprop", { centered = true, momentum = 0.5, lr = 0.02 } },
+    { "Adagrad", {} },
+    { "Adagrad", { lr = 0.1, lr_decay = 0.05, weight_decay = 0.2, initial_accumulator_value = 0.3, eps = 1e-6 } },
+  }
+
+  it("follow PyTorch's updates in float64 and float32", function()
+    if not TR.available() then return pending("skipped: /usr/bin/python3 cannot import torch") end
+    local inputs = { p0 = p0 }
+    for s = 1, STEPS do inputs["g" .. s] = gs[s] end
+    local body = { "for c, (cls, kw) in enumerate([" }
+    for _, case in ipairs(cases) do body[#body + 1] = string.format("    (torch.optim.%s, dict(%s)),", case[1], py_opts(case[2])) end
+    body[#body + 1] = string.format([[]):
+    for dt in (torch.float64, torch.float32):
+        p = T["p0"].to(dt).clone().requires_grad_()
+        opt = cls([p], **kw)
+        for s in range(1, %d):
+            p.grad = T["g%%d" %% s].to(dt).clone()
+            opt.step()
+        OUT["p%%d_%%s" %% (c + 1, str(dt)[-2:])] = p]], STEPS + 1)
+    local ref = TR.run(table.concat(body, "\n"), inputs)
+    for c, case in ipairs(cases) do
+      for _, dt in ipairs({ "float64", "float32" }) do
+        local p = run(case[1], case[2], p0, gs, dt)
+        local tol = dt == "float64" and { 1e-14, 1e-12 } or { 1e-6, 1e-5 }
+        R.assert_close(p, R.from(ref[string.format("p%d_%s", c, dt:sub(-2))]), tol[1], tol[2],
+          string.format("%s case %d %s", case[1], c, dt))
+      end
+    end
+  end)
+
+  it("keep PyTorch's state names, skip parameters without a gradient, and resume bitwise from a state dict", function()
+    for _, case in ipairs(cases) do
+      local full = run(case[1], case[2], p0, gs, "float64")
+      local p = p0:clone():requires_grad_()
+      local q = p0:clone():requires_grad_() -- never gets a gradient
+      local opt = optim[case[1]]({ p, q }, case[2])
+      for s = 1, 3 do
+        p.grad = gs[s]:clone()
+        opt:step()
+      end
+      assert.are.same(gc.flat_values(p0), gc.flat_values(q))
+      local sd = opt:state_dict()
+      assert.are.equal(3, sd.state[1].step)
+      assert.is_nil(sd.state[2])
+      local names = {}
+      for k in pairs(sd.state[1]) do names[#names + 1] = k end
+      table.sort(names)
+      local want = case[1] == "Adagrad" and { "step", "sum" } or { "square_avg", "step" }
+      if case[2].momentum then want[#want + 1] = "momentum_buffer" end
+      if case[2].centered then want[#want + 1] = "grad_avg" end
+      table.sort(want)
+      assert.are.same(want, names)
+      local p2 = p:detach():clone():requires_grad_()
+      local opt2 = optim[case[1]]({ p2, q:detach():clone():requires_grad_() }, case[2])
+      opt2:load_state_dict(sd)
+      for s = 4, STEPS do
+        p2.grad = gs[s]:clone()
+        opt2:step()
+      end
+      assert.are.same(gc.flat_values(full), gc.flat_values(p2))
+    end
+  end)
+
+  it("reject bad hyperparameters", function()
+    local p = ddp.zeros(2):requires_grad_()
+    R.assert_error(function() optim.RMSprop({ p }, { lr = -1 }) end, "RMSprop: invalid lr -1")
+    R.assert_error(function() optim.RMSprop({ p }, { centered = 1 }) end, "RMSprop: centered must be a boolean")
+    R.assert_error(function() optim.Adagrad({ p }, { lr_decay = -0.1 }) end, "Adagrad: invalid lr_decay")
+    R.assert_error(function() optim.Adagrad({ p }, { betas = 1 }) end, "Adagrad: unknown option 'betas'")
+  end)
+end)
+
+describe("nn.utils.clip_grad_norm_ and clip_grad_value_", function()
+  local function params()
+    local ps = {}
+    for i, shape in ipairs({ { 3, 4 }, { 5 }, { 2, 2, 2 } }) do
+      ps[i] = ddp.zeros(shape, { dtype = "float64" }):requires_grad_()
+      ps[i].grad = R.randn(shape, 20 + i)
+    end
+    return ps
+  end
+
+  it("return the total norm and scale every gradient as PyTorch does, for p = 2, 1, 3, inf", function()
+    if not TR.available() then return pending("skipped: /usr/bin/python3 cannot import torch") end
+    local ps = params()
+    local inputs = {}
+    for i, p in ipairs(ps) do inputs["g" .. i] = p.grad end
+    local ref = TR.run([[
+for n, (mx, nt) in enumerate([(1.0, 2.0), (0.5, 1.0), (100.0, 3.0), (0.2, float("inf"))]):
+    ps = [torch.zeros_like(T["g%d" % i]).requires_grad_() for i in (1, 2, 3)]
+    for i, p in enumerate(ps): p.grad = T["g%d" % (i + 1)].clone()
+    OUT["n%d" % n] = torch.nn.utils.clip_grad_norm_(ps, mx, nt)
+    for i, p in enumerate(ps): OUT["g%d_%d" % (n, i + 1)] = p.grad
+]], inputs)
+    for n, c in ipairs({ { 1.0, 2 }, { 0.5, 1 }, { 100.0, 3 }, { 0.2, math.huge } }) do
+      local qs = params()
+      local total = nn.utils.clip_grad_norm_(qs, c[1], c[2])
+      assert.is_true(ddp.is_tensor(total) and total:dim() == 0)
+      R.assert_close(total, R.from(ref["n" .. (n - 1)]), 1e-14, 1e-13, "total norm " .. n)
+      for i, q in ipairs(qs) do
+        R.assert_close(q.grad, R.from(ref[string.format("g%d_%d", n - 1, i)]), 1e-15, 1e-13, "gradient " .. i)
+      end
+    end
+  end)
+
+  it("leave small gradients alone, take a module or one tensor, skip missing gradients, and check options", function()
+    local ps = params()
+    local before = gc.flat_values(ps[1].grad)
+    local total = nn.utils.clip_grad_norm_(ps, 1e6)
+    assert.are.same(before, gc.flat_values(ps[1].grad))
+    local s = 0
+    for _, p in ipairs(ps) do for _, v in ipairs(gc.flat_values(p.grad)) do s = s + v * v end end
+    assert.is_true(math.abs(total:item() - math.sqrt(s)) < 1e-12)
+    local m = nn.Linear(3, 2):double()
+    m(R.randn({ 4, 3 }, 30)):sum():backward()
+    m.bias.grad = nil
+    local t = nn.utils.clip_grad_norm_(m, 0.1, { norm_type = 2 })
+    assert.is_true(math.abs(m.weight.grad:norm():item() - 0.1) < 1e-6 and t:item() > 0.1)
+    nn.utils.clip_grad_norm_(ps[2], 0.01)
+    assert.is_true(math.abs(ps[2].grad:norm():item() - 0.01) < 1e-8)
+    assert.are.equal(0, nn.utils.clip_grad_norm_({ ddp.zeros(2):requires_grad_() }, 1):item())
+    ps[3].grad[1][1][1] = 0 / 0
+    R.assert_error(function() nn.utils.clip_grad_norm_(ps, 1, { error_if_nonfinite = true }) end,
+      "clip_grad_norm_: the total norm of order 2 of the gradients is non-finite")
+    R.assert_error(function() nn.utils.clip_grad_norm_(ps, 1, 0) end, "norm_type must be > 0 or inf")
+    R.assert_error(function() nn.utils.clip_grad_norm_(ps, "1") end, "max_norm must be a number")
+    R.assert_error(function() nn.utils.clip_grad_norm_(ps, 1, { type = 2 }) end, "unknown option 'type'")
+  end)
+
+  it("clip_grad_value_ clamps in place", function()
+    local ps = params()
+    local g = ps[1].grad:data_ptr()
+    nn.utils.clip_grad_value_(ps, 0.5)
+    assert.are.equal(g, ps[1].grad:data_ptr()) -- the same memory, clamped in place
+    for _, p in ipairs(ps) do
+      for _, v in ipairs(gc.flat_values(p.grad)) do assert.is_true(v >= -0.5 and v <= 0.5) end
+    end
+    R.assert_error(function() nn.utils.clip_grad_value_(ps, -1) end, "clip_value must be a number >= 0")
+  end)
+end)
+
+describe("nn.AdaptiveAvgPool2d", function()
+  it("averages PyTorch's windows: PyTorch's values and gradients, avg_pool2d where sizes divide", function()
+    local x = R.randn({ 2, 3, 7, 10 }, 40)
+    R.assert_close(nn.AdaptiveAvgPool2d({ 7, 5 })(x), R.from(ddp.avg_pool2d(x, { 1, 2 })), 1e-15, 0, "divisible")
+    R.assert_close(nn.AdaptiveAvgPool2d(1)(x), R.from(x:mean({ 3, 4 }, true)), 1e-15, 1e-15, "global")
+    assert.are.same({ 2, 3, 7, 4 }, nn.AdaptiveAvgPool2d({ nil, 4 })(x):size())
+    gc.assert_gradcheck(function(t) return nn.F.adaptive_avg_pool2d(t, { 3, 4 }) end, { gc.smooth_input({ 1, 2, 5, 7 }, 41) })
+    gc.assert_gradcheck(function(t) return nn.F.adaptive_avg_pool2d(t:transpose(2, 3), 3) end,
+      { gc.smooth_input({ 2, 4, 5 }, 42) })
+    if not TR.available() then return pending("skipped: /usr/bin/python3 cannot import torch") end
+    local xr = x:clone():requires_grad_()
+    local y = nn.AdaptiveAvgPool2d({ 3, 4 })(xr)
+    y:backward(R.randn({ 2, 3, 3, 4 }, 43))
+    local ref = TR.run([[
+x = T["x"].requires_grad_()
+y = torch.nn.AdaptiveAvgPool2d((3, 4))(x)
+y.backward(T["g"])
+OUT["y"], OUT["gx"] = y, x.grad
+]], { x = x, g = R.randn({ 2, 3, 3, 4 }, 43) })
+    R.assert_close(y, R.from(ref.y), 1e-15, 1e-14, "forward")
+    R.assert_close(xr.grad, R.from(ref.gx), 1e-15, 1e-14, "gradient")
+    assert.are.equal("AdaptiveAvgPool2d(output_size=(3, 4))", tostring(nn.AdaptiveAvgPool2d({ 3, 4 })))
+    R.assert_error(function() nn.AdaptiveAvgPool2d(0) end, "AdaptiveAvgPool2d: output_size must be a positive integer")
+    R.assert_error(function() nn.F.adaptive_avg_pool2d(ddp.randn(3, 4), 2) end, "expected a 3- or 4-dimensional input")
+  end)
+end)
