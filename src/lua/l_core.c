@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "autograd/autograd.h"
+#include "backends/cpu/cpu_fpu.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/sgemm.h"
 #include "lua/l_util.h"
@@ -116,6 +117,21 @@ static int l_set_gemm_impl(lua_State *L) {
   return 0;
 }
 
+/* set_flush_denormal(on) -> whether this CPU can (PyTorch's
+ * torch.set_flush_denormal): flush-to-zero and denormals-are-zero on every
+ * thread ddplua computes on (cpu_fpu.h); on by default. */
+static int l_set_flush_denormal(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TBOOLEAN);
+  lua_pushboolean(L, dp_fpu_set_flush_denormal(lua_toboolean(L, 1)));
+  return 1;
+}
+
+/* core._get_flush_denormal() -> the process-wide setting (specs) */
+static int l_get_flush_denormal(lua_State *L) {
+  lua_pushboolean(L, dp_fpu_get_flush_denormal());
+  return 1;
+}
+
 static int l_get_num_threads(lua_State *L) {
   lua_pushinteger(L, dp_blas_get_num_threads());
   return 1;
@@ -169,6 +185,8 @@ int luaopen_ddplua_core(lua_State *L) {
                                    {"blas_info", l_blas_info},
                                    {"set_num_threads", l_set_num_threads},
                                    {"get_num_threads", l_get_num_threads},
+                                   {"set_flush_denormal", l_set_flush_denormal},
+                                   {"_get_flush_denormal", l_get_flush_denormal},
                                    {"gemm_impl", l_gemm_impl},
                                    {"set_gemm_impl", l_set_gemm_impl},
                                    {"cuda_is_available", l_cuda_available},
@@ -176,6 +194,8 @@ int luaopen_ddplua_core(lua_State *L) {
                                    {"synchronize", l_synchronize},
                                    {"gc_pace", l_collectgarbage_paced},
                                    {NULL, NULL}};
+  /* flush denormals on the thread that runs the Lua state (cpu_fpu.h) */
+  dp_fpu_sync();
   /* young collections free each step's tensors cheaply (see lt_gc_pace) */
   lua_gc(L, LUA_GCGEN, 0, 0);
   lua_newtable(L); /* module */

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "backends/cpu/cpu_fpu.h"
 #include "backends/cpu/sgemm_kernels.h"
 #include "core/error.h"
 
@@ -50,6 +51,7 @@ static void *worker(void *arg) {
     void (*fn)(void *, int) = pool.fn;
     void *ctx = pool.ctx;
     pthread_mutex_unlock(&pool.lock);
+    dp_fpu_sync(); /* the process's denormal setting may have changed since the last task */
     fn(ctx, id);
     pthread_mutex_lock(&pool.lock);
     if (--pool.remaining == 0) pthread_cond_signal(&pool.done);
