@@ -166,8 +166,10 @@ typedef struct dp_backend {
   /* rows x cols, contiguous. */
   int (*softmax)(dp_tensor *y, const dp_tensor *x, int64_t rows, int64_t cols, bool log);
   int (*softmax_backward)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *y, int64_t rows, int64_t cols, bool log);
-  /* Per-row loss (float dtype of x) and log-sum-exp (same dtype) of the
-   * logits (dp_ce_args). A target out of range is an error naming it. */
+  /* Per-row loss (float dtype of x) and log-sum-exp (float64: the op layer
+   * keeps it exact for large logits; backends store whatever dtype lse has)
+   * of the logits (dp_ce_args). A target out of range is an error naming
+   * it. */
   int (*cross_entropy)(dp_tensor *loss, dp_tensor *lse, const dp_ce_args *a);
   /* gx = (softmax(x) - smoothed_onehot) * scale[row] */
   int (*cross_entropy_backward)(dp_tensor *gx, const dp_ce_args *a);

@@ -7,6 +7,7 @@
 #include "autograd/autograd.h"
 #include "backends/cpu/cpu_fpu.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_vec.h"
 #include "backends/cpu/sgemm.h"
 #include "lua/l_util.h"
 #include "ops/ops.h"
@@ -126,6 +127,24 @@ static int l_set_flush_denormal(lua_State *L) {
   return 1;
 }
 
+/* core.cpu_info() -> "<model>, <n> cpus | <features> | kernels <isa>" (the
+ * benchmarks print it) */
+static int l_cpu_info(lua_State *L) {
+  lua_pushstring(L, dp_cpu_describe());
+  return 1;
+}
+
+/* core.set_cpu_kernels("avx512" | "avx2" | "base" | "auto") -> the previous
+ * name: which per-ISA float32 kernels run (specs hold each against the
+ * float64 reference; DDPLUA_CPU_ISA sets the same at start) */
+static int l_set_cpu_kernels(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  const char *prev = dp_cpu_vec_get()->name;
+  LT_CHECK(L, dp_cpu_vec_set(name));
+  lua_pushstring(L, prev);
+  return 1;
+}
+
 /* core._get_flush_denormal() -> the process-wide setting (specs) */
 static int l_get_flush_denormal(lua_State *L) {
   lua_pushboolean(L, dp_fpu_get_flush_denormal());
@@ -187,6 +206,8 @@ int luaopen_ddplua_core(lua_State *L) {
                                    {"get_num_threads", l_get_num_threads},
                                    {"set_flush_denormal", l_set_flush_denormal},
                                    {"_get_flush_denormal", l_get_flush_denormal},
+                                   {"cpu_info", l_cpu_info},
+                                   {"set_cpu_kernels", l_set_cpu_kernels},
                                    {"gemm_impl", l_gemm_impl},
                                    {"set_gemm_impl", l_set_gemm_impl},
                                    {"cuda_is_available", l_cuda_available},

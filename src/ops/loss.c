@@ -179,7 +179,10 @@ dp_tensor *dp_cross_entropy(dp_tensor *logits, dp_tensor *target, dp_reduction r
   int64_t rows = xc ? xc->shape[0] : 0;
   count = (double)rows;
   dp_tensor *loss = rc ? NULL : dp_scope_add(&s, dp_empty(logits->dtype, 1, &rows, dp_dev(logits)));
-  dp_tensor *lse = loss ? dp_scope_add(&s, dp_empty(logits->dtype, 1, &rows, dp_dev(logits))) : NULL;
+  /* the per-row log-sum-exp the backward reads is kept in float64: rounded
+   * to float32 at |logits| ~ 1e4 it would be off by 1e-3, and so would
+   * every probability of the gradient (whose rows must sum to 0) */
+  dp_tensor *lse = loss ? dp_scope_add(&s, dp_empty(DP_F64, 1, &rows, dp_dev(logits))) : NULL;
   dp_ce_args ca = {.x = xc, .target = tc, .base = base, .ignore_index = ignore_index, .smoothing = smoothing};
   rc = lse ? dp_backend_of(logits)->cross_entropy(loss, lse, &ca) : -1;
   /* valid-row mask (1 where target != ignore_index) and count */
