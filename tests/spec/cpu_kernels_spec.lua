@@ -173,9 +173,12 @@ describe("float32 CPU kernels", function()
         end)
 
         it("pooling, reductions and dropout match float64", function()
+          -- outputs 13 wide (one partial vector) and 21 wide (a full and a partial one)
           local x64 = inputs(4 * 3 * 30 * 26, 17):reshape(4, 3, 30, 26)
           x64[1][1][1][1] = 0 / 0 -- NaN wins its window
-          for _, k in ipairs({ { 2, 2, 0 }, { 3, 2, 1 }, { 3, 3, 0 } }) do
+          local wide = inputs(2 * 2 * 6 * 42, 24):reshape(2, 2, 6, 42)
+          for _, k in ipairs({ { 2, 2, 0 }, { 3, 2, 1 }, { 3, 3, 0 }, { 2, 2, 0, wide } }) do
+            local x64 = k[4] or x64
             local a, b = x64:clone():requires_grad_(), x64:float():requires_grad_()
             for _, fn in ipairs({ "max_pool2d", "avg_pool2d" }) do
               local ya, yb = ddp[fn](a, k[1], k[2], k[3]), ddp[fn](b, k[1], k[2], k[3])

@@ -34,7 +34,11 @@ static void copy_row(char **p, const int64_t *s, int64_t n, void *vctx) {
       return;
     }
     if (s[1] == 0) { /* a broadcast value: typed stores, not a memcpy call per element */
-      if (es == 4) {
+      if (es == 4 && s[0] == 4) { /* contiguous: a loop the compiler vectorises */
+        uint32_t v, *o = (uint32_t *)p[0];
+        memcpy(&v, p[1], 4);
+        for (int64_t i = 0; i < n; i++) o[i] = v;
+      } else if (es == 4) {
         uint32_t v;
         memcpy(&v, p[1], 4);
         for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], &v, 4);
