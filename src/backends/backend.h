@@ -237,6 +237,15 @@ typedef struct dp_backend {
   /* Optional: the NCCL process group (distributed/pg.h: dp_pg_nccl_new
    * calls this; NULL when the plugin was built without NCCL). */
   struct dp_pg *(*pg_new)(const struct dp_pg_init *init);
+
+  /* ---- optional direct convolution (the CPU's oneDNN, cpu_dnnl.h): 1 when
+   * computed, 0 when the backend leaves the case to im2col + GEMM, -1 after
+   * dp_error. Contiguous NCHW / OIHW tensors. ---- */
+  /* y = conv(x, w) + b (b may be NULL) */
+  int (*conv2d)(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g);
+  /* gx, gw, gb (each may be NULL; gb only with gw), overwritten */
+  int (*conv2d_backward)(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
+                         const dp_tensor *w, const dp_window2d *g);
 } dp_backend;
 
 /* What the runtime hands a backend plugin (the CUDA backend is built as a
@@ -257,7 +266,7 @@ typedef struct {
   int (*store_get)(dp_store *s, const char *key, void **val, size_t *len, int timeout_ms);
   int (*store_add)(dp_store *s, const char *key, int64_t delta, int64_t *result);
 } dp_runtime_api;
-#define DP_PLUGIN_ABI 2
+#define DP_PLUGIN_ABI 3
 /* Exported by ddplua_cuda.so. Returns NULL and writes err when no GPU can
  * be used (driver missing, no device visible). */
 typedef const dp_backend *(*dp_plugin_init_fn)(const dp_runtime_api *api, char *err, size_t errlen);

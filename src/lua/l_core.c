@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "autograd/autograd.h"
+#include "backends/cpu/cpu_dnnl.h"
 #include "backends/cpu/cpu_fpu.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_vec.h"
@@ -145,6 +146,25 @@ static int l_set_cpu_kernels(lua_State *L) {
   return 1;
 }
 
+/* core.onednn_info() -> "oneDNN 2.6.3 (avx512_core)", or why it is not
+ * used; core.set_onednn(on) -> whether it was on: the CPU convolutions (and
+ * native bfloat16 GEMMs) through oneDNN or ddplua's own kernels */
+static int l_onednn_info(lua_State *L) {
+  lua_pushstring(L, dp_dnnl_info());
+  return 1;
+}
+static int l_onednn_calls(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)dp_dnnl_calls());
+  return 1;
+}
+static int l_set_onednn(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TBOOLEAN);
+  bool was = dp_dnnl_available();
+  dp_dnnl_set_enabled(lua_toboolean(L, 1));
+  lua_pushboolean(L, was);
+  return 1;
+}
+
 /* core._get_flush_denormal() -> the process-wide setting (specs) */
 static int l_get_flush_denormal(lua_State *L) {
   lua_pushboolean(L, dp_fpu_get_flush_denormal());
@@ -207,6 +227,9 @@ int luaopen_ddplua_core(lua_State *L) {
                                    {"set_flush_denormal", l_set_flush_denormal},
                                    {"_get_flush_denormal", l_get_flush_denormal},
                                    {"cpu_info", l_cpu_info},
+                                   {"onednn_info", l_onednn_info},
+                                   {"set_onednn", l_set_onednn},
+                                   {"_onednn_calls", l_onednn_calls},
                                    {"set_cpu_kernels", l_set_cpu_kernels},
                                    {"gemm_impl", l_gemm_impl},
                                    {"set_gemm_impl", l_set_gemm_impl},

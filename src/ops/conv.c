@@ -147,11 +147,20 @@ static int conv2d_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   if (!gy) return -1;
   if (want_x && !(gx = dp_scope_add(&s, dp_empty(x->dtype, 4, x->shape, dp_dev(x))))) return -1;
   if (want_w && !(gw = dp_scope_add(&s, dp_empty(w->dtype, 4, w->shape, dp_dev(w))))) return -1;
-  if ((want_x || want_w) && conv_backward_data(gx, gw, gy, x, w, &cg)) return -1;
-  if (want_b) {
-    gb = dp_scope_add(&s, dp_empty(gy->dtype, 1, &cg.outc, dp_dev(gy)));
-    if (!gb || dp_backend_of(gy)->channel_sum(gb, gy, cg.g.n, cg.outc, cg.L)) return -1;
+  if (want_b && !(gb = dp_scope_add(&s, dp_empty(gy->dtype, 1, &cg.outc, dp_dev(gy))))) return -1;
+  /* a backend's direct convolution (oneDNN on the CPU) where it takes the
+   * case: gx, gw and gb at once (gb with gw only) */
+  const dp_backend *be = dp_backend_of(gy);
+  int direct = 0; /* 1: gx and gw by the backend; 2: gw only */
+  if (be->conv2d_backward && (want_x || want_w)) {
+    direct = be->conv2d_backward(gx, gw, want_w ? gb : NULL, gy, x, w, &cg.g);
+    if (direct == 0 && want_x && want_w && (direct = be->conv2d_backward(NULL, gw, gb, gy, x, w, &cg.g)) > 0)
+      direct = 2;
   }
+  if (direct < 0) return -1;
+  if (!direct && (want_x || want_w) && conv_backward_data(gx, gw, gy, x, w, &cg)) return -1;
+  if (direct == 2 && conv_backward_data(gx, NULL, gy, x, w, &cg)) return -1;
+  if (want_b && !(direct && want_w) && be->channel_sum(gb, gy, cg.g.n, cg.outc, cg.L)) return -1;
   /* the forward lifted an unbatched [C, H, W] input to [1, C, H, W] */
   if (gx && n->in_ndim[0] == 3 && !(gx = dp_scope_add(&s, dp_reshape(gx, 3, n->in_shape[0])))) return -1;
   gin[0] = dp_scope_keep(&s, gx);
@@ -205,8 +214,14 @@ dp_tensor *dp_conv2d(dp_tensor *x_in, dp_tensor *w_in, dp_tensor *b, const int64
   conv_geom cg;
   conv_geometry(&cg, xc, wc, stride, padding);
   dp_tensor *out = dp_scope_add(&s, dp_empty(xc->dtype, 4, (int64_t[]){cg.g.n, cg.outc, cg.g.oh, cg.g.ow}, dp_dev(xc)));
-  if (!out || conv_forward(out, xc, wc, &cg) ||
-      (b && dp_backend_of(out)->bias_act(out, b, NULL, cg.g.n, cg.outc, cg.L)))
+  if (!out) return NULL;
+  /* a backend's direct convolution (oneDNN on the CPU) where it takes the
+   * case, bias included; else im2col + GEMM, then the bias */
+  const dp_backend *be = dp_backend_of(out);
+  dp_tensor *bc = b ? dp_scope_add(&s, dp_contiguous_raw(b)) : NULL;
+  int direct = (b && !bc) ? -1 : be->conv2d ? be->conv2d(out, xc, wc, bc, &cg.g) : 0;
+  if (direct < 0 ||
+      (!direct && (conv_forward(out, xc, wc, &cg) || (b && be->bias_act(out, b, NULL, cg.g.n, cg.outc, cg.L)))))
     return NULL;
   if (x_in->ndim == 3 && !(out = dp_scope_add(&s, dp_reshape(out, 3, (int64_t[]){cg.outc, cg.g.oh, cg.g.ow}))))
     return NULL;

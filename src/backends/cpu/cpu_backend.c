@@ -1,6 +1,7 @@
 /* The CPU backend's function table. */
 #include <stdlib.h>
 
+#include "backends/cpu/cpu_dnnl.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "tensor/storage.h"
 
@@ -61,4 +62,6 @@ const dp_backend dp_cpu_backend = {
     .sgd_step = dp_cpu_sgd_step,
     .adam_step = dp_cpu_adam_step,
     .unscale = dp_cpu_unscale,
+    .conv2d = dp_dnnl_conv2d,
+    .conv2d_backward = dp_dnnl_conv2d_backward,
 };

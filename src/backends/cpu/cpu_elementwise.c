@@ -33,7 +33,7 @@ static void copy_row(char **p, const int64_t *s, int64_t n, void *vctx) {
       memcpy(p[0], p[1], (size_t)n * es);
       return;
     }
-    if (s[1] == 0) { /* a broadcast value: typed stores, not a memcpy call per element */
+    if (s[1] == 0) {              /* a broadcast value: typed stores, not a memcpy call per element */
       if (es == 4 && s[0] == 4) { /* contiguous: a loop the compiler vectorises */
         uint32_t v, *o = (uint32_t *)p[0];
         memcpy(&v, p[1], 4);

@@ -161,7 +161,8 @@ static void max2x2_row_avx512(float *yo, int64_t *io, const float *r0, const flo
 static void v_max_pool_plane(float *RESTRICT y, int64_t *RESTRICT idx, const float *RESTRICT x, int64_t h, int64_t w,
                              int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
                              int64_t pw) {
-  if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0 && ow <= POOL_COLS_MAX) {
+  if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0 && 2 * oh <= h && 2 * ow <= w &&
+      ow <= POOL_COLS_MAX) {
     /* the common 2x2 / 2 window: four candidates in the window's order,
      * the winner's offset in int32 beside the float (one vector width),
      * then widened into positions */
@@ -216,11 +217,12 @@ static void v_max_pool_plane(float *RESTRICT y, int64_t *RESTRICT idx, const flo
 
 static void v_avg_pool_plane(float *RESTRICT y, const float *RESTRICT x, int64_t h, int64_t w, int64_t oh, int64_t ow,
                              int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
-  if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0) {
+  if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0 && 2 * oh <= h && 2 * ow <= w) {
     for (int64_t oy = 0; oy < oh; oy++) {
       const float *r0 = x + 2 * oy * w, *r1 = r0 + w;
       float *yo = y + oy * ow;
-      for (int64_t ox = 0; ox < ow; ox++) yo[ox] = (r0[2 * ox] + r0[2 * ox + 1] + r1[2 * ox] + r1[2 * ox + 1]) / 4.0f; /* the window's order */
+      for (int64_t ox = 0; ox < ow; ox++)
+        yo[ox] = (r0[2 * ox] + r0[2 * ox + 1] + r1[2 * ox] + r1[2 * ox + 1]) / 4.0f; /* the window's order */
     }
     return;
   }
@@ -252,7 +254,7 @@ static void v_avg_pool_plane(float *RESTRICT y, const float *RESTRICT x, int64_t
  * its window */
 static void v_avg_pool_bwd_plane(float *RESTRICT gx, const float *RESTRICT gy, int64_t h, int64_t w, int64_t oh,
                                  int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
-  if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0) {
+  if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0 && 2 * oh <= h && 2 * ow <= w) {
     for (int64_t oy = 0; oy < oh; oy++) {
       float *r0 = gx + 2 * oy * w, *r1 = r0 + w;
       const float *go = gy + oy * ow;
