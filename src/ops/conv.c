@@ -14,6 +14,7 @@
  *   gb = sum of gy over n, oh, ow */
 #include <string.h>
 
+#include "ops/autocast.h"
 #include "ops/op_util.h"
 #include "ops/scalar_math.h"
 
@@ -202,8 +203,8 @@ static int check_conv_args(const dp_tensor *x, const dp_tensor *w, const dp_tens
   return 0;
 }
 
-dp_tensor *dp_conv2d(dp_tensor *x_in, dp_tensor *w_in, dp_tensor *b, const int64_t stride[2],
-                     const int64_t padding[2]) {
+static dp_tensor *conv2d_impl(dp_tensor *x_in, dp_tensor *w_in, dp_tensor *b, const int64_t stride[2],
+                              const int64_t padding[2]) {
   DP_SCOPE(s);
   bool prev = dp_set_grad_enabled(false);
   dp_tensor *x = x_in->ndim == 3 ? dp_scope_add(&s, dp_unsqueeze(x_in, 0)) : x_in;
@@ -236,4 +237,11 @@ dp_tensor *dp_conv2d(dp_tensor *x_in, dp_tensor *w_in, dp_tensor *b, const int64
     dp_node_release(n);
   }
   return out;
+}
+
+/* Autocast (autocast.h) casts float32 operands to bfloat16/float16 first. */
+dp_tensor *dp_conv2d(dp_tensor *x, dp_tensor *w, dp_tensor *b, const int64_t stride[2], const int64_t padding[2]) {
+  dp_autocast_scope ac;
+  if (dp_autocast_cast(&ac, 3, (dp_tensor * *[]){&x, &w, &b})) return NULL;
+  return dp_autocast_done(&ac, conv2d_impl(x, w, b, stride, padding));
 }

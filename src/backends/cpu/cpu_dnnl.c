@@ -32,6 +32,7 @@ int dp_dnnl_gemm_bf16(const dp_gemm_args *g) {
   (void)g;
   return 0;
 }
+bool dp_cpu_native_bf16(void) { return false; }
 
 #else
 
@@ -41,6 +42,7 @@ int dp_dnnl_gemm_bf16(const dp_gemm_args *g) {
 #include <stdio.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/cpu_vec.h"
 #include "backends/cpu/sgemm.h"
@@ -485,7 +487,65 @@ static bool wanted(int kind, const dp_window2d *g) {
   return true;
 }
 
+/* ---- bfloat16 (autocast): the operands widened to float32 (exactly), the
+ * float32 convolution, each result rounded once ---- */
+
+static bool is_bf16(const dp_tensor *t) { return t && t->dtype == DP_BF16; }
+
+static dp_tensor *widened(const dp_tensor *t, bool *fail) {
+  if (!t || *fail) return NULL;
+  dp_tensor *f = dp_empty(DP_F32, t->ndim, t->shape, dp_dev(t));
+  if (!f || dp_cpu_copy(f, t)) {
+    if (f) dp_release(f);
+    *fail = true;
+    return NULL;
+  }
+  return f;
+}
+
+static int narrowed(dp_tensor *dst, dp_tensor *src) {
+  if (!dst) return 0;
+  int rc = dp_cpu_copy(dst, src);
+  return rc;
+}
+
+static int conv2d_f32(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g);
+static int conv2d_backward_f32(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
+                               const dp_tensor *w, const dp_window2d *g);
+
 int dp_dnnl_conv2d(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g) {
+  if (!(is_bf16(y) && is_bf16(x) && is_bf16(w) && (!b || is_bf16(b)))) return conv2d_f32(y, x, w, b, g);
+  if (!dp_dnnl_available() || !wanted(b ? K_FWD_BIAS : K_FWD, g)) return 0;
+  bool fail = false;
+  dp_tensor *y32 = widened(y, &fail), *x32 = widened(x, &fail), *w32 = widened(w, &fail), *b32 = widened(b, &fail);
+  int rc = fail ? dp_error("conv2d: out of memory for the float32 operands of a bfloat16 convolution")
+                : conv2d_f32(y32, x32, w32, b32, g);
+  if (rc > 0 && narrowed(y, y32)) rc = -1;
+  dp_tensor *all[4] = {y32, x32, w32, b32};
+  for (int i = 0; i < 4; i++)
+    if (all[i]) dp_release(all[i]);
+  return rc;
+}
+
+int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
+                            const dp_tensor *w, const dp_window2d *g) {
+  bool bf =
+      is_bf16(gy) && is_bf16(x) && is_bf16(w) && (!gx || is_bf16(gx)) && (!gw || is_bf16(gw)) && (!gb || is_bf16(gb));
+  if (!bf) return conv2d_backward_f32(gx, gw, gb, gy, x, w, g);
+  if (!dp_dnnl_available() || (gx && !wanted(K_BWD_DATA, g))) return 0;
+  bool fail = false;
+  dp_tensor *gy32 = widened(gy, &fail), *x32 = widened(x, &fail), *w32 = widened(w, &fail);
+  dp_tensor *gx32 = widened(gx, &fail), *gw32 = widened(gw, &fail), *gb32 = widened(gb, &fail);
+  int rc = fail ? dp_error("conv2d: out of memory for the float32 operands of a bfloat16 convolution")
+                : conv2d_backward_f32(gx32, gw32, gb32, gy32, x32, w32, g);
+  if (rc > 0 && (narrowed(gx, gx32) || narrowed(gw, gw32) || narrowed(gb, gb32))) rc = -1;
+  dp_tensor *all[6] = {gy32, x32, w32, gx32, gw32, gb32};
+  for (int i = 0; i < 6; i++)
+    if (all[i]) dp_release(all[i]);
+  return rc;
+}
+
+static int conv2d_f32(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g) {
   if (!dp_dnnl_available() || x->dtype != DP_F32 || w->dtype != DP_F32 || y->dtype != DP_F32 ||
       (b && b->dtype != DP_F32) || g->n < 1)
     return 0;
@@ -558,8 +618,8 @@ static int backward_weights(conv_call *k, dp_tensor *gw, dp_tensor *gb, const dp
   return rc;
 }
 
-int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
-                            const dp_tensor *w, const dp_window2d *g) {
+static int conv2d_backward_f32(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
+                               const dp_tensor *w, const dp_window2d *g) {
   if (!dp_dnnl_available() || gy->dtype != DP_F32 || x->dtype != DP_F32 || w->dtype != DP_F32 || g->n < 1) return 0;
   if ((gx && gx->dtype != DP_F32) || (gw && gw->dtype != DP_F32) || (gb && gb->dtype != DP_F32)) return 0;
   if ((gx && !wanted(K_BWD_DATA, g)) || (gw && !wanted(K_BWD_WEIGHTS, g))) return 0;
@@ -579,20 +639,127 @@ int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const d
   return rc ? -1 : declined ? 0 : 1;
 }
 
-/* ---- bfloat16 GEMM ---- */
+/* ---- bfloat16 GEMM (matmul primitives, cached per shape) ---- */
 
 bool dp_cpu_native_bf16(void) {
   static int known = -1;
   if (known < 0) {
-    const char *d = dp_cpu_describe();
-    known = strstr(d, "amx_bf16") || strstr(d, "avx512_bf16");
+    const char *d = dp_cpu_describe(), *force = getenv("DDPLUA_DNNL_BF16");
+    known = (strstr(d, "amx_bf16") || strstr(d, "avx512_bf16") || (force && strcmp(force, "1") == 0)) ? 1 : 0;
   }
   return known == 1;
 }
 
+typedef struct { /* all int64: compared with memcmp */
+  int64_t ta, tb, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, beta;
+} mm_key;
+
+typedef struct mm_entry {
+  mm_key key;
+  dnnl_primitive_t prim;
+  dnnl_memory_desc_t a, b, c;
+  size_t scratch;
+  struct mm_entry *next;
+} mm_entry;
+
+static mm_entry *mm_cache;
+static int mm_cached;
+
+/* a [batch, rows, cols] view with the given strides (batch stride 0: one
+ * matrix broadcast over the batch) */
+static void md3(dnnl_memory_desc_t *m, int64_t batch, int64_t rows, int64_t cols, int64_t bs, int64_t rs, int64_t cs,
+                dnnl_data_type_t dt) {
+  dnnl_dims_t dims = {bs == 0 ? 1 : batch, rows, cols}, strides = {bs == 0 ? rows * cols : bs, rs, cs};
+  dnnl_memory_desc_init_by_strides(m, 3, dims, dt, strides);
+}
+
+static int mm_make(const mm_key *k, mm_entry **out) {
+  *out = NULL;
+  mm_entry *e = calloc(1, sizeof *e);
+  if (!e) return dp_error("oneDNN: out of memory for a matmul primitive");
+  e->key = *k;
+  md3(&e->a, k->batch, k->m, k->k, k->sa, k->ta ? 1 : k->lda, k->ta ? k->lda : 1, dnnl_bf16);
+  md3(&e->b, k->batch, k->k, k->n, k->sb, k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1, dnnl_bf16);
+  md3(&e->c, k->batch, k->m, k->n, k->sc, k->ldc, 1, dnnl_bf16);
+  dnnl_matmul_desc_t md;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  bool ok = dnnl_matmul_desc_init(&md, &e->a, &e->b, NULL, &e->c) == dnnl_success &&
+            dnnl_primitive_attr_create(&attr) == dnnl_success &&
+            dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
+  if (ok && k->beta) /* C += A B */
+    ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
+         dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+  ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, dn.eng, NULL) == dnnl_success;
+  if (ok) {
+    const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    e->scratch = sp ? dnnl_memory_desc_get_size(sp) : 0;
+    ok = dnnl_primitive_create(&e->prim, pd) == dnnl_success;
+  }
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (po) dnnl_post_ops_destroy(po);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  if (!ok) { /* no implementation: the caller widens to float32 */
+    free(e);
+    return 0;
+  }
+  *out = e;
+  return 0;
+}
+
 int dp_dnnl_gemm_bf16(const dp_gemm_args *g) {
-  (void)g;
-  return 0; /* below */
+  if (!dp_dnnl_available() || g->dtype != DP_BF16 || g->alpha != 1.0 || (g->beta != 0.0 && g->beta != 1.0) ||
+      g->m <= 0 || g->n <= 0 || g->k <= 0 || g->batch <= 0)
+    return 0;
+  mm_key key = {g->trans_a, g->trans_b, g->m,        g->n,        g->k,        g->batch,      g->lda,
+                g->ldb,     g->ldc,     g->stride_a, g->stride_b, g->stride_c, g->beta != 0.0};
+  pthread_once(&atfork_once, register_atfork);
+  mm_entry *e = NULL;
+  pthread_mutex_lock(&cache_mu);
+  for (mm_entry *c = mm_cache; c; c = c->next)
+    if (memcmp(&c->key, &key, sizeof key) == 0) e = c;
+  pthread_mutex_unlock(&cache_mu);
+  bool temp = false;
+  if (!e) {
+    if (mm_make(&key, &e)) return -1;
+    if (!e) return 0;
+    pthread_mutex_lock(&cache_mu);
+    if (mm_cached < CACHE_MAX) {
+      e->next = mm_cache, mm_cache = e, mm_cached++;
+    } else {
+      temp = true;
+    }
+    pthread_mutex_unlock(&cache_mu);
+  }
+  dnnl_stream_t st = thread_stream();
+  void *scratch = e->scratch ? dp_cpu_alloc(e->scratch) : NULL;
+  dnnl_memory_t m[4] = {NULL, NULL, NULL, NULL};
+  dnnl_memory_desc_t sp_md;
+  dnnl_dims_t sd = {(int64_t)e->scratch};
+  dnnl_memory_desc_init_by_tag(&sp_md, 1, sd, dnnl_u8, dnnl_x);
+  int rc = st && (!e->scratch || scratch) ? 0 : dp_error("oneDNN: no stream or scratch memory for a matmul");
+  if (!rc && (dnnl_memory_create(&m[0], &e->a, dn.eng, (void *)g->a) != dnnl_success ||
+              dnnl_memory_create(&m[1], &e->b, dn.eng, (void *)g->b) != dnnl_success ||
+              dnnl_memory_create(&m[2], &e->c, dn.eng, g->c) != dnnl_success ||
+              (scratch && dnnl_memory_create(&m[3], &sp_md, dn.eng, scratch) != dnnl_success)))
+    rc = dp_error("oneDNN: memory for a matmul failed");
+  if (!rc) {
+    dnnl_exec_arg_t args[4] = {
+        {DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]}, {DNNL_ARG_SCRATCHPAD, m[3]}};
+    __atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED);
+    if (dnnl_primitive_execute(e->prim, st, scratch ? 4 : 3, args) != dnnl_success ||
+        dnnl_stream_wait(st) != dnnl_success)
+      rc = dp_error("oneDNN: a bfloat16 matmul failed");
+  }
+  for (int i = 0; i < 4; i++)
+    if (m[i]) dnnl_memory_destroy(m[i]);
+  if (scratch) dp_cpu_free(scratch, e->scratch);
+  if (temp) {
+    dnnl_primitive_destroy(e->prim);
+    free(e);
+  }
+  return rc ? -1 : 1;
 }
 
 #endif
