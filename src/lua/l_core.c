@@ -171,8 +171,10 @@ static int l_get_flush_denormal(lua_State *L) {
   return 1;
 }
 
+/* the threads ddplua's kernels use: set_num_threads', or the automatic
+ * count (cores / ranks on the node) */
 static int l_get_num_threads(lua_State *L) {
-  lua_pushinteger(L, dp_blas_get_num_threads());
+  lua_pushinteger(L, dp_sgemm_get_num_threads());
   return 1;
 }
 
