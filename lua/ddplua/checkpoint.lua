@@ -19,6 +19,12 @@
 -- (ddp.save: temporary file, fsync, rename), so a crash or kill at any moment
 -- leaves the previous checkpoint or the new one at `path`.
 -- Loading: every rank reads the file and restores the objects it is given.
+-- Everything the file holds is checked before any object is touched (the
+-- tree markers, the optimizer's PyTorch layout, RNG states, epoch, step,
+-- world_size); a problem, or an object's own load_state_dict refusing its
+-- state, is an error naming the file and the field ("optimizer.param_groups[1]
+-- .lr", "sampler.epoch") instead of an internal error at load or at the
+-- first step.
 local core = require "ddplua.core"
 local rank = require "ddplua.rank"
 
@@ -111,22 +117,144 @@ local function encode_tree(v, name, tensors, seen)
   return { __map__ = entries }
 end
 
-local function decode_tree(v, tensors, where)
+-- Validation of what a file holds ---------------------------------------------
+
+local function bad(path, field, msg) error(string.format("load_checkpoint: %s: %s %s", path, field, msg), 0) end
+
+local function describe(v)
+  if core.is_tensor(v) then return "a tensor" end
+  if type(v) == "string" then return string.format("the string %q", #v > 40 and v:sub(1, 40) .. "..." or v) end
+  if type(v) == "table" then return "a table" end
+  return type(v) == "nil" and "nothing" or tostring(v)
+end
+
+local function is_list(t)
+  if type(t) ~= "table" or core.is_tensor(t) then return false end
+  local n = 0
+  for k in pairs(t) do
+    if math.type(k) ~= "integer" or k < 1 then return false end
+    n = n + 1
+  end
+  return #t == n
+end
+
+local function only_key(v, key)
+  for k in pairs(v) do if k ~= key then return false end end
+  return true
+end
+
+local function sub(field, k)
+  if type(k) == "string" and k:match("^[%a_][%w_]*$") then return field .. "." .. k end
+  return field .. "[" .. (type(k) == "string" and string.format("%q", k) or tostring(k)) .. "]"
+end
+
+-- A decoded JSON tree -> the state it encodes (tensors from the file, maps
+-- with their own keys back), checking the markers save_checkpoint writes.
+local function decode_tree(v, tensors, path, field)
   if type(v) ~= "table" then return v end
   if v.__tensor__ ~= nil then
-    local t = tensors[v.__tensor__]
-    if t == nil then
-      error(string.format("%s refers to tensor '%s', which the file does not hold", where, v.__tensor__), 0)
+    local name = v.__tensor__
+    if type(name) ~= "string" or not only_key(v, "__tensor__") then
+      bad(path, field, "is a malformed tensor reference (expected {\"__tensor__\": \"<name in the file>\"})")
     end
+    local t = tensors[name]
+    if t == nil then bad(path, field, "refers to tensor '" .. name .. "', which the file does not hold") end
     return t
   end
   local out = {}
   if v.__map__ ~= nil then
-    for _, kv in ipairs(v.__map__) do out[kv[1]] = decode_tree(kv[2], tensors, where) end
+    if not only_key(v, "__map__") or not is_list(v.__map__) then
+      bad(path, field, "is a malformed map (expected {\"__map__\": [[key, value], ...]})")
+    end
+    for i, kv in ipairs(v.__map__) do
+      local k = type(kv) == "table" and kv[1]
+      local kt = math.type(k) or type(k)
+      if not is_list(kv) or #kv > 2 or (kt ~= "string" and kt ~= "integer" and kt ~= "boolean" and
+            not (kt == "float" and k == k and math.abs(k) ~= math.huge)) then
+        bad(path, field, string.format("entry %d of its map is not a [key, value] pair with a string, number or " ..
+          "boolean key", i))
+      end
+      if out[k] ~= nil then bad(path, field, "names key " .. describe(k) .. " twice") end
+      out[k] = decode_tree(kv[2], tensors, path, sub(field, k))
+    end
     return out
   end
-  for k, x in pairs(v) do out[k] = decode_tree(x, tensors, where) end
+  for k, x in pairs(v) do out[k] = decode_tree(x, tensors, path, sub(field, k)) end
   return out
+end
+
+-- The optimizer part is PyTorch's layout: {state = {[position] = {name =
+-- tensor or number}}, param_groups = {{params = {positions}, lr = ..., ...}}}.
+local function check_optimizer_layout(sd, path)
+  if type(sd) ~= "table" or core.is_tensor(sd) then bad(path, "optimizer", "is " .. describe(sd) .. ", expected " ..
+    "a table {state=, param_groups=}") end
+  if type(sd.state) ~= "table" or core.is_tensor(sd.state) then
+    bad(path, "optimizer.state", "is " .. describe(sd.state) .. ", expected a table keyed by parameter position")
+  end
+  for pos, st in pairs(sd.state) do
+    local f = sub("optimizer.state", pos)
+    if math.type(pos) ~= "integer" or pos < 1 then bad(path, f, "is keyed by " .. describe(pos) ..
+      ", expected a parameter position 1, 2, ...") end
+    if type(st) ~= "table" or core.is_tensor(st) or is_list(st) and next(st) ~= nil then
+      bad(path, f, "is " .. describe(st) .. ", expected a table of named state values")
+    end
+    for k, x in pairs(st) do
+      if type(k) ~= "string" or not (core.is_tensor(x) or type(x) == "number" or type(x) == "boolean") then
+        bad(path, sub(f, k), "is " .. describe(x) .. ", expected a tensor or a number")
+      end
+    end
+  end
+  if not is_list(sd.param_groups) or #sd.param_groups == 0 then
+    bad(path, "optimizer.param_groups", "is " .. describe(sd.param_groups) .. ", expected a list of parameter groups")
+  end
+  for gi, g in ipairs(sd.param_groups) do
+    local f = string.format("optimizer.param_groups[%d]", gi)
+    if type(g) ~= "table" or core.is_tensor(g) or not is_list(g.params) then
+      bad(path, f, "is not a parameter group {params = {positions}, lr = ...}")
+    end
+    for i, p in ipairs(g.params) do
+      if math.type(p) ~= "integer" or p < 1 then
+        bad(path, string.format("%s.params[%d]", f, i), "is " .. describe(p) .. ", expected a parameter position")
+      end
+    end
+    for k, x in pairs(g) do
+      local ok = type(k) == "string" and (type(x) == "number" or type(x) == "boolean" or type(x) == "string")
+      if type(x) == "table" and is_list(x) then
+        ok = true
+        for _, e in ipairs(x) do ok = ok and type(e) == "number" end
+      end
+      if not ok and k ~= "params" then bad(path, sub(f, k), "is " .. describe(x) .. ", expected a hyperparameter") end
+    end
+  end
+end
+
+local function check_count(v, path, field)
+  if v ~= nil and (math.type(v) ~= "integer" or v < 0) then
+    bad(path, field, "is " .. describe(v) .. ", expected a non-negative integer")
+  end
+end
+
+-- RNG states: one per rank, {philox = {seed=, offset=}, lua = nil or 4 integers}.
+local function check_rng(states, path)
+  if not is_list(states) or #states == 0 then bad(path, "rng", "is " .. describe(states) .. ", expected a list " ..
+    "of per-rank generator states") end
+  for r, s in ipairs(states) do
+    local f = string.format("rng[%d]", r)
+    if type(s) ~= "table" or type(s.philox) ~= "table" then bad(path, f, "has no philox {seed=, offset=} state") end
+    if math.type(s.philox.seed) ~= "integer" then bad(path, f .. ".philox.seed", "is " .. describe(s.philox.seed) ..
+      ", expected an integer") end
+    check_count(s.philox.offset, path, f .. ".philox.offset")
+    if s.philox.offset == nil then bad(path, f .. ".philox.offset", "is missing") end
+    if s.lua ~= nil then
+      local ok = is_list(s.lua) and #s.lua == 4
+      local any = false
+      for i = 1, 4 do
+        ok = ok and math.type(s.lua[i]) == "integer"
+        any = any or (ok and s.lua[i] ~= 0)
+      end
+      if not ok or not any then bad(path, f .. ".lua", "is not 4 integers, not all zero (Lua's generator state)") end
+    end
+  end
 end
 
 -- RNG states ----------------------------------------------------------------
@@ -190,6 +318,11 @@ local function write(path, s, rng_states)
   end
   if s.extra ~= nil then meta.extra = json(encode_tree(s.extra, "extra", tensors, seen), "extra") end
   if s.config ~= nil then meta.config = json(s.config, "config") end
+  for _, k in ipairs { "epoch", "step" } do
+    if s[k] ~= nil and (math.type(s[k]) ~= "integer" or s[k] < 0) then
+      error(string.format("save_checkpoint: %s must be a non-negative integer, got %s", k, describe(s[k])), 0)
+    end
+  end
   if s.epoch ~= nil then meta.epoch = json(s.epoch, "epoch") end
   if s.step ~= nil then meta.step = json(s.step, "step") end
   if rng_states then meta.rng = json(rng_states, "rng") end
@@ -241,7 +374,39 @@ end
 local function decode_meta(meta, key, path)
   local text = meta[key]
   if text == nil then return nil end
-  return core.json_decode(text, path .. " (__metadata__ \"" .. key .. "\")")
+  local ok, v = pcall(core.json_decode, text, path .. " (__metadata__ \"" .. key .. "\")")
+  if not ok then error("load_checkpoint: " .. own_message(v), 0) end
+  return v
+end
+
+-- Every metadata entry this load uses, decoded and checked.
+local function read_metadata(meta, tensors, path, opts)
+  local m = {}
+  for _, k in ipairs { "epoch", "step", "world_size", "config", "rng" } do m[k] = decode_meta(meta, k, path) end
+  check_count(m.epoch, path, "epoch")
+  check_count(m.step, path, "step")
+  check_count(m.world_size, path, "world_size")
+  if m.world_size == 0 then bad(path, "world_size", "is 0, expected a positive integer") end
+  if m.rng ~= nil then check_rng(m.rng, path) end
+  if meta.extra ~= nil then m.extra = decode_tree(decode_meta(meta, "extra", path), tensors, path, "extra") end
+  for _, what in ipairs { "optimizer", "scheduler", "sampler" } do
+    if opts[what] ~= nil then
+      local v = decode_meta(meta, what, path)
+      if v == nil then error(string.format("load_checkpoint: %s holds no %s state", path, what), 0) end
+      m[what] = decode_tree(v, tensors, path, what)
+      if what == "optimizer" then check_optimizer_layout(m[what], path) end
+    end
+  end
+  return m
+end
+
+-- An object's own load_state_dict refusing what the file holds: the error
+-- names the file and the part (its message names the field).
+local function restore(obj, state, path, what, ...)
+  local ok, err = pcall(obj.load_state_dict, obj, state, ...)
+  if not ok then
+    error(string.format("load_checkpoint: %s: %s: %s", path, what, tostring(err):gsub("^[^\n]-%.lua:%d+: ", "")), 0)
+  end
 end
 
 -- Copies sd into a plain table of tensors (a model without load_state_dict).
@@ -263,7 +428,7 @@ local function load_into_table(target, sd, path)
       error(string.format("load_checkpoint: %s: model.%s has shape [%s] in the file, [%s] in the model", path, k,
         b:gsub("x", ", "), a:gsub("x", ", ")), 0)
     end
-    t:copy_(sd[k])
+    t:detach():copy_(sd[k]) -- the same storage; a parameter that requires grad refuses an in-place copy itself
   end
 end
 
@@ -318,11 +483,15 @@ function M.load(path, opts)
     error(string.format("load_checkpoint: %s is not a ddplua checkpoint (its metadata has format=%s, expected %s); " ..
       "ddp.load reads plain safetensors files", path, tostring(meta.format), FORMAT), 2)
   end
-  local function part(key, what)
-    local v = decode_meta(meta, key, path)
-    if v == nil then error(string.format("load_checkpoint: %s holds no %s state", path, what), 3) end
-    return decode_tree(v, tensors, path .. " " .. what .. " state")
+  for _, what in ipairs { "optimizer", "scheduler", "sampler" } do
+    local obj = opts[what]
+    if obj ~= nil and (type(obj) ~= "table" or type(obj.load_state_dict) ~= "function") then
+      error(string.format("load_checkpoint: %s must have a load_state_dict() method, got %s", what,
+        type(obj) == "table" and "a table without one" or "a " .. type(obj)), 2)
+    end
   end
+  local ok, m = pcall(read_metadata, meta, tensors, path, opts)
+  if not ok then error(m, 2) end
   if opts.model ~= nil then
     local sd = {}
     for name, t in pairs(tensors) do
@@ -331,7 +500,7 @@ function M.load(path, opts)
     if next(sd) == nil then error("load_checkpoint: " .. path .. " holds no model tensors", 2) end
     if type(opts.model) == "table" and type(opts.model.load_state_dict) == "function" then
       sd = strip_module_prefix(opts.model, sd)
-      opts.model:load_state_dict(sd, opts.strict)
+      restore(opts.model, sd, path, "model", opts.strict)
     elseif type(opts.model) == "table" then
       load_into_table(opts.model, sd, path)
     else
@@ -339,23 +508,16 @@ function M.load(path, opts)
     end
   end
   for _, what in ipairs { "optimizer", "scheduler", "sampler" } do
-    local obj = opts[what]
-    if obj ~= nil then
-      if type(obj) ~= "table" or type(obj.load_state_dict) ~= "function" then
-        error(string.format("load_checkpoint: %s must have a load_state_dict() method, got %s", what,
-          type(obj) == "table" and "a table without one" or "a " .. type(obj)), 2)
-      end
-      obj:load_state_dict(part(what, what))
-    end
+    if opts[what] ~= nil then restore(opts[what], m[what], path, what) end
   end
   local rng_restored = false
-  if opts.rng ~= false and meta.rng then rng_restored = restore_rng(decode_meta(meta, "rng", path), path) end
+  if opts.rng ~= false and m.rng then rng_restored = restore_rng(m.rng, path) end
   return {
-    epoch = decode_meta(meta, "epoch", path),
-    step = decode_meta(meta, "step", path),
-    config = decode_meta(meta, "config", path),
-    extra = meta.extra and decode_tree(decode_meta(meta, "extra", path), tensors, path .. " extra") or nil,
-    world_size = decode_meta(meta, "world_size", path),
+    epoch = m.epoch,
+    step = m.step,
+    config = m.config,
+    extra = m.extra,
+    world_size = m.world_size,
     rng_restored = rng_restored,
     metadata = meta,
   }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "io/regular_file.h"
 
 typedef struct {
   const char *path;
@@ -128,8 +129,12 @@ static int parse(parser *p, dp_image_csv *c) {
 
 int dp_image_csv_read(const char *path, dp_image_csv *c) {
   memset(c, 0, sizeof *c);
-  FILE *f = fopen(path, "rb");
-  if (!f) return dp_error("CSV file '%s': cannot open: %s", path, strerror(errno));
+  FILE *f = dp_fopen_regular(path, NULL);
+  if (!f) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", dp_errmsg());
+    return dp_error("CSV file '%s': %s", path, why);
+  }
   char *buf = NULL;
   size_t n = 0, cap = 0;
   for (;;) {

@@ -4,7 +4,7 @@
  * byte-order mark. Spaces around unquoted fields are trimmed (so a header
  * "path, label" names the column "label"); blank lines are skipped. Every
  * data row must have as many fields as the header. Errors name the file and
- * the line. */
+ * the line. The file must be a regular file (a FIFO would block the reader). */
 #ifndef DP_IMAGE_CSV_H
 #define DP_IMAGE_CSV_H
 

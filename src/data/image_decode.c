@@ -21,6 +21,7 @@
 #include <jpeglib.h>
 
 #include "core/error.h"
+#include "io/regular_file.h"
 
 /* Decoded images larger than this are refused before allocating (a corrupt
  * header could otherwise ask for terabytes). */
@@ -248,8 +249,13 @@ int dp_image_read(const char *path, int channels, dp_image *out) {
   memset(out, 0, sizeof *out);
   if (channels != 0 && channels != 1 && channels != 3 && channels != 4)
     return dp_error("image '%s': cannot decode to %d channels (expected 1, 3 or 4)", path, channels);
-  FILE *f = fopen(path, "rb");
-  if (!f) return dp_error("image '%s': cannot open: %s", path, strerror(errno));
+  /* a FIFO or a device named by a CSV row would block a decode worker forever */
+  FILE *f = dp_fopen_regular(path, NULL);
+  if (!f) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", dp_errmsg());
+    return dp_error("image '%s': %s", path, why);
+  }
   uint8_t sig[8];
   size_t n = fread(sig, 1, sizeof sig, f);
   int rc;

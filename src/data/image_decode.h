@@ -11,7 +11,8 @@
  * PNG palettes, transparency chunks, 1/2/4-bit and 16-bit samples are
  * expanded to 8 bits. Errors name the file and the decoder's reason: a
  * missing file, corrupt or truncated data (a truncated JPEG is an error, not
- * a grey-filled image), an unsupported format.
+ * a grey-filled image), an unsupported format, a path that is not a regular
+ * file (a FIFO or a device would block the reading thread forever).
  *
  * Writing: PNG (8-bit grey, grey + alpha, RGB, RGBA), used by the example's
  * dataset generator, and JPEG (grey or RGB), used to make test fixtures. */

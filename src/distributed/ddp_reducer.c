@@ -241,6 +241,7 @@ dp_reducer *dp_reducer_new(dp_pg *pg, dp_tensor *const *params, const char *cons
                            size_t first_bucket_bytes, bool find_unused) {
   dp_reducer *r = dp_xcalloc(1, sizeof *r);
   r->pg = pg;
+  dp_pg_hold(pg); /* the group may be destroyed before the reducer is collected */
   r->sync = true;
   r->find_unused = find_unused;
   r->force = dp_pg_force_collectives();
@@ -303,6 +304,7 @@ void dp_reducer_free(dp_reducer *r) {
   free(r->ready);
   free(r->hook_ids);
   free(r->hctx);
+  if (r->pg) dp_pg_unhold(r->pg);
   free(r);
 }
 

@@ -12,6 +12,7 @@
 #ifndef DP_PG_H
 #define DP_PG_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -63,11 +64,23 @@ struct dp_pg {
   int rank, size;  /* within this group */
   int global_rank; /* in the default group */
   int timeout_ms;
-  uint64_t seq;    /* collectives issued so far */
-  bool debug;      /* DDPLUA_DEBUG=1: cross-check op/dtype/count */
-  dp_store *store; /* shared with the default group */
-  char prefix[64]; /* store key prefix of this group */
+  uint64_t seq;         /* collectives issued so far */
+  bool debug;           /* DDPLUA_DEBUG=1: cross-check op/dtype/count */
+  dp_store *store;      /* shared with the default group */
+  char prefix[64];      /* store key prefix of this group */
+  _Atomic int holds;    /* C holders besides the Lua group (dp_pg_hold) */
+  _Atomic bool retired; /* destroy_process_group was called */
 };
+
+/* A group's lifetime. The Lua group object owns it; C code that keeps using
+ * it past the call that handed it over (a DDP reducer) holds it. Retiring
+ * (destroy_process_group) shuts it down at once, so every later call fails
+ * with "the process group was destroyed", and frees it when nothing holds
+ * it any more: one init/destroy cycle leaves nothing behind. (A backend
+ * without shutdown, NCCL's, is destroyed when the last holder lets go.) */
+void dp_pg_hold(dp_pg *g);
+void dp_pg_unhold(dp_pg *g);
+void dp_pg_retire(dp_pg *g);
 
 /* Completion handles. */
 struct dp_work {
@@ -121,6 +134,15 @@ dp_pg *dp_pg_cpu_new(const dp_pg_init *init);
  *  - debug: the op, dtype and element count of every collective are
  *    compared across ranks through the store; a mismatch names both sides. */
 dp_pg *dp_pg_nccl_new(const dp_pg_init *init);
+
+/* The rank (in the default group) that this process's groups found at
+ * fault for a failure: one that aborted the group, died, never arrived at
+ * a collective or at init, or closed its connection; -1 when none. The
+ * first one recorded wins (what follows is a consequence). A rank whose
+ * script fails tells its host whom it blames (src/host/blame.c), so that
+ * the host names the rank that failed first, not the one that noticed. */
+int dp_pg_culprit(void);
+void dp_pg_blame(int global_rank);
 
 /* Names for messages: "all_reduce", "sum" */
 const char *dp_redop_name(dp_redop op);

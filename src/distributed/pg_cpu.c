@@ -119,6 +119,7 @@ static int debug_check(cpu_pg *g, const cpu_op *op) {
       val = dp_xstrdup(mine);
     } else if (dp_store_get(g->base.store, key, (void **)&val, &len, left > 0 ? (int)left : 1)) {
       cpu_op_ctx(op, ctx, sizeof ctx);
+      dp_pg_blame(g->granks[j]);
       return dp_error("%s timed out after %.1f s on rank %d: rank %d never arrived (DDPLUA_DEBUG check)", ctx,
                       g->base.timeout_ms / 1000.0, g->base.global_rank, g->granks[j]);
     }

@@ -93,6 +93,7 @@ int cpu_exec(cpu_pg *g, cpu_op *op) {
     for (int i = 0; i < 1000 && atomic_load(&g->seg->hdr->aborted) != 1; i++) sched_yield();
     char ctx[256], msg[900];
     cpu_op_ctx(op, ctx, sizeof ctx);
+    dp_pg_blame(g->seg->hdr->abort_rank);
     snprintf(msg, sizeof msg, "%s failed on rank %d because rank %d failed: %s", ctx, g->base.global_rank,
              g->seg->hdr->abort_rank, g->seg->hdr->abort_msg);
     cpu_fail(g, msg);

@@ -1,6 +1,6 @@
 /* Creating and destroying cpu groups: membership through the store (which
  * rank is on which node), the node's shared segment (created by the local
- * leader, mapped by the others, then unlinked), the TCP mesh between nodes,
+ * leader as a memfd, opened by the others through /proc), the TCP mesh between nodes,
  * sub-groups, and alloc_shared's pool storage. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +38,7 @@ static int exchange_nodes(cpu_pg *g, const cpu_pg_params *p, int *node_of, int64
   for (int r = 0; r < p->size && !rc; r++) {
     snprintf(key, sizeof key, "%s/member/%d", p->prefix, r);
     if (store_get_str(p->store, key, &ids[r], deadline)) {
+      dp_pg_blame(g->granks[r]);
       rc = dp_error("init_process_group: rank %d of %d never joined within %.1f s", g->granks[r], p->size,
                     p->timeout_ms / 1000.0);
       break;
@@ -83,25 +84,27 @@ static int setup_token(cpu_pg *g, const cpu_pg_params *p, int64_t deadline) {
 static int setup_segment(cpu_pg *g, const cpu_pg_params *p, int64_t deadline) {
   char key[200], name[256], pre[64], *val = NULL;
   sanitize(p->prefix, pre, sizeof pre);
-  snprintf(name, sizeof name, "/ddplua-%s-%s-n%d", g->token, pre, g->my_node);
+  snprintf(name, sizeof name, "ddplua-%s-%s-n%d", g->token, pre, g->my_node);
   snprintf(key, sizeof key, "%s/shm/%d", p->prefix, g->my_node);
   if (g->lrank == 0) {
     g->seg = shm_create(name, g->lsize, shm_default_sizes());
-    /* the others wait for this key: tell them either way */
-    const char *status = g->seg ? "ok" : dp_errmsg();
+    /* the others wait for this key: tell them either way ("ok <pid> <fd>" or why not) */
     char msg[600];
-    snprintf(msg, sizeof msg, "%s", status);
+    if (g->seg) snprintf(msg, sizeof msg, "ok %d %d", (int)getpid(), g->seg->fd);
+    else snprintf(msg, sizeof msg, "%s", dp_errmsg());
     if (dp_store_set(p->store, key, msg, strlen(msg)) || !g->seg) return -1;
-    return shm_wait_mapped_and_unlink(g->seg, deadline);
+    return shm_wait_mapped(g->seg, deadline);
   }
   if (store_get_str(p->store, key, &val, deadline)) return -1;
-  if (strcmp(val, "ok") != 0) {
+  int pid = 0, fd = -1;
+  if (sscanf(val, "ok %d %d", &pid, &fd) != 2) {
+    dp_pg_blame(g->granks[g->node_first[g->my_node]]);
     dp_error("rank %d could not create the node's shared memory: %s", g->granks[g->node_first[g->my_node]], val);
     free(val);
     return -1;
   }
   free(val);
-  g->seg = shm_attach(name, g->lrank, g->lsize);
+  g->seg = shm_attach(name, pid, fd, g->lrank, g->lsize);
   return g->seg ? 0 : -1;
 }
 

@@ -1,5 +1,6 @@
-/* Shared-memory segment of a process group on one node: creation, mapping,
- * unlinking, futex waits, the abort flag and the alloc_shared pool. */
+/* Shared-memory segment of a process group on one node: creation, mapping
+ * (shm.h: a memfd, never a name), futex waits, the abort flag and the
+ * alloc_shared pool. */
 #include "distributed/shm.h"
 
 #include <errno.h>
@@ -90,20 +91,20 @@ static shm_seg *seg_new(const char *name, int fd, void *base, size_t size, int m
 shm_seg *shm_create(const char *name, int nlocal, shm_sizes sz) {
   shm_header h = {0};
   layout(&h, nlocal, sz);
-  int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  snprintf(h.name, sizeof h.name, "%s", name);
+  int fd = memfd_create(name[0] == '/' ? name + 1 : name, MFD_CLOEXEC);
   if (fd < 0) {
-    dp_error("cannot create shared memory segment /dev/shm%s: %s", name, strerror(errno));
+    dp_error("cannot create the shared memory segment %s: %s", name, strerror(errno));
     return NULL;
   }
-  /* allocate what is used from the start, so a full /dev/shm fails here */
+  /* allocate what is used from the start, so that a lack of memory fails here */
   int err = ftruncate(fd, (off_t)h.total) ? errno : posix_fallocate(fd, 0, (off_t)h.chans_off);
   void *base = err ? MAP_FAILED : mmap(NULL, h.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (!err && base == MAP_FAILED) err = errno;
   if (err) {
-    shm_unlink(name);
     close(fd);
-    dp_error("cannot allocate the %.1f MiB shared memory segment /dev/shm%s: %s", (double)h.chans_off / 1048576.0, name,
-             err == ENOSPC ? "no space left in /dev/shm" : strerror(err));
+    dp_error("cannot allocate the %.1f MiB shared memory segment %s: %s", (double)h.chans_off / 1048576.0, name,
+             err == ENOSPC ? "no shared memory left" : strerror(err));
     return NULL;
   }
   memcpy(base, &h, sizeof h);
@@ -114,23 +115,26 @@ shm_seg *shm_create(const char *name, int nlocal, shm_sizes sz) {
   return s;
 }
 
-shm_seg *shm_attach(const char *name, int me, int nlocal) {
-  int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
+shm_seg *shm_attach(const char *name, int pid, int leader_fd, int me, int nlocal) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, leader_fd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
   if (fd < 0) {
-    dp_error("cannot open shared memory segment /dev/shm%s: %s", name, strerror(errno));
+    dp_error("cannot open the node's shared memory segment %s through %s: %s", name, path, strerror(errno));
     return NULL;
   }
   struct stat st;
   shm_header h;
   if (fstat(fd, &st) || (size_t)st.st_size < sizeof h || pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h ||
-      h.magic != SHM_MAGIC || h.nlocal != (uint32_t)nlocal || h.total != (uint64_t)st.st_size) {
+      h.magic != SHM_MAGIC || h.nlocal != (uint32_t)nlocal || h.total != (uint64_t)st.st_size ||
+      strncmp(h.name, name, sizeof h.name) != 0) {
     close(fd);
-    dp_error("shared memory segment /dev/shm%s is not a ddplua segment for %d local ranks", name, nlocal);
+    dp_error("%s is not the shared memory segment %s for %d local ranks", path, name, nlocal);
     return NULL;
   }
   void *base = mmap(NULL, h.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) {
-    dp_error("cannot map shared memory segment /dev/shm%s: %s", name, strerror(errno));
+    dp_error("cannot map the shared memory segment %s: %s", name, strerror(errno));
     close(fd);
     return NULL;
   }
@@ -138,25 +142,18 @@ shm_seg *shm_attach(const char *name, int me, int nlocal) {
   atomic_store(&shm_ctl(s, me)->pid, (int32_t)getpid());
   atomic_fetch_add(&s->hdr->mapped, 1);
   syscall(SYS_futex, &s->hdr->mapped, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-  s->unlinked = true; /* the leader removes the name */
   return s;
 }
 
-int shm_wait_mapped_and_unlink(shm_seg *s, int64_t deadline_ms) {
+int shm_wait_mapped(shm_seg *s, int64_t deadline_ms) {
   for (;;) {
     uint32_t v = atomic_load(&s->hdr->mapped);
     if (v >= (uint32_t)s->nlocal) break;
     int64_t left = deadline_ms - mono_ms();
-    if (left <= 0) {
-      shm_unlink(s->name);
-      s->unlinked = true;
-      return dp_error("only %u of %d local ranks mapped the shared memory segment in time", v, s->nlocal);
-    }
+    if (left <= 0) return dp_error("only %u of %d local ranks mapped the shared memory segment in time", v, s->nlocal);
     struct timespec ts = {left / 1000, (left % 1000) * 1000000};
     syscall(SYS_futex, &s->hdr->mapped, FUTEX_WAIT, v, &ts, NULL, 0);
   }
-  shm_unlink(s->name);
-  s->unlinked = true;
   return 0;
 }
 
@@ -164,7 +161,6 @@ void shm_seg_retain(shm_seg *s) { atomic_fetch_add(&s->refs, 1); }
 
 void shm_seg_release(shm_seg *s) {
   if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
-  if (!s->unlinked) shm_unlink(s->name);
   munmap(s->base, s->size);
   close(s->fd);
   pthread_mutex_destroy(&s->pool_mu);

@@ -7,11 +7,17 @@
  *   pools (one region per rank, for alloc_shared)
  * The file is sparse: only the header, control blocks and slots are
  * allocated up front; channel buffers and pool blocks get their pages when
- * first used (fallocate, so a full /dev/shm is an error, not a SIGBUS).
+ * first used (fallocate, so running out of shared memory is an error, not a
+ * SIGBUS).
  *
- * The leader creates the segment (O_EXCL), the others map it and count
- * themselves in header->mapped; once all have, the leader unlinks the name,
- * so nothing stays in /dev/shm even if every process is killed later. */
+ * The segment has no name anywhere: the leader creates it with memfd_create
+ * and publishes its pid and descriptor number; the others open the same
+ * file through /proc/<pid>/fd/<n> (while the leader lives, which it does
+ * until they all have: header->mapped counts them), and check the header's
+ * name, which carries the job token. The memory goes when the last process
+ * that maps it exits, however any of them dies: nothing is ever left in
+ * /dev/shm (a name there outlived a kill -9 that came between its creation
+ * and its unlinking). */
 #ifndef DP_SHM_H
 #define DP_SHM_H
 
@@ -73,6 +79,7 @@ typedef struct {
   _Atomic uint32_t aborted;
   int32_t abort_rank;
   char abort_msg[512];
+  char name[256]; /* the leader's name for it: what the others expect */
 } shm_header;
 
 typedef struct pool_range pool_range;
@@ -85,7 +92,6 @@ typedef struct shm_seg {
   size_t size;
   shm_header *hdr;
   int nlocal, me;
-  bool unlinked;
   /* my pool region: sorted free ranges (offsets within the region) */
   pthread_mutex_t pool_mu;
   pool_range *free;
@@ -99,12 +105,14 @@ typedef struct {
 /* Sizes from the environment (DDPLUA_SHM_SLOT_KB, DDPLUA_SHM_POOL_MB) or
  * defaults. */
 shm_sizes shm_default_sizes(void);
-/* Leader: creates and maps (NULL + dp_error naming the segment). */
+/* Leader: creates and maps (NULL + dp_error naming the segment). Its
+ * descriptor (s->fd) and pid are what the others need. */
 shm_seg *shm_create(const char *name, int nlocal, shm_sizes sz);
-/* Others: maps the leader's segment and counts itself in. */
-shm_seg *shm_attach(const char *name, int me, int nlocal);
-/* Leader: waits until every rank mapped, then removes the name. */
-int shm_wait_mapped_and_unlink(shm_seg *s, int64_t deadline_ms);
+/* Others: maps the segment the leader (pid) holds as descriptor fd,
+ * checking that it is `name`, and counts itself in. */
+shm_seg *shm_attach(const char *name, int pid, int fd, int me, int nlocal);
+/* Leader: waits until every rank mapped (then it may exit at any time). */
+int shm_wait_mapped(shm_seg *s, int64_t deadline_ms);
 void shm_seg_retain(shm_seg *s);
 void shm_seg_release(shm_seg *s);
 
@@ -144,7 +152,7 @@ int shm_default_spin(int nlocal);
 
 /* ---- pool (alloc_shared) ---- */
 /* Reserves nbytes (rounded to pages) in my region and allocates its pages.
- * Returns the offset within the region, or -1 (region full, /dev/shm full). */
+ * Returns the offset within the region, or -1 (region full, memory full). */
 int64_t shm_pool_alloc(shm_seg *s, size_t nbytes);
 void shm_pool_free(shm_seg *s, int64_t off, size_t nbytes);
 

@@ -40,20 +40,25 @@ static int wait_error(coll_ctx *c, int rc, int j) {
       if (atomic_load(&shm_ctl(g->seg, l)->arrived) >= c->op->seq) continue;
       k += (size_t)snprintf(list + k, k < sizeof list ? sizeof list - k : 0, "%s%d", nmiss ? ", " : "",
                             grank_of_local(g, l));
+      if (!nmiss) dp_pg_blame(grank_of_local(g, l)); /* the one the others wait for */
       nmiss++;
     }
+    if (!nmiss) dp_pg_blame(grank_of_local(g, j));
     if (nmiss)
       return dp_error("%s timed out after %.1f s on rank %d: rank%s %s never arrived", ctx, g->base.timeout_ms / 1000.0,
                       me, nmiss > 1 ? "s" : "", list);
     return dp_error("%s timed out after %.1f s on rank %d waiting for rank %d", ctx, g->base.timeout_ms / 1000.0, me,
                     grank_of_local(g, j));
   }
-  if (rc == SHM_DEAD)
+  if (rc == SHM_DEAD) {
+    dp_pg_blame(grank_of_local(g, j));
     return dp_error("%s failed on rank %d: rank %d (pid %d) exited", ctx, me, grank_of_local(g, j),
                     (int)atomic_load(&shm_ctl(g->seg, j)->pid));
+  }
   /* aborted by a peer: its message says what happened */
   shm_header *h = g->seg->hdr;
   for (int i = 0; i < 1000 && atomic_load(&h->aborted) != 1; i++) sched_yield();
+  dp_pg_blame(h->abort_rank);
   return dp_error("%s failed on rank %d because rank %d failed: %s", ctx, me, h->abort_rank, h->abort_msg);
 }
 

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "distributed/keepalive.h"
 #include "distributed/store_wire.h"
 
 void dp_store_make_token(char *buf, size_t n) {
@@ -91,9 +92,10 @@ static int roundtrip(dp_store *s, uint8_t cmd, const uint8_t *body, size_t len, 
     dp_error("store: lost the connection to %s (is the job's host or rank 0 still running?)", s->where);
     goto fail;
   }
-  /* the server answers parked requests at their deadline; allow a margin
-   * for it before declaring the server dead */
-  int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms + 10000;
+  /* the server answers parked requests (GET, WAIT) at their deadline;
+   * allow a margin for it before declaring the server dead */
+  bool parked = cmd == CMD_GET || cmd == CMD_WAIT || cmd == CMD_WAIT_ANY;
+  int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms + (parked ? 10000 : 0);
   uint8_t rh[5];
   int r = recv_all(s->fd, rh, 5, deadline);
   uint32_t rl = r ? 0 : get_u32(rh);
@@ -131,49 +133,67 @@ out:
   return rc;
 }
 
-dp_store *dp_store_connect(const char *host, int port, const char *token, int timeout_ms) {
+/* One TCP connection attempt; -1 with *err set when it fails. */
+static int tcp_connect(const char *host, int port, int *err, int *gai) {
   char portstr[16];
   snprintf(portstr, sizeof portstr, "%d", port);
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+  *gai = getaddrinfo(host, portstr, &hints, &res);
+  if (*gai != 0) return -1;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) < 0) {
+    *err = errno;
+    close(fd);
+    fd = -1;
+  } else if (fd < 0) {
+    *err = errno;
+  }
+  freeaddrinfo(res);
+  return fd;
+}
+
+dp_store *dp_store_connect(const char *host, int port, const char *token, int timeout_ms) {
   int64_t deadline = now_ms() + (timeout_ms < 0 ? 300000 : timeout_ms);
-  int fd = -1, last_err = 0;
-  int delay = 2;
-  while (fd < 0) {
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
-    int gr = getaddrinfo(host, portstr, &hints, &res);
-    if (gr == 0) {
-      fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) < 0) {
-        last_err = errno;
-        close(fd);
-        fd = -1;
+  int delay = 2, last_err = 0, gai = 0;
+  const char *why = NULL;
+  for (;;) {
+    int fd = tcp_connect(host, port, &last_err, &gai);
+    if (fd >= 0) {
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      dp_tcp_keepalive(fd);
+      dp_store *s = dp_xcalloc(1, sizeof *s);
+      s->fd = fd;
+      pthread_mutex_init(&s->mu, NULL);
+      snprintf(s->where, sizeof s->where, "the store at %s:%d", host, port);
+      int64_t left = deadline - now_ms();
+      uint8_t st;
+      uint8_t *body = NULL;
+      size_t blen = 0;
+      int rc = roundtrip(s, CMD_HELLO, (const uint8_t *)token, strlen(token),
+                         left < 10000 ? (int)(left > 0 ? left : 1) : 10000, &st, &body, &blen);
+      free(body);
+      if (rc == 0 && st == ST_OK) return s;
+      dp_store_close(s);
+      if (rc == 0) {
+        dp_error("store: the store at %s:%d refused the job token (it serves another job, or this process was given "
+                 "a different DDPLUA_JOB_TOKEN / --token_file)",
+                 host, port);
+        return NULL;
       }
-      freeaddrinfo(res);
+      /* closed or silent before answering: a server busy closing strangers' connections, or still starting */
+      why = "it closed the connection before answering the job token";
     } else {
-      last_err = EHOSTUNREACH;
+      why = gai ? gai_strerror(gai) : strerror(last_err);
     }
-    if (fd >= 0) break;
     if (now_ms() >= deadline) {
-      dp_error("store: cannot connect to %s:%d within %d ms (%s)", host, port, timeout_ms,
-               gr ? gai_strerror(gr) : strerror(last_err));
+      dp_error("store: cannot connect to %s:%d within %d ms (%s)", host, port, timeout_ms, why);
       return NULL;
     }
     struct timespec ts = {0, (long)delay * 1000000L};
     nanosleep(&ts, NULL);
     if (delay < 100) delay *= 2;
   }
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  dp_store *s = dp_xcalloc(1, sizeof *s);
-  s->fd = fd;
-  pthread_mutex_init(&s->mu, NULL);
-  snprintf(s->where, sizeof s->where, "the store at %s:%d", host, port);
-  uint8_t st;
-  if (roundtrip(s, CMD_HELLO, (const uint8_t *)token, strlen(token), 10000, &st, NULL, NULL) || st != ST_OK) {
-    dp_error("store: %s refused the connection (wrong job token?)", s->where);
-    dp_store_close(s);
-    return NULL;
-  }
-  return s;
 }
 
 void dp_store_close(dp_store *s) {
@@ -298,6 +318,53 @@ int dp_store_delete(dp_store *s, const char *key) {
   uint8_t st;
   int rc = roundtrip(s, CMD_DELETE, (const uint8_t *)key, strlen(key), 30000, &st, NULL, NULL);
   if (!rc && st != ST_OK) rc = dp_error("store: delete '%s' failed", key);
+  return rc;
+}
+
+int dp_store_delete_prefix(dp_store *s, const char *prefix, uint64_t *n) {
+  if (check_key(prefix)) return -1;
+  uint8_t st, *rb = NULL;
+  size_t rl = 0;
+  int rc = roundtrip(s, CMD_DELETE_PREFIX, (const uint8_t *)prefix, strlen(prefix), 30000, &st, &rb, &rl);
+  if (!rc && (st != ST_OK || rl != 8)) rc = dp_error("store: deleting the keys under '%s' failed", prefix);
+  if (!rc && n) *n = get_u64(rb);
+  free(rb);
+  return rc;
+}
+
+int dp_store_wait_any(dp_store *s, const char *const *keys, int n, int timeout_ms, int *which) {
+  if (n <= 0) return dp_error("store: wait_any needs at least one key");
+  void *val = NULL;
+  size_t len = 0;
+  if (wait_like(s, CMD_WAIT_ANY, keys, n, timeout_ms, &val, &len)) return -1;
+  int rc = 0;
+  if (len != 4 || get_u32(val) >= (uint32_t)n) rc = dp_error("store: malformed wait_any reply");
+  else *which = (int)get_u32(val);
+  free(val);
+  return rc;
+}
+
+int dp_store_on_close(dp_store *s, const char *const *keys, const char *const *vals, const size_t *lens, int n) {
+  size_t total = 0;
+  for (int i = 0; i < n; i++) {
+    if (check_key(keys[i])) return -1;
+    total += 8 + strlen(keys[i]) + lens[i];
+  }
+  if (total > MAX_ON_CLOSE) return dp_error("store: on-close keys exceed %u bytes", MAX_ON_CLOSE);
+  uint8_t *b = dp_xmalloc(total + 1), *p = b;
+  for (int i = 0; i < n; i++) {
+    size_t kl = strlen(keys[i]);
+    put_u32(p, (uint32_t)kl);
+    memcpy(p + 4, keys[i], kl);
+    p += 4 + kl;
+    put_u32(p, (uint32_t)lens[i]);
+    if (lens[i]) memcpy(p + 4, vals[i], lens[i]);
+    p += 4 + lens[i];
+  }
+  uint8_t st;
+  int rc = roundtrip(s, CMD_ON_CLOSE, b, total, 30000, &st, NULL, NULL);
+  free(b);
+  if (!rc && st != ST_OK) rc = dp_error("store: registering on-close keys failed");
   return rc;
 }
 

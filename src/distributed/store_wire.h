@@ -8,9 +8,23 @@
 #include <stdint.h>
 #include <time.h>
 
-enum { CMD_HELLO = 1, CMD_SET, CMD_GET, CMD_ADD, CMD_WAIT, CMD_CHECK, CMD_DELETE };
+enum {
+  CMD_HELLO = 1,
+  CMD_SET,
+  CMD_GET,
+  CMD_ADD,
+  CMD_WAIT,
+  CMD_CHECK,
+  CMD_DELETE,
+  CMD_DELETE_PREFIX,
+  CMD_WAIT_ANY,
+  CMD_ON_CLOSE
+};
 enum { ST_OK = 0, ST_TIMEOUT = 1, ST_ERROR = 2 };
 #define MAX_MSG (64u << 20)
+#define MAX_KEY 4096u
+/* at most this much on-close data per connection (CMD_ON_CLOSE) */
+#define MAX_ON_CLOSE (1u << 20)
 
 static inline int64_t now_ms(void) {
   struct timespec ts;

@@ -3,7 +3,12 @@
  * leaders: ring all-reduce (reduce-scatter then all-gather, each rank
  * sending and receiving at once), ring all-gather with per-node blocks, and
  * a pipelined chain broadcast. Sockets are non-blocking and every wait
- * goes through poll with the op's deadline. */
+ * goes through poll with the op's deadline.
+ *
+ * A rank's listening socket is reachable by anyone: a peer proves it is one
+ * of the group's by sending, in its hello, the group's mesh key (random,
+ * published in the store, which only the job can read), and a connection
+ * that does not say hello in time is closed without delaying the others. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -19,11 +24,13 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "distributed/keepalive.h"
 #include "distributed/pg_cpu.h"
 #include "distributed/reduce_kern.h"
 
 #define HELLO_MAGIC 0x6c6c6568706464ull /* "ddphell" */
 #define PIECE ((size_t)4 << 20)         /* ring pieces: bounded temporary memory */
+#define HELLO_WAIT_MS 2000              /* for a connected peer's hello */
 
 int64_t pg_now_ms(void) {
   struct timespec ts;
@@ -36,6 +43,7 @@ static void tune(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+  dp_tcp_keepalive(fd); /* a peer node that vanished is noticed in seconds */
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
@@ -43,6 +51,7 @@ static int peer_error(coll_ctx *c, int peer, const char *what) {
   char ctx[256];
   cpu_op_ctx(c->op, ctx, sizeof ctx);
   cpu_pg *g = c->g;
+  dp_pg_blame(g->granks[peer]);
   if (strcmp(what, "timeout") == 0)
     return dp_error("%s timed out after %.1f s on rank %d waiting for rank %d (node %d)", ctx,
                     g->base.timeout_ms / 1000.0, g->base.global_rank, g->granks[peer], g->node_of[peer]);
@@ -103,7 +112,26 @@ typedef struct {
   uint64_t magic;
   int32_t grank; /* sender's group rank */
   int32_t group_id;
+  char key[33]; /* the group's mesh key */
+  char pad[7];
 } hello_msg;
+
+/* The group's mesh key: made by group rank 0, read by the others. */
+static int mesh_key(cpu_pg *g, char *key, size_t n, int64_t deadline) {
+  char k[128];
+  snprintf(k, sizeof k, "%s/mesh_key", g->base.prefix);
+  if (g->base.rank == 0) {
+    dp_store_make_token(key, n);
+    return dp_store_set(g->base.store, k, key, strlen(key));
+  }
+  void *val;
+  size_t len;
+  int64_t left = deadline - pg_now_ms();
+  if (dp_store_get(g->base.store, k, &val, &len, left > 0 ? (int)left : 1)) return -1;
+  snprintf(key, n, "%s", (char *)val);
+  free(val);
+  return 0;
+}
 
 static int connect_to(const char *addr, int64_t deadline) {
   char host[128];
@@ -160,6 +188,11 @@ int tcp_mesh_build(cpu_pg *g) {
     close(lfd);
     return -1;
   }
+  char key_text[33];
+  if (mesh_key(g, key_text, sizeof key_text, deadline)) {
+    close(lfd);
+    return -1;
+  }
   snprintf(addr, sizeof addr, "%s:%d", ip, ntohs(sa.sin_port));
   snprintf(key, sizeof key, "%s/addr/%d", g->base.prefix, me);
   if (dp_store_set(g->base.store, key, addr, strlen(addr))) goto fail;
@@ -182,7 +215,8 @@ int tcp_mesh_build(cpu_pg *g) {
     }
     free(val);
     tune(fd);
-    hello_msg h = {HELLO_MAGIC, me, g->group_id};
+    hello_msg h = {HELLO_MAGIC, me, g->group_id, "", ""};
+    memcpy(h.key, key_text, sizeof h.key);
     if (blocking_io(fd, &h, sizeof h, true, deadline)) {
       close(fd);
       dp_error("process group: cannot greet rank %d", g->granks[j]);
@@ -201,8 +235,10 @@ int tcp_mesh_build(cpu_pg *g) {
     if (fd < 0) continue;
     tune(fd);
     hello_msg h;
-    if (blocking_io(fd, &h, sizeof h, false, deadline) || h.magic != HELLO_MAGIC || h.group_id != g->group_id ||
-        h.grank <= me || h.grank >= n || g->fds[h.grank] >= 0 || g->node_of[h.grank] == g->my_node) {
+    int64_t hello_by = pg_now_ms() + HELLO_WAIT_MS; /* a silent stranger cannot hold up the others */
+    if (blocking_io(fd, &h, sizeof h, false, hello_by < deadline ? hello_by : deadline) || h.magic != HELLO_MAGIC ||
+        h.group_id != g->group_id || memcmp(h.key, key_text, sizeof h.key) != 0 || h.grank <= me || h.grank >= n ||
+        g->fds[h.grank] >= 0 || g->node_of[h.grank] == g->my_node) {
       close(fd); /* not one of ours: ignore it */
       continue;
     }

@@ -3,8 +3,12 @@
  *   options.c     command line and the `ddplua:` section of --config
  *   launcher.c    picks the mode (in-process, scheduler rank, supervised workers) and builds the environment
  *   sched_env.c   Slurm and Open MPI environments -> one rank's placement
- *   rendezvous.c  multi-node agreement on process counts, and failure propagation between nodes' hosts
- *   supervisor.c  spawning the workers (fork + exec), their output, failure handling
+ *   token.c       the job token of a job started across nodes or by a scheduler
+ *   rendezvous.c  multi-node agreement on process counts, and messages between nodes' hosts
+ *   blame.c       which rank failed first, from the ranks' failure reports and exits
+ *   supervisor.c  spawning the workers (fork + exec), their output, signals, the event loop
+ *   verdict.c     how a failure ends: the culprit, one verdict across nodes, the summary
+ *                 (supervisor.h: what these two share)
  *   output.c      whole-line, rank-prefixed relay of the workers' output, logs and last lines */
 #ifndef DP_HOST_H
 #define DP_HOST_H
@@ -12,6 +16,7 @@
 #include <lua.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "distributed/store.h"
@@ -34,6 +39,13 @@ void dp_host_lua_dir(char *out, size_t n);
  * arg[1..n_args] = args. Prints the error with a traceback and returns 1 on
  * failure. */
 int dp_host_run_script(lua_State *L, const char *script, char **pre, int n_pre, char **args, int n_args);
+/* In a worker: where dp_host_run_script reports a failure to the host (see
+ * main.c) and this worker's rank. */
+void dp_host_set_report(int fd, int rank);
+/* The descriptor a worker finds its report pipe on, named to it by
+ * DDPLUA_REPORT_FD. */
+#define DP_REPORT_FD 3
+#define DP_REPORT_ENV "DDPLUA_REPORT_FD"
 int dp_host_main(int argc, char **argv);
 
 /* ---- options.c ---- */
@@ -47,6 +59,8 @@ typedef struct {
   double timeout_s;      /* 300 */
   char *config;          /* absolute path of --config, or NULL */
   char *log_dir;         /* NULL: no logs */
+  char *token_file;      /* --token_file, or NULL */
+  bool insecure;         /* --insecure: a job of independently started processes may run without a secret */
   bool nproc_given, nnodes_given;
   /* what to run */
   char *script; /* path of the script (or of the tool) */
@@ -79,16 +93,29 @@ typedef struct {
   int master_port;
   char token[80];
   const char *scheduler; /* "Slurm", "Open MPI" */
+  char public_seed[400]; /* scheduler: what every task knows alike (for --insecure) */
 } dp_placement;
 
-/* 1 and fills p when this process is one rank started by Slurm (srun) or
- * Open MPI (mpirun); 0 when neither; -1 + dp_error on an inconsistent
- * environment. */
+/* 1 and fills p (all but the token: see dp_job_token) when this process is
+ * one rank started by Slurm (srun) or Open MPI (mpirun); 0 when neither; -1
+ * + dp_error on an inconsistent environment. */
 int dp_sched_detect(dp_placement *p);
-/* A job token that every process of a multi-process job can compute alike
- * when nothing hands them a common random one: DDPLUA_JOB_TOKEN if set,
- * else a hash of `what` (job id, master address and port). */
-void dp_shared_token(const char *what, char *out, size_t n);
+
+/* ---- token.c ---- */
+
+/* The job token (the store's password) of a job whose processes are
+ * started apart (the hosts of several nodes, the tasks of a scheduler),
+ * which therefore cannot hand each other a random one: DDPLUA_JOB_TOKEN, or
+ * the first line of --token_file. Without either the start is refused (-1 +
+ * dp_error saying how to give one; `who` names the kind of job), unless
+ * --insecure: then the token is derived from `public_seed` (addresses,
+ * ports, job ids: what anyone can know) and a warning says so on stderr when
+ * `warn`. 0 and the token in out on success. */
+int dp_job_token(const dp_host_opts *o, const char *who, const char *public_seed, bool warn, char *out, size_t n);
+/* Shortest secret accepted. */
+#define DP_TOKEN_MIN_CHARS 16
+/* FNV-1a of s from h (also sched_env.c's port derivation). */
+uint64_t dp_fnv1a(const char *s, uint64_t h);
 
 /* ---- rendezvous.c ---- */
 
@@ -97,19 +124,36 @@ typedef struct dp_rdzv dp_rdzv;
  * other nodes; sets *rank_offset and *world_size. NULL + dp_error. */
 dp_rdzv *dp_rdzv_join(const char *addr, int port, const char *token, int node_rank, int nnodes, int nproc,
                       int timeout_ms, int *rank_offset, int *world_size);
-/* A file descriptor that becomes readable when another node asks this one
- * to stop (or the store on node 0 goes away); read the reason with
- * dp_rdzv_stop_reason. */
-int dp_rdzv_stop_fd(dp_rdzv *r);
-/* The other node's message and exit code (0 if the job simply ended). */
-int dp_rdzv_stop_reason(dp_rdzv *r, char *msg, size_t n);
-/* Asks every other node to stop: `code` and `msg` name this node's cause. */
-void dp_rdzv_stop_others(dp_rdzv *r, int code, const char *msg);
+/* What other nodes' hosts (or the store) tell this one while the job runs. */
+typedef enum {
+  DP_MSG_VERDICT,   /* the job's verdict: code, text */
+  DP_MSG_ACCUSE,    /* a rank elsewhere (victim) failed because of this node's `rank`: text is its error */
+  DP_MSG_LOST,      /* node `node`'s host vanished: text */
+  DP_MSG_STORE_LOST /* the store (node 0's host) is gone: text */
+} dp_rdzv_msg_kind;
+typedef struct {
+  dp_rdzv_msg_kind kind;
+  int code, rank, victim, node;
+  char text[1024];
+} dp_rdzv_msg;
+/* Readable when a message is waiting; dp_rdzv_next takes one (false: none). */
+int dp_rdzv_fd(dp_rdzv *r);
+bool dp_rdzv_next(dp_rdzv *r, dp_rdzv_msg *m);
+/* The node that runs global rank `rank` (-1: none). */
+int dp_rdzv_node_of(const dp_rdzv *r, int rank);
+/* Claims the job's verdict: 1 when this host is the first to (it then
+ * publishes it), 0 when another was (its verdict is on the way), -1 when
+ * the store cannot be reached. */
+int dp_rdzv_claim(dp_rdzv *r);
+/* Sends the verdict to every other node. */
+void dp_rdzv_publish(dp_rdzv *r, int code, const char *text);
+/* Tells the node of `rank` that `victim` (here) failed because of it. */
+void dp_rdzv_accuse(dp_rdzv *r, int rank, int victim, const char *text);
 /* Reports this node's exit code; on node 0 waits for the other nodes'
  * reports (up to timeout_ms after a normal end, a few seconds after a
- * failure, less if SIGINT/SIGTERM/SIGHUP/SIGQUIT is pending), so the store
- * outlives every node's workers, and returns the first non-zero code among
- * them (or `code`). Frees r. */
+ * failure, not at all for a node known lost, less if SIGINT/SIGTERM/SIGHUP/
+ * SIGQUIT is pending), so the store outlives every node's workers, and
+ * returns the first non-zero code among them (or `code`). Frees r. */
 int dp_rdzv_finish(dp_rdzv *r, int code, int timeout_ms);
 
 /* ---- output.c ---- */
@@ -125,6 +169,39 @@ void dp_relay_close(dp_relay *r, int stream);
 /* Writes the last lines of this rank (at most ~20) to fd, each indented. */
 void dp_relay_print_tail(dp_relay *r, int fd);
 void dp_relay_free(dp_relay *r);
+
+/* ---- blame.c ---- */
+
+/* The culprit of a failure among this node's ranks first_rank ..
+ * first_rank+n-1, from their failure reports and exits (blame.c has the
+ * rules). Events are given in the order the host saw them. */
+typedef struct dp_blame dp_blame;
+dp_blame *dp_blame_new(int first_rank, int n);
+void dp_blame_free(dp_blame *b);
+/* Rank `rank` reported that its script failed with `text`, its process
+ * groups blaming global rank `blamed` (-1: nobody). */
+void dp_blame_report(dp_blame *b, int rank, int blamed, const char *text, int64_t now_ms);
+/* A rank of another node (victim) failed because of our `rank`. */
+void dp_blame_accused(dp_blame *b, int rank, int victim, const char *text, int64_t now_ms);
+/* Rank `rank` exited (code, or killed by sig); after_stop: the host had
+ * already begun stopping the job. */
+void dp_blame_exit(dp_blame *b, int rank, int code, int sig, bool after_stop);
+
+typedef enum {
+  DP_BLAME_NONE,   /* no failure */
+  DP_BLAME_WAIT,   /* an accused rank may still report: resolve again at until_ms */
+  DP_BLAME_LOCAL,  /* rank is the culprit */
+  DP_BLAME_REMOTE, /* the culprit is rank, of another node: that node's host judges */
+} dp_blame_state;
+typedef struct {
+  dp_blame_state state;
+  int rank;
+  int code;         /* the job's exit code */
+  char why[900];    /* what the culprit did: "exited with code 3", "stopped making progress: ..." */
+  bool exiting;     /* LOCAL: it reported its error and is still exiting: stop the others at its exit, */
+  int64_t until_ms; /* or at this time (WAIT: resolve again then) */
+} dp_blame_verdict;
+void dp_blame_resolve(const dp_blame *b, int64_t now_ms, dp_blame_verdict *v);
 
 /* ---- supervisor.c ---- */
 

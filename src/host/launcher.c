@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -214,10 +215,14 @@ static int run_launcher(const dp_host_opts *o, char **argv) {
   snprintf(p.master_addr, sizeof p.master_addr, "%s", o->master_addr ? o->master_addr : "127.0.0.1");
   p.master_port = o->master_port ? o->master_port : multi ? MULTI_NODE_DEFAULT_PORT : 0;
   if (multi) {
-    /* every node's host must compute the same token */
-    char what[400];
-    snprintf(what, sizeof what, "nodes|%s|%d|%d", p.master_addr, p.master_port, p.nnodes);
-    dp_shared_token(what, p.token, sizeof p.token);
+    /* every node's host must hold the same secret */
+    char who[64], seed[400];
+    snprintf(who, sizeof who, "a job across %d nodes", p.nnodes);
+    snprintf(seed, sizeof seed, "nodes of %s:%d", p.master_addr, p.master_port);
+    if (dp_job_token(o, who, seed, true, p.token, sizeof p.token)) {
+      fprintf(stderr, "ddplua: %s\n", dp_errmsg());
+      return 2;
+    }
   } else {
     dp_store_make_token(p.token, sizeof p.token);
   }
@@ -278,13 +283,52 @@ static int run_scheduled(const dp_host_opts *o, dp_placement *p, int argc, char 
   return rc;
 }
 
-/* A worker dies with its host (SIGKILL when the host's thread that spawned
- * it ends, however it ends). Set here rather than between fork and exec so
- * that the host can spawn with posix_spawn; the getppid check closes the
- * window in which the host may already have died. */
+/* The signal a worker gets when its host dies (PR_SET_PDEATHSIG). It is
+ * caught, so that the worker takes down its whole process group (the
+ * node's ranks and every process their scripts started, which the kernel
+ * would otherwise leave running, reparented) and not only itself. */
+#define HOST_DIED_SIGNAL (SIGRTMIN + 8)
+
+static void host_died(int sig) {
+  (void)sig;
+  kill(0, SIGKILL); /* the group, this process included */
+  _exit(128 + SIGKILL);
+}
+
+/* A worker dies with its host (however the host's thread that spawned it
+ * ends). Set here rather than between fork and exec so that the host can
+ * spawn with posix_spawn; the getppid check closes the window in which the
+ * host may already have died. */
 static void die_with_host(const char *host_pid) {
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  struct sigaction sa = {.sa_handler = host_died};
+  sigemptyset(&sa.sa_mask);
+  sigaction(HOST_DIED_SIGNAL, &sa, NULL);
+  prctl(PR_SET_PDEATHSIG, HOST_DIED_SIGNAL);
   if (getppid() != (pid_t)atol(host_pid)) _exit(1);
+}
+
+/* A scheduler's rank: one random token when it is the only one, else the
+ * job's secret. 1, or -1 + dp_error. */
+static int scheduler_token(const dp_host_opts *o, dp_placement *p) {
+  if (p->world_size == 1) {
+    dp_store_make_token(p->token, sizeof p->token);
+    return 1;
+  }
+  char who[96];
+  snprintf(who, sizeof who, "a %s job of %d tasks", p->scheduler, p->world_size);
+  return dp_job_token(o, who, p->public_seed, p->local_rank == 0, p->token, sizeof p->token) ? -1 : 1;
+}
+
+/* The soft limit on open files up to the hard one: the store holds one
+ * descriptor per connection (a rank's, a host's, a stranger's until it is
+ * closed), and a soft limit of 1024 is a common default well below what the
+ * system allows. */
+static void raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
 }
 
 int dp_host_main(int argc, char **argv) {
@@ -292,11 +336,18 @@ int dp_host_main(int argc, char **argv) {
    * pipe or socket of the host lands there */
   for (int fd = 0; fd <= 2; fd++)
     if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) < 0) return 1;
+  raise_fd_limit();
   const char *host_pid = getenv(DP_WORKER_ENV);
   bool worker = host_pid != NULL;
   if (worker) {
     die_with_host(host_pid);
     unsetenv(DP_WORKER_ENV); /* a ddplua the script starts is a host again */
+    const char *rfd = getenv(DP_REPORT_ENV), *rank = getenv("RANK");
+    if (rfd && atoi(rfd) == DP_REPORT_FD && rank) {
+      fcntl(DP_REPORT_FD, F_SETFD, FD_CLOEXEC); /* not for the script's own children */
+      dp_host_set_report(DP_REPORT_FD, atoi(rank));
+    }
+    unsetenv(DP_REPORT_ENV);
   }
   dp_host_opts o;
   bool done;
@@ -314,6 +365,7 @@ int dp_host_main(int argc, char **argv) {
     /* an explicit --nproc/--nnodes > 1 means this host launches (e.g. one
      * srun task per node), whatever the scheduler says */
     if (!(o.nproc_given && o.nproc > 1) && !(o.nnodes_given && o.nnodes > 1)) sched = dp_sched_detect(&p);
+    if (sched > 0) sched = scheduler_token(&o, &p);
     if (sched < 0) {
       fprintf(stderr, "ddplua: %s\n", dp_errmsg());
       rc = 2;

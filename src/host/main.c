@@ -10,9 +10,34 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "distributed/pg.h"
 #include "host/host.h"
 
 int luaopen_ddplua_core(lua_State *L);
+
+static int report_fd = -1, report_rank = -1;
+
+void dp_host_set_report(int fd, int rank) {
+  report_fd = fd;
+  report_rank = rank;
+}
+
+/* Tells the host, before anything slow (printing, freeing the heap at
+ * exit), that this rank's script failed and whom the process groups blame
+ * (-1: nobody, the failure is this rank's own): "<rank> <blamed> <first
+ * line of the error>\n", one write of less than PIPE_BUF, so it arrives
+ * whole and before this process's exit. */
+static void report_failure(const char *msg) {
+  if (report_fd < 0) return;
+  char line[1200];
+  int k = snprintf(line, sizeof line, "%d %d ", report_rank, dp_pg_culprit());
+  size_t first = strcspn(msg, "\n");
+  if (first > sizeof line - (size_t)k - 2) first = sizeof line - (size_t)k - 2;
+  memcpy(line + k, msg, first);
+  line[k + (int)first] = '\n';
+  if (write(report_fd, line, (size_t)k + first + 1) < 0) { /* the host is gone: nobody to tell */
+  }
+}
 
 /* <dir of the executable>/../../lua (build tree), <prefix>/share/ddplua/lua
  * (installed) or the source tree. */
@@ -92,6 +117,7 @@ int dp_host_run_script(lua_State *L, const char *script, char **pre, int n_pre, 
   }
   if (rc != LUA_OK) {
     const char *msg = lua_tostring(L, -1);
+    report_failure(msg ? msg : "(error object is not a string)");
     fprintf(stderr, "ddplua: %s\n", msg ? msg : "(error object is not a string)");
     fflush(stderr);
     return 1;

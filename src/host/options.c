@@ -1,5 +1,6 @@
 /* The host's command line:
  *   ddplua [--nproc N|auto] [--nnodes N --node_rank R --master_addr A --master_port P]
+ *          [--token_file FILE | --insecure]
  *          [--backend auto|nccl|cpu] [--config run.yaml] [--log_dir DIR] [--timeout S]
  *          script.lua|tool [key=value ...] [script args ...]
  * Options come before the script (`--opt value` or `--opt=value`); everything after the script belongs to
@@ -31,10 +32,14 @@ enum {
   OPT_TIMEOUT,
   OPT_LOG_DIR,
   OPT_CONFIG,
+  OPT_TOKEN_FILE,
+  OPT_INSECURE,
   N_OPTS
 };
 
-/* Options in the order --help lists them; `config` is command-line only. */
+/* Options in the order --help lists them. From `config` on they are
+ * command-line only (the security choices are not left to a run file);
+ * `insecure` is a flag, without a value. */
 static const struct {
   const char *name, *expects;
 } opt_info[N_OPTS] = {
@@ -47,6 +52,8 @@ static const struct {
     [OPT_TIMEOUT] = {"timeout", "a positive number of seconds"},
     [OPT_LOG_DIR] = {"log_dir", "a directory name"},
     [OPT_CONFIG] = {"config", "a YAML file"},
+    [OPT_TOKEN_FILE] = {"token_file", "a file holding the job's secret token"},
+    [OPT_INSECURE] = {"insecure", "no value"},
 };
 
 static const char usage_text[] =
@@ -69,6 +76,9 @@ static const char usage_text[] =
     "                      wins), `script:` names the script; passed to the script as DDPLUA_CONFIG\n"
     "  --log_dir DIR       also write each rank's output to DIR/rank_N.log\n"
     "  --timeout S         deadline in seconds for rendezvous and every collective (default 300)\n"
+    "  --token_file FILE   the job's secret token (first line of FILE, which only you may read); a job\n"
+    "                      across nodes, or of a scheduler's tasks, needs one (or DDPLUA_JOB_TOKEN)\n"
+    "  --insecure          run such a job without a secret: anyone who reaches the store can join it\n"
     "  --help, --version\n"
     "\n"
     "Each rank's output is printed line by line as \"[rank N] ...\". When a rank fails, the others are\n"
@@ -179,6 +189,11 @@ static int set_option(dp_host_opts *o, int id, const char *v) {
     if (!*v) goto bad;
     set_str(&o->log_dir, v);
     break;
+  case OPT_TOKEN_FILE:
+    if (!*v) goto bad;
+    set_str(&o->token_file, v);
+    break;
+  case OPT_INSECURE: o->insecure = true; break;
   case OPT_CONFIG: {
     char abs[PATH_MAX];
     struct stat st;
@@ -204,7 +219,7 @@ static void list_options(char *buf, size_t n, bool yaml) {
   size_t k = 0;
   buf[0] = 0;
   for (int i = 0; i < N_OPTS && k < n; i++) {
-    if (yaml && i == OPT_CONFIG) continue;
+    if (yaml && i >= OPT_CONFIG) break;
     k += (size_t)snprintf(buf + k, n - k, "%s%s%s", k ? ", " : "", yaml ? "" : "--", opt_info[i].name);
   }
 }
@@ -238,7 +253,7 @@ static int load_config(dp_host_opts *o, const char *shown_path, const bool *give
     for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1)) {
       const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
       int id = key ? find_option(key, strlen(key)) : -1;
-      if (id < 0 || id == OPT_CONFIG) {
+      if (id < 0 || id >= OPT_CONFIG) {
         dp_error("%s: unknown key 'ddplua.%s' (valid keys: %s)", shown_path, key ? key : luaL_tolstring(L, -2, NULL),
                  valid);
         goto out;
@@ -322,6 +337,7 @@ void dp_host_opts_free(dp_host_opts *o) {
   free(o->backend);
   free(o->config);
   free(o->log_dir);
+  free(o->token_file);
   free(o->script);
   memset(o, 0, sizeof *o);
 }
@@ -359,7 +375,10 @@ int dp_host_parse(int argc, char **argv, dp_host_opts *o, bool *done) {
       return usage_error("unknown option '%s' (valid options: %s, --help, --version)", a, valid);
     }
     const char *v = eq ? eq + 1 : NULL;
-    if (!v) {
+    if (id == OPT_INSECURE) {
+      if (v) return usage_error("--insecure takes no value (got '%s')%s", v, "");
+      v = "";
+    } else if (!v) {
       if (i + 1 >= argc) {
         fprintf(stderr, "ddplua: --%s expects a value (%s)\n", opt_info[id].name, opt_info[id].expects);
         return 2;

@@ -12,7 +12,9 @@
  *   OMPI_COMM_WORLD_LOCAL_RANK / _LOCAL_SIZE; NODE_RANK = RANK / LOCAL_WORLD_SIZE (mpirun's default mapping
  *   fills node after node, with the same count on each); MASTER_ADDR / MASTER_PORT from the environment
  *   (127.0.0.1 on one node; the port may be derived from the MPI job id).
- * Rank 0 serves the rendezvous store on MASTER_ADDR:MASTER_PORT. */
+ * Rank 0 serves the rendezvous store on MASTER_ADDR:MASTER_PORT. The job
+ * token comes from DDPLUA_JOB_TOKEN or --token_file (token.c): nothing the
+ * scheduler gives every task alike is secret. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,23 +22,6 @@
 
 #include "core/error.h"
 #include "host/host.h"
-
-static uint64_t fnv1a(const char *s, uint64_t h) {
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-  return h;
-}
-
-void dp_shared_token(const char *what, char *out, size_t n) {
-  const char *env = getenv("DDPLUA_JOB_TOKEN");
-  if (env && *env && strlen(env) < 64 &&
-      strspn(env, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_.") == strlen(env)) {
-    snprintf(out, n, "%s", env);
-    return;
-  }
-  const char *seed = env && *env ? env : what;
-  snprintf(out, n, "%016llx%016llx", (unsigned long long)fnv1a(seed, 14695981039346656037ull),
-           (unsigned long long)fnv1a(seed, 0x9e3779b97f4a7c15ull));
-}
 
 /* Reads an integer variable in [lo, hi]; -1 + dp_error naming it. */
 static int env_int(const char *who, const char *name, long lo, long hi, int *out) {
@@ -89,13 +74,12 @@ static int master_from_env(dp_placement *p, const char *fallback_addr, const cha
   if (getenv("MASTER_PORT")) {
     if (env_int(p->scheduler, "MASTER_PORT", 1, 65535, &p->master_port)) return -1;
   } else if (port_seed) {
-    p->master_port = 10000 + (int)(fnv1a(port_seed, 14695981039346656037ull) % 20000);
+    p->master_port = 10000 + (int)(dp_fnv1a(port_seed, 14695981039346656037ull) % 20000);
   } else {
     return dp_error("%s: MASTER_PORT is not set and there is no job id to derive one from", p->scheduler);
   }
-  char what[512];
-  snprintf(what, sizeof what, "%s|%s|%s|%d", p->scheduler, port_seed ? port_seed : "", p->master_addr, p->master_port);
-  dp_shared_token(what, p->token, sizeof p->token);
+  snprintf(p->public_seed, sizeof p->public_seed, "%s job %s, %s:%d", p->scheduler, port_seed ? port_seed : "-",
+           p->master_addr, p->master_port);
   return 0;
 }
 

@@ -11,14 +11,19 @@
  * exit is noticed with waitid(WNOWAIT) and the zombie is kept until the end:
  * the group id then cannot be reused while the host may still signal it.
  * Waiting is event-driven: ppoll on the pipes, a signalfd (SIGCHLD and the
- * stop signals) and the rendezvous watcher's pipe; the only timeout is the
- * grace period between SIGTERM and SIGKILL. */
+ * stop signals), the workers' failure reports and the rendezvous
+ * watcher's pipe; the timeouts are the grace period between SIGTERM and
+ * SIGKILL and the waits blame.c asks for.
+ *
+ * How a failure ends (the culprit, one verdict across nodes, the summary)
+ * is verdict.c's. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,45 +33,17 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "host/host.h"
+#include "host/supervisor.h"
 
 extern char **environ;
 
-enum { GRACE_MS = 3000, DRAIN_MS = 500, READ_CHUNK = 65536 };
-
-typedef struct {
-  int rank;
-  pid_t pid;
-  int fd[2]; /* read ends of its stdout, stderr pipes; -1 once closed */
-  int log_fd;
-  dp_relay *relay;
-  bool exited;
-  int code, sig; /* exit code, or the signal that killed it */
-  char **envp;
-} worker;
-
-typedef enum { RUNNING, STOP_FAILURE, STOP_SIGNAL, STOP_REMOTE, STOP_LAUNCH } stop_kind;
-
-typedef struct {
-  const dp_supervise_args *a;
-  worker *w;
-  int n, alive;
-  pid_t pgid;
-  stop_kind stop;
-  int failed;      /* index of the worker whose failure stopped the job */
-  int host_signal; /* the signal that stopped the host */
-  int remote_code;
-  char remote_msg[1024];
-  int64_t kill_at_ms; /* SIGKILL the group at this time; -1: not pending */
-} sup;
-
-static int64_t now_ms(void) {
+int64_t sup_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static const char *signame(int sig, char *buf, size_t n) {
+const char *sup_signame(int sig, char *buf, size_t n) {
   const char *abbrev = sigabbrev_np(sig);
   if (abbrev) snprintf(buf, n, "SIG%s", abbrev);
   else snprintf(buf, n, "signal %d", sig);
@@ -92,23 +69,25 @@ static bool same_name(const char *env_entry, const char *set) {
 /* The worker's environment: ours, minus what the job sets, plus the job's
  * variables and the rank's own. */
 static char **worker_env(const dp_supervise_args *a, int rank, int local_rank) {
-  char own[3][64];
+  enum { N_OWN = 4 };
+  char own[N_OWN][64];
   snprintf(own[0], sizeof own[0], "RANK=%d", rank);
   snprintf(own[1], sizeof own[1], "LOCAL_RANK=%d", local_rank);
   snprintf(own[2], sizeof own[2], "%s=%d", DP_WORKER_ENV, (int)getpid());
+  snprintf(own[3], sizeof own[3], "%s=%d", DP_REPORT_ENV, DP_REPORT_FD);
   size_t n_env = 0, n_extra = 0;
   while (environ[n_env]) n_env++;
   while (a->job_env[n_extra]) n_extra++;
-  char **env = dp_xcalloc(n_env + n_extra + 4, sizeof *env);
+  char **env = dp_xcalloc(n_env + n_extra + N_OWN + 1, sizeof *env);
   size_t k = 0;
   for (size_t i = 0; i < n_env; i++) {
     bool drop = false;
     for (size_t j = 0; j < n_extra && !drop; j++) drop = same_name(environ[i], a->job_env[j]);
-    for (int j = 0; j < 3 && !drop; j++) drop = same_name(environ[i], own[j]);
+    for (int j = 0; j < N_OWN && !drop; j++) drop = same_name(environ[i], own[j]);
     if (!drop) env[k++] = dp_xstrdup(environ[i]);
   }
   for (size_t j = 0; j < n_extra; j++) env[k++] = dp_xstrdup(a->job_env[j]);
-  for (int j = 0; j < 3; j++) env[k++] = dp_xstrdup(own[j]);
+  for (int j = 0; j < N_OWN; j++) env[k++] = dp_xstrdup(own[j]);
   env[k] = NULL;
   return env;
 }
@@ -122,7 +101,7 @@ static void free_env(char **env) {
 /* posix_spawn: glibc creates the child with CLONE_VM|CLONE_VFORK (no copy
  * of the host's page tables) and runs exactly these steps before exec. The
  * worker sets its parent-death signal itself (see dp_host_main). */
-static int spawn_one(sup *s, worker *w, int out_w, int err_w) {
+static int spawn_one(sup *s, worker *w, int out_w, int err_w, int report_w) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t at;
   posix_spawn_file_actions_init(&fa);
@@ -130,6 +109,7 @@ static int spawn_one(sup *s, worker *w, int out_w, int err_w) {
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&fa, out_w, 1); /* dup2 clears O_CLOEXEC on 1 and 2 */
   posix_spawn_file_actions_adddup2(&fa, err_w, 2);
+  posix_spawn_file_actions_adddup2(&fa, report_w, DP_REPORT_FD); /* its failure report (main.c) */
   sigset_t none, dfl;
   sigemptyset(&none);
   sigemptyset(&dfl);
@@ -152,74 +132,54 @@ static int spawn_one(sup *s, worker *w, int out_w, int err_w) {
   return 0;
 }
 
-static int spawn_all(sup *s) {
-  for (int i = 0; i < s->n; i++) {
-    worker *w = &s->w[i];
-    int out[2], err[2];
-    if (pipe2(out, O_CLOEXEC) < 0) return dp_error("pipe: %s", strerror(errno));
-    if (pipe2(err, O_CLOEXEC) < 0) {
-      close(out[0]);
-      close(out[1]);
-      return dp_error("pipe: %s", strerror(errno));
-    }
-    w->envp = worker_env(s->a, w->rank, s->a->first_local_rank + i);
-    int rc = spawn_one(s, w, out[1], err[1]);
+static int spawn_worker(sup *s, int i, int report_w) {
+  worker *w = &s->w[i];
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) < 0) return dp_error("pipe: %s", strerror(errno));
+  if (pipe2(err, O_CLOEXEC) < 0) {
+    close(out[0]);
     close(out[1]);
-    close(err[1]);
-    if (rc != 0) {
-      close(out[0]);
-      close(err[0]);
-      return -1;
-    }
-    if (s->pgid == 0) s->pgid = w->pid;
-    w->fd[0] = out[0];
-    w->fd[1] = err[0];
-    fcntl(out[0], F_SETFL, O_NONBLOCK);
-    fcntl(err[0], F_SETFL, O_NONBLOCK);
-    s->alive++;
+    return dp_error("pipe: %s", strerror(errno));
   }
+  w->envp = worker_env(s->a, w->rank, s->a->first_local_rank + i);
+  int rc = spawn_one(s, w, out[1], err[1], report_w);
+  close(out[1]);
+  close(err[1]);
+  if (rc != 0) {
+    close(out[0]);
+    close(err[0]);
+    return -1;
+  }
+  if (s->pgid == 0) s->pgid = w->pid;
+  w->fd[0] = out[0];
+  w->fd[1] = err[0];
+  fcntl(out[0], F_SETFL, O_NONBLOCK);
+  fcntl(err[0], F_SETFL, O_NONBLOCK);
+  s->alive++;
   return 0;
 }
 
-static void signal_group(sup *s, int sig) {
+static int spawn_all(sup *s) {
+  int rep[2];
+  if (pipe2(rep, O_CLOEXEC) < 0) return dp_error("pipe: %s", strerror(errno));
+  s->report_fd = rep[0];
+  fcntl(rep[0], F_SETFL, O_NONBLOCK);
+  int rc = 0;
+  for (int i = 0; i < s->n && !rc; i++) rc = spawn_worker(s, i, rep[1]);
+  close(rep[1]); /* the workers hold the write end: the host sees EOF once they are all gone */
+  return rc;
+}
+
+void sup_signal_group(sup *s, int sig) {
   if (s->pgid > 0) kill(-s->pgid, sig);
 }
 
-static void begin_stop(sup *s, stop_kind why) {
+void sup_begin_stop(sup *s, stop_kind why) {
   if (s->stop != RUNNING) return;
   s->stop = why;
-  signal_group(s, SIGTERM);
-  s->kill_at_ms = now_ms() + GRACE_MS;
-}
-
-/* One line naming the failed rank: the summary and the message to other nodes. */
-static void describe_failure(sup *s, char *buf, size_t n) {
-  worker *w = &s->w[s->failed];
-  char sn[32];
-  size_t k = (size_t)snprintf(buf, n, "rank %d (pid %d", w->rank, (int)w->pid);
-  if (s->a->nnodes > 1) k += (size_t)snprintf(buf + k, n - k, " on node %d", s->a->node_rank);
-  if (w->sig) snprintf(buf + k, n - k, ") was killed by signal %d (%s)", w->sig, signame(w->sig, sn, sizeof sn));
-  else snprintf(buf + k, n - k, ") exited with code %d", w->code);
-}
-
-static int failure_code(const worker *w) { return w->sig ? 128 + w->sig : w->code; }
-
-static void tell_other_nodes(sup *s) {
-  if (!s->a->rdzv || s->stop == STOP_REMOTE) return;
-  char msg[512];
-  int code;
-  if (s->stop == STOP_FAILURE) {
-    describe_failure(s, msg, sizeof msg);
-    code = failure_code(&s->w[s->failed]);
-  } else if (s->stop == STOP_LAUNCH) {
-    snprintf(msg, sizeof msg, "node %d's host could not start its ranks", s->a->node_rank);
-    code = 1;
-  } else {
-    char sn[32];
-    snprintf(msg, sizeof msg, "node %d's host received %s", s->a->node_rank, signame(s->host_signal, sn, sizeof sn));
-    code = 128 + s->host_signal;
-  }
-  dp_rdzv_stop_others(s->a->rdzv, code, msg);
+  sup_signal_group(s, SIGTERM);
+  sup_signal_group(s, SIGCONT); /* a stopped (frozen) rank gets its SIGTERM now, not after the grace period */
+  s->kill_at_ms = sup_now_ms() + GRACE_MS;
 }
 
 /* Notes workers that have exited (keeping their zombies). */
@@ -233,12 +193,9 @@ static void check_exits(sup *s) {
     s->alive--;
     if (si.si_code == CLD_EXITED) w->code = si.si_status;
     else w->sig = si.si_status;
-    if ((w->code != 0 || w->sig != 0) && s->stop == RUNNING) {
-      s->failed = i;
-      begin_stop(s, STOP_FAILURE);
-      tell_other_nodes(s);
-    }
+    dp_blame_exit(s->blame, w->rank, w->code, w->sig, s->stop != RUNNING);
   }
+  verdict_decide(s);
 }
 
 /* Relays what one pipe holds now (at most one chunk, so that a chatty rank
@@ -259,46 +216,43 @@ static void pump(worker *w, int stream) {
 
 static void handle_signals(sup *s, int sfd) {
   struct signalfd_siginfo si;
+  bool chld = false;
   while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
     int sig = (int)si.ssi_signo;
     if (sig == SIGCHLD) {
-      check_exits(s);
+      chld = true;
     } else if (s->stop == RUNNING) {
       s->host_signal = sig;
-      begin_stop(s, STOP_SIGNAL);
-      tell_other_nodes(s);
+      char sn[32], line[200];
+      snprintf(line, sizeof line, "node %d's host received %s", s->a->node_rank, sup_signame(sig, sn, sizeof sn));
+      verdict_settle(s, STOP_SIGNAL, 128 + sig, line, -1);
     } else {
       /* a second Ctrl-C: no more grace */
-      signal_group(s, SIGKILL);
+      sup_signal_group(s, SIGKILL);
       s->kill_at_ms = -1;
     }
   }
+  if (chld) check_exits(s);
 }
 
-static void handle_remote_stop(sup *s, int *rfd) {
-  char b;
-  if (read(*rfd, &b, 1) <= 0) return;
-  *rfd = -1; /* the watcher reports once */
-  char msg[1024];
-  int code = dp_rdzv_stop_reason(s->a->rdzv, msg, sizeof msg);
-  if (code == 0 || s->stop != RUNNING) return;
-  s->remote_code = code;
-  snprintf(s->remote_msg, sizeof s->remote_msg, "%s", msg);
-  begin_stop(s, STOP_REMOTE);
-}
-
-/* Polls the open pipes (+ signalfd, remote-stop fd) once. */
-static void poll_once(sup *s, int sfd, int *rfd, int timeout_ms) {
-  int n = 0, at_sfd = -1, at_rfd = -1;
-  struct pollfd pf[2 + 2 * s->n];
-  int who[2 + 2 * s->n];
+/* Polls the open pipes (+ signalfd, report pipe, remote messages) once:
+ * reports before exits, so that a rank's report counts before its death. */
+static void poll_once(sup *s, int sfd, int timeout_ms) {
+  int n = 0, at_sfd = -1, at_rfd = -1, at_rep = -1;
+  struct pollfd pf[3 + 2 * s->n];
+  int who[3 + 2 * s->n];
+  int rfd = s->a->rdzv ? dp_rdzv_fd(s->a->rdzv) : -1;
+  if (s->report_fd >= 0) {
+    at_rep = n;
+    pf[n++] = (struct pollfd){s->report_fd, POLLIN, 0};
+  }
   if (sfd >= 0) {
     at_sfd = n;
     pf[n++] = (struct pollfd){sfd, POLLIN, 0};
   }
-  if (*rfd >= 0) {
+  if (rfd >= 0) {
     at_rfd = n;
-    pf[n++] = (struct pollfd){*rfd, POLLIN, 0};
+    pf[n++] = (struct pollfd){rfd, POLLIN, 0};
   }
   int first_pipe = n;
   for (int i = 0; i < s->n; i++)
@@ -312,7 +266,8 @@ static void poll_once(sup *s, int sfd, int *rfd, int timeout_ms) {
   if (r <= 0) return;
   for (int k = first_pipe; k < n; k++)
     if (pf[k].revents) pump(&s->w[who[k] / 2], who[k] % 2 + 1);
-  if (at_rfd >= 0 && pf[at_rfd].revents) handle_remote_stop(s, rfd);
+  if (at_rep >= 0 && pf[at_rep].revents) verdict_read_reports(s);
+  if (at_rfd >= 0 && pf[at_rfd].revents) verdict_handle_remote(s);
   if (at_sfd >= 0 && pf[at_sfd].revents) handle_signals(s, sfd);
 }
 
@@ -322,31 +277,24 @@ static bool pipes_open(sup *s) {
   return false;
 }
 
-static int finish(sup *s) {
-  char line[1200], sn[32];
-  switch (s->stop) {
-  case RUNNING: return 0;
-  case STOP_FAILURE:
-    describe_failure(s, line, sizeof line);
-    fprintf(stderr, "ddplua: %s\n", line);
-    fflush(stderr);
-    dp_relay_print_tail(s->w[s->failed].relay, 2);
-    return failure_code(&s->w[s->failed]);
-  case STOP_SIGNAL:
-    fprintf(stderr, "ddplua: received %s; stopped all %d ranks of this node\n", signame(s->host_signal, sn, sizeof sn),
-            s->n);
-    return 128 + s->host_signal;
-  case STOP_REMOTE:
-    fprintf(stderr, "ddplua: stopped because another node failed: %s\n", s->remote_msg);
-    return s->remote_code;
-  case STOP_LAUNCH: return 1; /* the reason was printed when it happened */
-  }
-  return 1;
+/* Whether the loop still has something to wait for: a worker, or another
+ * node's verdict that is due. */
+static bool waiting(sup *s) { return s->alive > 0 || verdict_due(s); }
+
+static int next_timeout(sup *s) {
+  int64_t now = sup_now_ms(), at = -1;
+  int64_t cand[] = {s->kill_at_ms, s->decide_at_ms, waiting(s) && s->alive == 0 ? s->v.remote_by : -1};
+  for (size_t i = 0; i < sizeof cand / sizeof *cand; i++)
+    if (cand[i] >= 0 && (at < 0 || cand[i] < at)) at = cand[i];
+  if (at < 0) return -1;
+  return at > now ? (int)(at - now) : 0;
 }
 
 int dp_supervise(const dp_supervise_args *a) {
-  sup s = {.a = a, .n = a->n_workers, .kill_at_ms = -1};
+  sup s = {.a = a, .n = a->n_workers, .kill_at_ms = -1, .decide_at_ms = -1, .report_fd = -1};
   s.w = dp_xcalloc((size_t)s.n, sizeof *s.w);
+  s.blame = dp_blame_new(a->first_rank, s.n);
+  s.v.culprit = -1;
   int code = 1;
   sigset_t mask;
   sigemptyset(&mask);
@@ -355,8 +303,7 @@ int dp_supervise(const dp_supervise_args *a) {
   int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0) {
     fprintf(stderr, "ddplua: signalfd: %s\n", strerror(errno));
-    free(s.w);
-    return 1;
+    goto out;
   }
   for (int i = 0; i < s.n; i++) {
     worker *w = &s.w[i];
@@ -374,36 +321,31 @@ int dp_supervise(const dp_supervise_args *a) {
     w->relay = dp_relay_new(w->rank, w->log_fd);
   }
   if (spawn_all(&s) != 0) {
+    char line[600];
     fprintf(stderr, "ddplua: %s\n", dp_errmsg());
-    s.stop = STOP_LAUNCH; /* and stop what was started */
-    signal_group(&s, SIGKILL);
-    tell_other_nodes(&s);
+    snprintf(line, sizeof line, "node %d's host could not start its ranks (%s)", a->node_rank, dp_errmsg());
+    verdict_settle(&s, STOP_LAUNCH, 1, line, -1); /* and stop what was started */
   }
-  int rfd = a->rdzv ? dp_rdzv_stop_fd(a->rdzv) : -1;
   check_exits(&s); /* a SIGCHLD that came before the signalfd existed */
-  while (s.alive > 0) {
-    int tmo = -1;
-    if (s.kill_at_ms >= 0) {
-      int64_t left = s.kill_at_ms - now_ms();
-      if (left <= 0) {
-        signal_group(&s, SIGKILL);
-        s.kill_at_ms = -1;
-        continue;
-      }
-      tmo = (int)left;
+  while (waiting(&s)) {
+    int64_t now = sup_now_ms();
+    if (s.kill_at_ms >= 0 && now >= s.kill_at_ms) {
+      sup_signal_group(&s, SIGKILL);
+      s.kill_at_ms = -1;
     }
-    poll_once(&s, sfd, &rfd, tmo);
+    if (s.decide_at_ms >= 0 && now >= s.decide_at_ms) verdict_decide(&s);
+    poll_once(&s, sfd, next_timeout(&s));
   }
   /* every worker has exited: end whatever the scripts left in the group,
    * then relay the output still in the pipes */
-  signal_group(&s, SIGKILL);
-  int64_t drain_end = now_ms() + DRAIN_MS;
-  int no_fd = -1;
+  sup_signal_group(&s, SIGKILL);
+  int64_t drain_end = sup_now_ms() + DRAIN_MS;
   while (pipes_open(&s)) {
-    int64_t left = drain_end - now_ms();
+    int64_t left = drain_end - sup_now_ms();
     if (left <= 0) break;
-    poll_once(&s, -1, &no_fd, (int)left);
+    poll_once(&s, -1, (int)left);
   }
+  if (s.report_fd >= 0) verdict_read_reports(&s);
   for (int i = 0; i < s.n; i++) {
     for (int j = 0; j < 2; j++)
       if (s.w[i].fd[j] >= 0) {
@@ -414,14 +356,16 @@ int dp_supervise(const dp_supervise_args *a) {
   }
   /* a signal that came while the last workers exited still stops the host */
   if (s.stop == RUNNING) handle_signals(&s, sfd);
-  code = finish(&s);
+  code = verdict_finish(&s);
 out:
   for (int i = 0; i < s.n; i++) {
     dp_relay_free(s.w[i].relay);
     free_env(s.w[i].envp);
     if (s.w[i].log_fd >= 0) close(s.w[i].log_fd);
   }
+  if (s.report_fd >= 0) close(s.report_fd);
+  dp_blame_free(s.blame);
   free(s.w);
-  close(sfd);
+  if (sfd >= 0) close(sfd);
   return code;
 }

@@ -8,8 +8,6 @@
 #include "io/lua_value.h"
 #include "io/yaml_lua.h"
 
-#define MAX_DEPTH 100
-
 typedef struct {
   yaml_emitter_t em;
   dp_sbuf *out;
@@ -71,7 +69,8 @@ static int node(emitter *e, int idx, int depth) {
   case LUA_TTABLE: break;
   default: return dp_error("%s: cannot write a %s as YAML", e->path.p, luaL_typename(L, idx));
   }
-  if (depth >= MAX_DEPTH) return dp_error("%s: nested more than %d tables deep (a cycle?)", e->path.p, MAX_DEPTH);
+  if (depth >= DP_YAML_MAX_DEPTH)
+    return dp_error("%s: nested more than %d tables deep (a cycle?)", e->path.p, DP_YAML_MAX_DEPTH);
   luaL_checkstack(L, 6, "YAML nesting");
   idx = lua_absindex(L, idx);
   size_t n, mark = e->path.len;

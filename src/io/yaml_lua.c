@@ -1,15 +1,20 @@
+/* YAML text -> Lua values (see yaml_lua.h): libyaml's event parser, one
+ * recursive call per collection, bounded in depth, size and values. */
 #include "io/yaml_lua.h"
 
 #include <errno.h>
 #include <lauxlib.h>
 #include <limits.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <yaml.h>
 
 #include "core/error.h"
+#include "io/regular_file.h"
 
 static int is_int(const char *s, lua_Integer *out) {
   const char *p = s;
@@ -81,115 +86,150 @@ typedef struct {
   lua_State *L;
   yaml_parser_t parser;
   const char *name;
-  int anchors; /* stack index of the anchor table */
-  int failed;
+  int anchors;      /* stack index of the anchor table: name -> value */
+  int anchor_sizes; /* stack index of name -> values the anchored node holds */
+  int64_t values;   /* values so far, aliases counted as what they stand for */
+  /* file input: bytes read, and whether the limit stopped the reading */
+  FILE *file;
+  size_t bytes;
+  bool too_big;
 } ctx;
+
+static int fail_at(ctx *c, const yaml_mark_t *m, const char *problem) {
+  return dp_error("%s:%zu:%zu: %s", c->name, m->line + 1, m->column + 1, problem);
+}
 
 static int fail_parser(ctx *c) {
   yaml_parser_t *p = &c->parser;
+  if (c->too_big) {
+    char msg[96];
+    snprintf(msg, sizeof msg, "the file is larger than %d MiB (the limit for a YAML file)", DP_YAML_MAX_BYTES >> 20);
+    return fail_at(c, &p->mark, msg);
+  }
   const yaml_mark_t *m = p->context ? &p->context_mark : &p->problem_mark;
   if (p->problem)
-    dp_error("%s:%zu:%zu: %s%s%s", c->name, p->problem_mark.line + 1, p->problem_mark.column + 1, p->problem,
-             p->context ? " " : "", p->context ? p->context : "");
-  else dp_error("%s:%zu:%zu: invalid YAML", c->name, m->line + 1, m->column + 1);
-  c->failed = 1;
-  return -1;
+    return dp_error("%s:%zu:%zu: %s%s%s", c->name, p->problem_mark.line + 1, p->problem_mark.column + 1, p->problem,
+                    p->context ? " " : "", p->context ? p->context : "");
+  return fail_at(c, m, "invalid YAML");
 }
 
-static int parse_node(ctx *c, yaml_event_t *ev);
+/* Counts n more values; an error at m once the document holds too many. */
+static int count_values(ctx *c, int64_t n, const yaml_mark_t *m) {
+  c->values += n;
+  if (c->values <= DP_YAML_MAX_VALUES) return 0;
+  char msg[128];
+  snprintf(msg, sizeof msg, "the document holds more than %d values (aliases counted as the values they repeat)",
+           DP_YAML_MAX_VALUES);
+  return fail_at(c, m, msg);
+}
 
-/* Parses the value following an already-read start event. Pushes it. */
-static int parse_node(ctx *c, yaml_event_t *ev) {
+static int parse_node(ctx *c, yaml_event_t *ev, int depth);
+
+/* The items of a sequence or mapping whose start event was just read,
+ * into the table at t; keys alternate with values in a mapping. */
+static int parse_items(ctx *c, int t, bool mapping, int depth) {
+  lua_State *L = c->L;
+  lua_Integer i = 1;
+  for (;;) {
+    yaml_event_t k;
+    if (!yaml_parser_parse(&c->parser, &k)) return fail_parser(c);
+    if (k.type == YAML_SEQUENCE_END_EVENT || k.type == YAML_MAPPING_END_EVENT) {
+      yaml_event_delete(&k);
+      return 0;
+    }
+    if (!mapping) {
+      int rc = parse_node(c, &k, depth + 1);
+      yaml_event_delete(&k);
+      if (rc) return -1;
+      lua_rawseti(L, t, i++);
+      continue;
+    }
+    if (k.type != YAML_SCALAR_EVENT) {
+      fail_at(c, &k.start_mark, "mapping keys must be plain scalars");
+      yaml_event_delete(&k);
+      return -1;
+    }
+    yaml_mark_t kmark = k.start_mark;
+    lua_pushlstring(L, (const char *)k.data.scalar.value, k.data.scalar.length);
+    yaml_event_delete(&k);
+    if (count_values(c, 1, &kmark)) return -1;
+    lua_pushvalue(L, -1);
+    if (lua_rawget(L, t) != LUA_TNIL) {
+      lua_pop(L, 2);
+      return fail_at(c, &kmark, "duplicate key");
+    }
+    lua_pop(L, 1);
+    yaml_event_t v;
+    if (!yaml_parser_parse(&c->parser, &v)) return fail_parser(c);
+    int rc = parse_node(c, &v, depth + 1);
+    yaml_event_delete(&v);
+    if (rc) return -1;
+    lua_rawset(L, t); /* t[key] = value */
+  }
+}
+
+/* Parses the value following an already-read start event and pushes it;
+ * depth counts the collections around it. */
+static int parse_node(ctx *c, yaml_event_t *ev, int depth) {
   lua_State *L = c->L;
   luaL_checkstack(L, 8, "yaml nesting");
   const char *anchor = NULL;
+  int64_t before = c->values;
   switch (ev->type) {
-  case YAML_ALIAS_EVENT:
-    lua_getfield(L, c->anchors, (const char *)ev->data.alias.anchor);
-    if (lua_isnil(L, -1) && !lua_toboolean(L, -1)) {
+  case YAML_ALIAS_EVENT: {
+    const char *name = (const char *)ev->data.alias.anchor;
+    if (lua_getfield(L, c->anchor_sizes, name) == LUA_TNIL) {
       lua_pop(L, 1);
-      dp_error("%s:%zu:%zu: unknown alias '*%s'", c->name, ev->start_mark.line + 1, ev->start_mark.column + 1,
-               ev->data.alias.anchor);
+      dp_error("%s:%zu:%zu: unknown alias '*%s'", c->name, ev->start_mark.line + 1, ev->start_mark.column + 1, name);
       return -1;
     }
+    int64_t n = (int64_t)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    if (count_values(c, n, &ev->start_mark)) return -1;
+    lua_getfield(L, c->anchors, name);
     return 0;
+  }
   case YAML_SCALAR_EVENT: {
+    if (count_values(c, 1, &ev->start_mark)) return -1;
     const char *v = (const char *)ev->data.scalar.value;
     if (ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) dp_yaml_push_scalar(L, v);
     else lua_pushlstring(L, v, ev->data.scalar.length);
     anchor = (const char *)ev->data.scalar.anchor;
     break;
   }
-  case YAML_SEQUENCE_START_EVENT: {
-    anchor = (const char *)ev->data.sequence_start.anchor;
-    lua_newtable(L);
-    int t = lua_gettop(L);
-    lua_Integer i = 1;
-    for (;;) {
-      yaml_event_t e;
-      if (!yaml_parser_parse(&c->parser, &e)) return fail_parser(c);
-      if (e.type == YAML_SEQUENCE_END_EVENT) {
-        yaml_event_delete(&e);
-        break;
-      }
-      int rc = parse_node(c, &e);
-      yaml_event_delete(&e);
-      if (rc) return -1;
-      lua_rawseti(L, t, i++);
-    }
-    break;
-  }
+  case YAML_SEQUENCE_START_EVENT:
   case YAML_MAPPING_START_EVENT: {
-    anchor = (const char *)ev->data.mapping_start.anchor;
-    lua_newtable(L);
-    int t = lua_gettop(L);
-    for (;;) {
-      yaml_event_t k;
-      if (!yaml_parser_parse(&c->parser, &k)) return fail_parser(c);
-      if (k.type == YAML_MAPPING_END_EVENT) {
-        yaml_event_delete(&k);
-        break;
-      }
-      if (k.type != YAML_SCALAR_EVENT) {
-        dp_error("%s:%zu:%zu: mapping keys must be plain scalars", c->name, k.start_mark.line + 1,
-                 k.start_mark.column + 1);
-        yaml_event_delete(&k);
-        return -1;
-      }
-      size_t kline = k.start_mark.line + 1, kcol = k.start_mark.column + 1;
-      lua_pushlstring(L, (const char *)k.data.scalar.value, k.data.scalar.length);
-      yaml_event_delete(&k);
-      lua_pushvalue(L, -1);
-      if (lua_rawget(L, t) != LUA_TNIL) {
-        lua_pop(L, 2);
-        dp_error("%s:%zu:%zu: duplicate key", c->name, kline, kcol);
-        return -1;
-      }
-      lua_pop(L, 1);
-      yaml_event_t v;
-      if (!yaml_parser_parse(&c->parser, &v)) return fail_parser(c);
-      int rc = parse_node(c, &v);
-      yaml_event_delete(&v);
-      if (rc) return -1;
-      lua_rawset(L, t); /* t[key] = value */
+    /* each level is a C stack frame here: bound them before the stack is */
+    if (depth >= DP_YAML_MAX_DEPTH) {
+      char msg[96];
+      snprintf(msg, sizeof msg, "nested more than %d levels deep (the limit for a YAML document)", DP_YAML_MAX_DEPTH);
+      return fail_at(c, &ev->start_mark, msg);
     }
+    if (count_values(c, 1, &ev->start_mark)) return -1;
+    bool mapping = ev->type == YAML_MAPPING_START_EVENT;
+    anchor = (const char *)(mapping ? ev->data.mapping_start.anchor : ev->data.sequence_start.anchor);
+    lua_newtable(L);
+    if (parse_items(c, lua_gettop(L), mapping, depth)) return -1;
     break;
   }
-  default:
-    dp_error("%s:%zu:%zu: unexpected YAML event", c->name, ev->start_mark.line + 1, ev->start_mark.column + 1);
-    return -1;
+  default: return fail_at(c, &ev->start_mark, "unexpected YAML event");
   }
   if (anchor) {
     lua_pushvalue(L, -1);
     lua_setfield(L, c->anchors, anchor);
+    lua_pushinteger(L, (lua_Integer)(c->values - before));
+    lua_setfield(L, c->anchor_sizes, anchor);
   }
   return 0;
 }
 
 static int parse_stream(ctx *c) {
   lua_State *L = c->L;
+  int base = lua_gettop(L);
   lua_newtable(L);
   c->anchors = lua_gettop(L);
+  lua_newtable(L);
+  c->anchor_sizes = lua_gettop(L);
   int pushed = 0, rc = 0;
   for (;;) {
     yaml_event_t e;
@@ -207,27 +247,29 @@ static int parse_stream(ctx *c) {
       continue;
     }
     if (pushed) {
-      dp_error("%s:%zu:%zu: only one YAML document per file is supported", c->name, e.start_mark.line + 1,
-               e.start_mark.column + 1);
+      rc = fail_at(c, &e.start_mark, "only one YAML document per file is supported");
       yaml_event_delete(&e);
-      rc = -1;
       break;
     }
-    rc = parse_node(c, &e);
+    rc = parse_node(c, &e, 0);
     yaml_event_delete(&e);
     if (rc) break;
     pushed = 1;
   }
   if (rc) {
-    lua_settop(L, c->anchors - 1);
+    lua_settop(L, base);
     return -1;
   }
   if (!pushed) lua_pushnil(L);
-  lua_remove(L, c->anchors);
+  lua_replace(L, base + 1); /* the value where the anchor table was */
+  lua_settop(L, base + 1);
   return 0;
 }
 
 int dp_yaml_push_string(lua_State *L, const char *text, size_t len, const char *name) {
+  if (len > DP_YAML_MAX_BYTES)
+    return dp_error("%s: the text is larger than %d MiB (the limit for a YAML document)", name,
+                    DP_YAML_MAX_BYTES >> 20);
   ctx c = {.L = L, .name = name};
   if (!yaml_parser_initialize(&c.parser)) return dp_error("%s: cannot initialise the YAML parser", name);
   yaml_parser_set_input_string(&c.parser, (const unsigned char *)text, len);
@@ -236,15 +278,34 @@ int dp_yaml_push_string(lua_State *L, const char *text, size_t len, const char *
   return rc;
 }
 
+/* libyaml's read handler for files: stops at the size limit (a file may
+ * grow while it is read, so its size at open is not enough). */
+static int read_bounded(void *data, unsigned char *buf, size_t size, size_t *size_read) {
+  ctx *c = data;
+  size_t room = DP_YAML_MAX_BYTES + (size_t)1 - c->bytes;
+  size_t k = fread(buf, 1, size < room ? size : room, c->file);
+  c->bytes += k;
+  *size_read = k;
+  if (c->bytes > DP_YAML_MAX_BYTES) {
+    c->too_big = true;
+    return 0;
+  }
+  return !ferror(c->file);
+}
+
 int dp_yaml_push_file(lua_State *L, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return dp_error("%s: cannot open: %s", path, strerror(errno));
-  ctx c = {.L = L, .name = path};
+  FILE *f = dp_fopen_regular(path, NULL);
+  if (!f) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", dp_errmsg());
+    return dp_error("%s: %s", path, why);
+  }
+  ctx c = {.L = L, .name = path, .file = f};
   if (!yaml_parser_initialize(&c.parser)) {
     fclose(f);
     return dp_error("%s: cannot initialise the YAML parser", path);
   }
-  yaml_parser_set_input_file(&c.parser, f);
+  yaml_parser_set_input(&c.parser, read_bounded, &c);
   int rc = parse_stream(&c);
   yaml_parser_delete(&c.parser);
   fclose(f);

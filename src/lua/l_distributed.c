@@ -39,12 +39,11 @@ static void group_unref(lgroup *g) {
 
 /* Destroys g's process group and takes it off the live list. C code may
  * still hold the group (a DDP reducer on the default group holds no Lua
- * reference), so a backend that can keeps a tombstone that fails every
- * later call instead of freeing it. */
+ * reference): it is then shut down, failing every later call, and freed
+ * when that code lets go (dp_pg_retire). */
 static void group_destroy(lgroup *g) {
   if (g->destroyed) return;
-  if (g->pg && g->pg->ops->shutdown) g->pg->ops->shutdown(g->pg);
-  else if (g->pg) g->pg->ops->destroy(g->pg);
+  if (g->pg) dp_pg_retire(g->pg);
   g->pg = NULL;
   g->destroyed = true;
   for (lgroup **pp = &lt_dist.groups; *pp; pp = &(*pp)->next)
@@ -144,8 +143,10 @@ static int exchange_hosts(int rank, int size, int timeout_ms) {
   for (int r = 0; r < size && !rc; r++) {
     size_t len;
     snprintf(key, sizeof key, "%s/host/%d", lt_dist.prefix, r);
-    if (dp_store_get(lt_dist.store, key, (void **)&hosts[r], &len, timeout_ms))
+    if (dp_store_get(lt_dist.store, key, (void **)&hosts[r], &len, timeout_ms)) {
+      dp_pg_blame(r);
       rc = dp_error("init_process_group: rank %d of %d never joined within %.1f s", r, size, timeout_ms / 1000.0);
+    }
   }
   if (!rc) {
     int nodes = 0;
@@ -267,19 +268,30 @@ static int l_init(lua_State *L) {
   return 0;
 }
 
-/* Rank 0 serving the store keeps it up until every rank has said goodbye
+/* Every rank says goodbye to this generation's keys; the last one deletes
+ * them all (every rank is done with them), so a store that outlives many
+ * init/destroy cycles (the host's) holds one generation at a time. Rank 0
+ * serving the store itself keeps it up until every rank has said goodbye
  * (bounded), so a slower rank's last store use does not fail. */
 static void goodbye(void) {
   if (!lt_dist.store || !lt_dist.world) return;
-  char key[64];
+  char key[64], prefix[48];
   snprintf(key, sizeof key, "%s/bye", lt_dist.prefix);
+  snprintf(prefix, sizeof prefix, "%s/", lt_dist.prefix);
   int64_t n = 0;
-  if (dp_store_add(lt_dist.store, key, 1, &n) || !lt_dist.server) return;
+  int world = lt_dist.world->n;
+  if (dp_store_add(lt_dist.store, key, 1, &n)) return;
+  if (n >= world) {
+    dp_store_delete_prefix(lt_dist.store, prefix, NULL);
+    return;
+  }
+  if (!lt_dist.server) return;
   int timeout_ms = lt_dist.world->pg->timeout_ms < 10000 ? lt_dist.world->pg->timeout_ms : 10000;
-  for (int waited = 0; n < lt_dist.world->n && waited < timeout_ms; waited += 5) {
+  const char *keys[] = {key};
+  for (int waited = 0, here = 1; here && waited < timeout_ms; waited += 5) {
     struct timespec ts = {0, 5000000};
     nanosleep(&ts, NULL);
-    if (dp_store_add(lt_dist.store, key, 0, &n)) return;
+    if (dp_store_check(lt_dist.store, keys, 1, &here)) return; /* gone once the last one left */
   }
 }
 

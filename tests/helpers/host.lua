@@ -9,6 +9,7 @@ local function abspath(p)
 end
 
 H.bin = abspath(os.getenv("DDPLUA_BIN") or "./build/bin/ddplua")
+H.abspath = abspath
 
 --- Quotes s for /bin/sh.
 function H.q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end

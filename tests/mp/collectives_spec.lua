@@ -476,8 +476,8 @@ describe("under the launcher", function()
       function()
         local port = dist.find_free_port()
         local node = function(r, np)
-          return string.format("%s --nnodes 2 --node_rank %d --nproc %d --master_port %d " ..
-            "tests/mp/scripts/launcher_collectives.lua", BIN, r, np, port)
+          return string.format("DDPLUA_JOB_TOKEN=collectives-spec-0123456789 %s --nnodes 2 --node_rank %d --nproc %d " ..
+            "--master_port %d tests/mp/scripts/launcher_collectives.lua", BIN, r, np, port)
         end
         local out, ok = run(string.format("(%s >/dev/null 2>&1 & %s; rc=$?; wait; exit $rc)", node(1, split[2]),
           node(0, split[1])))

@@ -107,7 +107,8 @@ echo "$rc $(( (t1 - t0) / 1000000 ))"
       local script = io.popen("pwd"):read("l") .. "/tests/mp/scripts/netns_allreduce.lua"
       local abs_bin = BIN:sub(1, 1) == "/" and BIN or (io.popen("pwd"):read("l") .. "/" .. BIN:gsub("^%./", ""))
       local common = " --nnodes 2 --master_addr 10.213.0.1 --master_port 29611 --timeout 60 "
-      local cmd = string.format("(ip netns exec %s %s%s--node_rank 1 --nproc 1 %s > %s 2>&1 & " ..
+      local cmd = string.format("(export DDPLUA_JOB_TOKEN=faults-spec-0123456789abcdef; " ..
+        "ip netns exec %s %s%s--node_rank 1 --nproc 1 %s > %s 2>&1 & " ..
         "ip netns exec %s %s%s--node_rank 0 --nproc 1 %s; wait)", ns[2], q(abs_bin), common, q(script),
         "/tmp/ddplua_netns_node1.log", ns[1], q(abs_bin), common, q(script))
       local out, ok = sh(cmd)

@@ -37,6 +37,10 @@ end
 
 local cores = tonumber(sh("nproc").out)
 
+-- The shared secret that jobs of processes started apart need (several
+-- nodes' hosts, a scheduler's tasks): hostile_spec checks the refusal without one.
+local SECRET = "DDPLUA_JOB_TOKEN=host-spec-0123456789abcdef "
+
 describe("ddplua host", function()
   local dir
   before_each(function() dir = H.tmpdir() end)
@@ -368,7 +372,7 @@ end
     it("joins two hosts with different --nproc into one job of 3 ranks", function()
       write(dir .. "/env.lua", ENV_SCRIPT)
       local port = H.free_port()
-      local common = q(BIN) .. " --nnodes 2 --master_addr 127.0.0.1 --master_port " .. port
+      local common = SECRET .. q(BIN) .. " --nnodes 2 --master_addr 127.0.0.1 --master_port " .. port
       local r = sh(("cd %s && (%s --node_rank 1 --nproc 1 env.lua >out1 2>err1; echo $? >rc1) & " ..
         "sleep 0.2; cd %s && %s --node_rank 0 --nproc 2 env.lua >out0 2>err0; echo $? >rc0; wait")
         :format(q(dir), common, q(dir), common))
@@ -395,7 +399,7 @@ if os.getenv("RANK") == "2" then os.exit(5) end
 os.execute("sleep 30")
 ]])
       local port = H.free_port()
-      local common = q(BIN) .. " --nnodes 2 --master_port " .. port
+      local common = SECRET .. q(BIN) .. " --nnodes 2 --master_port " .. port
       local t0 = os.time()
       sh(("cd %s && (%s --node_rank 1 --nproc 1 f.lua >out1 2>err1; echo $? >rc1) & " ..
         "cd %s && %s --node_rank 0 --nproc 2 f.lua >out0 2>err0; echo $? >rc0; wait")
@@ -410,7 +414,7 @@ os.execute("sleep 30")
 
     it("names the nodes that never joined when the timeout passes", function()
       write(dir .. "/x.lua", "")
-      local r = sh(q(BIN) .. " --nnodes 3 --node_rank 0 --timeout 0.5 --master_port " .. H.free_port() .. " " ..
+      local r = sh(SECRET .. q(BIN) .. " --nnodes 3 --node_rank 0 --timeout 0.5 --master_port " .. H.free_port() .. " " ..
         q(dir .. "/x.lua"))
       assert.are.equal(1, r.code)
       assert.matches("node 0: rendezvous with the other nodes' hosts at 127%.0%.0%.1:%d+ failed", r.err)
@@ -425,7 +429,7 @@ os.execute("sleep 30")
       local tasks = { { 0, 0, 0 }, { 1, 1, 0 }, { 2, 0, 1 } }
       local cmds = {}
       for _, t in ipairs(tasks) do
-        cmds[#cmds + 1] = ("env -u MASTER_PORT -u MASTER_ADDR SLURM_JOB_ID=4242 SLURM_STEP_ID=0 SLURM_NTASKS=3 " ..
+        cmds[#cmds + 1] = ("env -u MASTER_PORT -u MASTER_ADDR " .. SECRET .. "SLURM_JOB_ID=4242 SLURM_STEP_ID=0 SLURM_NTASKS=3 " ..
           "SLURM_NNODES=2 SLURM_STEP_TASKS_PER_NODE='2,1' SLURM_LAUNCH_NODE_IPADDR=127.0.0.1 " ..
           "SLURM_PROCID=%d SLURM_LOCALID=%d SLURM_NODEID=%d %s env.lua >out%d 2>&1")
           :format(t[1], t[2], t[3], q(BIN), t[1])
@@ -448,7 +452,7 @@ os.execute("sleep 30")
       write(dir .. "/probe.lua", ([[
 os.execute("env -u SLURM_PROCID " .. %q .. " --master_port " .. os.getenv("MASTER_PORT") .. " " .. %q .. " 2>" .. %q)
 ]]):format(BIN, dir .. "/env.lua", dir .. "/probe.err"))
-      r = sh("cd " .. q(dir) .. " && SLURM_JOB_ID=7 SLURM_STEP_ID=0 SLURM_NTASKS=2 SLURM_PROCID=0 SLURM_LOCALID=0 " ..
+      r = sh("cd " .. q(dir) .. " && " .. SECRET .. "SLURM_JOB_ID=7 SLURM_STEP_ID=0 SLURM_NTASKS=2 SLURM_PROCID=0 SLURM_LOCALID=0 " ..
         "SLURM_NODEID=0 MASTER_ADDR=127.0.0.1 " .. q(BIN) .. " probe.lua")
       assert.are.equal(0, r.code, r.err)
       assert.matches("port %d+ on 127%.0%.0%.1 is already in use", H.read(dir .. "/probe.err"))
@@ -458,7 +462,7 @@ os.execute("env -u SLURM_PROCID " .. %q .. " --master_port " .. os.getenv("MASTE
       write(dir .. "/env.lua", ENV_SCRIPT)
       -- "3(x2),1": nodes 0 and 1 run 3 tasks each, node 2 runs 1
       for node, expect in pairs({ [0] = "3", [1] = "3", [2] = "1" }) do
-        local r = sh(("SLURM_JOB_ID=5 SLURM_STEP_ID=1 SLURM_NTASKS=7 SLURM_NNODES=3 " ..
+        local r = sh((SECRET .. "SLURM_JOB_ID=5 SLURM_STEP_ID=1 SLURM_NTASKS=7 SLURM_NNODES=3 " ..
           "SLURM_STEP_TASKS_PER_NODE='3(x2),1' SLURM_PROCID=6 SLURM_LOCALID=0 SLURM_NODEID=%d " ..
           "MASTER_ADDR=127.0.0.1 %s %s"):format(node, q(BIN), q(dir .. "/env.lua")))
         assert.are.equal(0, r.code, r.err)
@@ -473,7 +477,7 @@ os.execute("env -u SLURM_PROCID " .. %q .. " --master_port " .. os.getenv("MASTE
 
     it("maps Open MPI variables to ranks (mpirun)", function()
       write(dir .. "/env.lua", ENV_SCRIPT)
-      local r = sh("OMPI_COMM_WORLD_RANK=3 OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_LOCAL_RANK=1 " ..
+      local r = sh(SECRET .. "OMPI_COMM_WORLD_RANK=3 OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_LOCAL_RANK=1 " ..
         "OMPI_COMM_WORLD_LOCAL_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 " .. q(BIN) .. " " .. q(dir .. "/env.lua"))
       assert.are.equal(0, r.code, r.err)
       local env = ranks_env(r.out)
@@ -518,7 +522,10 @@ os.execute("env -u SLURM_PROCID " .. %q .. " --master_port " .. os.getenv("MASTE
       write(dir .. "/val.yaml", "ddplua:\n  nproc: two\n")
       write(dir .. "/float.yaml", "ddplua:\n  master_port: 80.0\n")
       write(dir .. "/noscript.yaml", "script: missing.lua\n")
+      -- 30000 levels crashed the host (SIGSEGV, exit 139)
+      write(dir .. "/deep.yaml", "lr: " .. string.rep("[", 30000) .. string.rep("]", 30000) .. "\n")
       local cases = {
+        { "deep.yaml", "ddplua: deep%.yaml:1:104: nested more than 100 levels deep" },
         { "bad.yaml", "ddplua: bad%.yaml:2:%d+: " },
         { "key.yaml", "key%.yaml: unknown key 'ddplua%.nprocs' %(valid keys: nproc, nnodes, node_rank, master_addr, " ..
           "master_port, backend, timeout, log_dir%)" },

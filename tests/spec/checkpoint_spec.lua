@@ -266,6 +266,97 @@ describe("checkpoints", function()
     assert.are.same({ 1 }, t.w:totable())
   end)
 
+  describe("malformed but valid metadata", function()
+    -- A real checkpoint of an SGD optimizer, a StepLR schedule and a
+    -- DistributedSampler, whose metadata each case then rewrites.
+    local function objects()
+      ddp.manual_seed(1)
+      local w = ddp.randn(3, 2):requires_grad_()
+      local opt = ddp.optim.SGD({ w }, { lr = 0.1, momentum = 0.9 })
+      w.grad = ddp.ones(3, 2)
+      opt:step()
+      local sched = ddp.optim.lr_scheduler.StepLR(opt, { step_size = 2, gamma = 0.5 })
+      local sampler = ddp.data.DistributedSampler(10, { num_replicas = 1, rank = 0 })
+      return { model = { w = w }, optimizer = opt, scheduler = sched, sampler = sampler }
+    end
+    local function rewrite(path, key, text)
+      local tensors, meta = core.load(path)
+      meta[key] = text
+      core.save(tensors, path, { metadata = meta })
+    end
+    local cases = {
+      -- the internal errors these gave are in the comments
+      { "rng", "true", "rng is true, expected a list of per-rank generator states" }, -- attempt to get length of a boolean
+      { "rng", '[{"philox": {"seed": "1", "offset": 0}}]', 'rng[1].philox.seed is the string "1", expected an integer' },
+      { "rng", '[{"philox": {"seed": 1, "offset": 0}, "lua": [0, 0, 0, 0]}]', "rng[1].lua is not 4 integers, not all zero" },
+      { "optimizer", '{"state": {"__map__": [[null, {}]]}, "param_groups": []}',
+        "optimizer.state entry 1 of its map is not a [key, value] pair" }, -- table index is nil
+      { "optimizer", '{"state": {"__map__": [[1, {}], [1, {}]]}, "param_groups": []}', "optimizer.state names key 1 twice" },
+      { "optimizer", '{"state": {}, "param_groups": [{"params": [1], "lr": "0.1", "momentum": 0.9}]}',
+        "optimizer: SGD: load_state_dict: param_groups[1]: invalid lr 0.1 (expected a number >= 0)" },
+      { "optimizer", '{"state": {}, "param_groups": [{"params": ["1"]}]}',
+        'optimizer.param_groups[1].params[1] is the string "1", expected a parameter position' },
+      { "optimizer", '{"state": {"__map__": [[1, {"momentum_buffer": 2}]]}, "param_groups": [{"params": [1], ' ..
+        '"lr": 0.1, "momentum": 0.9}]}', "optimizer: SGD: load_state_dict: state[1].momentum_buffer is 2, expected " ..
+        "a tensor of the parameter's shape" },
+      { "optimizer", '[1, 2]', "optimizer.state is nothing, expected a table keyed by parameter position" },
+      { "optimizer", '{"state": {"__map__": [[1, {"momentum_buffer": {"__tensor__": 7}}]]}, "param_groups": []}',
+        "optimizer.state[1].momentum_buffer is a malformed tensor reference" },
+      { "optimizer", '{"state": {"__map__": [[1, {"momentum_buffer": {"__tensor__": "nope"}}]]}, "param_groups": []}',
+        "optimizer.state[1].momentum_buffer refers to tensor 'nope', which the file does not hold" },
+      { "sampler", '{"epoch": "3", "position": 0}',
+        'sampler: DistributedSampler: load_state_dict: epoch is "3", expected a non-negative integer' },
+      { "sampler", '{"epoch": 1, "position": 1000000000}',
+        "sampler: DistributedSampler: load_state_dict: position is 1000000000, expected an integer in 0..10" },
+      { "sampler", '{"epoch": 1.5, "position": 0}', "epoch is 1.5, expected a non-negative integer" },
+      { "scheduler", '{"last_epoch": 1, "step": 5}', "scheduler: StepLR: load_state_dict: unknown field 'step'" },
+      { "scheduler", '{"last_epoch": 1, "base_lrs": [0.1, 0.2]}',
+        "scheduler: StepLR: load_state_dict: base_lrs has 2 entries, the scheduler's own has 1" },
+      { "scheduler", '{"last_epoch": 1, "gamma": "0.5"}', 'gamma is "0.5", expected a number like the scheduler' },
+      { "epoch", '"3"', 'epoch is the string "3", expected a non-negative integer' },
+      { "step", "-1", "step is -1, expected a non-negative integer" },
+      { "world_size", "0", "world_size is 0, expected a positive integer" },
+      { "extra", '{"a": {"__map__": 5}}', "extra.a is a malformed map" },
+      { "sampler", '{"epoch": 1', '(__metadata__ "sampler")' },
+    }
+    for _, c in ipairs(cases) do
+      it(c[1] .. " = " .. c[2] .. ": an error at load naming the file and the field", function()
+        local path = dir .. "/m.safetensors"
+        ddp.save_checkpoint(path, objects())
+        rewrite(path, c[1], c[2])
+        local fresh = objects()
+        local before = fresh.model.w:clone()
+        fresh.model.w:detach():fill_(7)
+        local ok, err = pcall(ddp.load_checkpoint, path, fresh)
+        assert.is_false(ok, "loaded " .. c[1] .. " = " .. c[2])
+        assert.matches("load_checkpoint: " .. path, err, 1, true)
+        assert.matches(c[3], err, 1, true)
+        assert.is_nil(err:match("attempt to"), err)
+        -- the checks come first: a refused file restores nothing, not even the model
+        if c[1] ~= "optimizer" and c[1] ~= "scheduler" and c[1] ~= "sampler" or c[3]:match("^optimizer%.") then
+          assert.are.same({ 7, 7, 7, 7, 7, 7 }, U.flat(fresh.model.w:totable()))
+        end
+        assert.is_not_nil(before)
+      end)
+    end
+
+    it("loads the unmodified file, and save_checkpoint refuses what load would", function()
+      local path = dir .. "/ok.safetensors"
+      local src = objects()
+      src.sampler:load_state_dict({ epoch = 2, position = 4 })
+      src.epoch, src.step = 2, 9
+      ddp.save_checkpoint(path, src)
+      local fresh = objects()
+      local info = ddp.load_checkpoint(path, fresh)
+      assert.are.same({ 2, 9 }, { info.epoch, info.step })
+      assert.are.same({ epoch = 2, position = 4 }, fresh.sampler:state_dict())
+      assert.are.same(src.optimizer:state_dict().param_groups, fresh.optimizer:state_dict().param_groups)
+      local ok, err = pcall(ddp.save_checkpoint, path, { epoch = "3" })
+      assert.is_false(ok)
+      assert.matches('save_checkpoint: epoch must be a non-negative integer, got the string "3"', err, 1, true)
+    end)
+  end)
+
   it("never leaves a truncated or corrupt file at the target when killed with -9 during saves", function()
     local path = dir .. "/big.safetensors"
     local n = 4000000 -- 16 MB of float32: a save takes long enough to be interrupted

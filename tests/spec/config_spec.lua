@@ -143,6 +143,53 @@ extra:
     assert.matches("--config needs a file name", err, 1, true)
   end)
 
+  it("bounds a YAML file's nesting, size and alias expansion, naming file, line and column", function()
+    -- 30000 levels crashed the reader (one C stack frame per level)
+    U.write(dir .. "/deep.yaml", "lr: " .. string.rep("[", 30000) .. string.rep("]", 30000) .. "\n")
+    local err = config_error({ "--config", dir .. "/deep.yaml" })
+    assert.matches("config: " .. dir .. "/deep.yaml:1:104: nested more than 100 levels deep", err, 1, true)
+    local ok, e = pcall(core.yaml_parse, string.rep("- ", 5000) .. "x", "deep text")
+    assert.is_false(ok)
+    assert.matches("deep text:1:201: nested more than 100 levels deep", e, 1, true)
+    -- 100 levels read, and write back
+    local hundred = string.rep("[", 99) .. "1" .. string.rep("]", 99)
+    local v = core.yaml_parse("a: " .. hundred)
+    for _ = 1, 99 do v = v[1] or v.a end
+    assert.are.equal(1, v[1])
+    -- aliases of aliases: 10^9 values if walked; the result is bounded instead
+    local bomb = { "a: &a [x, x, x, x, x, x, x, x, x, x]" }
+    for i = 2, 9 do
+      local prev = string.char(96 + i - 1)
+      bomb[i] = string.char(96 + i) .. ": &" .. string.char(96 + i) .. " [" .. string.rep("*" .. prev, 10, ", ") .. "]"
+    end
+    U.write(dir .. "/bomb.yaml", table.concat(bomb, "\n") .. "\n")
+    err = config_error({ "--config", dir .. "/bomb.yaml" })
+    assert.matches("bomb.yaml:6:%d+: the document holds more than 1000000 values %(aliases counted", err)
+    -- an alias of a null value is that value (it used to be an unknown alias)
+    assert.are.same({ b = { 1 } }, core.yaml_parse("a: &n ~\nb: [1, *n]\n"))
+    ok, e = pcall(core.yaml_parse, string.rep("#", 16 * 1024 * 1024 + 1), "big")
+    assert.is_false(ok)
+    assert.matches("big: the text is larger than 16 MiB", e, 1, true)
+    local f = assert(io.open(dir .. "/big.yaml", "wb"))
+    f:write("a: 1\n", string.rep("#", 16 * 1024 * 1024), "\n")
+    f:close()
+    err = config_error({ "--config", dir .. "/big.yaml" })
+    assert.matches("big.yaml:%d+:%d+: the file is larger than 16 MiB", err)
+  end)
+
+  it("refuses a FIFO or a directory as the YAML file instead of blocking on it", function()
+    assert.is_true(U.run("mkfifo " .. U.quote(dir .. "/fifo.yaml")))
+    -- in a child process, so that a reader blocked on the FIFO is a failure, not a hung spec
+    local ok, out = U.run("cd " .. U.quote(dir) ..
+      " && echo 'local ddp = require \"ddplua\"; print(pcall(ddp.config, {a = 1}, {arg = {\"config=fifo.yaml\"}, " ..
+      "save = false}))' > s.lua && timeout 20 " .. U.quote(U.abspath(U.ddplua)) .. " s.lua; echo rc=$?")
+    assert.is_true(ok, out)
+    assert.matches("false\tconfig: fifo.yaml: not a regular file (it is a FIFO)", out, 1, true)
+    assert.matches("rc=0", out, 1, true)
+    local err = config_error({ "--config", dir })
+    assert.matches(dir .. ": not a regular file (it is a directory)", err, 1, true)
+  end)
+
   it("rejects defaults that are not plain configuration values", function()
     local ok, err = pcall(ddp.config, { f = print }, { arg = {}, print = false, save = false })
     assert.is_false(ok)

@@ -476,12 +476,77 @@ describe("data.CSVImageDataset", function()
       assert.matches(list .. ": row 2 (line 3): empty label", e, 1, true)
       e = err_of(CSVImageDataset, { csv = with("path,target\na.png,1\n") })
       assert.matches("CSV file '" .. list .. "' has no column 'label' (its columns: path, target)", e, 1, true)
-      e = err_of(CSVImageDataset, { csv = with("path,label\na.png,1\n,2\n") })
+      e = err_of(CSVImageDataset, { csv = with("path,label\na.png,0\n,1\n") })
       assert.matches(list .. ": row 2 (line 3): empty image path", e, 1, true)
       e = err_of(CSVImageDataset, { csv = with("path,label\na.png,1\nb.png,2,3\n") })
       assert.matches("'" .. list .. "': row 2 (line 3) has 3 fields but the header has 2", e, 1, true)
       e = err_of(CSVImageDataset, { csv = d .. "/nope.csv" })
       assert.matches("nope.csv': cannot open", e, 1, true)
+      io_util.rm_rf(d)
+    end)
+
+    it("for a label id the file cannot hold (it allocated one class name per possible id), naming the row", function()
+      local d = make_dir()
+      local function with(text) write_text(d .. "/l.csv", text) return d .. "/l.csv" end
+      local list = d .. "/l.csv"
+      local t0 = os.clock()
+      local e = err_of(CSVImageDataset, { csv = with("path,label\na.png,0\nb.png,2147483648\nc.png,1\n") })
+      assert.matches(list .. ": row 2 (line 3): label 2147483648 in column 'label' would make 2147483649 classes, " ..
+        "more than the file's 3 rows", e, 1, true)
+      assert.matches("pass num_classes = K", e, 1, true)
+      e = err_of(CSVImageDataset, { csv = with("path,label\na.png,9223372036854775807\n") })
+      assert.matches("row 1 (line 2): label 9223372036854775807 in column 'label' would make 2^63 classes", e, 1, true)
+      e = err_of(CSVImageDataset, { csv = with("path,label\na.png,0\nb.png,10\n"), num_classes = 10 })
+      assert.matches(list .. ": row 2 (line 3): label 10 in column 'label' is out of range for num_classes = 10 " ..
+        "(class ids are 0..9)", e, 1, true)
+      e = err_of(CSVImageDataset, { csv = with("path,label\na.png,cat\nb.png,dog\n"), num_classes = 3 })
+      assert.matches("column 'label' names 2 classes but num_classes = 3", e, 1, true)
+      assert.matches("num_classes must be an integer in 1..16777216",
+        err_of(CSVImageDataset, { csv = list, num_classes = 1 << 30 }))
+      assert.matches("num_classes must be an integer >= 1", err_of(CSVImageDataset, { csv = list, num_classes = 0 }))
+      assert.is_true(os.clock() - t0 < 5, "the checks took " .. (os.clock() - t0) .. " s")
+      -- more classes than rows is fine when num_classes says so
+      local img = random_image(4, 4, 3, 1)
+      image.write_png(d .. "/a.png", img)
+      local ds = CSVImageDataset { csv = with("path,label\na.png,7\n"), num_classes = 10 }
+      assert.are.equal(10, ds.num_classes)
+      assert.are.equal(8, ds:label(1))
+      ds:close()
+      io_util.rm_rf(d)
+    end)
+
+    it("for a row naming a FIFO or a device: an error naming the row, not a decode worker blocked forever", function()
+      local d = make_dir()
+      image.write_png(d .. "/a.png", random_image(4, 4, 3, 1))
+      assert.is_true(io_util.run("mkfifo " .. io_util.quote(d .. "/fifo")))
+      write_text(d .. "/l.csv", "path,label\na.png,0\nfifo,1\n/dev/zero,0\na.png,1\n")
+      write_text(d .. "/first.csv", "path,label\nfifo,0\n")
+      -- in a child process with a deadline: a blocked reader is a failure, not a hung spec
+      write_text(d .. "/s.lua", [[
+local CSVImageDataset = require "ddplua.data.csv_image"
+for _, workers in ipairs { 0, 2 } do
+  local ds = CSVImageDataset { csv = "l.csv", num_workers = workers }
+  print(workers, pcall(ds.get, ds, 2))
+  print(workers, pcall(ds.get_batch, ds, { 4, 3 }))
+  print(workers, ds:get_batch({ 1, 4 }):size(1))
+  ds:close()
+end
+print(pcall(CSVImageDataset, { csv = "first.csv" }))
+print(pcall(CSVImageDataset, { csv = "fifo" }))
+]])
+      local ok, out = io_util.run("cd " .. io_util.quote(d) .. " && timeout 30 " ..
+        io_util.quote(io_util.abspath(io_util.ddplua)) .. " s.lua; echo rc=$?")
+      assert.is_true(ok, out)
+      assert.matches("rc=0\n", out, 1, true)
+      for _, workers in ipairs { "0", "2" } do
+        assert.matches(workers .. "\tfalse\t[^\n]*: l%.csv: row 2 %(line 3%): image '%./fifo': not a regular file " ..
+          "%(it is a FIFO%)", out)
+        assert.matches(workers .. "\tfalse\t[^\n]*: l%.csv: row 3 %(line 4%): image '/dev/zero': not a regular file " ..
+          "%(it is a character device%)", out)
+        assert.matches(workers .. "\t2\n", out, 1, true)
+      end
+      assert.matches("first.csv: row 1 (line 2): image './fifo': not a regular file (it is a FIFO)", out, 1, true)
+      assert.matches("CSV file 'fifo': not a regular file (it is a FIFO)", out, 1, true)
       io_util.rm_rf(d)
     end)
 

@@ -19,9 +19,15 @@
 --   channels     1 (grey) or 3 (RGB, the default, as torchvision's image loader)
 --   num_workers  decoding threads (default min(4, cores)); 0 decodes on the calling thread
 --
+--   num_classes  K: integer labels must be 0..K-1 (default: largest id + 1, which may not
+--                exceed the number of rows)
+--
 -- Labels: integer labels in the CSV are 0-based class ids (as in PyTorch) and become
--- 1..K (K = largest id + 1); other labels are class names, numbered 1..K in sorted
--- order (ds.classes lists them). Random transforms depend on (seed, epoch, how many
+-- 1..K (K = num_classes, else largest id + 1: a file of n rows holds at most n classes,
+-- so a larger id is an error naming its row rather than K class names to allocate);
+-- other labels are class names, numbered 1..K in sorted order (ds.classes lists them).
+-- Every row must name a regular image file (a FIFO or a device is an error naming
+-- the row when it is loaded). Random transforms depend on (seed, epoch, how many
 -- times the item was loaded since set_epoch, the item's row), never on thread timing.
 local core = require "ddplua.core"
 local transforms = require "ddplua.data.transforms"
@@ -35,8 +41,11 @@ end
 
 local valid_options = {
   csv = true, root = true, transform = true, path_column = true, label_column = true, split = true,
-  splits = true, seed = true, num_workers = true, size = true, channels = true,
+  splits = true, seed = true, num_workers = true, size = true, channels = true, num_classes = true,
 }
+
+-- The most classes num_classes may declare (each has a name in ds.classes).
+local MAX_CLASSES = 1 << 24
 
 local function fail(fmt, ...) error("CSVImageDataset: " .. string.format(fmt, ...), 3) end
 
@@ -50,7 +59,7 @@ end
 local function where(csv, lines, r) return string.format("%s: row %d (line %d)", csv, r, lines[r]) end
 
 -- Labels of every row -> 0-based class ids, the class names and K.
-local function parse_labels(csv, column, values, lines)
+local function parse_labels(csv, column, values, lines, num_classes)
   local ids, classes = {}, {}
   local n = #values
   if n == 0 then return ids, classes end
@@ -64,10 +73,19 @@ local function parse_labels(csv, column, values, lines)
           "id (the column holds 0-based integer ids; row 1's label is '%s')", where(csv, lines, r), v, column,
           values[1]), 3)
       end
+      if num_classes and id >= num_classes then
+        error(string.format("CSVImageDataset: %s: label %d in column '%s' is out of range for num_classes = %d " ..
+          "(class ids are 0..%d)", where(csv, lines, r), id, column, num_classes, num_classes - 1), 3)
+      elseif not num_classes and id >= n then
+        error(string.format("CSVImageDataset: %s: label %d in column '%s' would make %s classes, more than the " ..
+          "file's %d row%s (class ids are 0-based: 0..K-1); pass num_classes = K if the classes outnumber the rows",
+          where(csv, lines, r), id, column, id == math.maxinteger and "2^63" or string.format("%d", id + 1), n,
+          n == 1 and "" or "s"), 3)
+      end
       ids[r] = id
       if id + 1 > k then k = id + 1 end
     end
-    for c = 1, k do classes[c] = tostring(c - 1) end
+    for c = 1, num_classes or k do classes[c] = tostring(c - 1) end
     return ids, classes
   end
   local seen = {}
@@ -86,6 +104,10 @@ local function parse_labels(csv, column, values, lines)
     end
   end
   table.sort(classes)
+  if num_classes and num_classes ~= #classes then
+    error(string.format("CSVImageDataset: %s: column '%s' names %d classes but num_classes = %d", csv, column,
+      #classes, num_classes), 3)
+  end
   local id_of = {}
   for c, name in ipairs(classes) do id_of[name] = c - 1 end
   for r = 1, n do ids[r] = id_of[values[r]] end
@@ -174,7 +196,11 @@ local function new(opts)
       fail("CSV file '%s' has no column '%s' (its columns: %s)", csv, col, table.concat(t.header, ", "))
     end
   end
-  local ids, classes = parse_labels(csv, label_column, t.columns[label_column], t.lines)
+  local num_classes = check_integer(opts.num_classes, "num_classes", 1)
+  if num_classes and num_classes > MAX_CLASSES then
+    fail("num_classes must be an integer in 1..%d, got %d", MAX_CLASSES, num_classes)
+  end
+  local ids, classes = parse_labels(csv, label_column, t.columns[label_column], t.lines, num_classes)
   local rows = split_rows(t.nrows, opts.split, opts.splits or { 0.8, 0.1, 0.1 }, seed)
 
   local paths, labels, lines = {}, {}, {}

@@ -122,9 +122,26 @@ end
 
 --- Resume support: {epoch=, position=}
 function DistributedSampler:state_dict() return { epoch = self.epoch, position = self.position } end
+--- Checked here, so that a bad state is an error at load rather than at
+--- the first iteration: epoch an integer, position an integer in
+--- 0..num_samples (the samples of that epoch this rank already took).
 function DistributedSampler:load_state_dict(s)
-  self.epoch = s.epoch or 0
-  self.position = s.position or 0
+  local function fail(fmt, ...) error(string.format("DistributedSampler: load_state_dict: " .. fmt, ...), 3) end
+  if type(s) ~= "table" then fail("expected a table {epoch=, position=}, got a %s", type(s)) end
+  for k in pairs(s) do
+    if k ~= "epoch" and k ~= "position" then fail("unknown field '%s' (expected epoch, position)", tostring(k)) end
+  end
+  local epoch, position = s.epoch or 0, s.position or 0
+  if math.type(epoch) ~= "integer" or epoch < 0 then
+    fail("epoch is %s, expected a non-negative integer", type(epoch) == "string" and string.format("%q", epoch) or
+      tostring(epoch))
+  end
+  if math.type(position) ~= "integer" or position < 0 or position > self.num_samples then
+    fail("position is %s, expected an integer in 0..%d (this rank's samples per epoch)",
+      type(position) == "string" and string.format("%q", position) or tostring(position), self.num_samples)
+  end
+  self.epoch = epoch
+  self.position = position
 end
 
 --- Which rows of an all_gather of per-rank results (rank-major, num_samples

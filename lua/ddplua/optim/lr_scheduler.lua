@@ -55,13 +55,34 @@ function Scheduler:state_dict()
   return sd
 end
 
+--- Restores what state_dict() returned. Every field is checked against the
+--- scheduler's own before anything changes: an unknown field (which would
+--- land on the object, over a method) or one of another type is an error
+--- naming it, and so is a list of another length (one entry per group).
 function Scheduler:load_state_dict(sd)
-  if type(sd) ~= "table" or math.type(sd.last_epoch) ~= "integer" then
-    error("load_state_dict: expected a table from a scheduler's state_dict()", 2)
+  local name = getmetatable(self).__name or "LRScheduler"
+  local function fail(fmt, ...) error(string.format("%s: load_state_dict: " .. fmt, name, ...), 3) end
+  if type(sd) ~= "table" or math.type(sd.last_epoch) ~= "integer" or sd.last_epoch < 0 then
+    fail("expected a table from a scheduler's state_dict() (with an integer last_epoch >= 0)")
   end
+  local own = self:state_dict()
   for k, v in pairs(sd) do
-    if k ~= "optimizer" then self[k] = type(v) == "table" and { table.unpack(v) } or v end
+    local mine = own[k]
+    if mine == nil then fail("unknown field '%s'", tostring(k)) end
+    if type(v) ~= type(mine) or (math.type(mine) == "integer" and math.type(v) ~= "integer") then
+      fail("%s is %s, expected %s like the scheduler's own", k, type(v) == "string" and string.format("%q", v) or
+        tostring(v), math.type(mine) == "integer" and "an integer" or "a " .. type(mine))
+    end
+    if type(v) == "table" then
+      if #v ~= #mine then fail("%s has %d entries, the scheduler's own has %d", k, #v, #mine) end
+      for i = 1, #v do
+        if type(v[i]) ~= "number" then fail("%s[%d] is %s, expected a number", k, i, tostring(v[i])) end
+      end
+    end
   end
+  local cls = getmetatable(self)
+  if cls.check_state then cls.check_state(sd, fail) end
+  for k, v in pairs(sd) do self[k] = type(v) == "table" and { table.unpack(v) } or v end
 end
 
 local function scheduler_class(name)
@@ -85,6 +106,11 @@ function M.StepLR.new(optimizer, opts)
   return self
 end
 
+-- what load_state_dict may restore (the constructor checks the same)
+function M.StepLR.check_state(sd, fail)
+  if sd.step_size ~= nil and sd.step_size < 1 then fail("step_size must be a positive integer, got %d", sd.step_size) end
+end
+
 function M.StepLR:get_lr()
   local lrs = {}
   for i, g in ipairs(self.optimizer.param_groups) do
@@ -106,6 +132,10 @@ function M.CosineAnnealingLR.new(optimizer, opts)
   local self = new_scheduler(M.CosineAnnealingLR, "CosineAnnealingLR", optimizer)
   self.T_max, self.eta_min = opts.T_max, eta_min
   return self
+end
+
+function M.CosineAnnealingLR.check_state(sd, fail)
+  if sd.T_max ~= nil and sd.T_max < 1 then fail("T_max must be a positive integer, got %d", sd.T_max) end
 end
 
 function M.CosineAnnealingLR:get_lr()

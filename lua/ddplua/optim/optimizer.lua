@@ -161,48 +161,65 @@ end
 
 --- Restores hyperparameters and state saved by state_dict(); the groups
 --- must hold the same numbers of parameters. State tensors are copied and
---- cast to their parameter's dtype and device.
+--- cast to their parameter's dtype and device. Everything is checked before
+--- anything changes: a group's hyperparameters as the optimizer checks its
+--- own (an unknown one, or lr = "0.1", is an error naming the group), each
+--- state value a tensor of its parameter's shape or a number.
 function Optimizer:load_state_dict(sd)
   local name = self.__name
+  local function fail(fmt, ...) error(string.format("%s: load_state_dict: " .. fmt, name, ...), 3) end
   if type(sd) ~= "table" or type(sd.param_groups) ~= "table" or type(sd.state) ~= "table" then
-    error(name .. ": load_state_dict expects a table {state=, param_groups=} from state_dict()", 2)
+    fail("expects a table {state=, param_groups=} from state_dict()")
   end
   if #sd.param_groups ~= #self.param_groups then
-    error(string.format("%s: loaded state dict has %d parameter groups, the optimizer has %d", name,
-      #sd.param_groups, #self.param_groups), 2)
+    fail("the loaded state dict has %d parameter groups, the optimizer has %d", #sd.param_groups, #self.param_groups)
   end
-  local by_pos = {}
+  local by_pos, merged = {}, {}
   for gi, g in ipairs(self.param_groups) do
     local sg = sd.param_groups[gi]
-    if type(sg.params) ~= "table" or #sg.params ~= #g.params then
-      error(string.format("%s: parameter group %d of the loaded state dict has %s parameters, the optimizer's has %d",
-        name, gi, type(sg.params) == "table" and tostring(#sg.params) or "no", #g.params), 2)
+    if type(sg) ~= "table" or type(sg.params) ~= "table" or #sg.params ~= #g.params then
+      fail("parameter group %d of the loaded state dict has %s parameters, the optimizer's has %d", gi,
+        type(sg) == "table" and type(sg.params) == "table" and tostring(#sg.params) or "no", #g.params)
     end
     for i, p in ipairs(g.params) do by_pos[sg.params[i]] = p end
+    local m = {}
+    for k, v in pairs(g) do m[k] = v end
+    for k, v in pairs(sg) do
+      if k ~= "params" then
+        if self.defaults[k] == nil and k ~= "initial_lr" then
+          fail("param_groups[%d] has an unknown hyperparameter '%s' (valid: %s)", gi, tostring(k), self:_option_names())
+        end
+        m[k] = type(v) == "table" and { table.unpack(v) } or v
+      end
+    end
+    self.check_group(m, function(msg) fail("param_groups[%d]: %s", gi, msg) end)
+    merged[gi] = m
   end
   local new_state = {}
   for pos, s in pairs(sd.state) do
     local p = by_pos[pos]
-    if p == nil then error(string.format("%s: loaded state names parameter %s, which no group holds", name,
-        tostring(pos)), 2) end
+    if p == nil then fail("the loaded state names parameter %s, which no group holds", tostring(pos)) end
+    if type(s) ~= "table" then fail("state[%s] is a %s, expected a table", tostring(pos), type_name(s)) end
     local copy = {}
     for k, v in pairs(s) do
       if ddp.is_tensor(v) then
         if table.concat(v:size(), "x") ~= table.concat(p:size(), "x") then
-          error(string.format("%s: loaded state '%s' of parameter %s has shape [%s] but the parameter has shape [%s]",
-            name, k, tostring(pos), table.concat(v:size(), ", "), table.concat(p:size(), ", ")), 2)
+          fail("loaded state '%s' of parameter %s has shape [%s] but the parameter has shape [%s]", tostring(k),
+            tostring(pos), table.concat(v:size(), ", "), table.concat(p:size(), ", "))
         end
         copy[k] = ddp.no_grad(function() return v:detach():to(p:dtype(), p:device()):clone() end)
-      else
+      elseif math.type(v) == "integer" and v >= 0 and k == "step" then
         copy[k] = v
+      else
+        fail("state[%s].%s is %s, expected %s", tostring(pos), tostring(k), type_name(v) == "string" and
+          string.format("the string %q", v) or tostring(v), k == "step" and "a non-negative integer step count" or
+          "a tensor of the parameter's shape")
       end
     end
     new_state[p] = copy
   end
   for gi, g in ipairs(self.param_groups) do
-    for k, v in pairs(sd.param_groups[gi]) do
-      if k ~= "params" then g[k] = type(v) == "table" and { table.unpack(v) } or v end
-    end
+    for k, v in pairs(merged[gi]) do g[k] = v end
   end
   self.state = new_state
 end
