@@ -8,6 +8,7 @@
 #include "backends/cpu/cpu_dnnl.h"
 #include "backends/cpu/cpu_fpu.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_peak.h"
 #include "backends/cpu/cpu_vec.h"
 #include "backends/cpu/sgemm.h"
 #include "lua/l_util.h"
@@ -165,6 +166,28 @@ static int l_set_onednn(lua_State *L) {
   return 1;
 }
 
+/* core._fma_peak(threads, seconds) -> GFLOP/s, isa: the float32 FMA peak
+ * of that many pool threads (cpu_peak.h; the benchmarks print it) */
+static int l_fma_peak(lua_State *L) {
+  int threads = (int)luaL_checkinteger(L, 1);
+  double seconds = luaL_optnumber(L, 2, 0.5);
+  luaL_argcheck(L, seconds > 0 && seconds <= 60, 2, "seconds must be in (0, 60]");
+  const char *isa = NULL;
+  lua_pushnumber(L, dp_cpu_fma_peak(threads, seconds, &isa));
+  lua_pushstring(L, isa);
+  return 2;
+}
+
+/* core._memcpy_gbs(bytes, reps) -> GB/s read + written by libc memcpy on
+ * one thread (cpu_peak.h) */
+static int l_memcpy_gbs(lua_State *L) {
+  lua_Integer bytes = luaL_checkinteger(L, 1), reps = luaL_optinteger(L, 2, 5);
+  luaL_argcheck(L, bytes > 0 && bytes <= ((lua_Integer)1 << 32), 1, "bytes must be in [1, 4 GiB]");
+  luaL_argcheck(L, reps > 0 && reps <= 1000, 2, "reps must be in [1, 1000]");
+  lua_pushnumber(L, dp_cpu_memcpy_gbs((size_t)bytes, (int)reps));
+  return 1;
+}
+
 /* core._get_flush_denormal() -> the process-wide setting (specs) */
 static int l_get_flush_denormal(lua_State *L) {
   lua_pushboolean(L, dp_fpu_get_flush_denormal());
@@ -229,6 +252,8 @@ int luaopen_ddplua_core(lua_State *L) {
                                    {"set_flush_denormal", l_set_flush_denormal},
                                    {"_get_flush_denormal", l_get_flush_denormal},
                                    {"cpu_info", l_cpu_info},
+                                   {"_fma_peak", l_fma_peak},
+                                   {"_memcpy_gbs", l_memcpy_gbs},
                                    {"onednn_info", l_onednn_info},
                                    {"set_onednn", l_set_onednn},
                                    {"_onednn_calls", l_onednn_calls},

@@ -84,6 +84,35 @@ describe("float32 CPU kernels", function()
           end
         end)
 
+        it("unary and binary ops on strided views and expanded gradients match float64", function()
+          -- the rows of a transposed view and the stride-0 gradient of a sum
+          -- go through the vector kernels in gathered chunks
+          local rows = threads == 1 and 37 or 5003
+          local x64 = inputs(rows * 29, 8):view(rows, 29)
+          local o64 = R.randn({ 29, rows }, 9, 1)
+          for _, u in ipairs(UNARY) do
+            local name = u[1]
+            local a = x64:clone():requires_grad_()
+            local b = x64:float():requires_grad_()
+            local ya, yb = ddp[name](a:t(), table.unpack(u, 2)), ddp[name](b:t(), table.unpack(u, 2))
+            close(yb, ya:detach(), 1e-6, 3e-6, name .. " of a transposed view")
+            ya:sum():backward()
+            yb:sum():backward()
+            close(b.grad, a.grad, 1e-6, 5e-6, name .. " gradient from an expanded ones")
+          end
+          for _, op in ipairs({ "add", "sub", "mul", "div", "maximum", "minimum" }) do
+            local a, o = x64:float(), o64:float()
+            close(ddp[op](a:t(), o), ddp[op](x64:t(), o64), 1e-6, 1e-6, op .. " with a transposed operand")
+            close(ddp[op](o, a:t()), ddp[op](o64, x64:t()), 1e-6, 1e-6, op .. " transposed second")
+          end
+          for _, op in ipairs({ "add_", "mul_" }) do -- a strided output
+            local got, want = x64:float(), x64:clone()
+            got:t()[op](got:t(), o64:float())
+            want:t()[op](want:t(), o64)
+            close(got, want, 1e-6, 1e-6, op .. " into a transposed view")
+          end
+        end)
+
         it("binary ops with broadcasting and comparisons match float64", function()
           local rows = threads == 1 and 37 or 5003
           local a64 = R.randn({ rows, 29 }, 5, 1)
