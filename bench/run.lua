@@ -1,13 +1,24 @@
 -- The benchmark table: each ddplua benchmark beside its PyTorch peer, run in
 -- the same session, several repetitions, medians.
 --
---   ./build/bin/ddplua bench/run.lua [reps=5]        (make bench)
+--   ./build/bin/ddplua bench/run.lua [reps=5] [only=group,...] [train_reps=1] [cnn_epochs=2] [op_runs=15]
+--                                                              (make bench: every group)
+-- Groups: mlp ddp launch allreduce csv (the throughput rows), train (the
+-- examples start to end: bench/train_rows.lua), ops (the per-op table) and
+-- step (the MLP step against the FMA peak: bench/op_rows.lua).
 --
 -- Peers are /usr/bin/python3 scripts from ../shared/peers relative to the
--- repository root (override with DDPLUA_PEERS=dir). To add a benchmark,
--- append a function to `benchmarks`: it gets the context below and returns
--- rows {name=, ours=, theirs=, unit=, ratio=, goal=, pass=}.
+-- repository root (override with DDPLUA_PEERS=dir) and from bench/. They run
+-- with OPENBLAS_CORETYPE set to the OpenBLAS kernels this CPU can run
+-- (SkylakeX with AVX-512, Haswell with AVX2; DDPLUA_PEER_CORETYPE overrides,
+-- an inherited OPENBLAS_CORETYPE is kept): Debian's OpenBLAS 0.3.21 does not
+-- know the newer CPU models and picks its generic Prescott kernels, which
+-- would make PyTorch's GEMMs 4x slower than a PyTorch user tuning it gets.
+-- To add a benchmark, append a function to `benchmarks`: it gets the
+-- context below and returns rows {name=, ours=, theirs=, fmt=, ratio=,
+-- goal=, pass=} (or {name=, note=} for a row that has nothing to measure).
 local ddp = require "ddplua"
+local core = ddp.core
 
 local script_dir = (arg and arg[0] or "bench/run.lua"):match("^(.*)/[^/]*$") or "."
 local ctx = {
@@ -15,8 +26,23 @@ local ctx = {
   ddplua = arg and arg[-1] or "ddplua", -- the host running this script
   python = "/usr/bin/python3",
   reps = 5,
+  train_reps = 1, -- the training rows run whole examples: one alternation of minutes each
+  cnn_epochs = 2,
+  op_runs = 15,
+  only = nil,
 }
-ctx.peers = os.getenv("DDPLUA_PEERS") or ctx.root .. "/../shared/peers"
+-- ../shared/peers beside the repository (or beside a worktree's parent)
+ctx.peers = os.getenv("DDPLUA_PEERS")
+if not ctx.peers then
+  for _, dir in ipairs({ ctx.root .. "/../shared/peers", ctx.root .. "/../../shared/peers" }) do
+    local f = io.open(dir .. "/torch_ddp_mlp.py")
+    if f then
+      f:close()
+      ctx.peers = ctx.peers or dir
+    end
+  end
+  ctx.peers = ctx.peers or ctx.root .. "/../shared/peers"
+end
 do
   local f = io.open(ctx.peers .. "/torch_ddp_mlp.py")
   if not f then
@@ -26,9 +52,34 @@ do
   f:close()
 end
 for _, a in ipairs(arg or {}) do
-  local v = a:match("^reps=(%d+)$")
-  if not v then error("usage: ddplua bench/run.lua [reps=N], got " .. a, 0) end
-  ctx.reps = math.tointeger(tonumber(v))
+  local k, v = a:match("^([%w_]+)=(.+)$")
+  if k == "only" then
+    ctx.only = {}
+    for g in v:gmatch("[^,]+") do ctx.only[g] = true end
+  elseif k and ctx[k] ~= nil and type(ctx[k]) == "number" and math.tointeger(tonumber(v)) then
+    ctx[k] = math.tointeger(tonumber(v))
+  else
+    error("usage: ddplua bench/run.lua [reps=N] [only=group,...] [train_reps=N] [cnn_epochs=N] [op_runs=N], got " ..
+      a, 0)
+  end
+end
+
+ctx.cpu = core.cpu_info()
+local coretype = os.getenv("OPENBLAS_CORETYPE") or os.getenv("DDPLUA_PEER_CORETYPE")
+if not coretype then
+  if ctx.cpu:find("avx512f") and ctx.cpu:find("avx512bw") then coretype = "SkylakeX"
+  elseif ctx.cpu:find("avx2") then coretype = "Haswell" end
+end
+if coretype then ctx.python = "env OPENBLAS_CORETYPE=" .. coretype .. " " .. ctx.python end
+ctx.peer_coretype = coretype or "OpenBLAS's own choice"
+
+--- The FP32 FMA peak in GFLOP/s of `threads` threads, measured now.
+function ctx.fma_peak(threads)
+  local prev = ddp.get_num_threads()
+  ddp.set_num_threads(math.max(prev, threads))
+  local gflops = core._fma_peak(threads, 1.0)
+  ddp.set_num_threads(prev)
+  return gflops
 end
 
 --- Runs a shell command; returns its whole output (stdout and stderr) or
@@ -59,10 +110,10 @@ end
 --- Runs each of the functions once per repetition, alternating them so that
 --- both sides see the same machine load; returns for each function, for
 --- each key of its result table, the list of values.
-function ctx.repeat_runs(...)
+function ctx.repeat_n(reps, ...)
   local fns, all = { ... }, {}
   for i = 1, #fns do all[i] = {} end
-  for _ = 1, ctx.reps do
+  for _ = 1, reps do
     for i, fn in ipairs(fns) do
       for k, v in pairs(fn()) do
         all[i][k] = all[i][k] or {}
@@ -72,10 +123,12 @@ function ctx.repeat_runs(...)
   end
   return table.unpack(all)
 end
+function ctx.repeat_runs(...) return ctx.repeat_n(ctx.reps, ...) end
 
-local benchmarks = {}
+local benchmarks, group_of = {}, {} -- group_of[i]: the group of benchmarks[i] (only=)
 
 -- Single-process MLP training: speed, peak memory, memory growth.
+group_of[#benchmarks + 1] = "mlp"
 benchmarks[#benchmarks + 1] = function(c)
   local ours_cmd = string.format("%s %s/bench/mlp.lua steps=2000", c.ddplua, c.root)
   local peer_cmd = string.format("/usr/bin/time -v %s %s/torch_ddp_mlp.py 1 200 64", c.python, c.peers)
@@ -109,6 +162,7 @@ end
 -- 2-rank DDP MLP: against PyTorch's 2-rank DDP (gloo), and the same script
 -- at 1 rank, as PyTorch's own 2/1 figure is taken; beside it the first row's
 -- workload without DDP at all.
+group_of[#benchmarks + 1] = "ddp"
 benchmarks[#benchmarks + 1] = function(c)
   local ours2 = string.format("%s --nproc 2 %s/bench/ddp_mlp.lua steps=200 batch=64", c.ddplua, c.root)
   local ours1 = string.format("%s --nproc 1 %s/bench/ddp_mlp.lua steps=200 batch=64", c.ddplua, c.root)
@@ -155,6 +209,7 @@ end
 
 -- Launch latency: `ddplua --nproc 2 examples/hello.lua` (init, one
 -- all_reduce, destroy) against PyTorch's mp.spawn + gloo hello.
+group_of[#benchmarks + 1] = "launch"
 benchmarks[#benchmarks + 1] = function(c)
   local launch = dofile(c.root .. "/bench/launch.lua")
   local rows, peer = launch.measure(20, c.reps)
@@ -174,6 +229,7 @@ end
 
 -- all_reduce between 2 ranks: algbw against gloo at 16 MiB and 100 MiB, and
 -- busbw as a fraction of this machine's memcpy bandwidth.
+group_of[#benchmarks + 1] = "allreduce"
 benchmarks[#benchmarks + 1] = function(c)
   local cases = { { floats = 4194304, iters = 20, label = "16 MiB" }, { floats = 26214400, iters = 5, label = "100 MiB" } }
   local out = {}
@@ -204,6 +260,7 @@ end
 -- CSVImageDataset: images/s of a loop that loads 3x96x96 batches while a
 -- stand-in training step computes, with 2 C workers decoding in the
 -- background against none (decoding on the training thread); no peer.
+group_of[#benchmarks + 1] = "csv"
 benchmarks[#benchmarks + 1] = function(c)
   local cmd = string.format("%s %s/bench/csv_images.lua n=2000 epochs=2 dir=%s", c.ddplua, c.root,
     os.getenv("DDPLUA_BENCH_CSV") or "runs/bench_csv")
@@ -226,21 +283,53 @@ benchmarks[#benchmarks + 1] = function(c)
   }
 end
 
+-- the examples start to end, the per-op table, the MLP step against the peak
+for _, file in ipairs({ { "train", "train_rows.lua" }, { "ops", "op_rows.lua" } }) do
+  local list = dofile(script_dir .. "/" .. file[2])
+  for i, fn in ipairs(list) do
+    group_of[#benchmarks + 1] = file[1] == "ops" and i == #list and "step" or file[1]
+    benchmarks[#benchmarks + 1] = fn
+  end
+end
+
+-- the machine, printed first: what every figure below depends on
+local threads = ddp.get_num_threads()
+print("CPU: " .. ctx.cpu)
+print(string.format("threads: %d by default (cores / ranks on the node); oneDNN: %s; float32 GEMM: %s",
+  threads, core.onednn_info(), ddp.gemm_impl()))
+local peak1, peak_all = ctx.fma_peak(1), ctx.fma_peak(threads)
+print(string.format("FP32 FMA peak (measured): %.0f GFLOP/s on 1 thread, %.0f on %d; memcpy %.1f GB/s (read + " ..
+  "written, 1 thread, 256 MiB)", peak1, peak_all, threads, core._memcpy_gbs(256 << 20, 5)))
+print(string.format("PyTorch peers: %s, OPENBLAS_CORETYPE=%s", ctx.python:match("%S+$"), ctx.peer_coretype))
+print("")
+
 local rows = {}
-for _, b in ipairs(benchmarks) do
-  for _, r in ipairs(b(ctx)) do rows[#rows + 1] = r end
+for i, b in ipairs(benchmarks) do
+  if not ctx.only or ctx.only[group_of[i] or "other"] then
+    for _, r in ipairs(b(ctx)) do rows[#rows + 1] = r end
+  end
 end
 
 local function cell(fmt, v) return v == nil and "-" or string.format(fmt, v) end
-local row_fmt = "%-36s %12s %12s %8s %10s  %s"
+local row_fmt = "%-40s %12s %12s %8s %10s  %s"
 local header = string.format(row_fmt, "benchmark", "ddplua", "PyTorch", "ratio", "goal", "result")
-print(string.format("ddplua benchmarks (%d repetitions, medians; %s)", ctx.reps, ddp.blas_info()))
+print(string.format("ddplua benchmarks (%d repetitions, medians; training rows %d; %s)", ctx.reps, ctx.train_reps,
+  ddp.blas_info()))
 print(header)
 print(string.rep("-", #header))
-local failed = 0
+local failed, goals, missing = 0, 0, 0
 for _, r in ipairs(rows) do
-  print(string.format(row_fmt, r.name, cell(r.fmt, r.ours), cell(r.fmt, r.theirs),
-    cell("%.2fx", r.ratio), r.goal, r.pass and "pass" or "FAIL"))
-  if not r.pass then failed = failed + 1 end
+  if r.note then
+    print(string.format("%-40s %s", r.name, r.note))
+    missing = missing + 1
+  else
+    local result = r.pass and "pass" or "FAIL"
+    if r.note_result then result = result .. " (" .. r.note_result .. ")" end
+    print(string.format(row_fmt, r.name, cell(r.fmt, r.ours), cell(r.fmt, r.theirs), cell("%.2fx", r.ratio),
+      r.goal, result))
+    goals = goals + 1
+    if not r.pass then failed = failed + 1 end
+  end
 end
-print(string.format("%d of %d goals met", #rows - failed, #rows))
+print(string.format("%d of %d goals met%s", goals - failed, goals,
+  missing > 0 and string.format("; %d row(s) not yet available", missing) or ""))

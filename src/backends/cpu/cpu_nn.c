@@ -199,12 +199,15 @@ static void ce_rows(void *vctx, int64_t lo, int64_t hi) {
   const int64_t *tp = dp_data(a->target);
   for (int64_t r = lo; r < hi; r++) {
     const float *row = x + r * C;
-    double l, sum_x;
-    dp_cpu_vec_get()->lse_row(row, C, &l, &sum_x);
+    double l, sum_x = 0;
+    /* the row's sum only for label smoothing (a pass over the row less) */
+    dp_cpu_vec_get()->lse_row(row, C, &l, a->smoothing > 0 ? &sum_x : NULL);
     ST(k->lse, dp_data(k->lse), r, l);
     int64_t t = tp[r];
-    ST(k->loss, dp_data(k->loss), r,
-       t == a->ignore_index ? 0.0 : dp_ce_loss_d(l, row[t - a->base], sum_x, C, a->smoothing));
+    double loss = 0.0;
+    if (t != a->ignore_index)
+      loss = a->smoothing > 0 ? dp_ce_loss_d(l, row[t - a->base], sum_x, C, a->smoothing) : l - row[t - a->base];
+    ST(k->loss, dp_data(k->loss), r, loss);
   }
 }
 
@@ -239,7 +242,10 @@ int dp_cpu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_ce_args *a) {
       ST(loss, dp_data(loss), r, 0.0);
       continue;
     }
-    ST(loss, dp_data(loss), r, dp_ce_loss_d(l, LD(x, xp, b + t - base), sum_x, C, smoothing));
+    /* without smoothing the loss is lse - x_t alone: 0 * (the smoothing
+     * term) would turn a -inf logit elsewhere in the row into NaN */
+    double xt = LD(x, xp, b + t - base);
+    ST(loss, dp_data(loss), r, smoothing > 0 ? dp_ce_loss_d(l, xt, sum_x, C, smoothing) : l - xt);
   }
   return 0;
 }

@@ -59,7 +59,8 @@ typedef struct dp_cpu_vec {
   void (*softmax_row)(float *y, const float *x, int64_t n, bool log);
   /* gx = y * (gy - sum(gy*y)) or gy - exp(y) * sum(gy) */
   void (*softmax_bwd_row)(float *gx, const float *gy, const float *y, int64_t n, bool log);
-  /* *lse = log(sum exp(x)) (computed from the max), *sum_x = sum of x; NaN
+  /* *lse = log(sum exp(x)) (computed from the max), *sum_x = sum of x (when
+   * sum_x is not NULL); NaN
    * anywhere makes lse NaN */
   void (*lse_row)(const float *x, int64_t n, double *lse, double *sum_x);
   /* g[j] = (exp(x[j] - lse) - off) * sc (the target's extra term is the

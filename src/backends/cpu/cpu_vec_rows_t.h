@@ -12,6 +12,30 @@
 
 enum { LANES = 64, DLANES = 16 };
 
+/* The accumulators' horizontal reduction as a tree of halvings (each level
+ * one vector operation): a serial loop over 64 lanes is a chain of 64
+ * dependent operations, which costs more than the whole row's main loop
+ * at the short rows of a cross-entropy or an attention softmax. */
+static inline float hmax_lanes(float *acc) {
+  for (int w = LANES / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; l++) acc[l] = acc[l + w] > acc[l] ? acc[l + w] : acc[l];
+  return acc[0];
+}
+static inline double hsum_dlanes(double *acc) {
+  for (int w = DLANES / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+  return acc[0];
+}
+
+/* The last r < w values of a row copied into w lanes, the rest `fill` (a
+ * value that leaves the reduction unchanged): the tail then runs as one
+ * more vector step instead of a scalar loop, a chain of dependent adds
+ * that cost more than the row itself for the short rows of a
+ * cross-entropy over 10 classes. */
+static inline void pad_tail(float *dst, const float *x, int64_t r, int w, float fill) {
+  for (int l = 0; l < w; l++) dst[l] = l < r ? x[l] : fill;
+}
+
 /* the largest value, NaN ignored (a NaN reaches the result through the
  * exp pass); -inf for an empty row */
 static float row_max(const float *x, int64_t n) {
@@ -20,16 +44,20 @@ static float row_max(const float *x, int64_t n) {
   int64_t i = 0;
   for (; i + LANES <= n; i += LANES)
     for (int l = 0; l < LANES; l++) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
-  float m = -INFINITY;
-  for (; i < n; i++) m = x[i] > m ? x[i] : m;
-  for (int l = 0; l < LANES; l++) m = acc[l] > m ? acc[l] : m;
-  return m;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; l++) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+  if (i < n) {
+    float t[16];
+    pad_tail(t, x + i, n - i, 16, -INFINITY);
+    for (int l = 0; l < 16; l++) acc[l] = t[l] > acc[l] ? t[l] : acc[l];
+  }
+  return hmax_lanes(acc);
 }
 
 /* y[i] = exp(x[i] - m); returns the sum (in double: the terms are float32,
- * their sum keeps every bit of them) */
+ * their sum keeps every bit of them); the tail's padding lanes add 0. */
 static double exp_store_sum(float *y, const float *x, int64_t n, float m) {
-  double acc[DLANES] = {0}, s = 0;
+  double acc[DLANES] = {0};
   int64_t i = 0;
   for (; i + DLANES <= n; i += DLANES)
     for (int l = 0; l < DLANES; l++) {
@@ -37,23 +65,32 @@ static double exp_store_sum(float *y, const float *x, int64_t n, float m) {
       y[i + l] = e;
       acc[l] += e;
     }
-  for (; i < n; i++) {
-    float e = dp_vexpf(x[i] - m);
-    y[i] = e;
-    s += e;
+  if (i < n) {
+    float t[DLANES], e[DLANES];
+    pad_tail(t, x + i, n - i, DLANES, -INFINITY);
+    for (int l = 0; l < DLANES; l++) {
+      e[l] = dp_vexpf(t[l] - m);
+      acc[l] += l < n - i ? e[l] : 0.0;
+    }
+    memcpy(y + i, e, sizeof(float) * (size_t)(n - i));
   }
-  for (int l = 0; l < DLANES; l++) s += acc[l];
-  return s;
+  return hsum_dlanes(acc);
 }
 
 static double exp_sum(const float *x, int64_t n, float m) {
-  double acc[DLANES] = {0}, s = 0;
+  double acc[DLANES] = {0};
   int64_t i = 0;
   for (; i + DLANES <= n; i += DLANES)
     for (int l = 0; l < DLANES; l++) acc[l] += dp_vexpf(x[i + l] - m);
-  for (; i < n; i++) s += dp_vexpf(x[i] - m);
-  for (int l = 0; l < DLANES; l++) s += acc[l];
-  return s;
+  if (i < n) {
+    float t[DLANES];
+    pad_tail(t, x + i, n - i, DLANES, -INFINITY);
+    for (int l = 0; l < DLANES; l++) {
+      float e = dp_vexpf(t[l] - m);
+      acc[l] += l < n - i ? e : 0.0f;
+    }
+  }
+  return hsum_dlanes(acc);
 }
 
 static double v_sum(const float *x, int64_t n);
@@ -65,7 +102,7 @@ static double ddot(const float *a, const float *b, int64_t n) {
   for (; i + DLANES <= n; i += DLANES)
     for (int l = 0; l < DLANES; l++) acc[l] += (double)a[i + l] * b[i + l];
   for (; i < n; i++) s += (double)a[i] * b[i];
-  for (int l = 0; l < DLANES; l++) s += acc[l];
+  s += hsum_dlanes(acc);
   return s;
 }
 
@@ -93,7 +130,7 @@ static void v_softmax_bwd_row(float *gx, const float *gy, const float *y, int64_
 static void v_lse_row(const float *x, int64_t n, double *lse, double *sum_x) {
   float m = row_max(x, n);
   *lse = (double)m + log(exp_sum(x, n, m));
-  *sum_x = v_sum(x, n);
+  if (sum_x) *sum_x = v_sum(x, n);
 }
 
 /* exp(x - lse) with lse split into float hi + lo: x - hi is exact for the
@@ -106,13 +143,16 @@ static void v_ce_bwd_row(float *g, const float *x, int64_t n, double lse, double
 
 /* ---- double-accumulated sums ---- */
 static double v_sum(const float *x, int64_t n) {
-  double acc[DLANES] = {0}, s = 0;
+  double acc[DLANES] = {0};
   int64_t i = 0;
   for (; i + DLANES <= n; i += DLANES)
     for (int l = 0; l < DLANES; l++) acc[l] += x[i + l];
-  for (; i < n; i++) s += x[i];
-  for (int l = 0; l < DLANES; l++) s += acc[l];
-  return s;
+  if (i < n) {
+    float t[DLANES];
+    pad_tail(t, x + i, n - i, DLANES, 0.0f);
+    for (int l = 0; l < DLANES; l++) acc[l] += t[l];
+  }
+  return hsum_dlanes(acc);
 }
 static double v_sq_dev(const float *x, int64_t n, double m) {
   double acc[DLANES] = {0}, s = 0;
@@ -123,7 +163,7 @@ static double v_sq_dev(const float *x, int64_t n, double m) {
       acc[l] += d * d;
     }
   for (; i < n; i++) s += ((double)x[i] - m) * ((double)x[i] - m);
-  for (int l = 0; l < DLANES; l++) s += acc[l];
+  s += hsum_dlanes(acc);
   return s;
 }
 static double v_dot_dev(const float *g, const float *x, int64_t n, double m, double *sum_g) {
@@ -135,7 +175,7 @@ static double v_dot_dev(const float *g, const float *x, int64_t n, double m, dou
       acc[l] += (double)g[i + l] * ((double)x[i + l] - m);
     }
   for (; i < n; i++) sg += g[i], s += (double)g[i] * ((double)x[i] - m);
-  for (int l = 0; l < DLANES; l++) s += acc[l], sg += accg[l];
+  s += hsum_dlanes(acc), sg += hsum_dlanes(accg);
   *sum_g = sg;
   return s;
 }
@@ -165,8 +205,10 @@ static int64_t v_arg_extreme(const float *x, int64_t n, bool want_max) {
         acc[l] = v < acc[l] ? v : acc[l];
       }
   }
-  float m = acc[0];
-  for (int l = 1; l < LANES; l++) m = want_max ? (acc[l] > m ? acc[l] : m) : (acc[l] < m ? acc[l] : m);
+  if (!want_max)
+    for (int l = 0; l < LANES; l++) acc[l] = -acc[l];
+  float m = hmax_lanes(acc);
+  if (!want_max) m = -m;
   for (; i < n; i++) {
     float v = x[i];
     nan_seen |= v != v;
