@@ -7,10 +7,11 @@
 --
 --   ./build/bin/ddplua bench/nn_ops.lua [runs=20] [threads=1] [only=substring]
 --
--- One line per case: `case=<name>|fwd_ms=<x>|both_ms=<y>|bytes=<n>`
+-- One line per case: `case=<name>|fwd_ms=<x>|both_ms=<y>|bytes=<n>|memcpy_gbs=<m>`
 -- (both_ms is - for ops without a backward; bytes is the forward's memory
--- traffic, inputs read + outputs written, 0 where the op is compute-bound),
--- then `memcpy_gbs=<x>`.
+-- traffic, inputs read + outputs written, 0 where the op is compute-bound;
+-- m is libc memcpy's GB/s, read + written, moving the same bytes on one
+-- thread: the bandwidth of the cache level the op's data lives in).
 local ddp = require "ddplua"
 local core = ddp.core
 local F = ddp.nn.F
@@ -136,7 +137,9 @@ for _, c in ipairs(cases) do
     local fwd = median_ms(function() return ddp.no_grad(c.fwd) end)
     local both = "-"
     if c.bwd then both = string.format("%.4f", median_ms(function() c.fwd():sum():backward() end)) end
-    print(string.format("case=%s|fwd_ms=%.4f|both_ms=%s|bytes=%d", c.name, fwd, both, c.bytes))
+    -- memcpy moving the same bytes (half read, half written): the same
+    -- cache level's bandwidth
+    local mc = c.bytes > 0 and core._memcpy_gbs(c.bytes // 2, 20) or 0
+    print(string.format("case=%s|fwd_ms=%.4f|both_ms=%s|bytes=%d|memcpy_gbs=%.2f", c.name, fwd, both, c.bytes, mc))
   end
 end
-print(string.format("memcpy_gbs=%.2f", core._memcpy_gbs(64 * MB, 10)))

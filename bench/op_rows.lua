@@ -29,28 +29,29 @@ end
 
 local function parse(text, cmd)
   local cases, order = {}, {}
-  for name, fwd, both, bytes in text:gmatch("case=([^|\n]+)|fwd_ms=([%d.]+)|both_ms=([%d.%-]+)|bytes=(%d+)") do
-    cases[name] = { fwd = tonumber(fwd), both = tonumber(both), bytes = tonumber(bytes) }
+  local pat = "case=([^|\n]+)|fwd_ms=([%d.]+)|both_ms=([%d.%-]+)|bytes=(%d+)|memcpy_gbs=([%d.]+)"
+  for name, fwd, both, bytes, mc in text:gmatch(pat) do
+    cases[name] = { fwd = tonumber(fwd), both = tonumber(both), bytes = tonumber(bytes), memcpy = tonumber(mc) }
     order[#order + 1] = name
   end
   if #order == 0 then error("bench: no case lines in the output of `" .. cmd .. "`:\n" .. text, 0) end
-  return cases, order, tonumber(text:match("memcpy_gbs=([%d.]+)"))
+  return cases, order
 end
 
 -- Runs both sides, prints the per-op table, returns its summary row.
 M[#M + 1] = function(c)
   local ours_cmd = string.format("%s %s/bench/nn_ops.lua runs=%d", c.ddplua, c.root, c.op_runs)
   local peer_cmd = string.format("%s %s/bench/torch_nn_ops.py runs=%d", c.python, c.root, c.op_runs)
-  local order, memcpy = nil, {}
+  local order = nil
   local ours, theirs = {}, {}
   for _ = 1, c.reps do
-    local o, ord, mc = parse(c.run(ours_cmd), ours_cmd)
+    local o, ord = parse(c.run(ours_cmd), ours_cmd)
     local t = parse(c.run(peer_cmd), peer_cmd)
     order = order or ord
-    memcpy[#memcpy + 1] = mc
     for name, v in pairs(o) do
-      ours[name] = ours[name] or { fwd = {}, both = {}, bytes = v.bytes }
+      ours[name] = ours[name] or { fwd = {}, both = {}, memcpy = {}, bytes = v.bytes }
       table.insert(ours[name].fwd, v.fwd)
+      table.insert(ours[name].memcpy, v.memcpy)
       if v.both then table.insert(ours[name].both, v.both) end
     end
     for name, v in pairs(t) do
@@ -59,11 +60,10 @@ M[#M + 1] = function(c)
       if v.both then table.insert(theirs[name].both, v.both) end
     end
   end
-  local mc = c.median(memcpy)
   local function med(xs) return #xs > 0 and c.median(xs) or nil end
   local fmt = "%-34s %9s %9s %10s %10s %7s %14s  %s"
-  print(string.format("per-op table: ms, median of %d runs x %d repetitions, 1 thread each; memcpy %.1f GB/s " ..
-    "(read + written, 1 thread)", c.op_runs, c.reps, mc))
+  print(string.format("per-op table: ms, median of %d runs x %d repetitions, 1 thread each; GB/s read + written " ..
+    "by the forward, (its share of memcpy's moving the same bytes)", c.op_runs, c.reps))
   local head = string.format(fmt, "op", "fwd", "torch", "fwd+bwd", "torch", "speed", "GB/s (memcpy)", "result")
   print(head)
   print(string.rep("-", #head))
@@ -78,7 +78,7 @@ M[#M + 1] = function(c)
     local bw = "-"
     if o.bytes > 0 then
       local gbs = o.bytes / (of * 1e-3) / 1e9
-      bw = string.format("%.1f (%.2f)", gbs, gbs / mc)
+      bw = string.format("%.1f (%.2f)", gbs, gbs / c.median(o.memcpy))
     end
     local result
     if speed >= 1 then

@@ -1,7 +1,8 @@
 """PyTorch peer of bench/nn_ops.lua: the same cases (names, shapes, dtypes,
 thread count) and timing rule (median of the runs after 3 warm-up calls), in
 milliseconds, printed in the same line format:
-`case=<name>|fwd_ms=<x>|both_ms=<y>|bytes=<n>`.
+`case=<name>|fwd_ms=<x>|both_ms=<y>|bytes=<n>|memcpy_gbs=0`
+(bench/nn_ops.lua measures memcpy; its figure stands for both).
 Run with /usr/bin/python3 (Debian's python3-torch):
 
   /usr/bin/python3 bench/torch_nn_ops.py [runs=20] [threads=1] [only=substring]
@@ -133,4 +134,4 @@ for name, fwd, bwd, nbytes in cases:
     both = "-"
     if bwd:
         both = f"{median_ms(lambda: fwd().sum().backward()):.4f}"
-    print(f"case={name}|fwd_ms={f:.4f}|both_ms={both}|bytes={nbytes}", flush=True)
+    print(f"case={name}|fwd_ms={f:.4f}|both_ms={both}|bytes={nbytes}|memcpy_gbs=0", flush=True)

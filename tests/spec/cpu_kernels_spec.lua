@@ -113,6 +113,33 @@ describe("float32 CPU kernels", function()
           end
         end)
 
+        it("a sum along a broadcast dim is the sum of the materialised tensor, bitwise", function()
+          -- reduce.c sums k equal terms as k * v without the expansion
+          local v = ddp.tensor({ 0.1, -0.0, 3.5e30, math.huge, -math.huge, 0 / 0, 1e-30, -7.25, 1 / 3 })
+          -- equal bits: the same value with the same sign of zero, or both NaN
+          local function same_bits(g, w, what)
+            assert(g == w and 1 / g == 1 / w or (g ~= g and w ~= w), what .. ": " .. g .. " vs " .. w)
+          end
+          for _, k in ipairs({ 2, 3, 1000, 4097 }) do
+            local e = v:view(1, 9):expand(k, 9)
+            local got, want = e:sum(1):totable(), e:contiguous():sum(1):totable()
+            for i = 1, 9 do
+              same_bits(got[i], want[i], k .. " copies of " .. v[i]:item())
+            end
+            local three = v:view(1, 9, 1):expand(2, 9, k)
+            local g3, w3 = three:sum(3):totable(), three:contiguous():sum(3):totable()
+            for b = 1, 2 do
+              for i = 1, 9 do
+                same_bits(g3[b][i], w3[b][i], k .. " copies of " .. v[i]:item() .. " along dim 3")
+              end
+            end
+          end
+          local a, b = ddp.randn(300, 7):requires_grad_(), ddp.randn(7):requires_grad_()
+          local loss = ((a + b) * 2):sum()
+          loss:backward()
+          assert.same(ddp.full({ 7 }, 600):totable(), b.grad:totable())
+        end)
+
         it("binary ops with broadcasting and comparisons match float64", function()
           local rows = threads == 1 and 37 or 5003
           local a64 = R.randn({ rows, 29 }, 5, 1)
