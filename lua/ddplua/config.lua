@@ -6,7 +6,13 @@
 --      the script's arguments, else the file named by DDPLUA_CONFIG (the host
 --      sets it from its own `--config`). Its `ddplua:` and `script:` sections
 --      belong to the launcher and are left out;
---   3. `key=value` / `a.b.c=value` arguments, in command-line order.
+--   3. command-line overrides, in order: `key=value`, `--key value`,
+--      `--key=value` (argparse's habit; `--batch-size` finds batch_size, and
+--      a boolean key alone, `--amp`, is true), dotted paths `a.b.c=value`.
+--      An unknown `--key` is an error listing the keys; `--help` (or `-h`)
+--      prints every key with its type, its default and its value with where
+--      that came from (defaults, the YAML file, the command line), then the
+--      process exits (status 0).
 -- Every value must have its default's type: an integer default takes
 -- integers only, a float default takes any number (stored as a float), a
 -- string default takes any text (command-line values are taken verbatim), a
@@ -140,7 +146,7 @@ function check_value(path, value, default, source)
 end
 
 -- Merges the mapping `src` into `dst` (same shape as `defaults`).
-local function merge(dst, src, defaults, prefix, source, root)
+local function merge(dst, src, defaults, prefix, source, root, origin)
   local free = kind(defaults) == "free"
   for k, v in pairs(src) do
     local path = prefix .. tostring(k)
@@ -154,16 +160,17 @@ local function merge(dst, src, defaults, prefix, source, root)
       unknown_key(root, path, source)
     elseif kind(d) == "mapping" then
       if kind(v) ~= "mapping" and kind(v) ~= "free" then mismatch(path, v, d, source) end
-      merge(dst[k], v, d, path .. ".", source, root)
+      merge(dst[k], v, d, path .. ".", source, root, origin)
     else
       dst[k] = check_value(path, v, d, source)
     end
+    if origin and not free then origin[path] = source end
   end
 end
 
--- Applies one `a.b.c=text` override.
-local function apply_override(cfg, defaults, key, text)
-  local source = "command line " .. key .. "=" .. text
+-- Applies one `a.b.c=text` override; origin[path] records where each
+-- leaf's value came from.
+local function apply_override(cfg, defaults, key, text, source, origin)
   local parts = {}
   for p in (key .. "."):gmatch("([^.]*)%.") do
     if p == "" then error(string.format("config: malformed key '%s' (%s)", key, source), 0) end
@@ -188,6 +195,7 @@ local function apply_override(cfg, defaults, key, text)
   end
   local last = parts[#parts]
   path = path .. last
+  origin[path] = source
   if kind(d) == "free" then
     c[last] = user_text(core.yaml_parse, text, source)
     return
@@ -200,7 +208,7 @@ local function apply_override(cfg, defaults, key, text)
   elseif kd == "mapping" then
     local v = user_text(core.yaml_parse, text, source)
     if kind(v) ~= "mapping" then mismatch(path, v, dflt, source) end
-    merge(c[last], v, dflt, path .. ".", source, defaults)
+    merge(c[last], v, dflt, path .. ".", source, defaults, origin)
   elseif kd == "list" or kd == "free" then
     c[last] = check_value(path, user_text(core.yaml_parse, text, source), dflt, source)
   else
@@ -208,27 +216,73 @@ local function apply_override(cfg, defaults, key, text)
   end
 end
 
--- Removes the config path and the overrides from args; returns the path
--- (or nil) and the overrides as {key, text} pairs in order.
-local function consume_args(args)
-  local kept, overrides, path = {}, {}, nil
+-- The default a dotted key names (nil when none), for `--key`'s value.
+local function default_at(defaults, key)
+  local d = defaults
+  for p in (key .. "."):gmatch("([^.]*)%.") do
+    if type(d) ~= "table" or kind(d) == "free" then return nil end
+    d = d[p]
+  end
+  return d
+end
+
+-- `--batch-size` is batch_size when only the latter is a key (argparse).
+local function flag_key(defaults, name)
+  if default_at(defaults, name) == nil and name:find("-", 1, true) then
+    local u = name:gsub("%-", "_")
+    if default_at(defaults, u) ~= nil then return u end
+  end
+  return name
+end
+
+local BOOL_TEXT = { ["true"] = true, ["false"] = true }
+
+-- Removes the config path, the overrides and --help from args; returns the
+-- path (or nil), the overrides as {key, text, source} in order, and
+-- whether help was asked for.
+local function consume_args(args, defaults)
+  local kept, overrides, path, help = {}, {}, nil, false
   local i, n = 1, #args
   while i <= n do
     local a = args[i]
     if a == "--" then
       for j = i + 1, n do kept[#kept + 1] = args[j] end
       break
+    elseif a == "--help" or a == "-h" then
+      help = true
     elseif a == "--config" then
       path = args[i + 1]
       if path == nil then error("config: --config needs a file name after it", 0) end
       i = i + 1
     elseif type(a) == "string" and a:match("^%-%-config=") then
       path = a:sub(10)
+    elseif type(a) == "string" and a:match("^%-%-[%a_]") then
+      local name, v = a:match("^%-%-([%a_][%w_%-%.]*)=(.*)$")
+      local key = flag_key(defaults, name or a:match("^%-%-([%a_][%w_%-%.]*)$") or a:sub(3))
+      if not key:match("^[%a_][%w_%-%.]*$") then
+        error(string.format("config: malformed option '%s' (expected --key value, --key=value or key=value)", a), 0)
+      end
+      local source = "command line " .. a
+      if not name then
+        local d, nxt = default_at(defaults, key), args[i + 1]
+        if type(d) == "boolean" and (nxt == nil or not BOOL_TEXT[nxt]) then
+          v = "true" -- a boolean flag alone, argparse's store_true
+        elseif d == nil and (nxt == nil or nxt:match("^%-%-")) then
+          v = "" -- an unknown key: apply_override says so, listing the keys
+        elseif nxt == nil or nxt:match("^%-%-") then
+          error(string.format("config: %s needs a value after it (--%s value or --%s=value)", a, key, key), 0)
+        else
+          v = nxt
+          i = i + 1
+          source = source .. " " .. v
+        end
+      end
+      overrides[#overrides + 1] = { key, v, source }
     else
       local k, v = nil, nil
       if type(a) == "string" then k, v = a:match("^([%a_][%w_%-%.]*)=(.*)$") end
       if k == "config" then path = v
-      elseif k then overrides[#overrides + 1] = { k, v }
+      elseif k then overrides[#overrides + 1] = { k, v, "command line " .. k .. "=" .. v }
       else kept[#kept + 1] = a end
     end
     i = i + 1
@@ -236,7 +290,43 @@ local function consume_args(args)
   for j = n, 1, -1 do args[j] = nil end
   for j, a in ipairs(kept) do args[j] = a end
   if path == "" then error("config: the config file name is empty", 0) end
-  return path, overrides
+  return path, overrides, help
+end
+
+-- Every leaf key (dotted) with its type, default, value and origin.
+local function help_rows(defaults, cfg, origin, prefix, out)
+  local keys = {}
+  for k in pairs(defaults) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    local d, path = defaults[k], prefix .. k
+    if kind(d) == "mapping" then
+      help_rows(d, cfg[k] or {}, origin, path .. ".", out)
+    else
+      local kd = kind(d)
+      out[#out + 1] = { path .. (kd == "free" and ".*" or ""), kd == "free" and "table" or kd, describe(d),
+        describe(cfg[k]), origin[path] or "default" }
+    end
+  end
+  return out
+end
+
+local function help_text(defaults, cfg, origin, path)
+  local rows = help_rows(defaults, cfg, origin, "", {})
+  local script = _G.arg and _G.arg[0] or "script.lua"
+  local lines = {
+    string.format("usage: ddplua %s [--key value | --key=value | key=value ...] [--config run.yaml] [--help]", script),
+    "",
+    "keys (type, default, value and where it comes from" .. (path and ("; YAML: " .. path) or "") .. "):",
+  }
+  local w = { 3, 4, 7 }
+  for _, r in ipairs(rows) do
+    for c = 1, 3 do w[c] = math.max(w[c], #r[c]) end
+  end
+  local fmt = "  %-" .. w[1] .. "s  %-" .. w[2] .. "s  default %-" .. w[3] .. "s  value %s (%s)"
+  for _, r in ipairs(rows) do lines[#lines + 1] = string.format(fmt, r[1], r[2], r[3], r[4], r[5]) end
+  if #rows == 0 then lines[#lines + 1] = "  (none: the defaults are empty)" end
+  return table.concat(lines, "\n")
 end
 
 local function check_defaults(defaults, prefix)
@@ -267,12 +357,13 @@ function M.resolve(defaults, opts)
   end
   check_defaults(defaults, "")
   local args = opts.arg or _G.arg or {}
-  local path, overrides = consume_args(args)
+  local path, overrides, help = consume_args(args, defaults)
   path = path or os.getenv("DDPLUA_CONFIG")
   if path == "" then path = nil end
 
   local cfg = deep_copy(defaults)
   local sources = { "defaults" }
+  local origin = {} -- dotted leaf path -> where its value came from (--help)
   if path then
     local doc = user_text(core.yaml_load, path)
     if doc ~= nil then
@@ -283,12 +374,17 @@ function M.resolve(defaults, opts)
       for k, v in pairs(doc) do
         if not LAUNCHER_KEYS[k] then own[k] = v end
       end
-      merge(cfg, own, defaults, "", path, defaults)
+      merge(cfg, own, defaults, "", path, defaults, origin)
     end
     sources[#sources + 1] = path
   end
-  for _, o in ipairs(overrides) do apply_override(cfg, defaults, o[1], o[2]) end
+  for _, o in ipairs(overrides) do apply_override(cfg, defaults, o[1], o[2], o[3], origin) end
   if #overrides > 0 then sources[#sources + 1] = "command line" end
+  if help then
+    rank.print(help_text(defaults, cfg, origin, path))
+    io.stdout:flush()
+    os.exit(0)
+  end
 
   local text = core.yaml_dump(cfg, "config")
   if opts.print ~= false then

@@ -11,6 +11,7 @@
 -- Ranks are 0-based process ids (as RANK, NCCL and the seed tutorial);
 -- src/dst arguments are global ranks, also with {group=g}.
 local core = require "ddplua.core"
+local E = require "ddplua.errors"
 local C = core.dist
 
 local M = {}
@@ -18,71 +19,142 @@ local M = {}
 M.ReduceOp = { SUM = "sum", AVG = "avg", MAX = "max", MIN = "min", PRODUCT = "prod", PROD = "prod" }
 
 for _, k in ipairs {
-  "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "barrier", "send", "recv", "new_group",
-  "destroy_process_group", "is_initialized", "get_rank", "get_world_size", "get_local_rank", "get_local_world_size",
-  "get_backend", "spawn", "find_free_port", "nccl_available",
+  "new_group", "destroy_process_group", "is_initialized", "get_rank", "get_world_size", "get_local_rank",
+  "get_local_world_size", "get_backend", "spawn", "find_free_port", "nccl_available",
 } do
   M[k] = C[k]
+end
+
+-- The collectives. A failure is reported at the user's line (the first
+-- frame outside the library: for a collective inside ddp.save_checkpoint or
+-- DDP's forward, the line that called those), and one that depends on what
+-- the other ranks did (a mismatch, a timeout, a rank that left) also says
+-- which call this rank was in and from where: every rank prints its own
+-- side, so together they show each rank's call and its line.
+local function annotate(name, err, from_library)
+  local msg = tostring(err)
+  if not (msg:find("mismatch", 1, true) or msg:find("timed out", 1, true) or msg:find("never arrived", 1, true)
+      or msg:find("exited", 1, true) or msg:find("was killed", 1, true)) then
+    return msg
+  end
+  local rank = C.is_initialized() and C.get_rank() or 0
+  msg = string.format("%s\n  rank %d was in dist.%s%s at %s", msg, rank, name,
+    from_library and " (inside a ddplua call)" or "", E.user_site())
+  if msg:find("mismatch", 1, true) then
+    msg = msg .. "\n  every rank must make the same collective calls in the same order (ddp.save_checkpoint is " ..
+      "one: call it on every rank; to save from one rank, use ddp.save_state)"
+  end
+  return msg
+end
+
+for _, k in ipairs { "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "barrier", "send", "recv" } do
+  local f = C[k]
+  M[k] = function(...)
+    local ok, a, b = pcall(f, ...)
+    if ok then return a, b end
+    local caller = debug.getinfo(2, "S")
+    E.raise(annotate(k, a, caller ~= nil and caller.what ~= "C" and E.in_library(caller.source)))
+  end
 end
 
 local function env_int(name, what)
   local v = os.getenv(name)
   if v == nil or v == "" then return nil end
   local n = math.tointeger(tonumber(v))
-  if not n then error(string.format("init_process_group: environment variable %s=%q is not an integer%s", name, v,
-    what and (" (" .. what .. ")") or ""), 3) end
+  if not n then E.raise(string.format("init_process_group: environment variable %s=%q is not an integer%s", name, v,
+    what and (" (" .. what .. ")") or "")) end
   return n
 end
 
 local function need(v, msg)
-  if v == nil then error("init_process_group: " .. msg, 3) end
+  if v == nil then E.raise("init_process_group: " .. msg) end
   return v
 end
 
 local valid_opts = { backend = true, init_method = true, world_size = true, rank = true, timeout = true }
 local auto_vote = require "ddplua.backend_vote"
 
--- "auto" (the default): auto_vote (ddplua/backend_vote.lua) on this node is this rank's vote,
--- and the group is nccl only if every rank votes for it (the C side pools
--- the votes through the store); returns "auto", the vote and the note.
-local function pick_backend(b)
+-- "auto" (the default): auto_vote (ddplua/backend_vote.lua) on this node is
+-- this rank's vote, and the group is nccl only if every rank votes for it
+-- (the C side pools the votes through the store); returns "auto", the vote
+-- and the note. PyTorch's "gloo" is ddplua's cpu backend (rank 0 says so,
+-- once).
+local function pick_backend(b, rank)
   b = b or os.getenv("DDPLUA_BACKEND")
   if b == nil or b == "" or b == "auto" then
     if not C.nccl_available() then return "auto", false end
     local choice, note = auto_vote(true, core.cuda_device_count(), env_int("LOCAL_WORLD_SIZE"))
     return "auto", choice == "nccl", note
   end
-  if b == "cpu" or b == "gloo" then return "cpu" end
+  if b == "gloo" then
+    if (rank or 0) == 0 then
+      io.stderr:write("ddplua: backend 'gloo' (PyTorch's CPU backend) runs as ddplua's 'cpu' backend\n")
+    end
+    return "cpu"
+  end
+  if b == "cpu" then return "cpu" end
+  if b == "mpi" or b == "ucc" then
+    E.raise(string.format("init_process_group: backend %q is not available in ddplua (backends: \"cpu\" (PyTorch's " ..
+      "\"gloo\"), \"nccl\", \"auto\")", b))
+  end
   if b == "nccl" then
     local ok, why = C.nccl_available()
     if ok then return "nccl" end
     if not core.cuda_is_available() then
-      error("init_process_group: backend 'nccl' needs CUDA, but " .. tostring(why) .. "; use backend='cpu'", 3)
+      E.raise("init_process_group: backend 'nccl' needs CUDA, but " .. tostring(why) .. "; use backend='cpu'")
     end
-    error("init_process_group: backend 'nccl' is not available: " .. tostring(why) .. "; use backend='cpu' " ..
-      "(it accepts CUDA tensors, staged through host memory)", 3)
+    E.raise("init_process_group: backend 'nccl' is not available: " .. tostring(why) .. "; use backend='cpu' " ..
+      "(it accepts CUDA tensors, staged through host memory)")
   end
-  error(string.format("init_process_group: unknown backend %q (expected \"cpu\", \"nccl\" or \"auto\")",
-    tostring(b)), 3)
+  E.raise(string.format("init_process_group: unknown backend %q (expected \"cpu\" (or PyTorch's \"gloo\"), " ..
+    "\"nccl\" or \"auto\")", tostring(b)))
+end
+
+-- PyTorch's positional form: init_process_group(backend, init_method,
+-- timeout, world_size, rank), or (backend, {options}); -1 (PyTorch's
+-- default world_size and rank) means unset.
+local function positional_opts(backend, ...)
+  local n, second = select("#", ...), ...
+  if n == 1 and type(second) == "table" then
+    local opts = {}
+    for k, v in pairs(second) do opts[k] = v end
+    if opts.backend ~= nil and opts.backend ~= backend then
+      E.raise(string.format("init_process_group: backend %q given twice, differently (%q in the options)", backend,
+        tostring(opts.backend)))
+    end
+    opts.backend = backend
+    return opts
+  end
+  if n > 4 then E.raise("init_process_group: too many arguments (backend, init_method, timeout, world_size, rank)") end
+  local init_method, timeout, world_size, rank = ...
+  return { backend = backend, init_method = init_method, timeout = timeout,
+    world_size = world_size ~= -1 and world_size or nil, rank = rank ~= -1 and rank or nil }
 end
 
 --- init_process_group{backend=, init_method=, world_size=, rank=, timeout=}
---- Every field is optional under the launcher (and under dist.spawn).
-function M.init_process_group(opts)
+--- or init_process_group("gloo" | "nccl" | ..., ...) as PyTorch's. Every
+--- field is optional under the launcher (and under dist.spawn).
+function M.init_process_group(opts, ...)
+  if type(opts) == "string" then opts = positional_opts(opts, ...) end
   opts = opts or {}
   if type(opts) ~= "table" then
-    error("init_process_group: expected an options table, got " .. type(opts), 2)
+    E.raise("init_process_group: expected a backend name or an options table, got " .. type(opts))
   end
   for k in pairs(opts) do
     if not valid_opts[k] then
-      error("init_process_group: unknown option '" .. tostring(k) ..
-        "' (valid: backend, init_method, world_size, rank, timeout)", 2)
+      E.raise("init_process_group: unknown option '" .. tostring(k) ..
+        "' (valid: backend, init_method, world_size, rank, timeout)")
     end
   end
-  local backend, auto_nccl, note = pick_backend(opts.backend)
+  local given = opts
+  opts = {}
+  for k, v in pairs(given) do opts[k] = v end
+  if opts.world_size == -1 then opts.world_size = nil end
+  if opts.rank == -1 then opts.rank = nil end
+  local backend, auto_nccl, note = pick_backend(opts.backend, opts.rank or tonumber(os.getenv("RANK") or "0"))
   local timeout = opts.timeout or tonumber(os.getenv("DDPLUA_TIMEOUT") or "") or 300
   if type(timeout) ~= "number" or timeout <= 0 then
-    error("init_process_group: timeout must be a positive number of seconds, got " .. tostring(timeout), 2)
+    E.raise("init_process_group: timeout must be a positive number of seconds, got " .. tostring(timeout))
   end
   local p = {
     backend = backend,
@@ -93,7 +165,7 @@ function M.init_process_group(opts)
     world_size = opts.world_size or env_int("WORLD_SIZE"),
   }
   local method = opts.init_method or "env://"
-  if type(method) ~= "string" then error("init_process_group: init_method must be a string", 2) end
+  if type(method) ~= "string" then E.raise("init_process_group: init_method must be a string") end
   local host, port = method:match("^tcp://%[?([^%]]*)%]?:(%d+)$")
   if host then
     need(p.world_size, "init_method='" .. method .. "' needs world_size=")
@@ -116,16 +188,16 @@ function M.init_process_group(opts)
     p.local_rank, p.local_size = env_int("LOCAL_RANK"), env_int("LOCAL_WORLD_SIZE")
     p.node_rank, p.nnodes = env_int("NODE_RANK"), env_int("DDPLUA_NNODES")
   else
-    error(string.format("init_process_group: unsupported init_method %q (expected \"env://\" or " ..
-      "\"tcp://host:port\")", method), 2)
+    E.raise(string.format("init_process_group: unsupported init_method %q (expected \"env://\" or " ..
+      "\"tcp://host:port\")", method))
   end
   if math.type(p.rank) ~= "integer" or math.type(p.world_size) ~= "integer" or p.world_size < 1 then
-    error(string.format("init_process_group: rank and world_size must be integers (got rank=%s, world_size=%s)",
-      tostring(p.rank), tostring(p.world_size)), 2)
+    E.raise(string.format("init_process_group: rank and world_size must be integers (got rank=%s, world_size=%s)",
+      tostring(p.rank), tostring(p.world_size)))
   end
   if p.rank < 0 or p.rank >= p.world_size then
-    error(string.format("init_process_group: rank %d is out of range for world_size %d (expected 0..%d)", p.rank,
-      p.world_size, p.world_size - 1), 2)
+    E.raise(string.format("init_process_group: rank %d is out of range for world_size %d (expected 0..%d)", p.rank,
+      p.world_size, p.world_size - 1))
   end
   C._init(p)
   -- why auto chose cpu where this node has NCCL: one line per node
@@ -169,19 +241,19 @@ function M.device() return require("ddplua").device() end
 --- metric covers each dataset item exactly once. Rows come back in the
 --- epoch's global order; gather predictions and labels alike to align them.
 function M.gather_for_metrics(t, sampler, opts)
-  if not require("ddplua").is_tensor(t) then error("gather_for_metrics: expected a tensor, got " .. type(t), 2) end
+  if not require("ddplua").is_tensor(t) then E.raise("gather_for_metrics: expected a tensor, got " .. type(t)) end
   if type(sampler) ~= "table" or type(sampler.gather_order) ~= "function" then
-    error("gather_for_metrics: expected the DistributedSampler that produced the rows", 2)
+    E.raise("gather_for_metrics: expected the DistributedSampler that produced the rows")
   end
   local n = t:dim() > 0 and t:size(1) or 0
   if n ~= sampler.num_samples then
-    error(string.format("gather_for_metrics: the tensor has %d rows but the sampler gives this rank %d samples " ..
-      "(gather the results of one whole epoch of the sampler)", n, sampler.num_samples), 2)
+    E.raise(string.format("gather_for_metrics: the tensor has %d rows but the sampler gives this rank %d samples " ..
+      "(gather the results of one whole epoch of the sampler)", n, sampler.num_samples))
   end
   local world = M.get_world_size(opts and opts.group)
   if world ~= sampler.num_replicas then
-    error(string.format("gather_for_metrics: the group has %d ranks but the sampler was built for %d", world,
-      sampler.num_replicas), 2)
+    E.raise(string.format("gather_for_metrics: the group has %d ranks but the sampler was built for %d", world,
+      sampler.num_replicas))
   end
   local shape = t:size()
   shape[1] = n * world

@@ -6,6 +6,7 @@
 --                    find_unused_parameters=false, broadcast_buffers=true})
 --   local opt = optim.SGD(model:parameters(), {lr=0.05})   -- after wrapping
 --   do local _ <close> = model:no_sync() ... end            -- accumulate locally
+--   model.require_backward_grad_sync = false                -- or nanoGPT's way, per forward
 --
 -- As in PyTorch it is an nn.Module whose one child is the wrapped module,
 -- `model.module`: every Module method works on it, and named_parameters(),
@@ -21,8 +22,14 @@
 -- broadcast, new buckets), where PyTorch would silently stop averaging those
 -- gradients. Every rank must make the same change, as with any collective.
 -- The wrapper itself holds nothing but `module`.
+--
+-- require_backward_grad_sync (default true), as PyTorch's: each forward
+-- reads it, and a backward of a forward run with it false accumulates
+-- locally (no all-reduce), as inside no_sync; the first backward whose
+-- forward ran with it true averages everything accumulated.
 local ddp = require "ddplua"
 local Module = require "ddplua.nn.module"
+local E = require "ddplua.errors"
 local core = ddp.core
 
 local DDP = Module:extend("DistributedDataParallel")
@@ -38,7 +45,7 @@ for _, k in ipairs(IMPLEMENTED) do implemented[k] = true end
 -- mode this wrapper does not have.
 local function check_options(opts)
   if type(opts) ~= "table" then
-    error("DistributedDataParallel: expected an options table, got " .. type(opts), 4)
+    E.raise("DistributedDataParallel: expected an options table, got " .. type(opts))
   end
   local problems = {}
   local unknown = {}
@@ -68,7 +75,7 @@ local function check_options(opts)
   check_type("find_unused_parameters", "a boolean", is_bool)
   check_type("broadcast_buffers", "a boolean", is_bool)
   check_type("gradient_as_bucket_view", "a boolean", is_bool)
-  if #problems > 0 then error("DistributedDataParallel: " .. table.concat(problems, "; "), 4) end
+  if #problems > 0 then E.raise("DistributedDataParallel: " .. table.concat(problems, "; ")) end
 end
 
 -- device_ids / output_device as PyTorch takes them: nil, or for a module on
@@ -88,8 +95,8 @@ local function check_devices(opts, module)
     return v
   end
   local function fail(what)
-    error(string.format("DistributedDataParallel: %s, but the module's parameters are on %s (device_ids and " ..
-      "output_device are for a module on one GPU: nil or that GPU)", what, where), 4)
+    E.raise(string.format("DistributedDataParallel: %s, but the module's parameters are on %s (device_ids and " ..
+      "output_device are for a module on one GPU: nil or that GPU)", what, where))
   end
   local ids = opts.device_ids
   if ids ~= nil then
@@ -172,9 +179,9 @@ local function check_same_model(dist, params, group)
   for r = 2, world do
     local a, b = rows[1], rows[r]
     if a[1] ~= b[1] or a[2] ~= b[2] or a[3] ~= b[3] then
-      error(string.format("DistributedDataParallel: ranks hold different models: rank 0 has %d parameters " ..
+      E.raise(string.format("DistributedDataParallel: ranks hold different models: rank 0 has %d parameters " ..
         "(%d elements), rank %d has %d parameters (%d elements)%s", a[1], a[2], r - 1, b[1], b[2],
-        (a[1] == b[1] and a[2] == b[2]) and " with different shapes" or ""), 5)
+        (a[1] == b[1] and a[2] == b[2]) and " with different shapes" or ""))
     end
   end
 end
@@ -222,13 +229,13 @@ function DDP:__init(module, opts)
   opts = opts or {}
   check_options(opts)
   if not Module.is_module(module) then
-    error("DistributedDataParallel: expected an nn.Module, got " .. (type(module) == "table" and "a table" or
-      type(module)), 3)
+    E.raise("DistributedDataParallel: expected an nn.Module, got " .. (type(module) == "table" and "a table" or
+      type(module)))
   end
   check_devices(opts, module)
   if not ddp.distributed.is_initialized() then
-    error("DistributedDataParallel: the default process group is not initialised; call " ..
-      "dist.init_process_group() before wrapping the model", 3)
+    E.raise("DistributedDataParallel: the default process group is not initialised; call " ..
+      "dist.init_process_group() before wrapping the model")
   end
   self.module = module -- the one child: names become "module.<name>"
   rawset(self, "process_group", opts.process_group)
@@ -236,6 +243,8 @@ function DDP:__init(module, opts)
   rawset(self, "find_unused_parameters", opts.find_unused_parameters and true or false)
   rawset(self, "bucket_cap_mb", opts.bucket_cap_mb or 25)
   rawset(self, "training", module.training ~= false)
+  rawset(self, "require_backward_grad_sync", true)
+  rawset(self, "_no_sync_depth", 0)
   build_reducer(self)
 end
 
@@ -243,6 +252,11 @@ end
 -- broadcast_buffers; nothing to do alone).
 function DDP:forward(...)
   local buffers = sync_reducer(self)
+  local flag = rawget(self, "require_backward_grad_sync")
+  if flag ~= true and flag ~= false then
+    E.raise("DistributedDataParallel: require_backward_grad_sync must be true or false, got " .. tostring(flag))
+  end
+  rawget(self, "reducer"):set_sync(flag and rawget(self, "_no_sync_depth") == 0)
   local module = rawget(self, "module")
   if #buffers > 0 and self.broadcast_buffers and module.training ~= false and self._world_size > 1 then
     broadcast_tensors(ddp.distributed, buffers, self.process_group)
@@ -254,7 +268,11 @@ end
 --- locally; the next backward outside reduces the accumulated total.
 function DDP:no_sync()
   local prev = self.reducer:set_sync(false)
-  return setmetatable({}, { __close = function() self.reducer:set_sync(prev) end })
+  rawset(self, "_no_sync_depth", rawget(self, "_no_sync_depth") + 1)
+  return setmetatable({}, { __close = function()
+    rawset(self, "_no_sync_depth", rawget(self, "_no_sync_depth") - 1)
+    self.reducer:set_sync(prev)
+  end })
 end
 
 --- Module:to (and float/double/cuda/cpu, which call it), then a new
@@ -289,19 +307,19 @@ end
 -- DDP never averages such a parameter either). Add them to model.module.
 function DDP:add_module(name, m)
   if name == "module" and rawget(self, "module") == nil then return Module.add_module(self, name, m) end
-  error(string.format("DistributedDataParallel: cannot add the submodule '%s' to the wrapper; add it to " ..
-    "model.module (the next forward includes its parameters)", tostring(name)), 2)
+  E.raise(string.format("DistributedDataParallel: cannot add the submodule '%s' to the wrapper; add it to " ..
+    "model.module (the next forward includes its parameters)", tostring(name)))
 end
 DDP.register_module = DDP.add_module
 
 function DDP:register_parameter(name)
-  error(string.format("DistributedDataParallel: cannot add the parameter '%s' to the wrapper; add it to " ..
-    "model.module (the next forward includes it)", tostring(name)), 2)
+  E.raise(string.format("DistributedDataParallel: cannot add the parameter '%s' to the wrapper; add it to " ..
+    "model.module (the next forward includes it)", tostring(name)))
 end
 
 function DDP:register_buffer(name)
-  error(string.format("DistributedDataParallel: cannot add the buffer '%s' to the wrapper; add it to " ..
-    "model.module", tostring(name)), 2)
+  E.raise(string.format("DistributedDataParallel: cannot add the buffer '%s' to the wrapper; add it to " ..
+    "model.module", tostring(name)))
 end
 
 --- Reducer counters: buckets, how many all-reduces started during backward

@@ -7,6 +7,7 @@
 -- YAML/JSON) stays under ddp.core, which is the same table as
 -- require "ddplua.core" and makes no promise to users.
 local core = require "ddplua.core"
+local E = require "ddplua.errors"
 
 local M = {}
 
@@ -30,7 +31,7 @@ local CORE_EXPORTS = {
 }
 
 for _, k in ipairs(CORE_EXPORTS) do
-  M[k] = core[k] or error("ddplua: the C core has no '" .. k .. "' (lua/ddplua/init.lua exports it)")
+  M[k] = core[k] or E.raise("ddplua: the C core has no '" .. k .. "' (lua/ddplua/init.lua exports it)")
 end
 M.core = core
 M.Tensor = core.Tensor
@@ -51,7 +52,7 @@ function M.no_grad(fn, ...)
     return setmetatable({ prev = core.set_grad_enabled(false) }, no_grad_mt)
   end
   if type(fn) ~= "function" then
-    error("no_grad: expected a function or no argument, got " .. type(fn), 2)
+    E.raise("no_grad: expected a function or no argument, got " .. type(fn))
   end
   local prev = core.set_grad_enabled(false)
   local res = table.pack(pcall(fn, ...))
@@ -73,7 +74,7 @@ end
 --- `seed + rank` is the caller's choice.
 function M.seed_everything(seed)
   if math.type(seed) ~= "integer" then
-    error("seed_everything: expected an integer seed, got " .. tostring(seed), 2)
+    E.raise("seed_everything: expected an integer seed, got " .. tostring(seed))
   end
   core.manual_seed(seed)
   math.randomseed(seed)
@@ -86,6 +87,8 @@ function M.config(defaults, opts) return require("ddplua.config").resolve(defaul
 function M.save_checkpoint(path, what) return require("ddplua.checkpoint").save(path, what) end
 function M.load_checkpoint(path, opts) return require("ddplua.checkpoint").load(path, opts) end
 function M.progress(total, opts) return require("ddplua.progress").new(total, opts) end
+function M.save_state(path, state, opts) return require("ddplua.state").save(path, state, opts) end
+function M.load_state(path, opts) return require("ddplua.state").load(path, opts) end
 -- Devices ------------------------------------------------------------------
 
 --- ddp.device(): "cuda:<LOCAL_RANK>" when a GPU is available, else "cpu".
@@ -104,7 +107,7 @@ end
 local matmul_precision = "highest"
 function M.set_float32_matmul_precision(p)
   if p ~= "highest" and p ~= "high" and p ~= "medium" then
-    error("set_float32_matmul_precision: expected \"highest\", \"high\" or \"medium\", got " .. tostring(p), 2)
+    E.raise("set_float32_matmul_precision: expected \"highest\", \"high\" or \"medium\", got " .. tostring(p))
   end
   matmul_precision = p
   if core.cuda_is_available() then core.cuda_set_option("tf32", p ~= "highest") end

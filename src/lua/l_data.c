@@ -4,11 +4,14 @@
  *   _idx_load(path)                               -> uint8 tensor
  *   _gather_rows(src, indices [, dtype [, div]])  -> src rows at the 1-based
  *       positions of the Lua array `indices`, as dtype (default src's),
- *       divided by div (default 1) */
+ *       divided by div (default 1)
+ * and, from l_data_tokens.c and l_data_workers.c, the token files and the
+ * DataLoader's worker processes. */
 #include <stdlib.h>
 
 #include "data/gather.h"
 #include "data/idx.h"
+#include "lua/l_data.h"
 #include "lua/l_util.h"
 
 /* _idx_load(path [, cache_dir]) */
@@ -41,4 +44,6 @@ void lt_open_data(lua_State *L, int module) {
   lua_pushvalue(L, module);
   luaL_setfuncs(L, funcs, 0);
   lua_pop(L, 1);
+  lt_open_token_file(L, module);
+  lt_open_data_workers(L, module);
 }

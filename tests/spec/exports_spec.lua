@@ -35,7 +35,7 @@ local EXPORTS = {
       "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "manual_seed", "initial_seed",
       "seed_everything", "get_rng_state", "set_rng_state",
       -- files and runs
-      "save", "load", "save_checkpoint", "load_checkpoint", "config", "progress",
+      "save", "load", "save_checkpoint", "load_checkpoint", "config", "progress", "save_state", "load_state",
       -- processes and devices
       "is_main", "print", "device", "synchronize", "cuda_is_available", "cuda_device_count", "cuda_device_name",
       "cuda_memory_stats", "cuda_empty_cache", "autocast", "set_float32_matmul_precision",
@@ -48,8 +48,9 @@ local EXPORTS = {
   nn = {
     form = "nn.", names = {
       "Module", "Sequential", "Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d",
-      "SyncBatchNorm", "ReLU", "GELU", "LeakyReLU", "ELU", "SiLU", "Softplus", "Tanh", "Sigmoid", "Dropout", "Flatten", "Embedding", "LayerNorm",
-      "CrossEntropyLoss", "MSELoss", "F", "init",
+      "SyncBatchNorm", "ReLU", "GELU", "LeakyReLU", "ELU", "SiLU", "Softplus", "Tanh", "Sigmoid", "Dropout",
+      "Flatten", "Embedding", "LayerNorm", "CrossEntropyLoss", "MSELoss", "F", "init", "ModuleList", "ModuleDict",
+      "Identity",
     },
   },
   F = {
@@ -63,7 +64,8 @@ local EXPORTS = {
   data = {
     form = "data.", names = {
       "TensorDataset", "Subset", "random_split", "FashionMNIST", "SequentialSampler", "RandomSampler",
-      "DistributedSampler", "DataLoader", "CSVImageDataset", "transforms",
+      "DistributedSampler", "DataLoader", "CSVImageDataset", "transforms", "TokenFile", "ByteTokenizer",
+      "CharTokenizer", "get_worker_info",
     },
   },
   dist = {

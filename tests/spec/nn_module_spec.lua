@@ -253,9 +253,11 @@ describe("nn.Sequential", function()
     assert.are.equal(d, seq[2])
     seq:append(nn.Sigmoid())
     assert.are.equal(4, #seq)
-    local ok, err = pcall(function() return seq[5] end)
+    -- one past the end is nil, so ipairs(seq) stops there; further is an error
+    assert.is_nil(seq[5])
+    local ok, err = pcall(function() return seq[6] end)
     assert.is_false(ok)
-    assert.matches("index 5 out of range %(it holds 4 modules", err)
+    assert.matches("index 6 out of range %(it holds 4 modules", err)
     assert.are.equal(#nn.Sequential(nn.ReLU(), nn.Tanh()), 2)
   end)
 

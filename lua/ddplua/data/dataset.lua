@@ -7,13 +7,14 @@
 --   ds:prefetch(idx)     optional: a hint that get_batch(idx) comes next
 -- TensorDataset and FashionMNIST gather their batches in C in one call.
 local ddp = require "ddplua"
+local E = require "ddplua.errors"
 local core = ddp.core
 
 local M = {}
 
 local function check_position(who, i, n)
   if math.type(i) ~= "integer" or i < 1 or i > n then
-    error(string.format("%s: index %s out of range (positions are 1..%d)", who, tostring(i), n), 3)
+    E.raise(string.format("%s: index %s out of range (positions are 1..%d)", who, tostring(i), n))
   end
 end
 M.check_position = check_position
@@ -38,19 +39,19 @@ M.TensorDataset = TensorDataset
 
 function TensorDataset.new(...)
   local n = select("#", ...)
-  if n == 0 then error("TensorDataset: expected at least one tensor", 3) end
+  if n == 0 then E.raise("TensorDataset: expected at least one tensor") end
   local tensors = { ... }
   local len
   for i = 1, n do
     local t = tensors[i]
     if not ddp.is_tensor(t) then
-      error(string.format("TensorDataset: argument %d is a %s, expected a tensor", i, type(t)), 3)
+      E.raise(string.format("TensorDataset: argument %d is a %s, expected a tensor", i, type(t)))
     end
-    if t:dim() < 1 then error(string.format("TensorDataset: tensor %d is 0-dimensional", i), 3) end
+    if t:dim() < 1 then E.raise(string.format("TensorDataset: tensor %d is 0-dimensional", i)) end
     len = len or t:size(1)
     if t:size(1) ~= len then
-      error(string.format("TensorDataset: size mismatch between tensors: tensor 1 has %d rows, tensor %d has %d", len,
-        i, t:size(1)), 3)
+      E.raise(string.format("TensorDataset: size mismatch between tensors: tensor 1 has %d rows, tensor %d has %d", len,
+        i, t:size(1)))
     end
   end
   return setmetatable({ tensors = tensors, _n = len }, TensorDataset)
@@ -90,11 +91,11 @@ end
 M.item_fields = item_fields
 
 function Subset.new(ds, indices)
-  if ds == nil or type(indices) ~= "table" then error("Subset: expected (dataset, list of positions)", 3) end
+  if ds == nil or type(indices) ~= "table" then E.raise("Subset: expected (dataset, list of positions)") end
   local n = #ds
   for k, i in ipairs(indices) do
     if math.type(i) ~= "integer" or i < 1 or i > n then
-      error(string.format("Subset: position %d holds %s, expected an index 1..%d of the dataset", k, tostring(i), n), 3)
+      E.raise(string.format("Subset: position %d holds %s, expected an index 1..%d of the dataset", k, tostring(i), n))
     end
   end
   local self = setmetatable({ dataset = ds, indices = indices }, Subset)
@@ -133,16 +134,16 @@ end
 --- (the global one is left untouched).
 function M.random_split(ds, lengths, opts)
   if type(lengths) ~= "table" or #lengths == 0 then
-    error("random_split: expected a list of lengths or fractions", 2)
+    E.raise("random_split: expected a list of lengths or fractions")
   end
   opts = opts or {}
   for k in pairs(opts) do
-    if k ~= "seed" then error("random_split: unknown option '" .. tostring(k) .. "' (valid options: seed)", 2) end
+    if k ~= "seed" then E.raise("random_split: unknown option '" .. tostring(k) .. "' (valid options: seed)") end
   end
   local n, sum = #ds, 0
   for i, l in ipairs(lengths) do
     if type(l) ~= "number" or l < 0 then
-      error(string.format("random_split: length %d must be a non-negative number, got %s", i, tostring(l)), 2)
+      E.raise(string.format("random_split: length %d must be a non-negative number, got %s", i, tostring(l)))
     end
     sum = sum + l
   end
@@ -160,18 +161,18 @@ function M.random_split(ds, lengths, opts)
   else
     for i, l in ipairs(lengths) do
       if math.type(l) ~= "integer" then
-        error(string.format("random_split: length %d is %s: give integer counts summing to %d or fractions summing "
-          .. "to 1", i, tostring(l), n), 2)
+        E.raise(string.format("random_split: length %d is %s: give integer counts summing to %d or fractions summing "
+          .. "to 1", i, tostring(l), n))
       end
       counts[i] = l
     end
     if sum ~= n then
-      error(string.format("random_split: the lengths sum to %s but the dataset has %d items", tostring(sum), n), 2)
+      E.raise(string.format("random_split: the lengths sum to %s but the dataset has %d items", tostring(sum), n))
     end
   end
   local perm
   if opts.seed ~= nil then
-    if math.type(opts.seed) ~= "integer" then error("random_split: seed must be an integer", 2) end
+    if math.type(opts.seed) ~= "integer" then E.raise("random_split: seed must be an integer") end
     perm = ddp.randperm(n, { generator = ddp.Generator(opts.seed) }):totable()
   else
     perm = ddp.randperm(n):totable()

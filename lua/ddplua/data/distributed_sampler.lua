@@ -5,6 +5,7 @@
 --   rank r takes positions r, r+R, r+2R, ...
 -- Positions are 1-based (PyTorch's index i is ddplua's i + 1).
 local ddp = require "ddplua"
+local E = require "ddplua.errors"
 
 local DistributedSampler = {}
 DistributedSampler.__index = DistributedSampler
@@ -15,7 +16,7 @@ local function dataset_len(ds)
   local ok, n = pcall(function() return #ds end)
   if ok and math.type(n) == "integer" then return n end
   if type(ds) == "table" and type(ds.len) == "function" then return ds:len() end
-  error("DistributedSampler: the dataset has no length (#dataset)", 3)
+  E.raise("DistributedSampler: the dataset has no length (#dataset)")
 end
 
 --- DistributedSampler(dataset, {num_replicas=, rank=, shuffle=true, seed=0, drop_last=false})
@@ -23,28 +24,28 @@ function DistributedSampler.new(dataset, opts)
   opts = opts or {}
   for k in pairs(opts) do
     if k ~= "num_replicas" and k ~= "rank" and k ~= "shuffle" and k ~= "seed" and k ~= "drop_last" then
-      error("DistributedSampler: unknown option '" .. tostring(k) ..
-        "' (valid: num_replicas, rank, shuffle, seed, drop_last)", 2)
+      E.raise("DistributedSampler: unknown option '" .. tostring(k) ..
+        "' (valid: num_replicas, rank, shuffle, seed, drop_last)")
     end
   end
   local R, rank = opts.num_replicas, opts.rank
   if R == nil or rank == nil then
     local dist = ddp.distributed
     if not dist.is_initialized() then
-      error("DistributedSampler: the process group is not initialised; call " ..
-        "dist.init_process_group first or pass num_replicas= and rank=", 2)
+      E.raise("DistributedSampler: the process group is not initialised; call " ..
+        "dist.init_process_group first or pass num_replicas= and rank=")
     end
     R = R or dist.get_world_size()
     rank = rank or dist.get_rank()
   end
   if math.type(R) ~= "integer" or R < 1 then
-    error("DistributedSampler: num_replicas must be a positive integer, got " .. tostring(R), 2)
+    E.raise("DistributedSampler: num_replicas must be a positive integer, got " .. tostring(R))
   end
   if math.type(rank) ~= "integer" or rank < 0 or rank >= R then
-    error(string.format("DistributedSampler: invalid rank %s, expected 0..%d", tostring(rank), R - 1), 2)
+    E.raise(string.format("DistributedSampler: invalid rank %s, expected 0..%d", tostring(rank), R - 1))
   end
   local seed = opts.seed or 0
-  if math.type(seed) ~= "integer" then error("DistributedSampler: seed must be an integer", 2) end
+  if math.type(seed) ~= "integer" then E.raise("DistributedSampler: seed must be an integer") end
   local N = dataset_len(dataset)
   local drop_last = opts.drop_last and true or false
   local num_samples
@@ -64,7 +65,7 @@ function DistributedSampler.new(dataset, opts)
     n = N,
     num_samples = num_samples,
     total_size = num_samples * R,
-    _epochs_drawn = {},
+    _passes = {}, -- epoch -> full passes over its order (reported by the DataLoader)
     _warned = false,
     position = 0, -- samples of this epoch already consumed (resume)
   }, DistributedSampler)
@@ -72,7 +73,7 @@ function DistributedSampler.new(dataset, opts)
 end
 
 function DistributedSampler:set_epoch(epoch)
-  if math.type(epoch) ~= "integer" then error("set_epoch: expected an integer epoch, got " .. tostring(epoch), 2) end
+  if math.type(epoch) ~= "integer" then E.raise("set_epoch: expected an integer epoch, got " .. tostring(epoch)) end
   if epoch ~= self.epoch then self.position = 0 end
   self.epoch = epoch
 end
@@ -104,16 +105,29 @@ function DistributedSampler:global_indices()
   return idx
 end
 
+--- A second complete pass over one epoch's shuffle means two epochs
+--- trained on the same order: set_epoch was not called. A direct
+--- indices() call counts as a pass; the DataLoader draws with _draw and
+--- reports the passes it completes, so one cut short (peeking at a batch
+--- before the loop) does not count.
+function DistributedSampler:_pass_completed()
+  if not self.shuffle then return end
+  local n = (self._passes[self.epoch] or 0) + 1
+  self._passes[self.epoch] = n
+  if n == 2 and not self._warned then
+    self._warned = true
+    io.stderr:write(string.format("ddplua: warning: DistributedSampler: two epochs drew epoch %d's order (the " ..
+      "same shuffle); call sampler:set_epoch(epoch) at the start of every epoch\n", self.epoch))
+  end
+end
+
 --- This rank's positions for the current epoch (a Lua array, 1-based).
 function DistributedSampler:indices()
-  if self.shuffle then
-    if self._epochs_drawn[self.epoch] and not self._warned then
-      self._warned = true
-      io.stderr:write(string.format("ddplua: warning: DistributedSampler drew epoch %d's order again; call " ..
-        "sampler:set_epoch(epoch) at the start of every epoch, or every epoch sees the same shuffle\n", self.epoch))
-    end
-    self._epochs_drawn[self.epoch] = true
-  end
+  self:_pass_completed()
+  return self:_draw()
+end
+
+function DistributedSampler:_draw()
   local all = self:global_indices()
   local out = {}
   for p = self.rank + 1, self.total_size, self.num_replicas do out[#out + 1] = all[p] end

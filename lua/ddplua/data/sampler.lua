@@ -2,6 +2,7 @@
 -- positions, a Lua array) and #sampler. DistributedSampler follows the same
 -- protocol.
 local ddp = require "ddplua"
+local E = require "ddplua.errors"
 
 local M = {}
 
@@ -14,12 +15,12 @@ end
 
 local function size_of(who, ds)
   if math.type(ds) == "integer" then
-    if ds < 0 then error(who .. ": the number of items must be >= 0, got " .. ds, 4) end
+    if ds < 0 then E.raise(who .. ": the number of items must be >= 0, got " .. ds) end
     return ds
   end
   local ok, n = pcall(function() return #ds end)
   if (type(ds) ~= "table" and type(ds) ~= "userdata") or not ok or math.type(n) ~= "integer" then
-    error(who .. ": expected a dataset (anything with #) or a number of items, got " .. type(ds), 4)
+    E.raise(who .. ": expected a dataset (anything with #) or a number of items, got " .. type(ds))
   end
   return n
 end

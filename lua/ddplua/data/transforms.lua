@@ -12,6 +12,7 @@
 -- the global generator (ddp.manual_seed), or from opts {seed=, epoch=,
 -- draw=, item=} when given: tf(img, {seed = 1}).
 local core = require "ddplua.core"
+local E = require "ddplua.errors"
 
 local M = {}
 
@@ -45,7 +46,7 @@ end
 
 local function check_size_value(v, what)
   if math.type(v) ~= "integer" or v < 1 then
-    error(string.format("Resize: %s must be a positive integer, got %s", what, tostring(v)), 3)
+    E.raise(string.format("Resize: %s must be a positive integer, got %s", what, tostring(v)))
   end
   return v
 end
@@ -57,7 +58,7 @@ function M.Resize(size)
     return make("resize", { height = check_size_value(size, "size"), width = 0 }, "Resize")
   end
   if type(size) ~= "table" or (#size ~= 1 and #size ~= 2) then
-    error("Resize: expected {height, width} or one size for the smaller edge, got " .. tostring(size), 2)
+    E.raise("Resize: expected {height, width} or one size for the smaller edge, got " .. tostring(size))
   end
   if #size == 1 then return make("resize", { height = check_size_value(size[1], "size"), width = 0 }, "Resize") end
   return make("resize", { height = check_size_value(size[1], "height"), width = check_size_value(size[2], "width") },
@@ -69,14 +70,14 @@ end
 function M.RandomRotation(degrees)
   local lo, hi
   if type(degrees) == "number" then
-    if degrees < 0 then error("RandomRotation: degrees must be >= 0 when one number is given, got " .. degrees, 2) end
+    if degrees < 0 then E.raise("RandomRotation: degrees must be >= 0 when one number is given, got " .. degrees) end
     lo, hi = -degrees, degrees
   elseif type(degrees) == "table" and #degrees == 2 and type(degrees[1]) == "number"
       and type(degrees[2]) == "number" then
     lo, hi = degrees[1], degrees[2]
-    if lo > hi then error(string.format("RandomRotation: range {%g, %g} has min > max", lo, hi), 2) end
+    if lo > hi then E.raise(string.format("RandomRotation: range {%g, %g} has min > max", lo, hi)) end
   else
-    error("RandomRotation: expected degrees (a number) or {min, max}, got " .. tostring(degrees), 2)
+    E.raise("RandomRotation: expected degrees (a number) or {min, max}, got " .. tostring(degrees))
   end
   return make("rotation", { min = lo, max = hi }, "RandomRotation")
 end
@@ -85,7 +86,7 @@ end
 function M.RandomHorizontalFlip(p)
   p = p == nil and 0.5 or p
   if type(p) ~= "number" or p < 0 or p > 1 then
-    error("RandomHorizontalFlip: p must be a number in [0, 1], got " .. tostring(p), 2)
+    E.raise("RandomHorizontalFlip: p must be a number in [0, 1], got " .. tostring(p))
   end
   return make("hflip", { p = p }, "RandomHorizontalFlip")
 end
@@ -96,11 +97,11 @@ function M.ToTensor() return make("to_tensor", {}, "ToTensor") end
 local function number_list(v, what)
   if type(v) == "number" then return { v } end
   if type(v) ~= "table" or #v < 1 or #v > 4 then
-    error(string.format("Normalize: %s must be a number or a list of 1 to 4 numbers, got %s", what, tostring(v)), 3)
+    E.raise(string.format("Normalize: %s must be a number or a list of 1 to 4 numbers, got %s", what, tostring(v)))
   end
   local out = {}
   for i, x in ipairs(v) do
-    if type(x) ~= "number" then error(string.format("Normalize: %s[%d] must be a number", what, i), 3) end
+    if type(x) ~= "number" then E.raise(string.format("Normalize: %s[%d] must be a number", what, i)) end
     out[i] = x
   end
   return out
@@ -113,9 +114,9 @@ function M.Normalize(mean, std)
     mean, std = mean.mean, mean.std
   end
   local m, s = number_list(mean, "mean"), number_list(std, "std")
-  if #m ~= #s then error(string.format("Normalize: mean has %d entries but std has %d", #m, #s), 2) end
+  if #m ~= #s then E.raise(string.format("Normalize: mean has %d entries but std has %d", #m, #s)) end
   for i, x in ipairs(s) do
-    if x == 0 then error(string.format("Normalize: std[%d] is 0", i), 2) end
+    if x == 0 then E.raise(string.format("Normalize: std[%d] is 0", i)) end
   end
   return make("normalize", { mean = m, std = s }, "Normalize")
 end
@@ -143,7 +144,7 @@ function M.list(v, who)
   if getmetatable(v) == Compose then return v.transforms end
   if is_transform(v) then return { v } end
   if type(v) ~= "table" then
-    error(string.format("%s: expected a list of data.transforms, got %s", who, type(v)), 3)
+    E.raise(string.format("%s: expected a list of data.transforms, got %s", who, type(v)))
   end
   local out = {}
   for i = 1, #v do
@@ -153,8 +154,8 @@ function M.list(v, who)
     elseif is_transform(t) then
       out[#out + 1] = t
     else
-      error(string.format("%s: entry %d is a %s, not a data.transforms object (transforms are compiled to C; " ..
-        "Lua functions cannot be used)", who, i, type(t)), 3)
+      E.raise(string.format("%s: entry %d is a %s, not a data.transforms object (the list is compiled to C, so " ..
+        "a Lua function cannot be an entry)", who, i, type(t)))
     end
   end
   return out

@@ -2,58 +2,39 @@
 -- the op-table op it runs (src/ops/op_table.h; the runtime registers every
 -- op there as a tensor method). A module's constructor takes the op's
 -- parameters, positionally or by name ({negative_slope = 0.2}), with the
--- defaults the op table declares (core._unary_params: PyTorch's); forward
--- passes them on. nn (init.lua) exports the classes and nn.F
--- (functional.lua) the ops as functions, so a new activation is one line
--- here.
+-- defaults the op table declares (core._unary_params: PyTorch's), then
+-- PyTorch's `inplace` (accepted for PyTorch's sake: the result is the same,
+-- computed out of place); forward passes them on. nn (init.lua) exports the
+-- classes and nn.F (functional.lua) the ops as functions, so a new
+-- activation is one line here. nn.Identity(...) returns its input (its
+-- arguments are ignored, as PyTorch's are).
 local core = require "ddplua.core"
+local E = require "ddplua.errors"
 local Module = require "ddplua.nn.module"
+local util = require "ddplua.nn.util"
 
 local M = { modules = {}, ops = {} }
 
-local function activation(name, op)
+-- extra: a PyTorch setting in the place of inplace (GELU's approximate), {name, check(self, value)}
+local function activation(name, op, extra)
   local params = core._unary_params[op] or {} -- { {name, default}, ... }
   local names = {}
   for i, p in ipairs(params) do names[i] = p[1] end
-  local valid = { table.unpack(names) }
-  valid[#valid + 1] = "inplace"
+  names[#names + 1] = extra and extra[1] or "inplace"
 
   local cls = Module:extend(name)
   function cls:__init(...)
-    local args, n = { ... }, select("#", ...)
-    local opts = {}
-    if n == 1 and type(args[1]) == "table" then
-      opts = args[1]
-      for k in pairs(opts) do
-        local ok = false
-        for _, v in ipairs(valid) do ok = ok or k == v end
-        if not ok then
-          error(string.format("%s: unknown option '%s' (valid options: %s)", name, tostring(k),
-            table.concat(valid, ", ")), 3)
-        end
-      end
-    else
-      if n > #params + 1 then
-        error(string.format("%s: expected at most %d argument(s) (%s), got %d", name, #params + 1,
-          table.concat(valid, ", "), n), 3)
-      end
-      for i, p in ipairs(params) do opts[p[1]] = args[i] end
-      opts.inplace = args[#params + 1]
-    end
+    local opts = util.args(name, names, ...)
     if opts.inplace ~= nil and type(opts.inplace) ~= "boolean" then
-      error(string.format("%s: inplace must be a boolean, got %s", name, type(opts.inplace)), 3)
-    end
-    if opts.inplace then
-      error(name .. ": inplace=true is not supported (the activation returns a new tensor)", 3)
+      E.raise(string.format("%s: inplace must be a boolean, got %s", name, type(opts.inplace)))
     end
     for _, p in ipairs(params) do
       local v = opts[p[1]]
       if v == nil then v = p[2] end
-      if type(v) ~= "number" then
-        error(string.format("%s: %s must be a number, got %s", name, p[1], type(v)), 3)
-      end
+      if type(v) ~= "number" then E.raise(string.format("%s: %s must be a number, got %s", name, p[1], type(v))) end
       self[p[1]] = v
     end
+    if extra then extra[2](self, opts[extra[1]]) end
   end
   function cls:forward(x)
     local vals = {}
@@ -71,12 +52,19 @@ local function activation(name, op)
 end
 
 activation("ReLU", "relu")
-activation("GELU", "gelu") -- the exact erf form, PyTorch's default
+activation("GELU", "gelu", { "approximate", function(self, v) -- the exact erf form, PyTorch's default
+  util.unsupported("GELU", "approximate", v, "none", "only the exact erf form is implemented")
+  self.approximate = "none"
+end })
 activation("Tanh", "tanh")
 activation("Sigmoid", "sigmoid")
 activation("LeakyReLU", "leaky_relu") -- LeakyReLU(negative_slope = 0.01)
 activation("ELU", "elu") -- ELU(alpha = 1)
 activation("SiLU", "silu")
 activation("Softplus", "softplus") -- Softplus(beta = 1, threshold = 20)
+
+M.Identity = Module:extend("Identity")
+function M.Identity:__init() end
+function M.Identity:forward(x) return x end
 
 return M

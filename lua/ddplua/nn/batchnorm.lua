@@ -1,27 +1,31 @@
--- nn.BatchNorm1d(num_features [, opts]) (input [N, C] or [N, C, L]) and
--- nn.BatchNorm2d(num_features [, opts]) (input [N, C, H, W]).
--- opts: eps=1e-5, momentum=0.1 (false: cumulative average, PyTorch's
--- momentum=None), affine=true, track_running_stats=true, dtype=, device=.
+-- nn.BatchNorm1d(num_features, ...) (input [N, C] or [N, C, L]) and
+-- nn.BatchNorm2d(num_features, ...) (input [N, C, H, W]). After
+-- num_features, PyTorch's settings positionally (eps, momentum, affine,
+-- track_running_stats, device, dtype) or as one table: eps=1e-5,
+-- momentum=0.1 (false: cumulative average, PyTorch's momentum=None),
+-- affine=true, track_running_stats=true, dtype=, device=.
 -- Buffers running_mean, running_var, num_batches_tracked as in PyTorch.
 local ddp = require "ddplua"
 local Module = require "ddplua.nn.module"
 local util = require "ddplua.nn.util"
+local E = require "ddplua.errors"
 
 local M = {}
 
 local BatchNorm = Module:extend("_BatchNorm")
 M._BatchNorm = BatchNorm
 
-function BatchNorm:__init(num_features, opts)
+M.SETTINGS = { "eps", "momentum", "affine", "track_running_stats", "device", "dtype" }
+
+function BatchNorm:__init(num_features, ...)
   local who = self:_class_name()
-  opts = util.check_opts(who, opts, { "eps", "momentum", "affine", "track_running_stats", "dtype", "device" })
+  local opts = util.args(who, M.SETTINGS, ...)
   self.num_features = util.check_int(who, "num_features", num_features)
   self.eps = opts.eps or 1e-5
   if opts.momentum == nil then self.momentum = 0.1 else self.momentum = opts.momentum end
-  if type(self.eps) ~= "number" or self.eps <= 0 then error(who .. ": eps must be a positive number", 3) end
+  if type(self.eps) ~= "number" or self.eps <= 0 then E.raise(who .. ": eps must be a positive number") end
   if self.momentum ~= false and (type(self.momentum) ~= "number" or self.momentum < 0 or self.momentum > 1) then
-    error(who .. ": momentum must be a number in [0, 1] or false (cumulative average), got " .. tostring(self.momentum),
-      3)
+    E.raise(who .. ": momentum must be a number in [0, 1] or false (cumulative average), got " .. tostring(self.momentum))
   end
   self.affine = opts.affine ~= false
   self.track_running_stats = opts.track_running_stats ~= false
@@ -60,8 +64,8 @@ end
 --- SyncBatchNorm; errors point at forward's caller.
 function BatchNorm:_count_batch(x)
   if x:size(2) ~= self.num_features then
-    error(string.format("%s: expected input with %d channels in dimension 2, got shape %s", tostring(self),
-      self.num_features, util.shape_str(x)), 3)
+    E.raise(string.format("%s: expected input with %d channels in dimension 2, got shape %s", tostring(self),
+      self.num_features, util.shape_str(x)))
   end
   local factor = self.momentum or 0
   if self.training and self.track_running_stats then
@@ -90,15 +94,15 @@ end
 M.BatchNorm1d = BatchNorm:extend("BatchNorm1d")
 function M.BatchNorm1d:_check_input_dim(x)
   if x:dim() ~= 2 and x:dim() ~= 3 then
-    error(string.format("%s: expected 2-D or 3-D input ([N, C] or [N, C, L]), got shape %s", tostring(self),
-      util.shape_str(x)), 3)
+    E.raise(string.format("%s: expected 2-D or 3-D input ([N, C] or [N, C, L]), got shape %s", tostring(self),
+      util.shape_str(x)))
   end
 end
 
 M.BatchNorm2d = BatchNorm:extend("BatchNorm2d")
 function M.BatchNorm2d:_check_input_dim(x)
   if x:dim() ~= 4 then
-    error(string.format("%s: expected 4-D input [N, C, H, W], got shape %s", tostring(self), util.shape_str(x)), 3)
+    E.raise(string.format("%s: expected 4-D input [N, C, H, W], got shape %s", tostring(self), util.shape_str(x)))
   end
 end
 

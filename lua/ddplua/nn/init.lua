@@ -2,12 +2,16 @@
 -- nn.F (functional forms) and nn.init (initialisers).
 local activation = require "ddplua.nn.activation"
 local batchnorm = require "ddplua.nn.batchnorm"
+local container = require "ddplua.nn.container"
 local loss = require "ddplua.nn.loss"
 local pooling = require "ddplua.nn.pooling"
 
 local nn = {
   Module = require "ddplua.nn.module",
-  Sequential = require "ddplua.nn.container",
+  Sequential = container.Sequential,
+  ModuleList = container.ModuleList,
+  ModuleDict = container.ModuleDict,
+  Identity = activation.Identity,
   Linear = require "ddplua.nn.linear",
   Conv2d = require "ddplua.nn.conv",
   MaxPool2d = pooling.MaxPool2d,

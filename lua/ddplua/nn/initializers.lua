@@ -1,6 +1,7 @@
 -- nn.init: in-place initialisers drawing from ddplua's Philox generator
 -- (ddp.manual_seed makes them reproducible on every device).
 local ddp = require "ddplua"
+local E = require "ddplua.errors"
 
 local M = {}
 
@@ -30,7 +31,7 @@ function M.ones_(t) return M.constant_(t, 1) end
 
 --- fan_in of a Linear (out x in) or Conv (out x in x kh x kw) weight.
 function M.fan_in(t)
-  if t:dim() < 2 then error("fan_in: expected a tensor with at least 2 dimensions, got " .. t:dim(), 2) end
+  if t:dim() < 2 then E.raise("fan_in: expected a tensor with at least 2 dimensions, got " .. t:dim()) end
   return t:numel() // t:size(1)
 end
 

@@ -1,20 +1,22 @@
--- nn.LayerNorm(normalized_shape [, {eps=1e-5, elementwise_affine=true,
--- bias=true, dtype=, device=}]): normalises over the trailing dimensions
--- given by normalized_shape (an integer or a list).
+-- nn.LayerNorm(normalized_shape [, eps [, elementwise_affine [, bias [,
+-- device [, dtype]]]]]) or nn.LayerNorm(normalized_shape, {eps=1e-5,
+-- elementwise_affine=true, bias=true, device=, dtype=}): normalises over the
+-- trailing dimensions given by normalized_shape (an integer or a list).
 local ddp = require "ddplua"
 local Module = require "ddplua.nn.module"
 local util = require "ddplua.nn.util"
+local E = require "ddplua.errors"
 
 local LayerNorm = Module:extend("LayerNorm")
 
-function LayerNorm:__init(normalized_shape, opts)
-  opts = util.check_opts("LayerNorm", opts, { "eps", "elementwise_affine", "bias", "dtype", "device" })
+function LayerNorm:__init(normalized_shape, ...)
+  local opts = util.args("LayerNorm", { "eps", "elementwise_affine", "bias", "device", "dtype" }, ...)
   local shape = type(normalized_shape) == "table" and normalized_shape or { normalized_shape }
-  if #shape == 0 then error("LayerNorm: normalized_shape must not be empty", 3) end
+  if #shape == 0 then E.raise("LayerNorm: normalized_shape must not be empty") end
   for i, d in ipairs(shape) do shape[i] = util.check_int("LayerNorm", "normalized_shape", d) end
   self.normalized_shape = shape
   self.eps = opts.eps or 1e-5
-  if type(self.eps) ~= "number" or self.eps <= 0 then error("LayerNorm: eps must be a positive number", 3) end
+  if type(self.eps) ~= "number" or self.eps <= 0 then E.raise("LayerNorm: eps must be a positive number") end
   self.elementwise_affine = opts.elementwise_affine ~= false
   local topts = util.tensor_opts(opts)
   if self.elementwise_affine then
@@ -35,8 +37,8 @@ function LayerNorm:forward(x)
   local ok = nd >= #shape
   for i = 1, #shape do ok = ok and x:size(nd - #shape + i) == shape[i] end
   if not ok then
-    error(string.format("%s: expected input whose last dimensions are [%s], got shape %s", tostring(self),
-      table.concat(shape, ", "), util.shape_str(x)), 2)
+    E.raise(string.format("%s: expected input whose last dimensions are [%s], got shape %s", tostring(self),
+      table.concat(shape, ", "), util.shape_str(x)))
   end
   return ddp.layer_norm(x, shape, self.weight, self.bias, self.eps)
 end

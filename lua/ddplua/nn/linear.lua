@@ -1,16 +1,25 @@
--- nn.Linear(in_features, out_features [, bias | {bias=true, dtype=, device=}])
+-- nn.Linear(in_features, out_features [, bias [, device [, dtype]]]) or
+-- nn.Linear(in_features, out_features, {bias=true, device=, dtype=})
 -- y = x W^T + b with W out x in (PyTorch's layout) and PyTorch's default
 -- init: U(-1/sqrt(in), 1/sqrt(in)) for both, from ddplua's generator.
 local ddp = require "ddplua"
 local Module = require "ddplua.nn.module"
 local util = require "ddplua.nn.util"
 local init = require "ddplua.nn.initializers"
+local E = require "ddplua.errors"
 
 local Linear = Module:extend("Linear")
 
-function Linear:__init(in_features, out_features, opts)
-  if type(opts) == "boolean" then opts = { bias = opts } end
-  opts = util.check_opts("Linear", opts, { "bias", "dtype", "device" })
+function Linear:__init(in_features, out_features, ...)
+  local opts
+  if select("#", ...) == 1 and type((...)) == "table" then
+    opts = util.check_opts("Linear", ..., { "bias", "dtype", "device" })
+  else
+    opts = util.args("Linear", { "bias", "device", "dtype" }, ...) -- PyTorch's positional order
+  end
+  if opts.bias ~= nil and type(opts.bias) ~= "boolean" then
+    E.raise("Linear: bias must be true or false, got " .. tostring(opts.bias))
+  end
   self.in_features = util.check_int("Linear", "in_features", in_features)
   self.out_features = util.check_int("Linear", "out_features", out_features)
   local topts = util.tensor_opts(opts)
@@ -29,8 +38,8 @@ end
 
 function Linear:_check_input(x)
   if x:dim() < 1 or x:size(-1) ~= self.in_features then
-    error(string.format("%s: expected input with %d features in its last dimension, got shape %s", tostring(self),
-      self.in_features, util.shape_str(x)), 3)
+    E.raise(string.format("%s: expected input with %d features in its last dimension, got shape %s", tostring(self),
+      self.in_features, util.shape_str(x)))
   end
 end
 

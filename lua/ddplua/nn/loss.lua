@@ -4,6 +4,7 @@
 local ddp = require "ddplua"
 local Module = require "ddplua.nn.module"
 local util = require "ddplua.nn.util"
+local E = require "ddplua.errors"
 
 local M = {}
 
@@ -11,7 +12,7 @@ local reductions = { mean = true, sum = true, none = true }
 
 local function check_reduction(who, r)
   if r ~= nil and not reductions[r] then
-    error(string.format('%s: reduction must be "mean", "sum" or "none", got %s', who, tostring(r)), 4)
+    E.raise(string.format('%s: reduction must be "mean", "sum" or "none", got %s', who, tostring(r)))
   end
 end
 
@@ -22,10 +23,10 @@ function M.CrossEntropyLoss:__init(opts)
   check_reduction("CrossEntropyLoss", opts.reduction)
   local ls = opts.label_smoothing
   if ls ~= nil and (type(ls) ~= "number" or ls < 0 or ls > 1) then
-    error("CrossEntropyLoss: label_smoothing must be a number in [0, 1], got " .. tostring(ls), 3)
+    E.raise("CrossEntropyLoss: label_smoothing must be a number in [0, 1], got " .. tostring(ls))
   end
   if opts.ignore_index ~= nil and math.type(opts.ignore_index) ~= "integer" then
-    error("CrossEntropyLoss: ignore_index must be an integer, got " .. tostring(opts.ignore_index), 3)
+    E.raise("CrossEntropyLoss: ignore_index must be an integer, got " .. tostring(opts.ignore_index))
   end
   self.reduction = opts.reduction or "mean"
   self.label_smoothing = ls or 0

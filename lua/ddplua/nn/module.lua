@@ -13,6 +13,7 @@
 -- `net(x)` calls forward. Parameter lists are Lua arrays; the named_*
 -- methods are iterators: `for name, p in m:named_parameters() do ... end`.
 local ddp = require "ddplua"
+local E = require "ddplua.errors"
 local core = ddp.core
 
 local Module = {}
@@ -106,8 +107,8 @@ function Module.__newindex(self, k, v)
 end
 
 function Module:forward()
-  error(string.format("%s: forward is not defined (define %s:forward(...))", self:_class_name(),
-    self:_class_name()), 2)
+  E.raise(string.format("%s: forward is not defined (define %s:forward(...))", self:_class_name(),
+    self:_class_name()))
 end
 
 function Module:_class_name() return getmetatable(self).__name end
@@ -116,12 +117,12 @@ function Module:_class_name() return getmetatable(self).__name end
 
 local function register(self, kind, list, name, value)
   if type(name) ~= "string" or name == "" or name:find(".", 1, true) then
-    error(string.format("%s: %s name must be a non-empty string without '.', got %s", self:_class_name(), kind,
-      tostring(name)), 3)
+    E.raise(string.format("%s: %s name must be a non-empty string without '.', got %s", self:_class_name(), kind,
+      tostring(name)))
   end
   local kinds = rawget(self, "_kind")
   if kinds[name] and kinds[name] ~= kind then
-    error(string.format("%s: '%s' is already registered as a %s", self:_class_name(), name, kinds[name]), 3)
+    E.raise(string.format("%s: '%s' is already registered as a %s", self:_class_name(), name, kinds[name]))
   end
   if not kinds[name] then
     kinds[name] = kind
@@ -132,28 +133,28 @@ end
 
 function Module:register_parameter(name, t)
   if t ~= nil and not ddp.is_tensor(t) then
-    error(string.format("%s: parameter '%s' must be a tensor or nil, got %s", self:_class_name(), tostring(name),
-      type(t)), 2)
+    E.raise(string.format("%s: parameter '%s' must be a tensor or nil, got %s", self:_class_name(), tostring(name),
+      type(t)))
   end
   if t ~= nil and not t.is_leaf then
-    error(string.format("%s: parameter '%s' must be a leaf tensor (use :detach():requires_grad_())",
-      self:_class_name(), name), 2)
+    E.raise(string.format("%s: parameter '%s' must be a leaf tensor (use :detach():requires_grad_())",
+      self:_class_name(), name))
   end
   register(self, "parameter", rawget(self, "_param_names"), name, t)
 end
 
 function Module:register_buffer(name, t)
   if t ~= nil and not ddp.is_tensor(t) then
-    error(string.format("%s: buffer '%s' must be a tensor or nil, got %s", self:_class_name(), tostring(name),
-      type(t)), 2)
+    E.raise(string.format("%s: buffer '%s' must be a tensor or nil, got %s", self:_class_name(), tostring(name),
+      type(t)))
   end
   register(self, "buffer", rawget(self, "_buffer_names"), name, t)
 end
 
 function Module:add_module(name, m)
   if m ~= nil and not is_module(m) then
-    error(string.format("%s: submodule '%s' must be a module, got %s", self:_class_name(), tostring(name),
-      ddp.is_tensor(m) and "a tensor" or type(m)), 2)
+    E.raise(string.format("%s: submodule '%s' must be a module, got %s", self:_class_name(), tostring(name),
+      ddp.is_tensor(m) and "a tensor" or type(m)))
   end
   register(self, "module", rawget(self, "_module_names"), name, m)
 end
@@ -333,7 +334,7 @@ function Module:to(...)
     elseif type(a) == "string" then
       if dtype_names[a] then dtype = dtype_names[a] else device = a end
     elseif a ~= nil then
-      error("to: expected a dtype or device string, an options table or a tensor, got " .. type(a), 2)
+      E.raise("to: expected a dtype or device string, an options table or a tensor, got " .. type(a))
     end
   end
   local function convert(t)
@@ -398,7 +399,7 @@ local function shape_str(t) return "[" .. table.concat(t:size(), ", ") .. "]" en
 --- any of those, and always a shape mismatch, is an error naming them.
 function Module:load_state_dict(sd, strict)
   if strict == nil then strict = true end
-  if type(sd) ~= "table" then error("load_state_dict: expected a table of name -> tensor, got " .. type(sd), 2) end
+  if type(sd) ~= "table" then E.raise("load_state_dict: expected a table of name -> tensor, got " .. type(sd)) end
   local own = self:state_dict()
   local missing, unexpected, mismatched = {}, {}, {}
   for k, t in pairs(own) do
@@ -427,8 +428,8 @@ function Module:load_state_dict(sd, strict)
   end
   for _, m in ipairs(mismatched) do problems[#problems + 1] = m .. "." end
   if #problems > 0 then
-    error(string.format("Error(s) in loading state_dict for %s:\n\t%s", self:_class_name(),
-      table.concat(problems, "\n\t")), 2)
+    E.raise(string.format("Error(s) in loading state_dict for %s:\n\t%s", self:_class_name(),
+      table.concat(problems, "\n\t")))
   end
   ddp.no_grad(function()
     for k, t in pairs(own) do

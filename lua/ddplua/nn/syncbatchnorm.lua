@@ -12,24 +12,26 @@ local ddp = require "ddplua"
 local core = ddp.core
 local batchnorm = require "ddplua.nn.batchnorm"
 local util = require "ddplua.nn.util"
+local E = require "ddplua.errors"
 
 local SyncBatchNorm = batchnorm._BatchNorm:extend("SyncBatchNorm")
 
-function SyncBatchNorm:__init(num_features, opts)
-  opts = opts or {}
+-- PyTorch's positional order: eps, momentum, affine, track_running_stats,
+-- process_group, device, dtype
+local SETTINGS = { "eps", "momentum", "affine", "track_running_stats", "process_group", "device", "dtype" }
+
+function SyncBatchNorm:__init(num_features, ...)
+  local opts = util.args("SyncBatchNorm", SETTINGS, ...)
   local group = opts.process_group
-  local base = {}
-  for k, v in pairs(opts) do
-    if k ~= "process_group" then base[k] = v end
-  end
-  batchnorm._BatchNorm.__init(self, num_features, base)
+  opts.process_group = nil
+  batchnorm._BatchNorm.__init(self, num_features, opts)
   rawset(self, "process_group", group)
 end
 
 function SyncBatchNorm:_check_input_dim(x)
   if x:dim() < 2 then
-    error(string.format("%s: expected at least 2-D input [N, C, ...], got shape %s", tostring(self),
-      util.shape_str(x)), 3)
+    E.raise(string.format("%s: expected at least 2-D input [N, C, ...], got shape %s", tostring(self),
+      util.shape_str(x)))
   end
 end
 
@@ -65,7 +67,7 @@ end
 
 function SyncBatchNorm.convert_sync_batchnorm(model, process_group)
   if type(model) ~= "table" or type(model.named_children) ~= "function" then
-    error("convert_sync_batchnorm: expected an nn.Module, got " .. type(model), 2)
+    E.raise("convert_sync_batchnorm: expected an nn.Module, got " .. type(model))
   end
   if is_batchnorm(model) then return convert_one(model, process_group) end
   local function walk(m)

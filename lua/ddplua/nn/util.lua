@@ -1,29 +1,64 @@
 -- Argument checks shared by the nn modules: errors name the module and
 -- what was expected.
 local ddp = require "ddplua"
+local E = require "ddplua.errors"
 
 local M = {}
 
 --- Checks that opts is nil or a table whose keys are all in `valid`.
 function M.check_opts(who, opts, valid)
   if opts == nil then return {} end
-  if type(opts) ~= "table" then error(string.format("%s: options must be a table, got %s", who, type(opts)), 3) end
+  if type(opts) ~= "table" then E.raise(string.format("%s: options must be a table, got %s", who, type(opts))) end
   for k in pairs(opts) do
     local ok = false
     for _, v in ipairs(valid) do ok = ok or k == v end
     if not ok then
-      error(string.format("%s: unknown option '%s' (valid options: %s)", who, tostring(k), table.concat(valid, ", ")),
-        3)
+      E.raise(string.format("%s: unknown option '%s' (valid options: %s)", who, tostring(k), table.concat(valid, ", ")))
     end
   end
   return opts
 end
 
+--- PyTorch's way of passing a module's settings: after the required
+--- arguments, either one options table (keys checked against `names`) or
+--- the settings positionally in `names`' order (nil skips one). Returns
+--- the options table. A table with a [1] entry is a positional value (a
+--- {h, w} pair), not an options table.
+function M.args(who, names, ...)
+  local n, first = select("#", ...), ...
+  if n == 1 and type(first) == "table" and rawget(first, 1) == nil and getmetatable(first) == nil then
+    return M.check_opts(who, first, names)
+  end
+  if n > #names then
+    E.raise(string.format("%s: too many arguments (%d after the required ones; the settings are %s)", who, n,
+      table.concat(names, ", ")))
+  end
+  local opts = {}
+  for i = 1, n do
+    local v = select(i, ...)
+    if type(v) == "table" and rawget(v, 1) == nil and next(v) ~= nil and getmetatable(v) == nil then
+      E.raise(string.format("%s: an options table must be the only argument after the required ones (got it as " ..
+        "argument %d, after positional %s)", who, i, table.concat(names, ", ", 1, i - 1)))
+    end
+    opts[names[i]] = v
+  end
+  return opts
+end
+
+--- An error for a PyTorch setting this module accepts but cannot honour
+--- yet, when it is given a value other than PyTorch's default.
+function M.unsupported(who, name, value, default, why)
+  if value ~= nil and value ~= default then
+    E.raise(string.format("%s: %s=%s is not supported yet (%s); leave it at %s", who, name, tostring(value), why,
+      tostring(default)))
+  end
+end
+
 --- A positive (or, with allow_zero, non-negative) integer.
 function M.check_int(who, what, v, allow_zero)
   if math.type(v) ~= "integer" or v < 0 or (v == 0 and not allow_zero) then
-    error(string.format("%s: %s must be a %s integer, got %s", who, what, allow_zero and "non-negative" or "positive",
-      tostring(v)), 3)
+    E.raise(string.format("%s: %s must be a %s integer, got %s", who, what, allow_zero and "non-negative" or "positive",
+      tostring(v)))
   end
   return v
 end
@@ -32,7 +67,7 @@ end
 function M.check_pair(who, what, v, allow_zero)
   if type(v) == "table" then
     if #v ~= 2 then
-      error(string.format("%s: %s must be an integer or a pair {h, w}, got %d values", who, what, #v), 3)
+      E.raise(string.format("%s: %s must be an integer or a pair {h, w}, got %d values", who, what, #v))
     end
     return M.check_int(who, what, v[1], allow_zero), M.check_int(who, what, v[2], allow_zero)
   end
@@ -42,6 +77,16 @@ end
 
 --- The form the functional ops take: one number when both sides agree.
 function M.pair_arg(h, w) if h == w then return h end return { h, w } end
+
+--- A setting's value for a message: {h, w} pairs as "(h, w)".
+function M.value_str(v)
+  if type(v) == "table" then
+    local parts = {}
+    for i, x in ipairs(v) do parts[i] = tostring(x) end
+    return "(" .. table.concat(parts, ", ") .. ")"
+  end
+  return tostring(v)
+end
 
 function M.shape_str(t) return "[" .. table.concat(t:size(), ", ") .. "]" end
 

@@ -8,6 +8,7 @@
 -- position instead: 1, 2, ... across the groups in order (PyTorch's ids
 -- counted from 1, like every Lua position).
 local ddp = require "ddplua"
+local E = require "ddplua.errors"
 local core = ddp.core
 
 local Optimizer = {}
@@ -23,6 +24,10 @@ function Optimizer:extend(name, defaults, check_group, step_group)
   return cls
 end
 
+-- What learning-rate schedulers add to a parameter group (PyTorch's names):
+-- groups and load_state_dict accept them beside the optimizer's own hyperparameters.
+local SCHEDULER_KEYS = { initial_lr = true, max_lr = true, min_lr = true, base_momentum = true, max_momentum = true }
+
 local function type_name(v) return ddp.is_tensor(v) and "tensor" or type(v) end
 
 local function is_group_list(params) return type(params[1]) == "table" and not ddp.is_tensor(params[1]) end
@@ -31,30 +36,27 @@ function Optimizer.new(cls, params, opts)
   local self = setmetatable({ param_groups = {}, state = {} }, cls)
   local name = cls.__name
   if type(params) ~= "table" or ddp.is_tensor(params) then
-    error(string.format("%s: expected a list of parameters or of parameter groups, got %s", name,
-      type_name(params)), 3)
+    E.raise(string.format("%s: expected a list of parameters or of parameter groups, got %s", name,
+      type_name(params)))
   end
   if getmetatable(params) and getmetatable(params).__is_module then
-    error(string.format("%s: expected a list of parameters, got a module (pass model:parameters())", name), 3)
+    E.raise(string.format("%s: expected a list of parameters, got a module (pass model:parameters())", name))
   end
   if opts ~= nil and type(opts) ~= "table" then
-    error(string.format("%s: options must be a table, got %s", name, type(opts)), 3)
+    E.raise(string.format("%s: options must be a table, got %s", name, type(opts)))
   end
   opts = opts or {}
   self.defaults = {}
   for k, v in pairs(cls.defaults_template) do self.defaults[k] = v end
   for k, v in pairs(opts) do
     if cls.defaults_template[k] == nil then
-      error(string.format("%s: unknown option '%s' (valid options: %s)", name, tostring(k), self:_option_names()), 3)
+      E.raise(string.format("%s: unknown option '%s' (valid options: %s)", name, tostring(k), self:_option_names()))
     end
     self.defaults[k] = v
   end
-  if #params == 0 then error(string.format("%s: got an empty parameter list", name), 3) end
+  if #params == 0 then E.raise(string.format("%s: got an empty parameter list", name)) end
   local groups = is_group_list(params) and params or { { params = params } }
-  for _, g in ipairs(groups) do
-    local ok, err = pcall(self.add_param_group, self, g)
-    if not ok then error(err, 3) end
-  end
+  for _, g in ipairs(groups) do self:add_param_group(g) end
   return self
 end
 
@@ -70,32 +72,32 @@ end
 function Optimizer:add_param_group(group)
   local name, gi = self.__name, #self.param_groups + 1
   if type(group) ~= "table" or ddp.is_tensor(group) then
-    error(string.format("%s: parameter group %d must be a table {params=...}, got %s", name, gi, type_name(group)), 2)
+    E.raise(string.format("%s: parameter group %d must be a table {params=...}, got %s", name, gi, type_name(group)))
   end
   local params = group.params
   if ddp.is_tensor(params) then params = { params } end
   if type(params) ~= "table" then
-    error(string.format("%s: parameter group %d has no params list", name, gi), 2)
+    E.raise(string.format("%s: parameter group %d has no params list", name, gi))
   end
-  if #params == 0 then error(string.format("%s: parameter group %d has an empty parameter list", name, gi), 2) end
+  if #params == 0 then E.raise(string.format("%s: parameter group %d has an empty parameter list", name, gi)) end
   local seen = {}
   for _, g in ipairs(self.param_groups) do for _, p in ipairs(g.params) do seen[p] = true end end
   local list = {}
   for i, p in ipairs(params) do
     if not ddp.is_tensor(p) then
-      error(string.format("%s: parameter %d of group %d is a %s, expected a tensor", name, i, gi, type_name(p)), 2)
+      E.raise(string.format("%s: parameter %d of group %d is a %s, expected a tensor", name, i, gi, type_name(p)))
     end
     if not p.is_leaf then
-      error(string.format("%s: parameter %d of group %d is not a leaf tensor (optimizers update leaves)", name, i,
-        gi), 2)
+      E.raise(string.format("%s: parameter %d of group %d is not a leaf tensor (optimizers update leaves)", name, i,
+        gi))
     end
     if not p:is_floating_point() then
-      error(string.format("%s: parameter %d of group %d is %s; parameters must be floating point", name, i, gi,
-        p:dtype()), 2)
+      E.raise(string.format("%s: parameter %d of group %d is %s; parameters must be floating point", name, i, gi,
+        p:dtype()))
     end
     if seen[p] then
-      error(string.format("%s: parameter %d of group %d appears in more than one place in the parameter groups",
-        name, i, gi), 2)
+      E.raise(string.format("%s: parameter %d of group %d appears in more than one place in the parameter groups",
+        name, i, gi))
     end
     seen[p] = true
     list[i] = p
@@ -103,9 +105,9 @@ function Optimizer:add_param_group(group)
   local g = { params = list }
   for k, v in pairs(group) do
     if k ~= "params" then
-      if self.defaults[k] == nil and k ~= "initial_lr" then
-        error(string.format("%s: unknown option '%s' in parameter group %d (valid options: %s)", name, tostring(k),
-          gi, self:_option_names()), 2)
+      if self.defaults[k] == nil and not SCHEDULER_KEYS[k] then
+        E.raise(string.format("%s: unknown option '%s' in parameter group %d (valid options: %s)", name, tostring(k),
+          gi, self:_option_names()))
       end
       g[k] = v
     end
@@ -113,7 +115,7 @@ function Optimizer:add_param_group(group)
   for k, v in pairs(self.defaults) do
     if g[k] == nil then g[k] = type(v) == "table" and { table.unpack(v) } or v end
   end
-  self.check_group(g, function(msg) error(string.format("%s: %s (parameter group %d)", name, msg, gi), 4) end)
+  self.check_group(g, function(msg) E.raise(string.format("%s: %s (parameter group %d)", name, msg, gi)) end)
   self.param_groups[gi] = g
 end
 
@@ -130,7 +132,7 @@ function Optimizer:step(closure)
   local loss
   if closure ~= nil then loss = ddp.enable_grad(closure) end
   for _, g in ipairs(self.param_groups) do
-    self.check_group(g, function(msg) error(string.format("%s: %s", self.__name, msg), 4) end)
+    self.check_group(g, function(msg) E.raise(string.format("%s: %s", self.__name, msg)) end)
     self.step_group(g, self.state)
   end
   return loss
@@ -167,7 +169,7 @@ end
 --- state value a tensor of its parameter's shape or a number.
 function Optimizer:load_state_dict(sd)
   local name = self.__name
-  local function fail(fmt, ...) error(string.format("%s: load_state_dict: " .. fmt, name, ...), 3) end
+  local function fail(fmt, ...) E.raisef("%s: load_state_dict: " .. fmt, name, ...) end
   if type(sd) ~= "table" or type(sd.param_groups) ~= "table" or type(sd.state) ~= "table" then
     fail("expects a table {state=, param_groups=} from state_dict()")
   end
@@ -186,7 +188,7 @@ function Optimizer:load_state_dict(sd)
     for k, v in pairs(g) do m[k] = v end
     for k, v in pairs(sg) do
       if k ~= "params" then
-        if self.defaults[k] == nil and k ~= "initial_lr" then
+        if self.defaults[k] == nil and not SCHEDULER_KEYS[k] then
           fail("param_groups[%d] has an unknown hyperparameter '%s' (valid: %s)", gi, tostring(k), self:_option_names())
         end
         m[k] = type(v) == "table" and { table.unpack(v) } or v
