@@ -39,7 +39,8 @@ local function parse(text, cmd)
 end
 
 -- Runs both sides, prints the per-op table, returns its summary row.
-M[#M + 1] = function(c)
+-- (Each entry of M is {group = <bench/run.lua's only= group>, run = fn}.)
+M[#M + 1] = { group = "ops", run = function(c)
   local ours_cmd = string.format("%s %s/bench/nn_ops.lua runs=%d", c.ddplua, c.root, c.op_runs)
   local peer_cmd = string.format("%s %s/bench/torch_nn_ops.py runs=%d", c.python, c.root, c.op_runs)
   local order = nil
@@ -98,10 +99,10 @@ M[#M + 1] = function(c)
       fmt = "%d ops", goal = "each >= 1x", note_result = slower > 0 and (slower .. " slower, reason given") or nil,
       pass = failed == 0 },
   }
-end
+end }
 
 -- The MLP step against the FMA peak of one thread.
-M[#M + 1] = function(c)
+M[#M + 1] = { group = "step", run = function(c)
   local cmd = string.format("%s %s/bench/mlp.lua steps=700 timed=600", c.ddplua, c.root)
   local runs = c.repeat_runs(function()
     local peak = c.fma_peak(1)
@@ -116,6 +117,6 @@ M[#M + 1] = function(c)
     { name = string.format("  / FP32 FMA peak (1 thread: %.0f)", p), ours = c.median(share), fmt = "%.2f",
       goal = ">= 0.65", pass = c.median(share) >= 0.65 },
   }
-end
+end }
 
 return M

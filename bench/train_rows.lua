@@ -4,7 +4,9 @@
 -- for the peak RSS of the largest process (a rank; the launcher and
 -- mp.spawn's parent are smaller).
 --
--- - MLP: examples/fashion_mnist/train.lua, 5 epochs, against
+-- Each entry is {group = <bench/run.lua's only= group>, run = function(ctx)}.
+-- The process counts are ctx.nprocs ({1, 2}; {1} under BENCH_QUICK).
+-- - MLP: examples/fashion_mnist/train.lua, ctx.mlp_epochs (5) epochs, against
 --   bench/torch_fashion_mnist.py: epoch 5's samples/s (goal >= 2x), epoch 5
 --   against epoch 1 (goal: within 10%: denormals and allocator growth show
 --   as a slowdown), the whole run's seconds, the peak RSS (goal <= 1/2).
@@ -16,7 +18,15 @@
 --   example runs with OMP_NUM_THREADS=1 at 1 process too): tokens/s (goal
 --   >= 2x), peak RSS (goal <= 1/2); and autocast=bfloat16 against its own
 --   float32 on a CPU with AMX (goal >= 2x at a validation loss within 0.05).
--- - ResNet and LSTM: their examples and rows.
+-- - LSTM: examples/lstm_lm/train.lua (1 epoch over the first `lstm_limit`
+--   words of the corpus) against examples/lstm_lm/torch_lm.py on the
+--   corpus.safetensors it wrote (the same tokens): tokens/s (goal >= 1.5x),
+--   peak RSS; 1 process (the peer has no DDP).
+-- - ResNet: examples/resnet/train.lua (width 16, 32x32, 1 epoch over 2000
+--   CSV images): images/s and peak RSS; no PyTorch peer yet (the
+--   example's parity spec uses torchvision, which this machine lacks).
+-- (GPT, LSTM and ResNet are the `models` group; their examples live on the
+-- modelsops branch until it is merged.)
 -- A row whose example is not in this tree prints "not yet available"; no
 -- figure stands in for it.
 local M = {}
@@ -93,24 +103,24 @@ local function fashion(c, model, nproc, n_epochs)
   return rows
 end
 
-M[#M + 1] = function(c)
+M[#M + 1] = { group = "train", run = function(c)
   local rows = {}
-  for _, nproc in ipairs({ 1, 2 }) do
-    for _, r in ipairs(fashion(c, "mlp", nproc, 5)) do rows[#rows + 1] = r end
+  for _, nproc in ipairs(c.nprocs) do
+    for _, r in ipairs(fashion(c, "mlp", nproc, c.mlp_epochs)) do rows[#rows + 1] = r end
   end
   return rows
-end
+end }
 
-M[#M + 1] = function(c)
+M[#M + 1] = { group = "train", run = function(c)
   local rows = {}
-  for _, nproc in ipairs({ 1, 2 }) do
+  for _, nproc in ipairs(c.nprocs) do
     for _, r in ipairs(fashion(c, "cnn", nproc, c.cnn_epochs)) do rows[#rows + 1] = r end
   end
   return rows
-end
+end }
 
 -- GPT: tokens/s against torch_gpt.py; bf16 autocast against own float32.
-M[#M + 1] = function(c)
+M[#M + 1] = { group = "models", run = function(c)
   local script = c.root .. "/examples/gpt/train.lua"
   if not exists(script) then
     return { unavailable("GPT 1 proc, tokens/s", "examples/gpt is not in this tree"),
@@ -119,8 +129,8 @@ M[#M + 1] = function(c)
   end
   local rows = {}
   local f32 = {}
-  for _, nproc in ipairs({ 1, 2 }) do
-    local steps = nproc == 1 and 500 or 250
+  for _, nproc in ipairs(c.nprocs) do
+    local steps = (nproc == 1 and 500 or 250) // (c.quick == 1 and 5 or 1)
     local launch = nproc > 1 and ("--nproc " .. nproc .. " ") or ""
     local ours_cmd = string.format("env OMP_NUM_THREADS=1 %s %s%s steps=%d out=runs/bench_gpt", c.ddplua, launch,
       script, steps)
@@ -142,7 +152,7 @@ M[#M + 1] = function(c)
       theirs = c.median(theirs.rss), fmt = "%.0f", ratio = c.median(ours.rss) / c.median(theirs.rss),
       goal = "<= 0.50x", pass = c.median(ours.rss) / c.median(theirs.rss) <= 0.5 }
   end
-  if not c.cpu:find("amx%-bf16") then
+  if not c.cpu:find("amx_bf16", 1, true) then
     rows[#rows + 1] = unavailable("GPT bf16 autocast / float32", "this CPU has no AMX-BF16")
     return rows
   end
@@ -157,21 +167,61 @@ M[#M + 1] = function(c)
   rows[#rows + 1] = { name = "  |val loss - float32's|", ours = dval, fmt = "%.3f", goal = "<= 0.05",
     pass = dval <= 0.05 }
   return rows
-end
+end }
 
--- ResNet and LSTM: rows once their examples are in the tree.
-M[#M + 1] = function(c)
-  local rows = {}
-  for _, e in ipairs({ { "ResNet", "resnet", ">= 2.00x" }, { "LSTM", "lstm_lm", ">= 1.50x" } }) do
-    if exists(c.root .. "/examples/" .. e[2] .. "/train.lua") then
-      rows[#rows + 1] = unavailable(e[1] .. " samples/s (goal " .. e[3] .. ")",
-        "examples/" .. e[2] .. " is here, its bench row is not written yet")
-    else
-      rows[#rows + 1] = unavailable(e[1] .. " samples/s (goal " .. e[3] .. ")",
-        "examples/" .. e[2] .. " is not in this tree")
-    end
+-- LSTM: tokens/s against torch_lm.py on the same corpus file.
+M[#M + 1] = { group = "models", run = function(c)
+  local name = "LSTM 1 proc, tokens/s"
+  if not exists(c.root .. "/examples/lstm_lm/train.lua") then
+    return { unavailable(name, "examples/lstm_lm is not in this tree") }
   end
-  return rows
-end
+  local limit = c.quick == 1 and 20000 or 100000
+  local out_dir = "runs/bench_lstm"
+  local ours_cmd = string.format("%s %s/examples/lstm_lm/train.lua epochs=1 limit=%d out=%s log_interval=1000000",
+    c.ddplua, c.root, limit, out_dir)
+  local peer_cmd = string.format("%s %s/examples/lstm_lm/torch_lm.py %s/corpus.safetensors --epochs 1 " ..
+    "--log_interval 1000000", c.python, c.root, out_dir)
+  local tps = "([%d.]+) tokens/s"
+  local ours, theirs = c.repeat_n(c.train_reps, function()
+    local out, rss = timed(c, ours_cmd)
+    return { tps = tonumber(out:match(tps)) or error("bench: no tokens/s from `" .. ours_cmd .. "`:\n" .. out, 0),
+      rss = rss }
+  end, function()
+    local out, rss = timed(c, peer_cmd)
+    return { tps = tonumber(out:match(tps)) or error("bench: no tokens/s from `" .. peer_cmd .. "`:\n" .. out, 0),
+      rss = rss }
+  end)
+  local a, b, ra, rb = c.median(ours.tps), c.median(theirs.tps), c.median(ours.rss), c.median(theirs.rss)
+  return {
+    { name = name, ours = a, theirs = b, fmt = "%.0f", ratio = a / b, goal = ">= 1.50x", pass = a / b >= 1.5 },
+    { name = "  peak RSS of a process, MiB", ours = ra, theirs = rb, fmt = "%.0f", ratio = ra / rb,
+      goal = "<= 0.50x", pass = ra / rb <= 0.5 },
+  }
+end }
+
+-- ResNet: the example's images/s; no peer yet.
+M[#M + 1] = { group = "models", run = function(c)
+  local name = "ResNet-18 w16 1 proc, images/s"
+  if not exists(c.root .. "/examples/resnet/train.lua") then
+    return { unavailable(name, "examples/resnet is not in this tree") }
+  end
+  local dir = "runs/bench_resnet_csv"
+  if not exists(dir .. "/labels.csv") then
+    c.run(string.format("%s %s/examples/csv_images/make_dataset.lua out=%s n=2500", c.ddplua, c.root, dir))
+  end
+  local cmd = string.format("%s %s/examples/resnet/train.lua data=%s epochs=1 width=16 limit=%d", c.ddplua, c.root,
+    dir, c.quick == 1 and 300 or 2000)
+  local runs = c.repeat_n(c.train_reps, function()
+    local out, rss = timed(c, cmd)
+    local ips = out:match("([%d.]+) images/s")
+    return { ips = tonumber(ips) or error("bench: no images/s from `" .. cmd .. "`:\n" .. out, 0), rss = rss }
+  end)
+  return {
+    { name = name, ours = c.median(runs.ips), fmt = "%.0f", goal = "(no peer)", pass = true,
+      note_result = "goal >= 2x PyTorch's: no PyTorch peer in bench/ yet (needs torchvision's resnet18)" },
+    { name = "  peak RSS of a process, MiB", ours = c.median(runs.rss), fmt = "%.0f", goal = "(no peer)",
+      pass = true },
+  }
+end }
 
 return M
