@@ -180,5 +180,9 @@ DP_VM float dp_verff(float x) {
 /* powf stays libm's (its special cases are many and the op is rare): a
  * loop that calls it is not vectorised. */
 #define dp_vpowf(a, b) powf(a, b)
+/* sinf and cosf too (for the op table's sin/cos: their range reduction of
+ * large arguments is libm's exact one); loops over them stay scalar. */
+#define dp_vsinf(x) sinf(x)
+#define dp_vcosf(x) cosf(x)
 
 #endif
