@@ -345,6 +345,8 @@ local t_start = ddp.clock()
 local rows = {}
 for i, b in ipairs(benchmarks) do
   if not ctx.only or ctx.only[group_of[i] or "other"] then
+    -- progress on stderr: the table comes at the end of a run of minutes
+    io.stderr:write(string.format("[bench %4.0f s] %s ...\n", ddp.clock() - t_start, group_of[i] or "other"))
     for _, r in ipairs(b(ctx)) do rows[#rows + 1] = r end
   end
 end
