@@ -15,13 +15,15 @@
 --   samples/s (goal >= 2x), the peak RSS (goal <= 1/2).
 -- - GPT: examples/gpt/train.lua against ../shared/peers/torch_gpt.py (500
 --   steps at 1 process, 250 at 2; the peer runs 1 thread per rank, so the
---   example runs with OMP_NUM_THREADS=1 at 1 process too): tokens/s (goal
+--   example's 1-process run is pinned to one core with taskset, which its
+--   thread count follows; ddplua ignores OMP_NUM_THREADS): tokens/s (goal
 --   >= 2x), peak RSS (goal <= 1/2); and autocast=bfloat16 against its own
 --   float32 on a CPU with AMX (goal >= 2x at a validation loss within 0.05).
--- - LSTM: examples/lstm_lm/train.lua (1 epoch over the first `lstm_limit`
---   words of the corpus) against examples/lstm_lm/torch_lm.py on the
---   corpus.safetensors it wrote (the same tokens): tokens/s (goal >= 1.5x),
---   peak RSS; 1 process (the peer has no DDP).
+-- - LSTM: examples/lstm_lm/train.lua (1 epoch over the first 100000 words
+--   of the corpus, 20000 under BENCH_QUICK) against
+--   examples/lstm_lm/torch_lm.py on the corpus.safetensors it wrote (the
+--   same tokens): tokens/s (goal >= 1.5x), peak RSS; 1 process (the peer
+--   has no DDP) on one core (taskset, as for GPT: the peer runs 1 thread).
 -- - ResNet: examples/resnet/train.lua (width 16, 32x32, 1 epoch over 2000
 --   CSV images): images/s and peak RSS; no PyTorch peer yet (the
 --   example's parity spec uses torchvision, which this machine lacks).
@@ -132,7 +134,9 @@ M[#M + 1] = { group = "models", run = function(c)
   for _, nproc in ipairs(c.nprocs) do
     local steps = (nproc == 1 and 500 or 250) // (c.quick == 1 and 5 or 1)
     local launch = nproc > 1 and ("--nproc " .. nproc .. " ") or ""
-    local ours_cmd = string.format("env OMP_NUM_THREADS=1 %s %s%s steps=%d out=runs/bench_gpt", c.ddplua, launch,
+    local pin = nproc == 1 and os.execute("taskset -c 0 true >/dev/null 2>&1") and "taskset -c 0 " or ""
+    if nproc == 1 and pin == "" then error("bench: the GPT row needs taskset to run on one core as its peer", 0) end
+    local ours_cmd = string.format("%s%s %s%s steps=%d out=runs/bench_gpt", pin, c.ddplua, launch,
       script, steps)
     local peer_cmd = string.format("%s %s/torch_gpt.py %d %d", c.python, c.peers, nproc, steps)
     local ours, theirs = c.repeat_n(c.train_reps, function()
@@ -177,8 +181,11 @@ M[#M + 1] = { group = "models", run = function(c)
   end
   local limit = c.quick == 1 and 20000 or 100000
   local out_dir = "runs/bench_lstm"
-  local ours_cmd = string.format("%s %s/examples/lstm_lm/train.lua epochs=1 limit=%d out=%s log_interval=1000000",
-    c.ddplua, c.root, limit, out_dir)
+  if not os.execute("taskset -c 0 true >/dev/null 2>&1") then
+    error("bench: the LSTM row needs taskset to run on one core as its peer", 0)
+  end
+  local ours_cmd = string.format("taskset -c 0 %s %s/examples/lstm_lm/train.lua epochs=1 limit=%d out=%s " ..
+    "log_interval=1000000", c.ddplua, c.root, limit, out_dir)
   local peer_cmd = string.format("%s %s/examples/lstm_lm/torch_lm.py %s/corpus.safetensors --epochs 1 " ..
     "--log_interval 1000000", c.python, c.root, out_dir)
   local tps = "([%d.]+) tokens/s"
