@@ -76,6 +76,38 @@ describe("conv2d on the cpu", function()
     end
   end
 
+  it("starts no OpenMP threads: oneDNN computes on the thread that calls it", function()
+    -- a fresh process (this one may have started OpenMP's threads already):
+    -- its thread count before and after a convolution's first (primitive
+    -- creating) call; a primitive created with OpenMP's default thread
+    -- count ran on a second OpenMP thread beside the pool's
+    local io_util = require "helpers.io_util"
+    local path = os.tmpname()
+    io_util.write(path, string.format("package.path = %q\npackage.cpath = %q\n", package.path, package.cpath) .. [[
+      local ddp = require "ddplua"
+      ddp.set_num_threads(1)
+      local function threads()
+        local f = assert(io.open("/proc/self/status"))
+        local n = tonumber(f:read("a"):match("Threads:%s+(%d+)"))
+        f:close()
+        return n
+      end
+      ddp.matmul(ddp.randn(64, 64), ddp.randn(64, 64))
+      local before, calls = threads(), ddp.core._onednn_calls()
+      local x, w = ddp.randn(8, 32, 14, 14):requires_grad_(), ddp.randn(64, 32, 3, 3):requires_grad_()
+      ddp.conv2d(x, w, nil, 1, 1):sum():backward()
+      print(string.format("threads %d %d calls %d", before, threads(), ddp.core._onednn_calls() - calls))
+    ]])
+    local p = assert(io.popen("lua5.4 " .. path .. " 2>&1"))
+    local out = p:read("a")
+    p:close()
+    os.remove(path)
+    local before, after, calls = out:match("threads (%d+) (%d+) calls (%d+)")
+    assert(before, "the child printed: " .. out)
+    if HAVE then assert(tonumber(calls) > 0, "the convolution did not run through oneDNN") end
+    assert.equal(tonumber(before), tonumber(after))
+  end)
+
   it("caches a primitive per shape: repeated calls give the same result", function()
     local x, w = ddp.randn(6, 16, 10, 10), ddp.randn(8, 16, 3, 3)
     local a = ddp.conv2d(x, w, nil, 1, 1)
