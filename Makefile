@@ -58,9 +58,11 @@ test-asan:
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  DDPLUA_ASAN=1 busted --cpath="./$(ASAN_BUILD)/lib/?.so" tests/spec
 
+# `make bench only=train,ops` runs those groups (bench/run.lua lists them);
+# BENCH_QUICK=1 in the environment is a short check of every row.
 bench: deps-test
 	@$(MAKE) build
-	@./$(BUILD)/bin/ddplua bench/run.lua
+	@./$(BUILD)/bin/ddplua bench/run.lua $(if $(only),only=$(only)) $(BENCH_ARGS)
 
 # The C and CUDA sources under the project's .clang-format.
 FORMAT_FILES = $$(git ls-files 'src/*.c' 'src/*.h' 'src/*.cu' 'src/*.cuh' 'tests/c/*.c' 'tests/c/*.h' 'bench/*.c')

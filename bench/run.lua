@@ -1,13 +1,30 @@
 -- The benchmark table: each ddplua benchmark beside its PyTorch peer, run in
 -- the same session, several repetitions, medians.
 --
---   ./build/bin/ddplua bench/run.lua [reps=5]        (make bench)
+--   ./build/bin/ddplua bench/run.lua [reps=5] [only=group,...] [train_reps=1] [cnn_epochs=2] [op_runs=15]
+--                                    [mlp_epochs=5] [quick=0]
+--   make bench                       (every group; make bench only=train,ops BENCH_QUICK=1)
+-- Groups: mlp ddp launch allreduce csv (the throughput rows), train (the
+-- Fashion-MNIST MLP and CNN examples start to end), models (the GPT,
+-- ResNet and LSTM examples: bench/train_rows.lua), ops (the per-op table)
+-- and step (the MLP step against the FMA peak: bench/op_rows.lua).
+-- quick=1 (or BENCH_QUICK=1 in the environment) is a short check of every
+-- row: 1 repetition, 1 process only for the training rows, 2 MLP epochs,
+-- 1 CNN epoch, short GPT/LSTM/ResNet runs, 5 runs per op; its figures are
+-- not the ones the goals are about.
 --
 -- Peers are /usr/bin/python3 scripts from ../shared/peers relative to the
--- repository root (override with DDPLUA_PEERS=dir). To add a benchmark,
--- append a function to `benchmarks`: it gets the context below and returns
--- rows {name=, ours=, theirs=, unit=, ratio=, goal=, pass=}.
+-- repository root (override with DDPLUA_PEERS=dir) and from bench/. They run
+-- with OPENBLAS_CORETYPE set to the OpenBLAS kernels this CPU can run
+-- (SkylakeX with AVX-512, Haswell with AVX2; DDPLUA_PEER_CORETYPE overrides,
+-- an inherited OPENBLAS_CORETYPE is kept): Debian's OpenBLAS 0.3.21 does not
+-- know the newer CPU models and picks its generic Prescott kernels, which
+-- would make PyTorch's GEMMs 4x slower than a PyTorch user tuning it gets.
+-- To add a benchmark, append a function to `benchmarks`: it gets the
+-- context below and returns rows {name=, ours=, theirs=, fmt=, ratio=,
+-- goal=, pass=} (or {name=, note=} for a row that has nothing to measure).
 local ddp = require "ddplua"
+local core = ddp.core
 
 local script_dir = (arg and arg[0] or "bench/run.lua"):match("^(.*)/[^/]*$") or "."
 local ctx = {
@@ -15,8 +32,25 @@ local ctx = {
   ddplua = arg and arg[-1] or "ddplua", -- the host running this script
   python = "/usr/bin/python3",
   reps = 5,
+  train_reps = 1, -- the training rows run whole examples: one alternation of minutes each
+  cnn_epochs = 2,
+  op_runs = 15,
+  mlp_epochs = 5,
+  quick = 0,
+  only = nil,
 }
-ctx.peers = os.getenv("DDPLUA_PEERS") or ctx.root .. "/../shared/peers"
+-- ../shared/peers beside the repository (or beside a worktree's parent)
+ctx.peers = os.getenv("DDPLUA_PEERS")
+if not ctx.peers then
+  for _, dir in ipairs({ ctx.root .. "/../shared/peers", ctx.root .. "/../../shared/peers" }) do
+    local f = io.open(dir .. "/torch_ddp_mlp.py")
+    if f then
+      f:close()
+      ctx.peers = ctx.peers or dir
+    end
+  end
+  ctx.peers = ctx.peers or ctx.root .. "/../shared/peers"
+end
 do
   local f = io.open(ctx.peers .. "/torch_ddp_mlp.py")
   if not f then
@@ -26,17 +60,72 @@ do
   f:close()
 end
 for _, a in ipairs(arg or {}) do
-  local v = a:match("^reps=(%d+)$")
-  if not v then error("usage: ddplua bench/run.lua [reps=N], got " .. a, 0) end
-  ctx.reps = math.tointeger(tonumber(v))
+  local k, v = a:match("^([%w_]+)=(.+)$")
+  if k == "only" then
+    ctx.only = {}
+    for g in v:gmatch("[^,]+") do ctx.only[g] = true end
+  elseif k and ctx[k] ~= nil and type(ctx[k]) == "number" and math.tointeger(tonumber(v)) then
+    ctx[k] = math.tointeger(tonumber(v))
+  else
+    error("usage: ddplua bench/run.lua [reps=N] [only=group,...] [train_reps=N] [cnn_epochs=N] [op_runs=N] " ..
+      "[mlp_epochs=N] [quick=0|1], got " .. a, 0)
+  end
+end
+if os.getenv("BENCH_QUICK") == "1" then ctx.quick = 1 end
+ctx.nprocs = { 1, 2 } -- the process counts of the training rows
+if ctx.quick == 1 then
+  -- a short check: every row runs, on less (what was given explicitly stays)
+  local given = {}
+  for _, a in ipairs(arg or {}) do given[a:match("^([%w_]+)=") or ""] = true end
+  for k, v in pairs({ reps = 1, op_runs = 5, mlp_epochs = 2, cnn_epochs = 1 }) do
+    if not given[k] then ctx[k] = v end
+  end
+  ctx.nprocs = { 1 }
+end
+
+ctx.cpu = core.cpu_info()
+local coretype = os.getenv("OPENBLAS_CORETYPE") or os.getenv("DDPLUA_PEER_CORETYPE")
+if not coretype then
+  if ctx.cpu:find("avx512f") and ctx.cpu:find("avx512bw") then coretype = "SkylakeX"
+  elseif ctx.cpu:find("avx2") then coretype = "Haswell" end
+end
+if coretype then ctx.python = "env OPENBLAS_CORETYPE=" .. coretype .. " " .. ctx.python end
+ctx.peer_coretype = coretype or "OpenBLAS's own choice"
+
+--- The FP32 FMA peak in GFLOP/s of `threads` threads, measured now.
+function ctx.fma_peak(threads)
+  local prev = ddp.get_num_threads()
+  ddp.set_num_threads(math.max(prev, threads))
+  local gflops = core._fma_peak(threads, 1.0)
+  ddp.set_num_threads(prev)
+  return gflops
 end
 
 --- Runs a shell command; returns its whole output (stdout and stderr) or
---- raises naming the command.
-function ctx.run(cmd)
+--- raises naming the command. A run that failed because its fixed
+--- rendezvous port was taken (the peers hard-code theirs, and on a shared
+--- machine another run of the same peer may hold it) runs again in a
+--- network namespace of its own (unshare -rn, loopback up), where the port
+--- is free; where that is not allowed, again after a pause, up to 5 times.
+local function run_once(cmd)
   local p = assert(io.popen(cmd .. " 2>&1"))
   local out = p:read("a")
   local ok, _, code = p:close()
+  return ok, out, code
+end
+local own_netns = nil -- whether unshare -rn works here (tried once)
+function ctx.run(cmd)
+  local ok, out, code = run_once(cmd)
+  for _ = 1, 5 do
+    if ok or not out:find("Address already in use", 1, true) or cmd:find("'", 1, true) then break end
+    if own_netns == nil then own_netns = run_once("unshare -rn sh -c 'ip link set lo up'") end
+    if own_netns then
+      ok, out, code = run_once("unshare -rn sh -c 'ip link set lo up && exec " .. cmd .. "'")
+    else
+      os.execute("sleep 20")
+      ok, out, code = run_once(cmd)
+    end
+  end
   if not ok then error(string.format("bench: `%s` failed (exit %s):\n%s", cmd, tostring(code), out), 0) end
   return out
 end
@@ -59,10 +148,10 @@ end
 --- Runs each of the functions once per repetition, alternating them so that
 --- both sides see the same machine load; returns for each function, for
 --- each key of its result table, the list of values.
-function ctx.repeat_runs(...)
+function ctx.repeat_n(reps, ...)
   local fns, all = { ... }, {}
   for i = 1, #fns do all[i] = {} end
-  for _ = 1, ctx.reps do
+  for _ = 1, reps do
     for i, fn in ipairs(fns) do
       for k, v in pairs(fn()) do
         all[i][k] = all[i][k] or {}
@@ -72,10 +161,12 @@ function ctx.repeat_runs(...)
   end
   return table.unpack(all)
 end
+function ctx.repeat_runs(...) return ctx.repeat_n(ctx.reps, ...) end
 
-local benchmarks = {}
+local benchmarks, group_of = {}, {} -- group_of[i]: the group of benchmarks[i] (only=)
 
 -- Single-process MLP training: speed, peak memory, memory growth.
+group_of[#benchmarks + 1] = "mlp"
 benchmarks[#benchmarks + 1] = function(c)
   local ours_cmd = string.format("%s %s/bench/mlp.lua steps=2000", c.ddplua, c.root)
   local peer_cmd = string.format("/usr/bin/time -v %s %s/torch_ddp_mlp.py 1 200 64", c.python, c.peers)
@@ -109,6 +200,7 @@ end
 -- 2-rank DDP MLP: against PyTorch's 2-rank DDP (gloo), and the same script
 -- at 1 rank, as PyTorch's own 2/1 figure is taken; beside it the first row's
 -- workload without DDP at all.
+group_of[#benchmarks + 1] = "ddp"
 benchmarks[#benchmarks + 1] = function(c)
   local ours2 = string.format("%s --nproc 2 %s/bench/ddp_mlp.lua steps=200 batch=64", c.ddplua, c.root)
   local ours1 = string.format("%s --nproc 1 %s/bench/ddp_mlp.lua steps=200 batch=64", c.ddplua, c.root)
@@ -155,6 +247,7 @@ end
 
 -- Launch latency: `ddplua --nproc 2 examples/hello.lua` (init, one
 -- all_reduce, destroy) against PyTorch's mp.spawn + gloo hello.
+group_of[#benchmarks + 1] = "launch"
 benchmarks[#benchmarks + 1] = function(c)
   local launch = dofile(c.root .. "/bench/launch.lua")
   local rows, peer = launch.measure(20, c.reps)
@@ -174,6 +267,7 @@ end
 
 -- all_reduce between 2 ranks: algbw against gloo at 16 MiB and 100 MiB, and
 -- busbw as a fraction of this machine's memcpy bandwidth.
+group_of[#benchmarks + 1] = "allreduce"
 benchmarks[#benchmarks + 1] = function(c)
   local cases = { { floats = 4194304, iters = 20, label = "16 MiB" }, { floats = 26214400, iters = 5, label = "100 MiB" } }
   local out = {}
@@ -204,6 +298,7 @@ end
 -- CSVImageDataset: images/s of a loop that loads 3x96x96 batches while a
 -- stand-in training step computes, with 2 C workers decoding in the
 -- background against none (decoding on the training thread); no peer.
+group_of[#benchmarks + 1] = "csv"
 benchmarks[#benchmarks + 1] = function(c)
   local cmd = string.format("%s %s/bench/csv_images.lua n=2000 epochs=2 dir=%s", c.ddplua, c.root,
     os.getenv("DDPLUA_BENCH_CSV") or "runs/bench_csv")
@@ -228,6 +323,7 @@ end
 
 -- `ddplua --watch` (bench/watch.lua): from saving the Fashion-MNIST example to the rerun's line after its
 -- set-up (data kept with ddp.keep, model, DDP, optimizer), beside a cold start's time to the same line; no peer.
+group_of[#benchmarks + 1] = "watch"
 benchmarks[#benchmarks + 1] = function(c)
   local cmd = string.format("%s %s/bench/watch.lua reps=%d", c.ddplua, c.root, math.max(c.reps, 5))
   local out = c.run(cmd)
@@ -242,21 +338,59 @@ benchmarks[#benchmarks + 1] = function(c)
   }
 end
 
+-- the examples start to end, the per-op table, the MLP step against the peak
+for _, file in ipairs({ "train_rows.lua", "op_rows.lua" }) do
+  for _, fn in ipairs(dofile(script_dir .. "/" .. file)) do
+    group_of[#benchmarks + 1] = fn.group
+    benchmarks[#benchmarks + 1] = fn.run
+  end
+end
+
+-- the machine, printed first: what every figure below depends on
+local threads = ddp.get_num_threads()
+print("CPU: " .. ctx.cpu)
+print(string.format("threads: %d by default (cores / ranks on the node); oneDNN: %s; float32 GEMM: %s",
+  threads, core.onednn_info(), ddp.gemm_impl()))
+local peak1, peak_all = ctx.fma_peak(1), ctx.fma_peak(threads)
+print(string.format("FP32 FMA peak (measured): %.0f GFLOP/s on 1 thread, %.0f on %d; memcpy %.1f GB/s (read + " ..
+  "written, 1 thread, 256 MiB)", peak1, peak_all, threads, core._memcpy_gbs(256 << 20, 5)))
+print(string.format("PyTorch peers: %s, OPENBLAS_CORETYPE=%s", ctx.python:match("%S+$"), ctx.peer_coretype))
+if ctx.quick == 1 then print("BENCH_QUICK: a short check (1 repetition, 1 process, short runs), not the goals' figures") end
+print("")
+local t_start = ddp.clock()
+
 local rows = {}
-for _, b in ipairs(benchmarks) do
-  for _, r in ipairs(b(ctx)) do rows[#rows + 1] = r end
+for i, b in ipairs(benchmarks) do
+  if not ctx.only or ctx.only[group_of[i] or "other"] then
+    -- progress on stderr: the table comes at the end of a run of minutes
+    io.stderr:write(string.format("[bench %4.0f s] %s ...\n", ddp.clock() - t_start, group_of[i] or "other"))
+    for _, r in ipairs(b(ctx)) do rows[#rows + 1] = r end
+  end
 end
 
 local function cell(fmt, v) return v == nil and "-" or string.format(fmt, v) end
-local row_fmt = "%-36s %12s %12s %8s %10s  %s"
+local row_fmt = "%-40s %12s %12s %8s %10s  %s"
 local header = string.format(row_fmt, "benchmark", "ddplua", "PyTorch", "ratio", "goal", "result")
-print(string.format("ddplua benchmarks (%d repetitions, medians; %s)", ctx.reps, ddp.blas_info()))
+print(string.format("ddplua benchmarks (%d repetitions, medians; training rows %d; %s)", ctx.reps, ctx.train_reps,
+  ddp.blas_info()))
 print(header)
 print(string.rep("-", #header))
-local failed = 0
+local failed, goals, missing = 0, 0, 0
 for _, r in ipairs(rows) do
-  print(string.format(row_fmt, r.name, cell(r.fmt, r.ours), cell(r.fmt, r.theirs),
-    cell("%.2fx", r.ratio), r.goal, r.pass and "pass" or "FAIL"))
-  if not r.pass then failed = failed + 1 end
+  if r.note then
+    print(string.format("%-40s %s", r.name, r.note))
+    missing = missing + 1
+  else
+    local info = r.goal:sub(1, 1) == "(" -- "(info)": a figure beside the goals, nothing to meet
+    local result = info and "" or r.pass and "pass" or "FAIL"
+    if r.note_result then result = result .. " (" .. r.note_result .. ")" end
+    print(string.format(row_fmt, r.name, cell(r.fmt, r.ours), cell(r.fmt, r.theirs), cell("%.2fx", r.ratio),
+      r.goal, result))
+    if not info then
+      goals = goals + 1
+      if not r.pass then failed = failed + 1 end
+    end
+  end
 end
-print(string.format("%d of %d goals met", #rows - failed, #rows))
+print(string.format("%d of %d goals met%s; the whole run took %.0f s", goals - failed, goals,
+  missing > 0 and string.format("; %d row(s) not yet available", missing) or "", ddp.clock() - t_start))

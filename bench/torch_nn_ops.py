@@ -1,60 +1,137 @@
-"""PyTorch peer of bench/nn_ops.lua: the same ops, shapes, thread count and
-timing rule (median of the runs after one warm-up), in milliseconds.
-Run with /usr/bin/python3 (Debian's python3-torch)."""
+"""PyTorch peer of bench/nn_ops.lua: the same cases (names, shapes, dtypes,
+thread count) and timing rule (median of the runs after 3 warm-up calls), in
+milliseconds, printed in the same line format:
+`case=<name>|fwd_ms=<x>|both_ms=<y>|bytes=<n>|memcpy_gbs=0`
+(bench/nn_ops.lua measures memcpy; its figure stands for both).
+Run with /usr/bin/python3 (Debian's python3-torch):
+
+  /usr/bin/python3 bench/torch_nn_ops.py [runs=20] [threads=1] [only=substring]
+"""
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
-torch.set_num_threads(1)
+cfg = {"runs": 20, "threads": 1, "only": ""}
+for a in sys.argv[1:]:
+    k, _, v = a.partition("=")
+    if k not in cfg:
+        sys.exit(f"usage: torch_nn_ops.py [runs=N] [threads=N] [only=text], got {a}")
+    cfg[k] = int(v) if isinstance(cfg[k], int) else v
+torch.set_num_threads(cfg["threads"])
 torch.manual_seed(0)
-RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+MB = 1024 * 1024
 
 
 def median_ms(fn):
-    for _ in range(5):  # warm up, as bench/nn_ops.lua does
+    for _ in range(3):
         fn()
     t = []
-    for _ in range(RUNS):
+    for _ in range(cfg["runs"]):
         t0 = time.perf_counter()
         fn()
         t.append((time.perf_counter() - t0) * 1e3)
     t.sort()
-    return t[(RUNS + 1) // 2 - 1]
+    return t[(cfg["runs"] + 1) // 2 - 1]
 
 
 def leaf(*shape):
     return torch.randn(*shape).requires_grad_()
 
 
+cases = []
+
+
+def case(name, fwd, bwd=True, nbytes=0):
+    cases.append((name, fwd, bwd, nbytes))
+
+
+# GEMMs
+x, w, b = leaf(64, 784), leaf(1024, 784), leaf(1024)
+case("linear 64x784 -> 1024", lambda: F.linear(x, w, b))
+h, w2, b2 = leaf(64, 1024), leaf(1024, 1024), leaf(1024)
+case("linear 64x1024 -> 1024", lambda: F.linear(h, w2, b2))
+t, wq, bq = leaf(2048, 128), leaf(384, 128), leaf(384)
+case("linear 2048x128 -> 384 (GPT qkv)", lambda: F.linear(t, wq, bq))
+a1, c1 = leaf(1024, 1024), leaf(1024, 1024)
+case("matmul 1024^3", lambda: a1 @ c1)
+
+
+def bf16_matmul():
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return a1 @ c1
+
+
+case("matmul 1024^3 autocast bf16", bf16_matmul)
+
+# convolutions, norms, pooling at the Fashion-MNIST CNN's shapes
 x1, w1, b1 = leaf(64, 1, 28, 28), leaf(32, 1, 3, 3), leaf(32)
-x2, w2, b2 = leaf(64, 32, 14, 14), leaf(64, 32, 3, 3), leaf(64)
+x2, w2c, b2c = leaf(64, 32, 14, 14), leaf(64, 32, 3, 3), leaf(64)
+case("conv2d 1->32 3x3 pad 1, 28x28", lambda: F.conv2d(x1, w1, b1, 1, 1))
+case("conv2d 32->64 3x3 pad 1, 14x14", lambda: F.conv2d(x2, w2c, b2c, 1, 1))
 xb, g, bb = leaf(64, 32, 28, 28), leaf(32), leaf(32)
 rm, rv = torch.zeros(32), torch.ones(32)
+nb = 64 * 32 * 28 * 28 * 4
+case("batch_norm train 32ch 28x28", lambda: F.batch_norm(xb, rm, rv, g, bb, True), nbytes=3 * nb)
+case("max_pool2d 2x2 32ch 28x28", lambda: F.max_pool2d(xb, 2), nbytes=nb + nb // 4)
+case("avg_pool2d 2x2 32ch 28x28", lambda: F.avg_pool2d(xb, 2), nbytes=nb + nb // 4)
 xl, wl, bl = leaf(64, 3136), leaf(3136), leaf(3136)
-ids = (torch.rand(64, 32) * 10000).long()
-emb = leaf(10000, 128)
+case("layer_norm 64x3136", lambda: F.layer_norm(xl, (3136,), wl, bl), nbytes=2 * 64 * 3136 * 4)
+xg, wg, bg = leaf(2048, 128), leaf(128), leaf(128)
+case("layer_norm 2048x128 (GPT)", lambda: F.layer_norm(xg, (128,), wg, bg), nbytes=2 * 2048 * 128 * 4)
+case("dropout p=0.5 64x3136", lambda: F.dropout(xl, 0.5), nbytes=2 * 64 * 3136 * 4)
+ids, emb = (torch.rand(64, 32) * 10000).long(), leaf(10000, 128)
+case("embedding 10000x128, 64x32 ids", lambda: F.embedding(ids, emb), nbytes=2 * 64 * 32 * 128 * 4)
 
-cases = [
-    ("conv2d 1->32 3x3 pad 1, 28x28", lambda: F.conv2d(x1, w1, b1, 1, 1)),
-    ("conv2d 32->64 3x3 pad 1, 14x14", lambda: F.conv2d(x2, w2, b2, 1, 1)),
-    ("batch_norm train 32ch 28x28", lambda: F.batch_norm(xb, rm, rv, g, bb, True)),
-    ("max_pool2d 2x2 32ch 28x28", lambda: F.max_pool2d(xb, 2)),
-    ("avg_pool2d 2x2 32ch 28x28", lambda: F.avg_pool2d(xb, 2)),
-    ("layer_norm 3136", lambda: F.layer_norm(xl, (3136,), wl, bl)),
-    ("dropout p=0.5 64x3136", lambda: F.dropout(xl, 0.5)),
-    ("embedding 10000x128, 64x32 ids", lambda: F.embedding(ids, emb)),
-]
+# softmax family and losses
+s = leaf(1024, 1024)
+case("softmax 1024x1024", lambda: F.softmax(s, 1), nbytes=2 * 4 * MB)
+lsm = leaf(700, 13939)
+case("log_softmax 700x13939", lambda: F.log_softmax(lsm, 1), nbytes=2 * 700 * 13939 * 4)
+lg, tg = leaf(2048, 256), (torch.rand(2048) * 256).long()
+case("cross_entropy 2048x256 (GPT)", lambda: F.cross_entropy(lg, tg), nbytes=2048 * 256 * 4)
+lm, tm = leaf(64, 10), (torch.rand(64) * 10).long()
+case("cross_entropy 64x10 (MLP)", lambda: F.cross_entropy(lm, tm))
+
+# elementwise: activations, broadcasting, reductions, copies
+xe = leaf(1024, 1024)
+for name in ("relu", "gelu", "tanh", "sigmoid"):
+    fn = getattr(torch, name) if name in ("tanh", "sigmoid") else getattr(F, name)
+    case(f"{name} 1024x1024", (lambda fn=fn: fn(xe)), nbytes=2 * 4 * MB)
+aa, bv = leaf(4096, 1024), leaf(1024)
+case("add broadcast 4096x1024 + 1024", lambda: aa + bv, nbytes=2 * 16 * MB)
+m1, m2 = leaf(1024, 1024), leaf(1024, 1024)
+case("mul 1024x1024 * 1024x1024", lambda: m1 * m2, nbytes=3 * 4 * MB)
+case("sum 4096x1024", lambda: aa.sum(), nbytes=16 * MB)
+case("sum dim 2 of 4096x1024", lambda: aa.sum(1), nbytes=16 * MB)
+case("sum dim 1 of 4096x1024", lambda: aa.sum(0), nbytes=16 * MB)
+big = torch.randn(2048, 2048)
+case("transpose copy 2048x2048", lambda: big.t().contiguous(), bwd=False, nbytes=2 * 16 * MB)
+case("clone 2048x2048", lambda: big.clone(), bwd=False, nbytes=2 * 16 * MB)
 
 
-def fwd_only(f):
-    with torch.no_grad():
-        f()
+def opt_case(name, make, arrays):
+    p = torch.randn(1 << 20).requires_grad_()
+    p.grad = torch.randn(1 << 20) * 1e-3
+    opt = make([p])
+    case(name, opt.step, bwd=False, nbytes=arrays * 4 * MB)
 
 
-print(f"{'op':34s} {'fwd ms':>10s} {'fwd+bwd ms':>14s}")
-for name, f in cases:
-    fwd = median_ms(lambda: fwd_only(f))
-    both = median_ms(lambda: f().sum().backward())
-    print(f"{name:34s} {fwd:10.3f} {both:14.3f}")
+# PyTorch 1.13's default implementation (the per-parameter loop; foreach=None picks it on CPU)
+opt_case("SGD momentum step, 1M params", lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9), 5)
+opt_case("AdamW step, 1M params", lambda ps: torch.optim.AdamW(ps, lr=1e-3), 7)
+
+for name, fwd, bwd, nbytes in cases:
+    if cfg["only"] not in name:
+        continue
+
+    def fwd_only():
+        with torch.no_grad():
+            fwd()
+
+    f = median_ms(fwd_only)
+    both = "-"
+    if bwd:
+        both = f"{median_ms(lambda: fwd().sum().backward()):.4f}"
+    print(f"case={name}|fwd_ms={f:.4f}|both_ms={both}|bytes={nbytes}|memcpy_gbs=0", flush=True)

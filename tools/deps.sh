@@ -3,7 +3,7 @@
 # usage: tools/deps.sh [run|test|bench]   (test and bench add PyTorch, the peer, and clang-format)
 set -e
 want="gcc make cmake pkg-config lua5.4 liblua5.4-dev libyaml-dev libopenblas-dev zlib1g-dev
-      libpng-dev libjpeg-dev lua-busted dataset-fashion-mnist gnuplot-nox iproute2 procps"
+      libpng-dev libjpeg-dev lua-busted dataset-fashion-mnist gnuplot-nox iproute2 procps libdnnl-dev"
 case "${1:-run}" in
   test|bench) want="$want python3 python3-torch python3-torchvision python3-numpy clang-format fortunes" ;;
 esac

@@ -1,10 +1,14 @@
 -- Mixed precision (PyTorch's torch.autocast and torch.amp.GradScaler).
 --
--- bfloat16 autocast: matmul, linear and conv2d on CUDA tensors compute in
--- bfloat16 (float32 accumulation) while parameters stay float32:
+-- bfloat16 autocast: matmul, linear and conv2d compute in bfloat16 (float32
+-- accumulation) while parameters stay float32, on CUDA tensors and on CPU
+-- tensors alike (on the CPU: oneDNN's bfloat16 kernels where the CPU has
+-- AMX or AVX512-BF16, else the operands widened to float32); softmax,
+-- log_softmax, cross_entropy, mse_loss, layer_norm and batch_norm compute
+-- their bfloat16 inputs in float32, as PyTorch's autocast does:
 --
 --   do local _ <close> = ddp.autocast("bfloat16")
---     loss = nn.F.cross_entropy(model(x), y)
+--     loss = nn.F.cross_entropy(model(x), y)   -- float32 loss
 --   end
 --   loss:backward()           -- float32 gradients for the float32 weights
 --
@@ -19,8 +23,8 @@
 --   scaler:step(opt)          -- unscales, then steps unless inf/NaN was found
 --   scaler:update()
 --
--- On CPU tensors autocast changes nothing (the CPU GEMM computes in float32
--- or float64 only); GradScaler works on any device.
+-- float16 autocast leaves CPU tensors alone (PyTorch's CPU autocast knows
+-- bfloat16 only); GradScaler works on any device.
 local core = require "ddplua.core"
 
 local M = {}

@@ -29,8 +29,8 @@ local CORE_EXPORTS = {
   -- safetensors
   "save", "load",
   -- runtime: threads, GEMM, memory, devices, time
-  "set_num_threads", "get_num_threads", "blas_info", "gemm_impl", "set_gemm_impl", "memory_stats", "empty_cache",
-  "cuda_is_available", "cuda_device_count", "cuda_device_name", "cuda_memory_stats", "cuda_empty_cache",
+  "set_num_threads", "get_num_threads", "set_flush_denormal", "blas_info", "gemm_impl", "set_gemm_impl",
+  "memory_stats", "empty_cache", "cuda_is_available", "cuda_device_count", "cuda_device_name", "cuda_memory_stats", "cuda_empty_cache",
   "synchronize", "clock",
   -- values that outlive a `ddplua --watch` rerun (the same process, a fresh Lua environment)
   "keep",

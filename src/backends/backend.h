@@ -224,8 +224,10 @@ typedef struct dp_backend {
   /* rows x cols, contiguous. */
   int (*softmax)(dp_tensor *y, const dp_tensor *x, int64_t rows, int64_t cols, bool log);
   int (*softmax_backward)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *y, int64_t rows, int64_t cols, bool log);
-  /* Per-row loss (float dtype of x) and log-sum-exp (same dtype) of the
-   * logits (dp_ce_args). A target out of range is an error naming it. */
+  /* Per-row loss (float dtype of x) and log-sum-exp (float64: the op layer
+   * keeps it exact for large logits; backends store whatever dtype lse has)
+   * of the logits (dp_ce_args). A target out of range is an error naming
+   * it. */
   int (*cross_entropy)(dp_tensor *loss, dp_tensor *lse, const dp_ce_args *a);
   /* gx = (softmax(x) - smoothed_onehot) * scale[row] */
   int (*cross_entropy_backward)(dp_tensor *gx, const dp_ce_args *a);
@@ -351,6 +353,15 @@ typedef struct dp_backend {
   /* Optional: the NCCL process group (distributed/pg.h: dp_pg_nccl_new
    * calls this; NULL when the plugin was built without NCCL). */
   struct dp_pg *(*pg_new)(const struct dp_pg_init *init);
+
+  /* ---- optional direct convolution (the CPU's oneDNN, cpu_dnnl.h): 1 when
+   * computed, 0 when the backend leaves the case to im2col + GEMM, -1 after
+   * dp_error. Contiguous NCHW / OIHW tensors. ---- */
+  /* y = conv(x, w) + b (b may be NULL) */
+  int (*conv2d)(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g);
+  /* gx, gw, gb (each may be NULL; gb only with gw), overwritten */
+  int (*conv2d_backward)(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
+                         const dp_tensor *w, const dp_window2d *g);
 } dp_backend;
 
 /* What the runtime hands a backend plugin (the CUDA backend is built as a

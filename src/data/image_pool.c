@@ -31,6 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/cpu/cpu_fpu.h"
 #include "core/error.h"
 
 typedef struct job_ {
@@ -214,6 +215,7 @@ static void *worker_main(void *arg) {
     if (s->stop) break;
     int64_t pos = j->next++;
     j->active++;
+    dp_fpu_sync(); /* transforms flush denormals as the training thread does */
     run_claimed(s, j, pos, &s->scratch[a->id]);
   }
   pthread_mutex_unlock(&s->mu);

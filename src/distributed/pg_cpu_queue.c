@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_fpu.h"
 #include "core/error.h"
 #include "distributed/pg_cpu.h"
 
@@ -75,6 +76,7 @@ static void *comm_main(void *arg) {
     if (!g->q_head) g->q_tail = NULL;
     g->busy = true;
     pthread_mutex_unlock(&g->q_mu);
+    dp_fpu_sync(); /* reductions flush denormals as the caller's thread does */
     int rc = cpu_exec(g, &w->op);
     pthread_mutex_lock(&g->q_mu);
     w->rc = rc;

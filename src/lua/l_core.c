@@ -6,7 +6,11 @@
 #include <time.h>
 
 #include "autograd/autograd.h"
+#include "backends/cpu/cpu_dnnl.h"
+#include "backends/cpu/cpu_fpu.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_peak.h"
+#include "backends/cpu/cpu_vec.h"
 #include "backends/cpu/sgemm.h"
 #include "lua/l_rerun.h"
 #include "lua/l_util.h"
@@ -120,8 +124,84 @@ static int l_set_gemm_impl(lua_State *L) {
   return 0;
 }
 
+/* set_flush_denormal(on) -> whether this CPU can (PyTorch's
+ * torch.set_flush_denormal): flush-to-zero and denormals-are-zero on every
+ * thread ddplua computes on (cpu_fpu.h); on by default. */
+static int l_set_flush_denormal(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TBOOLEAN);
+  lua_pushboolean(L, dp_fpu_set_flush_denormal(lua_toboolean(L, 1)));
+  return 1;
+}
+
+/* core.cpu_info() -> "<model>, <n> cpus | <features> | kernels <isa>" (the
+ * benchmarks print it) */
+static int l_cpu_info(lua_State *L) {
+  lua_pushstring(L, dp_cpu_describe());
+  return 1;
+}
+
+/* core.set_cpu_kernels("avx512" | "avx2" | "base" | "auto") -> the previous
+ * name: which per-ISA float32 kernels run (specs hold each against the
+ * float64 reference; DDPLUA_CPU_ISA sets the same at start) */
+static int l_set_cpu_kernels(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  const char *prev = dp_cpu_vec_get()->name;
+  LT_CHECK(L, dp_cpu_vec_set(name));
+  lua_pushstring(L, prev);
+  return 1;
+}
+
+/* core.onednn_info() -> "oneDNN 2.6.3 (avx512_core)", or why it is not
+ * used; core.set_onednn(on) -> whether it was on: the CPU convolutions (and
+ * native bfloat16 GEMMs) through oneDNN or ddplua's own kernels */
+static int l_onednn_info(lua_State *L) {
+  lua_pushstring(L, dp_dnnl_info());
+  return 1;
+}
+static int l_onednn_calls(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)dp_dnnl_calls());
+  return 1;
+}
+static int l_set_onednn(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TBOOLEAN);
+  bool was = dp_dnnl_available();
+  dp_dnnl_set_enabled(lua_toboolean(L, 1));
+  lua_pushboolean(L, was);
+  return 1;
+}
+
+/* core._fma_peak(threads, seconds) -> GFLOP/s, isa: the float32 FMA peak
+ * of that many pool threads (cpu_peak.h; the benchmarks print it) */
+static int l_fma_peak(lua_State *L) {
+  int threads = (int)luaL_checkinteger(L, 1);
+  double seconds = luaL_optnumber(L, 2, 0.5);
+  luaL_argcheck(L, seconds > 0 && seconds <= 60, 2, "seconds must be in (0, 60]");
+  const char *isa = NULL;
+  lua_pushnumber(L, dp_cpu_fma_peak(threads, seconds, &isa));
+  lua_pushstring(L, isa);
+  return 2;
+}
+
+/* core._memcpy_gbs(bytes, reps) -> GB/s read + written by libc memcpy on
+ * one thread (cpu_peak.h) */
+static int l_memcpy_gbs(lua_State *L) {
+  lua_Integer bytes = luaL_checkinteger(L, 1), reps = luaL_optinteger(L, 2, 5);
+  luaL_argcheck(L, bytes > 0 && bytes <= ((lua_Integer)1 << 32), 1, "bytes must be in [1, 4 GiB]");
+  luaL_argcheck(L, reps > 0 && reps <= 1000, 2, "reps must be in [1, 1000]");
+  lua_pushnumber(L, dp_cpu_memcpy_gbs((size_t)bytes, (int)reps));
+  return 1;
+}
+
+/* core._get_flush_denormal() -> the process-wide setting (specs) */
+static int l_get_flush_denormal(lua_State *L) {
+  lua_pushboolean(L, dp_fpu_get_flush_denormal());
+  return 1;
+}
+
+/* the threads ddplua's kernels use: set_num_threads', or the automatic
+ * count (cores / ranks on the node) */
 static int l_get_num_threads(lua_State *L) {
-  lua_pushinteger(L, dp_blas_get_num_threads());
+  lua_pushinteger(L, dp_sgemm_get_num_threads());
   return 1;
 }
 
@@ -246,6 +326,15 @@ int luaopen_ddplua_core(lua_State *L) {
                                    {"blas_info", l_blas_info},
                                    {"set_num_threads", l_set_num_threads},
                                    {"get_num_threads", l_get_num_threads},
+                                   {"set_flush_denormal", l_set_flush_denormal},
+                                   {"_get_flush_denormal", l_get_flush_denormal},
+                                   {"cpu_info", l_cpu_info},
+                                   {"_fma_peak", l_fma_peak},
+                                   {"_memcpy_gbs", l_memcpy_gbs},
+                                   {"onednn_info", l_onednn_info},
+                                   {"set_onednn", l_set_onednn},
+                                   {"_onednn_calls", l_onednn_calls},
+                                   {"set_cpu_kernels", l_set_cpu_kernels},
                                    {"gemm_impl", l_gemm_impl},
                                    {"set_gemm_impl", l_set_gemm_impl},
                                    {"cuda_is_available", l_cuda_available},
@@ -254,6 +343,8 @@ int luaopen_ddplua_core(lua_State *L) {
                                    {"gc_pace", l_collectgarbage_paced},
                                    {"keep", l_keep},
                                    {NULL, NULL}};
+  /* flush denormals on the thread that runs the Lua state (cpu_fpu.h) */
+  dp_fpu_sync();
   /* young collections free each step's tensors cheaply (see lt_gc_pace) */
   lua_gc(L, LUA_GCGEN, 0, 0);
   lua_newtable(L); /* module */

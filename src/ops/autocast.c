@@ -1,5 +1,5 @@
-/* Autocast state (thread-local, like PyTorch's) and the cast hook that
- * matmul / linear / conv2d call at their start. See autocast.h. */
+/* Autocast state (thread-local, like PyTorch's) and the cast hooks the ops
+ * call at their start (autocast.h). */
 #include "ops/autocast.h"
 
 #include "core/error.h"
@@ -17,25 +17,12 @@ int dp_autocast_set(dp_autocast_state s, dp_autocast_state *prev) {
   return 0;
 }
 
-/* Float32 CUDA tensors are cast; everything else keeps its dtype. */
-static bool wants_cast(const dp_tensor *t) { return t->dtype == DP_F32; }
-
-int dp_autocast_cast(dp_autocast_scope *sc, int n, dp_tensor **args[]) {
-  sc->n = 0;
-  if (!state.enabled) return 0;
-  DP_ASSERT(n <= DP_AUTOCAST_MAX_ARGS);
-  int present = 0;
+/* Replaces each non-NULL *args[i] that wants(t) by its cast to dtype. */
+static int cast_each(dp_autocast_scope *sc, int n, dp_tensor **args[], bool (*wants)(const dp_tensor *), dp_dtype to) {
   for (int i = 0; i < n; i++) {
     dp_tensor *t = *args[i];
-    if (!t) continue;
-    if (dp_dev(t).type != DP_CUDA) return 0; /* CPU (or mixed: the op reports it) */
-    present++;
-  }
-  if (!present) return 0;
-  for (int i = 0; i < n; i++) {
-    dp_tensor *t = *args[i];
-    if (!t || !wants_cast(t)) continue;
-    dp_tensor *c = dp_to(t, state.dtype, dp_dev(t));
+    if (!t || !wants(t)) continue;
+    dp_tensor *c = dp_to(t, to, dp_dev(t));
     if (!c) {
       dp_error_prefix("autocast: ");
       dp_autocast_done(sc, NULL);
@@ -45,6 +32,34 @@ int dp_autocast_cast(dp_autocast_scope *sc, int n, dp_tensor **args[]) {
     *args[i] = c;
   }
   return 0;
+}
+
+static bool is_f32(const dp_tensor *t) { return t->dtype == DP_F32; }
+static bool is_half(const dp_tensor *t) { return t->dtype == DP_BF16 || t->dtype == DP_F16; }
+
+int dp_autocast_cast(dp_autocast_scope *sc, int n, dp_tensor **args[]) {
+  sc->n = 0;
+  if (!state.enabled) return 0;
+  DP_ASSERT(n <= DP_AUTOCAST_MAX_ARGS);
+  int present = 0, cuda = 0;
+  for (int i = 0; i < n; i++) {
+    dp_tensor *t = *args[i];
+    if (!t) continue;
+    present++;
+    cuda += dp_dev(t).type == DP_CUDA;
+  }
+  if (!present) return 0;
+  /* one device for all (mixed: the op reports it); the CPU computes
+   * bfloat16 only, as PyTorch's CPU autocast */
+  if (cuda != present && (cuda || state.dtype != DP_BF16)) return 0;
+  return cast_each(sc, n, args, is_f32, state.dtype);
+}
+
+int dp_autocast_fp32(dp_autocast_scope *sc, int n, dp_tensor **args[]) {
+  sc->n = 0;
+  if (!state.enabled) return 0;
+  DP_ASSERT(n <= DP_AUTOCAST_MAX_ARGS);
+  return cast_each(sc, n, args, is_half, DP_F32);
 }
 
 dp_tensor *dp_autocast_done(dp_autocast_scope *sc, dp_tensor *out) {

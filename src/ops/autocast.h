@@ -1,21 +1,26 @@
-/* Automatic mixed precision (PyTorch's torch.autocast("cuda")): while a
- * thread's autocast dtype is set, matmul, linear and conv2d on CUDA tensors
- * run in bfloat16 (or float16) with float32 accumulation, whatever the
- * dtype of their float32 inputs. The casts are ordinary differentiable
- * casts, so float32 master weights get float32 gradients; the op's output
- * is in the autocast dtype, and ops that mix it with float32 promote to
- * float32 as usual.
- *
- * CPU tensors are left alone: the CPU GEMM computes in float32/float64
- * only, so autocast on the CPU is a no-op for float32 (unlike PyTorch's
- * CPU autocast, which would round through bfloat16). float64 tensors are
- * never cast (as in PyTorch).
+/* Automatic mixed precision (PyTorch's torch.autocast): while a thread's
+ * autocast dtype is set, two policies apply, as PyTorch's CUDA and CPU
+ * autocast do:
+ *  - lower precision: matmul, linear and conv2d run in the autocast dtype
+ *    (bfloat16 or float16; float32 accumulation) whatever the dtype of their
+ *    float32 inputs, on CUDA tensors, and with bfloat16 on CPU tensors too
+ *    (PyTorch's CPU autocast knows bfloat16 only; float16 autocast leaves
+ *    CPU tensors alone);
+ *  - float32: softmax, log_softmax, cross_entropy, mse_loss, layer_norm and
+ *    batch_norm compute in float32 when given bfloat16 or float16 inputs
+ *    (the output of an autocast linear), so losses, their log-sum-exp and
+ *    normalisation statistics keep float32 precision and float32 weights
+ *    meet a float32 input.
+ * The casts are ordinary differentiable casts, so float32 master weights
+ * get float32 gradients; ops that mix the autocast dtype with float32
+ * promote to float32 as usual. float64 tensors are never cast.
  *
  * An op opts in with a scope around its body:
  *   dp_autocast_scope ac;
  *   if (dp_autocast_cast(&ac, 3, (dp_tensor **[]){&x, &w, &b})) return NULL;
  *   ... the op on x, w, b ...
  *   return dp_autocast_done(&ac, out);
+ * (dp_autocast_fp32 in place of dp_autocast_cast for the float32 ops.)
  */
 #ifndef DP_AUTOCAST_H
 #define DP_AUTOCAST_H
@@ -41,10 +46,14 @@ typedef struct {
   dp_tensor *held[DP_AUTOCAST_MAX_ARGS];
 } dp_autocast_scope;
 
-/* Replaces each non-NULL *args[i] by its cast when autocast is on and every
- * tensor argument is on a CUDA device (the casts are held by the scope).
- * -1 + dp_error if a cast fails. */
+/* Lower precision: replaces each float32 *args[i] (non-NULL) by its cast
+ * to the autocast dtype when autocast is on and every tensor argument is
+ * on a CUDA device, or on the CPU with bfloat16 (the casts are held by the
+ * scope). -1 + dp_error if a cast fails. */
 int dp_autocast_cast(dp_autocast_scope *sc, int n, dp_tensor **args[]);
+/* Float32: replaces each bfloat16 / float16 *args[i] by its float32 cast
+ * when autocast is on. */
+int dp_autocast_fp32(dp_autocast_scope *sc, int n, dp_tensor **args[]);
 /* Releases the scope's casts; returns out unchanged. */
 dp_tensor *dp_autocast_done(dp_autocast_scope *sc, dp_tensor *out);
 

@@ -158,6 +158,11 @@ static int conv_backward_data(dp_tensor *gx, dp_tensor *gw, dp_tensor *gy, dp_te
   return 0;
 }
 
+/* The backends' direct convolutions (oneDNN) take dense groups = 1,
+ * dilation 1 convolutions; the rest is im2col + GEMM. */
+static bool backend_direct_ok(const conv_geom *cg) { return cg->groups == 1 && cg->g.dh == 1 && cg->g.dw == 1; }
+#define backend_takes(cg, entry) ((entry) != NULL && backend_direct_ok(cg))
+
 static dp_conv2d_args load_args(const dp_node *n) {
   dp_conv2d_args a = {{n->i[0], n->i[1]}, {n->i[2], n->i[3]}, {n->i[4], n->i[5]}, n->i[6]};
   return a;
@@ -175,11 +180,20 @@ static int conv2d_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   if (!gy) return -1;
   if (want_x && !(gx = dp_scope_add(&s, dp_empty(x->dtype, 4, x->shape, dp_dev(x))))) return -1;
   if (want_w && !(gw = dp_scope_add(&s, dp_empty(w->dtype, 4, w->shape, dp_dev(w))))) return -1;
-  if ((want_x || want_w) && conv_backward_data(gx, gw, gy, x, w, &cg)) return -1;
-  if (want_b) {
-    gb = dp_scope_add(&s, dp_empty(gy->dtype, 1, &cg.outc, dp_dev(gy)));
-    if (!gb || dp_backend_of(gy)->channel_sum(gb, gy, cg.g.n, cg.outc, cg.L)) return -1;
+  if (want_b && !(gb = dp_scope_add(&s, dp_empty(gy->dtype, 1, &cg.outc, dp_dev(gy))))) return -1;
+  /* a backend's direct convolution (oneDNN on the CPU) where it takes the
+   * case: gx, gw and gb at once (gb with gw only) */
+  const dp_backend *be = dp_backend_of(gy);
+  int direct = 0; /* 1: gx and gw by the backend; 2: gw only */
+  if (backend_takes(&cg, be->conv2d_backward) && (want_x || want_w)) {
+    direct = be->conv2d_backward(gx, gw, want_w ? gb : NULL, gy, x, w, &cg.g);
+    if (direct == 0 && want_x && want_w && (direct = be->conv2d_backward(NULL, gw, gb, gy, x, w, &cg.g)) > 0)
+      direct = 2;
   }
+  if (direct < 0) return -1;
+  if (!direct && (want_x || want_w) && conv_backward_data(gx, gw, gy, x, w, &cg)) return -1;
+  if (direct == 2 && conv_backward_data(gx, NULL, gy, x, w, &cg)) return -1;
+  if (want_b && !(direct && want_w) && be->channel_sum(gb, gy, cg.g.n, cg.outc, cg.L)) return -1;
   /* the forward lifted an unbatched [C, H, W] input to [1, C, H, W] */
   if (gx && n->in_ndim[0] == 3 && !(gx = dp_scope_add(&s, dp_reshape(gx, 3, n->in_shape[0])))) return -1;
   gin[0] = dp_scope_keep(&s, gx);
@@ -244,8 +258,13 @@ static dp_tensor *conv2d_impl(dp_tensor *x_in, dp_tensor *w_in, dp_tensor *b, co
   conv_geom cg;
   conv_geometry(&cg, xc, wc, a);
   dp_tensor *out = dp_scope_add(&s, dp_empty(xc->dtype, 4, (int64_t[]){cg.g.n, cg.outc, cg.g.oh, cg.g.ow}, dp_dev(xc)));
-  if (!out || conv_forward(out, xc, wc, &cg) ||
-      (bc && cg.g.n > 0 && dp_backend_of(out)->bias_act(out, bc, NULL, cg.g.n, cg.outc, cg.L)))
+  if (!out) return NULL;
+  /* a backend's direct convolution (oneDNN on the CPU) where it takes the
+   * case, bias included; else im2col + GEMM, then the bias */
+  const dp_backend *be = dp_backend_of(out);
+  int direct = backend_takes(&cg, be->conv2d) ? be->conv2d(out, xc, wc, bc, &cg.g) : 0;
+  if (direct < 0 || (!direct && (conv_forward(out, xc, wc, &cg) ||
+                                 (bc && cg.g.n > 0 && be->bias_act(out, bc, NULL, cg.g.n, cg.outc, cg.L)))))
     return NULL;
   if (x_in->ndim == 3 && !(out = dp_scope_add(&s, dp_reshape(out, 3, (int64_t[]){cg.outc, cg.g.oh, cg.g.ow}))))
     return NULL;
@@ -263,7 +282,7 @@ static dp_tensor *conv2d_impl(dp_tensor *x_in, dp_tensor *w_in, dp_tensor *b, co
   return out;
 }
 
-/* Autocast (autocast.h) casts float32 CUDA operands to bfloat16/float16 first. */
+/* Autocast (autocast.h) casts float32 operands to bfloat16/float16 first. */
 dp_tensor *dp_conv2d(dp_tensor *x, dp_tensor *w, dp_tensor *b, const dp_conv2d_args *a) {
   dp_autocast_scope ac;
   if (dp_autocast_cast(&ac, 3, (dp_tensor * *[]){&x, &w, &b})) return NULL;

@@ -2,6 +2,7 @@
  * smoothing, ignore_index) and MSE. */
 #include <string.h>
 
+#include "ops/autocast.h"
 #include "ops/op_util.h"
 
 /* x with `dim` moved last, contiguous, as [rows, cols] */
@@ -73,8 +74,15 @@ static dp_tensor *softmax_impl(dp_tensor *x, int dim, bool log) {
   return out;
 }
 
-dp_tensor *dp_softmax(dp_tensor *x, int dim) { return softmax_impl(x, dim, false); }
-dp_tensor *dp_log_softmax(dp_tensor *x, int dim) { return softmax_impl(x, dim, true); }
+/* Autocast (autocast.h) computes the softmaxes and losses of bfloat16 /
+ * float16 inputs in float32. */
+static dp_tensor *softmax_fp32(dp_tensor *x, int dim, bool log) {
+  dp_autocast_scope ac;
+  if (dp_autocast_fp32(&ac, 1, (dp_tensor * *[]){&x})) return NULL;
+  return dp_autocast_done(&ac, softmax_impl(x, dim, log));
+}
+dp_tensor *dp_softmax(dp_tensor *x, int dim) { return softmax_fp32(x, dim, false); }
+dp_tensor *dp_log_softmax(dp_tensor *x, int dim) { return softmax_fp32(x, dim, true); }
 
 /* ---- cross-entropy ---- */
 static int ce_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
@@ -152,8 +160,8 @@ static int ce_rows(dp_tensor *logits, dp_tensor *target, dp_tensor **x2, dp_tens
   return *x2 && *t2 ? 0 : -1;
 }
 
-dp_tensor *dp_cross_entropy(dp_tensor *logits, dp_tensor *target, dp_reduction red, double smoothing,
-                            int64_t ignore_index, int64_t base) {
+static dp_tensor *cross_entropy_impl(dp_tensor *logits, dp_tensor *target, dp_reduction red, double smoothing,
+                                     int64_t ignore_index, int64_t base) {
   if (dp_check_float("cross_entropy", logits)) return NULL;
   if (target->dtype != DP_I64) {
     dp_error("cross_entropy: target must be int64 class positions, got %s (use :long())", dp_dtype_name(target->dtype));
@@ -222,7 +230,22 @@ dp_tensor *dp_cross_entropy(dp_tensor *logits, dp_tensor *target, dp_reduction r
   return out;
 }
 
+dp_tensor *dp_cross_entropy(dp_tensor *logits, dp_tensor *target, dp_reduction red, double smoothing,
+                            int64_t ignore_index, int64_t base) {
+  dp_autocast_scope ac;
+  if (dp_autocast_fp32(&ac, 1, (dp_tensor * *[]){&logits})) return NULL;
+  return dp_autocast_done(&ac, cross_entropy_impl(logits, target, red, smoothing, ignore_index, base));
+}
+
+static dp_tensor *mse_impl(dp_tensor *a, dp_tensor *b, dp_reduction red);
+
 dp_tensor *dp_mse_loss(dp_tensor *a, dp_tensor *b, dp_reduction red) {
+  dp_autocast_scope ac;
+  if (dp_autocast_fp32(&ac, 2, (dp_tensor * *[]){&a, &b})) return NULL;
+  return dp_autocast_done(&ac, mse_impl(a, b, red));
+}
+
+static dp_tensor *mse_impl(dp_tensor *a, dp_tensor *b, dp_reduction red) {
   DP_SCOPE(s);
   dp_tensor *d = dp_scope_add(&s, dp_sub(a, b));
   dp_tensor *sq = d ? dp_unary(DP_U_SQUARE, d) : NULL;

@@ -209,7 +209,7 @@ static dp_tensor *matmul_impl(dp_tensor *a, dp_tensor *b) {
   return out;
 }
 
-/* Autocast (autocast.h) casts float32 CUDA operands to bfloat16/float16 first. */
+/* Autocast (autocast.h) casts float32 operands to bfloat16/float16 first. */
 dp_tensor *dp_matmul(dp_tensor *a, dp_tensor *b) {
   dp_autocast_scope ac;
   if (dp_autocast_cast(&ac, 2, (dp_tensor * *[]){&a, &b})) return NULL;

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/autocast.h"
 #include "ops/op_util.h"
 
 /* x seen as [n, c, inner] */
@@ -246,8 +247,8 @@ static int batch_norm_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   return 0;
 }
 
-dp_tensor *dp_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w, dp_tensor *b,
-                         bool training, double momentum, double eps) {
+static dp_tensor *batch_norm_impl(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w,
+                                  dp_tensor *b, bool training, double momentum, double eps) {
   const char *op = "batch_norm";
   if (check_bn_input(op, x) || check_channel(op, "running_mean", running_mean, x) ||
       check_channel(op, "running_var", running_var, x) || check_channel(op, "weight", w, x) ||
@@ -312,6 +313,15 @@ dp_tensor *dp_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *runni
   return y;
 }
 
+/* Autocast (autocast.h) normalises bfloat16 / float16 inputs in float32,
+ * with the float32 weights and statistics as they are. */
+dp_tensor *dp_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w, dp_tensor *b,
+                         bool training, double momentum, double eps) {
+  dp_autocast_scope ac;
+  if (dp_autocast_fp32(&ac, 3, (dp_tensor * *[]){&x, &w, &b})) return NULL;
+  return dp_autocast_done(&ac, batch_norm_impl(x, running_mean, running_var, w, b, training, momentum, eps));
+}
+
 /* ---- layer norm ---- */
 
 static int layer_norm_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
@@ -332,7 +342,15 @@ static int layer_norm_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   return 0;
 }
 
+static dp_tensor *layer_norm_impl(dp_tensor *x, int nd, dp_tensor *w, dp_tensor *b, double eps);
+
 dp_tensor *dp_layer_norm(dp_tensor *x, int nd, dp_tensor *w, dp_tensor *b, double eps) {
+  dp_autocast_scope ac;
+  if (dp_autocast_fp32(&ac, 3, (dp_tensor * *[]){&x, &w, &b})) return NULL;
+  return dp_autocast_done(&ac, layer_norm_impl(x, nd, w, b, eps));
+}
+
+static dp_tensor *layer_norm_impl(dp_tensor *x, int nd, dp_tensor *w, dp_tensor *b, double eps) {
   const char *op = "layer_norm";
   if (dp_check_float(op, x)) return NULL;
   if (nd < 1 || nd > x->ndim) {

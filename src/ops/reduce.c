@@ -9,6 +9,20 @@
 /* Reduces one dim of x (any strides) keeping it as size 1. */
 static dp_tensor *reduce_one(dp_reduce_op op, dp_tensor *x, int dim, dp_dtype odt, dp_tensor **idx_out, int64_t base) {
   DP_SCOPE(s);
+  if (op == DP_R_SUM && !idx_out && x->stride[dim] == 0 && x->shape[dim] > 1 && x->dtype == DP_F32 && odt == DP_F32) {
+    /* a sum along a broadcast dim (the gradient of a broadcast operand,
+     * from an expanded upstream gradient): k equal terms, k * v, without
+     * materialising the expansion. The kernels sum in double, where k
+     * copies of a float add up to k * v exactly; one rounding of that is
+     * the product's. + 0 makes a sum of -0s +0, as adding them does. */
+    bool prev = dp_set_grad_enabled(false);
+    dp_tensor *one = dp_scope_add(&s, dp_narrow(x, dim, 0, 1));
+    dp_tensor *c = one ? dp_scope_add(&s, dp_contiguous_raw(one)) : NULL;
+    dp_tensor *k = c ? dp_scope_add(&s, dp_binary_scalar(DP_B_MUL, c, (double)x->shape[dim], false)) : NULL;
+    dp_tensor *out = k ? dp_binary_scalar(DP_B_ADD, k, 0.0, false) : NULL;
+    dp_set_grad_enabled(prev);
+    return out;
+  }
   dp_tensor *c = dp_scope_add(&s, dp_contiguous_raw(x));
   if (!c) return NULL;
   int64_t outer = 1, inner = 1, k = c->shape[dim];

@@ -61,11 +61,13 @@ BWD(gelu) {
 FWD(tanh) { return TANH(x); }
 BWD(tanh) { return gy * (1 - y * y); }
 
-/* stable for large |x|: exp of a non-positive number only */
+/* stable for large |x|: exp of a non-positive number only; one exp and
+ * one division for both signs (a vector loop computes both sides of a
+ * select: two exps and two divisions as two branches) */
 FWD(sigmoid) {
-  if (x >= 0) return 1 / (1 + EXP(-x));
-  T e = EXP(x);
-  return e / (1 + e);
+  T e = EXP(-FABS(x));
+  T r = 1 / (1 + e);
+  return x >= 0 ? r : e * r;
 }
 BWD(sigmoid) { return gy * (y * (1 - y)); }
 

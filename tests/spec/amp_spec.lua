@@ -1,6 +1,6 @@
 -- Mixed precision on the CPU: GradScaler (scaling, unscaling with inf/NaN
 -- detection, step skipping, PyTorch's growth/backoff rule, state dicts,
--- misuse errors) and autocast (a documented no-op for CPU tensors, the
+-- misuse errors) and autocast (its state; CPU bfloat16 in cpu_autocast_spec, the
 -- guard and function forms, bad arguments).
 local ddp = require "ddplua"
 local amp = ddp.amp
@@ -225,7 +225,7 @@ describe("GradScaler", function()
 end)
 
 describe("autocast", function()
-  it("is a no-op for float32 and float64 CPU tensors", function()
+  it("leaves float64 CPU tensors alone, and float32 ones under float16 (bfloat16: cpu_autocast_spec)", function()
     ddp.manual_seed(3)
     local x, w, b = ddp.randn(4, 5), ddp.randn(3, 5), ddp.randn(3)
     local ref_lin, ref_mm = ddp.linear(x, w, b), x:matmul(w:transpose(1, 2))
@@ -234,13 +234,16 @@ describe("autocast", function()
     do
       local _ <close> = ddp.autocast("bfloat16")
       assert.are.equal("bfloat16", amp.get_autocast_dtype())
+      local yd = xd:matmul(wd:transpose(1, 2))
+      assert.are.equal("float64", yd:dtype())
+      assert.are.same(flat(ref_d), flat(yd))
+    end
+    do -- PyTorch's CPU autocast knows bfloat16 only
+      local _ <close> = ddp.autocast("float16")
       local y = ddp.linear(x, w, b)
       assert.are.equal("float32", y:dtype())
       assert.are.same(flat(ref_lin), flat(y))
       assert.are.same(flat(ref_mm), flat(x:matmul(w:transpose(1, 2))))
-      local yd = xd:matmul(wd:transpose(1, 2))
-      assert.are.equal("float64", yd:dtype())
-      assert.are.same(flat(ref_d), flat(yd))
     end
     assert.is_false(amp.is_autocast_enabled())
   end)

@@ -46,7 +46,7 @@ local EXPORTS = {
       "cuda_memory_stats", "cuda_empty_cache", "autocast", "set_float32_matmul_precision",
       "get_float32_matmul_precision",
       -- the CPU runtime
-      "set_num_threads", "get_num_threads", "blas_info", "gemm_impl", "set_gemm_impl", "memory_stats", "empty_cache",
+      "set_num_threads", "get_num_threads", "set_flush_denormal", "blas_info", "gemm_impl", "set_gemm_impl", "memory_stats", "empty_cache",
       "clock",
     },
   },

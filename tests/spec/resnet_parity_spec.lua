@@ -31,7 +31,10 @@ describe("resnet18", function()
     if not have_torchvision() then
       return pending("skipped: /usr/bin/python3 cannot import torchvision (apt-get install python3-torchvision)")
     end
-    local x = R.randn({ 2, 3, 64, 64 }, 1):float()
+    -- seed 2: with seed 1, evaluation mode after the training step puts the gradients upstream of layer4.1 at
+    -- the mercy of float32 summation order (oneDNN's convolution and im2col + GEMM, each correct to 1e-6, give
+    -- gradients 5% apart there, a ReLU's kink within rounding); seeds 2 and 3 are well conditioned
+    local x = R.randn({ 2, 3, 64, 64 }, 2):float()
     local y = ddp.tensor({ 3, 7 })
     local ref = TR.run([[
 import torchvision

@@ -1,6 +1,7 @@
 /* The CPU backend's function table. */
 #include <stdlib.h>
 
+#include "backends/cpu/cpu_dnnl.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_model_kernels.h"
 #include "tensor/storage.h"
@@ -78,4 +79,6 @@ const dp_backend dp_cpu_backend = {
     .adagrad_step = dp_cpu_adagrad_step,
     .pow_sum_list = dp_cpu_pow_sum_list,
     .unscale = dp_cpu_unscale,
+    .conv2d = dp_dnnl_conv2d,
+    .conv2d_backward = dp_dnnl_conv2d_backward,
 };

@@ -22,9 +22,12 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "backends/cpu/cpu_dnnl.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_vec.h"
 #include "backends/cpu/sgemm.h"
 #include "core/error.h"
+#include "tensor/storage.h"
 
 enum { RowMajor = 101, NoTrans = 111, Trans = 112 };
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float, float *,
@@ -121,9 +124,72 @@ const char *dp_blas_info(void) {
   return buf;
 }
 
+/* One operand of a bfloat16 GEMM as a dense float32 copy: the rows x cols
+ * rectangle it covers with row stride ld, per batch item (batch stride 0:
+ * once). */
+typedef struct {
+  float *p;
+  size_t bytes;
+  int64_t stride;
+} f32_copy;
+
+static int to_f32(f32_copy *c, const void *src, int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
+  int64_t items = stride == 0 ? 1 : batch;
+  c->stride = stride == 0 ? 0 : rows * cols;
+  c->bytes = (size_t)(items * rows * cols) * sizeof(float);
+  if (!(c->p = dp_cpu_alloc(c->bytes ? c->bytes : 4))) return dp_error("matmul: out of memory for bfloat16 operands");
+  const dp_cpu_vec *v = dp_cpu_vec_get();
+  for (int64_t b = 0; b < items; b++)
+    for (int64_t r = 0; r < rows; r++)
+      v->cast(c->p + b * c->stride + r * cols, DP_F32, (const uint16_t *)src + b * stride + r * ld, DP_BF16, cols);
+  return 0;
+}
+
+/* bfloat16: oneDNN where the CPU computes bfloat16 natively (AMX,
+ * AVX512-BF16); elsewhere the operands widened to float32 (exactly: a
+ * bfloat16 is the top half of a float32), ddplua's float32 GEMM, and the
+ * result rounded to bfloat16 once, which is what a float32-accumulating
+ * bfloat16 GEMM computes. */
+static int gemm_bf16(const dp_gemm_args *g) {
+  if (dp_cpu_native_bf16()) {
+    int r = dp_dnnl_gemm_bf16(g);
+    if (r) return r < 0 ? -1 : 0;
+  }
+  if (g->m <= 0 || g->n <= 0 || g->batch <= 0) return 0;
+  int64_t ar = g->trans_a ? g->k : g->m, ac = g->trans_a ? g->m : g->k;
+  int64_t br = g->trans_b ? g->n : g->k, bc = g->trans_b ? g->k : g->n;
+  f32_copy A = {0}, B = {0}, C = {0};
+  int rc = to_f32(&A, g->a, ar, ac, g->lda, g->stride_a, g->batch);
+  if (!rc) rc = to_f32(&B, g->b, br, bc, g->ldb, g->stride_b, g->batch);
+  if (!rc && g->beta != 0.0) rc = to_f32(&C, g->c, g->m, g->n, g->ldc, g->stride_c, g->batch);
+  if (!rc && g->beta == 0.0) {
+    C.stride = g->m * g->n;
+    C.bytes = (size_t)(g->batch * g->m * g->n) * sizeof(float);
+    if (!(C.p = dp_cpu_alloc(C.bytes))) rc = dp_error("matmul: out of memory for a bfloat16 result");
+  }
+  if (!rc) {
+    dp_gemm_args f = *g;
+    f.dtype = DP_F32;
+    f.a = A.p, f.lda = ac, f.stride_a = A.stride;
+    f.b = B.p, f.ldb = bc, f.stride_b = B.stride;
+    f.c = C.p, f.ldc = g->n, f.stride_c = C.stride;
+    rc = dp_cpu_gemm(&f);
+  }
+  if (!rc) {
+    const dp_cpu_vec *v = dp_cpu_vec_get();
+    for (int64_t b = 0; b < g->batch; b++)
+      for (int64_t r = 0; r < g->m; r++)
+        v->cast((uint16_t *)g->c + b * g->stride_c + r * g->ldc, DP_BF16, C.p + b * C.stride + r * g->n, DP_F32, g->n);
+  }
+  if (A.p) dp_cpu_free(A.p, A.bytes ? A.bytes : 4);
+  if (B.p) dp_cpu_free(B.p, B.bytes ? B.bytes : 4);
+  if (C.p) dp_cpu_free(C.p, C.bytes ? C.bytes : 4);
+  return rc;
+}
+
 /* float32 goes to ddplua's own GEMM (sgemm.h) unless DDPLUA_GEMM=blas or the
  * CPU has neither AVX-512 nor AVX2+FMA; float64 always to OpenBLAS (or the
- * plain loop without it). */
+ * plain loop without it); bfloat16 (autocast) through float32 or oneDNN. */
 /* Integer GEMM (PyTorch multiplies int64 and uint8 matrices on the CPU):
  * exact, wrapping like the elementwise integer ops (uint8 modulo 256);
  * alpha and beta are whole numbers here (the op layer passes 1 and 0/1). */
@@ -158,12 +224,14 @@ static void gemm_int_loop(const dp_gemm_args *g) {
 }
 
 int dp_cpu_gemm(const dp_gemm_args *g) {
+  if (g->dtype == DP_BF16) return gemm_bf16(g);
   if (g->dtype == DP_I64 || g->dtype == DP_U8) {
     gemm_int_loop(g);
     return 0;
   }
   if (g->dtype != DP_F32 && g->dtype != DP_F64)
-    return dp_error("matmul on the cpu supports float32, float64, int64 and uint8, got %s", dp_dtype_name(g->dtype));
+    return dp_error("matmul on the cpu supports float32, float64, bfloat16, int64 and uint8, got %s",
+                    dp_dtype_name(g->dtype));
   if (g->dtype == DP_F32) {
     dp_sgemm_impl impl;
     if (dp_sgemm_get_impl(&impl)) return -1;

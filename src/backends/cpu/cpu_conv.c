@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_parallel.h"
+#include "backends/cpu/cpu_vec.h"
 #include "core/error.h"
 #include "ops/scalar_math.h"
 
@@ -130,20 +132,6 @@ int dp_cpu_col2im(dp_tensor *gx, const dp_tensor *cols, const dp_window2d *g, in
  * plane; NaN wins (propagates; the last NaN of the window, as PyTorch's
  * `val > max || isnan(val)`); the first maximum wins ties ---- */
 
-/* Position of the maximum of rows [y0, y1) x columns [x0, x1) of a plane
- * with row length w; its value in *m. */
-static int64_t window_max_f32(const float *p, int64_t w, int64_t y0, int64_t y1, int64_t x0, int64_t x1, float *m) {
-  int64_t best = y0 * w + x0;
-  float bv = -INFINITY;
-  for (int64_t iy = y0; iy < y1; iy++)
-    for (int64_t ix = x0; ix < x1; ix++) {
-      float v = p[iy * w + ix];
-      if (v > bv || isnan(v)) bv = v, best = iy * w + ix;
-    }
-  *m = bv;
-  return best;
-}
-
 static int64_t window_max_ref(const dp_tensor *x, const char *p, int64_t w, int64_t y0, int64_t y1, int64_t x0,
                               int64_t x1, double *m) {
   int64_t best = y0 * w + x0;
@@ -157,10 +145,47 @@ static int64_t window_max_ref(const dp_tensor *x, const char *p, int64_t w, int6
   return best;
 }
 
+/* float32 pooling: planes split over the threads, each plane one call of
+ * the vector kernels */
+typedef struct {
+  const dp_window2d *g;
+  float *y;
+  int64_t *idx;
+  const float *x;
+} pool_ctx;
+
+#define POOL_GEOM(g) (g)->h, (g)->w, (g)->oh, (g)->ow, (g)->kh, (g)->kw, (g)->sh, (g)->sw, (g)->ph, (g)->pw
+
+static void max_pool_planes(void *vctx, int64_t lo, int64_t hi) {
+  const pool_ctx *k = vctx;
+  int64_t plane = k->g->h * k->g->w, L = k->g->oh * k->g->ow;
+  for (int64_t pl = lo; pl < hi; pl++)
+    dp_cpu_vec_get()->max_pool_plane(k->y + pl * L, k->idx + pl * L, k->x + pl * plane, POOL_GEOM(k->g));
+}
+static void avg_pool_planes(void *vctx, int64_t lo, int64_t hi) {
+  const pool_ctx *k = vctx;
+  int64_t plane = k->g->h * k->g->w, L = k->g->oh * k->g->ow;
+  for (int64_t pl = lo; pl < hi; pl++)
+    dp_cpu_vec_get()->avg_pool_plane(k->y + pl * L, k->x + pl * plane, POOL_GEOM(k->g));
+}
+/* here y is gx (zeroed) and x is gy */
+static void avg_pool_bwd_planes(void *vctx, int64_t lo, int64_t hi) {
+  const pool_ctx *k = vctx;
+  int64_t plane = k->g->h * k->g->w, L = k->g->oh * k->g->ow;
+  for (int64_t pl = lo; pl < hi; pl++)
+    dp_cpu_vec_get()->avg_pool_bwd_plane(k->y + pl * plane, k->x + pl * L, POOL_GEOM(k->g));
+}
+static int64_t pool_grain(const dp_window2d *g) { return DP_GRAIN_MEMORY / (g->h * g->w + 1) + 1; }
+
 int dp_cpu_max_pool2d(dp_tensor *y, dp_tensor *idx, const dp_tensor *x, const dp_window2d *g) {
   int64_t planes = g->n * g->c, plane = g->h * g->w, L = g->oh * g->ow;
   int64_t *ip = dp_data(idx);
   bool f32 = x->dtype == DP_F32 && y->dtype == DP_F32;
+  if (f32) {
+    pool_ctx k = {g, dp_data(y), ip, dp_data(x)};
+    dp_cpu_parallel_for(planes, pool_grain(g), 1, max_pool_planes, &k);
+    return 0;
+  }
   const char *xp = dp_data(x);
   char *yp = dp_data(y);
   for (int64_t pl = 0; pl < planes; pl++)
@@ -170,13 +195,9 @@ int dp_cpu_max_pool2d(dp_tensor *y, dp_tensor *idx, const dp_tensor *x, const dp
       for (int64_t ox = 0; ox < g->ow; ox++) {
         int64_t x0, x1, o = pl * L + oy * g->ow + ox;
         dp_window_range(ox, g->w, g->kw, g->sw, g->pw, &x0, &x1);
-        if (f32) {
-          ip[o] = window_max_f32((const float *)xp + pl * plane, g->w, y0, y1, x0, x1, (float *)yp + o);
-        } else {
-          double m;
-          ip[o] = window_max_ref(x, xp + (size_t)(pl * plane) * dp_elsize(x), g->w, y0, y1, x0, x1, &m);
-          ST(y, yp, o, m);
-        }
+        double m;
+        ip[o] = window_max_ref(x, xp + (size_t)(pl * plane) * dp_elsize(x), g->w, y0, y1, x0, x1, &m);
+        ST(y, yp, o, m);
       }
     }
   return 0;
@@ -206,6 +227,11 @@ int dp_cpu_max_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tens
 int dp_cpu_avg_pool2d(dp_tensor *y, const dp_tensor *x, const dp_window2d *g) {
   int64_t planes = g->n * g->c, plane = g->h * g->w, L = g->oh * g->ow;
   bool f32 = x->dtype == DP_F32 && y->dtype == DP_F32;
+  if (f32) {
+    pool_ctx k = {g, dp_data(y), NULL, dp_data(x)};
+    dp_cpu_parallel_for(planes, pool_grain(g), 1, avg_pool_planes, &k);
+    return 0;
+  }
   const char *xp = dp_data(x);
   char *yp = dp_data(y);
   for (int64_t pl = 0; pl < planes; pl++)
@@ -216,18 +242,10 @@ int dp_cpu_avg_pool2d(dp_tensor *y, const dp_tensor *x, const dp_window2d *g) {
         int64_t x0, x1;
         int64_t dw = dp_window_range(ox, g->w, g->kw, g->sw, g->pw, &x0, &x1);
         int64_t o = pl * L + oy * g->ow + ox;
-        if (f32) {
-          const float *xf = (const float *)xp + pl * plane;
-          float s = 0.f;
-          for (int64_t iy = y0; iy < y1; iy++)
-            for (int64_t ix = x0; ix < x1; ix++) s += xf[iy * g->w + ix];
-          ((float *)yp)[o] = s / (float)(dh * dw);
-        } else {
-          double s = 0;
-          for (int64_t iy = y0; iy < y1; iy++)
-            for (int64_t ix = x0; ix < x1; ix++) s += LD(x, xp, pl * plane + iy * g->w + ix);
-          ST(y, yp, o, s / (double)(dh * dw));
-        }
+        double s = 0;
+        for (int64_t iy = y0; iy < y1; iy++)
+          for (int64_t ix = x0; ix < x1; ix++) s += LD(x, xp, pl * plane + iy * g->w + ix);
+        ST(y, yp, o, s / (double)(dh * dw));
       }
     }
   return 0;
@@ -237,6 +255,11 @@ int dp_cpu_avg_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, const dp_wind
   int64_t planes = g->n * g->c, plane = g->h * g->w, L = g->oh * g->ow;
   memset(dp_data(gx), 0, (size_t)(planes * plane) * dp_elsize(gx));
   bool f32 = gx->dtype == DP_F32 && gy->dtype == DP_F32;
+  if (f32) {
+    pool_ctx k = {g, dp_data(gx), NULL, dp_data(gy)};
+    dp_cpu_parallel_for(planes, pool_grain(g), 1, avg_pool_bwd_planes, &k);
+    return 0;
+  }
   char *gp = dp_data(gx);
   const char *yp = dp_data(gy);
   for (int64_t pl = 0; pl < planes; pl++)
@@ -250,8 +273,7 @@ int dp_cpu_avg_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, const dp_wind
         for (int64_t iy = y0; iy < y1; iy++)
           for (int64_t ix = x0; ix < x1; ix++) {
             int64_t e = pl * plane + iy * g->w + ix;
-            if (f32) ((float *)gp)[e] += (float)v;
-            else ST(gx, gp, e, LD(gx, gp, e) + v);
+            ST(gx, gp, e, LD(gx, gp, e) + v);
           }
       }
     }

@@ -1,18 +1,23 @@
 /* CPU elementwise kernels: copy/cast, fill, unary, binary, their backward.
  *
- * Paths per kernel: a float32 unit-stride loop the compiler vectorises; a
- * strided float32 loop with the same float math (so a view computes what
- * a contiguous tensor does, as in PyTorch and on CUDA); exact int64 loops;
- * and the reference path that loads every element as double (dp_load_d),
- * applies the double version of the math and stores in the output dtype
- * (float64 and dtype mixes). The specs check the float32 paths against it. The math is the op table's formulas
+ * Paths per kernel: float32 rows of unit stride go to the per-ISA vector
+ * kernels (cpu_vec.h: AVX-512, AVX2 or the baseline, chosen at run time; a
+ * broadcast operand is one value), strided float32 rows to the same
+ * kernels in gathered chunks (so a view computes what a contiguous tensor
+ * does, as in PyTorch and on CUDA); exact int64 loops; and the reference
+ * path that loads every element as double (dp_load_d), applies the double
+ * version of the math and stores in the output dtype (float64 and dtype
+ * mixes); the specs check the float32 paths against it. The math is the op table's formulas
  * (ops/scalar_math_t.h); the per-op float32 loops are generated from the
- * table, so a new op needs nothing here. */
+ * table, so a new op needs nothing here. Large iterations are split over
+ * the threads of cpu_parallel.h. */
 #include <math.h>
 #include <string.h>
 
 #include "backends/cpu/cpu_iter.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_parallel.h"
+#include "backends/cpu/cpu_vec.h"
 #include "core/error.h"
 #include "ops/philox.h"
 #include "ops/scalar_math.h"
@@ -30,8 +35,12 @@ static void copy_row(char **p, const int64_t *s, int64_t n, void *vctx) {
       memcpy(p[0], p[1], (size_t)n * es);
       return;
     }
-    if (s[1] == 0) { /* a broadcast value: typed stores, not a memcpy call per element */
-      if (es == 4) {
+    if (s[1] == 0) {              /* a broadcast value: typed stores, not a memcpy call per element */
+      if (es == 4 && s[0] == 4) { /* contiguous: a loop the compiler vectorises */
+        uint32_t v, *o = (uint32_t *)p[0];
+        memcpy(&v, p[1], 4);
+        for (int64_t i = 0; i < n; i++) o[i] = v;
+      } else if (es == 4) {
         uint32_t v;
         memcpy(&v, p[1], 4);
         for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], &v, 4);
@@ -47,12 +56,9 @@ static void copy_row(char **p, const int64_t *s, int64_t n, void *vctx) {
     for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], p[1] + i * s[1], es);
     return;
   }
-  if (c->to == DP_F32 && c->from == DP_U8 && s[0] == 4 && s[1] == 1) {
-    float *o = (float *)p[0];
-    const uint8_t *x = (const uint8_t *)p[1];
-    for (int64_t i = 0; i < n; i++) o[i] = x[i];
+  if (s[0] == (int64_t)es && s[1] == (int64_t)dp_dtype_size(c->from) &&
+      dp_cpu_vec_get()->cast(p[0], c->to, p[1], c->from, n))
     return;
-  }
   if (c->to == DP_I64 && c->from == DP_U8) {
     for (int64_t i = 0; i < n; i++) *(int64_t *)(p[0] + i * s[0]) = *(uint8_t *)(p[1] + i * s[1]);
     return;
@@ -64,10 +70,61 @@ static void copy_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   for (int64_t i = 0; i < n; i++) dp_store_d(p[0] + i * s[0], c->to, dp_load_d(p[1] + i * s[1], c->from));
 }
 
+/* dst [r, c] contiguous = src with unit stride along its rows' dim (a
+ * transposed view), in tiles of 16 x 16: each tile reads 16 source lines
+ * whole into a local block and writes 16 destination lines whole from it,
+ * so every cache line is touched once per tile. (A direct loop over the
+ * tile touches one element per line per step: with a power-of-two row
+ * pitch those lines share a cache set and evict each other, 2048 x 2048
+ * ran at a tenth of memcpy's speed.) */
+#define TRANSPOSE_TILE(T)                                                                                              \
+  static void transpose_tile_##T(T *o, const T *x, int64_t Cc, int64_t scs, int64_t ni, int64_t nj) {                  \
+    T blk[16][16];                                                                                                     \
+    for (int64_t j = 0; j < nj; j++)                                                                                   \
+      for (int64_t i = 0; i < ni; i++) blk[j][i] = x[i + j * scs];                                                     \
+    for (int64_t i = 0; i < ni; i++)                                                                                   \
+      for (int64_t j = 0; j < nj; j++) o[i * Cc + j] = blk[j][i];                                                      \
+  }
+TRANSPOSE_TILE(uint32_t)
+TRANSPOSE_TILE(uint64_t)
+TRANSPOSE_TILE(uint16_t)
+
+static void transpose_tiles(void *vctx, int64_t lo, int64_t hi) {
+  const dp_tensor *const *t = vctx;
+  const dp_tensor *dst = t[0], *src = t[1];
+  int64_t R = dst->shape[0], Cc = dst->shape[1], scs = src->stride[1];
+  size_t es = dp_elsize(dst);
+  char *o = dp_data(dst);
+  const char *x = dp_data(src);
+  enum { TB = 16 };
+  for (int64_t i0 = lo * TB; i0 < hi * TB && i0 < R; i0 += TB)
+    for (int64_t j0 = 0; j0 < Cc; j0 += TB) {
+      int64_t ni = i0 + TB < R ? TB : R - i0, nj = j0 + TB < Cc ? TB : Cc - j0;
+      size_t at_o = (size_t)(i0 * Cc + j0) * es, at_x = (size_t)(i0 + j0 * scs) * es;
+      if (es == 4) transpose_tile_uint32_t((uint32_t *)(o + at_o), (const uint32_t *)(x + at_x), Cc, scs, ni, nj);
+      else if (es == 8) transpose_tile_uint64_t((uint64_t *)(o + at_o), (const uint64_t *)(x + at_x), Cc, scs, ni, nj);
+      else if (es == 2) transpose_tile_uint16_t((uint16_t *)(o + at_o), (const uint16_t *)(x + at_x), Cc, scs, ni, nj);
+      else
+        for (int64_t i = 0; i < ni; i++)
+          for (int64_t j = 0; j < nj; j++)
+            memcpy(o + at_o + (size_t)(i * Cc + j) * es, x + at_x + (size_t)(i + j * scs) * es, es);
+    }
+}
+
+static bool transpose_2d(dp_tensor *dst, const dp_tensor *src) {
+  if (src->stride[0] != 1 || src->stride[1] == 1 || dst->shape[0] < 16 || dst->shape[1] < 16) return false;
+  const dp_tensor *t[2] = {dst, src};
+  int64_t blocks = (dst->shape[0] + 15) / 16;
+  dp_cpu_parallel_for(blocks, (DP_GRAIN_MEMORY / 16 + dst->shape[1] - 1) / dst->shape[1] + 1, 1, transpose_tiles,
+                      (void *)t);
+  return true;
+}
+
 int dp_cpu_copy(dp_tensor *dst, const dp_tensor *src) {
   cast_ctx c = {dst->dtype, src->dtype};
   const dp_tensor *ops[2] = {dst, src};
-  dp_cpu_foreach(2, ops, copy_row, &c);
+  if (dst->ndim == 2 && dst->dtype == src->dtype && dp_is_contiguous(dst) && transpose_2d(dst, src)) return 0;
+  dp_cpu_foreach_par(2, ops, copy_row, &c, DP_GRAIN_MEMORY);
   return 0;
 }
 
@@ -108,13 +165,32 @@ int dp_cpu_arange(dp_tensor *out, double start, double step) {
   return 0;
 }
 
+/* Philox draws in ranges: element i uses counter offset + i wherever it
+ * runs, so the split does not change the numbers */
+typedef struct {
+  float *o;
+  const float *x;
+  float a, s;
+  uint64_t seed, offset;
+} philox_ctx;
+
+static void uniform_range(void *vctx, int64_t lo, int64_t hi) {
+  philox_ctx *c = vctx;
+  dp_cpu_vec_get()->uniform(c->o + lo, hi - lo, c->a, c->s, c->seed, c->offset + (uint64_t)lo);
+}
+
+static void dropout_range(void *vctx, int64_t lo, int64_t hi) {
+  philox_ctx *c = vctx;
+  dp_cpu_vec_get()->dropout(c->o + lo, c->x + lo, hi - lo, c->a, c->s, c->seed, c->offset + (uint64_t)lo);
+}
+
 int dp_cpu_rand(dp_tensor *out, dp_rand_kind kind, uint64_t seed, uint64_t offset, double a, double b) {
   int64_t n = dp_numel(out);
   char *p = dp_data(out);
   size_t es = dp_elsize(out);
   if (kind == DP_RAND_UNIFORM && out->dtype == DP_F32) {
-    float *o = (float *)p, fa = (float)a, fs = (float)(b - a);
-    for (int64_t i = 0; i < n; i++) o[i] = fa + fs * dp_philox_uniform_f(seed, offset + (uint64_t)i);
+    philox_ctx c = {.o = (float *)p, .a = (float)a, .s = (float)(b - a), .seed = seed, .offset = offset};
+    dp_cpu_parallel_for(n, DP_GRAIN_COMPUTE, 16, uniform_range, &c);
     return 0;
   }
   for (int64_t i = 0; i < n; i++) {
@@ -125,42 +201,54 @@ int dp_cpu_rand(dp_tensor *out, dp_rand_kind kind, uint64_t seed, uint64_t offse
   return 0;
 }
 
+/* ---- float32 rows of other strides ----
+ * A row where some operand is not of unit stride (a broadcast value, a
+ * transposed or sliced view, the expanded gradient of a sum) still runs the
+ * vector kernels: CHUNK elements at a time, gathered into local buffers
+ * and the result scattered back when the output is strided. */
+enum { CHUNK = 512 };
+
+static const float *f32_chunk(const char *p, int64_t s, int64_t i, int64_t m, float *buf) {
+  if (s == 4) return (const float *)p + i;
+  if (s == 0) {
+    float v;
+    memcpy(&v, p, 4);
+    for (int64_t k = 0; k < m; k++) buf[k] = v;
+    return buf;
+  }
+  for (int64_t k = 0; k < m; k++) memcpy(&buf[k], p + (i + k) * s, 4);
+  return buf;
+}
+
+static float *f32_out_chunk(char *p, int64_t s, int64_t i, float *buf) { return s == 4 ? (float *)p + i : buf; }
+
+static void f32_scatter(char *p, int64_t s, int64_t i, int64_t m, const float *buf) {
+  if (s == 4) return;
+  for (int64_t k = 0; k < m; k++) memcpy(p + (i + k) * s, &buf[k], 4);
+}
+
 /* ---- unary: the op table's formulas, one vectorised float32 loop per op ---- */
 typedef struct {
   const dp_unary_args *a;
   dp_dtype to, from;
 } unary_ctx;
 
-/* One vectorised loop per op of the table: o[i] = op(x[i]), and in place
- * (one pointer, so the vectoriser needs no overlap check). */
-#define DP_UNARY_F32_LOOPS(a, CASE)                                                                                    \
-  switch ((a)->op) {                                                                                                   \
-    DP_UNARY_OPS(CASE)                                                                                                 \
-  default: break;                                                                                                      \
-  }
-#define DP_CASE_OX(ID, name, ...)                                                                                      \
-  case DP_U_##ID:                                                                                                      \
-    for (int64_t i = 0; i < n; i++) o[i] = dp_##name##_fwd_f(x[i], &a->p);                                             \
-    break;
-#define DP_CASE_OO(ID, name, ...)                                                                                      \
-  case DP_U_##ID:                                                                                                      \
-    for (int64_t i = 0; i < n; i++) o[i] = dp_##name##_fwd_f(o[i], &a->p);                                             \
-    break;
-static void unary_f32(const dp_unary_args *a, float *o, const float *x, int64_t n) { DP_UNARY_F32_LOOPS(a, DP_CASE_OX) }
-void dp_cpu_unary_f32_(const dp_unary_args *a, float *o, int64_t n) { DP_UNARY_F32_LOOPS(a, DP_CASE_OO) }
-#undef DP_CASE_OX
-#undef DP_CASE_OO
-#undef DP_UNARY_F32_LOOPS
+void dp_cpu_unary_f32_(const dp_unary_args *a, float *o, int64_t n) { dp_cpu_vec_get()->unary(a, o, o, n); }
 
 static void unary_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   unary_ctx *c = vctx;
   if (c->to == DP_F32 && c->from == DP_F32 && s[0] == 4 && s[1] == 4) {
-    unary_f32(c->a, (float *)p[0], (const float *)p[1], n);
+    dp_cpu_vec_get()->unary(c->a, (float *)p[0], (const float *)p[1], n);
     return;
   }
   if (c->to == DP_F32 && c->from == DP_F32) {
-    for (int64_t i = 0; i < n; i++)
-      *(float *)(p[0] + i * s[0]) = dp_unary_f(c->a->op, *(const float *)(p[1] + i * s[1]), &c->a->p);
+    float bx[CHUNK], bo[CHUNK];
+    for (int64_t i = 0; i < n; i += CHUNK) {
+      int64_t m = n - i < CHUNK ? n - i : CHUNK;
+      const float *x = f32_chunk(p[1], s[1], i, m, bx);
+      dp_cpu_vec_get()->unary(c->a, f32_out_chunk(p[0], s[0], i, bo), x, m);
+      f32_scatter(p[0], s[0], i, m, bo);
+    }
     return;
   }
   if (c->to == DP_I64 && c->from == DP_I64) { /* ops that keep integers: exact beyond 2^53 */
@@ -175,7 +263,7 @@ static void unary_row(char **p, const int64_t *s, int64_t n, void *vctx) {
 int dp_cpu_unary(const dp_unary_args *a, dp_tensor *out, const dp_tensor *x) {
   unary_ctx c = {a, out->dtype, x->dtype};
   const dp_tensor *ops[2] = {out, x};
-  dp_cpu_foreach(2, ops, unary_row, &c);
+  dp_cpu_foreach_par(2, ops, unary_row, &c, DP_GRAIN_COMPUTE);
   return 0;
 }
 
@@ -185,42 +273,31 @@ typedef struct {
   bool has_x, has_y;
 } ugrad_ctx;
 
-/* The element of x or y the op's backward reads (0 for the other). */
-#define DP_GRAD_X_AT_GRAD_X(x, i) x[i]
-#define DP_GRAD_X_AT_GRAD_Y(x, i) 0.f
-#define DP_GRAD_X_AT_GRAD_NONE(x, i) 0.f
-#define DP_GRAD_Y_AT_GRAD_X(y, i) 0.f
-#define DP_GRAD_Y_AT_GRAD_Y(y, i) y[i]
-#define DP_GRAD_Y_AT_GRAD_NONE(y, i) 0.f
-
-static void ugrad_f32(const dp_unary_args *a, float *gx, const float *gy, const float *x, const float *y, int64_t n) {
-  const dp_unary_params *p = &a->p;
-  switch (a->op) {
-#define DP_CASE(ID, name, node, grad, ...)                                                                             \
-  case DP_U_##ID:                                                                                                      \
-    for (int64_t i = 0; i < n; i++)                                                                                    \
-      gx[i] = dp_##name##_bwd_f(gy[i], DP_GRAD_X_AT_##grad(x, i), DP_GRAD_Y_AT_##grad(y, i), p);                       \
-    break;
-    DP_UNARY_OPS(DP_CASE)
-#undef DP_CASE
-  default: break;
-  }
-}
-
 static void ugrad_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   ugrad_ctx *c = vctx;
   /* operands: gx, gy, [x], [y] (in that order, absent ones skipped) */
   int kx = c->has_x ? 2 : -1, ky = c->has_y ? (c->has_x ? 3 : 2) : -1;
-  bool all_f32 = true;
-  for (int k = 0; k < 4; k++) all_f32 = all_f32 && c->dt[k] == DP_F32;
-  bool unit = s[0] == 4 && s[1] == 4 && (kx < 0 || s[kx] == 4) && (ky < 0 || s[ky] == 4);
+  bool f32 = true, unit = s[0] == 4 && s[1] == 4 && (kx < 0 || s[kx] == 4) && (ky < 0 || s[ky] == 4);
+  for (int k = 0; k < 4; k++) f32 = f32 && c->dt[k] == DP_F32;
   dp_grad_reads reads = dp_unary_ops[c->a->op].grad;
-  if (all_f32 && unit && (reads != DP_GRAD_X || kx > 0) && (reads != DP_GRAD_Y || ky > 0)) {
-    ugrad_f32(c->a, (float *)p[0], (const float *)p[1], kx > 0 ? (const float *)p[kx] : NULL,
-              ky > 0 ? (const float *)p[ky] : NULL, n);
+  if (f32 && (reads != DP_GRAD_X || kx > 0) && (reads != DP_GRAD_Y || ky > 0)) {
+    if (unit) {
+      dp_cpu_vec_get()->unary_bwd(c->a, (float *)p[0], (const float *)p[1], kx > 0 ? (const float *)p[kx] : NULL,
+                                  ky > 0 ? (const float *)p[ky] : NULL, n);
+      return;
+    }
+    float bo[CHUNK], bgy[CHUNK], bx[CHUNK], by[CHUNK];
+    for (int64_t i = 0; i < n; i += CHUNK) {
+      int64_t m = n - i < CHUNK ? n - i : CHUNK;
+      const float *gy = f32_chunk(p[1], s[1], i, m, bgy);
+      const float *x = kx > 0 ? f32_chunk(p[kx], s[kx], i, m, bx) : NULL;
+      const float *y = ky > 0 ? f32_chunk(p[ky], s[ky], i, m, by) : NULL;
+      dp_cpu_vec_get()->unary_bwd(c->a, f32_out_chunk(p[0], s[0], i, bo), gy, x, y, m);
+      f32_scatter(p[0], s[0], i, m, bo);
+    }
     return;
   }
-  if (all_f32) { /* strided: the same float math (a broadcast gy computes what a contiguous one does) */
+  if (f32) { /* the same float math (a broadcast gy computes what a contiguous one does) */
     for (int64_t i = 0; i < n; i++) {
       float x = kx > 0 ? *(const float *)(p[kx] + i * s[kx]) : 0.f;
       float y = ky > 0 ? *(const float *)(p[ky] + i * s[ky]) : 0.f;
@@ -244,7 +321,7 @@ int dp_cpu_unary_backward(const dp_unary_args *a, dp_tensor *gx, const dp_tensor
   if (x) ops[k++] = x;
   if (y) ops[k++] = y;
   for (int i = 0; i < 4; i++) c.dt[i] = i < k ? ops[i]->dtype : DP_F32;
-  dp_cpu_foreach(k, ops, ugrad_row, &c);
+  dp_cpu_foreach_par(k, ops, ugrad_row, &c, DP_GRAIN_COMPUTE);
   return 0;
 }
 
@@ -256,42 +333,33 @@ typedef struct {
   bool scalar_first;
 } binary_ctx;
 
-/* Vectorised float32 loops from the op table: o = a (op) b with b of unit
- * stride, o = a (op) v and o = v (op) a for one value v. */
-#define DP_BINARY_F32_LOOPS(op, EXPR)                                                                                  \
-  switch (op) {                                                                                                        \
-    DP_BINARY_OPS(EXPR)                                                                                                \
-  default: break;                                                                                                      \
-  }
-#define DP_CASE_AB(ID, name, ...)                                                                                      \
-  case DP_B_##ID:                                                                                                      \
-    for (int64_t i = 0; i < n; i++) o[i] = dp_##name##_bin_f(a[i], b[i]);                                              \
-    break;
-#define DP_CASE_AV(ID, name, ...)                                                                                      \
-  case DP_B_##ID:                                                                                                      \
-    for (int64_t i = 0; i < n; i++) o[i] = dp_##name##_bin_f(a[i], v);                                                 \
-    break;
-#define DP_CASE_VA(ID, name, ...)                                                                                      \
-  case DP_B_##ID:                                                                                                      \
-    for (int64_t i = 0; i < n; i++) o[i] = dp_##name##_bin_f(v, a[i]);                                                 \
-    break;
-static void binary_f32(dp_binary_op op, float *o, const float *a, const float *b, int64_t n) {
-  DP_BINARY_F32_LOOPS(op, DP_CASE_AB)
-}
-static void binary_f32_value(dp_binary_op op, float *o, const float *a, float v, bool value_first, int64_t n) {
-  if (value_first) DP_BINARY_F32_LOOPS(op, DP_CASE_VA)
-  else DP_BINARY_F32_LOOPS(op, DP_CASE_AV)
-}
-#undef DP_CASE_AB
-#undef DP_CASE_AV
-#undef DP_CASE_VA
-#undef DP_BINARY_F32_LOOPS
-
 static void binary_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   binary_ctx *c = vctx;
-  if (c->to == DP_F32 && c->a == DP_F32 && c->b == DP_F32 && s[0] == 4 && s[1] == 4 && (s[2] == 4 || s[2] == 0)) {
-    if (s[2] == 0) binary_f32_value(c->op, (float *)p[0], (const float *)p[1], *(const float *)p[2], false, n);
-    else binary_f32(c->op, (float *)p[0], (const float *)p[1], (const float *)p[2], n);
+  const dp_cpu_vec *v = dp_cpu_vec_get();
+  if (c->a == DP_F32 && c->b == DP_F32 && (s[1] == 4 || s[1] == 0) && (s[2] == 4 || s[2] == 0) &&
+      (s[1] == 4 || s[2] == 4)) {
+    const float *a = (const float *)p[1], *b = (const float *)p[2];
+    if (c->to == DP_F32 && s[0] == 4) {
+      if (s[2] == 0) v->binary_value(c->op, (float *)p[0], a, *b, false, n);
+      else if (s[1] == 0) v->binary_value(c->op, (float *)p[0], b, *a, true, n);
+      else v->binary(c->op, (float *)p[0], a, b, n);
+      return;
+    }
+    if (c->to == DP_U8 && s[0] == 1 && dp_binary_is_compare(c->op)) {
+      if (s[2] == 0) v->compare_value(c->op, (uint8_t *)p[0], a, *b, false, n);
+      else if (s[1] == 0) v->compare_value(c->op, (uint8_t *)p[0], b, *a, true, n);
+      else v->compare(c->op, (uint8_t *)p[0], a, b, n);
+      return;
+    }
+  }
+  if (c->to == DP_F32 && c->a == DP_F32 && c->b == DP_F32) {
+    float ba[CHUNK], bb[CHUNK], bo[CHUNK];
+    for (int64_t i = 0; i < n; i += CHUNK) {
+      int64_t m = n - i < CHUNK ? n - i : CHUNK;
+      const float *a = f32_chunk(p[1], s[1], i, m, ba), *b = f32_chunk(p[2], s[2], i, m, bb);
+      v->binary(c->op, f32_out_chunk(p[0], s[0], i, bo), a, b, m);
+      f32_scatter(p[0], s[0], i, m, bo);
+    }
     return;
   }
   if (c->a == DP_F32 && c->b == DP_F32 && (c->to == DP_F32 || (c->to == DP_U8 && dp_binary_is_compare(c->op)))) {
@@ -330,14 +398,14 @@ static void binary_row(char **p, const int64_t *s, int64_t n, void *vctx) {
 int dp_cpu_binary(dp_binary_op op, dp_tensor *out, const dp_tensor *a, const dp_tensor *b) {
   binary_ctx c = {op, out->dtype, a->dtype, b->dtype, 0, false};
   const dp_tensor *ops[3] = {out, a, b};
-  dp_cpu_foreach(3, ops, binary_row, &c);
+  dp_cpu_foreach_par(3, ops, binary_row, &c, DP_GRAIN_MEMORY);
   return 0;
 }
 
 static void binary_scalar_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   binary_ctx *c = vctx;
   if (c->to == DP_F32 && c->a == DP_F32 && s[0] == 4 && s[1] == 4 && dp_binary_ops[c->op].scalar_f32) {
-    binary_f32_value(c->op, (float *)p[0], (const float *)p[1], (float)c->s, c->scalar_first, n);
+    dp_cpu_vec_get()->binary_value(c->op, (float *)p[0], (const float *)p[1], (float)c->s, c->scalar_first, n);
     return;
   }
   if (c->a == DP_F32 && (c->to == DP_F32 || (c->to == DP_U8 && dp_binary_is_compare(c->op)))) {
@@ -361,7 +429,7 @@ static void binary_scalar_row(char **p, const int64_t *s, int64_t n, void *vctx)
 int dp_cpu_binary_scalar(dp_binary_op op, dp_tensor *out, const dp_tensor *a, double s, bool scalar_first) {
   binary_ctx c = {op, out->dtype, a->dtype, a->dtype, s, scalar_first};
   const dp_tensor *ops[2] = {out, a};
-  dp_cpu_foreach(2, ops, binary_scalar_row, &c);
+  dp_cpu_foreach_par(2, ops, binary_scalar_row, &c, DP_GRAIN_MEMORY);
   return 0;
 }
 
@@ -370,9 +438,13 @@ int dp_cpu_binary_scalar(dp_binary_op op, dp_tensor *out, const dp_tensor *a, do
 int dp_cpu_dropout(dp_tensor *out, const dp_tensor *x, double p, uint64_t seed, uint64_t offset) {
   int64_t n = dp_numel(out);
   if (out->dtype == DP_F32) {
-    float *o = dp_data(out), scale = (float)(1.0 / (1.0 - p)), fp = (float)p;
-    const float *xi = dp_data(x);
-    for (int64_t i = 0; i < n; i++) o[i] = dp_philox_uniform_f(seed, offset + (uint64_t)i) >= fp ? xi[i] * scale : 0.f;
+    philox_ctx c = {.o = dp_data(out),
+                    .x = dp_data(x),
+                    .a = (float)p,
+                    .s = (float)(1.0 / (1.0 - p)),
+                    .seed = seed,
+                    .offset = offset};
+    dp_cpu_parallel_for(n, DP_GRAIN_COMPUTE, 16, dropout_range, &c);
     return 0;
   }
   char *o = dp_data(out);

@@ -19,5 +19,10 @@ typedef void (*dp_row_fn)(char **ptrs, const int64_t *strides, int64_t n, void *
 /* ops[0] is written. Each operand's dtype may differ (kernels read them
  * from ctx). */
 void dp_cpu_foreach(int nops, const dp_tensor *const *ops, dp_row_fn fn, void *ctx);
+/* The same, split over the threads of cpu_parallel.h when there are at
+ * least 2 * grain elements: by rows, or within the one row of a merged
+ * (contiguous) iteration. fn must be safe to run on disjoint parts of the
+ * output at once (every elementwise kernel is). */
+void dp_cpu_foreach_par(int nops, const dp_tensor *const *ops, dp_row_fn fn, void *ctx, int64_t grain);
 
 #endif

@@ -1,41 +1,56 @@
 /* CPU kernels for the bias/activation epilogue, softmax, cross-entropy and
- * row gather/scatter. float32 has unit-stride loops; other float types go
- * through double (the reference). */
+ * row gather/scatter. float32 runs the per-ISA vector kernels (cpu_vec.h),
+ * rows split over the threads of cpu_parallel.h; other float types go
+ * through double (the reference). Softmax and cross-entropy work from
+ * exp(x - max) (PyTorch's form) on both paths, so logits of any magnitude
+ * keep full precision. */
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_parallel.h"
+#include "backends/cpu/cpu_vec.h"
 #include "core/error.h"
 #include "ops/scalar_math.h"
 
 #define LD(t, p, i) dp_load_d((const char *)(p) + (size_t)(i)*dp_elsize(t), (t)->dtype)
 #define ST(t, p, i, v) dp_store_d((char *)(p) + (size_t)(i)*dp_elsize(t), (t)->dtype, (v))
 
+typedef struct {
+  float *y;
+  const float *b;
+  const dp_unary_args *act;
+  int64_t c, inner;
+} bias_act_ctx;
+
+/* rows [lo, hi) of [outer, c, inner] seen as outer * c rows of inner (or,
+ * for inner == 1, outer rows of c): the bias, then the activation on the
+ * row still in cache */
+static void bias_act_rows(void *vctx, int64_t lo, int64_t hi) {
+  const bias_act_ctx *k = vctx;
+  const dp_cpu_vec *v = dp_cpu_vec_get();
+  for (int64_t r = lo; r < hi; r++) {
+    if (k->inner == 1) {
+      float *row = k->y + r * k->c;
+      if (k->b) v->binary(DP_B_ADD, row, row, k->b, k->c);
+      if (k->act) v->unary(k->act, row, row, k->c);
+    } else {
+      float *row = k->y + r * k->inner;
+      if (k->b) v->binary_value(DP_B_ADD, row, row, k->b[r % k->c], false, k->inner);
+      if (k->act) v->unary(k->act, row, row, k->inner);
+    }
+  }
+}
+
 int dp_cpu_bias_act(dp_tensor *y, const dp_tensor *bias, const dp_unary_args *act, int64_t outer, int64_t c,
                     int64_t inner) {
   char *yp = dp_data(y);
   const char *bp = bias ? dp_data(bias) : NULL;
   if (y->dtype == DP_F32 && (!bias || bias->dtype == DP_F32)) {
-    /* row by row, so the activation pass reads what the bias pass left in cache */
-    float *yf = (float *)yp;
-    const float *bf = (const float *)bp;
-    if (inner == 1) { /* [rows, c]: a linear layer's output */
-      for (int64_t o = 0; o < outer; o++) {
-        float *row = yf + o * c;
-        if (bf)
-          for (int64_t i = 0; i < c; i++) row[i] += bf[i];
-        if (act) dp_cpu_unary_f32_(act, row, c);
-      }
-      return 0;
-    }
-    for (int64_t o = 0; o < outer; o++)
-      for (int64_t ch = 0; ch < c; ch++) {
-        float *row = yf + (o * c + ch) * inner;
-        float b = bf ? bf[ch] : 0.f; /* 0 without a bias, as the double path below */
-        for (int64_t i = 0; i < inner; i++) row[i] += b;
-        if (act) dp_cpu_unary_f32_(act, row, inner);
-      }
+    bias_act_ctx k = {(float *)yp, (const float *)bp, act, c, inner};
+    int64_t rows = inner == 1 ? outer : outer * c, len = inner == 1 ? c : inner;
+    dp_cpu_parallel_for(rows, DP_GRAIN_MEMORY / (len > 0 ? len : 1) + 1, 1, bias_act_rows, &k);
     return 0;
   }
   for (int64_t o = 0; o < outer; o++)
@@ -50,16 +65,37 @@ int dp_cpu_bias_act(dp_tensor *y, const dp_tensor *bias, const dp_unary_args *ac
   return 0;
 }
 
+typedef struct {
+  double *acc;
+  const float *g;
+  int64_t outer, c, inner;
+} chsum_ctx;
+
+/* columns [lo, hi) of [outer, c] (inner == 1): sums down the rows */
+static void chsum_cols(void *vctx, int64_t lo, int64_t hi) {
+  const chsum_ctx *k = vctx;
+  for (int64_t o = 0; o < k->outer; o++) dp_cpu_vec_get()->col_acc(k->acc + lo, k->g + o * k->c + lo, hi - lo);
+}
+/* channels [lo, hi) of [outer, c, inner] */
+static void chsum_planes(void *vctx, int64_t lo, int64_t hi) {
+  const chsum_ctx *k = vctx;
+  for (int64_t ch = lo; ch < hi; ch++) {
+    double s = 0;
+    for (int64_t o = 0; o < k->outer; o++) s += dp_cpu_vec_get()->sum(k->g + (o * k->c + ch) * k->inner, k->inner);
+    k->acc[ch] = s;
+  }
+}
+
 int dp_cpu_channel_sum(dp_tensor *gb, const dp_tensor *gy, int64_t outer, int64_t c, int64_t inner) {
   const char *g = dp_data(gy);
-  if (gy->dtype == DP_F32 && inner == 1) {
-    /* [rows, c]: column sums, row by row (unit stride), double accumulators */
+  if (gy->dtype == DP_F32) {
+    /* double accumulators, then one store per channel */
     double acc_small[1024];
     double *acc = c <= 1024 ? acc_small : dp_xcalloc((size_t)c, sizeof(double));
     memset(acc, 0, sizeof(double) * (size_t)c);
-    const float *gf = (const float *)g;
-    for (int64_t o = 0; o < outer; o++)
-      for (int64_t i = 0; i < c; i++) acc[i] += gf[o * c + i];
+    chsum_ctx k = {acc, (const float *)g, outer, c, inner};
+    if (inner == 1) dp_cpu_parallel_for(c, DP_GRAIN_MEMORY / (outer > 0 ? outer : 1) + 16, 16, chsum_cols, &k);
+    else dp_cpu_parallel_for(c, DP_GRAIN_MEMORY / (outer * inner > 0 ? outer * inner : 1) + 1, 1, chsum_planes, &k);
     for (int64_t i = 0; i < c; i++) ST(gb, dp_data(gb), i, acc[i]);
     if (acc != acc_small) free(acc);
     return 0;
@@ -68,19 +104,40 @@ int dp_cpu_channel_sum(dp_tensor *gb, const dp_tensor *gy, int64_t outer, int64_
     double s = 0;
     for (int64_t o = 0; o < outer; o++) {
       int64_t base = (o * c + ch) * inner;
-      if (gy->dtype == DP_F32)
-        for (int64_t i = 0; i < inner; i++) s += ((const float *)g)[base + i];
-      else
-        for (int64_t i = 0; i < inner; i++) s += LD(gy, g, base + i);
+      for (int64_t i = 0; i < inner; i++) s += LD(gy, g, base + i);
     }
     ST(gb, dp_data(gb), ch, s);
   }
   return 0;
 }
 
+typedef struct {
+  float *y;
+  const float *x, *gy;
+  int64_t cols;
+  bool log;
+} softmax_ctx;
+
+static void softmax_rows(void *vctx, int64_t lo, int64_t hi) {
+  const softmax_ctx *k = vctx;
+  for (int64_t r = lo; r < hi; r++)
+    dp_cpu_vec_get()->softmax_row(k->y + r * k->cols, k->x + r * k->cols, k->cols, k->log);
+}
+static void softmax_bwd_rows(void *vctx, int64_t lo, int64_t hi) {
+  const softmax_ctx *k = vctx;
+  for (int64_t r = lo; r < hi; r++)
+    dp_cpu_vec_get()->softmax_bwd_row(k->y + r * k->cols, k->gy + r * k->cols, k->x + r * k->cols, k->cols, k->log);
+}
+static int64_t row_grain(int64_t cols) { return DP_GRAIN_COMPUTE / (cols > 0 ? cols : 1) + 1; }
+
 int dp_cpu_softmax(dp_tensor *y, const dp_tensor *x, int64_t rows, int64_t cols, bool logsm) {
   const char *xp = dp_data(x);
   char *yp = dp_data(y);
+  if (x->dtype == DP_F32 && y->dtype == DP_F32) {
+    softmax_ctx k = {(float *)yp, (const float *)xp, NULL, cols, logsm};
+    dp_cpu_parallel_for(rows, row_grain(cols), 1, softmax_rows, &k);
+    return 0;
+  }
   for (int64_t r = 0; r < rows; r++) {
     int64_t b = r * cols;
     double mx = -INFINITY;
@@ -102,6 +159,11 @@ int dp_cpu_softmax_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor 
                             bool logsm) {
   const char *gp = dp_data(gy), *yp = dp_data(y);
   char *xp = dp_data(gx);
+  if (gx->dtype == DP_F32 && gy->dtype == DP_F32 && y->dtype == DP_F32) {
+    softmax_ctx k = {(float *)xp, (const float *)yp, (const float *)gp, cols, logsm};
+    dp_cpu_parallel_for(rows, row_grain(cols), 1, softmax_bwd_rows, &k);
+    return 0;
+  }
   for (int64_t r = 0; r < rows; r++) {
     int64_t b = r * cols;
     double dot = 0;
@@ -122,6 +184,32 @@ static int check_target(int64_t t, int64_t classes, int64_t base, int64_t row, i
   return 0;
 }
 
+typedef struct {
+  const dp_ce_args *a;
+  dp_tensor *loss, *lse, *gx;
+} ce_ctx;
+
+/* float32 rows [lo, hi): the row's (max, log_s) as the softmax's, the loss
+ * in double from them (dp_ce_loss_d) */
+static void ce_rows(void *vctx, int64_t lo, int64_t hi) {
+  const ce_ctx *k = vctx;
+  const dp_ce_args *a = k->a;
+  int64_t C = a->x->shape[1];
+  const float *x = dp_data(a->x);
+  const int64_t *tp = dp_data(a->target);
+  double *lse = dp_data(k->lse);
+  for (int64_t r = lo; r < hi; r++) {
+    const float *row = x + r * C;
+    double mx, log_s, sum_d = 0;
+    /* the row's sum only for label smoothing (a pass over the row less) */
+    dp_cpu_vec_get()->lse_row(row, C, &mx, &log_s, a->smoothing > 0 ? &sum_d : NULL);
+    lse[2 * r] = mx, lse[2 * r + 1] = log_s;
+    int64_t t = tp[r];
+    double loss = t == a->ignore_index ? 0.0 : dp_ce_loss_d(mx, log_s, row[t - a->base], sum_d, C, a->smoothing);
+    ST(k->loss, dp_data(k->loss), r, loss);
+  }
+}
+
 int dp_cpu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_ce_args *a) {
   const dp_tensor *x = a->x, *target = a->target;
   int64_t base = a->base, ignore_index = a->ignore_index;
@@ -129,24 +217,23 @@ int dp_cpu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_ce_args *a) {
   int64_t rows = x->shape[0], C = x->shape[1];
   const char *xp = dp_data(x);
   const int64_t *tp = dp_data(target);
+  for (int64_t r = 0; r < rows; r++)
+    if (check_target(tp[r], C, base, r, ignore_index)) return -1;
+  if (x->dtype == DP_F32) {
+    ce_ctx k = {a, loss, lse, NULL};
+    dp_cpu_parallel_for(rows, row_grain(C), 1, ce_rows, &k);
+    return 0;
+  }
   for (int64_t r = 0; r < rows; r++) {
-    int64_t t = tp[r];
-    if (check_target(t, C, base, r, ignore_index)) return -1;
-    int64_t b = r * C;
+    int64_t t = tp[r], b = r * C;
     double mx = -INFINITY, s = 0, sum_d = 0; /* sum_d: of x - max (dp_ce_loss_d) */
-    if (x->dtype == DP_F32) {
-      const float *row = (const float *)xp + b;
-      for (int64_t j = 0; j < C; j++) mx = row[j] > mx ? row[j] : mx;
-      for (int64_t j = 0; j < C; j++) s += exp((double)row[j] - mx), sum_d += (double)row[j] - mx;
-    } else {
-      for (int64_t j = 0; j < C; j++) {
-        double v = LD(x, xp, b + j);
-        mx = v > mx ? v : mx;
-      }
-      for (int64_t j = 0; j < C; j++) {
-        double v = LD(x, xp, b + j);
-        s += exp(v - mx), sum_d += v - mx;
-      }
+    for (int64_t j = 0; j < C; j++) {
+      double v = LD(x, xp, b + j);
+      mx = v > mx ? v : mx;
+    }
+    for (int64_t j = 0; j < C; j++) {
+      double v = LD(x, xp, b + j);
+      s += exp(v - mx), sum_d += v - mx;
     }
     double log_s = log(s);
     ((double *)dp_data(lse))[2 * r] = mx, ((double *)dp_data(lse))[2 * r + 1] = log_s;
@@ -159,6 +246,32 @@ int dp_cpu_cross_entropy(dp_tensor *loss, dp_tensor *lse, const dp_ce_args *a) {
   return 0;
 }
 
+static void ce_bwd_rows(void *vctx, int64_t lo, int64_t hi) {
+  const ce_ctx *k = vctx;
+  const dp_ce_args *a = k->a;
+  int64_t C = a->x->shape[1];
+  const float *x = dp_data(a->x);
+  float *g = dp_data(k->gx);
+  const int64_t *tp = dp_data(a->target);
+  const double *lse = dp_data(a->lse);
+  double off = a->smoothing / (double)C;
+  for (int64_t r = lo; r < hi; r++) {
+    int64_t t = tp[r];
+    double sc = LD(a->scale, dp_data(a->scale), r);
+    float *gr = g + r * C;
+    /* an ignored row's gradient is 0; a zero upstream gradient is not a
+     * shortcut (0 * NaN is NaN for NaN or infinite logits, as PyTorch's) */
+    if (t == a->ignore_index) {
+      memset(gr, 0, sizeof(float) * (size_t)C);
+      continue;
+    }
+    const float *row = x + r * C;
+    dp_cpu_vec_get()->ce_bwd_row(gr, row, C, lse[2 * r], lse[2 * r + 1], off, sc);
+    /* p_t - 1 in double: near 1 it cancels */
+    gr[t - a->base] = (float)dp_ce_grad_d(row[t - a->base], lse[2 * r], lse[2 * r + 1], 1, C, a->smoothing, sc);
+  }
+}
+
 int dp_cpu_cross_entropy_backward(dp_tensor *gx, const dp_ce_args *a) {
   const dp_tensor *x = a->x, *lse = a->lse, *target = a->target, *scale = a->scale;
   int64_t base = a->base, ignore_index = a->ignore_index;
@@ -168,7 +281,11 @@ int dp_cpu_cross_entropy_backward(dp_tensor *gx, const dp_ce_args *a) {
   const double *lp = dp_data(lse);
   const int64_t *tp = dp_data(target);
   char *gp = dp_data(gx);
-  double off = smoothing / (double)C;
+  if (x->dtype == DP_F32 && gx->dtype == DP_F32) {
+    ce_ctx k = {a, NULL, NULL, gx};
+    dp_cpu_parallel_for(rows, row_grain(C), 1, ce_bwd_rows, &k);
+    return 0;
+  }
   for (int64_t r = 0; r < rows; r++) {
     int64_t t = tp[r], b = r * C;
     double sc = LD(scale, sp, r);
@@ -179,13 +296,6 @@ int dp_cpu_cross_entropy_backward(dp_tensor *gx, const dp_ce_args *a) {
       continue;
     }
     double mx = lp[2 * r], log_s = lp[2 * r + 1];
-    if (x->dtype == DP_F32 && gx->dtype == DP_F32) {
-      const float *row = (const float *)xp + b;
-      float *g = (float *)gp + b;
-      for (int64_t j = 0; j < C; j++) g[j] = (float)((dp_softmax_out_d(row[j], mx, log_s, 0) - off) * sc);
-      g[t - base] = (float)dp_ce_grad_d(row[t - base], mx, log_s, 1, C, smoothing, sc); /* p_t - 1 in double */
-      continue;
-    }
     for (int64_t j = 0; j < C; j++)
       ST(gx, gp, b + j, dp_ce_grad_d(LD(x, xp, b + j), mx, log_s, j == t - base, C, smoothing, sc));
   }
@@ -222,8 +332,7 @@ int dp_cpu_index_add(dp_tensor *dst, const dp_tensor *idx, const dp_tensor *src,
     int64_t k = ip[i] - base;
     if (dst->dtype == DP_F32 && src->dtype == DP_F32) {
       float *o = (float *)dp + k * d;
-      const float *s = (const float *)sp + i * d;
-      for (int64_t j = 0; j < d; j++) o[j] += s[j];
+      dp_cpu_vec_get()->binary(DP_B_ADD, o, o, (const float *)sp + i * d, d);
     } else {
       for (int64_t j = 0; j < d; j++) ST(dst, dp, k * d + j, LD(dst, dp, k * d + j) + LD(src, sp, i * d + j));
     }

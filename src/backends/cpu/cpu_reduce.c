@@ -1,13 +1,91 @@
 /* CPU reductions over the middle axis of a contiguous [outer, k, inner]
  * view. Sums accumulate in double (float64 inputs) or in double as well for
  * float32, which costs little on a memory-bound loop and keeps a 60000-row
- * mean accurate; integer sums accumulate exactly in int64. */
+ * mean accurate; integer sums accumulate exactly in int64. float32 sums
+ * and extremes run the per-ISA vector kernels (cpu_vec.h), split over the
+ * outer rows between threads. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_parallel.h"
+#include "backends/cpu/cpu_vec.h"
 #include "core/error.h"
+
+typedef struct {
+  dp_reduce_op op;
+  dp_tensor *out, *idx;
+  const float *x;
+  int64_t k, inner, base;
+  bool failed;
+} f32_reduce;
+
+/* outer rows [lo, hi) of a float32 sum or mean */
+static void sum_rows(void *vctx, int64_t lo, int64_t hi) {
+  f32_reduce *c = vctx;
+  const dp_cpu_vec *v = dp_cpu_vec_get();
+  char *op = dp_data(c->out);
+  size_t os = dp_elsize(c->out);
+  double *acc = c->inner > 1 ? malloc(sizeof(double) * (size_t)c->inner) : NULL;
+  if (c->inner > 1 && !acc) {
+    c->failed = true;
+    return;
+  }
+  for (int64_t o = lo; o < hi; o++) {
+    const float *r = c->x + o * c->k * c->inner;
+    if (c->inner == 1) {
+      double s = v->sum(r, c->k);
+      dp_store_d(op + (size_t)o * os, c->out->dtype, c->op == DP_R_MEAN ? (c->k ? s / (double)c->k : NAN) : s);
+      continue;
+    }
+    memset(acc, 0, sizeof(double) * (size_t)c->inner);
+    for (int64_t j = 0; j < c->k; j++) v->col_acc(acc, r + j * c->inner, c->inner);
+    for (int64_t i = 0; i < c->inner; i++)
+      dp_store_d(op + (size_t)(o * c->inner + i) * os, c->out->dtype,
+                 c->op == DP_R_MEAN ? (c->k ? acc[i] / (double)c->k : NAN) : acc[i]);
+  }
+  free(acc);
+}
+
+/* outer rows [lo, hi) of a float32 max/min/argmax/argmin */
+static void extreme_rows(void *vctx, int64_t lo, int64_t hi) {
+  f32_reduce *c = vctx;
+  const dp_cpu_vec *v = dp_cpu_vec_get();
+  bool want_max = c->op == DP_R_MAX || c->op == DP_R_ARGMAX, arg = c->op == DP_R_ARGMAX || c->op == DP_R_ARGMIN;
+  for (int64_t o = lo; o < hi; o++) {
+    const float *r = c->x + o * c->k * c->inner;
+    int64_t *pos = arg      ? (int64_t *)dp_data(c->out) + o * c->inner
+                   : c->idx ? (int64_t *)dp_data(c->idx) + o * c->inner
+                            : NULL;
+    if (c->inner == 1) {
+      int64_t best = v->arg_extreme(r, c->k, want_max);
+      if (!arg) ((float *)dp_data(c->out))[o] = r[best];
+      if (pos) pos[0] = best + c->base;
+      continue;
+    }
+    float *vals = arg ? NULL : (float *)dp_data(c->out) + o * c->inner;
+    float small[256];
+    float *tmp = vals ? vals : c->inner <= 256 ? small : malloc(sizeof(float) * (size_t)c->inner);
+    if (!tmp) {
+      c->failed = true;
+      return;
+    }
+    v->extreme_cols(tmp, pos, r, c->k, c->inner, want_max);
+    if (pos)
+      for (int64_t i = 0; i < c->inner; i++) pos[i] += c->base;
+    if (tmp != vals && tmp != small) free(tmp);
+  }
+}
+
+static int reduce_f32(dp_reduce_op op, dp_tensor *out, dp_tensor *idx, const dp_tensor *x, const dp_reduce_args *a) {
+  if (a->outer == 0 || a->inner == 0) return 0; /* an empty result: nothing to write (no memset of NULL) */
+  f32_reduce c = {op, out, idx, dp_data(x), a->k, a->inner, a->base, false};
+  bool sum = op == DP_R_SUM || op == DP_R_MEAN;
+  int64_t per = a->k * a->inner;
+  dp_cpu_parallel_for(a->outer, DP_GRAIN_MEMORY / (per > 0 ? per : 1) + 1, 1, sum ? sum_rows : extreme_rows, &c);
+  return c.failed ? dp_error("out of memory in reduction") : 0;
+}
 
 static int reduce_sum(dp_reduce_op op, dp_tensor *out, const dp_tensor *x, int64_t outer, int64_t k, int64_t inner) {
   const char *xp = dp_data(x);
@@ -128,6 +206,10 @@ static int reduce_extreme(dp_reduce_op op, dp_tensor *out, dp_tensor *idx, const
 int dp_cpu_reduce(dp_tensor *out, dp_tensor *idx, const dp_tensor *x, const dp_reduce_args *a) {
   dp_reduce_op op = a->op;
   int64_t outer = a->outer, k = a->k, inner = a->inner, base = a->base;
+  bool extreme = op != DP_R_SUM && op != DP_R_MEAN && op != DP_R_PROD;
+  bool arg = op == DP_R_ARGMAX || op == DP_R_ARGMIN;
+  if (x->dtype == DP_F32 && op != DP_R_PROD && !(extreme && k == 0) && (!extreme || arg || out->dtype == DP_F32))
+    return reduce_f32(op, out, idx, x, a);
   switch (op) {
   case DP_R_SUM:
   case DP_R_MEAN:

@@ -19,8 +19,10 @@
  * (the micro-kernel takes MR row pointers) and packed otherwise (a copy of
  * MR contiguous floats per k). */
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backends/cpu/sgemm.h"
 #include "backends/cpu/sgemm_kernels.h"
@@ -34,7 +36,7 @@ static struct {
   dp_sgemm_impl impl;
   char err[256]; /* non-empty: DDPLUA_GEMM was invalid */
   int threads;
-} sel = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER, .threads = 1};
+} sel = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER, .threads = 0 /* automatic */};
 
 const char *dp_sgemm_impl_name(dp_sgemm_impl impl) {
   switch (impl) {
@@ -105,7 +107,36 @@ int dp_sgemm_set_impl(dp_sgemm_impl impl) {
 }
 
 void dp_sgemm_set_num_threads(int n) { __atomic_store_n(&sel.threads, n < 1 ? 1 : n, __ATOMIC_RELAXED); }
-int dp_sgemm_get_num_threads(void) { return __atomic_load_n(&sel.threads, __ATOMIC_RELAXED); }
+
+/* The automatic count (PyTorch's rule): this process's cores (its CPU
+ * affinity) shared by the ranks on the node (LOCAL_WORLD_SIZE, which the
+ * launcher and dist.spawn set), at least 1. Computed at first use and again
+ * in a forked child (dist.spawn sets the child's LOCAL_WORLD_SIZE after the
+ * fork, before the rank's first kernel). */
+static int auto_threads_cached; /* atomic; 0: not yet */
+static pthread_once_t auto_once = PTHREAD_ONCE_INIT;
+static void auto_reset_in_child(void) { auto_threads_cached = 0; }
+static void auto_register(void) { pthread_atfork(NULL, NULL, auto_reset_in_child); }
+
+int dp_sgemm_auto_threads(void) {
+  pthread_once(&auto_once, auto_register);
+  int n = __atomic_load_n(&auto_threads_cached, __ATOMIC_RELAXED);
+  if (n > 0) return n;
+  cpu_set_t set;
+  long cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
+  const char *lws = getenv("LOCAL_WORLD_SIZE");
+  long ranks = lws ? strtol(lws, NULL, 10) : 1;
+  if (ranks < 1) ranks = 1;
+  long t = cores / ranks;
+  n = t < 1 ? 1 : t > DP_SG_MAX_THREADS ? DP_SG_MAX_THREADS : (int)t;
+  __atomic_store_n(&auto_threads_cached, n, __ATOMIC_RELAXED);
+  return n;
+}
+
+int dp_sgemm_get_num_threads(void) {
+  int n = __atomic_load_n(&sel.threads, __ATOMIC_RELAXED);
+  return n > 0 ? n : dp_sgemm_auto_threads();
+}
 
 /* ---- packing buffers: per thread, allocated on first use ---- */
 

@@ -15,9 +15,11 @@
  *   avx512 / avx2   one micro-kernel explicitly (an error if the CPU lacks it)
  * float64 always goes to OpenBLAS.
  *
- * Threads: one by default (one rank per core is the deployment). With
- * dp_sgemm_set_num_threads(n > 1) (ddp.set_num_threads) a call splits its
- * rows over n threads when the problem is big enough to pay for them. */
+ * Threads: by default this process's cores over the ranks on its node
+ * (dp_sgemm_auto_threads: one each when ranks fill the cores, all of them
+ * for a single process), or what dp_sgemm_set_num_threads set
+ * (ddp.set_num_threads). A call splits its rows over them when the problem
+ * is big enough to pay for them; cpu_parallel.h's loops use the same count. */
 #ifndef DP_SGEMM_H
 #define DP_SGEMM_H
 
@@ -42,9 +44,11 @@ int dp_sgemm_get_impl(dp_sgemm_impl *impl);
  * cannot run impl. */
 int dp_sgemm_set_impl(dp_sgemm_impl impl);
 
-/* Threads one call may use (>= 1); default 1. */
+/* Threads one call may use (>= 1); the automatic count until set. */
 void dp_sgemm_set_num_threads(int n);
 int dp_sgemm_get_num_threads(void);
+/* cores of this process / LOCAL_WORLD_SIZE, at least 1 */
+int dp_sgemm_auto_threads(void);
 
 /* g->dtype must be DP_F32; impl AVX2 or AVX512 (supported by the CPU).
  * Any sizes (64-bit), strides and alpha/beta; beta == 0 never reads C. */

@@ -74,5 +74,9 @@ void dp_sg_pack_p8(int64_t kc, int mr, int MR, const float *p_src, int64_t p_cs,
  * worker threads; returns when all are done. */
 enum { DP_SG_MAX_THREADS = 64 };
 void dp_sg_parallel(int parts, void (*fn)(void *ctx, int part), void *ctx);
+/* Whether the calling thread is inside dp_sg_parallel (a pool worker, or a
+ * caller waiting for its parts): a nested call there runs its parts
+ * serially instead of waiting for the pool it is part of. */
+bool dp_sg_in_parallel(void);
 
 #endif

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "backends/cpu/cpu_fpu.h"
 #include "backends/cpu/sgemm_kernels.h"
 #include "core/error.h"
 
@@ -28,6 +29,9 @@ static struct {
           .done = PTHREAD_COND_INITIALIZER};
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static _Thread_local bool in_parallel; /* a worker, or a caller inside dp_sg_parallel */
+
+bool dp_sg_in_parallel(void) { return in_parallel; }
 
 static void reset_in_child(void) {
   pthread_mutex_init(&pool.call, NULL);
@@ -41,6 +45,7 @@ static void register_atfork(void) { pthread_atfork(NULL, NULL, reset_in_child); 
 
 static void *worker(void *arg) {
   const int id = (int)(intptr_t)arg;
+  in_parallel = true;
   pthread_mutex_lock(&pool.lock);
   uint64_t seen = pool.start_gen[id]; /* the call that created it may already be posted */
   for (;;) {
@@ -50,6 +55,7 @@ static void *worker(void *arg) {
     void (*fn)(void *, int) = pool.fn;
     void *ctx = pool.ctx;
     pthread_mutex_unlock(&pool.lock);
+    dp_fpu_sync(); /* the process's denormal setting may have changed since the last task */
     fn(ctx, id);
     pthread_mutex_lock(&pool.lock);
     if (--pool.remaining == 0) pthread_cond_signal(&pool.done);
@@ -59,10 +65,11 @@ static void *worker(void *arg) {
 
 void dp_sg_parallel(int parts, void (*fn)(void *ctx, int part), void *ctx) {
   DP_ASSERT(parts <= DP_SG_MAX_THREADS);
-  if (parts <= 1) {
-    fn(ctx, 0);
+  if (parts <= 1 || in_parallel) { /* one part, or nested: serially here */
+    for (int p = 0; p < (parts < 1 ? 1 : parts); p++) fn(ctx, p);
     return;
   }
+  in_parallel = true;
   pthread_once(&atfork_once, register_atfork);
   pthread_mutex_lock(&pool.call);
   pthread_mutex_lock(&pool.lock);
@@ -91,4 +98,5 @@ void dp_sg_parallel(int parts, void (*fn)(void *ctx, int part), void *ctx) {
   while (pool.remaining > 0) pthread_cond_wait(&pool.done, &pool.lock);
   pthread_mutex_unlock(&pool.lock);
   pthread_mutex_unlock(&pool.call);
+  in_parallel = false;
 }

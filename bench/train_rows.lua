@@ -1,0 +1,234 @@
+-- The training rows of `make bench` (bench/run.lua loads this file): the
+-- examples as a user runs them, start to end, each beside the same recipe
+-- in PyTorch in the same run, at 1 and 2 processes, under /usr/bin/time -v
+-- for the peak RSS of the largest process (a rank; the launcher and
+-- mp.spawn's parent are smaller).
+--
+-- Each entry is {group = <bench/run.lua's only= group>, run = function(ctx)}.
+-- The process counts are ctx.nprocs ({1, 2}; {1} under BENCH_QUICK).
+-- - MLP: examples/fashion_mnist/train.lua, ctx.mlp_epochs (5) epochs, against
+--   bench/torch_fashion_mnist.py: epoch 5's samples/s (goal >= 2x), epoch 5
+--   against epoch 1 (goal: within 10%: denormals and allocator growth show
+--   as a slowdown), the whole run's seconds, the peak RSS (goal <= 1/2).
+-- - CNN: the same example with model=cnn (BatchNorm), `cnn_epochs` epochs
+--   (default 2: two passes over the 60000 images), the last epoch's
+--   samples/s (goal >= 2x), the peak RSS (goal <= 1/2).
+-- - GPT: examples/gpt/train.lua against ../shared/peers/torch_gpt.py (500
+--   steps at 1 process, 250 at 2; the peer runs 1 thread per rank, so the
+--   example's 1-process run is pinned to one core with taskset, which its
+--   thread count follows; ddplua ignores OMP_NUM_THREADS): tokens/s (goal
+--   >= 2x), peak RSS (goal <= 1/2); and autocast=bfloat16 against its own
+--   float32 on a CPU with AMX (goal >= 2x at a validation loss within 0.05).
+-- - LSTM: examples/lstm_lm/train.lua (1 epoch over the first 100000 words
+--   of the corpus, 20000 under BENCH_QUICK) against
+--   examples/lstm_lm/torch_lm.py on the corpus.safetensors it wrote (the
+--   same tokens): tokens/s (goal >= 1.5x), peak RSS; 1 process (the peer
+--   has no DDP) on one core (taskset, as for GPT: the peer runs 1 thread).
+-- - ResNet: examples/resnet/train.lua (width 16, 32x32, 1 epoch over 2000
+--   CSV images): images/s and peak RSS; no PyTorch peer yet (the
+--   example's parity spec uses torchvision, which this machine lacks).
+-- (GPT, LSTM and ResNet are the `models` group; their examples live on the
+-- modelsops branch until it is merged.)
+-- A row whose example is not in this tree prints "not yet available"; no
+-- figure stands in for it.
+local M = {}
+
+local function exists(path)
+  local f = io.open(path)
+  if f then f:close() end
+  return f ~= nil
+end
+
+local function unavailable(name, why)
+  return { name = name, note = "not yet available (" .. why .. ")" }
+end
+
+--- Runs cmd under /usr/bin/time -v: its output, the peak RSS in MiB of its
+--- largest process, its wall seconds.
+local function timed(c, cmd)
+  local out = c.run("/usr/bin/time -v " .. cmd)
+  local kib = c.field(out, "Maximum resident set size (kbytes)", cmd)
+  local h, m, s = out:match("Elapsed %(wall clock%) time %(h:mm:ss or m:ss%): (%d+):(%d+):([%d.]+)")
+  if not h then
+    m, s = out:match("Elapsed %(wall clock%) time %(h:mm:ss or m:ss%): (%d+):([%d.]+)")
+    h = 0
+  end
+  if not m then error("bench: no wall time in the output of `" .. cmd .. "`", 0) end
+  return out, kib / 1024, tonumber(h) * 3600 + tonumber(m) * 60 + tonumber(s)
+end
+
+--- The "epoch k/n ... (T s, S samples/s)" lines of the Fashion-MNIST
+--- example and its peer: a list of samples/s by epoch.
+local function epochs(out, cmd)
+  local list = {}
+  for k, v in out:gmatch("epoch (%d+)/%d+%s+train loss[^\n]-, ([%d.]+) samples/s%)") do list[tonumber(k)] = tonumber(v) end
+  if #list == 0 then error("bench: no epoch lines in the output of `" .. cmd .. "`:\n" .. out, 0) end
+  return list
+end
+
+-- Fashion-MNIST example rows for one model and process count.
+local function fashion(c, model, nproc, n_epochs)
+  local tag = string.format("bench_%s_%dp", model, nproc)
+  local launch = nproc > 1 and ("--nproc " .. nproc .. " ") or ""
+  local ours_cmd = string.format("%s %s%s/examples/fashion_mnist/train.lua model=%s epochs=%d run_name=%s " ..
+    "log_every=1000000", c.ddplua, launch, c.root, model, n_epochs, tag)
+  local peer_cmd = string.format("%s %s/bench/torch_fashion_mnist.py model=%s nproc=%d epochs=%d", c.python, c.root,
+    model, nproc, n_epochs)
+  local ours, theirs = c.repeat_n(c.train_reps, function()
+    local out, rss, wall = timed(c, ours_cmd)
+    local e = epochs(out, ours_cmd)
+    return { last = e[n_epochs], first = e[1], rss = rss, wall = wall }
+  end, function()
+    local out, rss, wall = timed(c, peer_cmd)
+    local e = epochs(out, peer_cmd)
+    return { last = e[n_epochs], first = e[1], rss = rss, wall = wall }
+  end)
+  local m = c.median
+  local last, tlast = m(ours.last), m(theirs.last)
+  local rss, trss = m(ours.rss), m(theirs.rss)
+  local label = string.format("%s %d proc", model == "mlp" and "MLP" or "CNN", nproc)
+  local rows = {
+    { name = string.format("%s, epoch %d samples/s", label, n_epochs), ours = last, theirs = tlast, fmt = "%.0f",
+      ratio = last / tlast, goal = ">= 2.00x", pass = last / tlast >= 2 },
+  }
+  if model == "mlp" then
+    local drift, tdrift = {}, {}
+    for i = 1, #ours.last do drift[i] = ours.last[i] / ours.first[i] end
+    for i = 1, #theirs.last do tdrift[i] = theirs.last[i] / theirs.first[i] end
+    rows[#rows + 1] = { name = string.format("  epoch %d / epoch 1", n_epochs), ours = m(drift), theirs = m(tdrift),
+      fmt = "%.2f", goal = ">= 0.90", pass = m(drift) >= 0.9 }
+  end
+  rows[#rows + 1] = { name = string.format("  whole run (%d epochs), s", n_epochs), ours = m(ours.wall),
+    theirs = m(theirs.wall), fmt = "%.1f", ratio = m(ours.wall) / m(theirs.wall), goal = "(info)", pass = true }
+  rows[#rows + 1] = { name = "  peak RSS of a process, MiB", ours = rss, theirs = trss, fmt = "%.0f",
+    ratio = rss / trss, goal = "<= 0.50x", pass = rss / trss <= 0.5 }
+  return rows
+end
+
+M[#M + 1] = { group = "train", run = function(c)
+  local rows = {}
+  for _, nproc in ipairs(c.nprocs) do
+    for _, r in ipairs(fashion(c, "mlp", nproc, c.mlp_epochs)) do rows[#rows + 1] = r end
+  end
+  return rows
+end }
+
+M[#M + 1] = { group = "train", run = function(c)
+  local rows = {}
+  for _, nproc in ipairs(c.nprocs) do
+    for _, r in ipairs(fashion(c, "cnn", nproc, c.cnn_epochs)) do rows[#rows + 1] = r end
+  end
+  return rows
+end }
+
+-- GPT: tokens/s against torch_gpt.py; bf16 autocast against own float32.
+M[#M + 1] = { group = "models", run = function(c)
+  local script = c.root .. "/examples/gpt/train.lua"
+  if not exists(script) then
+    return { unavailable("GPT 1 proc, tokens/s", "examples/gpt is not in this tree"),
+      unavailable("GPT 2 proc, tokens/s", "examples/gpt is not in this tree"),
+      unavailable("GPT bf16 autocast / float32", "examples/gpt is not in this tree") }
+  end
+  local rows = {}
+  local f32 = {}
+  for _, nproc in ipairs(c.nprocs) do
+    local steps = (nproc == 1 and 500 or 250) // (c.quick == 1 and 5 or 1)
+    local launch = nproc > 1 and ("--nproc " .. nproc .. " ") or ""
+    local pin = nproc == 1 and os.execute("taskset -c 0 true >/dev/null 2>&1") and "taskset -c 0 " or ""
+    if nproc == 1 and pin == "" then error("bench: the GPT row needs taskset to run on one core as its peer", 0) end
+    local ours_cmd = string.format("%s%s %s%s steps=%d out=runs/bench_gpt", pin, c.ddplua, launch,
+      script, steps)
+    local peer_cmd = string.format("%s %s/torch_gpt.py %d %d", c.python, c.peers, nproc, steps)
+    local ours, theirs = c.repeat_n(c.train_reps, function()
+      local out, rss = timed(c, ours_cmd)
+      return { tps = c.field(out, "tokens/s", ours_cmd), val = c.field(out, "val_loss", ours_cmd), rss = rss }
+    end, function()
+      local out, rss = timed(c, peer_cmd)
+      return { tps = c.field(out, "tokens/s", peer_cmd), val = c.field(out, "val_loss", peer_cmd), rss = rss }
+    end)
+    local tps, ttps = c.median(ours.tps), c.median(theirs.tps)
+    f32[nproc] = { tps = tps, val = c.median(ours.val), cmd = ours_cmd }
+    rows[#rows + 1] = { name = string.format("GPT %d proc, tokens/s", nproc), ours = tps, theirs = ttps, fmt = "%.0f",
+      ratio = tps / ttps, goal = ">= 2.00x", pass = tps / ttps >= 2 }
+    rows[#rows + 1] = { name = string.format("  val loss (%d steps)", steps), ours = c.median(ours.val),
+      theirs = c.median(theirs.val), fmt = "%.3f", goal = "(info)", pass = true }
+    rows[#rows + 1] = { name = "  peak RSS of a process, MiB", ours = c.median(ours.rss),
+      theirs = c.median(theirs.rss), fmt = "%.0f", ratio = c.median(ours.rss) / c.median(theirs.rss),
+      goal = "<= 0.50x", pass = c.median(ours.rss) / c.median(theirs.rss) <= 0.5 }
+  end
+  if not c.cpu:find("amx_bf16", 1, true) then
+    rows[#rows + 1] = unavailable("GPT bf16 autocast / float32", "this CPU has no AMX-BF16")
+    return rows
+  end
+  local cmd = f32[1].cmd .. " autocast=bfloat16"
+  local runs = c.repeat_n(c.train_reps, function()
+    local out = c.run(cmd)
+    return { tps = c.field(out, "tokens/s", cmd), val = c.field(out, "val_loss", cmd) }
+  end)
+  local speed, dval = c.median(runs.tps) / f32[1].tps, math.abs(c.median(runs.val) - f32[1].val)
+  rows[#rows + 1] = { name = "GPT 1 proc bf16 autocast, tokens/s", ours = c.median(runs.tps), fmt = "%.0f",
+    ratio = speed, goal = ">= 2.00x own f32", pass = speed >= 2 }
+  rows[#rows + 1] = { name = "  |val loss - float32's|", ours = dval, fmt = "%.3f", goal = "<= 0.05",
+    pass = dval <= 0.05 }
+  return rows
+end }
+
+-- LSTM: tokens/s against torch_lm.py on the same corpus file.
+M[#M + 1] = { group = "models", run = function(c)
+  local name = "LSTM 1 proc, tokens/s"
+  if not exists(c.root .. "/examples/lstm_lm/train.lua") then
+    return { unavailable(name, "examples/lstm_lm is not in this tree") }
+  end
+  local limit = c.quick == 1 and 20000 or 100000
+  local out_dir = "runs/bench_lstm"
+  if not os.execute("taskset -c 0 true >/dev/null 2>&1") then
+    error("bench: the LSTM row needs taskset to run on one core as its peer", 0)
+  end
+  local ours_cmd = string.format("taskset -c 0 %s %s/examples/lstm_lm/train.lua epochs=1 limit=%d out=%s " ..
+    "log_interval=1000000", c.ddplua, c.root, limit, out_dir)
+  local peer_cmd = string.format("%s %s/examples/lstm_lm/torch_lm.py %s/corpus.safetensors --epochs 1 " ..
+    "--log_interval 1000000", c.python, c.root, out_dir)
+  local tps = "([%d.]+) tokens/s"
+  local ours, theirs = c.repeat_n(c.train_reps, function()
+    local out, rss = timed(c, ours_cmd)
+    return { tps = tonumber(out:match(tps)) or error("bench: no tokens/s from `" .. ours_cmd .. "`:\n" .. out, 0),
+      rss = rss }
+  end, function()
+    local out, rss = timed(c, peer_cmd)
+    return { tps = tonumber(out:match(tps)) or error("bench: no tokens/s from `" .. peer_cmd .. "`:\n" .. out, 0),
+      rss = rss }
+  end)
+  local a, b, ra, rb = c.median(ours.tps), c.median(theirs.tps), c.median(ours.rss), c.median(theirs.rss)
+  return {
+    { name = name, ours = a, theirs = b, fmt = "%.0f", ratio = a / b, goal = ">= 1.50x", pass = a / b >= 1.5 },
+    { name = "  peak RSS of a process, MiB", ours = ra, theirs = rb, fmt = "%.0f", ratio = ra / rb,
+      goal = "<= 0.50x", pass = ra / rb <= 0.5 },
+  }
+end }
+
+-- ResNet: the example's images/s; no peer yet.
+M[#M + 1] = { group = "models", run = function(c)
+  local name = "ResNet-18 w16 1 proc, images/s"
+  if not exists(c.root .. "/examples/resnet/train.lua") then
+    return { unavailable(name, "examples/resnet is not in this tree") }
+  end
+  local dir = "runs/bench_resnet_csv"
+  if not exists(dir .. "/labels.csv") then
+    c.run(string.format("%s %s/examples/csv_images/make_dataset.lua out=%s n=2500", c.ddplua, c.root, dir))
+  end
+  local cmd = string.format("%s %s/examples/resnet/train.lua data=%s epochs=1 width=16 limit=%d", c.ddplua, c.root,
+    dir, c.quick == 1 and 300 or 2000)
+  local runs = c.repeat_n(c.train_reps, function()
+    local out, rss = timed(c, cmd)
+    local ips = out:match("([%d.]+) images/s")
+    return { ips = tonumber(ips) or error("bench: no images/s from `" .. cmd .. "`:\n" .. out, 0), rss = rss }
+  end)
+  return {
+    { name = name, ours = c.median(runs.ips), fmt = "%.0f", goal = "(no peer)", pass = true,
+      note_result = "goal >= 2x PyTorch's: no PyTorch peer in bench/ yet (needs torchvision's resnet18)" },
+    { name = "  peak RSS of a process, MiB", ours = c.median(runs.rss), fmt = "%.0f", goal = "(no peer)",
+      pass = true },
+  }
+end }
+
+return M

@@ -1,0 +1,240 @@
+/* Row kernels and reductions of cpu_vec.h (softmax, log-softmax,
+ * cross-entropy rows, sums, extremes), included once per ISA after
+ * cpu_vec_ew_t.h; no include guard on purpose.
+ *
+ * Reductions keep LANES independent accumulators: the compiler may not
+ * reorder a floating-point sum, so one accumulator is a serial chain of
+ * adds; LANES of them become vector registers (several, to cover the add
+ * latency). Softmax follows PyTorch's float32 kernel: exp(x - max), then a
+ * scale by 1 / sum (log_softmax: x - max - log(sum)), so the result holds
+ * for logits of any magnitude; the sums are accumulated in double (float32
+ * terms, converted in the vector registers) as the reference does. */
+
+enum { LANES = 64, DLANES = 16 };
+
+/* The accumulators' horizontal reduction as a tree of halvings (each level
+ * one vector operation): a serial loop over 64 lanes is a chain of 64
+ * dependent operations, which costs more than the whole row's main loop
+ * at the short rows of a cross-entropy or an attention softmax. */
+static inline float hmax_lanes(float *acc) {
+  for (int w = LANES / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; l++) acc[l] = acc[l + w] > acc[l] ? acc[l + w] : acc[l];
+  return acc[0];
+}
+static inline double hsum_dlanes(double *acc) {
+  for (int w = DLANES / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+  return acc[0];
+}
+
+/* The last r < w values of a row copied into w lanes, the rest `fill` (a
+ * value that leaves the reduction unchanged): the tail then runs as one
+ * more vector step instead of a scalar loop, a chain of dependent adds
+ * that cost more than the row itself for the short rows of a
+ * cross-entropy over 10 classes. */
+static inline void pad_tail(float *dst, const float *x, int64_t r, int w, float fill) {
+  for (int l = 0; l < w; l++) dst[l] = l < r ? x[l] : fill;
+}
+
+/* the largest value, NaN ignored (a NaN reaches the result through the
+ * exp pass); -inf for an empty row */
+static float row_max(const float *x, int64_t n) {
+  float acc[LANES];
+  for (int l = 0; l < LANES; l++) acc[l] = -INFINITY;
+  int64_t i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int l = 0; l < LANES; l++) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; l++) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+  if (i < n) {
+    float t[16];
+    pad_tail(t, x + i, n - i, 16, -INFINITY);
+    for (int l = 0; l < 16; l++) acc[l] = t[l] > acc[l] ? t[l] : acc[l];
+  }
+  return hmax_lanes(acc);
+}
+
+/* y[i] = exp(x[i] - m); returns the sum (in double: the terms are float32,
+ * their sum keeps every bit of them); the tail's padding lanes add 0. */
+static double exp_store_sum(float *y, const float *x, int64_t n, float m) {
+  double acc[DLANES] = {0};
+  int64_t i = 0;
+  for (; i + DLANES <= n; i += DLANES)
+    for (int l = 0; l < DLANES; l++) {
+      float e = dp_vexpf(x[i + l] - m);
+      y[i + l] = e;
+      acc[l] += e;
+    }
+  if (i < n) {
+    float t[DLANES], e[DLANES];
+    pad_tail(t, x + i, n - i, DLANES, -INFINITY);
+    for (int l = 0; l < DLANES; l++) {
+      e[l] = dp_vexpf(t[l] - m);
+      acc[l] += l < n - i ? e[l] : 0.0;
+    }
+    memcpy(y + i, e, sizeof(float) * (size_t)(n - i));
+  }
+  return hsum_dlanes(acc);
+}
+
+static double exp_sum(const float *x, int64_t n, float m) {
+  double acc[DLANES] = {0};
+  int64_t i = 0;
+  for (; i + DLANES <= n; i += DLANES)
+    for (int l = 0; l < DLANES; l++) acc[l] += dp_vexpf(x[i + l] - m);
+  if (i < n) {
+    float t[DLANES];
+    pad_tail(t, x + i, n - i, DLANES, -INFINITY);
+    for (int l = 0; l < DLANES; l++) {
+      float e = dp_vexpf(t[l] - m);
+      acc[l] += l < n - i ? e : 0.0f;
+    }
+  }
+  return hsum_dlanes(acc);
+}
+
+static double v_sum(const float *x, int64_t n);
+
+/* sum of a[i] * b[i] in double */
+static double ddot(const float *a, const float *b, int64_t n) {
+  double acc[DLANES] = {0}, s = 0;
+  int64_t i = 0;
+  for (; i + DLANES <= n; i += DLANES)
+    for (int l = 0; l < DLANES; l++) acc[l] += (double)a[i + l] * b[i + l];
+  for (; i < n; i++) s += (double)a[i] * b[i];
+  s += hsum_dlanes(acc);
+  return s;
+}
+
+static void v_softmax_row(float *y, const float *x, int64_t n, bool logsm) {
+  float m = row_max(x, n);
+  if (logsm) {
+    float ls = (float)log(exp_sum(x, n, m));
+    for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) - ls;
+  } else {
+    float inv = (float)(1.0 / exp_store_sum(y, x, n, m));
+    for (int64_t i = 0; i < n; i++) y[i] *= inv;
+  }
+}
+
+static void v_softmax_bwd_row(float *gx, const float *gy, const float *y, int64_t n, bool logsm) {
+  if (logsm) {
+    float s = (float)v_sum(gy, n);
+    for (int64_t i = 0; i < n; i++) gx[i] = gy[i] - dp_vexpf(y[i]) * s;
+  } else {
+    float d = (float)ddot(gy, y, n);
+    for (int64_t i = 0; i < n; i++) gx[i] = y[i] * (gy[i] - d);
+  }
+}
+
+static void v_lse_row(const float *x, int64_t n, double *mx, double *log_s, double *sum_d) {
+  float m = row_max(x, n);
+  *mx = m;
+  *log_s = log(exp_sum(x, n, m));
+  if (sum_d) { /* differences to the max: a sum of the logits themselves rounds to their magnitude */
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)x[i] - m;
+    *sum_d = s;
+  }
+}
+
+/* exp((x - max) - log_s): x - max is exact for the logits that matter
+ * (those near the max), so logits of any magnitude keep float precision */
+static void v_ce_bwd_row(float *g, const float *x, int64_t n, double mx, double log_s, double off, double sc) {
+  float m = (float)mx, ls = (float)log_s, fo = (float)off, fs = (float)sc;
+  for (int64_t i = 0; i < n; i++) g[i] = (dp_vexpf((x[i] - m) - ls) - fo) * fs;
+}
+
+/* ---- double-accumulated sums ---- */
+static double v_sum(const float *x, int64_t n) {
+  double acc[DLANES] = {0};
+  int64_t i = 0;
+  for (; i + DLANES <= n; i += DLANES)
+    for (int l = 0; l < DLANES; l++) acc[l] += x[i + l];
+  if (i < n) {
+    float t[DLANES];
+    pad_tail(t, x + i, n - i, DLANES, 0.0f);
+    for (int l = 0; l < DLANES; l++) acc[l] += t[l];
+  }
+  return hsum_dlanes(acc);
+}
+static double v_sq_dev(const float *x, int64_t n, double m) {
+  double acc[DLANES] = {0}, s = 0;
+  int64_t i = 0;
+  for (; i + DLANES <= n; i += DLANES)
+    for (int l = 0; l < DLANES; l++) {
+      double d = (double)x[i + l] - m;
+      acc[l] += d * d;
+    }
+  for (; i < n; i++) s += ((double)x[i] - m) * ((double)x[i] - m);
+  s += hsum_dlanes(acc);
+  return s;
+}
+static double v_dot_dev(const float *g, const float *x, int64_t n, double m, double *sum_g) {
+  double acc[DLANES] = {0}, accg[DLANES] = {0}, s = 0, sg = 0;
+  int64_t i = 0;
+  for (; i + DLANES <= n; i += DLANES)
+    for (int l = 0; l < DLANES; l++) {
+      accg[l] += g[i + l];
+      acc[l] += (double)g[i + l] * ((double)x[i + l] - m);
+    }
+  for (; i < n; i++) sg += g[i], s += (double)g[i] * ((double)x[i] - m);
+  s += hsum_dlanes(acc), sg += hsum_dlanes(accg);
+  *sum_g = sg;
+  return s;
+}
+static void v_col_acc(double *RESTRICT acc, const float *RESTRICT x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) acc[i] += x[i];
+}
+
+/* ---- extremes: first position wins ties, NaN wins ---- */
+static int64_t v_arg_extreme(const float *x, int64_t n, bool want_max) {
+  /* pass 1 (vectorised): the extreme ignoring NaN, and whether there is one */
+  float acc[LANES];
+  int nan_seen = 0;
+  for (int l = 0; l < LANES; l++) acc[l] = want_max ? -INFINITY : INFINITY;
+  int64_t i = 0;
+  if (want_max) {
+    for (; i + LANES <= n; i += LANES)
+      for (int l = 0; l < LANES; l++) {
+        float v = x[i + l];
+        nan_seen |= v != v;
+        acc[l] = v > acc[l] ? v : acc[l];
+      }
+  } else {
+    for (; i + LANES <= n; i += LANES)
+      for (int l = 0; l < LANES; l++) {
+        float v = x[i + l];
+        nan_seen |= v != v;
+        acc[l] = v < acc[l] ? v : acc[l];
+      }
+  }
+  if (!want_max)
+    for (int l = 0; l < LANES; l++) acc[l] = -acc[l];
+  float m = hmax_lanes(acc);
+  if (!want_max) m = -m;
+  for (; i < n; i++) {
+    float v = x[i];
+    nan_seen |= v != v;
+    m = want_max ? (v > m ? v : m) : (v < m ? v : m);
+  }
+  /* pass 2: its first position */
+  for (int64_t j = 0; j < n; j++)
+    if (nan_seen ? x[j] != x[j] : x[j] == m) return j;
+  return 0; /* every value is +-inf opposite to the search: the first */
+}
+
+static void v_extreme_cols(float *RESTRICT out, int64_t *RESTRICT idx, const float *RESTRICT x, int64_t k,
+                           int64_t inner, bool want_max) {
+  memcpy(out, x, sizeof(float) * (size_t)inner);
+  if (idx) memset(idx, 0, sizeof(int64_t) * (size_t)inner);
+  for (int64_t j = 1; j < k; j++) {
+    const float *r = x + j * inner;
+    for (int64_t i = 0; i < inner; i++) {
+      float v = r[i], b = out[i];
+      int take = (want_max ? v > b : v < b) || (v != v && b == b);
+      out[i] = take ? v : b;
+      if (idx) idx[i] = take ? j : idx[i];
+    }
+  }
+}

@@ -1,0 +1,182 @@
+-- ddp.autocast("bfloat16") on CPU tensors (src/ops/autocast.c), as
+-- PyTorch's CPU autocast: matmul, linear and conv2d compute in bfloat16
+-- (float32 accumulation) from float32 inputs; softmax, log_softmax,
+-- cross_entropy, mse_loss, layer_norm and batch_norm compute bfloat16
+-- inputs in float32 (issue 13: LayerNorm / BatchNorm after a Linear no
+-- longer refuse the bfloat16 input, cross_entropy keeps its loss and
+-- log-sum-exp in float32); float32 master weights get float32 gradients.
+-- References: float64 from the same bfloat16-rounded values.
+local ddp = require "ddplua"
+local R = require "helpers.ref"
+local nn = ddp.nn
+
+local BF16_EPS = 2 ^ -8 -- half a bfloat16 ulp, relative
+
+local function core_has_onednn() return ddp.core.onednn_info():match("^oneDNN %d") ~= nil end
+
+local function bf(t) return t:to("bfloat16"):double() end -- the value autocast computes with
+
+-- |got - want| <= tol * (|want| + floor), elementwise, got any float dtype
+local function within(got, want, tol, floor, what)
+  local g, w = R.from(got:double()), R.from(want)
+  for i = 1, #w.v do
+    local e = math.abs(g.v[i] - w.v[i])
+    assert(e <= tol * (math.abs(w.v[i]) + floor),
+      string.format("%s: element %d is %.9g, expected %.9g (%.2f x the bfloat16 rounding)", what, i, g.v[i], w.v[i],
+        e / (BF16_EPS * (math.abs(w.v[i]) + floor))))
+  end
+end
+
+-- Runs a Lua chunk in a fresh lua5.4 (with env set) using this process's module paths.
+local function fresh(chunk, env)
+  local io_util = require "helpers.io_util"
+  local path = os.tmpname()
+  io_util.write(path, string.format("package.path = %q\npackage.cpath = %q\n", package.path, package.cpath) .. chunk)
+  local p = assert(io.popen(env .. " lua5.4 " .. path .. " 2>&1"))
+  local out = p:read("a")
+  local ok = p:close()
+  os.remove(path)
+  return ok == true, out
+end
+
+describe("autocast bfloat16 on the cpu", function()
+  it("runs linear, matmul and conv2d in bfloat16 from float32 operands", function()
+    ddp.manual_seed(1)
+    local x, w, b = ddp.randn(6, 40), ddp.randn(12, 40), ddp.randn(12)
+    local img, k, kb = ddp.randn(2, 3, 9, 9), ddp.randn(5, 3, 3, 3), ddp.randn(5)
+    local y, mm, cv
+    do
+      local _ <close> = ddp.autocast("bfloat16")
+      y, mm, cv = ddp.linear(x, w, b), x:matmul(w:transpose(1, 2)), ddp.conv2d(img, k, kb, 1, 1)
+    end
+    assert.equal("bfloat16", y:dtype())
+    assert.equal("bfloat16", mm:dtype())
+    assert.equal("bfloat16", cv:dtype())
+    -- float32 accumulation of the bfloat16 operands, rounded once to bfloat16
+    local ref = bf(x):matmul(bf(w):transpose(1, 2))
+    within(mm, ref, BF16_EPS * 1.01, 1e-6, "matmul")
+    within(y, ref + bf(b), 2 * BF16_EPS, 1, "linear") -- the bias added to the rounded product: 2 roundings of ~1
+    local cref = ddp.conv2d(bf(img), bf(k), bf(kb), 1, 1)
+    within(cv, cref, 2 * BF16_EPS, 1, "conv2d") -- as linear: the bias after the rounded product
+  end)
+
+  it("gives float32 master weights float32 gradients", function()
+    ddp.manual_seed(2)
+    local lin, conv = nn.Linear(10, 4), nn.Conv2d(2, 3, 3)
+    local x, img = ddp.randn(5, 10), ddp.randn(2, 2, 6, 6)
+    do
+      local _ <close> = ddp.autocast("bfloat16")
+      local total = lin(x):float():sum() + conv(img):float():sum()
+      total:backward()
+    end
+    for _, p in ipairs({ lin.weight, lin.bias, conv.weight, conv.bias }) do
+      assert.equal("float32", p:dtype())
+      assert.equal("float32", p.grad:dtype())
+    end
+    -- d sum(x W^T + b) / dW = column sums of x, within bfloat16 rounding of x
+    within(lin.weight.grad, bf(x):sum(1):unsqueeze(1):expand(4, 10), 2 * BF16_EPS, 1e-2, "linear weight gradient")
+  end)
+
+  it("normalises and softmaxes a bfloat16 input in float32 (LayerNorm, BatchNorm after a Linear)", function()
+    ddp.manual_seed(3)
+    local model = nn.Sequential { nn.Linear(8, 16), nn.LayerNorm(16), nn.ReLU(), nn.Linear(16, 6) }
+    local bn = nn.BatchNorm1d(6)
+    local x = ddp.randn(10, 8)
+    local h, z, sm, lsm
+    do
+      local _ <close> = ddp.autocast("bfloat16")
+      h = model(x)             -- the last Linear's output: bfloat16
+      z = bn(h)                -- float32 statistics, float32 weights
+      sm, lsm = ddp.softmax(h, 2), ddp.log_softmax(h, 2)
+    end
+    assert.equal("bfloat16", h:dtype())
+    for _, t in ipairs({ z, sm, lsm }) do assert.equal("float32", t:dtype()) end
+    R.assert_close(sm, R.from(ddp.softmax(h:double(), 2)), 1e-6, 1e-5, "softmax of the bfloat16 values")
+    R.assert_close(lsm, R.from(ddp.log_softmax(h:double(), 2)), 1e-6, 1e-5, "log_softmax")
+    z:sum():backward()
+    assert.equal("float32", bn.weight.grad:dtype())
+    assert.equal("float32", model[1].weight.grad:dtype())
+  end)
+
+  it("keeps cross_entropy's loss and log-sum-exp in float32: the gradient within bfloat16's rounding", function()
+    ddp.manual_seed(4)
+    local logits = (ddp.randn(64, 50) * 3):to("bfloat16"):requires_grad_()
+    local t = (ddp.rand(64) * 50):long() + 1
+    local loss
+    do
+      local _ <close> = ddp.autocast("bfloat16")
+      loss = nn.F.cross_entropy(logits, t)
+    end
+    assert.equal("float32", loss:dtype())
+    loss:backward()
+    assert.equal("bfloat16", logits.grad:dtype()) -- the input's dtype, rounded once
+    local ref = logits:detach():double():requires_grad_()
+    local rl = nn.F.cross_entropy(ref, t)
+    rl:backward()
+    assert.near(rl:item(), loss:item(), 1e-6 * math.abs(rl:item()))
+    within(logits.grad, ref.grad, BF16_EPS * 1.01, 1e-7, "cross_entropy gradient")
+  end)
+
+  it("trains an MLP to the float32 model's loss", function()
+    local function train(autocast)
+      ddp.manual_seed(5)
+      local model = nn.Sequential { nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4) }
+      local opt = ddp.optim.SGD(model:parameters(), { lr = 0.1, momentum = 0.9 })
+      local x = ddp.randn(128, 16)
+      local y = x:narrow(2, 1, 4):argmax(2) -- learnable: the largest of the first 4 features
+      local last
+      for _ = 1, 60 do
+        opt:zero_grad()
+        local loss
+        if autocast then
+          local _ <close> = ddp.autocast("bfloat16")
+          loss = nn.F.cross_entropy(model(x), y)
+        else
+          loss = nn.F.cross_entropy(model(x), y)
+        end
+        loss:backward()
+        opt:step()
+        last = loss:item()
+      end
+      return last
+    end
+    local f32, b16 = train(false), train(true)
+    assert(f32 < 0.5, "float32 did not learn: " .. f32)
+    assert(math.abs(b16 - f32) < 0.05, string.format("bfloat16 autocast loss %.4f vs float32 %.4f", b16, f32))
+  end)
+
+  it("runs bfloat16 GEMMs through oneDNN where the CPU has native bfloat16 (forced here), as the widened path", function()
+    local ok, out = fresh([[
+local ddp = require "ddplua"
+local core = ddp.core
+ddp.manual_seed(6)
+local x, w, b = ddp.randn(33, 70), ddp.randn(20, 70), ddp.randn(20)
+local function run()
+  local xx, ww = x:clone():requires_grad_(), w:clone():requires_grad_()
+  local y
+  do
+    local _ <close> = ddp.autocast("bfloat16")
+    y = ddp.linear(xx, ww, b)
+  end
+  y:float():sum():backward()
+  return y:double(), xx.grad, ww.grad
+end
+local c0 = core._onednn_calls()
+local a = { run() }
+local used = core._onednn_calls() - c0
+core.set_onednn(false)
+local r = { run() }
+local worst = 0
+for i = 1, 3 do
+  local d = ((a[i] - r[i]):abs() / (r[i]:abs() + 1)):max():item()
+  worst = math.max(worst, d)
+end
+print("calls", used, "worst", worst, core.onednn_info())
+]], "DDPLUA_DNNL_BF16=1")
+    assert(ok, out)
+    local used, worst = out:match("calls%s+(%d+)%s+worst%s+(%S+)")
+    assert(used, out)
+    if core_has_onednn() then assert(tonumber(used) >= 3, out) else assert.equal(0, tonumber(used), out) end
+    assert(tonumber(worst) <= 2 * BF16_EPS, out) -- one bfloat16 rounding apart at most
+  end)
+end)
