@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "lua/l_optim.h"
 #include "lua/l_util.h"
 #include "ops/model_ops.h"
 
@@ -92,39 +93,6 @@ static int l_clip_grad_norm(lua_State *L) {
 }
 
 /* ---- RMSprop / Adagrad ---- */
-static double group_number(lua_State *L, int group, const char *key, const char *who) {
-  lua_getfield(L, group, key);
-  int ok;
-  double v = lua_tonumberx(L, -1, &ok);
-  if (!ok) luaL_error(L, "%s: option '%s' must be a number, got %s", who, key, luaL_typename(L, -1));
-  lua_pop(L, 1);
-  return v;
-}
-
-/* params[i] if it has a gradient, else NULL (skipped, as PyTorch does) */
-static dp_tensor *param_with_grad(lua_State *L, int params, lua_Integer i, const char *who) {
-  lua_geti(L, params, i);
-  dp_tensor *p = lt_test(L, -1);
-  if (!p) luaL_error(L, "%s: parameter %d is a %s, expected a tensor", who, (int)i, luaL_typename(L, -1));
-  lua_pop(L, 1);
-  if (dp_grad_materialize(p)) lt_error(L);
-  return p->grad ? p : NULL;
-}
-
-/* pushes state[params[i]], created empty on first use */
-static void push_state(lua_State *L, int state, int params, lua_Integer i) {
-  lua_geti(L, params, i);
-  lua_pushvalue(L, -1);
-  if (lua_rawget(L, state) != LUA_TTABLE) {
-    lua_pop(L, 1);
-    lua_newtable(L);
-    lua_pushvalue(L, -2);
-    lua_pushvalue(L, -2);
-    lua_rawset(L, state);
-  }
-  lua_remove(L, -2);
-}
-
 /* field key of the state table on top, or a new tensor like p filled with
  * fill stored there (the op layer checks an existing one matches p) */
 static dp_tensor *state_tensor(lua_State *L, dp_tensor *p, const char *key, double fill, const char *who) {
@@ -154,20 +122,20 @@ static int l_rmsprop_step(lua_State *L) {
   const char *who = "RMSprop";
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
-  dp_rmsprop_args a = {.lr = group_number(L, 1, "lr", who),
-                       .alpha = group_number(L, 1, "alpha", who),
-                       .eps = group_number(L, 1, "eps", who),
-                       .weight_decay = group_number(L, 1, "weight_decay", who),
-                       .momentum = group_number(L, 1, "momentum", who)};
+  dp_rmsprop_args a = {.lr = lo_group_number(L, 1, "lr", who),
+                       .alpha = lo_group_number(L, 1, "alpha", who),
+                       .eps = lo_group_number(L, 1, "eps", who),
+                       .weight_decay = lo_group_number(L, 1, "weight_decay", who),
+                       .momentum = lo_group_number(L, 1, "momentum", who)};
   lua_getfield(L, 1, "centered");
   a.centered = lua_toboolean(L, -1);
   lua_pop(L, 1);
   if (lua_getfield(L, 1, "params") != LUA_TTABLE) return luaL_error(L, "%s: group has no params list", who);
   int params = lua_gettop(L);
   for (lua_Integer i = 1, n = luaL_len(L, params); i <= n; i++) {
-    dp_tensor *p = param_with_grad(L, params, i, who);
+    dp_tensor *p = lo_param_with_grad(L, params, i, who);
     if (!p) continue;
-    push_state(L, 2, params, i);
+    lo_push_param_state(L, 2, i, params);
     bump_step(L);
     dp_tensor *sq = state_tensor(L, p, "square_avg", 0, who);
     dp_tensor *buf = a.momentum > 0 ? state_tensor(L, p, "momentum_buffer", 0, who) : NULL;
@@ -184,15 +152,16 @@ static int l_adagrad_step(lua_State *L) {
   const char *who = "Adagrad";
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
-  double lr = group_number(L, 1, "lr", who), lr_decay = group_number(L, 1, "lr_decay", who);
-  double init = group_number(L, 1, "initial_accumulator_value", who);
-  dp_adagrad_args a = {.eps = group_number(L, 1, "eps", who), .weight_decay = group_number(L, 1, "weight_decay", who)};
+  double lr = lo_group_number(L, 1, "lr", who), lr_decay = lo_group_number(L, 1, "lr_decay", who);
+  double init = lo_group_number(L, 1, "initial_accumulator_value", who);
+  dp_adagrad_args a = {.eps = lo_group_number(L, 1, "eps", who),
+                       .weight_decay = lo_group_number(L, 1, "weight_decay", who)};
   if (lua_getfield(L, 1, "params") != LUA_TTABLE) return luaL_error(L, "%s: group has no params list", who);
   int params = lua_gettop(L);
   for (lua_Integer i = 1, n = luaL_len(L, params); i <= n; i++) {
-    dp_tensor *p = param_with_grad(L, params, i, who);
+    dp_tensor *p = lo_param_with_grad(L, params, i, who);
     if (!p) continue;
-    push_state(L, 2, params, i);
+    lo_push_param_state(L, 2, i, params);
     lua_Integer step = bump_step(L);
     dp_tensor *sum = state_tensor(L, p, "sum", init, who);
     lua_pop(L, 1);

@@ -12,10 +12,11 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "lua/l_optim.h"
 #include "lua/l_util.h"
 #include "ops/ops.h"
 
-static double group_number(lua_State *L, int group, const char *key, const char *who) {
+double lo_group_number(lua_State *L, int group, const char *key, const char *who) {
   lua_getfield(L, group, key);
   int ok;
   double v = lua_tonumberx(L, -1, &ok);
@@ -26,7 +27,7 @@ static double group_number(lua_State *L, int group, const char *key, const char 
 
 /* The parameter at position i of the group's params if it has a gradient
  * (the op layer checks that it matches), or NULL to skip it. */
-static dp_tensor *param_with_grad(lua_State *L, int params, lua_Integer i, const char *who) {
+dp_tensor *lo_param_with_grad(lua_State *L, int params, lua_Integer i, const char *who) {
   lua_geti(L, params, i);
   dp_tensor *p = lt_test(L, -1);
   if (!p) luaL_error(L, "%s: parameter %I is a %s, expected a tensor", who, (lua_Integer)i, luaL_typename(L, -1));
@@ -37,7 +38,7 @@ static dp_tensor *param_with_grad(lua_State *L, int params, lua_Integer i, const
 }
 
 /* Pushes state[p] (creating an empty table on first use). */
-static void push_param_state(lua_State *L, int state, lua_Integer i, int params) {
+void lo_push_param_state(lua_State *L, int state, lua_Integer i, int params) {
   lua_geti(L, params, i);
   lua_pushvalue(L, -1);
   if (lua_rawget(L, state) != LUA_TTABLE) {
@@ -74,8 +75,8 @@ static int l_sgd_step(lua_State *L) {
   const char *who = "SGD";
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
-  double lr = group_number(L, 1, "lr", who), momentum = group_number(L, 1, "momentum", who);
-  double dampening = group_number(L, 1, "dampening", who), wd = group_number(L, 1, "weight_decay", who);
+  double lr = lo_group_number(L, 1, "lr", who), momentum = lo_group_number(L, 1, "momentum", who);
+  double dampening = lo_group_number(L, 1, "dampening", who), wd = lo_group_number(L, 1, "weight_decay", who);
   lua_getfield(L, 1, "nesterov");
   bool nesterov = lua_toboolean(L, -1);
   lua_pop(L, 1);
@@ -83,12 +84,12 @@ static int l_sgd_step(lua_State *L) {
   int params = lua_gettop(L);
   lua_Integer n = luaL_len(L, params);
   for (lua_Integer i = 1; i <= n; i++) {
-    dp_tensor *p = param_with_grad(L, params, i, who);
+    dp_tensor *p = lo_param_with_grad(L, params, i, who);
     if (!p) continue;
     dp_tensor *buf = NULL;
     bool first = false;
     if (momentum != 0) {
-      push_param_state(L, 2, i, params);
+      lo_push_param_state(L, 2, i, params);
       buf = state_tensor(L, p, "momentum_buffer", i, who, &first);
       lua_pop(L, 1);
     }
@@ -111,8 +112,8 @@ static int l_adam_step(lua_State *L) {
   const char *who = decoupled ? "AdamW" : "Adam";
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
-  double lr = group_number(L, 1, "lr", who), eps = group_number(L, 1, "eps", who);
-  double wd = group_number(L, 1, "weight_decay", who);
+  double lr = lo_group_number(L, 1, "lr", who), eps = lo_group_number(L, 1, "eps", who);
+  double wd = lo_group_number(L, 1, "weight_decay", who);
   if (lua_getfield(L, 1, "betas") != LUA_TTABLE) return luaL_error(L, "%s: option 'betas' must be a table", who);
   lua_geti(L, -1, 1);
   lua_geti(L, -2, 2);
@@ -127,9 +128,9 @@ static int l_adam_step(lua_State *L) {
   int params = lua_gettop(L);
   lua_Integer n = luaL_len(L, params);
   for (lua_Integer i = 1; i <= n; i++) {
-    dp_tensor *p = param_with_grad(L, params, i, who);
+    dp_tensor *p = lo_param_with_grad(L, params, i, who);
     if (!p) continue;
-    push_param_state(L, 2, i, params);
+    lo_push_param_state(L, 2, i, params);
     bool created;
     dp_tensor *m = state_tensor(L, p, "exp_avg", i, who, &created);
     dp_tensor *v = state_tensor(L, p, "exp_avg_sq", i, who, &created);

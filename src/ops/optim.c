@@ -5,6 +5,7 @@
  * place) live here, once; the Lua optimizers (lua/l_ops_optim.c) only walk
  * their parameter groups. `who` names the parameter in errors ("SGD:
  * parameter 3"). */
+#include "ops/model_ops.h"
 #include "ops/op_util.h"
 
 static int check_grad(const char *who, const dp_tensor *p, const dp_tensor *g) {
@@ -51,3 +52,36 @@ int dp_adam_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_
   if (a->max_exp_avg_sq) dp_bump_version(a->max_exp_avg_sq);
   return 0;
 }
+
+/* ---- RMSprop / Adagrad ---- */
+int dp_rmsprop_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *sq, dp_tensor *gavg, dp_tensor *buf,
+                     const dp_rmsprop_args *a) {
+  if (check_grad(who, p, g) || check_state(who, "square_avg", sq, p) || check_state(who, "grad_avg", gavg, p) ||
+      check_state(who, "momentum_buffer", buf, p))
+    return -1;
+  if (!sq) return dp_error("%s: RMSprop needs its square_avg state", who);
+  if (a->centered && !gavg) return dp_error("%s: centered RMSprop needs its grad_avg state", who);
+  if (a->momentum != 0 && !buf) return dp_error("%s: momentum %g needs a momentum buffer", who, a->momentum);
+  DP_SCOPE(s);
+  dp_tensor *gc = dp_scope_add(&s, dp_contiguous_raw(g));
+  if (!gc || dp_backend_of(p)->rmsprop_step(p, gc, sq, a->centered ? gavg : NULL, a->momentum != 0 ? buf : NULL, a))
+    return -1;
+  dp_bump_version(p);
+  dp_bump_version(sq);
+  if (gavg) dp_bump_version(gavg);
+  if (buf) dp_bump_version(buf);
+  return 0;
+}
+
+int dp_adagrad_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *sum, const dp_adagrad_args *a) {
+  if (check_grad(who, p, g) || check_state(who, "sum", sum, p)) return -1;
+  if (!sum) return dp_error("%s: Adagrad needs its sum state", who);
+  DP_SCOPE(s);
+  dp_tensor *gc = dp_scope_add(&s, dp_contiguous_raw(g));
+  if (!gc || dp_backend_of(p)->adagrad_step(p, gc, sum, a)) return -1;
+  dp_bump_version(p);
+  dp_bump_version(sum);
+  return 0;
+}
+
+/* ---- clip_grad_norm_ ---- */

@@ -1,8 +1,5 @@
-/* Adaptive average pooling (with its gradient), the RMSprop and Adagrad
- * steps (in place, no autograd, the checks of ops/optim.c's steps), and
- * clip_grad_norm_: one pass over all gradients for their norm, then each
- * scaled in place by a 0-dim factor computed on their device (no host
- * round trip, as PyTorch's). */
+/* Adaptive average pooling (with its gradient) and clip_grad_norm_: one pass over all gradients for their norm, then
+ * each scaled in place by a 0-dim factor computed on their device (no host round trip, as PyTorch's). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,54 +56,6 @@ dp_tensor *dp_adaptive_avg_pool2d(dp_tensor *x, int64_t oh, int64_t ow) {
   return y;
 }
 
-/* ---- RMSprop / Adagrad ---- */
-static int check_grad(const char *who, const dp_tensor *p, const dp_tensor *g) {
-  if (!dp_same_shape(p, g)) return dp_error("%s has shape %s but its gradient has shape %s", who, SHAPE(p), SHAPE(g));
-  if (g->dtype != p->dtype)
-    return dp_error("%s is %s but its gradient is %s", who, dp_dtype_name(p->dtype), dp_dtype_name(g->dtype));
-  if (!dp_device_eq(dp_dev(p), dp_dev(g))) return dp_error("%s and its gradient are on different devices", who);
-  if (!dp_is_contiguous(p)) return dp_error("%s is not contiguous (optimizers update parameters in place)", who);
-  return 0;
-}
-
-static int check_state(const char *who, const char *name, const dp_tensor *s, const dp_tensor *p) {
-  if (!s || (dp_same_shape(s, p) && s->dtype == p->dtype && dp_is_contiguous(s) && dp_device_eq(dp_dev(s), dp_dev(p))))
-    return 0;
-  return dp_error("%s: state '%s' is a %s %s tensor, expected a contiguous %s %s one like the parameter", who, name,
-                  dp_dtype_name(s->dtype), SHAPE(s), dp_dtype_name(p->dtype), SHAPE(p));
-}
-
-int dp_rmsprop_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *sq, dp_tensor *gavg, dp_tensor *buf,
-                     const dp_rmsprop_args *a) {
-  if (check_grad(who, p, g) || check_state(who, "square_avg", sq, p) || check_state(who, "grad_avg", gavg, p) ||
-      check_state(who, "momentum_buffer", buf, p))
-    return -1;
-  if (!sq) return dp_error("%s: RMSprop needs its square_avg state", who);
-  if (a->centered && !gavg) return dp_error("%s: centered RMSprop needs its grad_avg state", who);
-  if (a->momentum != 0 && !buf) return dp_error("%s: momentum %g needs a momentum buffer", who, a->momentum);
-  DP_SCOPE(s);
-  dp_tensor *gc = dp_scope_add(&s, dp_contiguous_raw(g));
-  if (!gc || dp_backend_of(p)->rmsprop_step(p, gc, sq, a->centered ? gavg : NULL, a->momentum != 0 ? buf : NULL, a))
-    return -1;
-  dp_bump_version(p);
-  dp_bump_version(sq);
-  if (gavg) dp_bump_version(gavg);
-  if (buf) dp_bump_version(buf);
-  return 0;
-}
-
-int dp_adagrad_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *sum, const dp_adagrad_args *a) {
-  if (check_grad(who, p, g) || check_state(who, "sum", sum, p)) return -1;
-  if (!sum) return dp_error("%s: Adagrad needs its sum state", who);
-  DP_SCOPE(s);
-  dp_tensor *gc = dp_scope_add(&s, dp_contiguous_raw(g));
-  if (!gc || dp_backend_of(p)->adagrad_step(p, gc, sum, a)) return -1;
-  dp_bump_version(p);
-  dp_bump_version(sum);
-  return 0;
-}
-
-/* ---- clip_grad_norm_ ---- */
 dp_tensor *dp_clip_grad_norm_(dp_tensor *const *gs, int n, double max_norm, double p, bool error_if_nonfinite) {
   if (!(p == p) || (p < 0 && !isinf(p)) || p == 0) {
     dp_error("clip_grad_norm_: norm_type must be > 0 or inf, got %g", p);
