@@ -316,18 +316,8 @@ function ModuleDict:update(tbl)
   return self
 end
 
-function ModuleDict:items()
-  local names, i = rawget(self, "_module_names"), 0
-  return function()
-    while true do
-      i = i + 1
-      local n = names[i]
-      if n == nil then return nil end
-      local m = rawget(self, n)
-      if m ~= nil then return n, m end
-    end
-  end
-end
+-- (name, module) in insertion order, holes skipped: a dict's items are its children
+ModuleDict.items = Module.named_children
 
 function ModuleDict:keys()
   local out = {}
