@@ -20,6 +20,9 @@
 -- an inherited OPENBLAS_CORETYPE is kept): Debian's OpenBLAS 0.3.21 does not
 -- know the newer CPU models and picks its generic Prescott kernels, which
 -- would make PyTorch's GEMMs 4x slower than a PyTorch user tuning it gets.
+-- They also run with OPENBLAS_NUM_THREADS set to the thread count they ask
+-- torch for (ctx.python_for): torch.set_num_threads(1) alone leaves
+-- Debian's OpenBLAS-pthread on every core.
 -- To add a benchmark, append a function to `benchmarks`: it gets the
 -- context below and returns rows {name=, ours=, theirs=, fmt=, ratio=,
 -- goal=, pass=} (or {name=, note=} for a row that has nothing to measure).
@@ -84,12 +87,26 @@ if ctx.quick == 1 then
 end
 
 ctx.cpu = core.cpu_info()
+do -- the CPUs Python's os.cpu_count() sees (the peers' thread rule)
+  local f = io.popen("getconf _NPROCESSORS_ONLN 2>/dev/null")
+  ctx.cores = math.tointeger(tonumber(f and f:read("l") or "")) or 1
+  if f then f:close() end
+end
 local coretype = os.getenv("OPENBLAS_CORETYPE") or os.getenv("DDPLUA_PEER_CORETYPE")
 if not coretype then
   if ctx.cpu:find("avx512f") and ctx.cpu:find("avx512bw") then coretype = "SkylakeX"
   elseif ctx.cpu:find("avx2") then coretype = "Haswell" end
 end
-if coretype then ctx.python = "env OPENBLAS_CORETYPE=" .. coretype .. " " .. ctx.python end
+local python = ctx.python
+--- The command that runs a peer whose ranks compute on `threads` threads
+--- each: Debian's torch does its float32 GEMMs in OpenBLAS-pthread, which
+--- torch.set_num_threads does not reach, so a peer asking for 1 thread
+--- would still run every GEMM on all cores without OPENBLAS_NUM_THREADS.
+function ctx.python_for(threads)
+  return string.format("env %sOPENBLAS_NUM_THREADS=%d %s", coretype and ("OPENBLAS_CORETYPE=" .. coretype .. " ") or "",
+    threads, python)
+end
+ctx.python = ctx.python_for(1) -- the peers of ../shared/peers call torch.set_num_threads(1)
 ctx.peer_coretype = coretype or "OpenBLAS's own choice"
 
 --- The FP32 FMA peak in GFLOP/s of `threads` threads, measured now.
@@ -354,7 +371,8 @@ print(string.format("threads: %d by default (cores / ranks on the node); oneDNN:
 local peak1, peak_all = ctx.fma_peak(1), ctx.fma_peak(threads)
 print(string.format("FP32 FMA peak (measured): %.0f GFLOP/s on 1 thread, %.0f on %d; memcpy %.1f GB/s (read + " ..
   "written, 1 thread, 256 MiB)", peak1, peak_all, threads, core._memcpy_gbs(256 << 20, 5)))
-print(string.format("PyTorch peers: %s, OPENBLAS_CORETYPE=%s", ctx.python:match("%S+$"), ctx.peer_coretype))
+print(string.format("PyTorch peers: %s, OPENBLAS_CORETYPE=%s, OPENBLAS_NUM_THREADS = the threads each asks torch for",
+  python, ctx.peer_coretype))
 if ctx.quick == 1 then print("BENCH_QUICK: a short check (1 repetition, 1 process, short runs), not the goals' figures") end
 print("")
 local t_start = ddp.clock()

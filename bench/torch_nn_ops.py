@@ -7,11 +7,9 @@ Run with /usr/bin/python3 (Debian's python3-torch):
 
   /usr/bin/python3 bench/torch_nn_ops.py [runs=20] [threads=1] [only=substring]
 """
+import os
 import sys
 import time
-
-import torch
-import torch.nn.functional as F
 
 cfg = {"runs": 20, "threads": 1, "only": ""}
 for a in sys.argv[1:]:
@@ -19,6 +17,14 @@ for a in sys.argv[1:]:
     if k not in cfg:
         sys.exit(f"usage: torch_nn_ops.py [runs=N] [threads=N] [only=text], got {a}")
     cfg[k] = int(v) if isinstance(cfg[k], int) else v
+# Debian's torch calls OpenBLAS-pthread for its float32 GEMMs, and
+# torch.set_num_threads does not reach it: without this a "1 thread" GEMM
+# row runs on every core (OpenBLAS reads the variable when it loads).
+os.environ["OPENBLAS_NUM_THREADS"] = str(cfg["threads"])
+
+import torch  # noqa: E402 (after OPENBLAS_NUM_THREADS)
+import torch.nn.functional as F  # noqa: E402
+
 torch.set_num_threads(cfg["threads"])
 torch.manual_seed(0)
 MB = 1024 * 1024

@@ -14,19 +14,21 @@
 --   (default 2: two passes over the 60000 images), the last epoch's
 --   samples/s (goal >= 2x), the peak RSS (goal <= 1/2).
 -- - GPT: examples/gpt/train.lua against ../shared/peers/torch_gpt.py (500
---   steps at 1 process, 250 at 2; the peer runs 1 thread per rank, so the
---   example's 1-process run is pinned to one core with taskset, which its
---   thread count follows; ddplua ignores OMP_NUM_THREADS): tokens/s (goal
+--   steps at 1 process, 250 at 2; the peer runs 1 thread per rank
+--   (OPENBLAS_NUM_THREADS=1 with it: see bench/run.lua), so at 1 process
+--   both are pinned to one core with taskset, which ddplua's thread count
+--   follows; ddplua ignores OMP_NUM_THREADS): tokens/s (goal
 --   >= 2x), peak RSS (goal <= 1/2); and autocast=bfloat16 against its own
 --   float32 on a CPU with AMX (goal >= 2x at a validation loss within 0.05).
 -- - LSTM: examples/lstm_lm/train.lua (1 epoch over the first 100000 words
 --   of the corpus, 20000 under BENCH_QUICK) against
 --   examples/lstm_lm/torch_lm.py on the corpus.safetensors it wrote (the
 --   same tokens): tokens/s (goal >= 1.5x), peak RSS; 1 process (the peer
---   has no DDP) on one core (taskset, as for GPT: the peer runs 1 thread).
+--   has no DDP), both on one core (taskset, as for GPT: the peer runs 1
+--   thread).
 -- - ResNet: examples/resnet/train.lua (width 16, 32x32, 1 epoch over 2000
---   CSV images): images/s and peak RSS; no PyTorch peer yet (the
---   example's parity spec uses torchvision, which this machine lacks).
+--   CSV images) against bench/torch_resnet.py (torchvision's BasicBlock,
+--   the same layout, data and optimizer): images/s (goal >= 2x), peak RSS.
 -- (GPT, LSTM and ResNet are the `models` group; their examples live on the
 -- modelsops branch until it is merged.)
 -- A row whose example is not in this tree prints "not yet available"; no
@@ -72,8 +74,9 @@ local function fashion(c, model, nproc, n_epochs)
   local launch = nproc > 1 and ("--nproc " .. nproc .. " ") or ""
   local ours_cmd = string.format("%s %s%s/examples/fashion_mnist/train.lua model=%s epochs=%d run_name=%s " ..
     "log_every=1000000", c.ddplua, launch, c.root, model, n_epochs, tag)
-  local peer_cmd = string.format("%s %s/bench/torch_fashion_mnist.py model=%s nproc=%d epochs=%d", c.python, c.root,
-    model, nproc, n_epochs)
+  -- the peer's ranks take cores / nproc threads each (its threads=0 rule), OpenBLAS's too
+  local peer_cmd = string.format("%s %s/bench/torch_fashion_mnist.py model=%s nproc=%d epochs=%d",
+    c.python_for(math.max(1, c.cores // nproc)), c.root, model, nproc, n_epochs)
   local ours, theirs = c.repeat_n(c.train_reps, function()
     local out, rss, wall = timed(c, ours_cmd)
     local e = epochs(out, ours_cmd)
@@ -138,7 +141,7 @@ M[#M + 1] = { group = "models", run = function(c)
     if nproc == 1 and pin == "" then error("bench: the GPT row needs taskset to run on one core as its peer", 0) end
     local ours_cmd = string.format("%s%s %s%s steps=%d out=runs/bench_gpt", pin, c.ddplua, launch,
       script, steps)
-    local peer_cmd = string.format("%s %s/torch_gpt.py %d %d", c.python, c.peers, nproc, steps)
+    local peer_cmd = string.format("%s%s %s/torch_gpt.py %d %d", pin, c.python, c.peers, nproc, steps)
     local ours, theirs = c.repeat_n(c.train_reps, function()
       local out, rss = timed(c, ours_cmd)
       return { tps = c.field(out, "tokens/s", ours_cmd), val = c.field(out, "val_loss", ours_cmd), rss = rss }
@@ -186,7 +189,7 @@ M[#M + 1] = { group = "models", run = function(c)
   end
   local ours_cmd = string.format("taskset -c 0 %s %s/examples/lstm_lm/train.lua epochs=1 limit=%d out=%s " ..
     "log_interval=1000000", c.ddplua, c.root, limit, out_dir)
-  local peer_cmd = string.format("%s %s/examples/lstm_lm/torch_lm.py %s/corpus.safetensors --epochs 1 " ..
+  local peer_cmd = string.format("taskset -c 0 %s %s/examples/lstm_lm/torch_lm.py %s/corpus.safetensors --epochs 1 " ..
     "--log_interval 1000000", c.python, c.root, out_dir)
   local tps = "([%d.]+) tokens/s"
   local ours, theirs = c.repeat_n(c.train_reps, function()
@@ -206,7 +209,8 @@ M[#M + 1] = { group = "models", run = function(c)
   }
 end }
 
--- ResNet: the example's images/s; no peer yet.
+-- ResNet: the example's images/s against bench/torch_resnet.py (the same
+-- recipe on the same CSV images), 1 process each with its default threads.
 M[#M + 1] = { group = "models", run = function(c)
   local name = "ResNet-18 w16 1 proc, images/s"
   if not exists(c.root .. "/examples/resnet/train.lua") then
@@ -216,18 +220,26 @@ M[#M + 1] = { group = "models", run = function(c)
   if not exists(dir .. "/labels.csv") then
     c.run(string.format("%s %s/examples/csv_images/make_dataset.lua out=%s n=2500", c.ddplua, c.root, dir))
   end
+  local limit = c.quick == 1 and 300 or 2000
   local cmd = string.format("%s %s/examples/resnet/train.lua data=%s epochs=1 width=16 limit=%d", c.ddplua, c.root,
-    dir, c.quick == 1 and 300 or 2000)
-  local runs = c.repeat_n(c.train_reps, function()
+    dir, limit)
+  local peer_cmd = string.format("%s %s/bench/torch_resnet.py data=%s epochs=1 width=16 limit=%d threads=%d",
+    c.python_for(c.cores), c.root, dir, limit, c.cores)
+  local function ips(out, what)
+    return tonumber(out:match("([%d.]+) images/s")) or error("bench: no images/s from `" .. what .. "`:\n" .. out, 0)
+  end
+  local ours, theirs = c.repeat_n(c.train_reps, function()
     local out, rss = timed(c, cmd)
-    local ips = out:match("([%d.]+) images/s")
-    return { ips = tonumber(ips) or error("bench: no images/s from `" .. cmd .. "`:\n" .. out, 0), rss = rss }
+    return { ips = ips(out, cmd), rss = rss }
+  end, function()
+    local out, rss = timed(c, peer_cmd)
+    return { ips = ips(out, peer_cmd), rss = rss }
   end)
+  local a, b, ra, rb = c.median(ours.ips), c.median(theirs.ips), c.median(ours.rss), c.median(theirs.rss)
   return {
-    { name = name, ours = c.median(runs.ips), fmt = "%.0f", goal = "(no peer)", pass = true,
-      note_result = "goal >= 2x PyTorch's: no PyTorch peer in bench/ yet (needs torchvision's resnet18)" },
-    { name = "  peak RSS of a process, MiB", ours = c.median(runs.rss), fmt = "%.0f", goal = "(no peer)",
-      pass = true },
+    { name = name, ours = a, theirs = b, fmt = "%.0f", ratio = a / b, goal = ">= 2.00x", pass = a / b >= 2 },
+    { name = "  peak RSS of a process, MiB", ours = ra, theirs = rb, fmt = "%.0f", ratio = ra / rb,
+      goal = "<= 0.50x", pass = ra / rb <= 0.5 },
   }
 end }
 

@@ -3,8 +3,22 @@
  * Blocks are 64-byte aligned (AVX-512 loads, no false sharing between
  * tensors). Freed blocks of 4 KiB and more are kept on a free list per exact
  * size; a later request of the same size reuses the most recently freed one
- * (warm in cache). The cache is bounded: past DP_CACHE_MAX bytes the oldest
- * blocks go back to the system. Small blocks go straight to malloc/free.
+ * (warm in cache). A request of DP_FIT_MIN bytes or more that no block of
+ * its size serves takes the smallest cached block less than twice its size
+ * instead of new memory: the smaller sizes an evaluation pass or a short
+ * last batch brings then live in the training step's idle blocks rather
+ * than beside them (the LSTM example: peak RSS 283 -> 150 MB); such a block
+ * is remembered (`fitted`) so that its free returns it under its own size.
+ * The cache is bounded: past DP_CACHE_MAX bytes the oldest blocks go back
+ * to the system. And a miss does not grow the footprint (live + cached
+ * bytes) past its high-water mark while cached blocks could make room: the
+ * oldest go back first, so the blocks a set-up phase left (the LSTM
+ * example's initialisation held ten 7 MB blocks at once) make room for the
+ * training step's sizes instead of sitting beside them. A size given back
+ * that way and asked for again soon after (a step that frees X, then asks
+ * for Y, then X again next step) grows the mark instead: the last
+ * DP_REGRETS sizes given back are remembered, so a step's own sizes never
+ * take turns being unmapped. Small blocks go straight to malloc/free.
  * Blocks of 4 MiB and more come from mmap, 2 MiB-aligned, with transparent
  * huge pages asked for and every page populated in one call: on a VM each
  * first touch of a 4 KiB page traps (about 15 us on the reference machine,
@@ -37,6 +51,13 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static block *buckets[NBUCKETS]; /* hash of size -> list of blocks of that size; chained by size */
 static block *oldest, *newest;
 static dp_mem_stats stats;
+/* blocks handed out for a smaller request: their pointer and real size */
+#define DP_FIT_MIN ((size_t)256 << 10)
+static block *fitted;
+static size_t footprint_hw; /* the largest live_bytes + cached_bytes so far */
+#define DP_REGRETS 64
+static size_t regrets[DP_REGRETS]; /* sizes the mark made room by giving back, newest at regret_at - 1 */
+static unsigned regret_at;
 
 #if defined(__SANITIZE_ADDRESS__)
 #define DP_HUGE_MIN SIZE_MAX
@@ -90,6 +111,12 @@ static void bucket_unlink(block *b) {
   if (*pp) *pp = b->next;
 }
 
+static bool regretted(size_t size) {
+  for (int i = 0; i < DP_REGRETS; i++)
+    if (regrets[i] == size) return true;
+  return false;
+}
+
 static void trim_locked(size_t limit) {
   while (stats.cached_bytes > limit && oldest) {
     block *b = oldest;
@@ -101,26 +128,54 @@ static void trim_locked(size_t limit) {
   }
 }
 
+/* The smallest cached block of size in [size, 2 size), or NULL: a walk
+ * over the cache, done only on a miss of a large request. */
+static block *best_fit_locked(size_t size) {
+  block *best = NULL;
+  for (block *b = oldest; b; b = b->newer)
+    if (b->size >= size && b->size / 2 < size && (!best || b->size < best->size)) best = b;
+  return best;
+}
+
+/* Takes b out of the cache as a live block. */
+static void *take_locked(block *b) {
+  bucket_unlink(b);
+  age_unlink(b);
+  stats.cached_bytes -= b->size;
+  stats.cache_hits++;
+  stats.live_bytes += b->size;
+  if (stats.live_bytes > stats.peak_bytes) stats.peak_bytes = stats.live_bytes;
+  return b->ptr;
+}
+
 void *dp_cpu_alloc(size_t nbytes) {
   size_t size = (nbytes + 63) & ~(size_t)63;
   if (size == 0) size = 64;
   pthread_mutex_lock(&mu);
   stats.allocs++;
   if (size >= DP_CACHE_MIN) {
-    block **pp = &buckets[bucket_of(size)];
-    for (; *pp; pp = &(*pp)->next) {
-      if ((*pp)->size == size) {
-        block *b = *pp;
-        *pp = b->next;
-        age_unlink(b);
-        stats.cached_bytes -= size;
-        stats.cache_hits++;
-        stats.live_bytes += size;
-        if (stats.live_bytes > stats.peak_bytes) stats.peak_bytes = stats.live_bytes;
-        pthread_mutex_unlock(&mu);
-        void *p = b->ptr;
-        free(b);
-        return p;
+    block *b = buckets[bucket_of(size)];
+    while (b && b->size != size) b = b->next;
+    if (b) {
+      void *p = take_locked(b);
+      pthread_mutex_unlock(&mu);
+      free(b);
+      return p;
+    }
+    if (size >= DP_FIT_MIN && (b = best_fit_locked(size))) {
+      void *p = take_locked(b);
+      b->next = fitted; /* the record travels to the fitted list */
+      fitted = b;
+      pthread_mutex_unlock(&mu);
+      return p;
+    }
+    /* under the mark: give the oldest blocks back first (unless this size
+     * was given back lately: then the mark was too tight) */
+    if (stats.cached_bytes > 0 && stats.live_bytes + stats.cached_bytes + size > footprint_hw && !regretted(size)) {
+      size_t room = footprint_hw > stats.live_bytes + size ? footprint_hw - stats.live_bytes - size : 0;
+      while (stats.cached_bytes > room && oldest) {
+        regrets[regret_at++ % DP_REGRETS] = oldest->size;
+        trim_locked(stats.cached_bytes - oldest->size);
       }
     }
   }
@@ -134,6 +189,7 @@ void *dp_cpu_alloc(size_t nbytes) {
   pthread_mutex_lock(&mu);
   stats.live_bytes += size;
   if (stats.live_bytes > stats.peak_bytes) stats.peak_bytes = stats.live_bytes;
+  if (stats.live_bytes + stats.cached_bytes > footprint_hw) footprint_hw = stats.live_bytes + stats.cached_bytes;
   pthread_mutex_unlock(&mu);
   return p;
 }
@@ -143,13 +199,24 @@ void dp_cpu_free(void *p, size_t nbytes) {
   size_t size = (nbytes + 63) & ~(size_t)63;
   if (size == 0) size = 64;
   pthread_mutex_lock(&mu);
+  block *b = NULL;
+  if (fitted && size >= DP_FIT_MIN) { /* a block larger than its request: its own size */
+    block **pp = &fitted;
+    while (*pp && (*pp)->ptr != p) pp = &(*pp)->next;
+    if (*pp) {
+      b = *pp;
+      *pp = b->next;
+      size = b->size;
+    }
+  }
   stats.live_bytes -= size;
   if (size < DP_CACHE_MIN || size > DP_CACHE_MAX / 2) {
     pthread_mutex_unlock(&mu);
+    free(b);
     sys_free(p, size);
     return;
   }
-  block *b = malloc(sizeof *b);
+  if (!b) b = malloc(sizeof *b);
   if (!b) {
     pthread_mutex_unlock(&mu);
     sys_free(p, size);
@@ -172,6 +239,8 @@ void dp_cpu_free(void *p, size_t nbytes) {
 void dp_cpu_empty_cache(void) {
   pthread_mutex_lock(&mu);
   trim_locked(0);
+  footprint_hw = stats.live_bytes; /* the mark starts again from what is live */
+  memset(regrets, 0, sizeof regrets);
   pthread_mutex_unlock(&mu);
 }
 

@@ -1,8 +1,9 @@
 /* The CPU caching allocator: 64-byte alignment, exact-size reuse (most
  * recently freed first), small blocks bypassing the cache, the byte
  * accounting, emptying the cache, large blocks (mapped on their own,
- * 2 MiB-aligned, every byte usable), and concurrent use (the DDP
- * communication thread frees tensors too). */
+ * 2 MiB-aligned, every byte usable), the footprint's high-water mark
+ * (a miss gives old blocks back; a step's own sizes never take turns), and
+ * concurrent use (the DDP communication thread frees tensors too). */
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -140,8 +141,44 @@ static void test_large(void) {
   CHECK(dp_cpu_mem_stats().cached_bytes == 0 && dp_cpu_mem_stats().live_bytes == s0.live_bytes);
 }
 
+/* A request the cache cannot serve gives the oldest cached blocks back
+ * first when it would take live + cached bytes past their high-water mark;
+ * under the mark, the cache is left alone. */
+static void test_footprint(void) {
+  dp_cpu_empty_cache(); /* the mark restarts at what is live */
+  const size_t live0 = dp_cpu_mem_stats().live_bytes, mib = (size_t)1 << 20;
+  void *a = dp_cpu_alloc(mib), *b = dp_cpu_alloc(mib); /* mark: live0 + 2 MiB */
+  CHECK(a && b);
+  dp_cpu_free(a, mib);
+  dp_cpu_free(b, mib);
+  CHECK(dp_cpu_mem_stats().cached_bytes == 2 * mib);
+  /* 3 MiB would make 5 MiB: both blocks go back (a 1 MiB block cannot serve it) */
+  void *c = dp_cpu_alloc(3 * mib);
+  CHECK(c != NULL);
+  dp_mem_stats s1 = dp_cpu_mem_stats();
+  CHECK(s1.cached_bytes == 0 && s1.live_bytes == live0 + 3 * mib);
+  dp_cpu_free(c, 3 * mib); /* cached 3 MiB, mark 3 MiB */
+  /* 1 MiB was given back lately: it grows the mark instead of evicting the 3 MiB block */
+  void *d = dp_cpu_alloc(mib);
+  CHECK(d != NULL && dp_cpu_mem_stats().cached_bytes == 3 * mib);
+  dp_cpu_free(d, mib);
+  /* a step that takes turns between sizes settles: after its first round every request hits */
+  const size_t sizes[3] = {5 * mib + 4096, 7 * mib, 5 * mib + 8192};
+  for (int round = 0; round < 4; round++) {
+    uint64_t hits = dp_cpu_mem_stats().cache_hits;
+    for (int i = 0; i < 3; i++) {
+      void *p = dp_cpu_alloc(sizes[i]);
+      CHECK(p != NULL);
+      dp_cpu_free(p, sizes[i]);
+    }
+    if (round >= 2) CHECK(dp_cpu_mem_stats().cache_hits == hits + 3);
+  }
+  dp_cpu_empty_cache();
+}
+
 int main(void) {
   test_reuse();
+  test_footprint();
   test_large();
   test_storage();
   test_threads();

@@ -11,22 +11,33 @@ local ddp = require "ddplua"
 
 local M = {}
 
-local function grads_of(who, params)
+-- The distinct parameters of params (a tensor, a list, a module), checked.
+local function params_of(who, params)
   if ddp.is_tensor(params) then params = { params } end
   if type(params) ~= "table" then
     error(string.format("%s: expected a tensor, a list of parameters or a module, got %s", who, type(params)), 3)
   end
   local mt = getmetatable(params)
   if mt and mt.__is_module then params = params:parameters() end
-  local gs, seen = {}, {}
+  local ps, seen = {}, {}
   for i, p in ipairs(params) do
     if not ddp.is_tensor(p) then
       error(string.format("%s: parameter %d is a %s, expected a tensor", who, i, type(p)), 3)
     end
-    if p.grad ~= nil and not seen[p] then
+    if not seen[p] then
       seen[p] = true
-      gs[#gs + 1] = p.grad
+      ps[#ps + 1] = p
     end
+  end
+  return ps
+end
+
+-- Their gradients (parameters without one skipped).
+local function grads_of(who, params)
+  local gs = {}
+  for _, p in ipairs(params_of(who, params)) do
+    local g = p.grad
+    if g ~= nil then gs[#gs + 1] = g end
   end
   return gs
 end
@@ -45,8 +56,10 @@ function M.clip_grad_norm_(params, max_norm, norm_type)
   norm_type = norm_type or 2
   if type(max_norm) ~= "number" then error("clip_grad_norm_: max_norm must be a number, got " .. type(max_norm), 2) end
   if type(norm_type) ~= "number" then error("clip_grad_norm_: norm_type must be a number, got " .. type(norm_type), 2) end
-  local gs = grads_of("clip_grad_norm_", params)
-  local ok, total = pcall(ddp.core._clip_grad_norm, gs, max_norm, norm_type, err)
+  -- the gradients are read in C: Lua values of them would keep each step's
+  -- gradients alive until the collector runs
+  local ps = params_of("clip_grad_norm_", params)
+  local ok, total = pcall(ddp.core._clip_grad_norm, ps, max_norm, norm_type, err)
   if not ok then error(total, 2) end
   return total
 end
