@@ -91,11 +91,15 @@ static int embedding_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_tensor *gy = gw ? dp_scope_add(&s, dp_contiguous_raw(gout[0])) : NULL;
   dp_tensor *g2 = gy ? dp_scope_add(&s, dp_reshape(gy, 2, (int64_t[]){cnt, d})) : NULL;
   if (!g2 || dp_backend_of(gw)->index_add(gw, ids, g2, base)) return -1;
+  if (n->i[1] >= 0) { /* padding_idx: that row gets no gradient */
+    dp_tensor *row = dp_scope_add(&s, dp_narrow(gw, 0, n->i[1], 1));
+    if (!row || dp_fill_(row, 0.0)) return -1;
+  }
   gin[0] = dp_scope_keep(&s, gw);
   return 0;
 }
 
-dp_tensor *dp_embedding(dp_tensor *weight, dp_tensor *idx, int64_t base) {
+dp_tensor *dp_embedding(dp_tensor *weight, dp_tensor *idx, int64_t base, int64_t padding_row) {
   if (weight->ndim != 2 || !dp_dtype_is_float(weight->dtype)) {
     dp_error("embedding: weight must be a 2-dimensional floating point tensor [num_embeddings, embedding_dim], got "
              "%s of shape %s",
@@ -111,6 +115,12 @@ dp_tensor *dp_embedding(dp_tensor *weight, dp_tensor *idx, int64_t base) {
     return NULL;
   }
   if (dp_check_same_device("embedding", weight, idx)) return NULL;
+  if (padding_row < -1 || padding_row >= weight->shape[0]) {
+    dp_error("embedding: padding_idx %" PRId64 " is out of range: the weight has %" PRId64 " rows (ids %" PRId64
+             "..%" PRId64 ")",
+             padding_row + base, weight->shape[0], base, weight->shape[0] - 1 + base);
+    return NULL;
+  }
   DP_SCOPE(s);
   dp_tensor *ic = dp_scope_add(&s, dp_contiguous_raw(idx));
   if (!ic || check_ids(ic, weight->shape[0], base)) return NULL;
@@ -128,6 +138,7 @@ dp_tensor *dp_embedding(dp_tensor *weight, dp_tensor *idx, int64_t base) {
   if (dp_any_requires_grad(1, &weight)) {
     dp_node *n = dp_node_new("EmbeddingBackward", embedding_backward, 1, &weight, 1);
     n->i[0] = base;
+    n->i[1] = padding_row;
     dp_node_save(n, ic);
     dp_node_attach(n, out, 0);
     dp_node_release(n);

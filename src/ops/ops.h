@@ -232,7 +232,8 @@ dp_tensor *dp_layer_norm(dp_tensor *x, int n_norm_dims, dp_tensor *w, dp_tensor 
 dp_tensor *dp_dropout(dp_tensor *x, double p, bool training);
 /* weight [num, dim]; idx int64 any shape, positions + base; the result is
  * [idx shape..., dim]. A bad id is an error naming it and its position. */
-dp_tensor *dp_embedding(dp_tensor *weight, dp_tensor *idx, int64_t base);
+/* padding_row: the 0-based row whose gradient stays zero (padding_idx), -1 for none */
+dp_tensor *dp_embedding(dp_tensor *weight, dp_tensor *idx, int64_t base, int64_t padding_row);
 
 /* ---- optimizer steps (ops/optim.c): in place, no autograd ----
  * One update of parameter p from its gradient g (any strides) and its

@@ -1,6 +1,7 @@
 -- nn.Dropout and nn.Embedding (and their nn.F forms).
 local ddp = require "ddplua"
 local gc = require "helpers.gradcheck"
+local TR = require "helpers.torch_ref"
 local nn = ddp.nn
 
 describe("nn.Dropout", function()
@@ -85,6 +86,48 @@ describe("nn.Embedding", function()
     assert.is_true(gc.max_abs_diff(emb.weight.grad, want) < 1e-12)
     assert.are.same(g[1], { 0, 0, 0 })
     assert.are.same(emb(ids):totable(), nn.F.embedding(ids, emb.weight):totable())
+  end)
+
+  it("padding_idx: the row starts as zeros and gets no gradient, as PyTorch's (also negative, and in nn.F)", function()
+    ddp.manual_seed(4)
+    local emb = nn.Embedding(6, 3, 2):double()
+    assert.are.same({ 0, 0, 0 }, emb.weight[2]:totable())
+    assert.are.equal("Embedding(6, 3, padding_idx=2)", tostring(emb))
+    assert.are.equal(6, nn.Embedding(6, 3, { padding_idx = -1 }).padding_idx)
+    ddp.no_grad(function() emb.weight:copy_(ddp.randn(6, 3, { dtype = "float64" })) end) -- a nonzero padding row
+    local ids = ddp.tensor({ { 2, 4, 2 }, { 6, 2, 1 } })
+    local gy = ddp.randn(2, 3, 3, { dtype = "float64" })
+    local y = emb(ids)
+    y:backward(gy)
+    local W, G = emb.weight:totable(), emb.weight.grad:totable()
+    assert.are.same(W[2], y:totable()[1][1]) -- the forward still reads the row
+    assert.are.same({ 0, 0, 0 }, G[2])
+    if not TR.available() then return pending("PyTorch is not importable") end
+    local ref = TR.run([[
+w = T["w"].clone().requires_grad_()
+y = torch.nn.functional.embedding(T["ids"] - 1, w, padding_idx=1)
+y.backward(T["gy"])
+OUT["y"], OUT["g"] = y, w.grad
+m = torch.nn.Embedding(6, 3, padding_idx=-1)
+OUT["row"] = m.weight[5].detach()
+]], { w = emb.weight:detach(), ids = ids, gy = gy })
+    assert.is_true(gc.max_abs_diff(y, ref.y:totable()) == 0)
+    assert.is_true(gc.max_abs_diff(emb.weight.grad, ref.g:totable()) < 1e-12)
+    assert.are.same({ 0, 0, 0 }, ref.row:totable())
+    local g2 = ddp.zeros(6, 3, { dtype = "float64" }):requires_grad_()
+    nn.F.embedding(ids, g2, 2):backward(gy)
+    assert.is_true(gc.max_abs_diff(g2.grad, ref.g:totable()) < 1e-12)
+  end)
+
+  it("refuses a padding_idx outside the rows", function()
+    for _, bad in ipairs({ 0, 7, -7, 1.5, "1" }) do
+      local ok, err = pcall(nn.Embedding, 6, 3, { padding_idx = bad })
+      assert.is_false(ok)
+      assert.matches("Embedding: padding_idx must be an integer in 1..6 or %-6..%-1, got", err)
+    end
+    local ok, err = pcall(ddp.embedding, ddp.tensor({ 1 }), ddp.zeros(6, 3), 9)
+    assert.is_false(ok)
+    assert.matches("embedding: padding_idx must be in 1..6 %(the weight's rows%), got 9", err)
   end)
 
   it("names a wrong id dtype and an id out of range", function()

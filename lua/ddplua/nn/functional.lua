@@ -40,7 +40,7 @@ function F.dropout(x, p, training)
   return ddp.dropout(x, p or 0.5, training)
 end
 
-function F.embedding(ids, weight) return ddp.embedding(ids, weight) end
+function F.embedding(ids, weight, padding_idx) return ddp.embedding(ids, weight, padding_idx) end
 
 --- scaled_dot_product_attention(q, k, v [, {attn_mask=, is_causal=, dropout_p=, scale=}]): one fused op
 --- (flash attention's tiled online softmax; a bool mask's true takes part, a float one is added).
