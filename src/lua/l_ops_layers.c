@@ -222,8 +222,8 @@ static int l_embedding(lua_State *L) {
   dp_tensor *ids = lt_check(L, 1), *w = lt_check(L, 2);
   lua_Integer pad = lua_isnoneornil(L, 3) ? 0 : luaL_checkinteger(L, 3);
   if (!lua_isnoneornil(L, 3) && w->ndim == 2 && (pad < 1 || pad > w->shape[0]))
-    return luaL_error(L, "embedding: padding_idx must be in 1..%I (the weight's rows), got %I", (lua_Integer)w->shape[0],
-                      pad);
+    return luaL_error(L, "embedding: padding_idx must be in 1..%I (the weight's rows), got %I",
+                      (lua_Integer)w->shape[0], pad);
   return lt_push(L, dp_embedding(w, ids, 1, pad - 1));
 }
 
