@@ -24,6 +24,12 @@ M.REASONS = {
   -- ~35 vector operations an element group; its backward is faster than
   -- PyTorch's
   ["gelu 1024x1024"] = "compute-bound erf: both ranges + exp per lane (bwd faster)",
+  -- the forward is the row copies (87% in memmove, perf); its output waits
+  -- for Lua's collector (a young collection per 4 MiB of tensors), so the
+  -- next call writes a block that is not in L2: freeing each output at once
+  -- (y:free()) takes 0.155 instead of 0.190 ms a call in a loop (1 thread),
+  -- where PyTorch's reference count hands the same warm block back
+  ["embedding 10000x128, 64x32 ids"] = "outputs wait for Lua's GC: next call writes a cold block (bwd faster)",
 }
 
 -- An op within this fraction of PyTorch's time is "par": the spread of
