@@ -68,7 +68,7 @@ static void launch_ready(dp_reducer *r, bool in_hook) {
     bucket *b = &r->buckets[r->next_launch];
     if (b->pending > 0) return;
     bool last = r->next_launch == r->n_buckets - 1;
-    bool cpu = dp_dev(b->flat).type == DP_CPU;
+    bool cpu = !b->flat || dp_dev(b->flat).type == DP_CPU; /* no flat: one rank, nothing to send */
     if (in_hook && last && cpu) return;
     dp_work **w = in_hook ? &b->work : NULL;
     /* one rank: the average is the gradient itself (unless a test forces the collective) */
@@ -132,6 +132,8 @@ static int finalize(void *ctx, bool ok) {
         /* their gradient is zero (or what no_sync accumulated) */
         dp_tensor *p = r->params[i];
         if (dp_grad_materialize(p)) set_error(r);
+        /* alone there is no bucket view to be zero: a zero gradient, as with more ranks */
+        if (!p->grad && !(p->grad = dp_zeros(p->dtype, p->ndim, p->shape, dp_dev(p)))) set_error(r);
         r->ready[i] = true;
         bucket *b = &r->buckets[r->bucket_of[i]];
         b->pending--;
@@ -196,6 +198,13 @@ static int build_buckets(dp_reducer *r, size_t cap, size_t first_cap) {
     bucket *b = &r->buckets[r->bucket_of[i]];
     b->params[b->n_params++] = i;
   }
+  /* One rank, collectives not forced: the average is the gradient itself,
+   * so the buckets hold no memory and the gradients stay plain tensors
+   * (zero_grad drops them, each backward writes fresh ones): views into a
+   * bucket would make every gradient an extra accumulation pass (those
+   * the producing op cannot write in place) and keep a second copy of
+   * every gradient alive for nothing. */
+  if (r->pg->size == 1 && !r->force) return 0;
   for (int k = 0; k < r->n_buckets; k++) {
     bucket *b = &r->buckets[k];
     dp_tensor *p0 = r->params[b->params[0]];
