@@ -53,6 +53,10 @@ local shapes = {
   { 32, 784, 25, "conv W@cols", nn, { 32, 25 }, { 25, 784 } },
   { 64, 196, 800, "conv W@cols", nn, { 64, 800 }, { 800, 196 } },
   { 1024, 1024, 1024, "square", nn, { 1024, 1024 }, { 1024, 1024 } },
+  -- many rows against k: C stays in rows (sgemm.c's orientation), the LSTM LM decoder and a GPT MLP
+  { 700, 10000, 200, "fwd x@W^T LM decoder", nt, { 700, 200 }, { 10000, 200 } },
+  { 512, 3072, 768, "fwd x@W^T GPT MLP", nt, { 512, 768 }, { 3072, 768 } },
+  { 20, 800, 200, "fwd h@W^T LSTM step", nt, { 20, 200 }, { 800, 200 } },
 }
 
 local impls = { { name = "own", label = nil }, { name = "blas", label = "OpenBLAS" } }

@@ -172,6 +172,17 @@ int dp_rnn_layer(dp_rnn_mode mode, dp_tensor *xp, dp_tensor *w_hh, dp_tensor *b_
   int64_t ysh[3] = {T, N, H}, hsh[2] = {N, H};
   dp_tensor *x = dp_scope_add(&s, dp_contiguous_raw(xp));
   dp_tensor *wc = dp_scope_add(&s, dp_contiguous_raw(w_hh));
+  /* W_hh^T stored [H, G H] for the steps' h_{t-1} W_hh^T once there are a
+   * few: the GEMM then streams its rows in place instead of broadcasting a
+   * 20-column transposed panel of h (114 against 95 GFLOP/s at 20 x 800 x
+   * 200 on AVX-512), for one transpose per layer call */
+  dp_tensor *wt = NULL;
+  if (wc && T >= 4) {
+    int64_t tsh[2] = {H, G * H}, tst[2] = {1, H};
+    dp_tensor *tv = dp_scope_add(&s, dp_as_strided(wc, 2, tsh, tst, wc->offset));
+    wt = tv ? dp_scope_add(&s, dp_contiguous_raw(tv)) : NULL;
+    if (!wt) return -1;
+  }
   dp_tensor *bc = b_hh ? dp_scope_add(&s, dp_contiguous_raw(b_hh)) : NULL;
   dp_tensor *h0c = h0 ? dp_scope_add(&s, dp_contiguous_raw(h0)) : NULL;
   dp_tensor *c0c = c0 ? dp_scope_add(&s, dp_contiguous_raw(c0)) : NULL;
@@ -190,7 +201,7 @@ int dp_rnn_layer(dp_rnn_mode mode, dp_tensor *xp, dp_tensor *w_hh, dp_tensor *b_
     /* the step reads the previous one's states straight from y and c_all */
     dp_tensor *h_prev = st == 0 ? (h0c ? h0c : zeros) : step_view(&e, y, tp);
     dp_tensor *c_prev = mode != DP_RNN_LSTM ? NULL : st == 0 ? (c0c ? c0c : zeros) : step_view(&e, c_all, tp);
-    if (!h_prev || gemm2(hp, h_prev, false, wc, true, N, G * H, H, 0.0)) return -1;
+    if (!h_prev || gemm2(hp, h_prev, false, wt ? wt : wc, !wt, N, G * H, H, 0.0)) return -1;
     dp_rnn_cell_args a = {.mode = mode,
                           .rows = N,
                           .hidden = H,

@@ -252,7 +252,7 @@ static void test_dispatch_matches_blas(void) {
 static void test_threads(dp_sgemm_impl impl) {
   dp_sgemm_set_num_threads(3);
   CHECK(dp_sgemm_get_num_threads() == 3);
-  run_case(impl, basic(64, 1024, 200, false, true));  /* swapped: 1024 rows of C' -> split rows */
+  run_case(impl, basic(64, 1024, 784, false, true));  /* swapped: 1024 rows of C' -> split rows */
   run_case(impl, basic(64, 1000, 100, false, false)); /* 1000 columns -> split columns */
   run_case(impl, basic(1000, 61, 70, true, false));
   gemm_case c = basic(130, 301, 150, true, true);

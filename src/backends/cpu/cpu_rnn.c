@@ -2,10 +2,14 @@
  * nn.RNN / nn.LSTM / nn.GRU: everything between the step's hidden GEMM and
  * the next, in one pass over the rows) and adaptive average pooling. The
  * cell formulas are ops/model_math.h's, shared with the CUDA kernels;
- * float32 runs in float, float64 in double. */
+ * float64 runs them here in double (the reference the specs hold float32
+ * against), float32 runs the vectorised per-ISA cells of cpu_rnn_vec.h,
+ * the set matching the float32 kernels in use (cpu_vec.h). */
 #include <math.h>
 
 #include "backends/cpu/cpu_model_kernels.h"
+#include "backends/cpu/cpu_rnn_vec.h"
+#include "backends/cpu/cpu_vec.h"
 #include "core/error.h"
 #include "ops/model_math.h"
 
@@ -85,10 +89,15 @@
     }                                                                                                                  \
   }
 
-CELL_FORWARD(float, f)
 CELL_FORWARD(double, d)
-CELL_BACKWARD(float, f)
 CELL_BACKWARD(double, d)
+
+static const dp_cpu_rnn_kernels *f32_cells(void) {
+  const dp_cpu_vec *v = dp_cpu_vec_get();
+  if (v == &dp_cpu_vec_avx512) return &dp_cpu_rnn_avx512;
+  if (v == &dp_cpu_vec_avx2) return &dp_cpu_rnn_avx2;
+  return &dp_cpu_rnn_base;
+}
 
 static int check_dtype(const dp_tensor *t) {
   if (t->dtype == DP_F32 || t->dtype == DP_F64) return 0;
@@ -97,14 +106,14 @@ static int check_dtype(const dp_tensor *t) {
 
 int dp_cpu_rnn_cell(const dp_rnn_cell_args *a) {
   if (check_dtype(a->xp)) return -1;
-  if (a->xp->dtype == DP_F32) cell_forward_f(a);
+  if (a->xp->dtype == DP_F32) f32_cells()->forward(a);
   else cell_forward_d(a);
   return 0;
 }
 
 int dp_cpu_rnn_cell_backward(const dp_rnn_cell_args *a) {
   if (check_dtype(a->gxp)) return -1;
-  if (a->gxp->dtype == DP_F32) cell_backward_f(a);
+  if (a->gxp->dtype == DP_F32) f32_cells()->backward(a);
   else cell_backward_d(a);
   return 0;
 }
