@@ -53,6 +53,7 @@ typedef struct {
 INLINE const float *head_of(const dp_tensor *t, const dp_attn_args *a, int64_t bh) {
   return (const float *)dp_data(t) + (bh / a->b2) * t->stride[0] + (bh % a->b2) * t->stride[1];
 }
+INLINE float *head_w(dp_tensor *t, const dp_attn_args *a, int64_t bh) { return (float *)head_of(t, a, bh); }
 
 /* Masks and the causal cut of one row of scores s[0..nc) for query i and
  * keys j0..: -inf where a key takes no part, the float mask added. */
@@ -164,11 +165,12 @@ INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm) {
     }
     gemm(nr, Ev, nc, Sb, BC, 1, v + j0 * vs, vs, acc, Ev, 1.0f, true);
   }
-  float *o = (float *)dp_data(jb->out) + (bh * L + i0) * Ev;
+  const int64_t os = jb->out->stride[2];
+  float *o = head_w(jb->out, a, bh) + i0 * os;
   double *lse = (double *)dp_data(jb->lse) + bh * L + i0;
   for (int64_t r = 0; r < nr; r++) {
     float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-    for (int64_t e = 0; e < Ev; e++) o[r * Ev + e] = acc[r * Ev + e] * inv;
+    for (int64_t e = 0; e < Ev; e++) o[r * os + e] = acc[r * Ev + e] * inv;
     lse[r] = l[r] > 0 ? (double)m[r] + log((double)l[r]) : -INFINITY;
   }
 }
@@ -179,18 +181,20 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
   const int64_t L = a->L, S = a->S, E = a->E, Ev = a->Ev;
   const int64_t qs = a->q->stride[2], ks = a->k->stride[2], vs = a->v->stride[2];
   const float *q = head_of(a->q, a, bh), *k = head_of(a->k, a, bh), *v = head_of(a->v, a, bh);
-  const float *dO = (const float *)dp_data(a->gout) + bh * L * Ev;
+  const int64_t dos = a->gout->stride[2], gqs = jb->gq->stride[2], gks = jb->gk->stride[2], gvs = jb->gv->stride[2];
+  const float *dO = head_of(a->gout, a, bh);
   const double *lse = (const double *)dp_data(a->lse) + bh * L;
   const float *D = jb->D + bh * L;
-  float *gq = (float *)dp_data(jb->gq) + bh * L * E, *gk = (float *)dp_data(jb->gk) + bh * S * E;
-  float *gv = (float *)dp_data(jb->gv) + bh * S * Ev;
+  float *gq = head_w(jb->gq, a, bh), *gk = head_w(jb->gk, a, bh), *gv = head_w(jb->gv, a, bh);
   float *gm = jb->gmask ? (float *)dp_data(jb->gmask) + bh * L * S : NULL;
   float *Qs = work, *Kt = Qs + BR * E, *Vt = Kt + E * BC, *P = Vt + Ev * BC, *Z = P + BR * BC, *dS = Z + BR * BC;
   const float scale = (float)a->scale, inv = (float)(1.0 / (1.0 - a->dropout_p));
   const bool drop = a->dropout_p > 0;
-  memset(gq, 0, sizeof(float) * (size_t)(L * E));
-  memset(gk, 0, sizeof(float) * (size_t)(S * E));
-  memset(gv, 0, sizeof(float) * (size_t)(S * Ev));
+  for (int64_t i = 0; i < L; i++) memset(gq + i * gqs, 0, sizeof(float) * (size_t)E);
+  for (int64_t j = 0; j < S; j++) {
+    memset(gk + j * gks, 0, sizeof(float) * (size_t)E);
+    memset(gv + j * gvs, 0, sizeof(float) * (size_t)Ev);
+  }
   if (gm) memset(gm, 0, sizeof(float) * (size_t)(L * S));
   for (int64_t j0 = 0; j0 < S; j0 += BC) {
     int64_t nc = S - j0 < BC ? S - j0 : BC;
@@ -219,8 +223,8 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
         }
       }
       const float *Zt = drop ? Z : P;
-      gemm(nc, Ev, nr, Zt, 1, BC, dO + i0 * Ev, Ev, gv + j0 * Ev, Ev, 1.0f, true); /* dV += Z^T dO */
-      gemm(nr, nc, Ev, dO + i0 * Ev, Ev, 1, Vt, BC, dS, BC, 1.0f, false);          /* dZ = dO V^T */
+      gemm(nc, Ev, nr, Zt, 1, BC, dO + i0 * dos, dos, gv + j0 * gvs, gvs, 1.0f, true); /* dV += Z^T dO */
+      gemm(nr, nc, Ev, dO + i0 * dos, dos, 1, Vt, BC, dS, BC, 1.0f, false);            /* dZ = dO V^T */
       for (int64_t r = 0; r < nr; r++) {
         float *d = dS + r * BC;
         const float *p = P + r * BC;
@@ -230,8 +234,8 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
         for (int64_t c = 0; c < nc; c++) d[c] = p[c] * (d[c] - Di);
         if (gm) memcpy(gm + (i0 + r) * S + j0, d, sizeof(float) * (size_t)nc);
       }
-      gemm(nr, E, nc, dS, BC, 1, k + j0 * ks, ks, gq + i0 * E, E, scale, true); /* dQ += dS K */
-      gemm(nc, E, nr, dS, 1, BC, q + i0 * qs, qs, gk + j0 * E, E, scale, true); /* dK += dS^T Q */
+      gemm(nr, E, nc, dS, BC, 1, k + j0 * ks, ks, gq + i0 * gqs, gqs, scale, true); /* dQ += dS K */
+      gemm(nc, E, nr, dS, 1, BC, q + i0 * qs, qs, gk + j0 * gks, gks, scale, true); /* dK += dS^T Q */
     }
   }
 }
@@ -264,6 +268,31 @@ static size_t bwd_floats(const dp_attn_args *a) { return (size_t)(BR * a->E + a-
 DEFINE_PARTS(avx512, TARGET_AVX512, dp_attn_gemm_avx512)
 DEFINE_PARTS(avx2, TARGET_AVX2, dp_attn_gemm_avx2)
 DEFINE_PARTS(plain, , dp_attn_gemm_plain)
+
+/* D = rowsum(dO * O), each row's dot product rounded as the tiles' GEMM kernel rounds dZ = dO V^T's (one FMA
+ * after another from 0 where the kernel fuses, a multiply then an add in the plain one), so a row whose weights
+ * are one-hot (a saturated softmax: O is that key's value row bit for bit) gets dS = P (dZ - D) = 0 exactly, as
+ * the composed softmax's backward does, instead of a rounding difference times |K|. Eight rows at a time: eight
+ * independent chains hide the FMA's latency. */
+#define FMA_STEP(x, y, z) __builtin_fmaf(x, y, z)
+#define MUL_ADD_STEP(x, y, z) ((z) + (x) * (y))
+#define DEFINE_ROWDOT(SFX, TARGET, STEP)                                                                               \
+  TARGET static void rowdot_##SFX(const dp_attn_args *a, float *D) {                                                   \
+    const int64_t L = a->L, Ev = a->Ev, gs = a->gout->stride[2], os = a->out->stride[2];                               \
+    for (int64_t bh = 0; bh < a->b1 * a->b2; bh++) {                                                                   \
+      const float *go = head_of(a->gout, a, bh), *o = head_of(a->out, a, bh);                                          \
+      for (int64_t i0 = 0; i0 < L; i0 += 8) {                                                                          \
+        int64_t nr = L - i0 < 8 ? L - i0 : 8;                                                                          \
+        float acc[8] = {0};                                                                                            \
+        for (int64_t e = 0; e < Ev; e++)                                                                               \
+          for (int64_t r = 0; r < nr; r++) acc[r] = STEP(go[(i0 + r) * gs + e], o[(i0 + r) * os + e], acc[r]);         \
+        for (int64_t r = 0; r < nr; r++) D[bh * L + i0 + r] = acc[r];                                                  \
+      }                                                                                                                \
+    }                                                                                                                  \
+  }
+DEFINE_ROWDOT(avx512, TARGET_AVX512, FMA_STEP)
+DEFINE_ROWDOT(avx2, TARGET_AVX2, FMA_STEP)
+DEFINE_ROWDOT(plain, , MUL_ADD_STEP)
 
 static int forced_isa = -1;
 
@@ -346,7 +375,7 @@ static int ref_forward(dp_tensor *out, dp_tensor *lse, const dp_attn_args *a) {
           double z = p * ref_keep(a, bh, i, j);
           for (int64_t e = 0; e < Ev; e++) acc[e] += z * LDT(a->v, off4(a->v, a, bh, j, e));
         }
-      for (int64_t e = 0; e < Ev; e++) STT(out, (bh * L + i) * Ev + e, l > 0 ? acc[e] / l : 0.0);
+      for (int64_t e = 0; e < Ev; e++) STT(out, off4(out, a, bh, i, e), l > 0 ? acc[e] / l : 0.0);
       STT(lse, bh * L + i, l > 0 ? mx + log(l) : -INFINITY);
     }
   free(s);
@@ -363,27 +392,28 @@ static int ref_backward(dp_tensor *gq, dp_tensor *gk, dp_tensor *gv, dp_tensor *
     for (int64_t i = 0; i < L; i++) {
       double li = LDT(a->lse, bh * L + i), Di = 0;
       ref_scores(a, bh, i, s);
-      for (int64_t e = 0; e < Ev; e++) Di += LDT(a->gout, (bh * L + i) * Ev + e) * LDT(a->out, (bh * L + i) * Ev + e);
+      for (int64_t e = 0; e < Ev; e++)
+        Di += LDT(a->gout, off4(a->gout, a, bh, i, e)) * LDT(a->out, off4(a->out, a, bh, i, e));
       for (int64_t e = 0; e < E; e++) dq[e] = 0;
       for (int64_t j = 0; j < S; j++) {
         double p = li == -INFINITY ? 0.0 : exp(s[j] - li), keep = ref_keep(a, bh, i, j), dz = 0;
         for (int64_t e = 0; e < Ev; e++) {
-          double go = LDT(a->gout, (bh * L + i) * Ev + e);
+          double go = LDT(a->gout, off4(a->gout, a, bh, i, e));
           dv[j * Ev + e] += p * keep * go;
           dz += go * LDT(a->v, off4(a->v, a, bh, j, e));
         }
         double ds = p * (dz * keep - Di);
-        if (gmask) STT(gmask, (bh * L + i) * S + j, ds);
+        if (gmask) STT(gmask, off4(gmask, a, bh, i, j), ds);
         for (int64_t e = 0; e < E; e++) {
           dq[e] += a->scale * ds * LDT(a->k, off4(a->k, a, bh, j, e));
           dk[j * E + e] += a->scale * ds * LDT(a->q, off4(a->q, a, bh, i, e));
         }
       }
-      for (int64_t e = 0; e < E; e++) STT(gq, (bh * L + i) * E + e, dq[e]);
+      for (int64_t e = 0; e < E; e++) STT(gq, off4(gq, a, bh, i, e), dq[e]);
     }
     for (int64_t j = 0; j < S; j++) {
-      for (int64_t e = 0; e < E; e++) STT(gk, (bh * S + j) * E + e, dk[j * E + e]);
-      for (int64_t e = 0; e < Ev; e++) STT(gv, (bh * S + j) * Ev + e, dv[j * Ev + e]);
+      for (int64_t e = 0; e < E; e++) STT(gk, off4(gk, a, bh, j, e), dk[j * E + e]);
+      for (int64_t e = 0; e < Ev; e++) STT(gv, off4(gv, a, bh, j, e), dv[j * Ev + e]);
     }
   }
   free(s);
@@ -411,13 +441,8 @@ int dp_cpu_attention_backward(dp_tensor *gq, dp_tensor *gk, dp_tensor *gv, dp_te
   if (!fast_path(a)) return ref_backward(gq, gk, gv, gmask, a);
   float *D = malloc(sizeof(float) * (size_t)(BH * L + 1));
   if (!D) return dp_error("attention: out of memory");
-  const float *go = dp_data(a->gout), *o = dp_data(a->out);
   int isa = best_isa();
-  /* D = rowsum(dO * O) through the tiles' own GEMM kernel: its dot products then round as dZ = dO V^T's do, so
-   * a row whose weights are one-hot (a saturated softmax: O is that key's value row bit for bit) gets dS = P (dZ -
-   * D) = 0 exactly, as the composed softmax's backward does, instead of a rounding difference times |K| */
-  dp_attn_gemm_fn gemm = isa == 2 ? dp_attn_gemm_avx512 : isa == 1 ? dp_attn_gemm_avx2 : dp_attn_gemm_plain;
-  for (int64_t r = 0; r < BH * L; r++) gemm(1, 1, a->Ev, go + r * a->Ev, 1, 1, o + r * a->Ev, 1, D + r, 1, 1.0f, false);
+  (isa == 2 ? rowdot_avx512 : isa == 1 ? rowdot_avx2 : rowdot_plain)(a, D);
   job jb = {.a = a, .gq = gq, .gk = gk, .gv = gv, .gmask = gmask, .D = D, .tasks = BH, .isa = isa};
   atomic_init(&jb.failed, 0);
   int rc = run(&jb, false);
