@@ -110,8 +110,10 @@ INLINE float exp_row(float *s, int64_t n, float m) {
     s[c] = dp_attn_exp(s[c] - m);
     sum += s[c];
   }
-  for (int l = 0; l < LANES; l++) sum += lane[l];
-  return sum;
+  /* the lanes combined pairwise (depth 4, and in vector halves) rather than one serial chain of 16 adds */
+  for (int w = LANES / 2; w >= 1; w /= 2)
+    for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+  return sum + lane[0];
 }
 
 /* Dropout of a row of weights in place (keep[c] records the mask for the
@@ -133,20 +135,19 @@ INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm) {
   const int64_t bh = t / jb->nqb, i0 = (t % jb->nqb) * BR, nr = L - i0 < BR ? L - i0 : BR;
   const int64_t qs = a->q->stride[2], ks = a->k->stride[2], vs = a->v->stride[2];
   const float *q = head_of(a->q, a, bh) + i0 * qs, *k = head_of(a->k, a, bh), *v = head_of(a->v, a, bh);
-  float *Qs = work, *Kt = Qs + BR * E, *Sb = Kt + E * BC, *acc = Sb + BR * BC;
+  float *Kt = work, *Sb = Kt + E * BC, *acc = Sb + BR * BC;
   float m[BR], l[BR];
   const float scale = (float)a->scale;
   for (int64_t r = 0; r < nr; r++) {
-    for (int64_t e = 0; e < E; e++) Qs[r * E + e] = q[r * qs + e] * scale;
     for (int64_t e = 0; e < Ev; e++) acc[r * Ev + e] = 0.0f;
     m[r] = -INFINITY, l[r] = 0.0f;
   }
   int64_t jend = a->causal && i0 + nr < S ? i0 + nr : S; /* keys after the last query are all masked */
   for (int64_t j0 = 0; j0 < jend; j0 += BC) {
     int64_t nc = jend - j0 < BC ? jend - j0 : BC;
-    for (int64_t c = 0; c < nc; c++)
-      for (int64_t e = 0; e < E; e++) Kt[e * BC + c] = k[(j0 + c) * ks + e];
-    gemm(nr, nc, E, Qs, E, 1, Kt, BC, Sb, BC, 1.0f, false);
+    for (int64_t e = 0; e < E; e++) /* stores along the row (vector stores of gathered keys) */
+      for (int64_t c = 0; c < nc; c++) Kt[e * BC + c] = k[(j0 + c) * ks + e];
+    gemm(nr, nc, E, q, qs, 1, Kt, BC, Sb, BC, scale, false); /* S = (q k^T) * scale, as the backward's */
     for (int64_t r = 0; r < nr; r++) {
       float *s = Sb + r * BC;
       mask_row(a, bh, i0 + r, j0, nc, s);
@@ -187,7 +188,7 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
   const float *D = jb->D + bh * L;
   float *gq = head_w(jb->gq, a, bh), *gk = head_w(jb->gk, a, bh), *gv = head_w(jb->gv, a, bh);
   float *gm = jb->gmask ? (float *)dp_data(jb->gmask) + bh * L * S : NULL;
-  float *Qs = work, *Kt = Qs + BR * E, *Vt = Kt + E * BC, *P = Vt + Ev * BC, *Z = P + BR * BC, *dS = Z + BR * BC;
+  float *Kt = work, *Vt = Kt + E * BC, *P = Vt + Ev * BC, *Z = P + BR * BC, *dS = Z + BR * BC;
   const float scale = (float)a->scale, inv = (float)(1.0 / (1.0 - a->dropout_p));
   const bool drop = a->dropout_p > 0;
   for (int64_t i = 0; i < L; i++) memset(gq + i * gqs, 0, sizeof(float) * (size_t)E);
@@ -198,15 +199,13 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
   if (gm) memset(gm, 0, sizeof(float) * (size_t)(L * S));
   for (int64_t j0 = 0; j0 < S; j0 += BC) {
     int64_t nc = S - j0 < BC ? S - j0 : BC;
-    for (int64_t c = 0; c < nc; c++) {
-      for (int64_t e = 0; e < E; e++) Kt[e * BC + c] = k[(j0 + c) * ks + e];
-      for (int64_t e = 0; e < Ev; e++) Vt[e * BC + c] = v[(j0 + c) * vs + e];
-    }
+    for (int64_t e = 0; e < E; e++)
+      for (int64_t c = 0; c < nc; c++) Kt[e * BC + c] = k[(j0 + c) * ks + e];
+    for (int64_t e = 0; e < Ev; e++)
+      for (int64_t c = 0; c < nc; c++) Vt[e * BC + c] = v[(j0 + c) * vs + e];
     for (int64_t i0 = a->causal ? j0 / BR * BR : 0; i0 < L; i0 += BR) { /* queries before j0 see none of these keys */
       int64_t nr = L - i0 < BR ? L - i0 : BR;
-      for (int64_t r = 0; r < nr; r++)
-        for (int64_t e = 0; e < E; e++) Qs[r * E + e] = q[(i0 + r) * qs + e] * scale;
-      gemm(nr, nc, E, Qs, E, 1, Kt, BC, P, BC, 1.0f, false);
+      gemm(nr, nc, E, q + i0 * qs, qs, 1, Kt, BC, P, BC, scale, false); /* the forward's S, bit for bit */
       for (int64_t r = 0; r < nr; r++) {
         float *p = P + r * BC;
         double li = lse[i0 + r];
@@ -241,8 +240,8 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
 }
 
 /* ---- the instruction-set variants and the thread split ---- */
-static size_t fwd_floats(const dp_attn_args *a) { return (size_t)(BR * a->E + a->E * BC + BR * BC + BR * a->Ev); }
-static size_t bwd_floats(const dp_attn_args *a) { return (size_t)(BR * a->E + a->E * BC + a->Ev * BC + 3 * BR * BC); }
+static size_t fwd_floats(const dp_attn_args *a) { return (size_t)(a->E * BC + BR * BC + BR * a->Ev); }
+static size_t bwd_floats(const dp_attn_args *a) { return (size_t)(a->E * BC + a->Ev * BC + 3 * BR * BC); }
 
 #define DEFINE_PARTS(SFX, TARGET, GEMM)                                                                                \
   TARGET static void fwd_part_##SFX(void *ctx, int part) {                                                             \
