@@ -129,7 +129,7 @@ INLINE void dropout_row(const dp_attn_args *a, int64_t bh, int64_t i, int64_t j0
 }
 
 /* ---- float32 forward: one (head, query block) ---- */
-INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm) {
+INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm, dp_attn_transpose_fn tr) {
   const dp_attn_args *a = jb->a;
   const int64_t L = a->L, S = a->S, E = a->E, Ev = a->Ev;
   const int64_t bh = t / jb->nqb, i0 = (t % jb->nqb) * BR, nr = L - i0 < BR ? L - i0 : BR;
@@ -145,8 +145,7 @@ INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm) {
   int64_t jend = a->causal && i0 + nr < S ? i0 + nr : S; /* keys after the last query are all masked */
   for (int64_t j0 = 0; j0 < jend; j0 += BC) {
     int64_t nc = jend - j0 < BC ? jend - j0 : BC;
-    for (int64_t e = 0; e < E; e++) /* stores along the row (vector stores of gathered keys) */
-      for (int64_t c = 0; c < nc; c++) Kt[e * BC + c] = k[(j0 + c) * ks + e];
+    tr(k + j0 * ks, ks, nc, E, Kt, BC);
     gemm(nr, nc, E, q, qs, 1, Kt, BC, Sb, BC, scale, false); /* S = (q k^T) * scale, as the backward's */
     for (int64_t r = 0; r < nr; r++) {
       float *s = Sb + r * BC;
@@ -177,7 +176,7 @@ INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm) {
 }
 
 /* ---- float32 backward: one head ---- */
-INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_gemm_fn gemm) {
+INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_gemm_fn gemm, dp_attn_transpose_fn tr) {
   const dp_attn_args *a = jb->a;
   const int64_t L = a->L, S = a->S, E = a->E, Ev = a->Ev;
   const int64_t qs = a->q->stride[2], ks = a->k->stride[2], vs = a->v->stride[2];
@@ -191,18 +190,17 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
   float *Kt = work, *Vt = Kt + E * BC, *P = Vt + Ev * BC, *Z = P + BR * BC, *dS = Z + BR * BC;
   const float scale = (float)a->scale, inv = (float)(1.0 / (1.0 - a->dropout_p));
   const bool drop = a->dropout_p > 0;
-  for (int64_t i = 0; i < L; i++) memset(gq + i * gqs, 0, sizeof(float) * (size_t)E);
+  for (int64_t i = 0; i < L; i++) /* row by row (strided rows; loops, not a memset call per row) */
+    for (int64_t e = 0; e < E; e++) gq[i * gqs + e] = 0.0f;
   for (int64_t j = 0; j < S; j++) {
-    memset(gk + j * gks, 0, sizeof(float) * (size_t)E);
-    memset(gv + j * gvs, 0, sizeof(float) * (size_t)Ev);
+    for (int64_t e = 0; e < E; e++) gk[j * gks + e] = 0.0f;
+    for (int64_t e = 0; e < Ev; e++) gv[j * gvs + e] = 0.0f;
   }
   if (gm) memset(gm, 0, sizeof(float) * (size_t)(L * S));
   for (int64_t j0 = 0; j0 < S; j0 += BC) {
     int64_t nc = S - j0 < BC ? S - j0 : BC;
-    for (int64_t e = 0; e < E; e++)
-      for (int64_t c = 0; c < nc; c++) Kt[e * BC + c] = k[(j0 + c) * ks + e];
-    for (int64_t e = 0; e < Ev; e++)
-      for (int64_t c = 0; c < nc; c++) Vt[e * BC + c] = v[(j0 + c) * vs + e];
+    tr(k + j0 * ks, ks, nc, E, Kt, BC);
+    tr(v + j0 * vs, vs, nc, Ev, Vt, BC);
     for (int64_t i0 = a->causal ? j0 / BR * BR : 0; i0 < L; i0 += BR) { /* queries before j0 see none of these keys */
       int64_t nr = L - i0 < BR ? L - i0 : BR;
       gemm(nr, nc, E, q + i0 * qs, qs, 1, Kt, BC, P, BC, scale, false); /* the forward's S, bit for bit */
@@ -243,7 +241,7 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
 static size_t fwd_floats(const dp_attn_args *a) { return (size_t)(a->E * BC + BR * BC + BR * a->Ev); }
 static size_t bwd_floats(const dp_attn_args *a) { return (size_t)(a->E * BC + a->Ev * BC + 3 * BR * BC); }
 
-#define DEFINE_PARTS(SFX, TARGET, GEMM)                                                                                \
+#define DEFINE_PARTS(SFX, TARGET, GEMM, TR)                                                                            \
   TARGET static void fwd_part_##SFX(void *ctx, int part) {                                                             \
     job *jb = ctx;                                                                                                     \
     float *work = malloc(sizeof(float) * fwd_floats(jb->a));                                                           \
@@ -251,7 +249,7 @@ static size_t bwd_floats(const dp_attn_args *a) { return (size_t)(a->E * BC + a-
       atomic_store(&jb->failed, 1);                                                                                    \
       return;                                                                                                          \
     }                                                                                                                  \
-    for (int64_t t = part; t < jb->tasks; t += jb->parts) fwd_block(jb, t, work, GEMM);                                \
+    for (int64_t t = part; t < jb->tasks; t += jb->parts) fwd_block(jb, t, work, GEMM, TR);                            \
     free(work);                                                                                                        \
   }                                                                                                                    \
   TARGET static void bwd_part_##SFX(void *ctx, int part) {                                                             \
@@ -260,13 +258,13 @@ static size_t bwd_floats(const dp_attn_args *a) { return (size_t)(a->E * BC + a-
     uint8_t *keep = malloc(BR * BC);                                                                                   \
     if (!work || !keep) atomic_store(&jb->failed, 1);                                                                  \
     else                                                                                                               \
-      for (int64_t t = part; t < jb->tasks; t += jb->parts) bwd_head(jb, t, work, keep, GEMM);                         \
+      for (int64_t t = part; t < jb->tasks; t += jb->parts) bwd_head(jb, t, work, keep, GEMM, TR);                     \
     free(work);                                                                                                        \
     free(keep);                                                                                                        \
   }
-DEFINE_PARTS(avx512, TARGET_AVX512, dp_attn_gemm_avx512)
-DEFINE_PARTS(avx2, TARGET_AVX2, dp_attn_gemm_avx2)
-DEFINE_PARTS(plain, , dp_attn_gemm_plain)
+DEFINE_PARTS(avx512, TARGET_AVX512, dp_attn_gemm_avx512, dp_attn_transpose_avx512)
+DEFINE_PARTS(avx2, TARGET_AVX2, dp_attn_gemm_avx2, dp_attn_transpose_plain)
+DEFINE_PARTS(plain, , dp_attn_gemm_plain, dp_attn_transpose_plain)
 
 /* D = rowsum(dO * O), each row's dot product rounded as the tiles' GEMM kernel rounds dZ = dO V^T's (one FMA
  * after another from 0 where the kernel fuses, a multiply then an add in the plain one), so a row whose weights
