@@ -128,6 +128,27 @@ INLINE void dropout_row(const dp_attn_args *a, int64_t bh, int64_t i, int64_t j0
   }
 }
 
+/* The causal cut in strips of SR rows (queries) and SR keys: a tile on the
+ * diagonal computes, for each strip of its rows, only the keys up to the
+ * strip's last query (strip_cols), and the reductions over rows (dV, dK)
+ * start, for each strip of keys, at the first row that sees them
+ * (strip_row0): what is skipped is exactly 0 (masked weights), so the
+ * results are those of the whole tiles, with about 40% less of a diagonal
+ * tile's work. Tiles start at multiples of SR, so a strip's first row
+ * and first key are SR-aligned against each other. */
+enum { SR = 16 };
+_Static_assert(BR % SR == 0 && BC % SR == 0, "tiles are whole strips");
+INLINE int64_t strip_cols(const dp_attn_args *a, int64_t i0, int64_t r0, int64_t j0, int64_t nc) {
+  if (!a->causal) return nc;
+  int64_t w = i0 + r0 + SR - j0; /* keys j <= i: the strip's last query is i0 + r0 + SR - 1 */
+  return w < 0 ? 0 : w < nc ? w : nc;
+}
+INLINE int64_t strip_row0(const dp_attn_args *a, int64_t i0, int64_t c0, int64_t j0) {
+  if (!a->causal) return 0;
+  int64_t r = j0 + c0 - i0; /* rows before it have zero weight for keys c0..c0 + SR - 1 */
+  return r < 0 ? 0 : r;
+}
+
 /* ---- float32 forward: one (head, query block) ---- */
 INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm, dp_attn_transpose_fn tr) {
   const dp_attn_args *a = jb->a;
@@ -146,24 +167,33 @@ INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm, dp_
   for (int64_t j0 = 0; j0 < jend; j0 += BC) {
     int64_t nc = jend - j0 < BC ? jend - j0 : BC;
     tr(k + j0 * ks, ks, nc, E, Kt, BC);
-    gemm(nr, nc, E, q, qs, 1, Kt, BC, Sb, BC, scale, false); /* S = (q k^T) * scale, as the backward's */
+    for (int64_t r0 = 0; r0 < nr; r0 += SR) { /* S = (q k^T) * scale, as the backward's */
+      int64_t w = strip_cols(a, i0, r0, j0, nc);
+      if (w) gemm(nr - r0 < SR ? nr - r0 : SR, w, E, q + r0 * qs, qs, 1, Kt, BC, Sb + r0 * BC, BC, scale, false);
+    }
     for (int64_t r = 0; r < nr; r++) {
       float *s = Sb + r * BC;
-      mask_row(a, bh, i0 + r, j0, nc, s);
-      float mx = row_max(s, nc);
+      int64_t w = strip_cols(a, i0, r / SR * SR, j0, nc);
+      if (!w) continue;
+      mask_row(a, bh, i0 + r, j0, w, s);
+      float mx = row_max(s, w);
       float mnew = mx > m[r] ? mx : m[r];
       if (mnew == -INFINITY) { /* no key so far: contributes nothing */
-        for (int64_t c = 0; c < nc; c++) s[c] = 0.0f;
+        for (int64_t c = 0; c < w; c++) s[c] = 0.0f;
         continue;
       }
-      float alpha = dp_attn_exp(m[r] - mnew), sum = exp_row(s, nc, mnew);
+      float alpha = dp_attn_exp(m[r] - mnew), sum = exp_row(s, w, mnew);
       l[r] = l[r] * alpha + sum;
       m[r] = mnew;
       if (alpha != 1.0f)
         for (int64_t e = 0; e < Ev; e++) acc[r * Ev + e] *= alpha;
-      if (a->dropout_p > 0) dropout_row(a, bh, i0 + r, j0, nc, s, NULL);
+      if (a->dropout_p > 0) dropout_row(a, bh, i0 + r, j0, w, s, NULL);
     }
-    gemm(nr, Ev, nc, Sb, BC, 1, v + j0 * vs, vs, acc, Ev, 1.0f, true);
+    for (int64_t r0 = 0; r0 < nr; r0 += SR) {
+      int64_t w = strip_cols(a, i0, r0, j0, nc);
+      if (w)
+        gemm(nr - r0 < SR ? nr - r0 : SR, Ev, w, Sb + r0 * BC, BC, 1, v + j0 * vs, vs, acc + r0 * Ev, Ev, 1.0f, true);
+    }
   }
   const int64_t os = jb->out->stride[2];
   float *o = head_w(jb->out, a, bh) + i0 * os;
@@ -203,36 +233,44 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
     tr(v + j0 * vs, vs, nc, Ev, Vt, BC);
     for (int64_t i0 = a->causal ? j0 / BR * BR : 0; i0 < L; i0 += BR) { /* queries before j0 see none of these keys */
       int64_t nr = L - i0 < BR ? L - i0 : BR;
-      gemm(nr, nc, E, q + i0 * qs, qs, 1, Kt, BC, P, BC, scale, false); /* the forward's S, bit for bit */
+      for (int64_t r0 = 0; r0 < nr; r0 += SR) { /* the forward's S, bit for bit */
+        int64_t w = strip_cols(a, i0, r0, j0, nc), rows = nr - r0 < SR ? nr - r0 : SR;
+        if (w) gemm(rows, w, E, q + (i0 + r0) * qs, qs, 1, Kt, BC, P + r0 * BC, BC, scale, false);
+        if (w) gemm(rows, w, Ev, dO + (i0 + r0) * dos, dos, 1, Vt, BC, dS + r0 * BC, BC, 1.0f, false); /* dZ = dO V^T */
+      }
       for (int64_t r = 0; r < nr; r++) {
-        float *p = P + r * BC;
+        float *p = P + r * BC, *d = dS + r * BC;
+        int64_t w = strip_cols(a, i0, r / SR * SR, j0, nc);
         double li = lse[i0 + r];
         if (li == -INFINITY) { /* a row with no key: no gradient */
-          for (int64_t c = 0; c < nc; c++) p[c] = 0.0f;
+          for (int64_t c = 0; c < w; c++) p[c] = 0.0f;
         } else {
-          mask_row(a, bh, i0 + r, j0, nc, p);
+          mask_row(a, bh, i0 + r, j0, w, p);
           float hi = (float)li;
-          exp_row2(p, nc, hi, (float)(li - (double)hi));
+          exp_row2(p, w, hi, (float)(li - (double)hi));
         }
         if (drop) {
-          memcpy(Z + r * BC, p, sizeof(float) * (size_t)nc);
-          dropout_row(a, bh, i0 + r, j0, nc, Z + r * BC, keep + r * BC);
+          memcpy(Z + r * BC, p, sizeof(float) * (size_t)w);
+          dropout_row(a, bh, i0 + r, j0, w, Z + r * BC, keep + r * BC);
+          for (int64_t c = 0; c < w; c++) d[c] = keep[r * BC + c] ? d[c] * inv : 0.0f;
         }
+        float Di = D[i0 + r];
+        for (int64_t c = 0; c < w; c++) d[c] = p[c] * (d[c] - Di);
+        if (gm) memcpy(gm + (i0 + r) * S + j0, d, sizeof(float) * (size_t)w);
       }
       const float *Zt = drop ? Z : P;
-      gemm(nc, Ev, nr, Zt, 1, BC, dO + i0 * dos, dos, gv + j0 * gvs, gvs, 1.0f, true); /* dV += Z^T dO */
-      gemm(nr, nc, Ev, dO + i0 * dos, dos, 1, Vt, BC, dS, BC, 1.0f, false);            /* dZ = dO V^T */
-      for (int64_t r = 0; r < nr; r++) {
-        float *d = dS + r * BC;
-        const float *p = P + r * BC;
-        float Di = D[i0 + r];
-        if (drop)
-          for (int64_t c = 0; c < nc; c++) d[c] = keep[r * BC + c] ? d[c] * inv : 0.0f;
-        for (int64_t c = 0; c < nc; c++) d[c] = p[c] * (d[c] - Di);
-        if (gm) memcpy(gm + (i0 + r) * S + j0, d, sizeof(float) * (size_t)nc);
+      for (int64_t r0 = 0; r0 < nr; r0 += SR) {
+        int64_t w = strip_cols(a, i0, r0, j0, nc), rows = nr - r0 < SR ? nr - r0 : SR;
+        if (w) gemm(rows, E, w, dS + r0 * BC, BC, 1, k + j0 * ks, ks, gq + (i0 + r0) * gqs, gqs, scale, true); /* dQ */
       }
-      gemm(nr, E, nc, dS, BC, 1, k + j0 * ks, ks, gq + i0 * gqs, gqs, scale, true); /* dQ += dS K */
-      gemm(nc, E, nr, dS, 1, BC, q + i0 * qs, qs, gk + j0 * gks, gks, scale, true); /* dK += dS^T Q */
+      for (int64_t c0 = 0; c0 < nc; c0 += SR) { /* dV += Z^T dO, dK += dS^T Q */
+        int64_t r1 = strip_row0(a, i0, c0, j0), cols = nc - c0 < SR ? nc - c0 : SR;
+        if (r1 >= nr) continue;
+        gemm(cols, Ev, nr - r1, Zt + r1 * BC + c0, 1, BC, dO + (i0 + r1) * dos, dos, gv + (j0 + c0) * gvs, gvs, 1.0f,
+             true);
+        gemm(cols, E, nr - r1, dS + r1 * BC + c0, 1, BC, q + (i0 + r1) * qs, qs, gk + (j0 + c0) * gks, gks, scale,
+             true);
+      }
     }
   }
 }
