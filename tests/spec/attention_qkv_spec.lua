@@ -4,7 +4,8 @@
 -- bit for bit, forward and backward, dropout included; the float64 path
 -- against the float64 composed math; float32 against float64 across the
 -- tiles' edges (T = 1, 63, 64, 65, 130) and head dims (5, 17, 32, 40);
--- finite differences; the scaled_dot_product_attention kernels' strided
+-- causal dropout in float32 against float64; finite differences; the
+-- scaled_dot_product_attention kernels' strided
 -- output gradient; bad arguments.
 local ddp = require "ddplua"
 local gc = require "helpers.gradcheck"
@@ -73,6 +74,25 @@ describe("self_attention_qkv", function()
         R.assert_close(y32, R.from(y64), 2e-5, 2e-4, "float32 output " .. what)
         R.assert_close(g32, R.from(g64), 2e-5, 2e-4, "float32 gradient " .. what)
       end
+    end
+  end)
+
+  it("float32 with causal dropout matches float64 (the same mask) across the causal strips", function()
+    -- the float32 kernels cut diagonal tiles into 16-row strips; the float64 path has no tiles
+    for _, c in ipairs({ { 1, 130, 2, 64 }, { 2, 65, 1, 24 }, { 1, 17, 2, 6 } }) do
+      local B, T, H, C = c[1], c[2], c[3], c[4]
+      local x, gy = R.randn({ B, T, 3 * C }, 15), R.randn({ B, T, C }, 16)
+      local o = { is_causal = true, dropout_p = 0.2 }
+      ddp.manual_seed(17)
+      local y64, g64 = run(function(t) return F.self_attention_qkv(t, H, o) end, x, gy)
+      ddp.manual_seed(17)
+      local y32, g32 = run(function(t) return F.self_attention_qkv(t, H, o) end, x:float(), gy:float())
+      local what = string.format("B=%d T=%d H=%d C=%d", B, T, H, C)
+      R.assert_close(y32, R.from(y64), 2e-5, 2e-4, "output " .. what)
+      R.assert_close(g32, R.from(g64), 2e-5, 2e-4, "gradient " .. what)
+      ddp.manual_seed(18)
+      local y2 = F.self_attention_qkv(x, H, o)
+      assert.is_true((y2 - y64):abs():max():item() > 1e-3) -- another seed, another mask
     end
   end)
 
