@@ -1,7 +1,7 @@
 -- The byte-level GPT of examples/gpt (nanoGPT's model, as
 -- ../shared/peers/torch_gpt.py writes it): token and position embeddings,
 -- pre-LayerNorm blocks of causal self-attention (one fused
--- scaled_dot_product_attention) and a GELU MLP, a final LayerNorm, and a
+-- F.self_attention_qkv: scaled_dot_product_attention over the packed qkv) and a GELU MLP, a final LayerNorm, and a
 -- head tied to the token embedding. The parameter names are the peer's
 -- (wte, wpe, blocks.0.ln1, blocks.0.qkv, ..., ln_f, head), so its
 -- state_dict loads (tests/spec/gpt_parity_spec.lua).
@@ -28,15 +28,11 @@ function Block:__init(c)
 end
 
 function Block:forward(x)
-  local B, T, C = x:size(1), x:size(2), x:size(3)
-  local H = self.n_head
-  local q, k, v = self.qkv(self.ln1(x)):split(C, 3)
-  -- [B, T, C] -> [B, H, T, C / H]: strided views the fused op reads as they are
-  q, k, v = q:view(B, T, H, C // H):transpose(2, 3), k:view(B, T, H, C // H):transpose(2, 3),
-      v:view(B, T, H, C // H):transpose(2, 3)
   local p = self.training and self.dropout or 0
-  local y = F.scaled_dot_product_attention(q, k, v, { is_causal = true, dropout_p = p })
-  x = x + F.dropout(self.proj(y:transpose(2, 3):reshape(B, T, C)), p, self.training)
+  -- the split of qkv into heads, the causal scaled_dot_product_attention and the heads' merge back to [B, T, C]
+  -- as one op (the peer's q, k, v = qkv.split(...); ...; y.transpose(1, 2).contiguous() without the copies)
+  local y = F.self_attention_qkv(self.qkv(self.ln1(x)), self.n_head, { is_causal = true, dropout_p = p })
+  x = x + F.dropout(self.proj(y), p, self.training)
   return x + F.dropout(self.out(F.gelu(self.fc(self.ln2(x)))), p, self.training)
 end
 

@@ -119,14 +119,18 @@ typedef struct {
  * (stride 0 where broadcast): uint8 (nonzero takes part) or x's dtype
  * (added to the scores). causal keeps j <= i. Rows with no key left give
  * 0 (and lse -inf). Dropout zeroes the weights where dp_attn_keep
- * (ops/model_math.h) says so, scaling the rest by 1 / (1 - p). */
+ * (ops/model_math.h) says so, scaling the rest by 1 / (1 - p). The
+ * output, the gradients gq, gk, gv and (backward) out and gout are
+ * [b1, b2, rows, cols] views too: the CPU kernels honour their strides
+ * (unit along the last dim), the CUDA ones take them contiguous; lse is a
+ * contiguous float64 [b1 b2 L], the mask's gradient contiguous. */
 typedef struct {
   int64_t b1, b2, L, S, E, Ev;
   const dp_tensor *q, *k, *v, *mask;
   bool mask_bool, causal;
   double scale, dropout_p;
   uint64_t seed, offset;
-  /* backward: the forward's output and lse, and the output's gradient (all contiguous) */
+  /* backward: the forward's output and lse, and the output's gradient */
   const dp_tensor *out, *lse, *gout;
 } dp_attn_args;
 

@@ -2,6 +2,7 @@
  * holds them):
  *
  *   core.scaled_dot_product_attention(q, k, v [, {attn_mask=, is_causal=, dropout_p=, scale=}])
+ *   core.self_attention_qkv(qkv, n_head [, {is_causal=, dropout_p=, scale=}])   qkv [B, T, 3C] -> [B, T, C]
  *   core.adaptive_avg_pool2d(x, size)                 size: n or {h, w}
  *   core._rnn_layer(mode, xp, w_hh, b_hh, h0, c0, reverse) -> y, h_T, c_T   mode "RNN_TANH" | "RNN_RELU" | "LSTM" |
  * "GRU" core._clip_grad_norm(params, max_norm, norm_type, error_if_nonfinite) -> total norm (0-dim tensor)
@@ -43,6 +44,29 @@ static int l_sdpa(lua_State *L) {
     }
   }
   return lt_push(L, dp_scaled_dot_product_attention(q, k, v, mask, causal, p, scale));
+}
+
+static int l_self_attention_qkv(lua_State *L) {
+  dp_tensor *qkv = lt_check(L, 1);
+  lua_Integer h = luaL_checkinteger(L, 2);
+  bool causal = false;
+  double p = 0, scale = -1;
+  if (!lua_isnoneornil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    static const char *const valid[] = {"is_causal", "dropout_p", "scale", NULL};
+    lt_check_keys(L, 3, "self_attention_qkv", valid);
+    if (lua_getfield(L, 3, "is_causal") != LUA_TNIL) {
+      if (!lua_isboolean(L, -1))
+        return luaL_error(L, "self_attention_qkv: is_causal must be a boolean, got %s", luaL_typename(L, -1));
+      causal = lua_toboolean(L, -1);
+    }
+    if (lua_getfield(L, 3, "dropout_p") != LUA_TNIL) p = luaL_checknumber(L, -1);
+    if (lua_getfield(L, 3, "scale") != LUA_TNIL) {
+      scale = luaL_checknumber(L, -1);
+      if (!(scale >= 0)) return luaL_error(L, "self_attention_qkv: scale must be a number >= 0, got %g", scale);
+    }
+  }
+  return lt_push(L, dp_self_attention_qkv(qkv, (int64_t)h, causal, p, scale));
 }
 
 static int l_adaptive_avg_pool2d(lua_State *L) {
@@ -178,6 +202,7 @@ static int l_adagrad_step(lua_State *L) {
 void lt_open_model_layers(lua_State *L, int module, int methods) {
   (void)methods;
   static const luaL_Reg funcs[] = {{"scaled_dot_product_attention", l_sdpa},
+                                   {"self_attention_qkv", l_self_attention_qkv},
                                    {"adaptive_avg_pool2d", l_adaptive_avg_pool2d},
                                    {"_rnn_layer", l_rnn_layer},
                                    {"_clip_grad_norm", l_clip_grad_norm},

@@ -61,7 +61,11 @@ static int attention_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
                     .out = out,
                     .lse = lse};
   DP_SCOPE(s);
-  dp_tensor *gc = dp_scope_add(&s, dp_contiguous_raw(gout[0]));
+  /* the CPU kernels read any [b1, b2, L, Ev] view with a unit last stride (the transposed gradient of an output
+   * merged back to [B, T, C] costs no copy); the others take it contiguous */
+  int nb = n->in_ndim[0] - 2;
+  dp_tensor *gc = dp_dev(q).type == DP_CPU ? as4(&s, gout[0], nb, true)
+                                           : as4(&s, dp_scope_add(&s, dp_contiguous_raw(gout[0])), nb, true);
   dp_tensor *gq = dp_scope_add(&s, dp_empty(q->dtype, 4, q->shape, dp_dev(q)));
   dp_tensor *gk = dp_scope_add(&s, dp_empty(k->dtype, 4, k->shape, dp_dev(q)));
   dp_tensor *gv = dp_scope_add(&s, dp_empty(v->dtype, 4, v->shape, dp_dev(q)));
@@ -160,7 +164,8 @@ dp_tensor *dp_scaled_dot_product_attention(dp_tensor *q, dp_tensor *k, dp_tensor
   int64_t b1 = q4->shape[0], b2 = q4->shape[1], rows = b1 * b2 * L;
   dp_tensor *out = dp_scope_add(&s, dp_empty(q->dtype, nd, osh, dp_dev(q)));
   dp_tensor *lse = dp_scope_add(&s, dp_empty(DP_F64, 1, &rows, dp_dev(q))); /* backend.h: float64 always */
-  if (!out || !lse) return NULL;
+  dp_tensor *o4 = out ? as4(&s, out, nb, true) : NULL;
+  if (!out || !lse || !o4) return NULL;
   uint64_t seed = 0, offset = 0;
   if (dropout_p > 0) {
     seed = dp_rng_seed();
@@ -182,7 +187,7 @@ dp_tensor *dp_scaled_dot_product_attention(dp_tensor *q, dp_tensor *k, dp_tensor
                     .dropout_p = dropout_p,
                     .seed = seed,
                     .offset = offset};
-  if (dp_backend_of(q)->attention(out, lse, &a)) return NULL;
+  if (dp_backend_of(q)->attention(o4, lse, &a)) return NULL;
   dp_scope_keep(&s, out);
   dp_tensor *ins[4] = {q, k, v, mask};
   if (dp_any_requires_grad(4, ins)) {
@@ -193,7 +198,7 @@ dp_tensor *dp_scaled_dot_product_attention(dp_tensor *q, dp_tensor *k, dp_tensor
     dp_node_save(n, k4);
     dp_node_save(n, v4);
     dp_node_save(n, m4);
-    dp_node_save(n, out);
+    dp_node_save(n, o4);
     dp_node_save(n, lse);
     dp_node_attach(n, out, 0);
     dp_node_release(n);

@@ -67,6 +67,11 @@ dp_tensor *dp_bernoulli(dp_tensor *p, uint64_t seed, uint64_t offset);
  * i; dropout_p on the weights; scale < 0 for 1 / sqrt(E). */
 dp_tensor *dp_scaled_dot_product_attention(dp_tensor *q, dp_tensor *k, dp_tensor *v, dp_tensor *mask, bool causal,
                                            double dropout_p, double scale);
+/* Self-attention over a packed projection qkv [B, T, 3C] (q, k, v side
+ * by side, n_head heads each) to [B, T, C], scaled_dot_product_attention
+ * without the split, transposes and merge copies (ops/attention_qkv.c);
+ * CPU only. */
+dp_tensor *dp_self_attention_qkv(dp_tensor *qkv, int64_t n_head, bool causal, double dropout_p, double scale);
 
 /* ---- recurrent layers (ops/rnn.c) ---- */
 /* One direction of one layer over time: xp [T, N, G H] the input

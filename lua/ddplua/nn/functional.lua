@@ -45,6 +45,17 @@ function F.embedding(ids, weight, padding_idx) return ddp.embedding(ids, weight,
 --- scaled_dot_product_attention(q, k, v [, {attn_mask=, is_causal=, dropout_p=, scale=}]): one fused op
 --- (flash attention's tiled online softmax; a bool mask's true takes part, a float one is added).
 function F.scaled_dot_product_attention(q, k, v, opts) return ddp.core.scaled_dot_product_attention(q, k, v, opts) end
+--- self_attention_qkv(qkv, n_head [, {is_causal=, dropout_p=, scale=}]): qkv [B, T, 3C] as Linear(C, 3C) gives
+--- it (q, k, v side by side) to [B, T, C]: the split into n_head heads, scaled_dot_product_attention and the
+--- merge of nanoGPT's attention as one op on the CPU (no copies; ops/attention_qkv.c), composed elsewhere.
+function F.self_attention_qkv(qkv, n_head, opts)
+  if qkv:device() == "cpu" then return ddp.core.self_attention_qkv(qkv, n_head, opts) end
+  local B, T, C = qkv:size(1), qkv:size(2), qkv:size(3) // 3
+  local q, k, v = qkv:split(C, 3)
+  local function heads(t) return t:view(B, T, n_head, C // n_head):transpose(2, 3) end
+  local y = ddp.core.scaled_dot_product_attention(heads(q), heads(k), heads(v), opts)
+  return y:transpose(2, 3):reshape(B, T, C)
+end
 --- adaptive_avg_pool2d(x, output_size): output_size n or {h, w}.
 function F.adaptive_avg_pool2d(x, output_size) return ddp.core.adaptive_avg_pool2d(x, output_size) end
 

@@ -53,6 +53,7 @@ typedef struct {
 INLINE const float *head_of(const dp_tensor *t, const dp_attn_args *a, int64_t bh) {
   return (const float *)dp_data(t) + (bh / a->b2) * t->stride[0] + (bh % a->b2) * t->stride[1];
 }
+INLINE float *head_w(dp_tensor *t, const dp_attn_args *a, int64_t bh) { return (float *)head_of(t, a, bh); }
 
 /* Masks and the causal cut of one row of scores s[0..nc) for query i and
  * keys j0..: -inf where a key takes no part, the float mask added. */
@@ -109,8 +110,10 @@ INLINE float exp_row(float *s, int64_t n, float m) {
     s[c] = dp_attn_exp(s[c] - m);
     sum += s[c];
   }
-  for (int l = 0; l < LANES; l++) sum += lane[l];
-  return sum;
+  /* the lanes combined pairwise (depth 4, and in vector halves) rather than one serial chain of 16 adds */
+  for (int w = LANES / 2; w >= 1; w /= 2)
+    for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+  return sum + lane[0];
 }
 
 /* Dropout of a row of weights in place (keep[c] records the mask for the
@@ -125,122 +128,158 @@ INLINE void dropout_row(const dp_attn_args *a, int64_t bh, int64_t i, int64_t j0
   }
 }
 
+/* The causal cut in strips of SR rows (queries) and SR keys: a tile on the
+ * diagonal computes, for each strip of its rows, only the keys up to the
+ * strip's last query (strip_cols), and the reductions over rows (dV, dK)
+ * start, for each strip of keys, at the first row that sees them
+ * (strip_row0): what is skipped is exactly 0 (masked weights), so the
+ * results are those of the whole tiles, with about 40% less of a diagonal
+ * tile's work. Tiles start at multiples of SR, so a strip's first row
+ * and first key are SR-aligned against each other. */
+enum { SR = 16 };
+_Static_assert(BR % SR == 0 && BC % SR == 0, "tiles are whole strips");
+INLINE int64_t strip_cols(const dp_attn_args *a, int64_t i0, int64_t r0, int64_t j0, int64_t nc) {
+  if (!a->causal) return nc;
+  int64_t w = i0 + r0 + SR - j0; /* keys j <= i: the strip's last query is i0 + r0 + SR - 1 */
+  return w < 0 ? 0 : w < nc ? w : nc;
+}
+INLINE int64_t strip_row0(const dp_attn_args *a, int64_t i0, int64_t c0, int64_t j0) {
+  if (!a->causal) return 0;
+  int64_t r = j0 + c0 - i0; /* rows before it have zero weight for keys c0..c0 + SR - 1 */
+  return r < 0 ? 0 : r;
+}
+
 /* ---- float32 forward: one (head, query block) ---- */
-INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm) {
+INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm, dp_attn_transpose_fn tr) {
   const dp_attn_args *a = jb->a;
   const int64_t L = a->L, S = a->S, E = a->E, Ev = a->Ev;
   const int64_t bh = t / jb->nqb, i0 = (t % jb->nqb) * BR, nr = L - i0 < BR ? L - i0 : BR;
   const int64_t qs = a->q->stride[2], ks = a->k->stride[2], vs = a->v->stride[2];
   const float *q = head_of(a->q, a, bh) + i0 * qs, *k = head_of(a->k, a, bh), *v = head_of(a->v, a, bh);
-  float *Qs = work, *Kt = Qs + BR * E, *Sb = Kt + E * BC, *acc = Sb + BR * BC;
+  float *Kt = work, *Sb = Kt + E * BC, *acc = Sb + BR * BC;
   float m[BR], l[BR];
   const float scale = (float)a->scale;
   for (int64_t r = 0; r < nr; r++) {
-    for (int64_t e = 0; e < E; e++) Qs[r * E + e] = q[r * qs + e] * scale;
     for (int64_t e = 0; e < Ev; e++) acc[r * Ev + e] = 0.0f;
     m[r] = -INFINITY, l[r] = 0.0f;
   }
   int64_t jend = a->causal && i0 + nr < S ? i0 + nr : S; /* keys after the last query are all masked */
   for (int64_t j0 = 0; j0 < jend; j0 += BC) {
     int64_t nc = jend - j0 < BC ? jend - j0 : BC;
-    for (int64_t c = 0; c < nc; c++)
-      for (int64_t e = 0; e < E; e++) Kt[e * BC + c] = k[(j0 + c) * ks + e];
-    gemm(nr, nc, E, Qs, E, 1, Kt, BC, Sb, BC, 1.0f, false);
+    tr(k + j0 * ks, ks, nc, E, Kt, BC);
+    for (int64_t r0 = 0; r0 < nr; r0 += SR) { /* S = (q k^T) * scale, as the backward's */
+      int64_t w = strip_cols(a, i0, r0, j0, nc);
+      if (w) gemm(nr - r0 < SR ? nr - r0 : SR, w, E, q + r0 * qs, qs, 1, Kt, BC, Sb + r0 * BC, BC, scale, false);
+    }
     for (int64_t r = 0; r < nr; r++) {
       float *s = Sb + r * BC;
-      mask_row(a, bh, i0 + r, j0, nc, s);
-      float mx = row_max(s, nc);
+      int64_t w = strip_cols(a, i0, r / SR * SR, j0, nc);
+      if (!w) continue;
+      mask_row(a, bh, i0 + r, j0, w, s);
+      float mx = row_max(s, w);
       float mnew = mx > m[r] ? mx : m[r];
       if (mnew == -INFINITY) { /* no key so far: contributes nothing */
-        for (int64_t c = 0; c < nc; c++) s[c] = 0.0f;
+        for (int64_t c = 0; c < w; c++) s[c] = 0.0f;
         continue;
       }
-      float alpha = dp_attn_exp(m[r] - mnew), sum = exp_row(s, nc, mnew);
+      float alpha = dp_attn_exp(m[r] - mnew), sum = exp_row(s, w, mnew);
       l[r] = l[r] * alpha + sum;
       m[r] = mnew;
       if (alpha != 1.0f)
         for (int64_t e = 0; e < Ev; e++) acc[r * Ev + e] *= alpha;
-      if (a->dropout_p > 0) dropout_row(a, bh, i0 + r, j0, nc, s, NULL);
+      if (a->dropout_p > 0) dropout_row(a, bh, i0 + r, j0, w, s, NULL);
     }
-    gemm(nr, Ev, nc, Sb, BC, 1, v + j0 * vs, vs, acc, Ev, 1.0f, true);
+    for (int64_t r0 = 0; r0 < nr; r0 += SR) {
+      int64_t w = strip_cols(a, i0, r0, j0, nc);
+      if (w)
+        gemm(nr - r0 < SR ? nr - r0 : SR, Ev, w, Sb + r0 * BC, BC, 1, v + j0 * vs, vs, acc + r0 * Ev, Ev, 1.0f, true);
+    }
   }
-  float *o = (float *)dp_data(jb->out) + (bh * L + i0) * Ev;
+  const int64_t os = jb->out->stride[2];
+  float *o = head_w(jb->out, a, bh) + i0 * os;
   double *lse = (double *)dp_data(jb->lse) + bh * L + i0;
   for (int64_t r = 0; r < nr; r++) {
     float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-    for (int64_t e = 0; e < Ev; e++) o[r * Ev + e] = acc[r * Ev + e] * inv;
+    for (int64_t e = 0; e < Ev; e++) o[r * os + e] = acc[r * Ev + e] * inv;
     lse[r] = l[r] > 0 ? (double)m[r] + log((double)l[r]) : -INFINITY;
   }
 }
 
 /* ---- float32 backward: one head ---- */
-INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_gemm_fn gemm) {
+INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_gemm_fn gemm, dp_attn_transpose_fn tr) {
   const dp_attn_args *a = jb->a;
   const int64_t L = a->L, S = a->S, E = a->E, Ev = a->Ev;
   const int64_t qs = a->q->stride[2], ks = a->k->stride[2], vs = a->v->stride[2];
   const float *q = head_of(a->q, a, bh), *k = head_of(a->k, a, bh), *v = head_of(a->v, a, bh);
-  const float *dO = (const float *)dp_data(a->gout) + bh * L * Ev;
+  const int64_t dos = a->gout->stride[2], gqs = jb->gq->stride[2], gks = jb->gk->stride[2], gvs = jb->gv->stride[2];
+  const float *dO = head_of(a->gout, a, bh);
   const double *lse = (const double *)dp_data(a->lse) + bh * L;
   const float *D = jb->D + bh * L;
-  float *gq = (float *)dp_data(jb->gq) + bh * L * E, *gk = (float *)dp_data(jb->gk) + bh * S * E;
-  float *gv = (float *)dp_data(jb->gv) + bh * S * Ev;
+  float *gq = head_w(jb->gq, a, bh), *gk = head_w(jb->gk, a, bh), *gv = head_w(jb->gv, a, bh);
   float *gm = jb->gmask ? (float *)dp_data(jb->gmask) + bh * L * S : NULL;
-  float *Qs = work, *Kt = Qs + BR * E, *Vt = Kt + E * BC, *P = Vt + Ev * BC, *Z = P + BR * BC, *dS = Z + BR * BC;
+  float *Kt = work, *Vt = Kt + E * BC, *P = Vt + Ev * BC, *Z = P + BR * BC, *dS = Z + BR * BC;
   const float scale = (float)a->scale, inv = (float)(1.0 / (1.0 - a->dropout_p));
   const bool drop = a->dropout_p > 0;
-  memset(gq, 0, sizeof(float) * (size_t)(L * E));
-  memset(gk, 0, sizeof(float) * (size_t)(S * E));
-  memset(gv, 0, sizeof(float) * (size_t)(S * Ev));
+  for (int64_t i = 0; i < L; i++) /* row by row (strided rows; loops, not a memset call per row) */
+    for (int64_t e = 0; e < E; e++) gq[i * gqs + e] = 0.0f;
+  for (int64_t j = 0; j < S; j++) {
+    for (int64_t e = 0; e < E; e++) gk[j * gks + e] = 0.0f;
+    for (int64_t e = 0; e < Ev; e++) gv[j * gvs + e] = 0.0f;
+  }
   if (gm) memset(gm, 0, sizeof(float) * (size_t)(L * S));
   for (int64_t j0 = 0; j0 < S; j0 += BC) {
     int64_t nc = S - j0 < BC ? S - j0 : BC;
-    for (int64_t c = 0; c < nc; c++) {
-      for (int64_t e = 0; e < E; e++) Kt[e * BC + c] = k[(j0 + c) * ks + e];
-      for (int64_t e = 0; e < Ev; e++) Vt[e * BC + c] = v[(j0 + c) * vs + e];
-    }
+    tr(k + j0 * ks, ks, nc, E, Kt, BC);
+    tr(v + j0 * vs, vs, nc, Ev, Vt, BC);
     for (int64_t i0 = a->causal ? j0 / BR * BR : 0; i0 < L; i0 += BR) { /* queries before j0 see none of these keys */
       int64_t nr = L - i0 < BR ? L - i0 : BR;
-      for (int64_t r = 0; r < nr; r++)
-        for (int64_t e = 0; e < E; e++) Qs[r * E + e] = q[(i0 + r) * qs + e] * scale;
-      gemm(nr, nc, E, Qs, E, 1, Kt, BC, P, BC, 1.0f, false);
+      for (int64_t r0 = 0; r0 < nr; r0 += SR) { /* the forward's S, bit for bit */
+        int64_t w = strip_cols(a, i0, r0, j0, nc), rows = nr - r0 < SR ? nr - r0 : SR;
+        if (w) gemm(rows, w, E, q + (i0 + r0) * qs, qs, 1, Kt, BC, P + r0 * BC, BC, scale, false);
+        if (w) gemm(rows, w, Ev, dO + (i0 + r0) * dos, dos, 1, Vt, BC, dS + r0 * BC, BC, 1.0f, false); /* dZ = dO V^T */
+      }
       for (int64_t r = 0; r < nr; r++) {
-        float *p = P + r * BC;
+        float *p = P + r * BC, *d = dS + r * BC;
+        int64_t w = strip_cols(a, i0, r / SR * SR, j0, nc);
         double li = lse[i0 + r];
         if (li == -INFINITY) { /* a row with no key: no gradient */
-          for (int64_t c = 0; c < nc; c++) p[c] = 0.0f;
+          for (int64_t c = 0; c < w; c++) p[c] = 0.0f;
         } else {
-          mask_row(a, bh, i0 + r, j0, nc, p);
+          mask_row(a, bh, i0 + r, j0, w, p);
           float hi = (float)li;
-          exp_row2(p, nc, hi, (float)(li - (double)hi));
+          exp_row2(p, w, hi, (float)(li - (double)hi));
         }
         if (drop) {
-          memcpy(Z + r * BC, p, sizeof(float) * (size_t)nc);
-          dropout_row(a, bh, i0 + r, j0, nc, Z + r * BC, keep + r * BC);
+          memcpy(Z + r * BC, p, sizeof(float) * (size_t)w);
+          dropout_row(a, bh, i0 + r, j0, w, Z + r * BC, keep + r * BC);
+          for (int64_t c = 0; c < w; c++) d[c] = keep[r * BC + c] ? d[c] * inv : 0.0f;
         }
+        float Di = D[i0 + r];
+        for (int64_t c = 0; c < w; c++) d[c] = p[c] * (d[c] - Di);
+        if (gm) memcpy(gm + (i0 + r) * S + j0, d, sizeof(float) * (size_t)w);
       }
       const float *Zt = drop ? Z : P;
-      gemm(nc, Ev, nr, Zt, 1, BC, dO + i0 * Ev, Ev, gv + j0 * Ev, Ev, 1.0f, true); /* dV += Z^T dO */
-      gemm(nr, nc, Ev, dO + i0 * Ev, Ev, 1, Vt, BC, dS, BC, 1.0f, false);          /* dZ = dO V^T */
-      for (int64_t r = 0; r < nr; r++) {
-        float *d = dS + r * BC;
-        const float *p = P + r * BC;
-        float Di = D[i0 + r];
-        if (drop)
-          for (int64_t c = 0; c < nc; c++) d[c] = keep[r * BC + c] ? d[c] * inv : 0.0f;
-        for (int64_t c = 0; c < nc; c++) d[c] = p[c] * (d[c] - Di);
-        if (gm) memcpy(gm + (i0 + r) * S + j0, d, sizeof(float) * (size_t)nc);
+      for (int64_t r0 = 0; r0 < nr; r0 += SR) {
+        int64_t w = strip_cols(a, i0, r0, j0, nc), rows = nr - r0 < SR ? nr - r0 : SR;
+        if (w) gemm(rows, E, w, dS + r0 * BC, BC, 1, k + j0 * ks, ks, gq + (i0 + r0) * gqs, gqs, scale, true); /* dQ */
       }
-      gemm(nr, E, nc, dS, BC, 1, k + j0 * ks, ks, gq + i0 * E, E, scale, true); /* dQ += dS K */
-      gemm(nc, E, nr, dS, 1, BC, q + i0 * qs, qs, gk + j0 * E, E, scale, true); /* dK += dS^T Q */
+      for (int64_t c0 = 0; c0 < nc; c0 += SR) { /* dV += Z^T dO, dK += dS^T Q */
+        int64_t r1 = strip_row0(a, i0, c0, j0), cols = nc - c0 < SR ? nc - c0 : SR;
+        if (r1 >= nr) continue;
+        gemm(cols, Ev, nr - r1, Zt + r1 * BC + c0, 1, BC, dO + (i0 + r1) * dos, dos, gv + (j0 + c0) * gvs, gvs, 1.0f,
+             true);
+        gemm(cols, E, nr - r1, dS + r1 * BC + c0, 1, BC, q + (i0 + r1) * qs, qs, gk + (j0 + c0) * gks, gks, scale,
+             true);
+      }
     }
   }
 }
 
 /* ---- the instruction-set variants and the thread split ---- */
-static size_t fwd_floats(const dp_attn_args *a) { return (size_t)(BR * a->E + a->E * BC + BR * BC + BR * a->Ev); }
-static size_t bwd_floats(const dp_attn_args *a) { return (size_t)(BR * a->E + a->E * BC + a->Ev * BC + 3 * BR * BC); }
+static size_t fwd_floats(const dp_attn_args *a) { return (size_t)(a->E * BC + BR * BC + BR * a->Ev); }
+static size_t bwd_floats(const dp_attn_args *a) { return (size_t)(a->E * BC + a->Ev * BC + 3 * BR * BC); }
 
-#define DEFINE_PARTS(SFX, TARGET, GEMM)                                                                                \
+#define DEFINE_PARTS(SFX, TARGET, GEMM, TR)                                                                            \
   TARGET static void fwd_part_##SFX(void *ctx, int part) {                                                             \
     job *jb = ctx;                                                                                                     \
     float *work = malloc(sizeof(float) * fwd_floats(jb->a));                                                           \
@@ -248,7 +287,7 @@ static size_t bwd_floats(const dp_attn_args *a) { return (size_t)(BR * a->E + a-
       atomic_store(&jb->failed, 1);                                                                                    \
       return;                                                                                                          \
     }                                                                                                                  \
-    for (int64_t t = part; t < jb->tasks; t += jb->parts) fwd_block(jb, t, work, GEMM);                                \
+    for (int64_t t = part; t < jb->tasks; t += jb->parts) fwd_block(jb, t, work, GEMM, TR);                            \
     free(work);                                                                                                        \
   }                                                                                                                    \
   TARGET static void bwd_part_##SFX(void *ctx, int part) {                                                             \
@@ -257,13 +296,38 @@ static size_t bwd_floats(const dp_attn_args *a) { return (size_t)(BR * a->E + a-
     uint8_t *keep = malloc(BR * BC);                                                                                   \
     if (!work || !keep) atomic_store(&jb->failed, 1);                                                                  \
     else                                                                                                               \
-      for (int64_t t = part; t < jb->tasks; t += jb->parts) bwd_head(jb, t, work, keep, GEMM);                         \
+      for (int64_t t = part; t < jb->tasks; t += jb->parts) bwd_head(jb, t, work, keep, GEMM, TR);                     \
     free(work);                                                                                                        \
     free(keep);                                                                                                        \
   }
-DEFINE_PARTS(avx512, TARGET_AVX512, dp_attn_gemm_avx512)
-DEFINE_PARTS(avx2, TARGET_AVX2, dp_attn_gemm_avx2)
-DEFINE_PARTS(plain, , dp_attn_gemm_plain)
+DEFINE_PARTS(avx512, TARGET_AVX512, dp_attn_gemm_avx512, dp_attn_transpose_avx512)
+DEFINE_PARTS(avx2, TARGET_AVX2, dp_attn_gemm_avx2, dp_attn_transpose_plain)
+DEFINE_PARTS(plain, , dp_attn_gemm_plain, dp_attn_transpose_plain)
+
+/* D = rowsum(dO * O), each row's dot product rounded as the tiles' GEMM kernel rounds dZ = dO V^T's (one FMA
+ * after another from 0 where the kernel fuses, a multiply then an add in the plain one), so a row whose weights
+ * are one-hot (a saturated softmax: O is that key's value row bit for bit) gets dS = P (dZ - D) = 0 exactly, as
+ * the composed softmax's backward does, instead of a rounding difference times |K|. Eight rows at a time: eight
+ * independent chains hide the FMA's latency. */
+#define FMA_STEP(x, y, z) __builtin_fmaf(x, y, z)
+#define MUL_ADD_STEP(x, y, z) ((z) + (x) * (y))
+#define DEFINE_ROWDOT(SFX, TARGET, STEP)                                                                               \
+  TARGET static void rowdot_##SFX(const dp_attn_args *a, float *D) {                                                   \
+    const int64_t L = a->L, Ev = a->Ev, gs = a->gout->stride[2], os = a->out->stride[2];                               \
+    for (int64_t bh = 0; bh < a->b1 * a->b2; bh++) {                                                                   \
+      const float *go = head_of(a->gout, a, bh), *o = head_of(a->out, a, bh);                                          \
+      for (int64_t i0 = 0; i0 < L; i0 += 8) {                                                                          \
+        int64_t nr = L - i0 < 8 ? L - i0 : 8;                                                                          \
+        float acc[8] = {0};                                                                                            \
+        for (int64_t e = 0; e < Ev; e++)                                                                               \
+          for (int64_t r = 0; r < nr; r++) acc[r] = STEP(go[(i0 + r) * gs + e], o[(i0 + r) * os + e], acc[r]);         \
+        for (int64_t r = 0; r < nr; r++) D[bh * L + i0 + r] = acc[r];                                                  \
+      }                                                                                                                \
+    }                                                                                                                  \
+  }
+DEFINE_ROWDOT(avx512, TARGET_AVX512, FMA_STEP)
+DEFINE_ROWDOT(avx2, TARGET_AVX2, FMA_STEP)
+DEFINE_ROWDOT(plain, , MUL_ADD_STEP)
 
 static int forced_isa = -1;
 
@@ -346,7 +410,7 @@ static int ref_forward(dp_tensor *out, dp_tensor *lse, const dp_attn_args *a) {
           double z = p * ref_keep(a, bh, i, j);
           for (int64_t e = 0; e < Ev; e++) acc[e] += z * LDT(a->v, off4(a->v, a, bh, j, e));
         }
-      for (int64_t e = 0; e < Ev; e++) STT(out, (bh * L + i) * Ev + e, l > 0 ? acc[e] / l : 0.0);
+      for (int64_t e = 0; e < Ev; e++) STT(out, off4(out, a, bh, i, e), l > 0 ? acc[e] / l : 0.0);
       STT(lse, bh * L + i, l > 0 ? mx + log(l) : -INFINITY);
     }
   free(s);
@@ -363,27 +427,28 @@ static int ref_backward(dp_tensor *gq, dp_tensor *gk, dp_tensor *gv, dp_tensor *
     for (int64_t i = 0; i < L; i++) {
       double li = LDT(a->lse, bh * L + i), Di = 0;
       ref_scores(a, bh, i, s);
-      for (int64_t e = 0; e < Ev; e++) Di += LDT(a->gout, (bh * L + i) * Ev + e) * LDT(a->out, (bh * L + i) * Ev + e);
+      for (int64_t e = 0; e < Ev; e++)
+        Di += LDT(a->gout, off4(a->gout, a, bh, i, e)) * LDT(a->out, off4(a->out, a, bh, i, e));
       for (int64_t e = 0; e < E; e++) dq[e] = 0;
       for (int64_t j = 0; j < S; j++) {
         double p = li == -INFINITY ? 0.0 : exp(s[j] - li), keep = ref_keep(a, bh, i, j), dz = 0;
         for (int64_t e = 0; e < Ev; e++) {
-          double go = LDT(a->gout, (bh * L + i) * Ev + e);
+          double go = LDT(a->gout, off4(a->gout, a, bh, i, e));
           dv[j * Ev + e] += p * keep * go;
           dz += go * LDT(a->v, off4(a->v, a, bh, j, e));
         }
         double ds = p * (dz * keep - Di);
-        if (gmask) STT(gmask, (bh * L + i) * S + j, ds);
+        if (gmask) STT(gmask, off4(gmask, a, bh, i, j), ds);
         for (int64_t e = 0; e < E; e++) {
           dq[e] += a->scale * ds * LDT(a->k, off4(a->k, a, bh, j, e));
           dk[j * E + e] += a->scale * ds * LDT(a->q, off4(a->q, a, bh, i, e));
         }
       }
-      for (int64_t e = 0; e < E; e++) STT(gq, (bh * L + i) * E + e, dq[e]);
+      for (int64_t e = 0; e < E; e++) STT(gq, off4(gq, a, bh, i, e), dq[e]);
     }
     for (int64_t j = 0; j < S; j++) {
-      for (int64_t e = 0; e < E; e++) STT(gk, (bh * S + j) * E + e, dk[j * E + e]);
-      for (int64_t e = 0; e < Ev; e++) STT(gv, (bh * S + j) * Ev + e, dv[j * Ev + e]);
+      for (int64_t e = 0; e < E; e++) STT(gk, off4(gk, a, bh, j, e), dk[j * E + e]);
+      for (int64_t e = 0; e < Ev; e++) STT(gv, off4(gv, a, bh, j, e), dv[j * Ev + e]);
     }
   }
   free(s);
@@ -411,13 +476,8 @@ int dp_cpu_attention_backward(dp_tensor *gq, dp_tensor *gk, dp_tensor *gv, dp_te
   if (!fast_path(a)) return ref_backward(gq, gk, gv, gmask, a);
   float *D = malloc(sizeof(float) * (size_t)(BH * L + 1));
   if (!D) return dp_error("attention: out of memory");
-  const float *go = dp_data(a->gout), *o = dp_data(a->out);
   int isa = best_isa();
-  /* D = rowsum(dO * O) through the tiles' own GEMM kernel: its dot products then round as dZ = dO V^T's do, so
-   * a row whose weights are one-hot (a saturated softmax: O is that key's value row bit for bit) gets dS = P (dZ -
-   * D) = 0 exactly, as the composed softmax's backward does, instead of a rounding difference times |K| */
-  dp_attn_gemm_fn gemm = isa == 2 ? dp_attn_gemm_avx512 : isa == 1 ? dp_attn_gemm_avx2 : dp_attn_gemm_plain;
-  for (int64_t r = 0; r < BH * L; r++) gemm(1, 1, a->Ev, go + r * a->Ev, 1, 1, o + r * a->Ev, 1, D + r, 1, 1.0f, false);
+  (isa == 2 ? rowdot_avx512 : isa == 1 ? rowdot_avx2 : rowdot_plain)(a, D);
   job jb = {.a = a, .gq = gq, .gk = gk, .gv = gv, .gmask = gmask, .D = D, .tasks = BH, .isa = isa};
   atomic_init(&jb.failed, 0);
   int rc = run(&jb, false);

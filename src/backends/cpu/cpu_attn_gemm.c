@@ -8,6 +8,7 @@
  * Rows past R reuse the last row's address and are not stored, so the
  * inner loop has no branches. */
 #include <immintrin.h>
+#include <stdint.h>
 
 #include "backends/cpu/cpu_attn_gemm.h"
 
@@ -78,6 +79,23 @@ TARGET_AVX512 void dp_attn_gemm_avx512(int64_t R, int64_t N, int64_t K, const fl
       default: tile512(4, 4, rows, w, K, a, ars, acs, b, ldb, c, ldc, alpha, accumulate); break;
       }
     }
+  }
+}
+
+TARGET_AVX512 void dp_attn_transpose_avx512(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
+                                            int64_t ldd) {
+  if (lds > INT32_MAX / 16) {
+    dp_attn_transpose_plain(src, lds, rows, cols, dst, ldd);
+    return;
+  }
+  const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         _mm512_set1_epi32((int)lds));
+  for (int64_t c0 = 0; c0 < rows; c0 += 16) {
+    int64_t n = rows - c0 < 16 ? rows - c0 : 16;
+    __mmask16 m = (__mmask16)(n >= 16 ? 0xFFFFu : (1u << n) - 1u);
+    const float *s = src + c0 * lds;
+    for (int64_t e = 0; e < cols; e++)
+      _mm512_mask_storeu_ps(dst + e * ldd + c0, m, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, s + e, 4));
   }
 }
 
@@ -154,4 +172,9 @@ void dp_attn_gemm_plain(int64_t R, int64_t N, int64_t K, const float *A, int64_t
       for (int64_t n = 0; n < N; n++) c[n] += x * b[n];
     }
   }
+}
+
+void dp_attn_transpose_plain(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst, int64_t ldd) {
+  for (int64_t e = 0; e < cols; e++)
+    for (int64_t c = 0; c < rows; c++) dst[e * ldd + c] = src[c * lds + e];
 }

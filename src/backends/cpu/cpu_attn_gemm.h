@@ -25,6 +25,15 @@ void dp_attn_gemm_avx2(int64_t R, int64_t N, int64_t K, const float *A, int64_t 
 void dp_attn_gemm_plain(int64_t R, int64_t N, int64_t K, const float *A, int64_t ars, int64_t acs, const float *B,
                         int64_t ldb, float *C, int64_t ldc, float alpha, bool accumulate);
 
+/* dst[e * ldd + c] = src[c * lds + e] for c < rows, e < cols: a key
+ * block transposed for the score GEMM's B. AVX-512 gathers 16 rows per
+ * vector store (lds * 16 must fit in 32 bits, else the plain loop runs);
+ * the plain version is a scalar loop. */
+typedef void (*dp_attn_transpose_fn)(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
+                                     int64_t ldd);
+void dp_attn_transpose_avx512(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst, int64_t ldd);
+void dp_attn_transpose_plain(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst, int64_t ldd);
+
 /* exp(x) for the softmax tiles, x <= 0 (scores minus their row maximum):
  * Cephes' range reduction (to nearest) and degree-6 polynomial (about 2 ulp), written
  * as straight-line float code the compiler vectorises in each target's
