@@ -3,7 +3,8 @@
 -- float64: forward with and without bias, both gradients, strides,
 -- padding, 1x1 and wide kernels, few and many channels (the input
 -- gradient of few-channel layers stays with col2im), one thread and two
--- (the batch split in chunks, an odd batch leaving a smaller last one).
+-- (the batch split in chunks, an odd batch leaving a smaller last one), and
+-- a batch larger than a chunk's buffer budget.
 -- Without oneDNN in the build the same calls run ddplua's kernels and the
 -- comparison still holds; the first case says which ran.
 local ddp = require "ddplua"
@@ -30,6 +31,10 @@ local CASES = {
   { 3, 1, 8, 28, 28, 3, 1, 1, true },   -- one input channel: the input gradient by col2im
   { 2, 20, 24, 8, 8, 1, 1, 0, true },   -- 1x1
   { 3, 16, 32, 11, 13, 5, 2, 2, true }, -- wide kernel, odd sizes
+  -- more images than one chunk's 4 MiB of blocked buffers holds (16 of
+  -- 64 x 32 x 32): the forward and the input gradient in chunks of 16, 16
+  -- and 5 at any thread count
+  { 37, 64, 8, 32, 32, 3, 1, 1, true },
 }
 
 describe("conv2d on the cpu", function()
