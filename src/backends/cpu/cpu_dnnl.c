@@ -519,9 +519,14 @@ static int prepare_weights(conv_call *k, const void *w, void **buf, size_t *size
 /* Which convolutions go to oneDNN: everything float32 it implements,
  * except the input gradient of layers with few input channels, where its
  * blocked kernels pad the channels to 16 and lose to col2im (measured:
- * docs/performance.md). */
+ * docs/performance.md), and the weight gradient of a single-channel input,
+ * where reordering the output gradient into the blocked layout costs more
+ * than ddplua's im2col + GEMM does in all (measured, the Fashion-MNIST
+ * CNN's conv 1->32 3x3 on 64 images of 28x28, one thread: 2.3 ms against
+ * 1.1; with 3 input channels oneDNN is the faster again, 2.8 against 3.8). */
 static bool wanted(int kind, const dp_window2d *g) {
   if (kind == K_BWD_DATA) return g->c >= 16;
+  if (kind == K_BWD_WEIGHTS || kind == K_BWD_WEIGHTS_BIAS) return g->c > 1;
   return true;
 }
 
