@@ -3,6 +3,7 @@ bench's MLP and CNN rows compare whole training runs as a user runs them.
 
   /usr/bin/python3 bench/torch_fashion_mnist.py [model=mlp|cnn] [nproc=1] [epochs=5] [train_samples=0]
                                                 [batch_size=64] [lr=0.05] [threads=0] [out=DIR]
+                                                [eval_batch_size=250]
 
 The recipe of the example: the MLP 784-1024-1024-10 or the CNN (conv 1->32,
 BatchNorm, ReLU, max-pool, conv 32->64, BatchNorm, ReLU, max-pool, 3136->128,
@@ -15,7 +16,9 @@ The one difference: the example converts BatchNorm to SyncBatchNorm under
 DDP; PyTorch's SyncBatchNorm runs on GPUs only, so here each rank's
 BatchNorm normalises over its own batch (no collective: less work).
 Threads per process: cores / nproc (at least 1), the rule torchrun and
-ddplua share; threads=N sets it.
+ddplua share; threads=N sets it (torch's and, unless the environment says
+otherwise, OpenBLAS's: OPENBLAS_NUM_THREADS). eval_batch_size=250: the
+evaluation batch, as the example's.
 
 Batches are gathered from the preloaded tensors with the sampler's indices
 (x[idx]), the fastest way to feed PyTorch these batches (a DataLoader over a
@@ -94,8 +97,9 @@ def worker(rank, cfg, port, q):
         idx = torch.tensor(list(iter(test_sampler)))
         preds = []
         with torch.no_grad():
-            for i in range(0, len(idx), 1000):
-                b = idx[i:i + 1000]
+            eb = cfg["eval_batch_size"]
+            for i in range(0, len(idx), eb):
+                b = idx[i:i + eb]
                 preds.append(model(xte[b].float() / 255.0).argmax(1))
         model.train()
         p = torch.cat(preds)
@@ -140,7 +144,7 @@ def worker(rank, cfg, port, q):
 
 def main():
     cfg = {"model": "mlp", "nproc": 1, "epochs": 5, "train_samples": 0, "batch_size": 64, "lr": 0.05,
-           "threads": 0, "seed": 0, "out": ""}
+           "threads": 0, "seed": 0, "out": "", "eval_batch_size": 250}
     for a in sys.argv[1:]:
         k, _, v = a.partition("=")
         if k not in cfg or not v:
@@ -152,6 +156,11 @@ def main():
     if not cfg["out"]:
         tmp = tempfile.TemporaryDirectory(prefix="torch_fashion_")
         cfg["out"] = tmp.name
+    # Debian's torch computes its GEMMs in OpenBLAS-pthread, which
+    # torch.set_num_threads does not reach: the workers (spawned, so they
+    # import torch again) read its thread count from the environment
+    threads = cfg["threads"] or max(1, (os.cpu_count() or 1) // cfg["nproc"])
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(threads))
     port = 29600 + os.getpid() % 2000
     q = mp.get_context("spawn").SimpleQueue()
     t0 = time.perf_counter()

@@ -17,13 +17,15 @@
 -- each conv, SyncBatchNorm under DDP) train_samples=0 (0 = all 60000) root=<dataset dir> threads=0
 -- run_name=fashion_mnist (runs/<run_name>/: config.yaml, metrics.jsonl, last.safetensors) resume=""
 -- stop_after=0 (stop after that many epochs of this process, as if interrupted; 0 = run to the end)
+-- eval_batch_size=250 (test images per forward: the CNN's first conv output is 100 KB per image in
+-- float32, so 1000 at once held 200 MB of activations, four times the dataset)
 local ddp = require "ddplua"
 local nn, optim, data, dist = ddp.nn, ddp.optim, ddp.data, ddp.distributed
 
 local cfg, run_dir = ddp.config {
   model = "mlp", epochs = 5, lr = 0.05, momentum = 0.9, schedule = "cosine", batch_size = 64, seed = 0,
   batchnorm = true, train_samples = 0, root = data.FashionMNIST.default_root, threads = 0,
-  run_name = "fashion_mnist", resume = "", log_every = 50, stop_after = 0,
+  run_name = "fashion_mnist", resume = "", log_every = 50, stop_after = 0, eval_batch_size = 250,
 }
 
 -- 1. the process group (env:// from the launcher; a 1-process group without it)
@@ -84,7 +86,7 @@ local test_set = fashion("test")
 local train_sampler = data.DistributedSampler(train_set, { shuffle = true, seed = cfg.seed })
 local test_sampler = data.DistributedSampler(test_set, { shuffle = false })
 local train_loader = data.DataLoader(train_set, { batch_size = cfg.batch_size, sampler = train_sampler })
-local test_loader = data.DataLoader(test_set, { batch_size = 1000, sampler = test_sampler })
+local test_loader = data.DataLoader(test_set, { batch_size = cfg.eval_batch_size, sampler = test_sampler })
 
 local scheduler
 if cfg.schedule == "cosine" then

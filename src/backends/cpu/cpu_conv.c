@@ -203,21 +203,55 @@ int dp_cpu_max_pool2d(dp_tensor *y, dp_tensor *idx, const dp_tensor *x, const dp
   return 0;
 }
 
+/* float32 planes of the max-pool backward, split over the threads: each
+ * plane zeroed and its gradients scattered while it is in cache (one
+ * memset of the whole input gradient first was a pass over memory of its
+ * own, on one thread) */
+typedef struct {
+  const dp_window2d *g;
+  float *gx;
+  const float *gy;
+  const int64_t *idx;
+  int bad; /* atomic: a saved index outside its plane */
+} pool_bwd_ctx;
+
+static void max_pool_bwd_planes(void *vctx, int64_t lo, int64_t hi) {
+  pool_bwd_ctx *k = vctx;
+  int64_t plane = k->g->h * k->g->w, L = k->g->oh * k->g->ow;
+  for (int64_t pl = lo; pl < hi; pl++) {
+    float *gx = k->gx + pl * plane;
+    const float *gy = k->gy + pl * L;
+    const int64_t *ip = k->idx + pl * L;
+    memset(gx, 0, (size_t)plane * sizeof(float));
+    for (int64_t o = 0; o < L; o++) {
+      int64_t e = ip[o];
+      if (e < 0 || e >= plane) {
+        __atomic_store_n(&k->bad, 1, __ATOMIC_RELAXED);
+        return;
+      }
+      gx[e] += gy[o];
+    }
+  }
+}
+
 int dp_cpu_max_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, const dp_window2d *g) {
   int64_t planes = g->n * g->c, plane = g->h * g->w, L = g->oh * g->ow;
   const int64_t *ip = dp_data(idx);
+  if (gx->dtype == DP_F32 && gy->dtype == DP_F32) {
+    pool_bwd_ctx k = {g, dp_data(gx), dp_data(gy), ip, 0};
+    dp_cpu_parallel_for(planes, pool_grain(g), 1, max_pool_bwd_planes, &k);
+    return k.bad ? dp_error("max_pool2d backward: a saved index is outside its plane of %lld", (long long)plane) : 0;
+  }
   memset(dp_data(gx), 0, (size_t)(planes * plane) * dp_elsize(gx));
   char *gp = dp_data(gx);
   const char *yp = dp_data(gy);
-  bool f32 = gx->dtype == DP_F32 && gy->dtype == DP_F32;
   for (int64_t pl = 0; pl < planes; pl++)
     for (int64_t o = 0; o < L; o++) {
       int64_t k = ip[pl * L + o];
       if (k < 0 || k >= plane)
         return dp_error("max_pool2d backward: saved index %lld is outside the plane", (long long)k);
       int64_t e = pl * plane + k;
-      if (f32) ((float *)gp)[e] += ((const float *)yp)[pl * L + o];
-      else ST(gx, gp, e, LD(gx, gp, e) + LD(gy, yp, pl * L + o));
+      ST(gx, gp, e, LD(gx, gp, e) + LD(gy, yp, pl * L + o));
     }
   return 0;
 }

@@ -339,17 +339,18 @@ static int exec_reorder(dnnl_primitive_t r, const dnnl_memory_desc_t *from, void
   return rc;
 }
 
-/* One execution of e: inputs a, b and output c in the user's layout (b
- * already in the primitive's when b_ready), bias / diff_bias (x layout)
- * may be NULL. */
-static int run_entry(const conv_entry *e, const void *a, const void *b, bool b_ready, void *c, void *bias) {
+/* One execution of e: inputs a, b and output c in the user's layout (a,
+ * b already in the primitive's when a_ready, b_ready), bias / diff_bias
+ * (x layout) may be NULL. */
+static int run_entry_ready(const conv_entry *e, const void *a, bool a_ready, const void *b, bool b_ready, void *c,
+                           void *bias) {
   dnnl_stream_t st = thread_stream();
   if (!st) return dp_error("oneDNN: cannot create a stream");
   void *buf[3] = {NULL, NULL, NULL}, *ptr[3] = {(void *)a, (void *)b, c}, *scratch = NULL;
   size_t size[3] = {0, 0, 0};
   int rc = 0;
   for (int i = 0; i < 3 && !rc; i++) {
-    if (!e->reorder[i] || (i == 1 && b_ready)) continue;
+    if (!e->reorder[i] || (i == 0 && a_ready) || (i == 1 && b_ready)) continue;
     size[i] = dnnl_memory_desc_get_size(&e->md[i]);
     if (!(buf[i] = dp_cpu_alloc(size[i]))) rc = dp_error("oneDNN: out of memory (%zu bytes)", size[i]);
     else if (i < 2) rc = exec_reorder(e->reorder[i], &e->user[i], ptr[i], &e->md[i], buf[i], st);
@@ -396,6 +397,10 @@ static int run_entry(const conv_entry *e, const void *a, const void *b, bool b_r
   return rc;
 }
 
+static int run_entry(const conv_entry *e, const void *a, const void *b, bool b_ready, void *c, void *bias) {
+  return run_entry_ready(e, a, false, b, b_ready, c, bias);
+}
+
 /* ---- calls: chunks of the batch over the threads ---- */
 
 typedef struct {
@@ -438,6 +443,26 @@ static conv_key key_of(int kind, int64_t n, const dp_window2d *g, int64_t o) {
   return k;
 }
 
+/* Bytes of one chunk's largest blocked buffer (a reorder of the input or
+ * the output) past which the forward and the input gradient split the
+ * batch into more chunks than threads: an evaluation batch of 1000 images
+ * 28x28 with 32 channels is 100 MB per tensor, and a thread's share of it
+ * in the blocked layout would be another 50 MB held beside the user's
+ * tensors (the example's peak RSS doubled), where chunks of a few MB are
+ * as fast (measured: the reorders run from cache) and reuse one block of
+ * the allocator's cache. The weight gradient keeps one chunk per thread
+ * (each chunk's partial gradient is summed). */
+#define CHUNK_BYTES ((int64_t)4 << 20)
+
+static int64_t chunk_cap(int kind, const dp_window2d *g, int64_t o) {
+  if (kind == K_BWD_WEIGHTS || kind == K_BWD_WEIGHTS_BIAS) return g->n;
+  /* channels padded to the 16 of the blocked layouts */
+  int64_t cin = (g->c + 15) / 16 * 16, cout = (o + 15) / 16 * 16;
+  int64_t in = cin * g->h * g->w * 4, out = cout * g->oh * g->ow * 4, per = in > out ? in : out;
+  int64_t cap = CHUNK_BYTES / (per > 0 ? per : 1);
+  return cap < 1 ? 1 : cap;
+}
+
 /* Sets up k's chunks and entries for `kind`; 0 with k->e[0] NULL when
  * oneDNN declines. */
 static int plan(conv_call *k, int kind, const dp_window2d *g, int64_t o) {
@@ -447,6 +472,8 @@ static int plan(conv_call *k, int kind, const dp_window2d *g, int64_t o) {
   threads = threads < DP_SG_MAX_THREADS ? threads : DP_SG_MAX_THREADS;
   k->parts = g->n < threads ? g->n : threads;
   k->nb = (g->n + k->parts - 1) / k->parts;
+  int64_t cap = chunk_cap(kind, g, o);
+  if (k->nb > cap) k->nb = cap;
   k->parts = (g->n + k->nb - 1) / k->nb;
   int64_t last = g->n - (k->parts - 1) * k->nb;
   conv_key k0 = key_of(kind, k->nb, g, o), k1 = key_of(kind, last, g, o);
@@ -497,9 +524,14 @@ static int prepare_weights(conv_call *k, const void *w, void **buf, size_t *size
 /* Which convolutions go to oneDNN: everything float32 it implements,
  * except the input gradient of layers with few input channels, where its
  * blocked kernels pad the channels to 16 and lose to col2im (measured:
- * docs/performance.md). */
+ * docs/performance.md), and the weight gradient of a single-channel input,
+ * where reordering the output gradient into the blocked layout costs more
+ * than ddplua's im2col + GEMM does in all (measured, the Fashion-MNIST
+ * CNN's conv 1->32 3x3 on 64 images of 28x28, one thread: 2.3 ms against
+ * 1.1; with 3 input channels oneDNN is the faster again, 2.8 against 3.8). */
 static bool wanted(int kind, const dp_window2d *g) {
   if (kind == K_BWD_DATA) return g->c >= 16;
+  if (kind == K_BWD_WEIGHTS || kind == K_BWD_WEIGHTS_BIAS) return g->c > 1;
   return true;
 }
 
@@ -588,22 +620,84 @@ static int conv2d_f32(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, cons
   return rc ? -1 : 1;
 }
 
-static int backward_data(conv_call *k, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *w, const dp_window2d *g,
-                         int64_t o) {
-  void *wbuf = NULL;
-  size_t wsize = 0;
-  int rc = prepare_weights(k, dp_data(w), &wbuf, &wsize);
+/* k set up for the input gradient (*wbuf: the weights in its layout,
+ * freed by the caller) */
+static int data_setup(conv_call *k, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *w, const dp_window2d *g,
+                      int64_t o, void **wbuf, size_t *wsize) {
+  int rc = prepare_weights(k, dp_data(w), wbuf, wsize);
   if (!rc) {
     k->a = dp_data(gy), k->a_img = (size_t)(o * g->oh * g->ow) * 4;
     k->c = dp_data(gx), k->c_img = (size_t)(g->c * g->h * g->w) * 4;
-    rc = run_call(k);
   }
-  if (wbuf) dp_cpu_free(wbuf, wsize);
   return rc;
 }
 
+/* ---- both backwards of a chunk, its output gradient reordered once ----
+ * The input gradient takes the output gradient as its first input, the
+ * weight gradient as its second; where both want it in the same blocked
+ * layout and chunk the batch alike, one reorder per chunk serves both
+ * (measured: two of the six reorders of the CNN's conv 32->64 step), the
+ * chunk still in cache for the second primitive. */
+
+static bool share_output_grad(const conv_call *kd, const conv_call *kw) {
+  if (kd->parts != kw->parts || kd->nb != kw->nb) return false;
+  for (int i = 0; i < 2; i++)
+    if (kd->e[i]->reorder[0] && !dnnl_memory_desc_equal(&kd->e[i]->md[0], &kw->e[i]->md[1])) return false;
+  return true;
+}
+
+static int run_pair_part(const conv_call *kd, const conv_call *kw, int64_t p) {
+  bool last = p == kd->parts - 1;
+  const conv_entry *ed = kd->e[last ? 1 : 0], *ew = kw->e[last ? 1 : 0];
+  int64_t n0 = p * kd->nb;
+  const char *gy = kd->a + (size_t)n0 * kd->a_img;
+  void *buf = NULL;
+  size_t size = 0;
+  int rc = 0;
+  if (ed->reorder[0]) {
+    dnnl_stream_t st = thread_stream();
+    size = dnnl_memory_desc_get_size(&ed->md[0]);
+    if (!st) rc = dp_error("oneDNN: cannot create a stream");
+    else if (!(buf = dp_cpu_alloc(size))) rc = dp_error("oneDNN: out of memory (%zu bytes)", size);
+    else rc = exec_reorder(ed->reorder[0], &ed->user[0], (void *)gy, &ed->md[0], buf, st);
+  }
+  const void *g = buf ? buf : (const void *)gy;
+  if (!rc) rc = run_entry_ready(ed, g, buf != NULL, kd->b, kd->b_ready, kd->c + (size_t)n0 * kd->c_img, NULL);
+  if (!rc)
+    rc = run_entry_ready(ew, kw->a + (size_t)n0 * kw->a_img, false, g, buf != NULL, kw->c_part[p],
+                         kw->bias_part ? kw->bias_part[p] : NULL);
+  if (buf) dp_cpu_free(buf, size);
+  return rc;
+}
+
+typedef struct {
+  const conv_call *d;
+  conv_call *w; /* failures recorded here */
+} conv_pair;
+
+static void run_pair_parts(void *vctx, int64_t lo, int64_t hi) {
+  conv_pair *pp = vctx;
+  for (int64_t p = lo; p < hi; p++)
+    if (run_pair_part(pp->d, pp->w, p)) {
+      pthread_mutex_lock(&pp->w->mu);
+      if (!pp->w->failed) snprintf(pp->w->err, sizeof pp->w->err, "%s", dp_errmsg());
+      pp->w->failed = true;
+      pthread_mutex_unlock(&pp->w->mu);
+    }
+}
+
+/* k's calls, or (with kd set up by data_setup and sharing k's chunks)
+ * both backwards together */
+static int run_weights(conv_call *k, const conv_call *kd) {
+  if (!kd) return run_call(k);
+  __atomic_fetch_add(&calls, 2, __ATOMIC_RELAXED);
+  conv_pair pp = {kd, k};
+  dp_cpu_parallel_for(k->parts, 1, 1, run_pair_parts, &pp);
+  return k->failed ? dp_error("%s", k->err) : 0;
+}
+
 static int backward_weights(conv_call *k, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
-                            const dp_window2d *g, int64_t o) {
+                            const dp_window2d *g, int64_t o, const conv_call *kd) {
   int64_t wn = dp_numel(gw), parts = k->parts;
   size_t wbytes = (size_t)wn * 4, bbytes = (size_t)o * 4;
   char *cpart[DP_SG_MAX_THREADS] = {NULL};
@@ -620,7 +714,7 @@ static int backward_weights(conv_call *k, dp_tensor *gw, dp_tensor *gb, const dp
     k->b = dp_data(gy), k->b_img = (size_t)(o * g->oh * g->ow) * 4, k->b_per_image = true;
     k->c_part = cpart;
     k->bias_part = gb ? bpart : NULL;
-    rc = run_call(k);
+    rc = run_weights(k, kd);
   }
   const dp_cpu_vec *v = dp_cpu_vec_get();
   for (int64_t p = 1; p < parts; p++) {
@@ -648,8 +742,16 @@ static int conv2d_backward_f32(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, cons
   if (gx) rc = plan(&kd, K_BWD_DATA, g, o), have_d = true;
   if (!rc && gw) rc = plan(&kw, gb ? K_BWD_WEIGHTS_BIAS : K_BWD_WEIGHTS, g, o), have_w = true;
   bool declined = (have_d && !kd.e[0]) || (have_w && !kw.e[0]);
-  if (!rc && !declined && gx) rc = backward_data(&kd, gx, gy, w, g, o);
-  if (!rc && !declined && gw) rc = backward_weights(&kw, gw, gb, gy, x, g, o);
+  void *wbuf = NULL;
+  size_t wsize = 0;
+  if (!rc && !declined && gx && gw && share_output_grad(&kd, &kw)) {
+    rc = data_setup(&kd, gx, gy, w, g, o, &wbuf, &wsize);
+    if (!rc) rc = backward_weights(&kw, gw, gb, gy, x, g, o, &kd);
+  } else {
+    if (!rc && !declined && gx && !(rc = data_setup(&kd, gx, gy, w, g, o, &wbuf, &wsize))) rc = run_call(&kd);
+    if (!rc && !declined && gw) rc = backward_weights(&kw, gw, gb, gy, x, g, o, NULL);
+  }
+  if (wbuf) dp_cpu_free(wbuf, wsize);
   if (have_d) finish(&kd);
   if (have_w) finish(&kw);
   return rc ? -1 : declined ? 0 : 1;

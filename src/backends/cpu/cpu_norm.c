@@ -76,11 +76,22 @@ static void bn_stats_channels(void *vctx, int64_t lo, int64_t hi) {
   const dp_bn_args *a = k->a;
   const char *xp = dp_data(a->x);
   double cnt = (double)(a->n * a->inner);
+  double rn = (double)a->inner;
   for (int64_t ch = lo; ch < hi; ch++) {
-    double s = 0, q = 0;
-    for (int64_t i = 0; i < a->n; i++) s += row_sum(a->x, xp, (i * a->c + ch) * a->inner, a->inner);
-    double m = s / cnt;
-    for (int64_t i = 0; i < a->n; i++) q += row_sq_dev(a->x, xp, (i * a->c + ch) * a->inner, a->inner, m);
+    /* one pass over memory: each row's mean and squared deviations (two
+     * passes over the row, the second from cache), merged into the
+     * channel's running ones (Chan et al.'s pairwise update, in double) */
+    double m = 0, q = 0, seen = 0;
+    for (int64_t i = 0; i < a->n; i++) {
+      int64_t off = (i * a->c + ch) * a->inner;
+      double rm, rq;
+      if (a->x->dtype == DP_F32) dp_cpu_vec_get()->moments((const float *)xp + off, a->inner, &rm, &rq);
+      else rm = row_sum(a->x, xp, off, a->inner) / rn, rq = row_sq_dev(a->x, xp, off, a->inner, rm);
+      double d = rm - m, tot = seen + rn;
+      m += d * (rn / tot);
+      q += rq + d * d * (seen * rn / tot);
+      seen = tot;
+    }
     k->acc[ch] = m, k->acc_x[ch] = q / cnt;
   }
 }

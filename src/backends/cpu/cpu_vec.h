@@ -67,6 +67,7 @@ typedef struct dp_cpu_vec {
   double (*sum)(const float *x, int64_t n);
   double (*sq_dev)(const float *x, int64_t n, double m);                                 /* sum (x - m)^2 */
   double (*dot_dev)(const float *g, const float *x, int64_t n, double m, double *sum_g); /* sum g (x - m) */
+  void (*moments)(const float *x, int64_t n, double *mean, double *m2);                  /* mean, sum (x - mean)^2 */
   void (*col_acc)(double *acc, const float *x, int64_t n);                               /* acc[i] += x[i] */
   /* first position of the largest (want_max) or smallest value; NaN wins */
   int64_t (*arg_extreme)(const float *x, int64_t n, bool want_max);

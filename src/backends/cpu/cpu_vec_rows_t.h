@@ -170,18 +170,88 @@ static double v_sq_dev(const float *x, int64_t n, double m) {
   s += hsum_dlanes(acc);
   return s;
 }
-static double v_dot_dev(const float *g, const float *x, int64_t n, double m, double *sum_g) {
-  double acc[DLANES] = {0}, accg[DLANES] = {0}, s = 0, sg = 0;
-  int64_t i = 0;
-  for (; i + DLANES <= n; i += DLANES)
-    for (int l = 0; l < DLANES; l++) {
-      accg[l] += g[i + l];
-      acc[l] += (double)g[i + l] * ((double)x[i + l] - m);
-    }
-  for (; i < n; i++) sg += g[i], s += (double)g[i] * ((double)x[i] - m);
-  s += hsum_dlanes(acc), sg += hsum_dlanes(accg);
-  *sum_g = sg;
+/* sum g (x - m), and sum g in *sum_g (batch norm's backward, one row of
+ * a channel): float products summed in float lanes over blocks of 1024
+ * values, each block's lanes added in double (a lane's float sum of 64
+ * terms is good to a few 1e-6 of the terms' size: the double version spent
+ * its time converting every value); x - m taken against m rounded to
+ * float, corrected exactly after: sum g (x - m) = sum g (x - mf) + (mf - m) sum g */
+#ifndef DP_VF16_DEFINED
+#define DP_VF16_DEFINED
+/* 16 float lanes as one value (GCC vector extension: one zmm register on
+ * AVX-512, two ymm on AVX2): the loops written over arrays of 16 lanes
+ * were vectorised across iterations with permutes instead */
+typedef float dp_vf16 __attribute__((vector_size(64)));
+/* (by pointer: a 64-byte vector passed by value changes the ABI where
+ * AVX-512 is off) */
+#define VF16_LOAD(v, p) memcpy(&(v), (p), sizeof(dp_vf16))
+static inline double vf16_hsum_d(const dp_vf16 *v) {
+  double s = 0;
+  for (int l = 0; l < 16; l++) s += (double)(*v)[l];
   return s;
+}
+#endif
+static double v_dot_dev(const float *g, const float *x, int64_t n, double m, double *sum_g) {
+  float mf = (float)m;
+  double s = 0, sg = 0;
+  int64_t i = 0;
+  while (i + 16 <= n) {
+    int64_t end = i + 1024 < n ? i + 1024 : n;
+    dp_vf16 acc = {0}, accg = {0};
+    for (; i + 16 <= end; i += 16) {
+      dp_vf16 gv, xv;
+      VF16_LOAD(gv, g + i);
+      VF16_LOAD(xv, x + i);
+      acc += gv * (xv - mf);
+      accg += gv;
+    }
+    s += vf16_hsum_d(&acc), sg += vf16_hsum_d(&accg);
+  }
+  for (; i < n; i++) sg += g[i], s += (double)g[i] * ((double)x[i] - mf);
+  *sum_g = sg;
+  return s + ((double)mf - m) * sg;
+}
+/* A row's mean and sum of squared deviations (batch norm's statistics,
+ * one row of a channel; the second pass reads the row from cache): float
+ * lanes over blocks of 1024 values as v_dot_dev, the deviations taken
+ * from the mean rounded to float and corrected exactly for it after
+ * (sum (x - m)^2 = sum (x - mf)^2 - (sum (x - mf))^2 / n) */
+static void v_moments(const float *x, int64_t n, double *mean, double *m2) {
+  double s = 0;
+  int64_t i = 0;
+  while (i + 16 <= n) {
+    int64_t end = i + 1024 < n ? i + 1024 : n;
+    dp_vf16 acc = {0};
+    for (; i + 16 <= end; i += 16) {
+      dp_vf16 xv;
+      VF16_LOAD(xv, x + i);
+      acc += xv;
+    }
+    s += vf16_hsum_d(&acc);
+  }
+  for (; i < n; i++) s += x[i];
+  double m = n > 0 ? s / (double)n : 0;
+  float mf = (float)m;
+  double q = 0, d = 0;
+  i = 0;
+  while (i + 16 <= n) {
+    int64_t end = i + 1024 < n ? i + 1024 : n;
+    dp_vf16 acc = {0}, accd = {0};
+    for (; i + 16 <= end; i += 16) {
+      dp_vf16 xv;
+      VF16_LOAD(xv, x + i);
+      xv -= mf;
+      acc += xv * xv;
+      accd += xv;
+    }
+    q += vf16_hsum_d(&acc), d += vf16_hsum_d(&accd);
+  }
+  for (; i < n; i++) {
+    double e = (double)x[i] - mf;
+    q += e * e, d += e;
+  }
+  *mean = m;
+  *m2 = n > 0 ? q - d * d / (double)n : 0;
 }
 static void v_col_acc(double *RESTRICT acc, const float *RESTRICT x, int64_t n) {
   for (int64_t i = 0; i < n; i++) acc[i] += x[i];

@@ -20,6 +20,7 @@ const dp_cpu_vec DP_VEC_TABLE = {
     .sum = v_sum,
     .sq_dev = v_sq_dev,
     .dot_dev = v_dot_dev,
+    .moments = v_moments,
     .col_acc = v_col_acc,
     .arg_extreme = v_arg_extreme,
     .extreme_cols = v_extreme_cols,
