@@ -400,4 +400,18 @@ function R.assert_error(fn, ...)
   return err
 end
 
+-- ---- CPU kernel sets -------------------------------------------------------
+
+-- The float32 kernel sets this CPU can run ("avx512", "avx2", "base"; the
+-- baseline always, last), for specs that hold each against float64; the
+-- automatic choice is restored afterwards.
+function R.cpu_kernel_sets()
+  local list = {}
+  for _, name in ipairs({ "avx512", "avx2", "base" }) do
+    if pcall(ddp.core.set_cpu_kernels, name) then list[#list + 1] = name end
+  end
+  ddp.core.set_cpu_kernels("auto")
+  return list
+end
+
 return R

@@ -13,14 +13,7 @@ local R = require "helpers.ref"
 local N = require "helpers.ref_nn"
 local core = ddp.core
 
-local function kernels()
-  local list = {}
-  for _, name in ipairs({ "avx512", "avx2", "base" }) do
-    if pcall(core.set_cpu_kernels, name) then list[#list + 1] = name end
-  end
-  core.set_cpu_kernels("auto")
-  return list
-end
+local kernels = R.cpu_kernel_sets
 
 -- N, C, H, W, offset: rows of 35 (two vectors and a tail), 1023, 2115
 -- (two full blocks and a partial vector), 3 (no full vector)

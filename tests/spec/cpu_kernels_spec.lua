@@ -35,15 +35,7 @@ local UNARY = {
   { "elu", 0.7 }, { "silu" }, { "softplus", 2, 3 },
 }
 
-local function kernels()
-  local list = {}
-  for _, name in ipairs({ "avx512", "avx2", "base" }) do
-    local ok = pcall(core.set_cpu_kernels, name)
-    if ok then list[#list + 1] = name end
-  end
-  core.set_cpu_kernels("auto")
-  return list
-end
+local kernels = R.cpu_kernel_sets
 
 local ISAS = kernels()
 

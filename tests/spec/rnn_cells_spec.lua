@@ -9,14 +9,7 @@ local ddp = require "ddplua"
 local R = require "helpers.ref"
 local core = ddp.core
 
-local function kernels()
-  local list = {}
-  for _, name in ipairs({ "avx512", "avx2", "base" }) do
-    if pcall(core.set_cpu_kernels, name) then list[#list + 1] = name end
-  end
-  core.set_cpu_kernels("auto")
-  return list
-end
+local kernels = R.cpu_kernel_sets
 local ISAS = kernels()
 local GATES = { LSTM = 4, GRU = 3, RNN_TANH = 1, RNN_RELU = 1 }
 
