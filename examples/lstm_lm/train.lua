@@ -141,10 +141,7 @@ local function repackage(h)
 end
 
 local net = RNNModel()
--- DDP only across processes: alone it has nothing to average, and its
--- gradients, views into its communication buckets, would cost a copy of
--- every gradient per batch (about 1% here)
-local model = world > 1 and dist.DistributedDataParallel(net) or net
+local model = dist.DistributedDataParallel(net) -- alone it keeps plain gradients: nothing to average
 local lr = cfg.lr
 local opt = optim.SGD(model:parameters(), { lr = lr }) -- p -= lr * g, the example's manual update
 
