@@ -47,6 +47,9 @@ void *dp_cpu_alloc(size_t nbytes);
 void dp_cpu_free(void *p, size_t nbytes);
 /* Returns cached blocks to the system. */
 void dp_cpu_empty_cache(void);
+/* The smallest block size the cache keeps (64 bytes; 4 KiB under ASan,
+ * whose use-after-free checks need small blocks freed at once). */
+size_t dp_cpu_cache_min(void);
 
 typedef struct {
   size_t live_bytes;   /* tensor bytes currently referenced (CPU) */
