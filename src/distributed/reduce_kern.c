@@ -140,6 +140,41 @@ static void pair_f64(double *restrict a, double *restrict b, size_t n, int div) 
   }
 }
 
+/* The staged form: mine and a peer's staged copy summed into mine and into
+ * my staging slot at once (the result the peers copy out), where a fold
+ * into the slot and a copy back would touch the slot's lines twice. */
+static void pair_to_f32(float *restrict mine, float *restrict slot, const float *restrict peer, size_t n, int div) {
+  if (div <= 1) {
+    for (size_t i = 0; i < n; i++) mine[i] = slot[i] = mine[i] + peer[i];
+  } else if ((div & (div - 1)) == 0) {
+    float r = 1.0f / (float)div;
+    for (size_t i = 0; i < n; i++) mine[i] = slot[i] = (mine[i] + peer[i]) * r;
+  } else {
+    float s = (float)div;
+    for (size_t i = 0; i < n; i++) mine[i] = slot[i] = (mine[i] + peer[i]) / s;
+  }
+}
+
+static void pair_to_f64(double *restrict mine, double *restrict slot, const double *restrict peer, size_t n, int div) {
+  if (div <= 1) {
+    for (size_t i = 0; i < n; i++) mine[i] = slot[i] = mine[i] + peer[i];
+  } else if ((div & (div - 1)) == 0) {
+    double r = 1.0 / (double)div;
+    for (size_t i = 0; i < n; i++) mine[i] = slot[i] = (mine[i] + peer[i]) * r;
+  } else {
+    double s = (double)div;
+    for (size_t i = 0; i < n; i++) mine[i] = slot[i] = (mine[i] + peer[i]) / s;
+  }
+}
+
+bool dp_reduce_pair_to(void *mine, void *slot, const void *peer, size_t n, dp_dtype dt, dp_redop op, int avg_div) {
+  if (op != DP_RED_SUM && op != DP_RED_AVG) return false;
+  if (dt == DP_F32) pair_to_f32(mine, slot, peer, n, avg_div);
+  else if (dt == DP_F64) pair_to_f64(mine, slot, peer, n, avg_div);
+  else return false;
+  return true;
+}
+
 bool dp_reduce_pair_inplace(void *a, void *b, size_t n, dp_dtype dt, dp_redop op, int avg_div) {
   if (op != DP_RED_SUM && op != DP_RED_AVG) return false;
   if (dt == DP_F32) pair_f32(a, b, n, avg_div);

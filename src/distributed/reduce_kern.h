@@ -23,5 +23,9 @@ void dp_reduce_scale(void *dst, size_t n, dp_dtype dt, int k);
  * dp_reduce_n over {a, b} then dp_reduce_scale. a and b must not overlap.
  * False (nothing done) for ops and dtypes it does not cover. */
 bool dp_reduce_pair_inplace(void *a, void *b, size_t n, dp_dtype dt, dp_redop op, int avg_div);
+/* mine = slot = (mine + peer) [/ avg_div] for sum/avg of float32/64, the
+ * bits of dp_reduce_n then dp_reduce_scale (IEEE addition commutes); false
+ * (nothing done) for other ops and dtypes. */
+bool dp_reduce_pair_to(void *mine, void *slot, const void *peer, size_t n, dp_dtype dt, dp_redop op, int avg_div);
 
 #endif

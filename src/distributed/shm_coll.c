@@ -204,7 +204,11 @@ static int reduce_impl(coll_ctx *c, void *data, size_t n, dp_dtype dt, dp_redop 
       size_t q = slice_len(len, L, es), lo = (size_t)me * q < len ? (size_t)me * q : len;
       size_t hi = lo + q < len ? lo + q : len;
       uint8_t *dst = shm_slot(s, me, T) + slice_off + lo * es;
-      if (hi > lo) {
+      /* two ranks, neither in the pool: one pass writes my tensor and the slot */
+      uint8_t *peer = L == 2 && (root < 0 || root == me) && !pool_data(c, 1 - me) ? shm_slot(s, 1 - me, T - 1) : NULL;
+      bool paired =
+          hi > lo && peer && dp_reduce_pair_to(d + (off + lo) * es, dst, peer + lo * es, hi - lo, dt, op, avg_div);
+      if (hi > lo && !paired) {
         for (int l = 0; l < L; l++) {
           uint8_t *p = l == me ? d : pool_data(c, l);
           src[l] = p ? p + (off + lo) * es : shm_slot(s, l, T - 1) + lo * es;
