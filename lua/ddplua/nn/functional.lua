@@ -50,7 +50,21 @@ function F.scaled_dot_product_attention(q, k, v, opts) return ddp.core.scaled_do
 --- merge of nanoGPT's attention as one op on the CPU (no copies; ops/attention_qkv.c), composed elsewhere.
 function F.self_attention_qkv(qkv, n_head, opts)
   if qkv:device() == "cpu" then return ddp.core.self_attention_qkv(qkv, n_head, opts) end
-  local B, T, C = qkv:size(1), qkv:size(2), qkv:size(3) // 3
+  return F.self_attention_qkv_composed(qkv, n_head, opts)
+end
+--- self_attention_qkv_composed: the same from the unfused ops (split, heads as transposed views,
+--- scaled_dot_product_attention, merge), what other devices run; the same numbers on the CPU, bit for bit.
+function F.self_attention_qkv_composed(qkv, n_head, opts)
+  local shape = qkv:size()
+  if #shape ~= 3 or shape[3] % 3 ~= 0 then
+    error(string.format("self_attention_qkv: qkv must be [batch, length, 3 * embed] (q, k and v side by side), " ..
+      "got shape [%s]", table.concat(shape, ", ")), 2)
+  end
+  local B, T, C = shape[1], shape[2], shape[3] // 3
+  if math.type(n_head) ~= "integer" or n_head < 1 or C % n_head ~= 0 then
+    error(string.format("self_attention_qkv: n_head must be a positive divisor of the embedding size %d, got %s", C,
+      tostring(n_head)), 2)
+  end
   local q, k, v = qkv:split(C, 3)
   local function heads(t) return t:view(B, T, n_head, C // n_head):transpose(2, 3) end
   local y = ddp.core.scaled_dot_product_attention(heads(q), heads(k), heads(v), opts)
