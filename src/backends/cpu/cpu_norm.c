@@ -174,11 +174,12 @@ static double bn_g_d(const dp_bn_affine_k *k, double g, double x, bool relu) {
   return relu ? dp_relu_bwd_d(g, 0.0, bn_y_d(k, x, true), NULL) : g;
 }
 
-/* g's row at off, masked by the ReLU into m when a->relu (m: n floats) */
-static const float *bn_grad_row(const dp_bn_args *a, int64_t ch, const float *g, const float *x, int64_t n, float *m) {
+/* g's row, masked by the ReLU into m when a->relu (m: n floats; f: the
+ * channel's bn_affine_of) */
+static const float *bn_grad_row(const dp_bn_args *a, const dp_bn_affine_k *f, const float *g, const float *x, int64_t n,
+                                float *m) {
   if (!a->relu) return g;
-  dp_bn_affine_k f = bn_affine_of(a, ch);
-  bn_row_f32(m, x, n, &f, a->inner > 1);
+  bn_row_f32(m, x, n, f, a->inner > 1);
   relu_mask_f32(m, g, n);
   return m;
 }
@@ -243,10 +244,11 @@ static void bn_reduce_channels(void *vctx, int64_t lo, int64_t hi) {
   if (a->relu && !m) return;
   for (int64_t ch = lo; ch < hi; ch++) {
     double s = 0, sx = 0;
+    dp_bn_affine_k f = a->relu ? bn_affine_of(a, ch) : (dp_bn_affine_k){0};
     for (int64_t i = 0; i < a->n; i++) {
       int64_t off = (i * a->c + ch) * a->inner;
       double sg;
-      sx += dp_cpu_vec_get()->dot_dev(bn_grad_row(a, ch, g + off, x + off, a->inner, m), x + off, a->inner, k->mu[ch],
+      sx += dp_cpu_vec_get()->dot_dev(bn_grad_row(a, &f, g + off, x + off, a->inner, m), x + off, a->inner, k->mu[ch],
                                       &sg);
       s += sg;
     }
@@ -314,9 +316,10 @@ static void bn_elemt_channels(void *vctx, int64_t lo, int64_t hi) {
   if (a->relu && !m) return;
   for (int64_t ch = lo; ch < hi; ch++) {
     dp_bn_grad_k f = bn_grad_of(a, ch);
+    dp_bn_affine_k af = a->relu ? bn_affine_of(a, ch) : (dp_bn_affine_k){0};
     for (int64_t i = 0; i < a->n; i++) {
       int64_t off = (i * a->c + ch) * a->inner;
-      const float *gr = bn_grad_row(a, ch, g + off, x + off, a->inner, m);
+      const float *gr = bn_grad_row(a, &af, g + off, x + off, a->inner, m);
       if (a->inner > 1) dp_cpu_vec_get()->bn_grad(o + off, gr, x + off, a->inner, f.gy, f.x, f.c);
       else bn_grad_row_scalar(o + off, gr, x + off, a->inner, &f);
     }
