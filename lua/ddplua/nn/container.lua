@@ -185,14 +185,10 @@ local BIG_OUTPUT = 1 << 22 -- elements
 local is_tensor, grad_enabled = core.is_tensor, core.is_grad_enabled
 
 -- the classes whose forward_relu(x) is relu(forward(x)); exact classes
--- only (a subclass may have its own forward), and neither module may have
--- a forward of its own set on the instance
+-- only (a subclass may have a forward of its own)
 local FUSES_RELU = { [Linear] = true, [batchnorm.BatchNorm1d] = true, [batchnorm.BatchNorm2d] = true,
   [SyncBatchNorm] = true }
-local function fuses_relu(m, nxt)
-  return FUSES_RELU[getmetatable(m)] and getmetatable(nxt) == ReLU and rawget(m, "forward") == nil and
-    rawget(nxt, "forward") == nil
-end
+local function fuses_relu(m, nxt) return FUSES_RELU[getmetatable(m)] and getmetatable(nxt) == ReLU end
 
 function Sequential:forward(x)
   local names = rawget(self, "_module_names")
