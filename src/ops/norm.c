@@ -5,7 +5,9 @@
  * runs the same pieces with all-reduces in between: per-rank statistics are
  * gathered into global ones before the apply, and the two per-channel sums
  * of the backward are all-reduced before the input gradient. dp_batch_norm
- * is the single-process composition with an autograd node. */
+ * is the single-process composition with an autograd node;
+ * dp_batch_norm_relu the same with the ReLU after it fused into its passes
+ * (dp_bn_args.relu) where the backend has that. */
 #include <math.h>
 #include <string.h>
 

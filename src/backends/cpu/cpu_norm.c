@@ -13,7 +13,11 @@
  * run the float versions in the per-ISA vector kernels (cpu_vec.h), split
  * over channels (batch norm) or rows (layer norm) between threads (batch
  * norm's input gradient in double, see cpu_vec_nn_t.h); every other dtype
- * loads each element as double and runs the double versions. */
+ * loads each element as double and runs the double versions.
+ *
+ * Batch norm with a->relu is batch norm followed by ReLU in the same passes
+ * (float32 and float64): see "batch norm + ReLU" below for how its
+ * backward gets the ReLU's mask without a saved output. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -143,11 +147,9 @@ static dp_bn_affine_k bn_affine_of(const dp_bn_args *a, int64_t ch) {
  * backward kernels on it, so the masked gradient is the unfused ReLU's
  * output bit for bit and the sums and gx that follow are the unfused ones. */
 
-static const dp_unary_args *relu_args(void) {
-  static dp_unary_args r;
-  static bool set;
-  if (!set) r = dp_unary_args_of(DP_U_RELU), set = true; /* the same value from every thread: a benign race */
-  return &r;
+static void relu_row_f32(float *y, int64_t n) {
+  dp_unary_args r = dp_unary_args_of(DP_U_RELU);
+  dp_cpu_vec_get()->unary(&r, y, y, n);
 }
 
 /* One float32 row of the forward's pre-ReLU output: the vector kernel for
@@ -161,8 +163,9 @@ static void bn_row_f32(float *y, const float *x, int64_t n, const dp_bn_affine_k
 
 /* m: a row of the pre-ReLU output; becomes gy masked by the ReLU */
 static void relu_mask_f32(float *m, const float *g, int64_t n) {
-  dp_cpu_vec_get()->unary(relu_args(), m, m, n);
-  dp_cpu_vec_get()->unary_bwd(relu_args(), m, g, NULL, m, n);
+  dp_unary_args r = dp_unary_args_of(DP_U_RELU);
+  dp_cpu_vec_get()->unary(&r, m, m, n);
+  dp_cpu_vec_get()->unary_bwd(&r, m, g, NULL, m, n);
 }
 
 /* double rows (float64 tensors: their stores are exact) */
@@ -194,7 +197,7 @@ static void bn_forward_channels(void *vctx, int64_t lo, int64_t hi) {
     for (int64_t i = 0; i < a->n; i++) {
       int64_t off = (i * a->c + ch) * a->inner;
       bn_row_f32(y + off, x + off, a->inner, &f, true);
-      if (a->relu) dp_cpu_vec_get()->unary(relu_args(), y + off, y + off, a->inner);
+      if (a->relu) relu_row_f32(y + off, a->inner);
     }
   }
 }
@@ -219,7 +222,7 @@ int dp_cpu_bn_forward(dp_tensor *y, const dp_bn_args *a) {
       if (f32) {
         float *yr = (float *)yp + off;
         bn_row_f32(yr, (const float *)xp + off, inner, &k, false);
-        if (a->relu) dp_cpu_vec_get()->unary(relu_args(), yr, yr, inner);
+        if (a->relu) relu_row_f32(yr, inner);
       } else {
         for (int64_t j = 0; j < inner; j++) ST(y, yp, off + j, bn_y_d(&k, LD(x, xp, off + j), a->relu));
       }
