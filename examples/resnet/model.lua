@@ -35,8 +35,9 @@ function BasicBlock:__init(inplanes, planes, stride)
   end
 end
 
+-- bn:forward_relu(x) is relu(bn(x)) (self.relu's op) in one pass over memory
 function BasicBlock:forward(x)
-  local out = self.relu(self.bn1(self.conv1(x)))
+  local out = self.bn1:forward_relu(self.conv1(x))
   out = self.bn2(self.conv2(out))
   local identity = self.downsample and self.downsample(x) or x
   return self.relu(out + identity)
@@ -66,7 +67,7 @@ function ResNet:__init(layers, opts)
 end
 
 function ResNet:forward(x)
-  x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+  x = self.maxpool(self.bn1:forward_relu(self.conv1(x)))
   x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
   return self.fc(self.avgpool(x):flatten(2))
 end

@@ -82,6 +82,12 @@ typedef struct {
   const dp_tensor *gy;                   /* backward: the upstream gradient, x's shape */
   const dp_tensor *sum_dy, *sum_dy_xhat; /* backward_elemt: the per-channel sums */
   double count;                          /* backward_elemt: the values the sums cover */
+  /* batch norm followed by ReLU (CPU, float32/float64 only; the op layer
+   * composes the two elsewhere): forward y = relu(affine); backward gy
+   * counts only where that output is > 0, recomputed from x, mean, invstd,
+   * w and b (b then given to the backward too) by the forward's own code,
+   * so the mask is the forward's bit for bit */
+  bool relu;
 } dp_bn_args;
 
 /* Layer norm over the cols of x [rows, cols] (contiguous); mean and rstd

@@ -6,8 +6,9 @@
  *   ddp.max_pool2d(x, kernel [, stride [, padding [, dilation [, ceil_mode]]]])  stride defaults to kernel
  *   ddp.avg_pool2d(x, kernel [, stride [, padding [, ceil_mode]]])  padding counted in the mean
  *   (PyTorch's positional order; max_pool2d's dilation must be 1)
- *   ddp.batch_norm(x, running_mean, running_var, weight, bias [, training [, momentum [, eps]]])
- *       tensors may be nil; training false, momentum 0.1, eps 1e-5 (PyTorch's F.batch_norm)
+ *   ddp.batch_norm(x, running_mean, running_var, weight, bias [, training [, momentum [, eps [, act]]]])
+ *       tensors may be nil; training false, momentum 0.1, eps 1e-5 (PyTorch's F.batch_norm);
+ *       act "relu": relu(batch_norm(...)) fused (nn.Sequential's BatchNorm + ReLU)
  *   ddp.layer_norm(x, normalized_shape [, weight [, bias [, eps]]])  shape: n or {d1, ...}
  *   ddp.dropout(x [, p [, training]])                  p 0.5, training true
  *   ddp.embedding(ids, weight)                         ids int64, 1-based
@@ -103,6 +104,10 @@ static int l_batch_norm(lua_State *L) {
   dp_tensor *b = opt_tensor(L, 5);
   bool training = opt_bool(L, 6, false);
   double momentum = luaL_optnumber(L, 7, 0.1), eps = luaL_optnumber(L, 8, 1e-5);
+  const char *act = luaL_optstring(L, 9, NULL);
+  if (act && strcmp(act, "relu") != 0)
+    return luaL_error(L, "batch_norm: the fused activation must be \"relu\" or nil, got \"%s\"", act);
+  if (act) return lt_push(L, dp_batch_norm_relu(x, rm, rv, w, b, training, momentum, eps));
   return lt_push(L, dp_batch_norm(x, rm, rv, w, b, training, momentum, eps));
 }
 

@@ -199,6 +199,10 @@ dp_tensor *dp_avg_pool2d(dp_tensor *x, const dp_pool2d_args *a);
  * the variance unbiased (PyTorch's rule); evaluation uses the running ones. */
 dp_tensor *dp_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w, dp_tensor *b,
                          bool training, double momentum, double eps);
+/* relu(dp_batch_norm(...)), the same values and gradients, in one pass and
+ * one autograd node on the CPU (nn.Sequential's BatchNorm + ReLU). */
+dp_tensor *dp_batch_norm_relu(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w, dp_tensor *b,
+                              bool training, double momentum, double eps);
 /* The pieces dp_batch_norm is made of, without autograd, for
  * SyncBatchNorm (ops/norm.c): stats per rank -> all-gather -> gather_stats
  * -> update_stats / invstd -> elemt; backward: backward_reduce ->

@@ -75,15 +75,23 @@ function BatchNorm:_count_batch(x)
   return factor
 end
 
-function BatchNorm:forward(x)
+-- act: nil, or "relu" for relu(batch_norm(x)) in one pass (forward_relu)
+local function forward(self, x, act)
   self:_check_input_dim(x)
   local factor = self:_count_batch(x)
   -- batch statistics when training or when no running statistics exist
   local use_batch = self.training or self.running_mean == nil
   local rm, rv
   if not self.training or self.track_running_stats then rm, rv = self.running_mean, self.running_var end
-  return ddp.batch_norm(x, rm, rv, self.weight, self.bias, use_batch, factor, self.eps)
+  return ddp.batch_norm(x, rm, rv, self.weight, self.bias, use_batch, factor, self.eps, act)
 end
+
+function BatchNorm:forward(x) return forward(self, x) end
+
+--- relu(forward(x)) in one call: the same values and gradients, with the
+--- ReLU applied in the normalisation's pass and its mask folded into the
+--- backward's (nn.Sequential uses it for BatchNorm followed by ReLU).
+function BatchNorm:forward_relu(x) return forward(self, x, "relu") end
 
 function BatchNorm:extra_repr()
   return string.format("%d, eps=%g, momentum=%s, affine=%s, track_running_stats=%s", self.num_features, self.eps,

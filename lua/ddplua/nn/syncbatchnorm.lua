@@ -45,6 +45,16 @@ function SyncBatchNorm:forward(x)
   return core.sync_batch_norm(x, rm, rv, self.weight, self.bias, true, factor, self.eps, self.process_group)
 end
 
+--- relu(forward(x)): fused where it is plain batch norm (outside training
+--- or without a process group); the synchronised path applies the ReLU
+--- after it.
+function SyncBatchNorm:forward_relu(x)
+  if not (self.training and ddp.distributed.is_initialized()) then
+    return batchnorm._BatchNorm.forward_relu(self, x)
+  end
+  return self:forward(x):relu()
+end
+
 local function is_batchnorm(m)
   local name = getmetatable(m).__name
   return name == "BatchNorm1d" or name == "BatchNorm2d"

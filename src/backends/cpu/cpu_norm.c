@@ -13,9 +13,14 @@
  * run the float versions in the per-ISA vector kernels (cpu_vec.h), split
  * over channels (batch norm) or rows (layer norm) between threads (batch
  * norm's input gradient in double, see cpu_vec_nn_t.h); every other dtype
- * loads each element as double and runs the double versions. */
+ * loads each element as double and runs the double versions.
+ *
+ * Batch norm with a->relu is batch norm followed by ReLU in the same passes
+ * (float32 and float64): see "batch norm + ReLU" below for how its
+ * backward gets the ReLU's mask without a saved output. */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,6 +70,7 @@ typedef struct {
   dp_tensor *out;      /* y or gx */
   double *acc, *acc_x; /* per-channel results */
   const double *mu;
+  atomic_bool failed; /* a worker could not get its ReLU mask row */
 } bn_ctx;
 
 static int64_t bn_grain(const dp_bn_args *a) {
@@ -132,6 +138,55 @@ static dp_bn_affine_k bn_affine_of(const dp_bn_args *a, int64_t ch) {
                       opt_at(a->b, ch, 0.0));
 }
 
+/* ---- batch norm + ReLU (a->relu) ----
+ * The forward applies the ReLU to each row while it is in cache. The
+ * backward needs the ReLU's mask: rather than read a saved output it
+ * recomputes each row of y from x (already being read) into a scratch row,
+ * with the very calls the forward made (same kernels, same float
+ * coefficients: the same bits), then runs the ReLU's own forward and
+ * backward kernels on it, so the masked gradient is the unfused ReLU's
+ * output bit for bit and the sums and gx that follow are the unfused ones. */
+
+static void relu_row_f32(float *y, int64_t n) {
+  dp_unary_args r = dp_unary_args_of(DP_U_RELU);
+  dp_cpu_vec_get()->unary(&r, y, y, n);
+}
+
+/* One float32 row of the forward's pre-ReLU output: the vector kernel for
+ * planes (inner > 1), the scalar formula for [N, C] (one value per row). */
+static void bn_row_f32(float *y, const float *x, int64_t n, const dp_bn_affine_k *f, bool planes) {
+  float mu = (float)f->mean, scale = (float)f->scale, bias = (float)f->bias;
+  if (planes) dp_cpu_vec_get()->affine(y, x, n, mu, scale, bias);
+  else
+    for (int64_t j = 0; j < n; j++) y[j] = dp_bn_apply_f(x[j], mu, scale, bias);
+}
+
+/* m: a row of the pre-ReLU output; becomes gy masked by the ReLU */
+static void relu_mask_f32(float *m, const float *g, int64_t n) {
+  dp_unary_args r = dp_unary_args_of(DP_U_RELU);
+  dp_cpu_vec_get()->unary(&r, m, m, n);
+  dp_cpu_vec_get()->unary_bwd(&r, m, g, NULL, m, n);
+}
+
+/* double rows (float64 tensors: their stores are exact) */
+static double bn_y_d(const dp_bn_affine_k *k, double x, bool relu) {
+  double v = dp_bn_apply_d(x, k->mean, k->scale, k->bias);
+  return relu ? dp_relu_fwd_d(v, NULL) : v;
+}
+static double bn_g_d(const dp_bn_affine_k *k, double g, double x, bool relu) {
+  return relu ? dp_relu_bwd_d(g, 0.0, bn_y_d(k, x, true), NULL) : g;
+}
+
+/* g's row, masked by the ReLU into m when a->relu (m: n floats; f: the
+ * channel's bn_affine_of) */
+static const float *bn_grad_row(const dp_bn_args *a, const dp_bn_affine_k *f, const float *g, const float *x, int64_t n,
+                                float *m) {
+  if (!a->relu) return g;
+  bn_row_f32(m, x, n, f, a->inner > 1);
+  relu_mask_f32(m, g, n);
+  return m;
+}
+
 static void bn_forward_channels(void *vctx, int64_t lo, int64_t hi) {
   const bn_ctx *k = vctx;
   const dp_bn_args *a = k->a;
@@ -141,7 +196,8 @@ static void bn_forward_channels(void *vctx, int64_t lo, int64_t hi) {
     dp_bn_affine_k f = bn_affine_of(a, ch);
     for (int64_t i = 0; i < a->n; i++) {
       int64_t off = (i * a->c + ch) * a->inner;
-      dp_cpu_vec_get()->affine(y + off, x + off, a->inner, (float)f.mean, (float)f.scale, (float)f.bias);
+      bn_row_f32(y + off, x + off, a->inner, &f, true);
+      if (a->relu) relu_row_f32(y + off, a->inner);
     }
   }
 }
@@ -151,43 +207,57 @@ int dp_cpu_bn_forward(dp_tensor *y, const dp_bn_args *a) {
   int64_t n = a->n, c = a->c, inner = a->inner;
   const char *xp = dp_data(x);
   char *yp = dp_data(y);
-  if (x->dtype == DP_F32 && y->dtype == DP_F32 && inner > 1) {
+  bool f32 = x->dtype == DP_F32 && y->dtype == DP_F32;
+  if (a->relu && !f32 && x->dtype != DP_F64)
+    return dp_error("batch_norm: the fused ReLU takes float32 or float64, got %s", dp_dtype_name(x->dtype));
+  if (f32 && inner > 1) {
     bn_ctx k = {.a = a, .out = y};
     dp_cpu_parallel_for(c, bn_grain(a), 1, bn_forward_channels, &k);
     return 0;
   }
   for (int64_t ch = 0; ch < c; ch++) {
     dp_bn_affine_k k = bn_affine_of(a, ch);
-    float mu = (float)k.mean, scale = (float)k.scale, bias = (float)k.bias;
     for (int64_t i = 0; i < n; i++) {
       int64_t off = (i * c + ch) * inner;
-      if (x->dtype == DP_F32 && y->dtype == DP_F32) {
-        const float *xr = (const float *)xp + off;
+      if (f32) {
         float *yr = (float *)yp + off;
-        for (int64_t j = 0; j < inner; j++) yr[j] = dp_bn_apply_f(xr[j], mu, scale, bias);
+        bn_row_f32(yr, (const float *)xp + off, inner, &k, false);
+        if (a->relu) relu_row_f32(yr, inner);
       } else {
-        for (int64_t j = 0; j < inner; j++)
-          ST(y, yp, off + j, dp_bn_apply_d(LD(x, xp, off + j), k.mean, k.scale, k.bias));
+        for (int64_t j = 0; j < inner; j++) ST(y, yp, off + j, bn_y_d(&k, LD(x, xp, off + j), a->relu));
       }
     }
   }
   return 0;
 }
 
+/* a scratch row for the ReLU mask (NULL without a->relu); *failed on OOM */
+static float *mask_row(const dp_bn_args *a, atomic_bool *failed) {
+  if (!a->relu) return NULL;
+  float *m = malloc(sizeof(float) * (size_t)(a->inner > 0 ? a->inner : 1));
+  if (!m) atomic_store(failed, true);
+  return m;
+}
+
 static void bn_reduce_channels(void *vctx, int64_t lo, int64_t hi) {
-  const bn_ctx *k = vctx;
+  bn_ctx *k = vctx;
   const dp_bn_args *a = k->a;
   const float *g = dp_data(a->gy), *x = dp_data(a->x);
+  float *m = mask_row(a, &k->failed);
+  if (a->relu && !m) return;
   for (int64_t ch = lo; ch < hi; ch++) {
     double s = 0, sx = 0;
+    dp_bn_affine_k f = a->relu ? bn_affine_of(a, ch) : (dp_bn_affine_k){0};
     for (int64_t i = 0; i < a->n; i++) {
       int64_t off = (i * a->c + ch) * a->inner;
       double sg;
-      sx += dp_cpu_vec_get()->dot_dev(g + off, x + off, a->inner, k->mu[ch], &sg);
+      sx += dp_cpu_vec_get()->dot_dev(bn_grad_row(a, &f, g + off, x + off, a->inner, m), x + off, a->inner, k->mu[ch],
+                                      &sg);
       s += sg;
     }
     k->acc[ch] = s, k->acc_x[ch] = sx;
   }
+  free(m);
 }
 
 int dp_cpu_bn_backward_reduce(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_bn_args *a) {
@@ -198,17 +268,23 @@ int dp_cpu_bn_backward_reduce(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const d
   const char *gp = dp_data(gy), *xp = dp_data(x);
   bool f32 = gy->dtype == DP_F32 && x->dtype == DP_F32;
   for (int64_t ch = 0; ch < c; ch++) mu[ch] = LD(mean, dp_data(mean), ch);
-  if (f32 && inner > 1) {
+  if (f32 && (inner > 1 || a->relu)) {
     bn_ctx k = {.a = a, .acc = acc, .acc_x = acc_x, .mu = mu};
+    atomic_init(&k.failed, false);
     dp_cpu_parallel_for(c, bn_grain(a), 1, bn_reduce_channels, &k);
+    if (atomic_load(&k.failed)) {
+      free(acc);
+      return dp_error("batch_norm backward: out of memory for a row of %lld values", (long long)inner);
+    }
   } else {
     for (int64_t i = 0; i < n; i++)
       for (int64_t ch = 0; ch < c; ch++) {
         int64_t off = (i * c + ch) * inner;
+        dp_bn_affine_k f = a->relu ? bn_affine_of(a, ch) : (dp_bn_affine_k){0};
         double s = 0, sx = 0, m = mu[ch];
         for (int64_t k = 0; k < inner; k++) {
-          double g = LD(gy, gp, off + k);
-          s += g, sx += g * (LD(x, xp, off + k) - m);
+          double xv = LD(x, xp, off + k), g = bn_g_d(&f, LD(gy, gp, off + k), xv, a->relu);
+          s += g, sx += g * (xv - m);
         }
         acc[ch] += s, acc_x[ch] += sx;
       }
@@ -227,18 +303,31 @@ static dp_bn_grad_k bn_grad_of(const dp_bn_args *a, int64_t ch) {
                           LD(a->sum_dy_xhat, dp_data(a->sum_dy_xhat), ch) / a->count);
 }
 
+/* in double, as the CUDA kernel: the three terms cancel (to the eps term
+ * alone when a channel has two values), and float coefficients left float32
+ * results several ulps of the terms off */
+static void bn_grad_row_scalar(float *o, const float *g, const float *x, int64_t n, const dp_bn_grad_k *k) {
+  for (int64_t j = 0; j < n; j++) o[j] = (float)dp_bn_grad_apply_d(g[j], x[j], k->gy, k->x, k->c);
+}
+
 static void bn_elemt_channels(void *vctx, int64_t lo, int64_t hi) {
-  const bn_ctx *k = vctx;
+  bn_ctx *k = vctx;
   const dp_bn_args *a = k->a;
   const float *g = dp_data(a->gy), *x = dp_data(a->x);
   float *o = dp_data(k->out);
+  float *m = mask_row(a, &k->failed);
+  if (a->relu && !m) return;
   for (int64_t ch = lo; ch < hi; ch++) {
     dp_bn_grad_k f = bn_grad_of(a, ch);
+    dp_bn_affine_k af = a->relu ? bn_affine_of(a, ch) : (dp_bn_affine_k){0};
     for (int64_t i = 0; i < a->n; i++) {
       int64_t off = (i * a->c + ch) * a->inner;
-      dp_cpu_vec_get()->bn_grad(o + off, g + off, x + off, a->inner, f.gy, f.x, f.c);
+      const float *gr = bn_grad_row(a, &af, g + off, x + off, a->inner, m);
+      if (a->inner > 1) dp_cpu_vec_get()->bn_grad(o + off, gr, x + off, a->inner, f.gy, f.x, f.c);
+      else bn_grad_row_scalar(o + off, gr, x + off, a->inner, &f);
     }
   }
+  free(m);
 }
 
 int dp_cpu_bn_backward_elemt(dp_tensor *gx, const dp_bn_args *a) {
@@ -247,25 +336,26 @@ int dp_cpu_bn_backward_elemt(dp_tensor *gx, const dp_bn_args *a) {
   const char *gp = dp_data(gy), *xp = dp_data(x);
   char *op = dp_data(gx);
   bool f32 = gx->dtype == DP_F32 && gy->dtype == DP_F32 && x->dtype == DP_F32;
-  if (f32 && inner > 1) {
+  if (f32 && (inner > 1 || a->relu)) {
     bn_ctx k = {.a = a, .out = gx};
+    atomic_init(&k.failed, false);
     dp_cpu_parallel_for(c, bn_grain(a), 1, bn_elemt_channels, &k);
+    if (atomic_load(&k.failed))
+      return dp_error("batch_norm backward: out of memory for a row of %lld values", (long long)inner);
     return 0;
   }
   for (int64_t ch = 0; ch < c; ch++) {
     dp_bn_grad_k k = bn_grad_of(a, ch);
+    dp_bn_affine_k f = a->relu ? bn_affine_of(a, ch) : (dp_bn_affine_k){0};
     for (int64_t i = 0; i < n; i++) {
       int64_t off = (i * c + ch) * inner;
       if (f32) {
-        /* in double, as the CUDA kernel: the three terms cancel (to the eps
-         * term alone when a channel has two values), and float coefficients
-         * left float32 results several ulps of the terms off */
-        const float *g = (const float *)gp + off, *xr = (const float *)xp + off;
-        float *o = (float *)op + off;
-        for (int64_t j = 0; j < inner; j++) o[j] = (float)dp_bn_grad_apply_d(g[j], xr[j], k.gy, k.x, k.c);
+        bn_grad_row_scalar((float *)op + off, (const float *)gp + off, (const float *)xp + off, inner, &k);
       } else {
-        for (int64_t j = 0; j < inner; j++)
-          ST(gx, op, off + j, dp_bn_grad_apply_d(LD(gy, gp, off + j), LD(x, xp, off + j), k.gy, k.x, k.c));
+        for (int64_t j = 0; j < inner; j++) {
+          double xv = LD(x, xp, off + j);
+          ST(gx, op, off + j, dp_bn_grad_apply_d(bn_g_d(&f, LD(gy, gp, off + j), xv, a->relu), xv, k.gy, k.x, k.c));
+        }
       }
     }
   }
