@@ -14,7 +14,8 @@
 -- Settings (key=value, or YAML via --config): model=mlp|cnn epochs=5 lr=0.05 (for a global batch of 64,
 -- scaled linearly with batch_size x processes) momentum=0.9
 -- schedule=cosine|none batch_size=64 (per process) seed=0 batchnorm=true (CNN: BatchNorm2d after
--- each conv, SyncBatchNorm under DDP) train_samples=0 (0 = all 60000) root=<dataset dir> threads=0
+-- each conv) sync_bn=true (SyncBatchNorm under DDP; false: each rank's BatchNorm uses its own batch, as
+-- PyTorch's CPU-only peer must: its SyncBatchNorm runs on GPUs only) train_samples=0 (0 = all 60000) root=<dataset dir> threads=0
 -- run_name=fashion_mnist (runs/<run_name>/: config.yaml, metrics.jsonl, last.safetensors) resume=""
 -- stop_after=0 (stop after that many epochs of this process, as if interrupted; 0 = run to the end)
 -- eval_batch_size=250 (test images per forward: the CNN's first conv output is 100 KB per image in
@@ -24,7 +25,7 @@ local nn, optim, data, dist = ddp.nn, ddp.optim, ddp.data, ddp.distributed
 
 local cfg, run_dir = ddp.config {
   model = "mlp", epochs = 5, lr = 0.05, momentum = 0.9, schedule = "cosine", batch_size = 64, seed = 0,
-  batchnorm = true, train_samples = 0, root = data.FashionMNIST.default_root, threads = 0,
+  batchnorm = true, sync_bn = true, train_samples = 0, root = data.FashionMNIST.default_root, threads = 0,
   run_name = "fashion_mnist", resume = "", log_every = 50, stop_after = 0, eval_batch_size = 250,
 }
 
@@ -61,7 +62,7 @@ local function build_model(kind)
 end
 
 local model = build_model(cfg.model):to(device)
-if world > 1 then model = nn.SyncBatchNorm.convert_sync_batchnorm(model) end
+if world > 1 and cfg.sync_bn then model = nn.SyncBatchNorm.convert_sync_batchnorm(model) end
 model = dist.DistributedDataParallel(model)
 -- lr is given for a global batch of 64 and scaled linearly with the global
 -- batch (Goyal et al., "Accurate, Large Minibatch SGD"): 2 ranks x 64 -> 2x
@@ -120,9 +121,11 @@ local function evaluate()
   return p:eq(y):sum():item() / y:size(1), y:size(1)
 end
 
+local norm = (cfg.model ~= "cnn" or not cfg.batchnorm) and ""
+  or (world > 1 and cfg.sync_bn) and ", SyncBatchNorm" or world > 1 and ", BatchNorm per rank" or ", BatchNorm"
 ddp.print(string.format("Fashion-MNIST %s on %d process(es) (%s): %d train / %d test images, batch %d x %d, " ..
-  "SGD lr %g momentum %g, %s schedule", cfg.model, world, device, #train_set, #test_set, cfg.batch_size, world,
-  lr, cfg.momentum, cfg.schedule))
+  "SGD lr %g momentum %g, %s schedule%s", cfg.model, world, device, #train_set, #test_set, cfg.batch_size, world,
+  lr, cfg.momentum, cfg.schedule, norm))
 local log = ddp.metrics.open()
 local acc, n_test = nil, 0
 for epoch = start_epoch, cfg.epochs do

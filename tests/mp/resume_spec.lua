@@ -72,3 +72,24 @@ for _, nproc in ipairs({ 1, 2 }) do
     end)
   end)
 end
+
+describe("the CNN's batch norm under DDP", function()
+  it("is SyncBatchNorm by default and each rank's own with sync_bn=false (the losses differ)", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. q(dir)))
+    local args = { "epochs=1", "train_samples=256", "log_every=1", "batch_size=32", "model=cnn" }
+    local function with_args(extra)
+      local t = { table.unpack(args) }
+      for _, a in ipairs(extra) do t[#t + 1] = a end
+      return t
+    end
+    assert.matches(", SyncBatchNorm\n", run(dir, 2, with_args { "run_name=sync" }), 1, true)
+    assert.matches(", BatchNorm per rank\n", run(dir, 2, with_args { "run_name=local", "sync_bn=false" }), 1, true)
+    local a = step_losses(dir .. "/runs/sync/metrics.jsonl")
+    local b = step_losses(dir .. "/runs/local/metrics.jsonl")
+    assert.is_not_nil(a[2])
+    assert.are_not.equal(string.format("%.17g", a[2]), string.format("%.17g", b[2]))
+    os.execute("rm -rf " .. q(dir))
+  end)
+end)
