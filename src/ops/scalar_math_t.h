@@ -51,12 +51,23 @@ BWD(relu) { return y <= 0 ? 0 : gy; }
 INT(relu) { return x > 0 ? x : 0; }
 
 /* exact GELU, x * Phi(x) (PyTorch's default, approximate='none') */
+#ifdef DP_T_GELU_PHI /* the CPU's vector loops: Phi and phi from one exp (backends/cpu/vmath.h) */
+FWD(gelu) {
+  T pdf;
+  return x * DP_T_GELU_PHI(x, &pdf);
+}
+BWD(gelu) {
+  T pdf, cdf = DP_T_GELU_PHI(x, &pdf);
+  return gy * (cdf + x * pdf);
+}
+#else
 FWD(gelu) { return C(0.5) * x * (1 + ERF(x * C(DP_SQRT1_2))); }
 BWD(gelu) {
   T cdf = C(0.5) * (1 + ERF(x * C(DP_SQRT1_2)));
   T pdf = EXP(C(-0.5) * x * x) * C(DP_2_SQRTPI * DP_SQRT1_2 * 0.5);
   return gy * (cdf + x * pdf);
 }
+#endif
 
 FWD(tanh) { return TANH(x); }
 BWD(tanh) { return gy * (1 - y * y); }

@@ -47,7 +47,7 @@ static void run(dp_dtype dt, dp_tensor *const *in64, dp_tensor *mask, bool causa
 
 int main(void) {
   const char *names[3] = {"plain", "avx2", "avx512"};
-  int64_t cases[][3] = {{70, 65, 32}, {1, 130, 16}, {129, 40, 17}};
+  int64_t cases[][3] = {{70, 65, 32}, {1, 130, 16}, {129, 40, 17}, {200, 260, 8}};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     int64_t L = cases[c][0], S = cases[c][1], E = cases[c][2];
     dp_manual_seed(1 + c);

@@ -22,12 +22,12 @@ static float from_bits(uint32_t u) {
 
 /* |got - want| in ulps of want rounded to float32 (denormal ulps below
  * the normal range); 0 when both are the same special value */
-static double ulps(float got, double want) {
+static double ulps(float got, double want, double floor) {
   if (isnan(want)) return isnan(got) ? 0 : INFINITY;
   float wf = (float)want; /* may round to an infinity */
   if (isinf(wf) || isinf(got)) return got == wf ? 0 : INFINITY;
   int e;
-  frexp(wf == 0 ? 1e-45 : wf, &e);
+  frexp(fabs(wf) < floor ? floor : wf == 0 ? 1e-45 : wf, &e);
   double ulp = ldexp(1.0, (e - 24) < -149 ? -149 : e - 24);
   return fabs((double)got - want) / ulp;
 }
@@ -38,6 +38,7 @@ typedef struct {
   double (*ref)(double);
   double lo, hi; /* the domain swept (outside: special values only) */
   double max_ulp;
+  double floor; /* errors in ulps of at least this magnitude's (0: of the result's) */
 } fn_case;
 
 static float v_exp(float x) { return dp_vexpf(x); }
@@ -46,6 +47,19 @@ static float v_log1p(float x) { return dp_vlog1pf(x); }
 static float v_expm1(float x) { return dp_vexpm1f(x); }
 static float v_tanh(float x) { return dp_vtanhf(x); }
 static float v_erf(float x) { return dp_verff(x); }
+/* GELU x Phi(x) and its derivative Phi(x) + x phi(x) through dp_vgelu_phif */
+static float v_gelu(float x) {
+  float pdf;
+  return x * dp_vgelu_phif(x, &pdf);
+}
+static float v_gelu_grad(float x) {
+  float pdf, cdf = dp_vgelu_phif(x, &pdf);
+  return cdf + x * pdf;
+}
+static double gelu(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752440); }
+static double gelu_grad(double x) {
+  return 0.5 * erfc(-x * 0.70710678118654752440) + x * exp(-0.5 * x * x) * 0.39894228040143267794;
+}
 
 static void sweep(const fn_case *c, uint64_t stride, bool flushing) {
   double worst = 0;
@@ -56,7 +70,7 @@ static void sweep(const fn_case *c, uint64_t stride, bool flushing) {
     double want = c->ref((double)x);
     if (flushing && fabs(want) < 1.1754943508222875e-38) continue; /* flushed results: checked below */
     if (flushing && fabs(x) < 1.1754943508222875e-38 && x != 0) continue;
-    double e = ulps(c->f(x), want);
+    double e = ulps(c->f(x), want, c->floor);
     if (e > worst) worst = e, worst_x = x;
   }
   if (worst > c->max_ulp)
@@ -80,18 +94,32 @@ static void specials(void) {
   CHECK(dp_vtanhf(1e-30f) == 1e-30f);
   CHECK(dp_verff(inf) == 1 && dp_verff(-inf) == -1 && isnan(dp_verff(nan)) && signbit(dp_verff(-0.0f)));
   CHECK(dp_verff(5.0f) == 1 && dp_verff(-5.0f) == -1);
+  /* GELU: x Phi(x) with Phi(+inf) = 1, Phi(-inf) = 0 (so gelu(-inf) and the gradient at +-inf are +-inf * 0, NaN, as
+   * PyTorch's x * (1 + erf) gives), phi 0 at both; NaN in, NaN out; signed zero kept; tiny beyond -12.5 */
+  float pdf;
+  CHECK(dp_vgelu_phif(inf, &pdf) == 1 && pdf == 0 && dp_vgelu_phif(-inf, &pdf) == 0 && pdf == 0);
+  CHECK(isnan(dp_vgelu_phif(nan, &pdf)) && isnan(pdf));
+  CHECK(v_gelu(inf) == inf && isnan(v_gelu(-inf)) && isnan(v_gelu(nan)) && isnan(v_gelu_grad(inf)) &&
+        isnan(v_gelu_grad(-inf)) && isnan(v_gelu_grad(nan)));
+  CHECK(v_gelu(0.0f) == 0 && signbit(v_gelu(-0.0f)) && v_gelu_grad(0.0f) == 0.5f);
+  CHECK(v_gelu(1e30f) == 1e30f && v_gelu(-1e30f) == 0 && v_gelu_grad(1e30f) == 1 && v_gelu_grad(-1e30f) == 0);
+  for (float x = -12.5f; x > -40; x -= 0.37f) CHECK(fabsf(v_gelu(x)) < 1e-33f && fabsf(v_gelu_grad(x)) < 1e-32f);
 }
 
 int main(void) {
   const char *full = getenv("DDPLUA_VMATH_FULL");
   uint64_t stride = full && *full == '1' ? 1 : 1021;
   const fn_case cases[] = {
-      {"exp", v_exp, exp, -200, 200, 2},
-      {"log", v_log, log, 0, INFINITY, 2},
-      {"log1p", v_log1p, log1p, -1, INFINITY, 2},
-      {"expm1", v_expm1, expm1, -200, 200, 2},
-      {"tanh", v_tanh, tanh, -INFINITY, INFINITY, 2},
-      {"erf", v_erf, erf, -INFINITY, INFINITY, 2},
+      {"exp", v_exp, exp, -200, 200, 2, 0},
+      {"log", v_log, log, 0, INFINITY, 2, 0},
+      {"log1p", v_log1p, log1p, -1, INFINITY, 2, 0},
+      {"expm1", v_expm1, expm1, -200, 200, 2, 0},
+      {"tanh", v_tanh, tanh, -INFINITY, INFINITY, 2, 0},
+      {"erf", v_erf, erf, -INFINITY, INFINITY, 2, 0},
+      /* from -12.5: further out Phi is denormal (0 when flushing; below) */
+      {"gelu", v_gelu, gelu, -12.5, INFINITY, 8, 0},
+      /* Phi + x phi crosses 0 at -0.7518: its error in ulps of 1 */
+      {"gelu'", v_gelu_grad, gelu_grad, -12.5, INFINITY, 8, 1},
   };
   for (int flush = 0; flush < 2; flush++) {
     dp_fpu_set_flush_denormal(flush);

@@ -1,8 +1,8 @@
 -- nn.F.scaled_dot_product_attention, the fused op: forward and gradients
 -- against the composed float64 math (softmax(q k^T * scale + mask) v, by
 -- matmul and softmax), the float32 tiled kernel against the float64
--- reference path at sizes around its tile edges (1, 63, 64, 65, 130
--- rows), boolean and float masks broadcast from smaller shapes, is_causal
+-- reference path at sizes around its tile edges (1, 63, 64, 65, 129, 130
+-- rows; 257 keys: three key blocks of 128), boolean and float masks broadcast from smaller shapes, is_causal
 -- with L != S, rows with no key (0, as PyTorch >= 2.5), dropout (the same
 -- mask in forward and backward, and on both paths), strided q/k/v as MHA
 -- makes them, finite differences, PyTorch, memory (no [L, S] matrix), and
@@ -61,7 +61,8 @@ describe("scaled_dot_product_attention", function()
   end)
 
   it("float32's tiled kernel matches the float64 path across tile edges, forward and backward", function()
-    for _, sz in ipairs({ { 1, 1, 32 }, { 63, 65, 32 }, { 64, 64, 64 }, { 130, 70, 17 }, { 65, 130, 40 } }) do
+    for _, sz in ipairs({ { 1, 1, 32 }, { 63, 65, 32 }, { 64, 64, 64 }, { 130, 70, 17 }, { 65, 130, 40 },
+      { 129, 257, 24 } }) do
       local L, S, E = sz[1], sz[2], sz[3]
       for _, o in ipairs({ {}, { is_causal = true }, { attn_mask = rnd({ L, S }, 6):gt(0.5) },
         { attn_mask = rnd({ 2, 1, L, S }, 7) } }) do

@@ -32,7 +32,11 @@
 #include "core/error.h"
 #include "ops/model_math.h"
 
-enum { BR = 64, BC = 64 };
+/* 128 x 128 tiles: a 128-token sequence (the GPT example's) is one tile per
+ * head, with no online rescaling and each key block transposed once; the
+ * backward's three tiles (192 KiB) stay in L2. 64 x 64 measured ~5% slower
+ * on that model's attention, forward and backward. */
+enum { BR = 128, BC = 128 };
 
 #define TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
 #define TARGET_AVX2 __attribute__((target("avx2,fma")))

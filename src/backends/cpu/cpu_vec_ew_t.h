@@ -19,7 +19,9 @@
 #define DP_T_SFX v
 #define DP_T_MATH(fn) dp_v##fn##f
 #define DP_T_LAST_PASS 0
+#define DP_T_GELU_PHI dp_vgelu_phif
 #include "ops/scalar_math_t.h"
+#undef DP_T_GELU_PHI
 #undef DP_T
 #undef DP_T_SFX
 #undef DP_T_MATH

@@ -14,10 +14,60 @@ static void v_bn_grad(float *RESTRICT o, const float *RESTRICT g, const float *R
   for (int64_t i = 0; i < n; i++) o[i] = (float)dp_bn_grad_apply_d(g[i], x[i], kgy, kx, kc);
 }
 
+/* 16 float lanes added in double as a tree of halvings (a serial chain of 16 double adds costs more than a
+ * 128-value row's main loop) */
+static inline double ln_hsum(const dp_vf16 *v) {
+  double d[DLANES];
+  for (int l = 0; l < DLANES; l++) d[l] = (double)(*v)[l];
+  return hsum_dlanes(d);
+}
+/* A layer-norm row's mean and sum of squared deviations: float lanes over
+ * blocks of 1024 values, each block's lanes added in double; the
+ * deviations from the mean rounded to float, corrected exactly after
+ * (sum (x - m)^2 = sum (x - mf)^2 - (sum (x - mf))^2 / n) */
+static void ln_moments(const float *x, int64_t n, double *mean, double *m2) {
+  double s = 0;
+  int64_t i = 0;
+  while (i + 16 <= n) {
+    int64_t end = i + 1024 < n ? i + 1024 : n;
+    dp_vf16 acc = {0};
+    for (; i + 16 <= end; i += 16) {
+      dp_vf16 xv;
+      VF16_LOAD(xv, x + i);
+      acc += xv;
+    }
+    s += ln_hsum(&acc);
+  }
+  for (; i < n; i++) s += x[i];
+  double m = s / (double)n;
+  float mf = (float)m;
+  double q = 0, d = 0;
+  i = 0;
+  while (i + 16 <= n) {
+    int64_t end = i + 1024 < n ? i + 1024 : n;
+    dp_vf16 acc = {0}, accd = {0};
+    for (; i + 16 <= end; i += 16) {
+      dp_vf16 xv;
+      VF16_LOAD(xv, x + i);
+      xv -= mf;
+      acc += xv * xv;
+      accd += xv;
+    }
+    q += ln_hsum(&acc), d += ln_hsum(&accd);
+  }
+  for (; i < n; i++) {
+    double e = (double)x[i] - mf;
+    q += e * e, d += e;
+  }
+  *mean = m;
+  *m2 = q - d * d / (double)n;
+}
+
 static void v_ln_row(float *RESTRICT y, const float *RESTRICT x, const float *RESTRICT w, const float *RESTRICT b,
                      int64_t n, double eps, double *mean, double *rstd) {
-  double m = v_sum(x, n) / (double)n;
-  double is = 1.0 / sqrt(v_sq_dev(x, n, m) / (double)n + eps);
+  double m, m2;
+  ln_moments(x, n, &m, &m2);
+  double is = 1.0 / sqrt((m2 > 0 ? m2 : 0) / (double)n + eps);
   *mean = m, *rstd = is;
   float fm = (float)m, fs = (float)is;
   if (w && b)
@@ -37,19 +87,30 @@ static void v_ln_bwd_row(float *RESTRICT gx, double *RESTRICT gw, double *RESTRI
                          float *RESTRICT xhat) {
   float fm = (float)mean, fs = (float)rstd;
   for (int64_t j = 0; j < n; j++) xhat[j] = (x[j] - fm) * fs;
-  double sg[DLANES] = {0}, sgx[DLANES] = {0}, s = 0, sx = 0;
+  /* sum g and sum g xhat in float lanes over blocks of 1024 values, each block's lanes added in double */
+  double s = 0, sx = 0;
   int64_t j = 0;
-  for (; j + DLANES <= n; j += DLANES)
-    for (int l = 0; l < DLANES; l++) {
-      float g = w ? gy[j + l] * w[j + l] : gy[j + l];
-      sg[l] += g;
-      sgx[l] += (double)(g * xhat[j + l]);
+  while (j + 16 <= n) {
+    int64_t end = j + 1024 < n ? j + 1024 : n;
+    dp_vf16 ag = {0}, agx = {0};
+    for (; j + 16 <= end; j += 16) {
+      dp_vf16 g, xh;
+      VF16_LOAD(g, gy + j);
+      VF16_LOAD(xh, xhat + j);
+      if (w) {
+        dp_vf16 wv;
+        VF16_LOAD(wv, w + j);
+        g *= wv;
+      }
+      ag += g;
+      agx += g * xh;
     }
+    s += ln_hsum(&ag), sx += ln_hsum(&agx);
+  }
   for (; j < n; j++) {
     float g = w ? gy[j] * w[j] : gy[j];
     s += g, sx += (double)(g * xhat[j]);
   }
-  for (int l = 0; l < DLANES; l++) s += sg[l], sx += sgx[l];
   float md = (float)(s / (double)n), mdx = (float)(sx / (double)n);
   if (w)
     for (int64_t i = 0; i < n; i++) gx[i] = dp_ln_grad_v(gy[i] * w[i], xhat[i], fs, md, mdx);

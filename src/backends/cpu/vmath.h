@@ -8,7 +8,7 @@
  *
  * Accuracy (tests/c/test_vmath.c sweeps every float32 in range against the
  * double libm): exp, log, log1p, expm1 and tanh within 2 ulp, erf within 2
- * ulp; infinities, NaN, signed zeros and denormal inputs and results as
+ * ulp (dp_vgelu_phif: see there); infinities, NaN, signed zeros and denormal inputs and results as
  * libm's, whether or not the thread flushes denormals.
  *
  * Included by the CPU kernels only (not by CUDA code). */
@@ -174,6 +174,40 @@ DP_VM float dp_verff(float x) {
   float big = dp_vm_copysign(1.0f - dp_vexpf(q), x);
   float r = ax < 0.875f ? small : big;
   r = x == 0.0f ? x : r;
+  return x != x ? x : r;
+}
+
+/* GELU's normal CDF Phi(x) and density phi(x) = e^(-x^2/2) / sqrt(2 pi)
+ * with one exp shared by both (GELU's backward needs the two; erf-based
+ * Phi would cost an erf and an exp). With z = |x| / sqrt(2):
+ * Phi(-|x|) = erfc(z) / 2 = t P(t) e^(-z^2) / 2, t = 1 / (1 + z / 2), where
+ * t P(t) fits erfcx(z) = erfc(z) e^(z^2) to 4.3e-8 relative on z in [0, 10]
+ * (a degree-8 least-squares minimax fit in float64, tools of the commit
+ * that added it; beyond 10 the result underflows anyway). So the negative
+ * tail keeps its relative accuracy (1 + erf(x) cancels there), and x^2 is
+ * taken exactly (its rounding error lo from an fma) so that e^(-x^2/2)
+ * stays within a few ulp out to where it underflows. Phi(|x|) = 1 -
+ * Phi(-|x|). NaN gives NaN; +-inf give Phi 1 and 0 with phi 0. */
+DP_VM float dp_vgelu_phif(float x, float *pdf) {
+  float ax = dp_vfabsf(x);
+  float xx = x * x;
+  float lo = __builtin_fmaf(x, x, -xx);
+  float e = dp_vexpf(-0.5f * xx);
+  e = __builtin_fmaf(e, -0.5f * lo, e);  /* e^(-(xx + lo)/2) ~ e^(-xx/2) (1 - lo/2) */
+  e = xx == __builtin_inff() ? 0.0f : e; /* lo is NaN there */
+  float t = 1.0f / __builtin_fmaf(ax, 0.5f * 0.70710678118654752f, 1.0f);
+  float p = -5.907003316e-02f;
+  p = __builtin_fmaf(p, t, 2.845800339e-01f);
+  p = __builtin_fmaf(p, t, -4.872100154e-01f);
+  p = __builtin_fmaf(p, t, 2.780782437e-01f);
+  p = __builtin_fmaf(p, t, -2.663292385e-02f);
+  p = __builtin_fmaf(p, t, 2.026897631e-01f);
+  p = __builtin_fmaf(p, t, 2.431030803e-01f);
+  p = __builtin_fmaf(p, t, 2.823753951e-01f);
+  p = __builtin_fmaf(p, t, 2.820864134e-01f);
+  float h = (0.5f * t) * p * e; /* Phi(-|x|) */
+  *pdf = e * 0.398942280401432678f;
+  float r = x < 0.0f ? h : 1.0f - h;
   return x != x ? x : r;
 }
 
