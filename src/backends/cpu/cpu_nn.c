@@ -71,10 +71,19 @@ typedef struct {
   int64_t outer, c, inner;
 } chsum_ctx;
 
-/* columns [lo, hi) of [outer, c] (inner == 1): sums down the rows */
+/* columns [lo, hi) of [outer, c] (inner == 1): sums down the rows, in
+ * blocks of CHSUM_COLS columns whose double accumulators stay in L1 (a
+ * linear's bias gradient over 10000 outputs would otherwise stream 80 KB
+ * of accumulators through L2 per row); each column's order of additions
+ * is unchanged */
+enum { CHSUM_COLS = 512 };
 static void chsum_cols(void *vctx, int64_t lo, int64_t hi) {
   const chsum_ctx *k = vctx;
-  for (int64_t o = 0; o < k->outer; o++) dp_cpu_vec_get()->col_acc(k->acc + lo, k->g + o * k->c + lo, hi - lo);
+  const dp_cpu_vec *v = dp_cpu_vec_get();
+  for (int64_t j = lo; j < hi; j += CHSUM_COLS) {
+    int64_t w = hi - j < CHSUM_COLS ? hi - j : CHSUM_COLS;
+    for (int64_t o = 0; o < k->outer; o++) v->col_acc(k->acc + j, k->g + o * k->c + j, w);
+  }
 }
 /* channels [lo, hi) of [outer, c, inner] */
 static void chsum_planes(void *vctx, int64_t lo, int64_t hi) {
