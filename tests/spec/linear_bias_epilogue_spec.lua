@@ -77,6 +77,24 @@ describe("linear with the bias in the GEMM epilogue", function()
     end
   end
 
+  it("bias gradient: the column sums of the output gradient, any row count, every kernel set", function()
+    local R = require "helpers.ref"
+    for _, isa in ipairs(R.cpu_kernel_sets()) do
+      local prev = ddp.core.set_cpu_kernels(isa)
+      for _, rows in ipairs({ 1, 3, 4, 5, 7, 700 }) do
+        ddp.manual_seed(rows)
+        local x, w = ddp.randn(rows, 9), ddp.randn(1001, 9)
+        local b = ddp.randn(1001):requires_grad_()
+        local g = ddp.randn(rows, 1001)
+        ddp.linear(x, w, b):backward(g)
+        local want = g:double():sum(1)
+        local d = (b.grad:double() - want):abs():max():item()
+        assert.is_true(d <= 1e-6 * math.sqrt(rows), isa .. " rows=" .. rows .. ": bias gradient off by " .. d)
+      end
+      ddp.core.set_cpu_kernels(prev)
+    end
+  end)
+
   it("keeps the gradients of x, weight and bias (finite differences, float64)", function()
     ddp.manual_seed(5)
     local x = ddp.randn(6, 7, { dtype = "float64" }):requires_grad_()

@@ -71,18 +71,18 @@ typedef struct {
   int64_t outer, c, inner;
 } chsum_ctx;
 
-/* columns [lo, hi) of [outer, c] (inner == 1): sums down the rows, in
- * blocks of CHSUM_COLS columns whose double accumulators stay in L1 (a
- * linear's bias gradient over 10000 outputs would otherwise stream 80 KB
- * of accumulators through L2 per row); each column's order of additions
- * is unchanged */
-enum { CHSUM_COLS = 512 };
+/* columns [lo, hi) of [outer, c] (inner == 1): sums down the rows, four
+ * rows per pass over the double accumulators (a linear's bias gradient
+ * over 10000 outputs: 80 KB of them, in L2), the rows read as contiguous
+ * streams; each column's order of additions is row after row, unchanged */
 static void chsum_cols(void *vctx, int64_t lo, int64_t hi) {
   const chsum_ctx *k = vctx;
   const dp_cpu_vec *v = dp_cpu_vec_get();
-  for (int64_t j = lo; j < hi; j += CHSUM_COLS) {
-    int64_t w = hi - j < CHSUM_COLS ? hi - j : CHSUM_COLS;
-    for (int64_t o = 0; o < k->outer; o++) v->col_acc(k->acc + j, k->g + o * k->c + j, w);
+  for (int64_t o = 0; o < k->outer; o += 4) {
+    const float *rows[4];
+    int nr = k->outer - o < 4 ? (int)(k->outer - o) : 4;
+    for (int r = 0; r < nr; r++) rows[r] = k->g + (o + r) * k->c + lo;
+    v->col_acc_rows(k->acc + lo, rows, nr, hi - lo);
   }
 }
 /* channels [lo, hi) of [outer, c, inner] */

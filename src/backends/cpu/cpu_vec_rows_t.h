@@ -267,6 +267,14 @@ static void v_moments(const float *x, int64_t n, double *mean, double *m2) {
 static void v_col_acc(double *RESTRICT acc, const float *RESTRICT x, int64_t n) {
   for (int64_t i = 0; i < n; i++) acc[i] += x[i];
 }
+static void v_col_acc_rows(double *RESTRICT acc, const float *const *x, int rows, int64_t n) {
+  if (rows == 4) { /* the common case unrolled: four row streams, acc read and written once */
+    const float *RESTRICT x0 = x[0], *RESTRICT x1 = x[1], *RESTRICT x2 = x[2], *RESTRICT x3 = x[3];
+    for (int64_t i = 0; i < n; i++) acc[i] = (((acc[i] + x0[i]) + x1[i]) + x2[i]) + x3[i];
+    return;
+  }
+  for (int r = 0; r < rows; r++) v_col_acc(acc, x[r], n);
+}
 
 /* ---- extremes: first position wins ties, NaN wins ---- */
 static int64_t v_arg_extreme(const float *x, int64_t n, bool want_max) {
