@@ -37,6 +37,7 @@ enum { ALL, DEVICE, OPTIONAL };
   X(scatter_add_dim, ALL)                                                                                              \
   X(gemm, ALL)                                                                                                         \
   X(bias_act, ALL)                                                                                                     \
+  X(gemm_bias, OPTIONAL)                                                                                               \
   X(channel_sum, ALL)                                                                                                  \
   X(softmax, ALL)                                                                                                      \
   X(softmax_backward, ALL)                                                                                             \

@@ -229,6 +229,10 @@ typedef struct dp_backend {
    * act (a unary op, usually one the op table marks EPILOGUE) may be NULL. */
   int (*bias_act)(dp_tensor *y, const dp_tensor *bias, const dp_unary_args *act, int64_t outer, int64_t c,
                   int64_t inner);
+  /* Optional (NULL: gemm, then bias_act): gemm, then C[b][i][j] += bias[j]
+   * (bias: g->n contiguous values of g->dtype), the add done as the GEMM
+   * stores C rather than in a pass of its own (linear's bias). */
+  int (*gemm_bias)(const dp_gemm_args *g, const void *bias);
   /* gb[c] = sum over outer, inner of gy [outer, c, inner] (contiguous) */
   int (*channel_sum)(dp_tensor *gb, const dp_tensor *gy, int64_t outer, int64_t c, int64_t inner);
   /* rows x cols, contiguous. */

@@ -61,9 +61,10 @@ static dp_tensor *gemm_operand(dp_scope *s, dp_tensor *t, bool *trans, int64_t *
   return copy;
 }
 
-/* out [batch..., m, n] = a [batch..., m, k] @ b [batch..., k, n]; a and b
- * already expanded to the same batch dims. */
-static int gemm_batched(dp_tensor *out, dp_tensor *a, dp_tensor *b, double beta) {
+/* out [batch..., m, n] = a [batch..., m, k] @ b [batch..., k, n] (+ bias
+ * [n] along every row, through the backend's gemm_bias: the caller checks
+ * it has one and k > 0); a and b already expanded to the same batch dims. */
+static int gemm_batched_bias(dp_tensor *out, dp_tensor *a, dp_tensor *b, double beta, const dp_tensor *bias) {
   /* nothing to compute, or a sum over k = 0 terms: no GEMM (an empty
    * operand need not have GEMM strides) */
   if (dp_numel(out) == 0) return 0;
@@ -98,7 +99,11 @@ static int gemm_batched(dp_tensor *out, dp_tensor *a, dp_tensor *b, double beta)
       .stride_c = out->shape[nd - 2] * out->shape[nd - 1],
       .device = dp_dev(out).index,
   };
-  return dp_backend_of(out)->gemm(&g);
+  return bias ? dp_backend_of(out)->gemm_bias(&g, dp_data(bias)) : dp_backend_of(out)->gemm(&g);
+}
+
+static int gemm_batched(dp_tensor *out, dp_tensor *a, dp_tensor *b, double beta) {
+  return gemm_batched_bias(out, a, b, beta, NULL);
 }
 
 static int matmul_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
@@ -297,8 +302,14 @@ static dp_tensor *linear_impl(dp_tensor *x, dp_tensor *w, dp_tensor *b, int act)
   dp_tensor *out =
       wt && (!b || bc) ? dp_scope_add(&s, dp_empty(w->dtype, 2, (int64_t[]){rows, outf}, dp_dev(x))) : NULL;
   dp_unary_args a = dp_unary_args_of((dp_unary_op)(act >= 0 ? act : 0));
-  if (!out || gemm_batched(out, x2, wt, 0.0) ||
-      ((b || act >= 0) && rows > 0 && dp_backend_of(out)->bias_act(out, bc, act >= 0 ? &a : NULL, rows, outf, 1)))
+  /* the bias added as the GEMM stores its tiles where the backend can (no
+   * pass of its own over the output: the LSTM example's 700 x 10000
+   * logits), else by bias_act after; the activation always after */
+  const dp_tensor *fused = bc && in > 0 && out && dp_backend_of(out)->gemm_bias ? bc : NULL;
+  const dp_tensor *after = fused ? NULL : bc;
+  if (!out || gemm_batched_bias(out, x2, wt, 0.0, fused) ||
+      ((after || act >= 0) && rows > 0 &&
+       dp_backend_of(out)->bias_act(out, after, act >= 0 ? &a : NULL, rows, outf, 1)))
     return NULL;
   if (x->ndim != 2) {
     int64_t osh[DP_MAXDIM];

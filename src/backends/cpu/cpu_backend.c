@@ -40,6 +40,7 @@ const dp_backend dp_cpu_backend = {
     .scatter_add_dim = dp_cpu_scatter_add_dim,
     .gemm = dp_cpu_gemm,
     .bias_act = dp_cpu_bias_act,
+    .gemm_bias = dp_cpu_gemm_bias,
     .channel_sum = dp_cpu_channel_sum,
     .softmax = dp_cpu_softmax,
     .softmax_backward = dp_cpu_softmax_backward,

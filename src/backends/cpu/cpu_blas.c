@@ -240,6 +240,25 @@ int dp_cpu_gemm(const dp_gemm_args *g) {
   return dp_cpu_gemm_blas(g);
 }
 
+int dp_cpu_gemm_bias(const dp_gemm_args *g, const void *bias) {
+  if (g->dtype == DP_F32) {
+    dp_sgemm_impl impl;
+    if (dp_sgemm_get_impl(&impl)) return -1;
+    if (impl != DP_SGEMM_BLAS) return dp_sgemm_run_bias(impl, g, bias);
+  }
+  if (dp_cpu_gemm(g)) return -1;
+  size_t es = dp_dtype_size(g->dtype);
+  for (int64_t b = 0; b < g->batch; b++)
+    for (int64_t i = 0; i < g->m; i++) {
+      char *row = (char *)g->c + (size_t)(b * g->stride_c + i * g->ldc) * es;
+      for (int64_t j = 0; j < g->n; j++)
+        dp_store_d(row + (size_t)j * es, g->dtype,
+                   dp_load_d(row + (size_t)j * es, g->dtype) +
+                       dp_load_d((const char *)bias + (size_t)j * es, g->dtype));
+    }
+  return 0;
+}
+
 /* The contract of dp_gemm_args without BLAS: each C element is one float64
  * dot product (beta == 0 ignores C's old value, NaN included, as BLAS
  * does). */

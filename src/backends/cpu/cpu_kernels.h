@@ -34,6 +34,9 @@ int dp_cpu_scatter_add_dim(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *
  * where no BLAS library loads. */
 int dp_cpu_gemm(const dp_gemm_args *g);
 int dp_cpu_gemm_blas(const dp_gemm_args *g);
+/* dp_cpu_gemm, then C += bias along each row (backend.h's gemm_bias):
+ * float32 on sgemm.h adds it in the GEMM's stores, the rest after */
+int dp_cpu_gemm_bias(const dp_gemm_args *g, const void *bias);
 
 /* cpu_nn.c: bias/activation epilogue, softmax, cross-entropy, index ops */
 int dp_cpu_bias_act(dp_tensor *y, const dp_tensor *bias, const dp_unary_args *act, int64_t outer, int64_t c,

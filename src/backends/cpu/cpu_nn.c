@@ -71,10 +71,19 @@ typedef struct {
   int64_t outer, c, inner;
 } chsum_ctx;
 
-/* columns [lo, hi) of [outer, c] (inner == 1): sums down the rows */
+/* columns [lo, hi) of [outer, c] (inner == 1): sums down the rows, four
+ * rows per pass over the double accumulators (a linear's bias gradient
+ * over 10000 outputs: 80 KB of them, in L2), the rows read as contiguous
+ * streams; each column's order of additions is row after row, unchanged */
 static void chsum_cols(void *vctx, int64_t lo, int64_t hi) {
   const chsum_ctx *k = vctx;
-  for (int64_t o = 0; o < k->outer; o++) dp_cpu_vec_get()->col_acc(k->acc + lo, k->g + o * k->c + lo, hi - lo);
+  const dp_cpu_vec *v = dp_cpu_vec_get();
+  for (int64_t o = 0; o < k->outer; o += 4) {
+    const float *rows[4];
+    int nr = k->outer - o < 4 ? (int)(k->outer - o) : 4;
+    for (int r = 0; r < nr; r++) rows[r] = k->g + (o + r) * k->c + lo;
+    v->col_acc_rows(k->acc + lo, rows, nr, hi - lo);
+  }
 }
 /* channels [lo, hi) of [outer, c, inner] */
 static void chsum_planes(void *vctx, int64_t lo, int64_t hi) {

@@ -6,6 +6,9 @@
  * whole loop (math included) vectorises. */
 #include <math.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #include "backends/cpu/cpu_vec.h"
 #include "backends/cpu/vmath.h"
@@ -160,8 +163,73 @@ static bool v_cast(void *dst, int to, const void *src, int from, int64_t n) {
 static void v_uniform(float *o, int64_t n, float a, float s, uint64_t seed, uint64_t offset) {
   for (int64_t i = 0; i < n; i++) o[i] = a + s * dp_philox_uniform_f(seed, offset + (uint64_t)i);
 }
+/* Dropout's draws DP_VEC_WIDTH at a time: Philox on 64-bit lanes, whose
+ * 32 x 32 -> 64-bit products are one unsigned even-lane multiply each
+ * (vpmuludq: it reads only the low 32 bits of a lane, so the high halves
+ * that the XORs leave are never masked); GCC would otherwise emulate them
+ * with full 64-bit multiplies (vpmullq, three times slower). PH_NV
+ * independent counter vectors per step cover the multiplies' latency (the
+ * ten rounds are one dependent chain). The scalar dp_philox_uniform_f is
+ * the reference: the same words, bit for bit (tests/spec/dropout_spec.lua). */
+typedef uint64_t dp_ph_u64 __attribute__((vector_size(DP_VEC_WIDTH * 4)));
+typedef uint32_t dp_ph_u32h __attribute__((vector_size(DP_VEC_WIDTH * 2)));
+typedef uint32_t dp_ph_u32 __attribute__((vector_size(DP_VEC_WIDTH * 4)));
+typedef int32_t dp_ph_i32 __attribute__((vector_size(DP_VEC_WIDTH * 4)));
+typedef float dp_ph_f32 __attribute__((vector_size(DP_VEC_WIDTH * 4)));
+enum { PH_LANES = DP_VEC_WIDTH / 2, PH_NV = 4, PH_STEP = PH_NV * PH_LANES };
+static inline dp_ph_u64 ph_mul_lo32(dp_ph_u64 a, dp_ph_u64 b) {
+#if defined(__AVX512F__) && DP_VEC_WIDTH == 16
+  return (dp_ph_u64)_mm512_mul_epu32((__m512i)a, (__m512i)b);
+#elif defined(__AVX2__) && DP_VEC_WIDTH == 8
+  return (dp_ph_u64)_mm256_mul_epu32((__m256i)a, (__m256i)b);
+#elif defined(__SSE2__) && DP_VEC_WIDTH == 4
+  return (dp_ph_u64)_mm_mul_epu32((__m128i)a, (__m128i)b);
+#else
+  return (a & 0xFFFFFFFFull) * (b & 0xFFFFFFFFull);
+#endif
+}
+/* word 0 of Philox4x32-10 (ops/philox.h) for counters first + 0 .. PH_STEP - 1,
+ * as PH_NV vectors of PH_LANES (low 32 bits of each lane) */
+static inline void ph_words(dp_ph_u64 *out, uint64_t seed, uint64_t first) {
+  dp_ph_u64 c0[PH_NV], c1[PH_NV], c2[PH_NV], c3[PH_NV], iota;
+  for (int l = 0; l < PH_LANES; l++) iota[l] = (uint64_t)l;
+  const dp_ph_u64 z = iota ^ iota, m0 = z + 0xD2511F53ull, m1 = z + 0xCD9E8D57ull;
+  for (int v = 0; v < PH_NV; v++) {
+    c0[v] = iota + (first + (uint64_t)(v * PH_LANES));
+    c1[v] = c0[v] >> 32, c2[v] = z, c3[v] = z;
+  }
+  uint64_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+  for (int r = 0; r < 10; r++) {
+    for (int v = 0; v < PH_NV; v++) {
+      dp_ph_u64 p0 = ph_mul_lo32(c0[v], m0), p1 = ph_mul_lo32(c2[v], m1);
+      dp_ph_u64 n0 = (p1 >> 32) ^ c1[v] ^ k0, n2 = (p0 >> 32) ^ c3[v] ^ k1;
+      c1[v] = p1, c3[v] = p0, c0[v] = n0, c2[v] = n2;
+    }
+    k0 = (uint32_t)(k0 + 0x9E3779B9u);
+    k1 = (uint32_t)(k1 + 0xBB67AE85u);
+  }
+  for (int v = 0; v < PH_NV; v++) out[v] = c0[v];
+}
 static void v_dropout(float *o, const float *x, int64_t n, float p, float scale, uint64_t seed, uint64_t offset) {
-  for (int64_t i = 0; i < n; i++) {
+  int64_t i = 0;
+  for (; i + PH_STEP <= n; i += PH_STEP) {
+    dp_ph_u64 r[PH_NV];
+    ph_words(r, seed, offset + (uint64_t)i);
+    for (int v = 0; v < PH_NV; v += 2) { /* two vectors of 64-bit lanes: one of floats */
+      dp_ph_u32h lo = __builtin_convertvector(r[v], dp_ph_u32h), hi = __builtin_convertvector(r[v + 1], dp_ph_u32h);
+      dp_ph_u32 w;
+      memcpy(&w, &lo, sizeof lo);
+      memcpy((char *)&w + sizeof lo, &hi, sizeof hi);
+      /* dp_u32_to_uniform_f: 24 bits, exact in float */
+      dp_ph_f32 u = __builtin_convertvector(w >> 8, dp_ph_f32) * (1.0f / 16777216.0f), xv;
+      int64_t j = i + v * PH_LANES;
+      memcpy(&xv, x + j, sizeof xv);
+      dp_ph_i32 keep = u >= p;
+      dp_ph_u32 y = (dp_ph_u32)(xv * scale) & (dp_ph_u32)keep; /* dropped: +0, as the scalar path */
+      memcpy(o + j, &y, sizeof y);
+    }
+  }
+  for (; i < n; i++) {
     float u = dp_philox_uniform_f(seed, offset + (uint64_t)i);
     o[i] = u >= p ? x[i] * scale : 0.f;
   }

@@ -77,9 +77,20 @@ static double exp_store_sum(float *y, const float *x, int64_t n, float m) {
   return hsum_dlanes(acc);
 }
 
+/* The terms are in (0, 1]: float lanes over blocks of EXP_BLOCK values (32
+ * terms a lane, good to ~1e-7 of the sum), each block's lanes then added
+ * in double. Converting every term to double cost as much as the exp. */
+enum { EXP_BLOCK = 1024, EXP_LANES = 32 };
 static double exp_sum(const float *x, int64_t n, float m) {
   double acc[DLANES] = {0};
   int64_t i = 0;
+  while (i + EXP_LANES <= n) {
+    int64_t end = i + EXP_BLOCK < n ? i + EXP_BLOCK : n;
+    float fa[EXP_LANES] = {0};
+    for (; i + EXP_LANES <= end; i += EXP_LANES)
+      for (int l = 0; l < EXP_LANES; l++) fa[l] += dp_vexpf(x[i + l] - m);
+    for (int l = 0; l < EXP_LANES; l++) acc[l % DLANES] += fa[l];
+  }
   for (; i + DLANES <= n; i += DLANES)
     for (int l = 0; l < DLANES; l++) acc[l] += dp_vexpf(x[i + l] - m);
   if (i < n) {
@@ -255,6 +266,14 @@ static void v_moments(const float *x, int64_t n, double *mean, double *m2) {
 }
 static void v_col_acc(double *RESTRICT acc, const float *RESTRICT x, int64_t n) {
   for (int64_t i = 0; i < n; i++) acc[i] += x[i];
+}
+static void v_col_acc_rows(double *RESTRICT acc, const float *const *x, int rows, int64_t n) {
+  if (rows == 4) { /* the common case unrolled: four row streams, acc read and written once */
+    const float *RESTRICT x0 = x[0], *RESTRICT x1 = x[1], *RESTRICT x2 = x[2], *RESTRICT x3 = x[3];
+    for (int64_t i = 0; i < n; i++) acc[i] = (((acc[i] + x0[i]) + x1[i]) + x2[i]) + x3[i];
+    return;
+  }
+  for (int r = 0; r < rows; r++) v_col_acc(acc, x[r], n);
 }
 
 /* ---- extremes: first position wins ties, NaN wins ---- */

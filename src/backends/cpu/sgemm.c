@@ -244,6 +244,7 @@ typedef struct {
   view P, Q;
   float *c;
   int64_t c_rs, c_cs;
+  const float *bias_n, *bias_m; /* dp_sgemm_run_bias's bias along C' columns or rows (NULL: none) */
 } problem;
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -280,6 +281,9 @@ static int run_blocked(const problem *pr) {
        * they read it (dp_sg_tile.b_src); otherwise in a pass of its own */
       const bool fill = qb.cs == 1;
       if (!fill) pack_q(K, &pl, qb, kc, nc, bufs->q);
+      /* the bias joins the last k block's store: C is then complete, and
+       * gets it as one add after, as a separate pass would */
+      const bool last_k = pc + kc == pr->k;
       dp_sg_tile t = {.k = kc,
                       .alpha = pr->alpha,
                       .beta = pc == 0 ? pr->beta : 1.0f,
@@ -288,6 +292,7 @@ static int run_blocked(const problem *pr) {
                       .b_rs = qb.rs};
       for (int64_t ir = 0; ir < pr->m; ir += MR) {
         t.mr = (int)(pr->m - ir < MR ? pr->m - ir : MR);
+        t.bias_m = last_k && pr->bias_m ? pr->bias_m + ir : NULL;
         view pv = {pr->P.p + ir * pr->P.rs + pc * pr->P.cs, pr->P.rs, pr->P.cs};
         if (p_in_place) {
           t.a = pv.p;
@@ -308,6 +313,7 @@ static int run_blocked(const problem *pr) {
           t.b_src = fill && ir == 0 ? qb.p + jr : NULL;
           t.b_fill = b;
           t.c = pr->c + ir * pr->c_rs + (jc + jr) * pr->c_cs;
+          t.bias_n = last_k && pr->bias_n ? pr->bias_n + jc + jr : NULL;
           K->tile(&t);
           b += kc * nrpad;
           jr += nrpad;
@@ -332,6 +338,7 @@ static void scale_c(float *c, int64_t m, int64_t n, int64_t ldc, float beta) {
 
 typedef struct {
   const dp_gemm_args *g;
+  const float *bias; /* dp_sgemm_run_bias: per column of C, or NULL */
   const dp_sg_kernel *K;
   bool swap;
   enum { SPLIT_BATCH, SPLIT_M, SPLIT_N } how;
@@ -358,11 +365,13 @@ static problem item_problem(const call_plan *cp, int64_t b) {
     pr.P = (view){a, a_rs, a_cs};
     pr.Q = (view){bm, b_rs, b_cs};
     pr.c_rs = g->ldc, pr.c_cs = 1;
+    pr.bias_n = cp->bias;
   } else { /* C^T = op(B)^T op(A)^T */
     pr.m = g->n, pr.n = g->m;
     pr.P = (view){bm, b_cs, b_rs};
     pr.Q = (view){a, a_cs, a_rs};
     pr.c_rs = 1, pr.c_cs = g->ldc;
+    pr.bias_m = cp->bias; /* C's columns are C''s rows */
   }
   return pr;
 }
@@ -382,10 +391,12 @@ static int run_part(const call_plan *cp, problem pr, int part) {
     pr.P.p += lo * pr.P.rs;
     pr.c += lo * pr.c_rs;
     pr.m = cnt;
+    if (pr.bias_m) pr.bias_m += lo;
   } else {
     pr.Q.p += lo * pr.Q.cs;
     pr.c += lo * pr.c_cs;
     pr.n = cnt;
+    if (pr.bias_n) pr.bias_n += lo;
   }
   return run_blocked(&pr);
 }
@@ -449,17 +460,25 @@ static bool swap_pays(const dp_gemm_args *g) {
   return k * n > 4.0 * m * n + k * m;
 }
 
-int dp_sgemm_run(dp_sgemm_impl impl, const dp_gemm_args *g) {
+int dp_sgemm_run(dp_sgemm_impl impl, const dp_gemm_args *g) { return dp_sgemm_run_bias(impl, g, NULL); }
+
+int dp_sgemm_run_bias(dp_sgemm_impl impl, const dp_gemm_args *g, const float *bias) {
   DP_ASSERT(g->dtype == DP_F32);
   DP_ASSERT(impl == DP_SGEMM_AVX512 || impl == DP_SGEMM_AVX2);
   if (!dp_sgemm_cpu_supports(impl))
     return dp_error("this CPU does not support the %s GEMM micro-kernel", dp_sgemm_impl_name(impl));
   if (g->m <= 0 || g->n <= 0 || g->batch <= 0) return 0;
   if (g->k <= 0 || (float)g->alpha == 0.0f) {
-    for (int64_t b = 0; b < g->batch; b++) scale_c((float *)g->c + b * g->stride_c, g->m, g->n, g->ldc, (float)g->beta);
+    for (int64_t b = 0; b < g->batch; b++) {
+      float *c = (float *)g->c + b * g->stride_c;
+      scale_c(c, g->m, g->n, g->ldc, (float)g->beta);
+      for (int64_t i = 0; bias && i < g->m; i++)
+        for (int64_t j = 0; j < g->n; j++) c[i * g->ldc + j] += bias[j];
+    }
     return 0;
   }
   call_plan cp = {.g = g,
+                  .bias = bias,
                   .K = impl == DP_SGEMM_AVX512 ? &dp_sg_avx512 : &dp_sg_avx2,
                   .swap = swap_pays(g),
                   .err_lock = PTHREAD_MUTEX_INITIALIZER};

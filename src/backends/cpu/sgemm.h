@@ -53,5 +53,10 @@ int dp_sgemm_auto_threads(void);
 /* g->dtype must be DP_F32; impl AVX2 or AVX512 (supported by the CPU).
  * Any sizes (64-bit), strides and alpha/beta; beta == 0 never reads C. */
 int dp_sgemm_run(dp_sgemm_impl impl, const dp_gemm_args *g);
+/* The same, then C[b][i][j] += bias[j] (n floats) for every batch item,
+ * added in the store of each finished tile of C instead of a pass of its
+ * own over C (linear's bias: matmul.c through the backend's gemm_bias);
+ * the result is that of dp_sgemm_run followed by the add. */
+int dp_sgemm_run_bias(dp_sgemm_impl impl, const dp_gemm_args *g, const float *bias);
 
 #endif

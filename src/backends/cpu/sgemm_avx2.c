@@ -28,6 +28,8 @@ TARGET_AVX2 INLINE __m256i lane_mask(int n) {
 TARGET_AVX2 INLINE void store_tile(const dp_sg_tile *t, __m256 acc[MR][NV], const int nv) {
   const __m256 va = _mm256_set1_ps(t->alpha), vb = _mm256_set1_ps(t->beta);
   const bool read_c = t->beta != 0.0f;
+  const bool has_bias = t->bias_n || t->bias_m; /* added after, as an unfused bias pass would */
+  __m256 bias = _mm256_setzero_ps();
   if (t->c_cs == 1) {
     const int rem = t->nr - (nv - 1) * VL; /* 1..8 lanes in the last vector */
     const __m256i tail = lane_mask(rem);
@@ -38,11 +40,16 @@ TARGET_AVX2 INLINE void store_tile(const dp_sg_tile *t, __m256 acc[MR][NV], cons
       UNROLL
       for (int v = 0; v < nv; v++) {
         __m256 x = _mm256_mul_ps(va, acc[r][v]);
+        if (t->bias_m) bias = _mm256_set1_ps(t->bias_m[r]);
         if (v < nv - 1 || rem == VL) {
           if (read_c) x = _mm256_fmadd_ps(vb, _mm256_loadu_ps(c + v * VL), x);
+          if (t->bias_n) bias = _mm256_loadu_ps(t->bias_n + v * VL);
+          if (has_bias) x = _mm256_add_ps(x, bias);
           _mm256_storeu_ps(c + v * VL, x);
         } else {
           if (read_c) x = _mm256_fmadd_ps(vb, _mm256_maskload_ps(c + v * VL, tail), x);
+          if (t->bias_n) bias = _mm256_maskload_ps(t->bias_n + v * VL, tail);
+          if (has_bias) x = _mm256_add_ps(x, bias);
           _mm256_maskstore_ps(c + v * VL, tail, x);
         }
       }
@@ -57,7 +64,10 @@ TARGET_AVX2 INLINE void store_tile(const dp_sg_tile *t, __m256 acc[MR][NV], cons
   for (int v = 0; v < nv; v++) _mm256_store_ps(rows[r] + v * VL, _mm256_mul_ps(va, acc[r][v]));
   for (int j = 0; j < t->nr; j++) {
     float *c = t->c + j * t->c_cs;
-    for (int r = 0; r < t->mr; r++) c[r] = read_c ? rows[r][j] + t->beta * c[r] : rows[r][j];
+    for (int r = 0; r < t->mr; r++) {
+      float y = read_c ? rows[r][j] + t->beta * c[r] : rows[r][j];
+      c[r] = has_bias ? y + (t->bias_n ? t->bias_n[j] : t->bias_m[r]) : y;
+    }
   }
 }
 

@@ -21,7 +21,8 @@
 enum { MR = 8, NV = 3, VL = 16, NR = NV * VL };
 _Static_assert(MR == 8, "the transposed store transposes 8-row tiles");
 
-/* Writes the finished accumulators: C' = alpha * acc + beta * C'. */
+/* Writes the finished accumulators: C' = alpha * acc + beta * C' (+ the
+ * tile's bias, a separate add after, as an unfused bias pass would). */
 TARGET_AVX512 INLINE void store_tile(const dp_sg_tile *t, __m512 acc[MR][NV], const int nv) {
   const __m512 va = _mm512_set1_ps(t->alpha), vb = _mm512_set1_ps(t->beta);
   const bool read_c = t->beta != 0.0f;
@@ -37,6 +38,8 @@ TARGET_AVX512 INLINE void store_tile(const dp_sg_tile *t, __m512 acc[MR][NV], co
         __mmask16 m = v == nv - 1 ? tail : (__mmask16)0xFFFF;
         __m512 x = _mm512_mul_ps(va, acc[r][v]);
         if (read_c) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, c + v * VL), x);
+        if (t->bias_n) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, t->bias_n + v * VL));
+        if (t->bias_m) x = _mm512_add_ps(x, _mm512_set1_ps(t->bias_m[r]));
         _mm512_mask_storeu_ps(c + v * VL, m, x);
       }
     }
@@ -80,6 +83,8 @@ TARGET_AVX512 INLINE void store_tile(const dp_sg_tile *t, __m512 acc[MR][NV], co
         float *c = t->c + j * t->c_cs;
         __m256 y = col[q];
         if (read_c) y = _mm256_fmadd_ps(vb8, _mm256_maskz_loadu_ps(rows_mask, c), y);
+        if (t->bias_m) y = _mm256_add_ps(y, _mm256_maskz_loadu_ps(rows_mask, t->bias_m));
+        if (t->bias_n) y = _mm256_add_ps(y, _mm256_set1_ps(t->bias_n[j]));
         _mm256_mask_storeu_ps(c, rows_mask, y);
       }
     }

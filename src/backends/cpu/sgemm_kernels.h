@@ -34,6 +34,10 @@ typedef struct {
   int64_t c_rs, c_cs;
   /* C' = alpha * P Q + beta * C'; beta == 0 never reads C'. */
   float alpha, beta;
+  /* When set (the last k block of a GEMM with a bias, sgemm.h's
+   * dp_sgemm_run_bias), added to that result as it is stored: bias_n[j] to
+   * column j of the tile, or bias_m[i] to row i; at most one of them. */
+  const float *bias_n, *bias_m;
   int mr, nr;
 } dp_sg_tile;
 
