@@ -64,7 +64,7 @@ local EXPORTS = {
       "relu", "gelu", "leaky_relu", "elu", "silu", "softplus", "tanh", "sigmoid", "softmax", "log_softmax",
       "flatten", "linear", "conv2d", "max_pool2d",
       "avg_pool2d", "batch_norm", "layer_norm", "dropout", "embedding", "cross_entropy", "mse_loss", "nll_loss",
-      "scaled_dot_product_attention", "self_attention_qkv", "adaptive_avg_pool2d",
+      "scaled_dot_product_attention", "self_attention_qkv", "self_attention_qkv_composed", "adaptive_avg_pool2d",
     },
   },
   optim = { form = "optim.", names = { "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Optimizer", "lr_scheduler" } },
