@@ -32,8 +32,8 @@ local function step_losses(path)
 end
 
 local common = { "epochs=2", "train_samples=768", "log_every=1", "batch_size=32", "model=mlp" }
-local function with(extra)
-  local t = { table.unpack(common) }
+local function with(extra, base)
+  local t = { table.unpack(base or common) }
   for _, a in ipairs(extra) do t[#t + 1] = a end
   return t
 end
@@ -79,11 +79,7 @@ describe("the CNN's batch norm under DDP", function()
     os.remove(dir)
     assert(os.execute("mkdir -p " .. q(dir)))
     local args = { "epochs=1", "train_samples=256", "log_every=1", "batch_size=32", "model=cnn" }
-    local function with_args(extra)
-      local t = { table.unpack(args) }
-      for _, a in ipairs(extra) do t[#t + 1] = a end
-      return t
-    end
+    local function with_args(extra) return with(extra, args) end
     assert.matches(", SyncBatchNorm\n", run(dir, 2, with_args { "run_name=sync" }), 1, true)
     assert.matches(", BatchNorm per rank\n", run(dir, 2, with_args { "run_name=local", "sync_bn=false" }), 1, true)
     local a = step_losses(dir .. "/runs/sync/metrics.jsonl")
