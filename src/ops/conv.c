@@ -158,6 +158,90 @@ static int conv_backward_data(dp_tensor *gx, dp_tensor *gw, dp_tensor *gy, dp_te
   return 0;
 }
 
+/* ---- one output position: the convolution is one GEMM ----
+ * When the output is 1x1 (ResNet's last stages on small images: a 3x3
+ * kernel, padding 1, over a 1x1 or 2x2 input), every output reads the same
+ * input pixels through the same taps: the input rows 0..hv-1 and columns
+ * 0..wv-1 meet the taps ph.., pw.. and the other taps see only padding.
+ * So y [N, O] = x' [N, C*hv*wv] @ W'^T, with x' the covered pixels and W'
+ * [O, C*hv*wv] the taps that meet them; gx' = gy @ W' and gW' = gy^T @ x',
+ * the other taps' gradient 0. A blocked direct convolution would compute
+ * every tap on padding (measured: oneDNN 0.21 ms for the weight gradient
+ * of 32 images 128->128 3x3 on 1x1, where the GEMM has 0.5M products). */
+typedef struct {
+  int64_t hv, wv, K; /* covered input rows and columns; GEMM depth C*hv*wv */
+} window1;
+
+static bool single_window(const conv_geom *cg, const dp_tensor *like, window1 *s) {
+  const dp_window2d *g = &cg->g;
+  if (dp_dev(like).type != DP_CPU || g->oh != 1 || g->ow != 1 || cg->groups != 1 || g->dh != 1 || g->dw != 1 ||
+      g->n < 1)
+    return false;
+  /* input row i meets tap i + ph of the one window (stride plays no part) */
+  s->hv = g->h < g->kh - g->ph ? g->h : g->kh - g->ph;
+  s->wv = g->w < g->kw - g->pw ? g->w : g->kw - g->pw;
+  s->K = g->c * s->hv * s->wv;
+  return s->hv >= 1 && s->wv >= 1;
+}
+
+/* The [A, C, hv, wv] corner of t [A, C, rows, cols] at (r0, c0), as a view
+ * (t contiguous). */
+static dp_tensor *corner(dp_tensor *t, const window1 *s, int64_t r0, int64_t c0) {
+  int64_t rows = t->shape[2], cols = t->shape[3];
+  int64_t sh[4] = {t->shape[0], t->shape[1], s->hv, s->wv}, st[4] = {t->shape[1] * rows * cols, rows * cols, cols, 1};
+  return dp_as_strided(t, 4, sh, st, t->offset + r0 * cols + c0);
+}
+
+/* t's corner as a dense block: t itself when the corner is all of it */
+static dp_tensor *corner_dense(dp_scope *sc, dp_tensor *t, const window1 *s, int64_t r0, int64_t c0) {
+  if (r0 == 0 && c0 == 0 && s->hv == t->shape[2] && s->wv == t->shape[3]) return t;
+  dp_tensor *v = dp_scope_add(sc, corner(t, s, r0, c0));
+  dp_tensor *d = v ? dp_scope_add(sc, dp_empty(t->dtype, 4, v->shape, dp_dev(t))) : NULL;
+  if (!d || dp_backend_of(t)->copy(d, v)) return NULL;
+  return d;
+}
+
+/* dst [A, C, rows, cols] = 0 but its corner at (r0, c0) = src (dense) */
+static int corner_store(dp_tensor *dst, dp_tensor *src, const window1 *s, int64_t r0, int64_t c0) {
+  const dp_backend *be = dp_backend_of(dst);
+  DP_SCOPE(sc);
+  dp_tensor *v = dp_scope_add(&sc, corner(dst, s, r0, c0));
+  return !v || be->fill(dst, 0.0) || be->copy(v, src) ? -1 : 0;
+}
+
+static int window1_forward(dp_tensor *y, dp_tensor *x, dp_tensor *w, const conv_geom *cg, const window1 *s) {
+  DP_SCOPE(sc);
+  dp_tensor *xs = corner_dense(&sc, x, s, 0, 0), *ws = xs ? corner_dense(&sc, w, s, cg->g.ph, cg->g.pw) : NULL;
+  if (!ws) return -1;
+  return gemm(y, false, true, cg->g.n, cg->outc, s->K, 1, dp_data(xs), s->K, 0, dp_data(ws), s->K, 0, dp_data(y),
+              cg->outc, 0, 0.0);
+}
+
+static int window1_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gy, dp_tensor *x, dp_tensor *w,
+                            const conv_geom *cg, const window1 *s) {
+  DP_SCOPE(sc);
+  int64_t N = cg->g.n, O = cg->outc, K = s->K, ph = cg->g.ph, pw = cg->g.pw;
+  if (gx) { /* gx' [N, K] = gy [N, O] @ W' [O, K] */
+    dp_tensor *ws = corner_dense(&sc, w, s, ph, pw);
+    bool whole = s->hv == gx->shape[2] && s->wv == gx->shape[3];
+    int64_t sh[4] = {N, cg->g.c, s->hv, s->wv};
+    dp_tensor *d = whole ? gx : dp_scope_add(&sc, dp_empty(gx->dtype, 4, sh, dp_dev(gx)));
+    if (!ws || !d || gemm(gy, false, false, N, K, O, 1, dp_data(gy), O, 0, dp_data(ws), K, 0, dp_data(d), K, 0, 0.0))
+      return -1;
+    if (!whole && corner_store(gx, d, s, 0, 0)) return -1;
+  }
+  if (gw) { /* gW' [O, K] = gy^T [O, N] @ x' [N, K] */
+    dp_tensor *xs = corner_dense(&sc, x, s, 0, 0);
+    bool whole = ph == 0 && pw == 0 && s->hv == gw->shape[2] && s->wv == gw->shape[3];
+    int64_t sh[4] = {O, cg->g.c, s->hv, s->wv};
+    dp_tensor *d = whole ? gw : dp_scope_add(&sc, dp_empty(gw->dtype, 4, sh, dp_dev(gw)));
+    if (!xs || !d || gemm(gw, true, false, O, K, N, 1, dp_data(gy), O, 0, dp_data(xs), K, 0, dp_data(d), K, 0, 0.0))
+      return -1;
+    if (!whole && corner_store(gw, d, s, ph, pw)) return -1;
+  }
+  return 0;
+}
+
 /* The backends' direct convolutions (oneDNN) take dense groups = 1,
  * dilation 1 convolutions; the rest is im2col + GEMM. */
 static bool backend_direct_ok(const conv_geom *cg) { return cg->groups == 1 && cg->g.dh == 1 && cg->g.dw == 1; }
@@ -185,13 +269,16 @@ static int conv2d_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
    * case: gx, gw and gb at once (gb with gw only) */
   const dp_backend *be = dp_backend_of(gy);
   int direct = 0; /* 1: gx and gw by the backend; 2: gw only */
-  if (backend_takes(&cg, be->conv2d_backward) && (want_x || want_w)) {
+  window1 w1;
+  bool one = single_window(&cg, gy, &w1);
+  if (one && (want_x || want_w) && window1_backward(gx, gw, gy, x, w, &cg, &w1)) return -1;
+  if (!one && backend_takes(&cg, be->conv2d_backward) && (want_x || want_w)) {
     direct = be->conv2d_backward(gx, gw, want_w ? gb : NULL, gy, x, w, &cg.g);
     if (direct == 0 && want_x && want_w && (direct = be->conv2d_backward(NULL, gw, gb, gy, x, w, &cg.g)) > 0)
       direct = 2;
   }
   if (direct < 0) return -1;
-  if (!direct && (want_x || want_w) && conv_backward_data(gx, gw, gy, x, w, &cg)) return -1;
+  if (!one && !direct && (want_x || want_w) && conv_backward_data(gx, gw, gy, x, w, &cg)) return -1;
   if (direct == 2 && conv_backward_data(gx, NULL, gy, x, w, &cg)) return -1;
   if (want_b && !(direct && want_w) && be->channel_sum(gb, gy, cg.g.n, cg.outc, cg.L)) return -1;
   /* the forward lifted an unbatched [C, H, W] input to [1, C, H, W] */
@@ -260,12 +347,14 @@ static dp_tensor *conv2d_impl(dp_tensor *x_in, dp_tensor *w_in, dp_tensor *b, co
   dp_tensor *out = dp_scope_add(&s, dp_empty(xc->dtype, 4, (int64_t[]){cg.g.n, cg.outc, cg.g.oh, cg.g.ow}, dp_dev(xc)));
   if (!out) return NULL;
   /* a backend's direct convolution (oneDNN on the CPU) where it takes the
-   * case, bias included; else im2col + GEMM, then the bias */
+   * case, bias included; else one GEMM (a single output position) or
+   * im2col + GEMM, then the bias */
   const dp_backend *be = dp_backend_of(out);
-  int direct = backend_takes(&cg, be->conv2d) ? be->conv2d(out, xc, wc, bc, &cg.g) : 0;
-  if (direct < 0 || (!direct && (conv_forward(out, xc, wc, &cg) ||
-                                 (bc && cg.g.n > 0 && be->bias_act(out, bc, NULL, cg.g.n, cg.outc, cg.L)))))
-    return NULL;
+  window1 w1;
+  bool one = single_window(&cg, xc, &w1);
+  int direct = !one && backend_takes(&cg, be->conv2d) ? be->conv2d(out, xc, wc, bc, &cg.g) : 0;
+  int rc = direct < 0 ? -1 : direct ? 0 : one ? window1_forward(out, xc, wc, &cg, &w1) : conv_forward(out, xc, wc, &cg);
+  if (rc || (!direct && bc && cg.g.n > 0 && be->bias_act(out, bc, NULL, cg.g.n, cg.outc, cg.L))) return NULL;
   if (x_in->ndim == 3 && !(out = dp_scope_add(&s, dp_reshape(out, 3, (int64_t[]){cg.outc, cg.g.oh, cg.g.ow}))))
     return NULL;
   dp_scope_keep(&s, out);

@@ -17,6 +17,14 @@ local conv_cases = {
   { "1x1 (the GEMM-only path)", { 2, 3, 4, 5 }, { 4, 3, 1, 1 }, 1, 0 },
   { "1x1, stride 2, padding 1", { 2, 3, 4, 5 }, { 2, 3, 1, 1 }, 2, 1 },
   { "kernel as large as the padded input", { 1, 1, 3, 3 }, { 2, 1, 5, 5 }, 1, 1 },
+  -- one output position (the single-GEMM path): every input pixel, part
+  -- of the taps; part of the input; only padding under the window
+  { "one output: 3x3, padding 1 over 1x1", { 3, 5, 1, 1 }, { 4, 5, 3, 3 }, 1, 1 },
+  { "one output: 3x3, stride 2, padding 1 over 2x2", { 2, 3, 2, 2 }, { 4, 3, 3, 3 }, 2, 1 },
+  { "one output: 4x3 kernel, padding {1, 0} over 2x3", { 2, 2, 2, 3 }, { 3, 2, 4, 3 }, 1, { 1, 0 } },
+  { "one output: 1x1, stride {2, 3} over 2x3 (a corner of the input)", { 2, 3, 2, 3 }, { 2, 3, 1, 1 }, { 2, 3 }, 0 },
+  { "one output: 2x2, stride 3, padding 1 over 3x2", { 2, 2, 3, 2 }, { 3, 2, 2, 2 }, 3, 1 },
+  { "one output over padding only", { 1, 2, 1, 1 }, { 2, 2, 3, 3 }, 5, 3 },
 }
 
 local function pair(v) return type(v) == "table" and v or { v, v } end
@@ -39,6 +47,33 @@ describe("conv2d", function()
       gc.assert_gradcheck(function(p, q, r) return ddp.conv2d(p, q, r, stride, pad) end, { x, w, b })
     end)
   end
+
+  it("one output position: float32 at 1 and 2 threads matches float64 (ResNet's last-stage shapes)", function()
+    local prev = ddp.get_num_threads()
+    for i, c in ipairs({ { { 9, 128, 1, 1 }, { 128, 128, 3, 3 }, 1 }, { { 9, 64, 2, 2 }, { 128, 64, 3, 3 }, 2 } }) do
+      local x64, w64 = R.randn(c[1], 1700 + i):requires_grad_(), R.randn(c[2], 1710 + i):requires_grad_()
+      local b64, gy = R.randn({ c[2][1] }, 1720 + i):requires_grad_(), R.randn({ c[1][1], c[2][1], 1, 1 }, 1730 + i)
+      ddp.conv2d(x64, w64, b64, c[3], 1):backward(gy)
+      R.check_forward(function(p, q, r) return ddp.conv2d(p, q, r, c[3], 1) end, { x64, w64, b64 },
+        N.conv2d(R.from(x64), R.from(w64), R.from(b64), { c[3], c[3] }, { 1, 1 }), TOL_CONV32)
+      for _, threads in ipairs({ 1, 2 }) do
+        ddp.set_num_threads(threads)
+        local x = x64:detach():float():requires_grad_()
+        local w, b = w64:detach():float():requires_grad_(), b64:detach():float():requires_grad_()
+        local calls = ddp.core._onednn_calls()
+        local y = ddp.conv2d(x, w, b, c[3], 1)
+        y:backward(gy:float())
+        ddp.set_num_threads(prev)
+        local what = string.format("case %d, %d threads: ", i, threads)
+        assert.equal(calls, ddp.core._onednn_calls(), what .. "one GEMM, not a oneDNN convolution")
+        R.assert_close(y, R.from(ddp.conv2d(x64:detach(), w64:detach(), b64:detach(), c[3], 1)), 1e-4, 1e-5,
+          what .. "output")
+        R.assert_close(x.grad, R.from(x64.grad), 1e-4, 1e-5, what .. "input gradient")
+        R.assert_close(w.grad, R.from(w64.grad), 1e-4, 1e-5, what .. "weight gradient")
+        R.assert_close(b.grad, R.from(b64.grad), 1e-4, 1e-5, what .. "bias gradient")
+      end
+    end
+  end)
 
   it("takes strided inputs and weights (permuted views)", function()
     local x, w = R.randn({ 2, 5, 6, 3 }, 1601), R.randn({ 3, 3, 2, 4 }, 1602)
