@@ -242,6 +242,93 @@ static int window1_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gy, dp_tens
   return 0;
 }
 
+/* ---- small inputs: one GEMM with the unrolled weights ----
+ * Where the input has no more pixels than the kernel taps (ResNet's 2x2
+ * stage under 3x3 kernels), y [N, O*L] = x [N, C*H*W] @ M^T with M
+ * [O*L, C*H*W] the weights unrolled: M[o, p, c, q] = W[o, c, tap(p, q)],
+ * the tap joining output position p and input pixel q, 0 where none does.
+ * The GEMM has no more products than the direct convolution but none on
+ * padding (measured: a 2x2 3x3 conv of 64 channels computes 4 of its 9
+ * taps per output). gx = gy @ M; gW folds gM = gy^T @ x back onto the
+ * taps. M is at most twice the weights (unrolled_ok). */
+static bool unrolled_ok(const conv_geom *cg, const dp_tensor *like) {
+  const dp_window2d *g = &cg->g;
+  int64_t hw = g->h * g->w, kk = g->kh * g->kw;
+  return dp_dev(like).type == DP_CPU && (like->dtype == DP_F32 || like->dtype == DP_F64) && cg->groups == 1 &&
+         g->dh == 1 && g->dw == 1 && g->n >= 1 && cg->L > 1 && hw <= kk && cg->L * hw <= 2 * kk;
+}
+
+/* tap[p * H*W + q]: the tap of output position p over input pixel q, -1
+ * where the window misses it */
+static void tap_map(int64_t *tap, const dp_window2d *g) {
+  for (int64_t pi = 0; pi < g->oh; pi++)
+    for (int64_t pj = 0; pj < g->ow; pj++)
+      for (int64_t qi = 0; qi < g->h; qi++)
+        for (int64_t qj = 0; qj < g->w; qj++) {
+          int64_t ti = qi - pi * g->sh + g->ph, tj = qj - pj * g->sw + g->pw;
+          bool in = ti >= 0 && ti < g->kh && tj >= 0 && tj < g->kw;
+          tap[((pi * g->ow + pj) * g->h + qi) * g->w + qj] = in ? ti * g->kw + tj : -1;
+        }
+}
+
+/* m [O, L, C, HW] from w [O, C, kh*kw] (fold: w = the taps' sums of m) */
+#define UNROLL_LOOPS(BODY)                                                                                             \
+  for (int64_t o = 0; o < O; o++)                                                                                      \
+    for (int64_t p = 0; p < L; p++)                                                                                    \
+      for (int64_t c = 0; c < C; c++)                                                                                  \
+        for (int64_t q = 0; q < HW; q++) {                                                                             \
+          int64_t t = tap[p * HW + q], mi = ((o * L + p) * C + c) * HW + q, wi = (o * C + c) * KK + t;                 \
+          BODY;                                                                                                        \
+        }
+#define UNROLL_DEF(NAME, T)                                                                                            \
+  static void NAME(T *m, T *w, const int64_t *tap, int64_t O, int64_t L, int64_t C, int64_t HW, int64_t KK,            \
+                   bool fold) {                                                                                        \
+    if (fold) {                                                                                                        \
+      memset(w, 0, (size_t)(O * C * KK) * sizeof(T));                                                                  \
+      UNROLL_LOOPS(if (t >= 0) w[wi] += m[mi])                                                                         \
+    } else {                                                                                                           \
+      UNROLL_LOOPS(m[mi] = t >= 0 ? w[wi] : (T)0)                                                                      \
+    }                                                                                                                  \
+  }
+UNROLL_DEF(unroll_f32, float)
+UNROLL_DEF(unroll_f64, double)
+
+static int unrolled(dp_tensor *m, dp_tensor *w, const conv_geom *cg, bool fold) {
+  const dp_window2d *g = &cg->g;
+  int64_t L = cg->L, HW = g->h * g->w;
+  DP_SCOPE(sc);
+  dp_tensor *tap = dp_scope_add(&sc, dp_empty(DP_I64, 1, (int64_t[]){L * HW}, dp_dev(w)));
+  if (!tap) return -1;
+  tap_map(dp_data(tap), g);
+  if (w->dtype == DP_F32) unroll_f32(dp_data(m), dp_data(w), dp_data(tap), cg->outc, L, g->c, HW, g->kh * g->kw, fold);
+  else unroll_f64(dp_data(m), dp_data(w), dp_data(tap), cg->outc, L, g->c, HW, g->kh * g->kw, fold);
+  return 0;
+}
+
+/* y (x, gy, gx contiguous) and the gradients by the unrolled weights */
+static int unrolled_forward(dp_tensor *y, dp_tensor *x, dp_tensor *w, const conv_geom *cg) {
+  DP_SCOPE(sc);
+  int64_t N = cg->g.n, OL = cg->outc * cg->L, K = cg->g.c * cg->g.h * cg->g.w;
+  dp_tensor *m = dp_scope_add(&sc, dp_empty(w->dtype, 2, (int64_t[]){OL, K}, dp_dev(w)));
+  if (!m || unrolled(m, w, cg, false)) return -1;
+  return gemm(y, false, true, N, OL, K, 1, dp_data(x), K, 0, dp_data(m), K, 0, dp_data(y), OL, 0, 0.0);
+}
+
+static int unrolled_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gy, dp_tensor *x, dp_tensor *w,
+                             const conv_geom *cg) {
+  DP_SCOPE(sc);
+  int64_t N = cg->g.n, OL = cg->outc * cg->L, K = cg->g.c * cg->g.h * cg->g.w;
+  dp_tensor *m = dp_scope_add(&sc, dp_empty(w->dtype, 2, (int64_t[]){OL, K}, dp_dev(w)));
+  if (!m) return -1;
+  if (gx && (unrolled(m, w, cg, false) ||
+             gemm(gy, false, false, N, K, OL, 1, dp_data(gy), OL, 0, dp_data(m), K, 0, dp_data(gx), K, 0, 0.0)))
+    return -1;
+  if (gw && (gemm(gw, true, false, OL, K, N, 1, dp_data(gy), OL, 0, dp_data(x), K, 0, dp_data(m), K, 0, 0.0) ||
+             unrolled(m, gw, cg, true)))
+    return -1;
+  return 0;
+}
+
 /* The backends' direct convolutions (oneDNN) take dense groups = 1,
  * dilation 1 convolutions; the rest is im2col + GEMM. */
 static bool backend_direct_ok(const conv_geom *cg) { return cg->groups == 1 && cg->g.dh == 1 && cg->g.dw == 1; }
@@ -270,8 +357,10 @@ static int conv2d_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   const dp_backend *be = dp_backend_of(gy);
   int direct = 0; /* 1: gx and gw by the backend; 2: gw only */
   window1 w1;
-  bool one = single_window(&cg, gy, &w1);
+  bool one = single_window(&cg, gy, &w1), unroll = !one && unrolled_ok(&cg, gy);
   if (one && (want_x || want_w) && window1_backward(gx, gw, gy, x, w, &cg, &w1)) return -1;
+  if (unroll && (want_x || want_w) && unrolled_backward(gx, gw, gy, x, w, &cg)) return -1;
+  one = one || unroll; /* either: done with gx and gw */
   if (!one && backend_takes(&cg, be->conv2d_backward) && (want_x || want_w)) {
     direct = be->conv2d_backward(gx, gw, want_w ? gb : NULL, gy, x, w, &cg.g);
     if (direct == 0 && want_x && want_w && (direct = be->conv2d_backward(NULL, gw, gb, gy, x, w, &cg.g)) > 0)
@@ -351,9 +440,13 @@ static dp_tensor *conv2d_impl(dp_tensor *x_in, dp_tensor *w_in, dp_tensor *b, co
    * im2col + GEMM, then the bias */
   const dp_backend *be = dp_backend_of(out);
   window1 w1;
-  bool one = single_window(&cg, xc, &w1);
-  int direct = !one && backend_takes(&cg, be->conv2d) ? be->conv2d(out, xc, wc, bc, &cg.g) : 0;
-  int rc = direct < 0 ? -1 : direct ? 0 : one ? window1_forward(out, xc, wc, &cg, &w1) : conv_forward(out, xc, wc, &cg);
+  bool one = single_window(&cg, xc, &w1), unroll = !one && unrolled_ok(&cg, xc);
+  int direct = !one && !unroll && backend_takes(&cg, be->conv2d) ? be->conv2d(out, xc, wc, bc, &cg.g) : 0;
+  int rc = direct < 0 ? -1
+           : direct   ? 0
+           : one      ? window1_forward(out, xc, wc, &cg, &w1)
+           : unroll   ? unrolled_forward(out, xc, wc, &cg)
+                      : conv_forward(out, xc, wc, &cg);
   if (rc || (!direct && bc && cg.g.n > 0 && be->bias_act(out, bc, NULL, cg.g.n, cg.outc, cg.L))) return NULL;
   if (x_in->ndim == 3 && !(out = dp_scope_add(&s, dp_reshape(out, 3, (int64_t[]){cg.outc, cg.g.oh, cg.g.ow}))))
     return NULL;

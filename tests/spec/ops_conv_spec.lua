@@ -25,6 +25,12 @@ local conv_cases = {
   { "one output: 1x1, stride {2, 3} over 2x3 (a corner of the input)", { 2, 3, 2, 3 }, { 2, 3, 1, 1 }, { 2, 3 }, 0 },
   { "one output: 2x2, stride 3, padding 1 over 3x2", { 2, 2, 3, 2 }, { 3, 2, 2, 2 }, 3, 1 },
   { "one output over padding only", { 1, 2, 1, 1 }, { 2, 2, 3, 3 }, 5, 3 },
+  -- inputs with no more pixels than taps (the unrolled-weights GEMM)
+  { "small input: 3x3, padding 1 over 2x2", { 3, 4, 2, 2 }, { 5, 4, 3, 3 }, 1, 1 },
+  { "small input: 3x3, padding 1 over 1x2", { 2, 3, 1, 2 }, { 2, 3, 3, 3 }, 1, 1 },
+  { "small input: 2x3 kernel, padding {0, 1} over 2x2", { 2, 2, 2, 2 }, { 3, 2, 2, 3 }, 1, { 0, 1 } },
+  { "small input: 3x2 kernel over 1x3, each window missing a column", { 2, 2, 1, 3 }, { 3, 2, 3, 2 }, 1, { 1, 0 } },
+  { "small input: 2x3 kernel over 3x1, each window missing a row", { 2, 2, 3, 1 }, { 3, 2, 2, 3 }, 1, { 0, 1 } },
 }
 
 local function pair(v) return type(v) == "table" and v or { v, v } end
@@ -48,11 +54,15 @@ describe("conv2d", function()
     end)
   end
 
-  it("one output position: float32 at 1 and 2 threads matches float64 (ResNet's last-stage shapes)", function()
+  it("one output position and small inputs: float32 at 1 and 2 threads matches float64 (ResNet's last stages)",
+    function()
     local prev = ddp.get_num_threads()
-    for i, c in ipairs({ { { 9, 128, 1, 1 }, { 128, 128, 3, 3 }, 1 }, { { 9, 64, 2, 2 }, { 128, 64, 3, 3 }, 2 } }) do
+    -- x, w, stride, output size
+    for i, c in ipairs({ { { 9, 128, 1, 1 }, { 128, 128, 3, 3 }, 1, 1 }, { { 9, 64, 2, 2 }, { 128, 64, 3, 3 }, 2, 1 },
+      { { 9, 64, 2, 2 }, { 64, 64, 3, 3 }, 1, 2 } }) do
       local x64, w64 = R.randn(c[1], 1700 + i):requires_grad_(), R.randn(c[2], 1710 + i):requires_grad_()
-      local b64, gy = R.randn({ c[2][1] }, 1720 + i):requires_grad_(), R.randn({ c[1][1], c[2][1], 1, 1 }, 1730 + i)
+      local b64 = R.randn({ c[2][1] }, 1720 + i):requires_grad_()
+      local gy = R.randn({ c[1][1], c[2][1], c[4], c[4] }, 1730 + i)
       ddp.conv2d(x64, w64, b64, c[3], 1):backward(gy)
       R.check_forward(function(p, q, r) return ddp.conv2d(p, q, r, c[3], 1) end, { x64, w64, b64 },
         N.conv2d(R.from(x64), R.from(w64), R.from(b64), { c[3], c[3] }, { 1, 1 }), TOL_CONV32)
@@ -65,7 +75,7 @@ describe("conv2d", function()
         y:backward(gy:float())
         ddp.set_num_threads(prev)
         local what = string.format("case %d, %d threads: ", i, threads)
-        assert.equal(calls, ddp.core._onednn_calls(), what .. "one GEMM, not a oneDNN convolution")
+        assert.equal(calls, ddp.core._onednn_calls(), what .. "a GEMM, not a oneDNN convolution")
         R.assert_close(y, R.from(ddp.conv2d(x64:detach(), w64:detach(), b64:detach(), c[3], 1)), 1e-4, 1e-5,
           what .. "output")
         R.assert_close(x.grad, R.from(x64.grad), 1e-4, 1e-5, what .. "input gradient")
