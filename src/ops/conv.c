@@ -15,7 +15,12 @@
  * the forward (they are kh*kw times the input's size):
  *   gW_g += gy[n, g] @ cols[n, g]^T   (one GEMM per image and group, accumulating)
  *   gcols[n, g] = W_g^T @ gy[n, g]     (batched), gx = col2im(gcols)
- *   gb = sum of gy over n, oh, ow */
+ *   gb = sum of gy over n, oh, ow
+ * On the CPU, float32 and float64 convolutions with tiny outputs skip
+ * both that and oneDNN: a single output position is one GEMM over the
+ * pixels its window covers, and an input with no more pixels than kernel
+ * taps is one GEMM with the weights unrolled (both below: no products on
+ * padding). The rest of the dense float32 ones go to oneDNN. */
 #include <string.h>
 
 #include "ops/autocast.h"
@@ -174,8 +179,8 @@ typedef struct {
 
 static bool single_window(const conv_geom *cg, const dp_tensor *like, window1 *s) {
   const dp_window2d *g = &cg->g;
-  if (dp_dev(like).type != DP_CPU || g->oh != 1 || g->ow != 1 || cg->groups != 1 || g->dh != 1 || g->dw != 1 ||
-      g->n < 1)
+  if (dp_dev(like).type != DP_CPU || (like->dtype != DP_F32 && like->dtype != DP_F64) || g->oh != 1 || g->ow != 1 ||
+      cg->groups != 1 || g->dh != 1 || g->dw != 1 || g->n < 1)
     return false;
   /* input row i meets tap i + ph of the one window (stride plays no part) */
   s->hv = g->h < g->kh - g->ph ? g->h : g->kh - g->ph;
@@ -184,29 +189,37 @@ static bool single_window(const conv_geom *cg, const dp_tensor *like, window1 *s
   return s->hv >= 1 && s->wv >= 1;
 }
 
-/* The [A, C, hv, wv] corner of t [A, C, rows, cols] at (r0, c0), as a view
- * (t contiguous). */
-static dp_tensor *corner(dp_tensor *t, const window1 *s, int64_t r0, int64_t c0) {
-  int64_t rows = t->shape[2], cols = t->shape[3];
-  int64_t sh[4] = {t->shape[0], t->shape[1], s->hv, s->wv}, st[4] = {t->shape[1] * rows * cols, rows * cols, cols, 1};
-  return dp_as_strided(t, 4, sh, st, t->offset + r0 * cols + c0);
+/* The [A*C, hv, wv] corner at (r0, c0) of t [A*C, rows, cols] (dense,
+ * contiguous) to or from a dense block d (store: into t, the rest of t 0) */
+#define CORNER_DEF(NAME, T)                                                                                            \
+  static void NAME(T *t, T *d, int64_t planes, int64_t rows, int64_t cols, int64_t hv, int64_t wv, int64_t r0,         \
+                   int64_t c0, bool store) {                                                                           \
+    if (store) memset(t, 0, (size_t)(planes * rows * cols) * sizeof(T));                                               \
+    for (int64_t a = 0; a < planes; a++)                                                                               \
+      for (int64_t i = 0; i < hv; i++) {                                                                               \
+        T *tp = t + (a * rows + r0 + i) * cols + c0, *dp = d + (a * hv + i) * wv;                                      \
+        for (int64_t j = 0; j < wv; j++) {                                                                             \
+          if (store) tp[j] = dp[j];                                                                                    \
+          else dp[j] = tp[j];                                                                                          \
+        }                                                                                                              \
+      }                                                                                                                \
+  }
+CORNER_DEF(corner_f32, float)
+CORNER_DEF(corner_f64, double)
+
+static void corner(dp_tensor *t, dp_tensor *d, const window1 *s, int64_t r0, int64_t c0, bool store) {
+  int64_t planes = t->shape[0] * t->shape[1], rows = t->shape[2], cols = t->shape[3];
+  if (t->dtype == DP_F32) corner_f32(dp_data(t), dp_data(d), planes, rows, cols, s->hv, s->wv, r0, c0, store);
+  else corner_f64(dp_data(t), dp_data(d), planes, rows, cols, s->hv, s->wv, r0, c0, store);
 }
 
 /* t's corner as a dense block: t itself when the corner is all of it */
 static dp_tensor *corner_dense(dp_scope *sc, dp_tensor *t, const window1 *s, int64_t r0, int64_t c0) {
   if (r0 == 0 && c0 == 0 && s->hv == t->shape[2] && s->wv == t->shape[3]) return t;
-  dp_tensor *v = dp_scope_add(sc, corner(t, s, r0, c0));
-  dp_tensor *d = v ? dp_scope_add(sc, dp_empty(t->dtype, 4, v->shape, dp_dev(t))) : NULL;
-  if (!d || dp_backend_of(t)->copy(d, v)) return NULL;
+  int64_t sh[4] = {t->shape[0], t->shape[1], s->hv, s->wv};
+  dp_tensor *d = dp_scope_add(sc, dp_empty(t->dtype, 4, sh, dp_dev(t)));
+  if (d) corner(t, d, s, r0, c0, false);
   return d;
-}
-
-/* dst [A, C, rows, cols] = 0 but its corner at (r0, c0) = src (dense) */
-static int corner_store(dp_tensor *dst, dp_tensor *src, const window1 *s, int64_t r0, int64_t c0) {
-  const dp_backend *be = dp_backend_of(dst);
-  DP_SCOPE(sc);
-  dp_tensor *v = dp_scope_add(&sc, corner(dst, s, r0, c0));
-  return !v || be->fill(dst, 0.0) || be->copy(v, src) ? -1 : 0;
 }
 
 static int window1_forward(dp_tensor *y, dp_tensor *x, dp_tensor *w, const conv_geom *cg, const window1 *s) {
@@ -228,7 +241,7 @@ static int window1_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gy, dp_tens
     dp_tensor *d = whole ? gx : dp_scope_add(&sc, dp_empty(gx->dtype, 4, sh, dp_dev(gx)));
     if (!ws || !d || gemm(gy, false, false, N, K, O, 1, dp_data(gy), O, 0, dp_data(ws), K, 0, dp_data(d), K, 0, 0.0))
       return -1;
-    if (!whole && corner_store(gx, d, s, 0, 0)) return -1;
+    if (!whole) corner(gx, d, s, 0, 0, true);
   }
   if (gw) { /* gW' [O, K] = gy^T [O, N] @ x' [N, K] */
     dp_tensor *xs = corner_dense(&sc, x, s, 0, 0);
@@ -237,7 +250,7 @@ static int window1_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gy, dp_tens
     dp_tensor *d = whole ? gw : dp_scope_add(&sc, dp_empty(gw->dtype, 4, sh, dp_dev(gw)));
     if (!xs || !d || gemm(gw, true, false, O, K, N, 1, dp_data(gy), O, 0, dp_data(xs), K, 0, dp_data(d), K, 0, 0.0))
       return -1;
-    if (!whole && corner_store(gw, d, s, ph, pw)) return -1;
+    if (!whole) corner(gw, d, s, ph, pw, true);
   }
   return 0;
 }
@@ -271,24 +284,25 @@ static void tap_map(int64_t *tap, const dp_window2d *g) {
         }
 }
 
-/* m [O, L, C, HW] from w [O, C, kh*kw] (fold: w = the taps' sums of m) */
-#define UNROLL_LOOPS(BODY)                                                                                             \
-  for (int64_t o = 0; o < O; o++)                                                                                      \
-    for (int64_t p = 0; p < L; p++)                                                                                    \
-      for (int64_t c = 0; c < C; c++)                                                                                  \
-        for (int64_t q = 0; q < HW; q++) {                                                                             \
-          int64_t t = tap[p * HW + q], mi = ((o * L + p) * C + c) * HW + q, wi = (o * C + c) * KK + t;                 \
-          BODY;                                                                                                        \
-        }
+/* m [O, L, C, HW] from w [O, C, kh*kw] (fold: w = the taps' sums of m),
+ * one (output position, input pixel) pair at a time: a strided [O, C]
+ * plane each, no per-element tap look-up */
 #define UNROLL_DEF(NAME, T)                                                                                            \
   static void NAME(T *m, T *w, const int64_t *tap, int64_t O, int64_t L, int64_t C, int64_t HW, int64_t KK,            \
                    bool fold) {                                                                                        \
-    if (fold) {                                                                                                        \
-      memset(w, 0, (size_t)(O * C * KK) * sizeof(T));                                                                  \
-      UNROLL_LOOPS(if (t >= 0) w[wi] += m[mi])                                                                         \
-    } else {                                                                                                           \
-      UNROLL_LOOPS(m[mi] = t >= 0 ? w[wi] : (T)0)                                                                      \
-    }                                                                                                                  \
+    memset(fold ? w : m, 0, (size_t)(fold ? O * C * KK : O * L * C * HW) * sizeof(T));                                 \
+    for (int64_t p = 0; p < L; p++)                                                                                    \
+      for (int64_t q = 0; q < HW; q++) {                                                                               \
+        int64_t t = tap[p * HW + q];                                                                                   \
+        if (t < 0) continue;                                                                                           \
+        for (int64_t o = 0; o < O; o++) {                                                                              \
+          T *mo = m + (o * L + p) * C * HW + q, *wo = w + o * C * KK + t;                                              \
+          if (fold)                                                                                                    \
+            for (int64_t c = 0; c < C; c++) wo[c * KK] += mo[c * HW];                                                  \
+          else                                                                                                         \
+            for (int64_t c = 0; c < C; c++) mo[c * HW] = wo[c * KK];                                                   \
+        }                                                                                                              \
+      }                                                                                                                \
   }
 UNROLL_DEF(unroll_f32, float)
 UNROLL_DEF(unroll_f64, double)
