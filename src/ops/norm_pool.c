@@ -17,8 +17,7 @@
 
 /* A per-channel float32 [c] CPU tensor, or NULL. */
 static bool channel_ok(const dp_tensor *t, const dp_tensor *x) {
-  return !t ||
-         (t->ndim == 1 && t->shape[0] == x->shape[1] && t->dtype == DP_F32 && dp_dev(t).type == dp_dev(x).type);
+  return !t || (t->ndim == 1 && t->shape[0] == x->shape[1] && t->dtype == DP_F32 && dp_dev(t).type == dp_dev(x).type);
 }
 
 static bool fusable(const dp_tensor *x, const dp_tensor *rm, const dp_tensor *rv, const dp_tensor *w,
@@ -95,12 +94,20 @@ static dp_tensor *fused(dp_tensor *x, dp_tensor *running_mean, dp_tensor *runnin
            !(var = dp_scope_add(&s, dp_contiguous_raw(running_var)));
   }
   if (!fail) invstd = dp_scope_add(&s, dp_batch_norm_invstd(var, eps));
-  dp_tensor *wc = w ? dp_scope_add(&s, dp_contiguous_raw(w)) : NULL, *bc = b ? dp_scope_add(&s, dp_contiguous_raw(b)) : NULL;
+  dp_tensor *wc = w ? dp_scope_add(&s, dp_contiguous_raw(w)) : NULL,
+            *bc = b ? dp_scope_add(&s, dp_contiguous_raw(b)) : NULL;
   int64_t sh[4] = {g.n, g.c, g.oh, g.ow};
   if (invstd && (!w || wc) && (!b || bc)) y = dp_scope_add(&s, dp_empty(DP_F32, 4, sh, dp_dev(x)));
-  dp_bn_args ba = {
-      .n = g.n, .c = g.c, .inner = inner, .x = xc, .mean = mean, .invstd = invstd, .w = wc, .b = bc, .relu = true,
-      .pool = &g};
+  dp_bn_args ba = {.n = g.n,
+                   .c = g.c,
+                   .inner = inner,
+                   .x = xc,
+                   .mean = mean,
+                   .invstd = invstd,
+                   .w = wc,
+                   .b = bc,
+                   .relu = true,
+                   .pool = &g};
   int rc = y ? dp_backend_of(x)->bn_forward(y, &ba) : -1;
   dp_set_grad_enabled(prev);
   if (rc) return NULL;
