@@ -139,6 +139,8 @@ describe("batch norm + ReLU + max pool fused", function()
 end)
 
 describe("nn.Sequential with BatchNorm2d, ReLU and MaxPool2d", function()
+  -- the specs after this file count live objects (DDP's post-backward hooks): leave this file's garbage collected
+  teardown(function() collectgarbage() end)
   local function net()
     ddp.manual_seed(3)
     return nn.Sequential { nn.Conv2d(2, 5, 3, { padding = 1 }), nn.BatchNorm2d(5), nn.ReLU(), nn.MaxPool2d(2),
