@@ -53,6 +53,7 @@ enum { ALL, DEVICE, OPTIONAL };
   X(bn_forward, ALL)                                                                                                   \
   X(bn_backward_reduce, ALL)                                                                                           \
   X(bn_backward_elemt, ALL)                                                                                            \
+  X(bn_relu_pool_backward, OPTIONAL)                                                                                   \
   X(layer_norm, ALL)                                                                                                   \
   X(layer_norm_backward, ALL)                                                                                          \
   X(dropout, ALL)                                                                                                      \

@@ -88,6 +88,13 @@ typedef struct {
    * w and b (b then given to the backward too) by the forward's own code,
    * so the mask is the forward's bit for bit */
   bool relu;
+  /* batch norm + ReLU + max pooling (bn_relu_pool_backward; the forward
+   * with a->relu and a->pool: y is the pooled output, [n, c, oh, ow]):
+   * the backward's gy is the pooled output's gradient, and the pooling's
+   * winners are recomputed from x like the ReLU's mask. eval_stats: the
+   * statistics were constants (evaluation mode), gx = gy * w * invstd. */
+  const dp_window2d *pool;
+  bool eval_stats;
 } dp_bn_args;
 
 /* Layer norm over the cols of x [rows, cols] (contiguous); mean and rstd
@@ -270,6 +277,10 @@ typedef struct dp_backend {
   int (*bn_backward_reduce)(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_bn_args *a);
   /* gx = w*invstd*(gy - sum_dy/count - xhat*sum_dy_xhat/count) */
   int (*bn_backward_elemt)(dp_tensor *gx, const dp_bn_args *a);
+  /* The backward of max_pool2d(relu(batch_norm(x))) in one call (float32;
+   * NULL: the op layer composes the three ops): gx and the two sums of
+   * bn_backward_reduce, the same bits as the three ops' backwards. */
+  int (*bn_relu_pool_backward)(dp_tensor *gx, dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_bn_args *a);
   /* Layer norm (dp_ln_args): y, and the statistics mean, rstd [rows]. */
   int (*layer_norm)(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_ln_args *a);
   /* gw, gb may be NULL (no affine); they are overwritten, not accumulated. */

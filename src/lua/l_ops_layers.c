@@ -9,6 +9,9 @@
  *   ddp.batch_norm(x, running_mean, running_var, weight, bias [, training [, momentum [, eps [, act]]]])
  *       tensors may be nil; training false, momentum 0.1, eps 1e-5 (PyTorch's F.batch_norm);
  *       act "relu": relu(batch_norm(...)) fused (nn.Sequential's BatchNorm + ReLU)
+ *   ddp.batch_norm_relu_max_pool2d(x, running_mean, running_var, weight, bias, training, momentum, eps,
+ *       kernel [, stride [, padding [, ceil_mode]]])  max_pool2d(relu(batch_norm(...))) fused (nn.Sequential's
+ *       BatchNorm2d + ReLU + MaxPool2d)
  *   ddp.layer_norm(x, normalized_shape [, weight [, bias [, eps]]])  shape: n or {d1, ...}
  *   ddp.dropout(x [, p [, training]])                  p 0.5, training true
  *   ddp.embedding(ids, weight)                         ids int64, 1-based
@@ -109,6 +112,23 @@ static int l_batch_norm(lua_State *L) {
     return luaL_error(L, "batch_norm: the fused activation must be \"relu\" or nil, got \"%s\"", act);
   if (act) return lt_push(L, dp_batch_norm_relu(x, rm, rv, w, b, training, momentum, eps));
   return lt_push(L, dp_batch_norm(x, rm, rv, w, b, training, momentum, eps));
+}
+
+/* batch_norm_relu_max_pool2d(x, running_mean, running_var, weight, bias, training, momentum, eps, kernel
+ * [, stride [, padding [, ceil_mode]]]) */
+static int l_batch_norm_relu_max_pool2d(lua_State *L) {
+  const char *op = "batch_norm_relu_max_pool2d";
+  dp_tensor *x = lt_check(L, 1), *rm = opt_tensor(L, 2), *rv = opt_tensor(L, 3), *w = opt_tensor(L, 4);
+  dp_tensor *b = opt_tensor(L, 5);
+  bool training = opt_bool(L, 6, false);
+  double momentum = luaL_optnumber(L, 7, 0.1), eps = luaL_optnumber(L, 8, 1e-5);
+  dp_pool2d_args a;
+  if (lua_isnoneornil(L, 9)) return luaL_error(L, "%s: kernel_size is required", op);
+  read_pair(L, 9, op, "kernel_size", NULL, a.kernel);
+  read_pair(L, 10, op, "stride", a.kernel, a.stride);
+  read_pair(L, 11, op, "padding", (int64_t[]){0, 0}, a.padding);
+  a.ceil_mode = opt_bool(L, 12, false);
+  return lt_push(L, dp_batch_norm_relu_max_pool2d(x, rm, rv, w, b, training, momentum, eps, &a));
 }
 
 static int l_batch_norm_stats(lua_State *L) {
@@ -238,6 +258,7 @@ void lt_open_nn_layers(lua_State *L, int module, int methods) {
                                    {"max_pool2d", l_max_pool2d},
                                    {"avg_pool2d", l_avg_pool2d},
                                    {"batch_norm", l_batch_norm},
+                                   {"batch_norm_relu_max_pool2d", l_batch_norm_relu_max_pool2d},
                                    {"batch_norm_stats", l_batch_norm_stats},
                                    {"batch_norm_gather_stats", l_batch_norm_gather_stats},
                                    {"batch_norm_update_stats", l_batch_norm_update_stats},

@@ -203,6 +203,11 @@ dp_tensor *dp_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *runni
  * one autograd node on the CPU (nn.Sequential's BatchNorm + ReLU). */
 dp_tensor *dp_batch_norm_relu(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w, dp_tensor *b,
                               bool training, double momentum, double eps);
+/* dp_max_pool2d(dp_batch_norm_relu(...), pool), the same values and
+ * gradients, fused where the backend can (ops/norm_pool.c) */
+dp_tensor *dp_batch_norm_relu_max_pool2d(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w,
+                                         dp_tensor *b, bool training, double momentum, double eps,
+                                         const dp_pool2d_args *pool);
 /* The pieces dp_batch_norm is made of, without autograd, for
  * SyncBatchNorm (ops/norm.c): stats per rank -> all-gather -> gather_stats
  * -> update_stats / invstd -> elemt; backward: backward_reduce ->

@@ -4,6 +4,7 @@
  * [C, H, W]. Max pooling saves the winners' positions, so its backward is
  * a scatter and never compares values again. */
 #include "ops/op_util.h"
+#include "ops/pool_geom.h"
 #include "ops/scalar_math.h"
 #include "tensor/checked.h"
 
@@ -25,7 +26,7 @@ int dp_window_size(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d, bool c
 
 /* x as a contiguous 4-d tensor (an unbatched input gains N = 1) and the
  * window geometry; NULL + error naming the arguments. */
-static dp_tensor *pool_input(const char *op, dp_tensor *x, const dp_pool2d_args *a, dp_window2d *g) {
+dp_tensor *dp_pool2d_input(const char *op, dp_tensor *x, const dp_pool2d_args *a, dp_window2d *g) {
   const int64_t *k = a->kernel, *s = a->stride, *p = a->padding;
   if (x->ndim != 3 && x->ndim != 4) {
     dp_error("%s: expected a 3- or 4-dimensional input ([C, H, W] or [N, C, H, W]), got shape %s", op, SHAPE(x));
@@ -106,7 +107,7 @@ static int max_pool_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
 dp_tensor *dp_max_pool2d(dp_tensor *x, const dp_pool2d_args *a) {
   dp_window2d g;
   DP_SCOPE(s);
-  dp_tensor *xc = dp_scope_add(&s, pool_input("max_pool2d", x, a, &g));
+  dp_tensor *xc = dp_scope_add(&s, dp_pool2d_input("max_pool2d", x, a, &g));
   if (!xc) return NULL;
   int64_t sh[4];
   pool_out_shape(x, &g, sh);
@@ -137,7 +138,7 @@ static int avg_pool_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
 dp_tensor *dp_avg_pool2d(dp_tensor *x, const dp_pool2d_args *a) {
   dp_window2d g;
   DP_SCOPE(s);
-  dp_tensor *xc = dp_scope_add(&s, pool_input("avg_pool2d", x, a, &g));
+  dp_tensor *xc = dp_scope_add(&s, dp_pool2d_input("avg_pool2d", x, a, &g));
   if (!xc) return NULL;
   int64_t sh[4];
   pool_out_shape(x, &g, sh);

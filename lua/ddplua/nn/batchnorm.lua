@@ -9,6 +9,7 @@ local ddp = require "ddplua"
 local Module = require "ddplua.nn.module"
 local util = require "ddplua.nn.util"
 local E = require "ddplua.errors"
+local core = require "ddplua.core"
 
 local M = {}
 
@@ -92,6 +93,21 @@ function BatchNorm:forward(x) return forward(self, x) end
 --- ReLU applied in the normalisation's pass and its mask folded into the
 --- backward's (nn.Sequential uses it for BatchNorm followed by ReLU).
 function BatchNorm:forward_relu(x) return forward(self, x, "relu") end
+
+--- pool(relu(forward(x))) for an nn.MaxPool2d `pool`, in one call: the
+--- same values and gradients, without the normalised output or the pooling
+--- indices in memory (nn.Sequential uses it for BatchNorm2d, ReLU,
+--- MaxPool2d; inputs it cannot fuse run as the three ops).
+function BatchNorm:forward_relu_max_pool2d(x, pool)
+  self:_check_input_dim(x)
+  local factor = self:_count_batch(x)
+  local use_batch = self.training or self.running_mean == nil
+  local rm, rv
+  if not self.training or self.track_running_stats then rm, rv = self.running_mean, self.running_var end
+  local a = pool._args
+  return core.batch_norm_relu_max_pool2d(x, rm, rv, self.weight, self.bias, use_batch, factor, self.eps, a[1], a[2],
+    a[3], pool.ceil_mode)
+end
 
 function BatchNorm:extra_repr()
   return string.format("%d, eps=%g, momentum=%s, affine=%s, track_running_stats=%s", self.num_features, self.eps,

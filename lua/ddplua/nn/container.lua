@@ -10,7 +10,8 @@
 -- extend and insert(i, m) (before position i, renumbering the rest).
 -- A Linear or a BatchNorm1d/2d/SyncBatchNorm directly followed by a ReLU
 -- in a Sequential runs as one fused call (forward_relu): the same values
--- and gradients in fewer passes over memory.
+-- and gradients in fewer passes over memory; a BatchNorm2d, ReLU and
+-- MaxPool2d in a row likewise (forward_relu_max_pool2d).
 --
 -- ModuleDict(tbl): modules by name. md[key] (or md.key), md[key] = m,
 -- md[key] = nil (removes), pairs(md), md:keys(), md:values(), md:items()
@@ -26,6 +27,7 @@ local Linear = require "ddplua.nn.linear"
 local ReLU = require("ddplua.nn.activation").ReLU
 local batchnorm = require "ddplua.nn.batchnorm"
 local SyncBatchNorm = require "ddplua.nn.syncbatchnorm"
+local MaxPool2d = require("ddplua.nn.pooling").MaxPool2d
 local E = require "ddplua.errors"
 local core = require "ddplua.core"
 
@@ -189,6 +191,12 @@ local is_tensor, grad_enabled = core.is_tensor, core.is_grad_enabled
 local FUSES_RELU = { [Linear] = true, [batchnorm.BatchNorm1d] = true, [batchnorm.BatchNorm2d] = true,
   [SyncBatchNorm] = true }
 local function fuses_relu(m, nxt) return FUSES_RELU[getmetatable(m)] and getmetatable(nxt) == ReLU end
+-- BatchNorm2d, ReLU, MaxPool2d: one call (forward_relu_max_pool2d), unless
+-- the instance has a forward_relu of its own (it would not be called)
+local function fuses_relu_pool(m, nxt, pool)
+  return getmetatable(m) == batchnorm.BatchNorm2d and getmetatable(nxt) == ReLU and getmetatable(pool) == MaxPool2d and
+    rawget(m, "forward_relu") == nil
+end
 
 function Sequential:forward(x)
   local names = rawget(self, "_module_names")
@@ -200,7 +208,10 @@ function Sequential:forward(x)
     -- module i-1's output, not the caller's input)
     dead_big = free_between and i > 1 and is_tensor(x) and x:numel() >= BIG_OUTPUT
     local m = rawget(self, names[i])
-    if i < n and fuses_relu(m, rawget(self, names[i + 1])) then
+    if i + 1 < n and fuses_relu_pool(m, rawget(self, names[i + 1]), rawget(self, names[i + 2])) then
+      x = m:forward_relu_max_pool2d(x, rawget(self, names[i + 2]))
+      i = i + 3
+    elseif i < n and fuses_relu(m, rawget(self, names[i + 1])) then
       x = m:forward_relu(x)
       i = i + 2
     else

@@ -56,6 +56,7 @@ const dp_backend dp_cpu_backend = {
     .bn_forward = dp_cpu_bn_forward,
     .bn_backward_reduce = dp_cpu_bn_backward_reduce,
     .bn_backward_elemt = dp_cpu_bn_backward_elemt,
+    .bn_relu_pool_backward = dp_cpu_bn_relu_pool_backward,
     .layer_norm = dp_cpu_layer_norm,
     .layer_norm_backward = dp_cpu_layer_norm_backward,
     .dropout = dp_cpu_dropout,

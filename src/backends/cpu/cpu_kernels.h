@@ -63,6 +63,7 @@ int dp_cpu_bn_stats(dp_tensor *mean, dp_tensor *var, const dp_bn_args *a);
 int dp_cpu_bn_forward(dp_tensor *y, const dp_bn_args *a);
 int dp_cpu_bn_backward_reduce(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_bn_args *a);
 int dp_cpu_bn_backward_elemt(dp_tensor *gx, const dp_bn_args *a);
+int dp_cpu_bn_relu_pool_backward(dp_tensor *gx, dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_bn_args *a);
 int dp_cpu_layer_norm(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_ln_args *a);
 int dp_cpu_layer_norm_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_ln_args *a);
 

@@ -17,7 +17,8 @@
  *
  * Batch norm with a->relu is batch norm followed by ReLU in the same passes
  * (float32 and float64): see "batch norm + ReLU" below for how its
- * backward gets the ReLU's mask without a saved output. */
+ * backward gets the ReLU's mask without a saved output; with a->pool too,
+ * max pooling of that output (cpu_norm_pool.c). */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,6 +26,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_norm_rows.h"
 #include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/cpu_vec.h"
 #include "core/error.h"
@@ -133,7 +135,7 @@ int dp_cpu_bn_stats(dp_tensor *mean, dp_tensor *var, const dp_bn_args *a) {
   return 0;
 }
 
-static dp_bn_affine_k bn_affine_of(const dp_bn_args *a, int64_t ch) {
+dp_bn_affine_k dp_cpu_bn_affine_of(const dp_bn_args *a, int64_t ch) {
   return dp_bn_affine(LD(a->mean, dp_data(a->mean), ch), LD(a->invstd, dp_data(a->invstd), ch), opt_at(a->w, ch, 1.0),
                       opt_at(a->b, ch, 0.0));
 }
@@ -159,6 +161,11 @@ static void bn_row_f32(float *y, const float *x, int64_t n, const dp_bn_affine_k
   if (planes) dp_cpu_vec_get()->affine(y, x, n, mu, scale, bias);
   else
     for (int64_t j = 0; j < n; j++) y[j] = dp_bn_apply_f(x[j], mu, scale, bias);
+}
+
+void dp_cpu_bn_relu_row(float *y, const float *x, int64_t n, const dp_bn_affine_k *f) {
+  bn_row_f32(y, x, n, f, true);
+  relu_row_f32(y, n);
 }
 
 /* m: a row of the pre-ReLU output; becomes gy masked by the ReLU */
@@ -193,11 +200,11 @@ static void bn_forward_channels(void *vctx, int64_t lo, int64_t hi) {
   const float *x = dp_data(a->x);
   float *y = dp_data(k->out);
   for (int64_t ch = lo; ch < hi; ch++) {
-    dp_bn_affine_k f = bn_affine_of(a, ch);
+    dp_bn_affine_k f = dp_cpu_bn_affine_of(a, ch);
     for (int64_t i = 0; i < a->n; i++) {
       int64_t off = (i * a->c + ch) * a->inner;
-      bn_row_f32(y + off, x + off, a->inner, &f, true);
-      if (a->relu) relu_row_f32(y + off, a->inner);
+      if (a->relu) dp_cpu_bn_relu_row(y + off, x + off, a->inner, &f);
+      else bn_row_f32(y + off, x + off, a->inner, &f, true);
     }
   }
 }
@@ -210,13 +217,14 @@ int dp_cpu_bn_forward(dp_tensor *y, const dp_bn_args *a) {
   bool f32 = x->dtype == DP_F32 && y->dtype == DP_F32;
   if (a->relu && !f32 && x->dtype != DP_F64)
     return dp_error("batch_norm: the fused ReLU takes float32 or float64, got %s", dp_dtype_name(x->dtype));
+  if (a->pool) return dp_cpu_bn_relu_pool_forward(y, a);
   if (f32 && inner > 1) {
     bn_ctx k = {.a = a, .out = y};
     dp_cpu_parallel_for(c, bn_grain(a), 1, bn_forward_channels, &k);
     return 0;
   }
   for (int64_t ch = 0; ch < c; ch++) {
-    dp_bn_affine_k k = bn_affine_of(a, ch);
+    dp_bn_affine_k k = dp_cpu_bn_affine_of(a, ch);
     for (int64_t i = 0; i < n; i++) {
       int64_t off = (i * c + ch) * inner;
       if (f32) {
@@ -247,7 +255,7 @@ static void bn_reduce_channels(void *vctx, int64_t lo, int64_t hi) {
   if (a->relu && !m) return;
   for (int64_t ch = lo; ch < hi; ch++) {
     double s = 0, sx = 0;
-    dp_bn_affine_k f = a->relu ? bn_affine_of(a, ch) : (dp_bn_affine_k){0};
+    dp_bn_affine_k f = a->relu ? dp_cpu_bn_affine_of(a, ch) : (dp_bn_affine_k){0};
     for (int64_t i = 0; i < a->n; i++) {
       int64_t off = (i * a->c + ch) * a->inner;
       double sg;
@@ -280,7 +288,7 @@ int dp_cpu_bn_backward_reduce(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const d
     for (int64_t i = 0; i < n; i++)
       for (int64_t ch = 0; ch < c; ch++) {
         int64_t off = (i * c + ch) * inner;
-        dp_bn_affine_k f = a->relu ? bn_affine_of(a, ch) : (dp_bn_affine_k){0};
+        dp_bn_affine_k f = a->relu ? dp_cpu_bn_affine_of(a, ch) : (dp_bn_affine_k){0};
         double s = 0, sx = 0, m = mu[ch];
         for (int64_t k = 0; k < inner; k++) {
           double xv = LD(x, xp, off + k), g = bn_g_d(&f, LD(gy, gp, off + k), xv, a->relu);
@@ -319,7 +327,7 @@ static void bn_elemt_channels(void *vctx, int64_t lo, int64_t hi) {
   if (a->relu && !m) return;
   for (int64_t ch = lo; ch < hi; ch++) {
     dp_bn_grad_k f = bn_grad_of(a, ch);
-    dp_bn_affine_k af = a->relu ? bn_affine_of(a, ch) : (dp_bn_affine_k){0};
+    dp_bn_affine_k af = a->relu ? dp_cpu_bn_affine_of(a, ch) : (dp_bn_affine_k){0};
     for (int64_t i = 0; i < a->n; i++) {
       int64_t off = (i * a->c + ch) * a->inner;
       const float *gr = bn_grad_row(a, &af, g + off, x + off, a->inner, m);
@@ -346,7 +354,7 @@ int dp_cpu_bn_backward_elemt(dp_tensor *gx, const dp_bn_args *a) {
   }
   for (int64_t ch = 0; ch < c; ch++) {
     dp_bn_grad_k k = bn_grad_of(a, ch);
-    dp_bn_affine_k f = a->relu ? bn_affine_of(a, ch) : (dp_bn_affine_k){0};
+    dp_bn_affine_k f = a->relu ? dp_cpu_bn_affine_of(a, ch) : (dp_bn_affine_k){0};
     for (int64_t i = 0; i < n; i++) {
       int64_t off = (i * c + ch) * inner;
       if (f32) {
