@@ -126,6 +126,8 @@ void dp_remove_grad_hook(dp_tensor *leaf, int id);
 typedef int (*dp_engine_hook_fn)(void *ctx, bool ok);
 /* Returns the hook's id (> 0), or -1 + dp_error when 16 are live. */
 int dp_add_post_backward_hook(dp_engine_hook_fn fn, void *ctx);
+/* How many more post-backward hooks can be added now (0..16). */
+int dp_post_backward_hooks_free(void);
 void dp_remove_post_backward_hook(int id);
 
 /* Sums g (broadcast result) down to the given shape; returns a new tensor

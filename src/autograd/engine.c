@@ -27,6 +27,8 @@ int dp_add_post_backward_hook(dp_engine_hook_fn fn, void *ctx) {
   return next_hook_id++;
 }
 
+int dp_post_backward_hooks_free(void) { return 16 - n_post_hooks; }
+
 void dp_remove_post_backward_hook(int id) {
   for (int i = 0; i < n_post_hooks; i++)
     if (post_hooks[i].id == id) {

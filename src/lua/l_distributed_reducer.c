@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/autograd.h"
 #include "backends/backend.h"
 #include "distributed/ddp_reducer.h"
 #include "distributed/sync_bn.h"
@@ -51,6 +52,11 @@ static int l_reducer_new(lua_State *L) {
     lua_pop(L, 1); /* the string stays alive in the names table */
   }
   size_t cap = (size_t)(cap_mb * 1024 * 1024), first = (size_t)(first_mb * 1024 * 1024);
+  /* A reducer lives until its wrapper is collected: dropped DDP instances
+   * may still hold the 16 post-backward hook slots. Collect them first, as
+   * a program that wraps models in a loop expects (PyTorch frees by
+   * reference count). */
+  if (dp_post_backward_hooks_free() == 0) lua_gc(L, LUA_GCCOLLECT);
   dp_reducer *r = dp_reducer_new(pg, ps, names, n, cap, first < cap ? first : cap, find_unused);
   if (!r) return lt_error(L);
   reducer_box *b = lua_newuserdatauv(L, sizeof *b, 1);

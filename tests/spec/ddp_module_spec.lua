@@ -338,4 +338,26 @@ describe("DistributedDataParallel as an nn.Module (world of one rank)", function
     model(ddp.randn(5, 4, { dtype = "float64" })):sum():backward()
     assert.are.equal(1, model:reducer_stats().synced_passes)
   end)
+
+  -- A reducer's hook slot is given back when its wrapper is collected; the
+  -- 17th wrap collects dropped ones first (it failed with "at most 16" when
+  -- the collector had not run yet, e.g. in a long spec suite).
+  it("wrapping models in a loop: dropped instances give back their post-backward hook slots", function()
+    collectgarbage("stop")
+    local ok, err = pcall(function()
+      for _ = 1, 40 do step(DDP(mlp())) end
+    end)
+    collectgarbage("restart")
+    assert.is_true(ok, tostring(err))
+    local live = {} -- live instances still meet the limit, with its message
+    local ok2, err2 = pcall(function()
+      for i = 1, 17 do live[i] = DDP(mlp()) end
+    end)
+    assert.is_false(ok2)
+    assert.matches("at most 16 post-backward hooks", tostring(err2), 1, true)
+    assert.is_true(#live <= 16)
+    live = nil
+    collectgarbage()
+    step(DDP(mlp()))
+  end)
 end)
