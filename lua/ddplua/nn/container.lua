@@ -190,16 +190,12 @@ local is_tensor, grad_enabled = core.is_tensor, core.is_grad_enabled
 -- only (a subclass may have a forward of its own)
 local FUSES_RELU = { [Linear] = true, [batchnorm.BatchNorm1d] = true, [batchnorm.BatchNorm2d] = true,
   [SyncBatchNorm] = true }
--- a fused call would skip a forward set on the instance
-local function plain(m) return rawget(m, "forward") == nil end
-local function fuses_relu(m, nxt)
-  return FUSES_RELU[getmetatable(m)] and getmetatable(nxt) == ReLU and plain(m) and plain(nxt)
-end
+local function fuses_relu(m, nxt) return FUSES_RELU[getmetatable(m)] and getmetatable(nxt) == ReLU end
 -- BatchNorm2d, ReLU, MaxPool2d: one call (forward_relu_max_pool2d), unless
 -- the instance has a forward_relu of its own (it would not be called)
 local function fuses_relu_pool(m, nxt, pool)
   return getmetatable(m) == batchnorm.BatchNorm2d and getmetatable(nxt) == ReLU and getmetatable(pool) == MaxPool2d and
-    plain(m) and plain(nxt) and plain(pool) and rawget(m, "forward_relu") == nil
+    rawget(m, "forward_relu") == nil
 end
 
 function Sequential:forward(x)
