@@ -140,17 +140,48 @@ describe("DataLoader worker processes", function()
       for _ in exits:iter() do end
     end)
     -- a worker that dies while the parent is not listening (the loop body is slow) is named when the next task
-    -- goes to it, not reported as a broken connection: worker 1 hands in batch 2, then is killed while idle
+    -- goes to it, not reported as a broken connection: worker 1 hands in batch 2, then is killed while idle.
+    -- The order is forced, not timed: worker 1 starts batch 2 only once the loop body has batch 1 (so batch 4
+    -- cannot have gone to it yet), and the loop body kills it only once it is back waiting for a task.
+    local go = os.tmpname()
+    os.remove(go)
     local idle = data.DataLoader(items(12, function(i)
-      if i == 3 then os.execute("(sleep 0.3; kill -9 " .. core.getpid() .. ") &") end
+      if i == 3 then
+        local t0 = ddp.clock()
+        while not io.open(go) and ddp.clock() - t0 < 60 do core._worker_poll({}, 0.02) end
+      end
     end), { batch_size = 2, num_workers = 2, prefetch_factor = 1, collate_fn = collate })
+    local function proc_state(pid)
+      local f = io.open("/proc/" .. pid .. "/stat")
+      if not f then return nil end
+      local st = f:read("a"):match("%) (%a) ")
+      f:close()
+      return st
+    end
+    local function wait_until(what, cond)
+      local t0 = ddp.clock()
+      while not cond() do
+        assert.is_true(ddp.clock() - t0 < 60, "timed out waiting until " .. what)
+        core._worker_poll({}, 0.01)
+      end
+    end
     fails("DataLoader worker 1 %(pid %d+%) was killed by signal 9 %(SIGKILL%) while loading batch 4", function()
       local b = 0
       for _ in idle:iter() do
         b = b + 1
-        if b == 1 then core._worker_poll({}, 1.5) end
+        if b == 1 then
+          local w = rawget(idle, "_pool").workers[2]
+          assert.is_nil(next(w.pending, next(w.pending)), "worker 1 has more than batch 2")
+          assert.is_true(w.pending[2])
+          io.open(go, "w"):close()
+          assert.are.equal(1, core._worker_poll({ w.sock }, 60), "worker 1 never sent batch 2")
+          wait_until("worker 1 waits for its next task", function() return proc_state(w.pid) == "S" end)
+          os.execute("kill -9 " .. w.pid)
+          wait_until("worker 1 is dead", function() local st = proc_state(w.pid) return st == nil or st == "Z" end)
+        end
       end
     end)
+    os.remove(go)
     local killed = data.DataLoader(items(12, function(i)
       if i == 9 then os.execute("kill -9 " .. core.getpid()) end
     end), { batch_size = 2, num_workers = 3, collate_fn = collate })
