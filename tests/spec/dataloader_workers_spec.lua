@@ -268,7 +268,10 @@ local loader = ddp.data.DataLoader(ds, { batch_size = 1, num_workers = 2 })
 for x in loader:iter() do print("BATCH") io.stdout:flush() end
 ]])
     local p = io.popen("cd " .. U.quote(dir) .. " && (" .. U.quote(U.abspath(U.ddplua)) ..
-      " s.lua & echo PARENT $!; sleep 1; echo CHILDREN $(cat /proc/$!/task/*/children); kill -9 $!) 2>&1")
+      " s.lua & p=$!; echo PARENT $p; n=0; " ..
+      -- wait for both workers (up to 30 s: an ASan build on a busy machine starts slowly), not a fixed time
+      "while [ $(cat /proc/$p/task/*/children 2>/dev/null | wc -w) -lt 2 ] && [ $n -lt 600 ]; do sleep 0.05; " ..
+      "n=$((n+1)); done; echo CHILDREN $(cat /proc/$p/task/*/children); kill -9 $p) 2>&1")
     local out = p:read("a")
     p:close()
     U.rm_rf(dir)
