@@ -268,10 +268,11 @@ group_of[#benchmarks + 1] = "launch"
 benchmarks[#benchmarks + 1] = function(c)
   local launch = dofile(c.root .. "/bench/launch.lua")
   local rows, peer = launch.measure(20, c.reps)
-  local hello, first
+  local hello, first, idle
   for _, r in ipairs(rows) do
     if r.name:find("hello") then hello = r.seconds end
     if r.first_step then first = r.seconds end
+    if r.first_step_idle then idle = r.seconds end
   end
   if not hello or not peer then error("bench: launch measurement incomplete", 0) end
   return {
@@ -279,6 +280,7 @@ benchmarks[#benchmarks + 1] = function(c)
       ratio = hello / peer, goal = "<= 0.02x", pass = hello / peer <= 0.02 },
     { name = "  first step --nproc 2 (data, DDP), ms", ours = first * 1000, fmt = "%.1f", goal = "(info)",
       pass = true },
+    { name = "  the same after 6 s idle, ms", ours = idle * 1000, fmt = "%.1f", goal = "(info)", pass = true },
   }
 end
 

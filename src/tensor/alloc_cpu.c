@@ -20,13 +20,21 @@
  * DP_REGRETS sizes given back are remembered, so a step's own sizes never
  * take turns being unmapped. Blocks under 4 KiB are cached outside the
  * mark (DP_SMALL_CACHE_MIN below).
- * Blocks of 4 MiB and more come from mmap, 2 MiB-aligned, with transparent
- * huge pages asked for and every page populated in one call: on a VM each
- * first touch of a 4 KiB page traps (about 15 us on the reference machine,
- * 180 ms for the 47 MB of Fashion-MNIST), where populated huge pages cost a
- * fifth of that. Kernels without THP or MADV_POPULATE_WRITE (< 5.14) fall
- * back to faulting pages in lazily. (Not under ASan, which checks heap
- * blocks only.)
+ * Blocks of 4 MiB and more come from mmap, 2 MiB-aligned, with every page
+ * populated in one call: on a VM each first touch of a 4 KiB page traps
+ * (about 15 us on an earlier reference machine, 180 ms for the 47 MB of
+ * Fashion-MNIST), where MADV_POPULATE_WRITE maps them in one call (0.3 ms
+ * per MB on the 2026-12 reference VM). Transparent huge pages are asked for
+ * only with DDPLUA_HUGEPAGES=1: on a VM whose balloon reports free memory
+ * to the host (free page reporting works on free 2 MiB blocks, so it takes
+ * exactly the memory huge pages come from), a huge page populated a few
+ * seconds after the last run costs the host's fault too: 4-9 ms per MB
+ * instead of 0.3, and `ddplua --nproc 2 bench/first_step.lua` after 6 s idle
+ * took 0.66 s with huge pages against 0.08 s without, while the training
+ * rows' steady speed did not move (GPT, LSTM, MLP: within noise). A system
+ * whose THP mode is "always" still gets huge pages from the kernel.
+ * Kernels without MADV_POPULATE_WRITE (< 5.14) fall back to faulting pages
+ * in lazily. (Not under ASan, which checks heap blocks only.)
  * Thread-safe (the DDP communication thread may free tensors). */
 #include <pthread.h>
 #include <stdint.h>
@@ -93,6 +101,13 @@ static unsigned regret_at;
 
 static size_t huge_len(size_t size) { return (size + HUGE_ALIGN - 1) & ~(HUGE_ALIGN - 1); }
 
+static pthread_once_t hugepages_once = PTHREAD_ONCE_INIT;
+static bool hugepages; /* DDPLUA_HUGEPAGES=1: ask for transparent huge pages (header) */
+static void read_hugepages(void) {
+  const char *v = getenv("DDPLUA_HUGEPAGES");
+  hugepages = v && strcmp(v, "1") == 0;
+}
+
 static void *sys_alloc(size_t size) {
   if (size < DP_HUGE_MIN) return aligned_alloc(64, size);
   size_t len = huge_len(size);
@@ -102,7 +117,8 @@ static void *sys_alloc(size_t size) {
   if (p > raw) munmap(raw, (size_t)(p - raw)); /* the slack before and after the aligned run */
   if (raw + HUGE_ALIGN > p) munmap(p + len, (size_t)(raw + HUGE_ALIGN - p));
 #ifdef MADV_HUGEPAGE
-  madvise(p, len, MADV_HUGEPAGE);
+  pthread_once(&hugepages_once, read_hugepages);
+  if (hugepages) madvise(p, len, MADV_HUGEPAGE);
 #endif
   madvise(p, len, MADV_POPULATE_WRITE); /* best effort: EINVAL on old kernels */
   return p;
