@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/spin_env.h"
 
 #define SHM_MAGIC 0x31676573756c6464ull /* "ddluseg1" */
 #define PAGE ((size_t)4096)
@@ -286,11 +287,9 @@ void shm_abort(shm_seg *s, int rank, const char *msg) {
 }
 
 int shm_default_spin(int nlocal) {
-  const char *v = getenv("DDPLUA_SPIN_US");
-  if (v && *v) return atoi(v);
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   /* more ranks than cores: a spinning rank holds the core its peer needs */
-  return nlocal > ncpu ? 0 : 20;
+  return dp_spin_us_env(nlocal > ncpu ? 0 : 20);
 }
 
 /* ---- pool ---- */

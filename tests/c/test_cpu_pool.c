@@ -3,16 +3,21 @@
  * whether the workers are still spinning from the last call (calls back to
  * back), asleep (calls further apart than the spin), slower than the caller
  * (the caller sleeps) or absent (a forked child; a process allowed one CPU,
- * where nobody spins); nested calls run serially on the calling thread. */
+ * where nobody spins); nested calls run serially on the calling thread.
+ * DDPLUA_SPIN_US sets the spin (core/spin_env.h): 0 parks the workers at
+ * once, 1 s keeps one busy through a pause of the caller. */
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "backends/cpu/sgemm_kernels.h"
+#include "core/spin_env.h"
 #include "test_util.h"
 
 enum { MAX_PARTS = 8 };
@@ -88,7 +93,66 @@ static void suite(int parts, int calls) {
   CHECK(!dp_sg_in_parallel());
 }
 
+static void spin_env_parsing(void) {
+  const struct {
+    const char *v;
+    int want;
+  } cases[] = {{"", 7},    {"0", 0},   {"20", 20}, {"1000000", 1000000},       {"1000001", 7}, {"-5", 7},
+               {"12x", 7}, {"abc", 7}, {" 3", 7},  {"99999999999999999999", 7}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    setenv("DDPLUA_SPIN_US", cases[i].v, 1);
+    int got = dp_spin_us_env(7);
+    if (got != cases[i].want) fprintf(stderr, "DDPLUA_SPIN_US='%s': %d, expected %d\n", cases[i].v, got, cases[i].want);
+    CHECK(got == cases[i].want);
+  }
+  unsetenv("DDPLUA_SPIN_US");
+  CHECK(dp_spin_us_env(7) == 7);
+}
+
+static double cpu_seconds(void) {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+/* In a forked child (a pool of its own) with DDPLUA_SPIN_US = spin_us: the CPU time the process uses while its
+ * caller sleeps 300 ms right after a 2-part call; exit status 0 when the calls were right, 3 when not. */
+static void spin_child(const char *spin_us, double *busy_out) {
+  int fd[2];
+  CHECK(pipe(fd) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("DDPLUA_SPIN_US", spin_us, 1);
+    int ok = run_calls(200, 2, 0, 0);
+    double c0 = cpu_seconds();
+    sleep_ns(300000000);
+    double busy = cpu_seconds() - c0;
+    ok = ok && run_calls(200, 2, 0, 0);
+    ssize_t w = write(fd[1], &busy, sizeof busy);
+    _exit(ok && w == (ssize_t)sizeof busy ? 0 : 3);
+  }
+  close(fd[1]);
+  double busy = -1;
+  CHECK(read(fd[0], &busy, sizeof busy) == (ssize_t)sizeof busy);
+  close(fd[0]);
+  CHECK(pid > 0 && child_status() == 0);
+  *busy_out = busy;
+}
+
 int main(void) {
+  spin_env_parsing();
+  {
+    cpu_set_t set;
+    bool two_cpus = sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 2;
+    double parked, spinning;
+    spin_child("0", &parked);
+    spin_child("1000000", &spinning);
+    /* 0: the worker parks at once; 1 s: it spins through the pause (where it has a CPU of its own) */
+    if (parked > 0.1 || (two_cpus && spinning < 0.15))
+      fprintf(stderr, "CPU time during a 300 ms pause: %.3f s (spin 0), %.3f s (spin 1 s)\n", parked, spinning);
+    CHECK(parked <= 0.1);
+    CHECK(two_cpus ? spinning >= 0.15 : spinning <= 0.1);
+  }
   /* 2 parts first (on 2 or more CPUs the worker spins), then more (on 2 CPUs these only sleep: some 80 us a call) */
   suite(2, 20000);
   suite(3, 2000);

@@ -6,9 +6,9 @@
  * variable; the caller likewise spins for its workers before it sleeps. The
  * models' ops come every 10-100 us (a ResNet step is some 400 parallel
  * calls), and a futex wake-up and a sleep per call cost 44.5 us for an empty
- * 2-part call on the reference VM (0.9 us spinning). DDPLUA_SPIN_US (the
- * ranks' shared-memory waits, distributed/shm.c) does not reach this pool:
- * its 50 us is fixed. Spinning is only done when the process may run
+ * 2-part call on the reference VM (0.9 us spinning). The spin is 50 us
+ * unless DDPLUA_SPIN_US says otherwise (core/spin_env.h: the same knob as
+ * the ranks' shared-memory waits; 0 never spins). Spinning is only done when the process may run
  * on at least as many CPUs as the pool has threads (spins_pay): a spinner
  * on a CPU its caller needs would steal the caller's time. Ranks that fill
  * the cores run one thread each and never start the pool. */
@@ -22,6 +22,7 @@
 #include "backends/cpu/cpu_fpu.h"
 #include "backends/cpu/sgemm_kernels.h"
 #include "core/error.h"
+#include "core/spin_env.h"
 
 enum { MAX_WORKERS = DP_SG_MAX_THREADS - 1 };
 
@@ -64,7 +65,8 @@ static void reset_in_child(void) {
 }
 static void register_atfork(void) { pthread_atfork(NULL, NULL, reset_in_child); }
 
-enum { SPIN_NS = 50000 };
+enum { DEFAULT_SPIN_US = 50 };
+static int64_t spin_ns; /* DDPLUA_SPIN_US or the default, set by spins_pay (atomic: spinners read it) */
 
 static int64_t now_ns(void) {
   struct timespec t;
@@ -72,10 +74,10 @@ static int64_t now_ns(void) {
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* Spins (unlocked) until *word differs from `from`, for at most SPIN_NS;
+/* Spins (unlocked) until *word differs from `from`, for at most spin_ns;
  * true when it did. */
 static bool spin_while_u64(const uint64_t *word, uint64_t from) {
-  int64_t deadline = now_ns() + SPIN_NS;
+  int64_t deadline = now_ns() + __atomic_load_n(&spin_ns, __ATOMIC_RELAXED);
   for (unsigned i = 1;; i++) {
     if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != from) return true;
     _mm_pause();
@@ -83,7 +85,7 @@ static bool spin_while_u64(const uint64_t *word, uint64_t from) {
   }
 }
 static bool spin_while_positive(const int *word) {
-  int64_t deadline = now_ns() + SPIN_NS;
+  int64_t deadline = now_ns() + __atomic_load_n(&spin_ns, __ATOMIC_RELAXED);
   for (unsigned i = 1;; i++) {
     if (__atomic_load_n(word, __ATOMIC_ACQUIRE) <= 0) return true;
     _mm_pause();
@@ -91,8 +93,12 @@ static bool spin_while_positive(const int *word) {
   }
 }
 
-/* Spinning pays when every thread of the pool can have a CPU of its own. */
+/* Spinning pays when every thread of the pool can have a CPU of its own
+ * (and DDPLUA_SPIN_US is not 0). Called under pool.lock. */
 static bool spins_pay(int threads) {
+  int64_t ns = (int64_t)dp_spin_us_env(DEFAULT_SPIN_US) * 1000;
+  __atomic_store_n(&spin_ns, ns, __ATOMIC_RELAXED); /* workers still spinning from the last call read it */
+  if (ns == 0) return false;
   cpu_set_t set;
   long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
   return cpus >= threads;
