@@ -165,6 +165,26 @@ for n, (mx, nt) in enumerate([(1.0, 2.0), (0.5, 1.0), (100.0, 3.0), (0.2, float(
     R.assert_error(function() nn.utils.clip_grad_norm_(ps, 1, { type = 2 }) end, "unknown option 'type'")
   end)
 
+  it("sum float32 gradients' squares in double (the vector kernels' path), odd sizes, inf and NaN", function()
+    -- sizes around the vector widths and the tails, and one large enough for every lane
+    local sizes, ps = { 1, 7, 16, 17, 33, 1000, 100003 }, {}
+    local want = 0
+    for i, n in ipairs(sizes) do
+      ps[i] = ddp.zeros(n):requires_grad_()
+      ps[i].grad = ddp.randn(n) * (10 ^ (i - 4)) -- magnitudes from 1e-3 to 1e3
+      for _, v in ipairs(gc.flat_values(ps[i].grad:double())) do want = want + v * v end
+    end
+    local total = nn.utils.clip_grad_norm_(ps, 1e30)
+    assert.are.equal("float32", total:dtype())
+    local rel = math.abs(total:double():item() - math.sqrt(want)) / math.sqrt(want)
+    assert.is_true(rel < 1e-7, string.format("float32 norm off by %.3g relative", rel)) -- the result's own rounding
+    ps[3].grad[5] = math.huge
+    assert.are.equal(math.huge, nn.utils.clip_grad_norm_(ps, 1e30):item())
+    ps[3].grad[5] = 0 / 0
+    local n = nn.utils.clip_grad_norm_(ps, 1e30):item()
+    assert.is_true(n ~= n, "a NaN gradient gives a NaN norm")
+  end)
+
   it("clip_grad_value_ clamps in place", function()
     local ps = params()
     local g = ps[1].grad:data_ptr()

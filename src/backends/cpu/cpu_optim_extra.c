@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "backends/cpu/cpu_model_kernels.h"
+#include "backends/cpu/cpu_vec.h"
 #include "core/error.h"
 #include "ops/model_math.h"
 
@@ -57,14 +58,8 @@ int dp_cpu_pow_sum_list(dp_tensor *out, const dp_tensor *const *gs, int n, doubl
   for (int t = 0; t < n; t++) {
     const dp_tensor *g = gs[t];
     int64_t m = dp_numel(g);
-    if (g->dtype == DP_F32 && p == 2.0) {
-      const float *x = dp_data(g);
-      double lane[8] = {0};
-      int64_t i = 0;
-      for (; i + 8 <= m; i += 8)
-        for (int l = 0; l < 8; l++) lane[l] += (double)x[i + l] * x[i + l];
-      for (; i < m; i++) total += (double)x[i] * x[i];
-      for (int l = 0; l < 8; l++) total += lane[l];
+    if (g->dtype == DP_F32 && p == 2.0) { /* the vector kernels' double sum of squares (deviations from 0) */
+      total += dp_cpu_vec_get()->sq_dev(dp_data(g), m, 0.0);
       continue;
     }
     const char *x = dp_data(g);
