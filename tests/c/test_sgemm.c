@@ -138,9 +138,33 @@ static void test_impl(dp_sgemm_impl impl) {
    * and cache blocks (kc 256, nc ~480), every transpose combination; m < n
    * and m > n both occur so each orientation runs with each packing */
   static const int64_t sizes[][3] = {
-      {1, 1, 1},     {3, 3, 3},     {17, 17, 17},  {1, 1000, 17}, {1000, 1, 17}, {1, 17, 1000},  {5, 7, 1},
-      {8, 48, 16},   {9, 49, 300},  {7, 100, 513}, {100, 7, 513}, {6, 16, 33},   {13, 1000, 40}, {1000, 13, 40},
-      {61, 33, 257}, {2, 600, 600}, {600, 2, 600}, {48, 8, 5},    {17, 31, 3},   {3, 1, 5},      {1, 3, 5},
+      {1, 1, 1},
+      {3, 3, 3},
+      {17, 17, 17},
+      {1, 1000, 17},
+      {1000, 1, 17},
+      {1, 17, 1000},
+      {5, 7, 1},
+      {8, 48, 16},
+      {9, 49, 300},
+      {7, 100, 513},
+      {100, 7, 513},
+      {6, 16, 33},
+      {13, 1000, 40},
+      {1000, 13, 40},
+      {61, 33, 257},
+      {2, 600, 600},
+      {600, 2, 600},
+      {48, 8, 5},
+      {17, 31, 3},
+      {3, 1, 5},
+      {1, 3, 5},
+      /* last slivers of 4 rows or fewer (the 4-row k loop): the LSTM example's steps, 8 + 4, 4 alone */
+      {20, 800, 200},
+      {20, 200, 800},
+      {12, 50, 33},
+      {4, 96, 70},
+      {800, 20, 200},
   };
   for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
     for (int t = 0; t < 4; t++) run_case(impl, basic(sizes[s][0], sizes[s][1], sizes[s][2], t & 1, t & 2));
