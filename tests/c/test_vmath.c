@@ -42,6 +42,7 @@ typedef struct {
 } fn_case;
 
 static float v_exp(float x) { return dp_vexpf(x); }
+static float v_exp_nonpos(float x) { return dp_vexp_nonposf(x); }
 static float v_log(float x) { return dp_vlogf(x); }
 static float v_log1p(float x) { return dp_vlog1pf(x); }
 static float v_expm1(float x) { return dp_vexpm1f(x); }
@@ -111,6 +112,8 @@ int main(void) {
   uint64_t stride = full && *full == '1' ? 1 : 1021;
   const fn_case cases[] = {
       {"exp", v_exp, exp, -200, 200, 2, 0},
+      /* x <= 0, down to where e^x leaves the normal range (below: 0, checked after the sweeps) */
+      {"exp<=0", v_exp_nonpos, exp, -87.3365, 0, 2, 0},
       {"log", v_log, log, 0, INFINITY, 2, 0},
       {"log1p", v_log1p, log1p, -1, INFINITY, 2, 0},
       {"expm1", v_expm1, expm1, -200, 200, 2, 0},
@@ -129,6 +132,14 @@ int main(void) {
   /* flushing: results below the normal range are 0, denormal inputs read as 0 */
   volatile float m100 = -100.0f, den = from_bits(1); /* volatile: not folded at compile time */
   CHECK(dp_vexpf(m100) == 0);
+  /* dp_vexp_nonposf: 0 below FLT_MIN's logarithm whether or not the thread flushes, e^0 = 1, NaN stays */
+  for (int flush = 0; flush < 2; flush++) {
+    dp_fpu_set_flush_denormal(flush);
+    volatile float below = -87.3366f, ninf = -INFINITY, zero = 0.0f, mzero = -0.0f, nan = NAN;
+    CHECK(dp_vexp_nonposf(below) == 0 && dp_vexp_nonposf(m100) == 0 && dp_vexp_nonposf(ninf) == 0);
+    CHECK(dp_vexp_nonposf(zero) == 1 && dp_vexp_nonposf(mzero) == 1 && isnan(dp_vexp_nonposf(nan)));
+    CHECK(dp_vexp_nonposf(-87.3365f) >= 1.17549435e-38f); /* the last normal result */
+  }
   CHECK(dp_vlogf(den) == -INFINITY);
   TEST_DONE();
 }

@@ -61,7 +61,7 @@ static double exp_store_sum(float *y, const float *x, int64_t n, float m) {
   int64_t i = 0;
   for (; i + DLANES <= n; i += DLANES)
     for (int l = 0; l < DLANES; l++) {
-      float e = dp_vexpf(x[i + l] - m);
+      float e = dp_vexp_nonposf(x[i + l] - m);
       y[i + l] = e;
       acc[l] += e;
     }
@@ -69,7 +69,7 @@ static double exp_store_sum(float *y, const float *x, int64_t n, float m) {
     float t[DLANES], e[DLANES];
     pad_tail(t, x + i, n - i, DLANES, -INFINITY);
     for (int l = 0; l < DLANES; l++) {
-      e[l] = dp_vexpf(t[l] - m);
+      e[l] = dp_vexp_nonposf(t[l] - m);
       acc[l] += l < n - i ? e[l] : 0.0;
     }
     memcpy(y + i, e, sizeof(float) * (size_t)(n - i));
@@ -88,16 +88,16 @@ static double exp_sum(const float *x, int64_t n, float m) {
     int64_t end = i + EXP_BLOCK < n ? i + EXP_BLOCK : n;
     float fa[EXP_LANES] = {0};
     for (; i + EXP_LANES <= end; i += EXP_LANES)
-      for (int l = 0; l < EXP_LANES; l++) fa[l] += dp_vexpf(x[i + l] - m);
+      for (int l = 0; l < EXP_LANES; l++) fa[l] += dp_vexp_nonposf(x[i + l] - m);
     for (int l = 0; l < EXP_LANES; l++) acc[l % DLANES] += fa[l];
   }
   for (; i + DLANES <= n; i += DLANES)
-    for (int l = 0; l < DLANES; l++) acc[l] += dp_vexpf(x[i + l] - m);
+    for (int l = 0; l < DLANES; l++) acc[l] += dp_vexp_nonposf(x[i + l] - m);
   if (i < n) {
     float t[DLANES];
     pad_tail(t, x + i, n - i, DLANES, -INFINITY);
     for (int l = 0; l < DLANES; l++) {
-      float e = dp_vexpf(t[l] - m);
+      float e = dp_vexp_nonposf(t[l] - m);
       acc[l] += l < n - i ? e : 0.0f;
     }
   }
@@ -153,7 +153,7 @@ static void v_lse_row(const float *x, int64_t n, double *mx, double *log_s, doub
  * (those near the max), so logits of any magnitude keep float precision */
 static void v_ce_bwd_row(float *g, const float *x, int64_t n, double mx, double log_s, double off, double sc) {
   float m = (float)mx, ls = (float)log_s, fo = (float)off, fs = (float)sc;
-  for (int64_t i = 0; i < n; i++) g[i] = (dp_vexpf((x[i] - m) - ls) - fo) * fs;
+  for (int64_t i = 0; i < n; i++) g[i] = (dp_vexp_nonposf((x[i] - m) - ls) - fo) * fs;
 }
 
 /* ---- double-accumulated sums ---- */
