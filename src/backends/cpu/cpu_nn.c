@@ -211,7 +211,7 @@ static void ce_rows(void *vctx, int64_t lo, int64_t hi) {
     const float *row = x + r * C;
     double mx, log_s, sum_d = 0;
     /* the row's sum only for label smoothing (a pass over the row less) */
-    dp_cpu_vec_get()->lse_row(row, C, &mx, &log_s, a->smoothing > 0 ? &sum_d : NULL);
+    dp_cpu_vec_get()->lse_row(row, C, &mx, &log_s, a->smoothing > 0 ? &sum_d : NULL, r + 1 < hi ? row + C : NULL);
     lse[2 * r] = mx, lse[2 * r + 1] = log_s;
     int64_t t = tp[r];
     double loss = t == a->ignore_index ? 0.0 : dp_ce_loss_d(mx, log_s, row[t - a->base], sum_d, C, a->smoothing);
@@ -275,7 +275,7 @@ static void ce_bwd_rows(void *vctx, int64_t lo, int64_t hi) {
       continue;
     }
     const float *row = x + r * C;
-    dp_cpu_vec_get()->ce_bwd_row(gr, row, C, lse[2 * r], lse[2 * r + 1], off, sc);
+    dp_cpu_vec_get()->ce_bwd_row(gr, row, C, lse[2 * r], lse[2 * r + 1], off, sc, r + 1 < hi ? row + C : NULL);
     /* p_t - 1 in double: near 1 it cancels */
     gr[t - a->base] = (float)dp_ce_grad_d(row[t - a->base], lse[2 * r], lse[2 * r + 1], 1, C, a->smoothing, sc);
   }

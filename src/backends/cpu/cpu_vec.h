@@ -58,11 +58,15 @@ typedef struct dp_cpu_vec {
   void (*softmax_bwd_row)(float *gx, const float *gy, const float *y, int64_t n, bool log);
   /* the row's max and log_s = log(sum exp(x - max)) (the softmax's pair,
    * dp_softmax_out_d), and *sum_d = sum of (x - max) in double when sum_d is
-   * not NULL; NaN anywhere makes log_s NaN */
-  void (*lse_row)(const float *x, int64_t n, double *mx, double *log_s, double *sum_d);
+   * not NULL; NaN anywhere makes log_s NaN. next (or NULL): the n floats
+   * the caller reads next, fetched into the cache while this row's exps
+   * compute (a cross-entropy's next row: its max pass then reads the cache,
+   * not memory) */
+  void (*lse_row)(const float *x, int64_t n, double *mx, double *log_s, double *sum_d, const float *next);
   /* g[j] = (exp((x[j] - mx) - log_s) - off) * sc (the target's element is
-   * the caller's) */
-  void (*ce_bwd_row)(float *g, const float *x, int64_t n, double mx, double log_s, double off, double sc);
+   * the caller's); next as lse_row's */
+  void (*ce_bwd_row)(float *g, const float *x, int64_t n, double mx, double log_s, double off, double sc,
+                     const float *next);
   /* sums in double */
   double (*sum)(const float *x, int64_t n);
   double (*sq_dev)(const float *x, int64_t n, double m);                                 /* sum (x - m)^2 */
