@@ -220,7 +220,7 @@ DP_VM float dp_vgelu_phif(float x, float *pdf) {
   float ax = dp_vfabsf(x);
   float xx = x * x;
   float lo = __builtin_fmaf(x, x, -xx);
-  float e = dp_vexpf(-0.5f * xx);
+  float e = dp_vexp_nonposf(-0.5f * xx); /* 0 once it would be denormal: |x| > 13.2, where Phi(-|x|) is too */
   e = __builtin_fmaf(e, -0.5f * lo, e);  /* e^(-(xx + lo)/2) ~ e^(-xx/2) (1 - lo/2) */
   e = xx == __builtin_inff() ? 0.0f : e; /* lo is NaN there */
   float t = 1.0f / __builtin_fmaf(ax, 0.5f * 0.70710678118654752f, 1.0f);
