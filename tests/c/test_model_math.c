@@ -5,7 +5,8 @@
  * float against double; adaptive pooling windows covering every input;
  * the top-k order; multinomial draws; the attention exp against expf; the
  * attention GEMM micro-kernels (AVX-512, AVX2, plain, whichever the CPU
- * runs) against a double loop at every edge case of their tiles. */
+ * runs) against a double loop at every edge case of their tiles; the
+ * 16-lane AVX-512 exp against the scalar one, bit for bit. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -139,6 +140,39 @@ static void test_exp(void) {
   CHECK(dp_attn_exp(0.0f) == 1.0f);
 }
 
+/* dp_attn_exp512 lane by lane against dp_attn_exp: the same bits over the softmax's range, at the clamps,
+ * the underflow edge, -inf (a masked score) and NaN */
+__attribute__((target("avx512f,avx512dq,fma"))) static void test_exp512(void) {
+  if (!dp_sgemm_cpu_supports(DP_SGEMM_AVX512)) return;
+  float x[16 * 700];
+  int n = 0;
+  for (float v = -90.0f; v <= 1.0f && n < 16 * 680; v += 0.1337f) x[n++] = v;
+  const float edges[] = {-87.3f,
+                         nextafterf(-87.3f, 0),
+                         nextafterf(-87.3f, -100),
+                         -INFINITY,
+                         NAN,
+                         0.0f,
+                         -0.0f,
+                         88.0f,
+                         100.0f,
+                         -1e-30f,
+                         -1e30f,
+                         INFINITY};
+  for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) x[n++] = edges[i];
+  while (n % 16) x[n++] = -1.0f;
+  int mismatches = 0;
+  for (int i = 0; i < n; i += 16) {
+    float y[16];
+    _mm512_storeu_ps(y, dp_attn_exp512(_mm512_loadu_ps(x + i)));
+    for (int l = 0; l < 16; l++) {
+      float want = dp_attn_exp(x[i + l]);
+      if (!(memcmp(&want, &y[l], sizeof want) == 0 || (isnan(want) && isnan(y[l])))) mismatches++;
+    }
+  }
+  CHECK(mismatches == 0);
+}
+
 static void test_attn_gemm(void) {
   dp_attn_gemm_fn fns[3] = {dp_attn_gemm_plain, dp_attn_gemm_avx2, dp_attn_gemm_avx512};
   bool ok[3] = {true, dp_sgemm_cpu_supports(DP_SGEMM_AVX2), dp_sgemm_cpu_supports(DP_SGEMM_AVX512)};
@@ -182,6 +216,7 @@ int main(void) {
   test_topk_order();
   test_multinomial();
   test_exp();
+  test_exp512();
   test_attn_gemm();
   TEST_DONE();
 }

@@ -59,24 +59,31 @@ INLINE const float *head_of(const dp_tensor *t, const dp_attn_args *a, int64_t b
 }
 INLINE float *head_w(dp_tensor *t, const dp_attn_args *a, int64_t bh) { return (float *)head_of(t, a, bh); }
 
-/* Masks and the causal cut of one row of scores s[0..nc) for query i and
- * keys j0..: -inf where a key takes no part, the float mask added. */
-INLINE void mask_row(const dp_attn_args *a, int64_t bh, int64_t i, int64_t j0, int64_t nc, float *s) {
-  if (a->mask) {
-    const dp_tensor *m = a->mask;
-    int64_t off = (bh / a->b2) * m->stride[0] + (bh % a->b2) * m->stride[1] + i * m->stride[2] + j0 * m->stride[3];
-    int64_t ms = m->stride[3];
-    if (a->mask_bool) {
-      const uint8_t *mp = (const uint8_t *)dp_data(m) + off;
-      for (int64_t c = 0; c < nc; c++)
-        if (!mp[c * ms]) s[c] = -INFINITY;
-    } else {
-      const float *mp = (const float *)dp_data(m) + off;
-      for (int64_t c = 0; c < nc; c++) s[c] += mp[c * ms];
-    }
+/* The user's mask on one row of scores s[0..nc) for query i and keys j0..:
+ * -inf where a boolean mask excludes a key, a float mask added. */
+INLINE void mask_user(const dp_attn_args *a, int64_t bh, int64_t i, int64_t j0, int64_t nc, float *s) {
+  const dp_tensor *m = a->mask;
+  int64_t off = (bh / a->b2) * m->stride[0] + (bh % a->b2) * m->stride[1] + i * m->stride[2] + j0 * m->stride[3];
+  int64_t ms = m->stride[3];
+  if (a->mask_bool) {
+    const uint8_t *mp = (const uint8_t *)dp_data(m) + off;
+    for (int64_t c = 0; c < nc; c++)
+      if (!mp[c * ms]) s[c] = -INFINITY;
+  } else {
+    const float *mp = (const float *)dp_data(m) + off;
+    for (int64_t c = 0; c < nc; c++) s[c] += mp[c * ms];
   }
+}
+/* the user's mask and the causal cut: -inf where a key takes no part */
+INLINE void mask_row(const dp_attn_args *a, int64_t bh, int64_t i, int64_t j0, int64_t nc, float *s) {
+  if (a->mask) mask_user(a, bh, i, j0, nc, s);
   if (a->causal)
     for (int64_t c = i - j0 + 1 < 0 ? 0 : i - j0 + 1; c < nc; c++) s[c] = -INFINITY;
+}
+/* how many of the keys j0..j0 + w - 1 query i sees through the causal cut (all w without one) */
+INLINE int64_t causal_vis(const dp_attn_args *a, int64_t i, int64_t j0, int64_t w) {
+  int64_t v = a->causal ? i - j0 + 1 : w;
+  return v < 0 ? 0 : v < w ? v : w;
 }
 
 /* Row reductions in 16 independent lanes: strict floating point does not
@@ -153,8 +160,90 @@ INLINE int64_t strip_row0(const dp_attn_args *a, int64_t i0, int64_t c0, int64_t
   return r < 0 ? 0 : r;
 }
 
+/* ---- float32 forward: the softmax rows of one score tile ----
+ * Sb's rows (keys j0..j0 + nc - 1 of queries i0..i0 + nr - 1) become the
+ * weights exp(s - m) (0 where masked) of the online softmax, folding into
+ * each row's running maximum m, sum l and output accumulator acc. */
+typedef void (*fwd_rows_fn)(const dp_attn_args *a, int64_t bh, int64_t i0, int64_t nr, int64_t j0, int64_t nc,
+                            float *Sb, float *m, float *l, float *acc);
+/* the fold of one row's new maximum and sum (mx, sum over its weights s[0..w)) */
+INLINE void fold_row(const dp_attn_args *a, int64_t bh, int64_t i, int64_t j0, int64_t w, float *s, float *m, float *l,
+                     float *acc, float alpha, float mnew, float sum) {
+  *l = *l * alpha + sum;
+  *m = mnew;
+  if (alpha != 1.0f)
+    for (int64_t e = 0; e < a->Ev; e++) acc[e] *= alpha;
+  if (a->dropout_p > 0) dropout_row(a, bh, i, j0, w, s, NULL);
+}
+/* any instruction set: the scalar row loops, vectorised by the compiler where it can */
+INLINE void fwd_rows_body(const dp_attn_args *a, int64_t bh, int64_t i0, int64_t nr, int64_t j0, int64_t nc, float *Sb,
+                          float *m, float *l, float *acc) {
+  const int64_t Ev = a->Ev;
+  for (int64_t r = 0; r < nr; r++) {
+    float *s = Sb + r * BC;
+    int64_t w = strip_cols(a, i0, r / SR * SR, j0, nc);
+    if (!w) continue;
+    mask_row(a, bh, i0 + r, j0, w, s);
+    float mx = row_max(s, w);
+    float mnew = mx > m[r] ? mx : m[r];
+    if (mnew == -INFINITY) { /* no key so far: contributes nothing */
+      for (int64_t c = 0; c < w; c++) s[c] = 0.0f;
+      continue;
+    }
+    float sum = exp_row(s, w, mnew);
+    fold_row(a, bh, i0 + r, j0, w, s, m + r, l + r, acc + r * Ev, dp_attn_exp(m[r] - mnew), mnew, sum);
+  }
+}
+TARGET_AVX2 static void fwd_rows_avx2(const dp_attn_args *a, int64_t bh, int64_t i0, int64_t nr, int64_t j0, int64_t nc,
+                                      float *Sb, float *m, float *l, float *acc) {
+  fwd_rows_body(a, bh, i0, nr, j0, nc, Sb, m, l, acc);
+}
+static void fwd_rows_plain(const dp_attn_args *a, int64_t bh, int64_t i0, int64_t nr, int64_t j0, int64_t nc, float *Sb,
+                           float *m, float *l, float *acc) {
+  fwd_rows_body(a, bh, i0, nr, j0, nc, Sb, m, l, acc);
+}
+/* the first n of 16 lanes */
+TARGET_AVX512 INLINE __mmask16 lanes16(int64_t n) {
+  return (__mmask16)(n >= 16 ? 0xFFFFu : n > 0 ? (1u << n) - 1u : 0u);
+}
+/* AVX-512: the maximum and the sum in registers, the causal cut as a lane mask */
+TARGET_AVX512 static void fwd_rows_avx512(const dp_attn_args *a, int64_t bh, int64_t i0, int64_t nr, int64_t j0,
+                                          int64_t nc, float *Sb, float *m, float *l, float *acc) {
+  const int64_t Ev = a->Ev;
+  for (int64_t r = 0; r < nr; r++) {
+    float *s = Sb + r * BC;
+    int64_t w = strip_cols(a, i0, r / SR * SR, j0, nc);
+    if (!w) continue;
+    if (a->mask) mask_user(a, bh, i0 + r, j0, w, s);
+    int64_t vis = causal_vis(a, i0 + r, j0, w);
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int64_t c = 0; c < vis; c += 16) { /* max(x, vmax) keeps vmax where x is NaN, as row_max does */
+      __mmask16 k = lanes16(vis - c);
+      vmax = _mm512_mask_max_ps(vmax, k, _mm512_maskz_loadu_ps(k, s + c), vmax);
+    }
+    float mx = _mm512_reduce_max_ps(vmax);
+    float mnew = mx > m[r] ? mx : m[r];
+    if (mnew == -INFINITY) { /* no key so far: contributes nothing */
+      for (int64_t c = 0; c < w; c++) s[c] = 0.0f;
+      continue;
+    }
+    const __m512 vm = _mm512_set1_ps(mnew);
+    __m512 vsum = _mm512_setzero_ps();
+    for (int64_t c = 0; c < w; c += 16) {
+      __mmask16 kw = lanes16(w - c);
+      __m512 p = dp_attn_exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(kw, s + c), vm));
+      p = _mm512_maskz_mov_ps(lanes16(vis - c), p); /* keys past the causal cut: weight 0 */
+      _mm512_mask_storeu_ps(s + c, kw, p);
+      vsum = _mm512_add_ps(vsum, p);
+    }
+    fold_row(a, bh, i0 + r, j0, w, s, m + r, l + r, acc + r * Ev, dp_attn_exp(m[r] - mnew), mnew,
+             _mm512_reduce_add_ps(vsum));
+  }
+}
+
 /* ---- float32 forward: one (head, query block) ---- */
-INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm, dp_attn_transpose_fn tr) {
+INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm, dp_attn_transpose_fn tr,
+                      fwd_rows_fn rows) {
   const dp_attn_args *a = jb->a;
   const int64_t L = a->L, S = a->S, E = a->E, Ev = a->Ev;
   const int64_t bh = t / jb->nqb, i0 = (t % jb->nqb) * BR, nr = L - i0 < BR ? L - i0 : BR;
@@ -175,24 +264,7 @@ INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm, dp_
       int64_t w = strip_cols(a, i0, r0, j0, nc);
       if (w) gemm(nr - r0 < SR ? nr - r0 : SR, w, E, q + r0 * qs, qs, 1, Kt, BC, Sb + r0 * BC, BC, scale, false);
     }
-    for (int64_t r = 0; r < nr; r++) {
-      float *s = Sb + r * BC;
-      int64_t w = strip_cols(a, i0, r / SR * SR, j0, nc);
-      if (!w) continue;
-      mask_row(a, bh, i0 + r, j0, w, s);
-      float mx = row_max(s, w);
-      float mnew = mx > m[r] ? mx : m[r];
-      if (mnew == -INFINITY) { /* no key so far: contributes nothing */
-        for (int64_t c = 0; c < w; c++) s[c] = 0.0f;
-        continue;
-      }
-      float alpha = dp_attn_exp(m[r] - mnew), sum = exp_row(s, w, mnew);
-      l[r] = l[r] * alpha + sum;
-      m[r] = mnew;
-      if (alpha != 1.0f)
-        for (int64_t e = 0; e < Ev; e++) acc[r * Ev + e] *= alpha;
-      if (a->dropout_p > 0) dropout_row(a, bh, i0 + r, j0, w, s, NULL);
-    }
+    rows(a, bh, i0, nr, j0, nc, Sb, m, l, acc);
     for (int64_t r0 = 0; r0 < nr; r0 += SR) {
       int64_t w = strip_cols(a, i0, r0, j0, nc);
       if (w)
@@ -209,8 +281,86 @@ INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm, dp_
   }
 }
 
+/* ---- float32 backward: the rows of one tile ----
+ * P's rows (the recomputed scores of queries i0.. against keys j0..) become
+ * the weights exp(s - lse), dS's (dZ = dO V^T) become dS = P (dZ' - D) where
+ * dZ' is dZ through the dropout (whose kept weights go to Z and mask to
+ * keep); gm (the mask's gradient rows of these queries and keys, row stride
+ * S) receives dS. */
+typedef void (*bwd_rows_fn)(const dp_attn_args *a, int64_t bh, int64_t i0, int64_t nr, int64_t j0, int64_t nc,
+                            const double *lse, const float *D, float *P, float *Z, float *dS, uint8_t *keep, float *gm);
+/* the dropout's part of one row: Z = kept weights, dZ' = dZ * keep / (1 - p) */
+INLINE void bwd_drop_row(const dp_attn_args *a, int64_t bh, int64_t i, int64_t j0, int64_t w, const float *p, float *z,
+                         float *d, uint8_t *keep) {
+  const float inv = (float)(1.0 / (1.0 - a->dropout_p));
+  memcpy(z, p, sizeof(float) * (size_t)w);
+  dropout_row(a, bh, i, j0, w, z, keep);
+  for (int64_t c = 0; c < w; c++) d[c] = keep[c] ? d[c] * inv : 0.0f;
+}
+INLINE void bwd_rows_body(const dp_attn_args *a, int64_t bh, int64_t i0, int64_t nr, int64_t j0, int64_t nc,
+                          const double *lse, const float *D, float *P, float *Z, float *dS, uint8_t *keep, float *gm) {
+  for (int64_t r = 0; r < nr; r++) {
+    float *p = P + r * BC, *d = dS + r * BC;
+    int64_t w = strip_cols(a, i0, r / SR * SR, j0, nc);
+    double li = lse[r];
+    if (li == -INFINITY) { /* a row with no key: no gradient */
+      for (int64_t c = 0; c < w; c++) p[c] = 0.0f;
+    } else {
+      mask_row(a, bh, i0 + r, j0, w, p);
+      float hi = (float)li;
+      exp_row2(p, w, hi, (float)(li - (double)hi));
+    }
+    if (a->dropout_p > 0) bwd_drop_row(a, bh, i0 + r, j0, w, p, Z + r * BC, d, keep + r * BC);
+    float Di = D[r];
+    for (int64_t c = 0; c < w; c++) d[c] = p[c] * (d[c] - Di);
+    if (gm) memcpy(gm + r * a->S, d, sizeof(float) * (size_t)w);
+  }
+}
+TARGET_AVX2 static void bwd_rows_avx2(const dp_attn_args *a, int64_t bh, int64_t i0, int64_t nr, int64_t j0, int64_t nc,
+                                      const double *lse, const float *D, float *P, float *Z, float *dS, uint8_t *keep,
+                                      float *gm) {
+  bwd_rows_body(a, bh, i0, nr, j0, nc, lse, D, P, Z, dS, keep, gm);
+}
+static void bwd_rows_plain(const dp_attn_args *a, int64_t bh, int64_t i0, int64_t nr, int64_t j0, int64_t nc,
+                           const double *lse, const float *D, float *P, float *Z, float *dS, uint8_t *keep, float *gm) {
+  bwd_rows_body(a, bh, i0, nr, j0, nc, lse, D, P, Z, dS, keep, gm);
+}
+/* AVX-512: the causal cut as a lane mask, and without dropout the weights and dS in one pass */
+TARGET_AVX512 static void bwd_rows_avx512(const dp_attn_args *a, int64_t bh, int64_t i0, int64_t nr, int64_t j0,
+                                          int64_t nc, const double *lse, const float *D, float *P, float *Z, float *dS,
+                                          uint8_t *keep, float *gm) {
+  const bool drop = a->dropout_p > 0;
+  for (int64_t r = 0; r < nr; r++) {
+    float *p = P + r * BC, *d = dS + r * BC;
+    int64_t w = strip_cols(a, i0, r / SR * SR, j0, nc), vis = 0;
+    double li = lse[r];
+    float hi = 0, lo = 0;
+    if (li != -INFINITY) { /* else a row with no key: weights 0, no gradient */
+      if (a->mask) mask_user(a, bh, i0 + r, j0, w, p);
+      vis = causal_vis(a, i0 + r, j0, w);
+      hi = (float)li, lo = (float)(li - (double)hi);
+    }
+    const __m512 vhi = _mm512_set1_ps(hi), vlo = _mm512_set1_ps(lo), vD = _mm512_set1_ps(D[r]);
+    for (int64_t c = 0; c < w; c += 16) {
+      __mmask16 kw = lanes16(w - c);
+      __m512 x = _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(kw, p + c), vhi), vlo);
+      __m512 e = _mm512_maskz_mov_ps(lanes16(vis - c), dp_attn_exp512(x));
+      _mm512_mask_storeu_ps(p + c, kw, e);
+      if (!drop)
+        _mm512_mask_storeu_ps(d + c, kw, _mm512_mul_ps(e, _mm512_sub_ps(_mm512_maskz_loadu_ps(kw, d + c), vD)));
+    }
+    if (drop) {
+      bwd_drop_row(a, bh, i0 + r, j0, w, p, Z + r * BC, d, keep + r * BC);
+      float Di = D[r];
+      for (int64_t c = 0; c < w; c++) d[c] = p[c] * (d[c] - Di);
+    }
+    if (gm) memcpy(gm + r * a->S, d, sizeof(float) * (size_t)w);
+  }
+}
+
 /* ---- float32 backward: one head ---- */
-INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_gemm_fn gemm, dp_attn_transpose_fn tr) {
+INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_gemm_fn gemm, dp_attn_transpose_fn tr,
+                     bwd_rows_fn rows) {
   const dp_attn_args *a = jb->a;
   const int64_t L = a->L, S = a->S, E = a->E, Ev = a->Ev;
   const int64_t qs = a->q->stride[2], ks = a->k->stride[2], vs = a->v->stride[2];
@@ -222,7 +372,7 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
   float *gq = head_w(jb->gq, a, bh), *gk = head_w(jb->gk, a, bh), *gv = head_w(jb->gv, a, bh);
   float *gm = jb->gmask ? (float *)dp_data(jb->gmask) + bh * L * S : NULL;
   float *Kt = work, *Vt = Kt + E * BC, *P = Vt + Ev * BC, *Z = P + BR * BC, *dS = Z + BR * BC;
-  const float scale = (float)a->scale, inv = (float)(1.0 / (1.0 - a->dropout_p));
+  const float scale = (float)a->scale;
   const bool drop = a->dropout_p > 0;
   for (int64_t i = 0; i < L; i++) /* row by row (strided rows; loops, not a memset call per row) */
     for (int64_t e = 0; e < E; e++) gq[i * gqs + e] = 0.0f;
@@ -242,26 +392,7 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
         if (w) gemm(rows, w, E, q + (i0 + r0) * qs, qs, 1, Kt, BC, P + r0 * BC, BC, scale, false);
         if (w) gemm(rows, w, Ev, dO + (i0 + r0) * dos, dos, 1, Vt, BC, dS + r0 * BC, BC, 1.0f, false); /* dZ = dO V^T */
       }
-      for (int64_t r = 0; r < nr; r++) {
-        float *p = P + r * BC, *d = dS + r * BC;
-        int64_t w = strip_cols(a, i0, r / SR * SR, j0, nc);
-        double li = lse[i0 + r];
-        if (li == -INFINITY) { /* a row with no key: no gradient */
-          for (int64_t c = 0; c < w; c++) p[c] = 0.0f;
-        } else {
-          mask_row(a, bh, i0 + r, j0, w, p);
-          float hi = (float)li;
-          exp_row2(p, w, hi, (float)(li - (double)hi));
-        }
-        if (drop) {
-          memcpy(Z + r * BC, p, sizeof(float) * (size_t)w);
-          dropout_row(a, bh, i0 + r, j0, w, Z + r * BC, keep + r * BC);
-          for (int64_t c = 0; c < w; c++) d[c] = keep[r * BC + c] ? d[c] * inv : 0.0f;
-        }
-        float Di = D[i0 + r];
-        for (int64_t c = 0; c < w; c++) d[c] = p[c] * (d[c] - Di);
-        if (gm) memcpy(gm + (i0 + r) * S + j0, d, sizeof(float) * (size_t)w);
-      }
+      rows(a, bh, i0, nr, j0, nc, lse + i0, D + i0, P, Z, dS, keep, gm ? gm + i0 * S + j0 : NULL);
       const float *Zt = drop ? Z : P;
       for (int64_t r0 = 0; r0 < nr; r0 += SR) {
         int64_t w = strip_cols(a, i0, r0, j0, nc), rows = nr - r0 < SR ? nr - r0 : SR;
@@ -291,7 +422,7 @@ static size_t bwd_floats(const dp_attn_args *a) { return (size_t)(a->E * BC + a-
       atomic_store(&jb->failed, 1);                                                                                    \
       return;                                                                                                          \
     }                                                                                                                  \
-    for (int64_t t = part; t < jb->tasks; t += jb->parts) fwd_block(jb, t, work, GEMM, TR);                            \
+    for (int64_t t = part; t < jb->tasks; t += jb->parts) fwd_block(jb, t, work, GEMM, TR, fwd_rows_##SFX);            \
     free(work);                                                                                                        \
   }                                                                                                                    \
   TARGET static void bwd_part_##SFX(void *ctx, int part) {                                                             \
@@ -300,7 +431,7 @@ static size_t bwd_floats(const dp_attn_args *a) { return (size_t)(a->E * BC + a-
     uint8_t *keep = malloc(BR * BC);                                                                                   \
     if (!work || !keep) atomic_store(&jb->failed, 1);                                                                  \
     else                                                                                                               \
-      for (int64_t t = part; t < jb->tasks; t += jb->parts) bwd_head(jb, t, work, keep, GEMM, TR);                     \
+      for (int64_t t = part; t < jb->tasks; t += jb->parts) bwd_head(jb, t, work, keep, GEMM, TR, bwd_rows_##SFX);     \
     free(work);                                                                                                        \
     free(keep);                                                                                                        \
   }

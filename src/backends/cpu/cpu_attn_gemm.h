@@ -11,6 +11,7 @@
 #ifndef DP_CPU_ATTN_GEMM_H
 #define DP_CPU_ATTN_GEMM_H
 
+#include <immintrin.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -61,6 +62,30 @@ static inline __attribute__((always_inline)) float dp_attn_exp(float x) {
   y *= p2;
   y = x > -87.3f ? y : 0.0f;
   return x == x ? y : x;
+}
+
+/* dp_attn_exp on 16 lanes: the same operations in the same order (so the same
+ * results, lane by lane), as AVX-512 intrinsics for the row loops of
+ * cpu_attention.c's AVX-512 variant, where the compiler kept the scalar
+ * version's lanes on the stack. */
+__attribute__((target("avx512f,avx512dq,fma"))) static inline __attribute__((always_inline)) __m512
+dp_attn_exp512(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.3f), big = _mm512_set1_ps(12582912.0f);
+  __m512 xc = _mm512_max_ps(x, lo); /* x > lo ? x : lo, NaN -> lo (restored below) */
+  xc = _mm512_min_ps(xc, _mm512_set1_ps(88.0f));
+  __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)), big), big);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc));
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(y, r), r, r), _mm512_set1_ps(1.0f));
+  __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
+  y = _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
+  y = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_GT_OQ), y);
+  return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
 
 #endif
