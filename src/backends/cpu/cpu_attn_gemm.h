@@ -27,9 +27,8 @@ void dp_attn_gemm_plain(int64_t R, int64_t N, int64_t K, const float *A, int64_t
                         int64_t ldb, float *C, int64_t ldc, float alpha, bool accumulate);
 
 /* dst[e * ldd + c] = src[c * lds + e] for c < rows, e < cols: a key
- * block transposed for the score GEMM's B. AVX-512 gathers 16 rows per
- * vector store (lds * 16 must fit in 32 bits, else the plain loop runs);
- * the plain version is a scalar loop. */
+ * block transposed for the score GEMM's B. AVX-512 transposes 16 x 16
+ * blocks in registers; the plain version is a scalar loop. */
 typedef void (*dp_attn_transpose_fn)(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
                                      int64_t ldd);
 void dp_attn_transpose_avx512(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst, int64_t ldd);
