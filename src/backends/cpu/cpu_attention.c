@@ -240,8 +240,9 @@ TARGET_AVX512 INLINE void fwd_rows512(const int G, const dp_attn_args *a, int64_
     __mmask16 kw = lanes16(w - c);
     UNROLL
     for (int g = 0; g < G; g++) {
-      __m512 p = dp_attn_exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(kw, s + g * BC + c), vm[g]));
-      p = _mm512_maskz_mov_ps(lanes16(vis[g] - c), p); /* keys past the causal cut: weight 0 */
+      /* keys past the causal cut: weight 0 */
+      __m512 p =
+          dp_attn_exp512_maskz(lanes16(vis[g] - c), _mm512_sub_ps(_mm512_maskz_loadu_ps(kw, s + g * BC + c), vm[g]));
       _mm512_mask_storeu_ps(s + g * BC + c, kw, p);
       vsum[g] = _mm512_add_ps(vsum[g], p);
     }
@@ -370,7 +371,7 @@ TARGET_AVX512 static void bwd_rows_avx512(const dp_attn_args *a, int64_t bh, int
     for (int64_t c = 0; c < w; c += 16) {
       __mmask16 kw = lanes16(w - c);
       __m512 x = _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(kw, p + c), vhi), vlo);
-      __m512 e = _mm512_maskz_mov_ps(lanes16(vis - c), dp_attn_exp512(x));
+      __m512 e = dp_attn_exp512_maskz(lanes16(vis - c), x);
       _mm512_mask_storeu_ps(p + c, kw, e);
       if (!drop)
         _mm512_mask_storeu_ps(d + c, kw, _mm512_mul_ps(e, _mm512_sub_ps(_mm512_maskz_loadu_ps(kw, d + c), vD)));
