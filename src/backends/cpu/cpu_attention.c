@@ -172,7 +172,7 @@ INLINE void fold_row(const dp_attn_args *a, int64_t bh, int64_t i, int64_t j0, i
                      float *acc, float alpha, float mnew, float sum) {
   *l = *l * alpha + sum;
   *m = mnew;
-  if (alpha != 1.0f)
+  if (alpha != 1.0f && j0 > 0) /* the first key block's P V writes acc rather than adding to it */
     for (int64_t e = 0; e < a->Ev; e++) acc[e] *= alpha;
   if (a->dropout_p > 0) dropout_row(a, bh, i, j0, w, s, NULL);
 }
@@ -279,11 +279,12 @@ INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm, dp_
   float *Kt = work, *Sb = Kt + E * BC, *acc = Sb + BR * BC;
   float m[BR], l[BR];
   const float scale = (float)a->scale;
+  int64_t jend = a->causal && i0 + nr < S ? i0 + nr : S; /* keys after the last query are all masked */
   for (int64_t r = 0; r < nr; r++) {
-    for (int64_t e = 0; e < Ev; e++) acc[r * Ev + e] = 0.0f;
+    if (jend == 0) /* else the first key block's P V writes every row (each strip sees key 0) */
+      for (int64_t e = 0; e < Ev; e++) acc[r * Ev + e] = 0.0f;
     m[r] = -INFINITY, l[r] = 0.0f;
   }
-  int64_t jend = a->causal && i0 + nr < S ? i0 + nr : S; /* keys after the last query are all masked */
   for (int64_t j0 = 0; j0 < jend; j0 += BC) {
     int64_t nc = jend - j0 < BC ? jend - j0 : BC;
     tr(k + j0 * ks, ks, nc, E, Kt, BC);
@@ -295,7 +296,7 @@ INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm, dp_
     for (int64_t r0 = 0; r0 < nr; r0 += SR) {
       int64_t w = strip_cols(a, i0, r0, j0, nc);
       if (w)
-        gemm(nr - r0 < SR ? nr - r0 : SR, Ev, w, Sb + r0 * BC, BC, 1, v + j0 * vs, vs, acc + r0 * Ev, Ev, 1.0f, true);
+        gemm(nr - r0 < SR ? nr - r0 : SR, Ev, w, Sb + r0 * BC, BC, 1, v + j0 * vs, vs, acc + r0 * Ev, Ev, 1.0f, j0 > 0);
     }
   }
   const int64_t os = jb->out->stride[2];
