@@ -14,8 +14,11 @@
  * (head, query block) pairs in the forward and over heads in the backward,
  * on the GEMM's thread pool when ddp.set_num_threads asks for threads.
  * The tile loops are compiled once per instruction set (AVX-512, AVX2,
- * plain) through target attributes so that their exp and row loops
- * vectorise like the GEMMs, and the best the CPU has runs.
+ * plain) through target attributes, and the best the CPU has runs; the
+ * AVX-512 variant's row passes (the softmax's max, exp and sum, dS, the
+ * causal cut as lane masks) and D = rowsum(dO O) are written in intrinsics
+ * (the compiler left the scalar versions' lane reductions on the stack),
+ * the others are the plain loops the compiler vectorises.
  *
  * float64 (and any other dtype) takes a row-at-a-time double reference
  * path: the same algorithm without tiles, which the float32 one is tested
