@@ -128,6 +128,27 @@ describe("scaled_dot_product_attention", function()
     end
   end)
 
+  it("float32 gives the same bits on 2 threads as on 1 (heads and query blocks split over the pool)", function()
+    local before = ddp.get_num_threads()
+    for _, sz in ipairs({ { 130, 130, 32, true }, { 70, 200, 24, false }, { 9, 9, 8, true } }) do
+      local L, S, E, causal = sz[1], sz[2], sz[3], sz[4]
+      local q, k, v = rnd({ 2, 3, L, E }, 50):float(), rnd({ 2, 3, S, E }, 51):float(), rnd({ 2, 3, S, E + 2 }, 52):float()
+      local gy = rnd({ 2, 3, L, E + 2 }, 53):float()
+      local function run(threads)
+        ddp.set_num_threads(threads)
+        local qq, kk, vv = q:clone():requires_grad_(), k:clone():requires_grad_(), v:clone():requires_grad_()
+        local y = F.scaled_dot_product_attention(qq, kk, vv, { is_causal = causal })
+        y:backward(gy)
+        return { y, qq.grad, kk.grad, vv.grad }
+      end
+      local one, two = run(1), run(2)
+      ddp.set_num_threads(before)
+      for i, what in ipairs({ "output", "dq", "dk", "dv" }) do
+        R.assert_close(two[i], R.from(one[i]), 0, 0, string.format("%s at L=%d S=%d E=%d", what, L, S, E))
+      end
+    end
+  end)
+
   it("has the finite-difference gradient for q, k, v and a float mask, strided inputs included", function()
     local mask = rnd({ 3, 4 }, 12):gt(-0.5)
     gc.assert_gradcheck(function(q, k, v) return F.scaled_dot_product_attention(q, k, v, { attn_mask = mask }) end,
