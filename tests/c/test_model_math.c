@@ -5,7 +5,9 @@
  * float against double; adaptive pooling windows covering every input;
  * the top-k order; multinomial draws; the attention exp against expf; the
  * attention GEMM micro-kernels (AVX-512, AVX2, plain, whichever the CPU
- * runs) against a double loop at every edge case of their tiles. */
+ * runs) against a double loop at every edge case of their tiles; the
+ * 16-lane AVX-512 exp against the scalar one, bit for bit; the AVX-512
+ * key-block transpose against the plain one. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -139,6 +141,61 @@ static void test_exp(void) {
   CHECK(dp_attn_exp(0.0f) == 1.0f);
 }
 
+/* dp_attn_exp512 lane by lane against dp_attn_exp: the same bits over the softmax's range, at the clamps,
+ * the underflow edge, -inf (a masked score) and NaN */
+__attribute__((target("avx512f,avx512dq,fma"))) static void test_exp512(void) {
+  if (!dp_sgemm_cpu_supports(DP_SGEMM_AVX512)) return;
+  float x[16 * 700];
+  int n = 0;
+  for (float v = -90.0f; v <= 1.0f && n < 16 * 680; v += 0.1337f) x[n++] = v;
+  const float edges[] = {-87.3f,
+                         nextafterf(-87.3f, 0),
+                         nextafterf(-87.3f, -100),
+                         -INFINITY,
+                         NAN,
+                         0.0f,
+                         -0.0f,
+                         88.0f,
+                         100.0f,
+                         -1e-30f,
+                         -1e30f,
+                         INFINITY};
+  for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) x[n++] = edges[i];
+  while (n % 16) x[n++] = -1.0f;
+  int mismatches = 0;
+  for (int i = 0; i < n; i += 16) {
+    float y[16];
+    _mm512_storeu_ps(y, dp_attn_exp512(_mm512_loadu_ps(x + i)));
+    for (int l = 0; l < 16; l++) {
+      float want = dp_attn_exp(x[i + l]);
+      if (!(memcmp(&want, &y[l], sizeof want) == 0 || (isnan(want) && isnan(y[l])))) mismatches++;
+    }
+  }
+  CHECK(mismatches == 0);
+}
+
+/* the AVX-512 block transpose against the plain loop, at sizes off its 16 x 16 blocks; nothing written outside */
+static void test_attn_transpose(void) {
+  if (!dp_sgemm_cpu_supports(DP_SGEMM_AVX512)) return;
+  int64_t sizes[][2] = {{1, 1}, {16, 16}, {17, 5}, {128, 32}, {130, 40}, {3, 33}, {0, 4}, {50, 0}};
+  unsigned s = 5;
+  float *src = malloc(sizeof(float) * 200 * 64), *d1 = malloc(sizeof(float) * 64 * 200);
+  float *d2 = malloc(sizeof(float) * 64 * 200);
+  for (int i = 0; i < 200 * 64; i++) src[i] = (float)frand(&s, -1, 1);
+  for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+    int64_t rows = sizes[z][0], cols = sizes[z][1], lds = 61, ldd = 197;
+    for (int i = 0; i < 64 * 200; i++) d1[i] = d2[i] = -7.0f;
+    dp_attn_transpose_plain(src, lds, rows, cols, d1, ldd);
+    dp_attn_transpose_avx512(src, lds, rows, cols, d2, ldd);
+    int bad = 0;
+    for (int i = 0; i < 64 * 200; i++) bad += d1[i] != d2[i];
+    CHECK(bad == 0);
+    for (int64_t e = 0; e < cols; e++) /* and the plain loop is a transpose */
+      for (int64_t c = 0; c < rows; c++) CHECK(d1[e * ldd + c] == src[c * lds + e]);
+  }
+  free(src), free(d1), free(d2);
+}
+
 static void test_attn_gemm(void) {
   dp_attn_gemm_fn fns[3] = {dp_attn_gemm_plain, dp_attn_gemm_avx2, dp_attn_gemm_avx512};
   bool ok[3] = {true, dp_sgemm_cpu_supports(DP_SGEMM_AVX2), dp_sgemm_cpu_supports(DP_SGEMM_AVX512)};
@@ -182,6 +239,8 @@ int main(void) {
   test_topk_order();
   test_multinomial();
   test_exp();
+  test_exp512();
+  test_attn_transpose();
   test_attn_gemm();
   TEST_DONE();
 }

@@ -84,6 +84,71 @@ describe("scaled_dot_product_attention", function()
     end
   end)
 
+  it("float32 gradients are whole in reused memory: keys no query sees get 0, every dq row is written", function()
+    -- the kernel writes its gradient tensors without zeroing them first (the first tile that reaches a row writes
+    -- it); the allocator hands back blocks that held NaN here, so a row left unwritten would show
+    -- (no keys at all; and a boolean mask whose row 2 has no key: output rows the first key block writes as 0)
+    local nokey = ddp.ones(7, 3):byte()
+    nokey[2] = ddp.zeros(3):byte()
+    for _, sz in ipairs({ { 20, 150, 32, true }, { 5, 40, 8, true }, { 7, 3, 16, false }, { 130, 140, 32, true },
+      { 7, 0, 16, false }, { 7, 3, 16, false, nokey } }) do
+      local L, S, E, causal, mask = sz[1], sz[2], sz[3], sz[4], sz[5]
+      local q, k, v = rnd({ 2, 2, L, E }, 40), rnd({ 2, 2, S, E }, 41), rnd({ 2, 2, S, E + 3 }, 42)
+      local gy = rnd({ 2, 2, L, E + 3 }, 43)
+      local function run(dt)
+        local qq, kk, vv = q:to(dt):clone():requires_grad_(), k:to(dt):clone():requires_grad_(), v:to(dt):clone():requires_grad_()
+        local y = F.scaled_dot_product_attention(qq, kk, vv, { is_causal = causal, attn_mask = mask })
+        y:backward(gy:to(dt))
+        return { y, qq.grad, kk.grad, vv.grad }
+      end
+      local r64 = run("float64")
+      for rep = 1, 3 do
+        do -- blocks of every size involved, full of NaN, back into the allocator's cache
+          local junk = {}
+          for i, n in ipairs({ 2 * 2 * L * E, 2 * 2 * S * E, 2 * 2 * S * (E + 3), 2 * 2 * L * (E + 3) }) do
+            junk[i] = ddp.ones(n) * (0 / 0)
+          end
+        end
+        collectgarbage()
+        local r32 = run("float32")
+        for i, what in ipairs({ "output", "dq", "dk", "dv" }) do
+          R.assert_close(r32[i], R.from(r64[i]), 2e-5, 2e-4, string.format("%s at L=%d S=%d E=%d causal=%s rep %d",
+            what, L, S, E, tostring(causal), rep))
+        end
+        if S == 0 or mask then
+          local y, dq = S == 0 and r32[1] or r32[1]:narrow(3, 2, 1), S == 0 and r32[2] or r32[2]:narrow(3, 2, 1)
+          assert.are.equal(0, y:abs():max():item(), "output of a row with no key")
+          assert.are.equal(0, dq:abs():max():item(), "dq of a row with no key")
+        end
+        if causal and S > L then
+          assert.are.equal(0, r32[3]:narrow(3, L + 1, S - L):abs():max():item(), "dk of unseen keys")
+          assert.are.equal(0, r32[4]:narrow(3, L + 1, S - L):abs():max():item(), "dv of unseen keys")
+        end
+      end
+    end
+  end)
+
+  it("float32 gives the same bits on 2 threads as on 1 (heads and query blocks split over the pool)", function()
+    local before = ddp.get_num_threads()
+    for _, sz in ipairs({ { 130, 130, 32, true }, { 70, 200, 24, false }, { 9, 9, 8, true } }) do
+      local L, S, E, causal = sz[1], sz[2], sz[3], sz[4]
+      local q, k, v = rnd({ 2, 3, L, E }, 50):float(), rnd({ 2, 3, S, E }, 51):float(), rnd({ 2, 3, S, E + 2 }, 52):float()
+      local gy = rnd({ 2, 3, L, E + 2 }, 53):float()
+      local function run(threads)
+        ddp.set_num_threads(threads)
+        local qq, kk, vv = q:clone():requires_grad_(), k:clone():requires_grad_(), v:clone():requires_grad_()
+        local y = F.scaled_dot_product_attention(qq, kk, vv, { is_causal = causal })
+        y:backward(gy)
+        return { y, qq.grad, kk.grad, vv.grad }
+      end
+      local one, two = run(1), run(2)
+      ddp.set_num_threads(before)
+      for i, what in ipairs({ "output", "dq", "dk", "dv" }) do
+        R.assert_close(two[i], R.from(one[i]), 0, 0, string.format("%s at L=%d S=%d E=%d", what, L, S, E))
+      end
+    end
+  end)
+
   it("has the finite-difference gradient for q, k, v and a float mask, strided inputs included", function()
     local mask = rnd({ 3, 4 }, 12):gt(-0.5)
     gc.assert_gradcheck(function(q, k, v) return F.scaled_dot_product_attention(q, k, v, { attn_mask = mask }) end,
