@@ -38,18 +38,14 @@ DP_VM float dp_vm_copysign(float x, float y) {
 }
 DP_VM float dp_vsqrtf(float x) { return __builtin_sqrtf(x); }
 
-/* e^x: x = n ln2 + r, |r| <= ln2/2 (Cody-Waite, two-part ln2), e^r by a
- * degree-6 polynomial (Cephes' expf coefficients), times 2^n built in two
- * halves so that results in the denormal and overflow ranges scale
- * correctly. */
-DP_VM float dp_vexpf(float x) {
-  float xc = x < -104.0f ? -104.0f : x;
-  xc = xc > 89.0f ? 89.0f : xc;
-  /* n = rint(x / ln2) with the 1.5 * 2^23 trick (no float->int conversion) */
+/* The shared core of dp_vexpf and dp_vexp_nonposf for a clamped x: *n =
+ * rint(x / ln2) (the 1.5 * 2^23 trick, no float->int conversion) and e^r,
+ * r = x - n ln2, by the polynomial; e^x = e^r 2^n. */
+DP_VM float dp_vexp_reduced(float xc, int32_t *n_out) {
   const float shifter = 12582912.0f;
   float t = __builtin_fmaf(xc, 1.44269504088896341f, shifter);
   float n = t - shifter;
-  int32_t ni = (int32_t)(dp_vm_u(t) - dp_vm_u(shifter));
+  *n_out = (int32_t)(dp_vm_u(t) - dp_vm_u(shifter));
   float r = __builtin_fmaf(n, -0.693359375f, xc);
   r = __builtin_fmaf(n, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
@@ -58,7 +54,18 @@ DP_VM float dp_vexpf(float x) {
   p = __builtin_fmaf(p, r, 4.1665795894e-2f);
   p = __builtin_fmaf(p, r, 1.6666665459e-1f);
   p = __builtin_fmaf(p, r, 5.0000001201e-1f);
-  p = __builtin_fmaf(p * r, r, r) + 1.0f;
+  return __builtin_fmaf(p * r, r, r) + 1.0f;
+}
+
+/* e^x: x = n ln2 + r, |r| <= ln2/2 (Cody-Waite, two-part ln2), e^r by a
+ * degree-6 polynomial (Cephes' expf coefficients), times 2^n built in two
+ * halves so that results in the denormal and overflow ranges scale
+ * correctly. */
+DP_VM float dp_vexpf(float x) {
+  float xc = x < -104.0f ? -104.0f : x;
+  xc = xc > 89.0f ? 89.0f : xc;
+  int32_t ni;
+  float p = dp_vexp_reduced(xc, &ni);
   int32_t n1 = ni >> 1, n2 = ni - n1; /* n in [-150, 129]: each half a normal exponent */
   float s1 = dp_vm_f((uint32_t)(n1 + 127) << 23), s2 = dp_vm_f((uint32_t)(n2 + 127) << 23);
   float y = (p * s1) * s2;
@@ -75,19 +82,8 @@ DP_VM float dp_vexpf(float x) {
  * the LSTM example spends most of its time in them. */
 DP_VM float dp_vexp_nonposf(float x) {
   float xc = x > -87.3365f ? x : -87.3365f; /* NaN -> the clamp; restored below */
-  const float shifter = 12582912.0f;
-  float t = __builtin_fmaf(xc, 1.44269504088896341f, shifter);
-  float n = t - shifter;
-  int32_t ni = (int32_t)(dp_vm_u(t) - dp_vm_u(shifter));
-  float r = __builtin_fmaf(n, -0.693359375f, xc);
-  r = __builtin_fmaf(n, 2.12194440e-4f, r);
-  float p = 1.9875691500e-4f;
-  p = __builtin_fmaf(p, r, 1.3981999507e-3f);
-  p = __builtin_fmaf(p, r, 8.3334519073e-3f);
-  p = __builtin_fmaf(p, r, 4.1665795894e-2f);
-  p = __builtin_fmaf(p, r, 1.6666665459e-1f);
-  p = __builtin_fmaf(p, r, 5.0000001201e-1f);
-  p = __builtin_fmaf(p * r, r, r) + 1.0f;
+  int32_t ni;
+  float p = dp_vexp_reduced(xc, &ni);
   float y = p * dp_vm_f((uint32_t)(ni + 127) << 23);
   y = x >= -87.3365f ? y : 0.0f;
   return x != x ? x : y;
