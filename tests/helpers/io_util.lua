@@ -52,6 +52,20 @@ function M.run(cmd)
   return ok == true, out
 end
 
+--- Runs a Lua chunk in a fresh lua5.4 with this process's module paths,
+--- `env` ("NAME=value ..." or "") before it; returns ok, combined output.
+--- (Unlike run, the ASan runtime stays preloaded: the chunk loads this
+--- process's instrumented modules.)
+function M.run_lua_fresh(chunk, env)
+  local path = os.tmpname()
+  M.write(path, string.format("package.path = %q\npackage.cpath = %q\n", package.path, package.cpath) .. chunk)
+  local p = assert(io.popen(env .. " lua5.4 " .. path .. " 2>&1"))
+  local out = p:read("a")
+  local ok = p:close()
+  os.remove(path)
+  return ok == true, out
+end
+
 --- Runs `ddplua script args...` with optional environment {NAME=value}.
 function M.run_ddplua(script, args, env, cwd)
   local parts = {}

@@ -36,13 +36,8 @@ print(string.format("huge_kib_added=%d", after - before))
 
 -- the AnonHugePages (KiB) a 64 MiB tensor added in a fresh process run with `env`
 local function huge_added(env)
-  local path = os.tmpname()
-  io_util.write(path, string.format("package.path = %q\npackage.cpath = %q\n", package.path, package.cpath) .. CHILD)
-  local p = assert(io.popen(env .. " lua5.4 " .. path .. " 2>&1"))
-  local out = p:read("a")
-  local ok = p:close()
-  os.remove(path)
-  assert(ok == true, "the child failed:\n" .. out)
+  local ok, out = io_util.run_lua_fresh(CHILD, env)
+  assert(ok, "the child failed:\n" .. out)
   return assert(tonumber(out:match("huge_kib_added=(%-?%d+)")), "no figure in the child's output:\n" .. out)
 end
 

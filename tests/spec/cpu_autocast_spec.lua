@@ -28,16 +28,7 @@ local function within(got, want, tol, floor, what)
 end
 
 -- Runs a Lua chunk in a fresh lua5.4 (with env set) using this process's module paths.
-local function fresh(chunk, env)
-  local io_util = require "helpers.io_util"
-  local path = os.tmpname()
-  io_util.write(path, string.format("package.path = %q\npackage.cpath = %q\n", package.path, package.cpath) .. chunk)
-  local p = assert(io.popen(env .. " lua5.4 " .. path .. " 2>&1"))
-  local out = p:read("a")
-  local ok = p:close()
-  os.remove(path)
-  return ok == true, out
-end
+local function fresh(chunk, env) return require("helpers.io_util").run_lua_fresh(chunk, env) end
 
 describe("autocast bfloat16 on the cpu", function()
   it("runs linear, matmul and conv2d in bfloat16 from float32 operands", function()
