@@ -68,9 +68,11 @@ local function lr_at(step) -- 0-based step, as the peer's
   return cfg.min_lr + 0.5 * (1 + math.cos(math.pi * r)) * (cfg.lr - cfg.min_lr)
 end
 
-local function forward(x, y)
-  if cfg.autocast == "none" then return ddp_model(x, y) end
-  return ddp.autocast(cfg.autocast, function() return ddp_model(x, y) end)
+-- the model under autocast when asked (training and evaluation alike, as nanoGPT's ctx)
+local function forward(x, y, m)
+  m = m or ddp_model
+  if cfg.autocast == "none" then return m(x, y) end
+  return ddp.autocast(cfg.autocast, function() return m(x, y) end)
 end
 
 local start = 0
@@ -128,7 +130,10 @@ if cfg.ckpt_every > 0 or cfg.resume ~= "" then checkpoint(cfg.steps) end
 model:eval()
 local gv, losses = ddp.Generator(1234), 0
 ddp.no_grad(function()
-  for _ = 1, cfg.eval_batches do losses = losses + model(batch(val_data, gv)):item() end
+  for _ = 1, cfg.eval_batches do
+    local x, y = batch(val_data, gv)
+    losses = losses + forward(x, y, model):item()
+  end
 end)
 local timed = cfg.steps - start - 5
 local tokens = world * timed * cfg.accum * B * T

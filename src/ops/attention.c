@@ -117,10 +117,36 @@ static int check_inputs(dp_tensor *q, dp_tensor *k, dp_tensor *v) {
   return 0;
 }
 
+/* The CPU kernels' fast path is float32: bfloat16 / float16 operands (an
+ * autocast linear's output) are widened, attended in float32 and the output
+ * narrowed back, through differentiable casts, so the gradients flow as
+ * through any cast. The double reference path would take ~30x longer. */
+bool dp_attention_widens(const dp_tensor *q) {
+  return dp_dev(q).type == DP_CPU && (q->dtype == DP_BF16 || q->dtype == DP_F16);
+}
+
+static dp_tensor *widened_sdpa(dp_tensor *q, dp_tensor *k, dp_tensor *v, dp_tensor *mask, bool causal, double dropout_p,
+                               double scale) {
+  DP_SCOPE(s);
+  dp_tensor *q32 = dp_scope_add(&s, dp_to(q, DP_F32, dp_dev(q)));
+  dp_tensor *k32 = dp_scope_add(&s, dp_to(k, DP_F32, dp_dev(k)));
+  dp_tensor *v32 = dp_scope_add(&s, dp_to(v, DP_F32, dp_dev(v)));
+  dp_tensor *m32 = mask && mask->dtype != DP_U8 ? dp_scope_add(&s, dp_to(mask, DP_F32, dp_dev(mask))) : mask;
+  if (!q32 || !k32 || !v32 || !m32 != !mask) return NULL;
+  dp_tensor *o32 = dp_scope_add(&s, dp_scaled_dot_product_attention(q32, k32, v32, m32, causal, dropout_p, scale));
+  return o32 ? dp_to(o32, q->dtype, dp_dev(q)) : NULL;
+}
+
 dp_tensor *dp_scaled_dot_product_attention(dp_tensor *q, dp_tensor *k, dp_tensor *v, dp_tensor *mask, bool causal,
                                            double dropout_p, double scale) {
   const char *op = "scaled_dot_product_attention";
   if (check_inputs(q, k, v)) return NULL;
+  if (mask && mask->dtype != DP_U8 && mask->dtype != q->dtype) {
+    dp_error("%s: attn_mask must be boolean (uint8) or of the query's dtype %s, got %s", op, dp_dtype_name(q->dtype),
+             dp_dtype_name(mask->dtype));
+    return NULL;
+  }
+  if (dp_attention_widens(q)) return widened_sdpa(q, k, v, mask, causal, dropout_p, scale);
   if (!(dropout_p >= 0 && dropout_p < 1)) {
     dp_error("%s: dropout_p must be in [0, 1), got %g", op, dropout_p);
     return NULL;
@@ -137,11 +163,6 @@ dp_tensor *dp_scaled_dot_product_attention(dp_tensor *q, dp_tensor *k, dp_tensor
   bool mask_bool = false;
   if (mask) {
     mask_bool = mask->dtype == DP_U8;
-    if (!mask_bool && mask->dtype != q->dtype) {
-      dp_error("%s: attn_mask must be boolean (uint8) or of the query's dtype %s, got %s", op, dp_dtype_name(q->dtype),
-               dp_dtype_name(mask->dtype));
-      return NULL;
-    }
     if (dp_check_same_device(op, q, mask)) return NULL;
     int64_t full[DP_MAXDIM];
     memcpy(full, q->shape, sizeof(int64_t) * (size_t)nd);

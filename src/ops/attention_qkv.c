@@ -92,6 +92,12 @@ dp_tensor *dp_self_attention_qkv(dp_tensor *qkv, int64_t n_head, bool causal, do
     dp_error("%s: dropout_p must be in [0, 1), got %g", op, dropout_p);
     return NULL;
   }
+  if (dp_attention_widens(qkv)) { /* float32 inside, as scaled_dot_product_attention (attention.c) */
+    DP_SCOPE(w);
+    dp_tensor *x32 = dp_scope_add(&w, dp_to(qkv, DP_F32, dp_dev(qkv)));
+    dp_tensor *o32 = x32 ? dp_scope_add(&w, dp_self_attention_qkv(x32, n_head, causal, dropout_p, scale)) : NULL;
+    return o32 ? dp_to(o32, qkv->dtype, dp_dev(qkv)) : NULL;
+  }
   int64_t D = C / n_head, rows = B * n_head * T;
   if (scale < 0) scale = D ? 1.0 / sqrt((double)D) : 1.0;
   DP_SCOPE(s);

@@ -70,7 +70,9 @@ dp_tensor *dp_scaled_dot_product_attention(dp_tensor *q, dp_tensor *k, dp_tensor
 /* Self-attention over a packed projection qkv [B, T, 3C] (q, k, v side
  * by side, n_head heads each) to [B, T, C], scaled_dot_product_attention
  * without the split, transposes and merge copies (ops/attention_qkv.c);
- * CPU only. */
+ * CPU only. Both attend bfloat16 / float16 CPU operands in float32 (casts
+ * around the float32 op) and return the operands' dtype. */
+bool dp_attention_widens(const dp_tensor *q);
 dp_tensor *dp_self_attention_qkv(dp_tensor *qkv, int64_t n_head, bool causal, double dropout_p, double scale);
 
 /* ---- recurrent layers (ops/rnn.c) ---- */

@@ -150,9 +150,9 @@ static int to_f32(f32_copy *c, const void *src, int64_t rows, int64_t cols, int6
  * bfloat16 is the top half of a float32), ddplua's float32 GEMM, and the
  * result rounded to bfloat16 once, which is what a float32-accumulating
  * bfloat16 GEMM computes. */
-static int gemm_bf16(const dp_gemm_args *g) {
+static int gemm_bf16(const dp_gemm_args *g, const uint16_t *bias) {
   if (dp_cpu_native_bf16()) {
-    int r = dp_dnnl_gemm_bf16(g);
+    int r = dp_dnnl_gemm_bf16(g, bias);
     if (r) return r < 0 ? -1 : 0;
   }
   if (g->m <= 0 || g->n <= 0 || g->batch <= 0) return 0;
@@ -178,8 +178,11 @@ static int gemm_bf16(const dp_gemm_args *g) {
   if (!rc) {
     const dp_cpu_vec *v = dp_cpu_vec_get();
     for (int64_t b = 0; b < g->batch; b++)
-      for (int64_t r = 0; r < g->m; r++)
-        v->cast((uint16_t *)g->c + b * g->stride_c + r * g->ldc, DP_BF16, C.p + b * C.stride + r * g->n, DP_F32, g->n);
+      for (int64_t r = 0; r < g->m; r++) {
+        float *row = C.p + b * C.stride + r * g->n;
+        for (int64_t j = 0; bias && j < g->n; j++) row[j] += dp_bf16_to_f32(bias[j]);
+        v->cast((uint16_t *)g->c + b * g->stride_c + r * g->ldc, DP_BF16, row, DP_F32, g->n);
+      }
   }
   if (A.p) dp_cpu_free(A.p, A.bytes ? A.bytes : 4);
   if (B.p) dp_cpu_free(B.p, B.bytes ? B.bytes : 4);
@@ -224,7 +227,7 @@ static void gemm_int_loop(const dp_gemm_args *g) {
 }
 
 int dp_cpu_gemm(const dp_gemm_args *g) {
-  if (g->dtype == DP_BF16) return gemm_bf16(g);
+  if (g->dtype == DP_BF16) return gemm_bf16(g, NULL);
   if (g->dtype == DP_I64 || g->dtype == DP_U8) {
     gemm_int_loop(g);
     return 0;
@@ -246,6 +249,7 @@ int dp_cpu_gemm_bias(const dp_gemm_args *g, const void *bias) {
     if (dp_sgemm_get_impl(&impl)) return -1;
     if (impl != DP_SGEMM_BLAS) return dp_sgemm_run_bias(impl, g, bias);
   }
+  if (g->dtype == DP_BF16) return gemm_bf16(g, bias); /* bias added before the one rounding */
   if (dp_cpu_gemm(g)) return -1;
   size_t es = dp_dtype_size(g->dtype);
   for (int64_t b = 0; b < g->batch; b++)

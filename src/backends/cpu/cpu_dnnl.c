@@ -28,8 +28,8 @@ int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const d
   (void)gx, (void)gw, (void)gb, (void)gy, (void)x, (void)w, (void)g;
   return 0;
 }
-int dp_dnnl_gemm_bf16(const dp_gemm_args *g) {
-  (void)g;
+int dp_dnnl_gemm_bf16(const dp_gemm_args *g, const void *bias) {
+  (void)g, (void)bias;
   return 0;
 }
 bool dp_cpu_native_bf16(void) { return false; }
@@ -769,13 +769,13 @@ bool dp_cpu_native_bf16(void) {
 }
 
 typedef struct { /* all int64: compared with memcmp */
-  int64_t ta, tb, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, beta;
+  int64_t ta, tb, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, beta, bias;
 } mm_key;
 
 typedef struct mm_entry {
   mm_key key;
   dnnl_primitive_t prim;
-  dnnl_memory_desc_t a, b, c;
+  dnnl_memory_desc_t a, b, c, bias;
   size_t scratch;
   struct mm_entry *next;
 } mm_entry;
@@ -800,11 +800,12 @@ static int mm_make(const mm_key *k, mm_entry **out) {
   md3(&e->a, k->batch, k->m, k->k, k->sa, k->ta ? 1 : k->lda, k->ta ? k->lda : 1, dnnl_bf16);
   md3(&e->b, k->batch, k->k, k->n, k->sb, k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1, dnnl_bf16);
   md3(&e->c, k->batch, k->m, k->n, k->sc, k->ldc, 1, dnnl_bf16);
+  if (k->bias) md3(&e->bias, 1, 1, k->n, 0, k->n, 1, dnnl_bf16); /* one row, broadcast over batch and rows */
   dnnl_matmul_desc_t md;
   dnnl_primitive_attr_t attr = NULL;
   dnnl_post_ops_t po = NULL;
   dnnl_primitive_desc_t pd = NULL;
-  bool ok = dnnl_matmul_desc_init(&md, &e->a, &e->b, NULL, &e->c) == dnnl_success &&
+  bool ok = dnnl_matmul_desc_init(&md, &e->a, &e->b, k->bias ? &e->bias : NULL, &e->c) == dnnl_success &&
             dnnl_primitive_attr_create(&attr) == dnnl_success &&
             dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
   if (ok && k->beta) /* C += A B */
@@ -827,12 +828,12 @@ static int mm_make(const mm_key *k, mm_entry **out) {
   return 0;
 }
 
-int dp_dnnl_gemm_bf16(const dp_gemm_args *g) {
+int dp_dnnl_gemm_bf16(const dp_gemm_args *g, const void *bias) {
   if (!dp_dnnl_available() || g->dtype != DP_BF16 || g->alpha != 1.0 || (g->beta != 0.0 && g->beta != 1.0) ||
       g->m <= 0 || g->n <= 0 || g->k <= 0 || g->batch <= 0)
     return 0;
-  mm_key key = {g->trans_a, g->trans_b, g->m,        g->n,        g->k,        g->batch,      g->lda,
-                g->ldb,     g->ldc,     g->stride_a, g->stride_b, g->stride_c, g->beta != 0.0};
+  mm_key key = {g->trans_a, g->trans_b, g->m,        g->n,        g->k,        g->batch,       g->lda,
+                g->ldb,     g->ldc,     g->stride_a, g->stride_b, g->stride_c, g->beta != 0.0, bias != NULL};
   pthread_once(&atfork_once, register_atfork);
   mm_entry *e = NULL;
   pthread_mutex_lock(&cache_mu);
@@ -853,7 +854,7 @@ int dp_dnnl_gemm_bf16(const dp_gemm_args *g) {
   }
   dnnl_stream_t st = thread_stream();
   void *scratch = e->scratch ? dp_cpu_alloc(e->scratch) : NULL;
-  dnnl_memory_t m[4] = {NULL, NULL, NULL, NULL};
+  dnnl_memory_t m[5] = {NULL, NULL, NULL, NULL, NULL};
   dnnl_memory_desc_t sp_md;
   dnnl_dims_t sd = {(int64_t)e->scratch};
   dnnl_memory_desc_init_by_tag(&sp_md, 1, sd, dnnl_u8, dnnl_x);
@@ -861,17 +862,19 @@ int dp_dnnl_gemm_bf16(const dp_gemm_args *g) {
   if (!rc && (dnnl_memory_create(&m[0], &e->a, dn.eng, (void *)g->a) != dnnl_success ||
               dnnl_memory_create(&m[1], &e->b, dn.eng, (void *)g->b) != dnnl_success ||
               dnnl_memory_create(&m[2], &e->c, dn.eng, g->c) != dnnl_success ||
-              (scratch && dnnl_memory_create(&m[3], &sp_md, dn.eng, scratch) != dnnl_success)))
+              (scratch && dnnl_memory_create(&m[3], &sp_md, dn.eng, scratch) != dnnl_success) ||
+              (bias && dnnl_memory_create(&m[4], &e->bias, dn.eng, (void *)bias) != dnnl_success)))
     rc = dp_error("oneDNN: memory for a matmul failed");
   if (!rc) {
-    dnnl_exec_arg_t args[4] = {
-        {DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]}, {DNNL_ARG_SCRATCHPAD, m[3]}};
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]}};
+    int na = 3;
+    if (scratch) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m[3]};
+    if (bias) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, m[4]};
     __atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED);
-    if (dnnl_primitive_execute(e->prim, st, scratch ? 4 : 3, args) != dnnl_success ||
-        dnnl_stream_wait(st) != dnnl_success)
+    if (dnnl_primitive_execute(e->prim, st, na, args) != dnnl_success || dnnl_stream_wait(st) != dnnl_success)
       rc = dp_error("oneDNN: a bfloat16 matmul failed");
   }
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < 5; i++)
     if (m[i]) dnnl_memory_destroy(m[i]);
   if (scratch) dp_cpu_free(scratch, e->scratch);
   if (temp) {

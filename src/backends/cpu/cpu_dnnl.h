@@ -41,8 +41,10 @@ int dp_dnnl_conv2d(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const d
 int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
                             const dp_tensor *w, const dp_window2d *g);
 /* a bfloat16 GEMM (dp_gemm_args, alpha 1, beta 0 or 1) on CPUs with native
- * bfloat16 arithmetic */
-int dp_dnnl_gemm_bf16(const dp_gemm_args *g);
+ * bfloat16 arithmetic; bias (NULL, or n bfloat16 values) is added to every
+ * row in the float32 accumulator, before the one rounding to bfloat16.
+ * 1 done, 0 declined (the caller computes it), -1 error */
+int dp_dnnl_gemm_bf16(const dp_gemm_args *g, const void *bias);
 /* whether this CPU has native bfloat16 arithmetic (AMX-BF16, AVX512-BF16) */
 bool dp_cpu_native_bf16(void);
 

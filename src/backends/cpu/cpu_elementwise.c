@@ -2,9 +2,11 @@
  *
  * Paths per kernel: float32 rows of unit stride go to the per-ISA vector
  * kernels (cpu_vec.h: AVX-512, AVX2 or the baseline, chosen at run time; a
- * broadcast operand is one value), strided float32 rows to the same
- * kernels in gathered chunks (so a view computes what a contiguous tensor
- * does, as in PyTorch and on CUDA); exact int64 loops; and the reference
+ * broadcast operand is one value), strided float32 rows and rows with
+ * bfloat16 / float16 operands to the same kernels in gathered, widened
+ * chunks (so a view computes what a contiguous tensor does, as in PyTorch
+ * and on CUDA, and 16-bit floats compute in float32 and round once, as
+ * PyTorch's CPU kernels); exact int64 loops; and the reference
  * path that loads every element as double (dp_load_d), applies the double
  * version of the math and stores in the output dtype (float64 and dtype
  * mixes); the specs check the float32 paths against it. The math is the op table's formulas
@@ -21,6 +23,7 @@
 #include "core/error.h"
 #include "ops/philox.h"
 #include "ops/scalar_math.h"
+#include "tensor/dtype_conv.h"
 
 /* ---- copy / cast ---- */
 typedef struct {
@@ -201,30 +204,38 @@ int dp_cpu_rand(dp_tensor *out, dp_rand_kind kind, uint64_t seed, uint64_t offse
   return 0;
 }
 
-/* ---- float32 rows of other strides ----
+/* ---- float rows of other strides and of 16-bit floats ----
  * A row where some operand is not of unit stride (a broadcast value, a
- * transposed or sliced view, the expanded gradient of a sum) still runs the
- * vector kernels: CHUNK elements at a time, gathered into local buffers
- * and the result scattered back when the output is strided. */
+ * transposed or sliced view, the expanded gradient of a sum), or is
+ * bfloat16 / float16 (autocast's activations), still runs the float32
+ * vector kernels: CHUNK elements at a time, gathered (and widened) into
+ * local buffers and the result scattered (and rounded to nearest even)
+ * back when the output is strided or 16-bit. 16-bit floats thus compute in
+ * float32 and round once, as PyTorch's CPU kernels do. */
 enum { CHUNK = 512 };
 
-static const float *f32_chunk(const char *p, int64_t s, int64_t i, int64_t m, float *buf) {
-  if (s == 4) return (const float *)p + i;
+static bool vec_float(dp_dtype t) { return t == DP_F32 || t == DP_BF16 || t == DP_F16; }
+
+static const float *f32_chunk(const char *p, int64_t s, dp_dtype t, int64_t i, int64_t m, float *buf) {
+  if (t == DP_F32 && s == 4) return (const float *)p + i;
   if (s == 0) {
-    float v;
-    memcpy(&v, p, 4);
+    float v = dp_conv_load_f(p, t);
     for (int64_t k = 0; k < m; k++) buf[k] = v;
     return buf;
   }
-  for (int64_t k = 0; k < m; k++) memcpy(&buf[k], p + (i + k) * s, 4);
+  if (t != DP_F32 && s == 2 && dp_cpu_vec_get()->cast(buf, DP_F32, p + i * 2, t, m)) return buf;
+  for (int64_t k = 0; k < m; k++) buf[k] = dp_conv_load_f(p + (i + k) * s, t);
   return buf;
 }
 
-static float *f32_out_chunk(char *p, int64_t s, int64_t i, float *buf) { return s == 4 ? (float *)p + i : buf; }
+static float *f32_out_chunk(char *p, int64_t s, dp_dtype t, int64_t i, float *buf) {
+  return t == DP_F32 && s == 4 ? (float *)p + i : buf;
+}
 
-static void f32_scatter(char *p, int64_t s, int64_t i, int64_t m, const float *buf) {
-  if (s == 4) return;
-  for (int64_t k = 0; k < m; k++) memcpy(p + (i + k) * s, &buf[k], 4);
+static void f32_scatter(char *p, int64_t s, dp_dtype t, int64_t i, int64_t m, const float *buf) {
+  if (t == DP_F32 && s == 4) return;
+  if (t != DP_F32 && s == 2 && dp_cpu_vec_get()->cast(p + i * 2, t, buf, DP_F32, m)) return;
+  for (int64_t k = 0; k < m; k++) dp_conv_store_f(p + (i + k) * s, t, buf[k]);
 }
 
 /* ---- unary: the op table's formulas, one vectorised float32 loop per op ---- */
@@ -241,13 +252,13 @@ static void unary_row(char **p, const int64_t *s, int64_t n, void *vctx) {
     dp_cpu_vec_get()->unary(c->a, (float *)p[0], (const float *)p[1], n);
     return;
   }
-  if (c->to == DP_F32 && c->from == DP_F32) {
+  if (vec_float(c->to) && vec_float(c->from)) {
     float bx[CHUNK], bo[CHUNK];
     for (int64_t i = 0; i < n; i += CHUNK) {
       int64_t m = n - i < CHUNK ? n - i : CHUNK;
-      const float *x = f32_chunk(p[1], s[1], i, m, bx);
-      dp_cpu_vec_get()->unary(c->a, f32_out_chunk(p[0], s[0], i, bo), x, m);
-      f32_scatter(p[0], s[0], i, m, bo);
+      const float *x = f32_chunk(p[1], s[1], c->from, i, m, bx);
+      dp_cpu_vec_get()->unary(c->a, f32_out_chunk(p[0], s[0], c->to, i, bo), x, m);
+      f32_scatter(p[0], s[0], c->to, i, m, bo);
     }
     return;
   }
@@ -277,11 +288,11 @@ static void ugrad_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   ugrad_ctx *c = vctx;
   /* operands: gx, gy, [x], [y] (in that order, absent ones skipped) */
   int kx = c->has_x ? 2 : -1, ky = c->has_y ? (c->has_x ? 3 : 2) : -1;
-  bool f32 = true, unit = s[0] == 4 && s[1] == 4 && (kx < 0 || s[kx] == 4) && (ky < 0 || s[ky] == 4);
-  for (int k = 0; k < 4; k++) f32 = f32 && c->dt[k] == DP_F32;
+  bool f32 = true, vf = true, unit = s[0] == 4 && s[1] == 4 && (kx < 0 || s[kx] == 4) && (ky < 0 || s[ky] == 4);
+  for (int k = 0; k < 4; k++) f32 = f32 && c->dt[k] == DP_F32, vf = vf && vec_float(c->dt[k]);
   dp_grad_reads reads = dp_unary_ops[c->a->op].grad;
-  if (f32 && (reads != DP_GRAD_X || kx > 0) && (reads != DP_GRAD_Y || ky > 0)) {
-    if (unit) {
+  if (vf && (reads != DP_GRAD_X || kx > 0) && (reads != DP_GRAD_Y || ky > 0)) {
+    if (unit && f32) {
       dp_cpu_vec_get()->unary_bwd(c->a, (float *)p[0], (const float *)p[1], kx > 0 ? (const float *)p[kx] : NULL,
                                   ky > 0 ? (const float *)p[ky] : NULL, n);
       return;
@@ -289,11 +300,11 @@ static void ugrad_row(char **p, const int64_t *s, int64_t n, void *vctx) {
     float bo[CHUNK], bgy[CHUNK], bx[CHUNK], by[CHUNK];
     for (int64_t i = 0; i < n; i += CHUNK) {
       int64_t m = n - i < CHUNK ? n - i : CHUNK;
-      const float *gy = f32_chunk(p[1], s[1], i, m, bgy);
-      const float *x = kx > 0 ? f32_chunk(p[kx], s[kx], i, m, bx) : NULL;
-      const float *y = ky > 0 ? f32_chunk(p[ky], s[ky], i, m, by) : NULL;
-      dp_cpu_vec_get()->unary_bwd(c->a, f32_out_chunk(p[0], s[0], i, bo), gy, x, y, m);
-      f32_scatter(p[0], s[0], i, m, bo);
+      const float *gy = f32_chunk(p[1], s[1], c->dt[1], i, m, bgy);
+      const float *x = kx > 0 ? f32_chunk(p[kx], s[kx], c->dt[kx], i, m, bx) : NULL;
+      const float *y = ky > 0 ? f32_chunk(p[ky], s[ky], c->dt[ky], i, m, by) : NULL;
+      dp_cpu_vec_get()->unary_bwd(c->a, f32_out_chunk(p[0], s[0], c->dt[0], i, bo), gy, x, y, m);
+      f32_scatter(p[0], s[0], c->dt[0], i, m, bo);
     }
     return;
   }
@@ -352,13 +363,13 @@ static void binary_row(char **p, const int64_t *s, int64_t n, void *vctx) {
       return;
     }
   }
-  if (c->to == DP_F32 && c->a == DP_F32 && c->b == DP_F32) {
+  if (vec_float(c->to) && vec_float(c->a) && vec_float(c->b)) {
     float ba[CHUNK], bb[CHUNK], bo[CHUNK];
     for (int64_t i = 0; i < n; i += CHUNK) {
       int64_t m = n - i < CHUNK ? n - i : CHUNK;
-      const float *a = f32_chunk(p[1], s[1], i, m, ba), *b = f32_chunk(p[2], s[2], i, m, bb);
-      v->binary(c->op, f32_out_chunk(p[0], s[0], i, bo), a, b, m);
-      f32_scatter(p[0], s[0], i, m, bo);
+      const float *a = f32_chunk(p[1], s[1], c->a, i, m, ba), *b = f32_chunk(p[2], s[2], c->b, i, m, bb);
+      v->binary(c->op, f32_out_chunk(p[0], s[0], c->to, i, bo), a, b, m);
+      f32_scatter(p[0], s[0], c->to, i, m, bo);
     }
     return;
   }
@@ -406,6 +417,17 @@ static void binary_scalar_row(char **p, const int64_t *s, int64_t n, void *vctx)
   binary_ctx *c = vctx;
   if (c->to == DP_F32 && c->a == DP_F32 && s[0] == 4 && s[1] == 4 && dp_binary_ops[c->op].scalar_f32) {
     dp_cpu_vec_get()->binary_value(c->op, (float *)p[0], (const float *)p[1], (float)c->s, c->scalar_first, n);
+    return;
+  }
+  if (vec_float(c->to) && (c->a == DP_BF16 || c->a == DP_F16) && dp_binary_ops[c->op].scalar_f32) {
+    float ba[CHUNK], bo[CHUNK];
+    for (int64_t i = 0; i < n; i += CHUNK) {
+      int64_t m = n - i < CHUNK ? n - i : CHUNK;
+      const float *a = f32_chunk(p[1], s[1], c->a, i, m, ba);
+      dp_cpu_vec_get()->binary_value(c->op, f32_out_chunk(p[0], s[0], c->to, i, bo), a, (float)c->s, c->scalar_first,
+                                     m);
+      f32_scatter(p[0], s[0], c->to, i, m, bo);
+    }
     return;
   }
   if (c->a == DP_F32 && (c->to == DP_F32 || (c->to == DP_U8 && dp_binary_is_compare(c->op)))) {

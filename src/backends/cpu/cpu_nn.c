@@ -68,8 +68,12 @@ int dp_cpu_bias_act(dp_tensor *y, const dp_tensor *bias, const dp_unary_args *ac
 typedef struct {
   double *acc;
   const float *g;
+  const uint16_t *h; /* bfloat16 / float16 gy (autocast's), widened a block at a time; g NULL then */
+  dp_dtype dt;
   int64_t outer, c, inner;
 } chsum_ctx;
+
+enum { CHSUM_BLOCK = 512 };
 
 /* columns [lo, hi) of [outer, c] (inner == 1): sums down the rows, four
  * rows per pass over the double accumulators (a linear's bias gradient
@@ -78,6 +82,22 @@ typedef struct {
 static void chsum_cols(void *vctx, int64_t lo, int64_t hi) {
   const chsum_ctx *k = vctx;
   const dp_cpu_vec *v = dp_cpu_vec_get();
+  if (k->h) { /* the same additions on 4 rows x CHSUM_BLOCK columns widened to float32 */
+    float buf[4][CHSUM_BLOCK];
+    for (int64_t c0 = lo; c0 < hi; c0 += CHSUM_BLOCK) {
+      int64_t w = hi - c0 < CHSUM_BLOCK ? hi - c0 : CHSUM_BLOCK;
+      for (int64_t o = 0; o < k->outer; o += 4) {
+        const float *rows[4];
+        int nr = k->outer - o < 4 ? (int)(k->outer - o) : 4;
+        for (int r = 0; r < nr; r++) {
+          v->cast(buf[r], DP_F32, k->h + (o + r) * k->c + c0, k->dt, w);
+          rows[r] = buf[r];
+        }
+        v->col_acc_rows(k->acc + c0, rows, nr, w);
+      }
+    }
+    return;
+  }
   for (int64_t o = 0; o < k->outer; o += 4) {
     const float *rows[4];
     int nr = k->outer - o < 4 ? (int)(k->outer - o) : 4;
@@ -97,12 +117,13 @@ static void chsum_planes(void *vctx, int64_t lo, int64_t hi) {
 
 int dp_cpu_channel_sum(dp_tensor *gb, const dp_tensor *gy, int64_t outer, int64_t c, int64_t inner) {
   const char *g = dp_data(gy);
-  if (gy->dtype == DP_F32) {
+  bool half = (gy->dtype == DP_BF16 || gy->dtype == DP_F16) && inner == 1;
+  if (gy->dtype == DP_F32 || half) {
     /* double accumulators, then one store per channel */
     double acc_small[1024];
     double *acc = c <= 1024 ? acc_small : dp_xcalloc((size_t)c, sizeof(double));
     memset(acc, 0, sizeof(double) * (size_t)c);
-    chsum_ctx k = {acc, (const float *)g, outer, c, inner};
+    chsum_ctx k = {acc, half ? NULL : (const float *)g, half ? (const uint16_t *)g : NULL, gy->dtype, outer, c, inner};
     if (inner == 1) dp_cpu_parallel_for(c, DP_GRAIN_MEMORY / (outer > 0 ? outer : 1) + 16, 16, chsum_cols, &k);
     else dp_cpu_parallel_for(c, DP_GRAIN_MEMORY / (outer * inner > 0 ? outer * inner : 1) + 1, 1, chsum_planes, &k);
     for (int64_t i = 0; i < c; i++) ST(gb, dp_data(gb), i, acc[i]);

@@ -1,0 +1,160 @@
+-- bfloat16 on the CPU computes in float32 and rounds once (as PyTorch's CPU
+-- kernels): the elementwise ops (cpu_elementwise.c, widening blocks of
+-- 16-bit operands into the float32 vector kernels), attention
+-- (ops/attention.c and attention_qkv.c attend bfloat16 operands in
+-- float32), a linear's bias (added in the GEMM's float32 accumulator,
+-- cpu_blas.c / cpu_dnnl.c) and its gradient (cpu_nn.c's column sums).
+-- Each bfloat16 result must equal, bit for bit, the float32 computation on
+-- the widened operands rounded to bfloat16; the old double-per-element
+-- paths gave the same values ~30x slower, and the bias was rounded twice.
+local ddp = require "ddplua"
+local F = ddp.nn.F
+
+-- bit equality (NaN equals NaN, -0 differs from +0)
+local function same_bits(a, b, what)
+  assert.equal(a:dtype(), b:dtype(), what)
+  local x, y = a:double():reshape(-1):totable(), b:double():reshape(-1):totable()
+  assert.equal(#y, #x, what)
+  for i = 1, #x do
+    local ok = (x[i] ~= x[i] and y[i] ~= y[i]) or (x[i] == y[i] and 1 / x[i] == 1 / y[i])
+    if not ok then error(string.format("%s: element %d is %s, float32 rounded gives %s", what, i, x[i], y[i]), 2) end
+  end
+end
+
+-- n values: specials first (NaN, +-inf, +-0, a bfloat16 subnormal-free tiny), then a spread of magnitudes
+local function values(n, seed)
+  ddp.manual_seed(seed)
+  local x = ddp.randn(n) * 3
+  local special = { 0 / 0, math.huge, -math.huge, 0, -0.0, 1e-30, 65504, -7.25 }
+  for i = 1, #special do x[i] = special[i] end
+  return x:to("bfloat16")
+end
+
+local function bf(t) return t:to("bfloat16") end
+
+describe("bfloat16 CPU kernels", function()
+  local unary = { "gelu", "tanh", "sigmoid", "exp", "relu", "silu", "abs", "neg", "softplus", "elu" }
+
+  for _, n in ipairs({ 0, 1, 37, 511, 512, 513, 1500 }) do
+    it("unary ops over " .. n .. " values: float32 math rounded once", function()
+      local x = values(math.max(n, 8), n + 1):narrow(1, 1, n)
+      for _, op in ipairs(unary) do
+        same_bits(x[op](x), bf(x:float()[op](x:float())), op)
+      end
+    end)
+  end
+
+  it("unary ops on strided and broadcast bfloat16 views", function()
+    local x = values(40 * 30, 3):view(40, 30)
+    local t = x:t() -- a transposed view: gathered, then widened
+    same_bits(t:gelu(), bf(t:float():gelu()), "gelu of a transposed view")
+    local s = x:narrow(2, 3, 17)
+    same_bits(s:tanh(), bf(s:float():tanh()), "tanh of a column slice")
+    local e = x:narrow(1, 1, 1):expand(5, 30)
+    same_bits(e:sigmoid(), bf(e:float():sigmoid()), "sigmoid of an expanded row")
+  end)
+
+  it("unary backward (GELU, SiLU from x; tanh, sigmoid from their bfloat16 output) in bfloat16", function()
+    local x, gy = values(1100, 4), values(1100, 5)
+    for _, op in ipairs({ "gelu", "silu" }) do
+      local xb = x:clone():requires_grad_()
+      xb[op](xb):backward(gy)
+      local xf = x:float():requires_grad_()
+      xf[op](xf):backward(gy:float())
+      same_bits(xb.grad, bf(xf.grad), op .. " backward")
+    end
+    -- tanh and sigmoid differentiate through their (rounded) output, as PyTorch's: tanh(-7.25) is -1 in
+    -- bfloat16, so its gradient there is 0, not float32's 1.5e-5
+    local formulas = {
+      tanh = function(g, y) return g * (1 - y * y) end,
+      sigmoid = function(g, y) return g * y * (1 - y) end,
+    }
+    for op, f in pairs(formulas) do
+      local xb = x:clone():requires_grad_()
+      local y = xb[op](xb)
+      y:backward(gy)
+      local want = bf(f(gy:double(), y:double())):double()
+      local got = xb.grad:double()
+      local err = (got - want):abs() - (want:abs() * 2 ^ -8 + 1e-30)
+      local finite = want:eq(want)
+      assert(err:masked_fill(finite:eq(0), -1):max():item() <= 0, op .. " backward beyond one rounding")
+      assert.same(finite:totable(), got:eq(got):totable(), op .. " backward's NaNs")
+      if op == "tanh" then assert.equal(0, got[8]:item(), "tanh backward where the output rounds to -1") end
+    end
+  end)
+
+  it("binary ops: bfloat16 with bfloat16, with float32 (promoting), with a scalar, broadcast", function()
+    local a, b = values(700, 6), values(700, 7)
+    local af, bf32 = a:float(), ddp.randn(700)
+    for _, op in ipairs({ "add", "sub", "mul", "div", "maximum", "minimum" }) do
+      same_bits(a[op](a, b), bf(af[op](af, b:float())), op .. " bf16 bf16")
+      same_bits(a[op](a, bf32), af[op](af, bf32), op .. " bf16 f32 -> f32")
+    end
+    -- the scalar in the tensor's dtype first, as PyTorch 1.13 (bfloat16 x * 0.3 multiplies by 0.30078125)
+    local s = ddp.tensor({ 0.3 }):to("bfloat16"):item()
+    same_bits(a + 1.5, bf(af + 1.5), "add a scalar")
+    same_bits(a * 0.3, bf(af * s), "mul a scalar")
+    same_bits(0.3 - a, bf(s - af), "a scalar minus")
+    local m, row = values(30 * 23, 8):view(30, 23), values(23, 9)
+    same_bits(m + row, bf(m:float() + row:float()), "a broadcast row")
+    same_bits(m:t() * m:t(), bf(m:float():t() * m:float():t()), "transposed views")
+  end)
+
+  it("attention on bfloat16 operands is float32 attention of the widened operands, rounded", function()
+    ddp.manual_seed(10)
+    for _, T in ipairs({ 1, 65, 130 }) do
+      local x, gy = bf(ddp.randn(2, T, 3 * 24)), bf(ddp.randn(2, T, 24))
+      local xb = x:clone():requires_grad_()
+      local yb = F.self_attention_qkv(xb, 3, { is_causal = true })
+      yb:backward(gy)
+      local xf = x:float():requires_grad_()
+      local yf = F.self_attention_qkv(xf, 3, { is_causal = true })
+      yf:backward(gy:float())
+      same_bits(yb, bf(yf), "self_attention_qkv T=" .. T)
+      same_bits(xb.grad, bf(xf.grad), "self_attention_qkv backward T=" .. T)
+    end
+    local q, k, v = bf(ddp.randn(2, 3, 9, 8)), bf(ddp.randn(2, 3, 11, 8)), bf(ddp.randn(2, 3, 11, 5))
+    local mask = bf(ddp.randn(9, 11))
+    local qb, kb, vb = q:clone():requires_grad_(), k:clone():requires_grad_(), v:clone():requires_grad_()
+    local y = F.scaled_dot_product_attention(qb, kb, vb, { attn_mask = mask })
+    y:sum():backward()
+    local qf, kf, vf = q:float():requires_grad_(), k:float():requires_grad_(), v:float():requires_grad_()
+    local yf = F.scaled_dot_product_attention(qf, kf, vf, { attn_mask = mask:float() })
+    yf:sum():backward()
+    same_bits(y, bf(yf), "scaled_dot_product_attention with a bfloat16 mask")
+    same_bits(kb.grad, bf(kf.grad), "its key gradient")
+    same_bits(vb.grad, bf(vf.grad), "its value gradient")
+    local keep = ddp.randn(9, 11):gt(-1)
+    same_bits(F.scaled_dot_product_attention(q, k, v, { attn_mask = keep }),
+      bf(F.scaled_dot_product_attention(q:float(), k:float(), v:float(), { attn_mask = keep })), "a boolean mask")
+    assert.has_error(function() F.scaled_dot_product_attention(q, k, v, { attn_mask = mask:float() }) end,
+      "scaled_dot_product_attention: attn_mask must be boolean (uint8) or of the query's dtype bfloat16, got float32")
+  end)
+
+  it("adds a linear's bias before the one rounding, with oneDNN and without", function()
+    ddp.manual_seed(11)
+    local x, w, b = bf(ddp.randn(33, 70)), bf(ddp.randn(20, 70)), bf(ddp.randn(20) * 100)
+    local want = bf(ddp.linear(x:double(), w:double(), b:double()))
+    for _, dnnl in ipairs({ true, false }) do
+      local prev = ddp.core.set_onednn(dnnl)
+      local got = ddp.linear(x, w, b)
+      ddp.core.set_onednn(prev)
+      -- one rounding of the float32 sum (whose own error is ~1e-5 here); rounding the ~8-sized product to
+      -- bfloat16 before adding the ~100-sized bias would be off by up to 8 * 2^-9 = 0.016
+      local excess = ((got:double() - want:double()):abs() - want:double():abs() * 2 ^ -8):max():item()
+      assert(excess <= 1e-3, string.format("onednn=%s: %.3g beyond one rounding", tostring(dnnl), excess))
+    end
+  end)
+
+  it("sums a linear's bias gradient over bfloat16 gradients (odd sizes, more columns than a block)", function()
+    ddp.manual_seed(12)
+    for _, sz in ipairs({ { 1, 5 }, { 37, 1100 }, { 6, 513 } }) do
+      local rows, cols = sz[1], sz[2]
+      local x, w = bf(ddp.randn(rows, 9)), bf(ddp.randn(cols, 9))
+      local b = bf(ddp.randn(cols)):requires_grad_()
+      local gy = bf(ddp.randn(rows, cols))
+      ddp.linear(x, w, b):backward(gy)
+      same_bits(b.grad, bf(gy:double():sum(1)), string.format("bias gradient [%d, %d]", rows, cols))
+    end
+  end)
+end)
