@@ -31,6 +31,7 @@ enum { ALL, DEVICE, OPTIONAL };
   X(rand, ALL)                                                                                                         \
   X(unary, ALL)                                                                                                        \
   X(unary_backward, ALL)                                                                                               \
+  X(unary_with_grad, OPTIONAL)                                                                                         \
   X(binary, ALL)                                                                                                       \
   X(binary_scalar, ALL)                                                                                                \
   X(reduce, ALL)                                                                                                       \

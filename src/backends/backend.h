@@ -218,6 +218,11 @@ typedef struct dp_backend {
    * grad column names is given, the other may be NULL. */
   int (*unary_backward)(const dp_unary_args *a, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x,
                         const dp_tensor *y);
+  /* Optional (NULL: unary, and unary_backward from x later): out = op(x) and d = op'(x) in float32 (d the
+   * factor the backward multiplies gy by, so gx = gy * d is unary_backward's result bit for bit), for the
+   * ops whose backward recomputes a costly derivative from x (GELU). 1 done, 0 declined (the caller falls
+   * back), -1 error. out, d and x contiguous, of one shape. */
+  int (*unary_with_grad)(const dp_unary_args *a, dp_tensor *out, dp_tensor *d, const dp_tensor *x);
   int (*binary)(dp_binary_op op, dp_tensor *out, const dp_tensor *a, const dp_tensor *b);
   /* out = a (op) s, or s (op) a when scalar_first. */
   int (*binary_scalar)(dp_binary_op op, dp_tensor *out, const dp_tensor *a, double s, bool scalar_first);

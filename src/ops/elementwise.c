@@ -92,6 +92,32 @@ static int unary_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   return 0;
 }
 
+/* gx = gy * d, d the derivative the forward saved (backend.h unary_with_grad) */
+static int unary_saved_grad_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  DP_SCOPE(s);
+  dp_tensor *gy = gout[0], *d = dp_node_saved(n, 0), *gx = dp_scope_add(&s, dp_empty_like(gy));
+  if (!gx || dp_backend_of(gy)->binary(DP_B_MUL, gx, gy, d)) return -1;
+  gin[0] = dp_scope_keep(&s, gx);
+  return 0;
+}
+
+/* out = op(x), with the node saving op'(x) when the backend computes it alongside (GELU on the CPU: its
+ * backward then multiplies instead of recomputing Phi and phi); 1 done, 0 declined, -1 error */
+static int unary_saving_grad(const dp_unary_args *a, dp_tensor *x, dp_tensor *out) {
+  const dp_backend *be = dp_backend_of(x);
+  if (!be->unary_with_grad || a->op != DP_U_GELU) return 0;
+  DP_SCOPE(s);
+  dp_tensor *d = dp_scope_add(&s, dp_empty(DP_F32, x->ndim, x->shape, dp_dev(x)));
+  if (!d) return -1;
+  int r = be->unary_with_grad(a, out, d, x);
+  if (r != 1) return r;
+  dp_node *n = dp_node_new(dp_unary_ops[a->op].node, unary_saved_grad_backward, 1, &x, 1);
+  dp_node_save(n, d);
+  dp_node_attach(n, out, 0);
+  dp_node_release(n);
+  return 1;
+}
+
 /* Integer inputs keep their dtype for the ops that say so (int64 math is
  * exact); the others give float32, as PyTorch's math functions do. */
 static dp_dtype unary_out_dtype(const dp_unary_args *a, dp_dtype in) {
@@ -119,9 +145,11 @@ dp_tensor *dp_unary_with(const dp_unary_args *a, dp_tensor *x) {
   if (info->ints == DP_INT_ERROR && dp_check_float(info->name, x)) return NULL;
   DP_SCOPE(s);
   dp_tensor *out = dp_scope_add(&s, dp_empty(unary_out_dtype(a, x->dtype), x->ndim, x->shape, dp_dev(x)));
-  if (!out || dp_backend_of(x)->unary(a, out, x)) return NULL;
+  if (!out) return NULL;
+  int saved = dp_any_requires_grad(1, &x) ? unary_saving_grad(a, x, out) : 0;
+  if (saved < 0 || (!saved && dp_backend_of(x)->unary(a, out, x))) return NULL;
   dp_scope_keep(&s, out);
-  if (dp_any_requires_grad(1, &x)) {
+  if (!saved && dp_any_requires_grad(1, &x)) {
     dp_node *n = dp_node_new(info->node, unary_backward, 1, &x, 1);
     n->i[0] = a->op;
     memcpy(n->f, &a->p, sizeof a->p);

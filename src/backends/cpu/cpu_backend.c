@@ -34,6 +34,7 @@ const dp_backend dp_cpu_backend = {
     .rand = dp_cpu_rand,
     .unary = dp_cpu_unary,
     .unary_backward = dp_cpu_unary_backward,
+    .unary_with_grad = dp_cpu_unary_with_grad,
     .binary = dp_cpu_binary,
     .binary_scalar = dp_cpu_binary_scalar,
     .reduce = dp_cpu_reduce,

@@ -336,6 +336,33 @@ int dp_cpu_unary_backward(const dp_unary_args *a, dp_tensor *gx, const dp_tensor
   return 0;
 }
 
+/* GELU with its derivative (backend.h unary_with_grad): float32 or 16-bit x and out, float32 d */
+static void unary_grad_row(char **p, const int64_t *s, int64_t n, void *vctx) {
+  const unary_ctx *c = vctx;
+  const dp_cpu_vec *v = dp_cpu_vec_get();
+  if (c->from == DP_F32 && s[0] == 4 && s[1] == 4 && s[2] == 4) {
+    v->gelu_with_grad((float *)p[0], (float *)p[1], (const float *)p[2], n);
+    return;
+  }
+  float bx[CHUNK], bo[CHUNK];
+  for (int64_t i = 0; i < n; i += CHUNK) {
+    int64_t m = n - i < CHUNK ? n - i : CHUNK;
+    const float *x = f32_chunk(p[2], s[2], c->from, i, m, bx);
+    v->gelu_with_grad(f32_out_chunk(p[0], s[0], c->to, i, bo), (float *)(p[1] + i * s[1]), x, m);
+    f32_scatter(p[0], s[0], c->to, i, m, bo);
+  }
+}
+
+int dp_cpu_unary_with_grad(const dp_unary_args *a, dp_tensor *out, dp_tensor *d, const dp_tensor *x) {
+  if (a->op != DP_U_GELU || !vec_float(x->dtype) || out->dtype != x->dtype || d->dtype != DP_F32 ||
+      !dp_is_contiguous(x) || !dp_is_contiguous(out) || !dp_is_contiguous(d))
+    return 0;
+  unary_ctx c = {a, out->dtype, x->dtype};
+  const dp_tensor *ops[3] = {out, d, x};
+  dp_cpu_foreach_par(3, ops, unary_grad_row, &c, DP_GRAIN_COMPUTE);
+  return 1;
+}
+
 /* ---- binary ---- */
 typedef struct {
   dp_binary_op op;

@@ -19,6 +19,7 @@ int dp_cpu_rand(dp_tensor *out, dp_rand_kind kind, uint64_t seed, uint64_t offse
 int dp_cpu_unary(const dp_unary_args *a, dp_tensor *out, const dp_tensor *x);
 int dp_cpu_unary_backward(const dp_unary_args *a, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *x,
                           const dp_tensor *y);
+int dp_cpu_unary_with_grad(const dp_unary_args *a, dp_tensor *out, dp_tensor *d, const dp_tensor *x);
 /* o[i] = op(o[i]) over n contiguous float32 values (bias_act's epilogue) */
 void dp_cpu_unary_f32_(const dp_unary_args *a, float *o, int64_t n);
 int dp_cpu_binary(dp_binary_op op, dp_tensor *out, const dp_tensor *a, const dp_tensor *b);

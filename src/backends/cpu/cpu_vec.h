@@ -36,6 +36,10 @@ typedef struct dp_cpu_vec {
   void (*unary)(const dp_unary_args *a, float *o, const float *x, int64_t n);
   /* gx from gy and x or y (the one the op table's grad column names) */
   void (*unary_bwd)(const dp_unary_args *a, float *gx, const float *gy, const float *x, const float *y, int64_t n);
+  /* exact GELU (approximate='none') and its derivative: o = gelu(x), d = gelu'(x), so that gy * d is the
+   * backward's gx bit for bit (the factor it multiplies gy by); the backward then reads d instead of
+   * recomputing Phi and phi from x */
+  void (*gelu_with_grad)(float *o, float *d, const float *x, int64_t n);
   /* o = a (op) b; o = a (op) v, or v (op) a when value_first; comparisons
    * write 1.0 / 0.0 */
   void (*binary)(dp_binary_op op, float *o, const float *a, const float *b, int64_t n);

@@ -83,6 +83,15 @@ static void v_unary_bwd(const dp_unary_args *a, float *gx, const float *gy, cons
   }
 }
 
+/* GELU's forward with its derivative, the op table's two formulas (BWD with gy = 1: multiplying by 1 is exact) */
+static void v_gelu_with_grad(float *RESTRICT o, float *RESTRICT d, const float *RESTRICT x, int64_t n) {
+  const dp_unary_params p = {0};
+  for (int64_t i = 0; i < n; i++) {
+    o[i] = dp_gelu_fwd_v(x[i], &p);
+    d[i] = dp_gelu_bwd_v(1.0f, x[i], 0.0f, &p);
+  }
+}
+
 /* ---- binary ---- */
 #define DP_CASE_AB(ID, name, ...)                                                                                      \
   case DP_B_##ID:                                                                                                      \

@@ -6,6 +6,7 @@ const dp_cpu_vec DP_VEC_TABLE = {
     .width = DP_VEC_WIDTH,
     .unary = v_unary,
     .unary_bwd = v_unary_bwd,
+    .gelu_with_grad = v_gelu_with_grad,
     .binary = v_binary,
     .binary_value = v_binary_value,
     .compare = v_compare,
