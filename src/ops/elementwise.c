@@ -262,6 +262,8 @@ static int binary_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   return (na && !gin[0]) || (nb && !gin[1]) ? -1 : 0;
 }
 
+static bool half_or_f32(dp_dtype t) { return t == DP_F32 || t == DP_BF16 || t == DP_F16; }
+
 dp_tensor *dp_binary(dp_binary_op op, dp_tensor *a, dp_tensor *b) {
   const char *name = dp_binary_name(op);
   if ((unsigned)op >= DP_B_COUNT) {
@@ -278,8 +280,12 @@ dp_tensor *dp_binary(dp_binary_op op, dp_tensor *a, dp_tensor *b) {
   }
   dp_dtype cdt = compute_dtype(op, dp_result_type(a, b));
   DP_SCOPE(s);
-  /* operands in the compute dtype (cast before broadcasting: the small side) */
-  dp_tensor *ca = dp_scope_add(&s, dp_cast_raw(a, cdt)), *cb = ca ? dp_scope_add(&s, dp_cast_raw(b, cdt)) : NULL;
+  /* operands in the compute dtype (cast before broadcasting: the small side); the CPU kernels widen 16-bit
+   * float operands of a float32 op chunk by chunk themselves (exactly), so a bfloat16 activation added to a
+   * float32 residual costs no extra pass */
+  bool widen_in_kernel = dp_dev(a).type == DP_CPU && cdt == DP_F32 && half_or_f32(a->dtype) && half_or_f32(b->dtype);
+  dp_tensor *ca = widen_in_kernel ? a : dp_scope_add(&s, dp_cast_raw(a, cdt));
+  dp_tensor *cb = !ca ? NULL : widen_in_kernel ? b : dp_scope_add(&s, dp_cast_raw(b, cdt));
   dp_tensor *out = cb ? dp_scope_add(&s, dp_empty(output_dtype(op, cdt), nd, shape, dp_dev(a))) : NULL;
   dp_tensor *ea = out ? dp_scope_add(&s, dp_expand_raw(ca, nd, shape)) : NULL;
   dp_tensor *eb = ea ? dp_scope_add(&s, dp_expand_raw(cb, nd, shape)) : NULL;

@@ -98,6 +98,17 @@ describe("bfloat16 CPU kernels", function()
     local m, row = values(30 * 23, 8):view(30, 23), values(23, 9)
     same_bits(m + row, bf(m:float() + row:float()), "a broadcast row")
     same_bits(m:t() * m:t(), bf(m:float():t() * m:float():t()), "transposed views")
+    -- mixed operands widened inside the kernel (no promoting copy): broadcast and transposed, and the
+    -- gradients in each operand's own dtype
+    local big = ddp.randn(30, 23)
+    same_bits(row + big, row:float() + big, "a bfloat16 row broadcast onto a float32 matrix")
+    same_bits(m:t() * big:t(), m:float():t() * big:t(), "a transposed bfloat16 view times a float32 one")
+    local ra, rb = row:clone():requires_grad_(), big:clone():requires_grad_()
+    local y = ra * rb
+    y:backward(ddp.ones(30, 23))
+    assert.equal("float32", y:dtype())
+    same_bits(ra.grad, bf(big:sum(1)), "the bfloat16 operand's gradient, summed over the broadcast")
+    same_bits(rb.grad, row:float():view(1, 23):expand(30, 23), "the float32 operand's gradient")
   end)
 
   it("attention on bfloat16 operands is float32 attention of the widened operands, rounded", function()
