@@ -143,8 +143,15 @@ typedef struct {
   bool mask_bool, causal;
   double scale, dropout_p;
   uint64_t seed, offset;
-  /* backward: the forward's output and lse, and the output's gradient */
+  /* backward: the forward's output and lse, and the output's gradient. The
+   * CPU kernels take bfloat16 operands in float32 (rounding what they
+   * write once); there out may be the float32 output before its rounding
+   * (out_f32), which the backward's rowsum(dO O) then reads, as float32
+   * attention of the widened operands would. */
   const dp_tensor *out, *lse, *gout;
+  /* forward, CPU, bfloat16 operands: NULL, or a float32 [b1, b2, L, Ev]
+   * view (unit last stride) that receives the output unrounded too */
+  dp_tensor *out_f32;
 } dp_attn_args;
 
 /* One time step of a recurrent layer for `rows` rows of h = `hidden` units (dp_rnn_mode,
@@ -335,8 +342,9 @@ typedef struct dp_backend {
    * |lse| * 2^-24 of each weight to a float32 lse). */
   int (*attention)(dp_tensor *out, dp_tensor *lse, const dp_attn_args *a);
   /* gq, gk, gv contiguous like q, k, v (overwritten); gmask NULL, or
-   * contiguous [b1, b2, L, S] in the scores' dtype: the scores' gradient
-   * (a float mask's). */
+   * contiguous [b1, b2, L, S] in the scores' dtype (float32 for the CPU's
+   * bfloat16 operands: summed over the mask's broadcast before the one
+   * rounding): the scores' gradient (a float mask's). */
   int (*attention_backward)(dp_tensor *gq, dp_tensor *gk, dp_tensor *gv, dp_tensor *gmask, const dp_attn_args *a);
   int (*rnn_cell)(const dp_rnn_cell_args *a);
   int (*rnn_cell_backward)(const dp_rnn_cell_args *a);

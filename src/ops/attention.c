@@ -71,7 +71,9 @@ static int attention_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   dp_tensor *gv = dp_scope_add(&s, dp_empty(v->dtype, 4, v->shape, dp_dev(q)));
   bool want_mask = mask && !a.mask_bool && dp_node_needs(n, 3);
   int64_t msh[4] = {a.b1, a.b2, a.L, a.S};
-  dp_tensor *gm = want_mask ? dp_scope_add(&s, dp_empty(q->dtype, 4, msh, dp_dev(q))) : NULL;
+  /* float32 for the CPU's bfloat16: summed over the mask's broadcast, then rounded once (dp_grad_for_input) */
+  dp_dtype gmt = dp_attention_keeps_f32_out(q) ? DP_F32 : q->dtype;
+  dp_tensor *gm = want_mask ? dp_scope_add(&s, dp_empty(gmt, 4, msh, dp_dev(q))) : NULL;
   if (!gc || !gq || !gk || !gv || (want_mask && !gm)) return -1;
   a.gout = gc;
   if (dp_backend_of(q)->attention_backward(gq, gk, gv, gm, &a)) return -1;
@@ -117,13 +119,18 @@ static int check_inputs(dp_tensor *q, dp_tensor *k, dp_tensor *v) {
   return 0;
 }
 
-/* The CPU kernels' fast path is float32: bfloat16 / float16 operands (an
- * autocast linear's output) are widened, attended in float32 and the output
+/* The CPU kernels attend float32, and bfloat16 (an autocast linear's
+ * output) in float32 inside: they widen the rows each tile reads and round
+ * what they write once (cpu_attention.c), giving float32 attention of the
+ * widened operands rounded, bit for bit, without casting whole tensors.
+ * float16 operands are widened here, attended in float32 and the output
  * narrowed back, through differentiable casts, so the gradients flow as
  * through any cast. The double reference path would take ~30x longer. */
-bool dp_attention_widens(const dp_tensor *q) {
-  return dp_dev(q).type == DP_CPU && (q->dtype == DP_BF16 || q->dtype == DP_F16);
-}
+bool dp_attention_widens(const dp_tensor *q) { return dp_dev(q).type == DP_CPU && q->dtype == DP_F16; }
+
+/* bfloat16 on the CPU: the kernels compute in float32, and the backward's rowsum(dO O) reads the output before
+ * its rounding (backend.h, dp_attn_args.out_f32), so the gradients are those of float32 attention too */
+bool dp_attention_keeps_f32_out(const dp_tensor *q) { return dp_dev(q).type == DP_CPU && q->dtype == DP_BF16; }
 
 static dp_tensor *widened_sdpa(dp_tensor *q, dp_tensor *k, dp_tensor *v, dp_tensor *mask, bool causal, double dropout_p,
                                double scale) {
@@ -187,6 +194,13 @@ dp_tensor *dp_scaled_dot_product_attention(dp_tensor *q, dp_tensor *k, dp_tensor
   dp_tensor *lse = dp_scope_add(&s, dp_empty(DP_F64, 1, &rows, dp_dev(q))); /* backend.h: float64 always */
   dp_tensor *o4 = out ? as4(&s, out, nb, true) : NULL;
   if (!out || !lse || !o4) return NULL;
+  dp_tensor *ins[4] = {q, k, v, mask};
+  bool grad = dp_any_requires_grad(4, ins);
+  dp_tensor *o32 = NULL; /* the output before its rounding, for the backward */
+  if (grad && dp_attention_keeps_f32_out(q)) {
+    dp_tensor *f = dp_scope_add(&s, dp_empty(DP_F32, nd, osh, dp_dev(q)));
+    if (!f || !(o32 = as4(&s, f, nb, true))) return NULL;
+  }
   uint64_t seed = 0, offset = 0;
   if (dropout_p > 0) {
     seed = dp_rng_seed();
@@ -207,11 +221,11 @@ dp_tensor *dp_scaled_dot_product_attention(dp_tensor *q, dp_tensor *k, dp_tensor
                     .scale = scale,
                     .dropout_p = dropout_p,
                     .seed = seed,
-                    .offset = offset};
+                    .offset = offset,
+                    .out_f32 = o32};
   if (dp_backend_of(q)->attention(o4, lse, &a)) return NULL;
   dp_scope_keep(&s, out);
-  dp_tensor *ins[4] = {q, k, v, mask};
-  if (dp_any_requires_grad(4, ins)) {
+  if (grad) {
     dp_node *n = dp_node_new("ScaledDotProductAttentionBackward", attention_backward, 4, ins, 1);
     n->i[0] = mask_bool, n->i[1] = causal, n->i[2] = (int64_t)seed, n->i[3] = (int64_t)offset;
     n->f[0] = scale, n->f[1] = dropout_p;
@@ -219,7 +233,7 @@ dp_tensor *dp_scaled_dot_product_attention(dp_tensor *q, dp_tensor *k, dp_tensor
     dp_node_save(n, k4);
     dp_node_save(n, v4);
     dp_node_save(n, m4);
-    dp_node_save(n, o4);
+    dp_node_save(n, o32 ? o32 : o4);
     dp_node_save(n, lse);
     dp_node_attach(n, out, 0);
     dp_node_release(n);

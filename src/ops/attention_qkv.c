@@ -92,7 +92,7 @@ dp_tensor *dp_self_attention_qkv(dp_tensor *qkv, int64_t n_head, bool causal, do
     dp_error("%s: dropout_p must be in [0, 1), got %g", op, dropout_p);
     return NULL;
   }
-  if (dp_attention_widens(qkv)) { /* float32 inside, as scaled_dot_product_attention (attention.c) */
+  if (dp_attention_widens(qkv)) { /* float16: float32 inside, as scaled_dot_product_attention (attention.c) */
     DP_SCOPE(w);
     dp_tensor *x32 = dp_scope_add(&w, dp_to(qkv, DP_F32, dp_dev(qkv)));
     dp_tensor *o32 = x32 ? dp_scope_add(&w, dp_self_attention_qkv(x32, n_head, causal, dropout_p, scale)) : NULL;
@@ -109,20 +109,27 @@ dp_tensor *dp_self_attention_qkv(dp_tensor *qkv, int64_t n_head, bool causal, do
   dp_tensor *o4 = out ? dp_scope_add(&s, heads(out, n_head, D, 0)) : NULL;
   dp_tensor *lse = dp_scope_add(&s, dp_empty(DP_F64, 1, &rows, dp_dev(qkv)));
   if (!q || !k || !v || !o4 || !lse) return NULL;
+  bool grad = dp_any_requires_grad(1, &qkv);
+  dp_tensor *o32 = NULL; /* bfloat16: the output before its rounding, for the backward (attention.c) */
+  if (grad && dp_attention_keeps_f32_out(qkv)) {
+    dp_tensor *f = dp_scope_add(&s, dp_empty(DP_F32, 3, (int64_t[]){B, T, C}, dp_dev(qkv)));
+    if (!f || !(o32 = dp_scope_add(&s, heads(f, n_head, D, 0)))) return NULL;
+  }
   uint64_t seed = 0, offset = 0;
   if (dropout_p > 0) { /* scaled_dot_product_attention's reservation: the same stream for the same elements */
     seed = dp_rng_seed();
     offset = dp_rng_reserve(((uint64_t)(rows * T) + 3) / 4);
   }
   dp_attn_args a = args_of(q, k, v, causal, scale, dropout_p, seed, offset);
+  a.out_f32 = o32;
   if (rows > 0 && dp_backend_of(qkv)->attention(o4, lse, &a)) return NULL;
   dp_scope_keep(&s, out);
-  if (dp_any_requires_grad(1, &qkv)) {
+  if (grad) {
     dp_node *n = dp_node_new("SelfAttentionQkvBackward", qkv_backward, 1, &qkv, 1);
     n->i[0] = n_head, n->i[1] = causal, n->i[2] = (int64_t)seed, n->i[3] = (int64_t)offset;
     n->f[0] = scale, n->f[1] = dropout_p;
     dp_node_save(n, x);
-    dp_node_save(n, o4);
+    dp_node_save(n, o32 ? o32 : o4);
     dp_node_save(n, lse);
     dp_node_attach(n, out, 0);
     dp_node_release(n);

@@ -70,9 +70,12 @@ dp_tensor *dp_scaled_dot_product_attention(dp_tensor *q, dp_tensor *k, dp_tensor
 /* Self-attention over a packed projection qkv [B, T, 3C] (q, k, v side
  * by side, n_head heads each) to [B, T, C], scaled_dot_product_attention
  * without the split, transposes and merge copies (ops/attention_qkv.c);
- * CPU only. Both attend bfloat16 / float16 CPU operands in float32 (casts
- * around the float32 op) and return the operands' dtype. */
+ * CPU only. Both attend bfloat16 / float16 CPU operands in float32 and
+ * return the operands' dtype: bfloat16 inside the kernels (which keep the
+ * unrounded output for the backward when keeps_f32_out), float16 through
+ * casts around the float32 op (widens). */
 bool dp_attention_widens(const dp_tensor *q);
+bool dp_attention_keeps_f32_out(const dp_tensor *q);
 dp_tensor *dp_self_attention_qkv(dp_tensor *qkv, int64_t n_head, bool causal, double dropout_p, double scale);
 
 /* ---- recurrent layers (ops/rnn.c) ---- */

@@ -28,12 +28,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_attention_stage.h"
 #include "backends/cpu/cpu_attn_gemm.h"
 #include "backends/cpu/cpu_model_kernels.h"
 #include "backends/cpu/sgemm.h"
 #include "backends/cpu/sgemm_kernels.h"
 #include "core/error.h"
 #include "ops/model_math.h"
+#include "tensor/half.h"
 
 /* 128 x 128 tiles: a 128-token sequence (the GPT example's) is one tile per
  * head, with no online rescaling and each key block transposed once; the
@@ -50,19 +52,35 @@ typedef struct {
   const dp_attn_args *a;
   dp_tensor *out, *lse;            /* forward */
   dp_tensor *gq, *gk, *gv, *gmask; /* backward */
-  float *D;                        /* backward: rowsum(dO * O), [b1 b2 L] */
+  bool stage;                      /* bfloat16 operands: widened rows in float32 staging (cpu_attention_stage.h) */
   int64_t tasks, nqb;
   int isa; /* 2 AVX-512, 1 AVX2, 0 plain */
   int parts;
   atomic_int failed;
 } job;
 
-/* the per-head base of a [b1, b2, rows, cols] view */
-INLINE const float *head_of(const dp_tensor *t, const dp_attn_args *a, int64_t bh) {
-  return (const float *)dp_data(t) + (bh / a->b2) * t->stride[0] + (bh % a->b2) * t->stride[1];
+/* the per-head base of a [b1, b2, rows, cols] view, of any dtype (head_of: a float32 one) */
+INLINE char *head_raw(const dp_tensor *t, const dp_attn_args *a, int64_t bh) {
+  return (char *)dp_data(t) + ((bh / a->b2) * t->stride[0] + (bh % a->b2) * t->stride[1]) * (int64_t)dp_elsize(t);
 }
-INLINE float *head_w(dp_tensor *t, const dp_attn_args *a, int64_t bh) { return (float *)head_of(t, a, bh); }
-
+INLINE const float *head_of(const dp_tensor *t, const dp_attn_args *a, int64_t bh) {
+  return (const float *)head_raw(t, a, bh);
+}
+INLINE float *head_w(dp_tensor *t, const dp_attn_args *a, int64_t bh) { return (float *)head_raw(t, a, bh); }
+/* rows r0..r0 + n - 1 (cols values each) of head bh of t as float32: t's own memory (*ld its row stride) when it
+ * is float32, else widened into stage (*ld = cols) */
+INLINE const float *rows_f32(const dp_tensor *t, const dp_attn_args *a, int64_t bh, int64_t r0, int64_t n, int64_t cols,
+                             float *stage, int64_t *ld, int isa) {
+  const int64_t rs = t->stride[2];
+  const char *base = head_raw(t, a, bh) + r0 * rs * (int64_t)dp_elsize(t);
+  if (t->dtype == DP_F32) {
+    *ld = rs;
+    return (const float *)base;
+  }
+  dp_attn_widen(isa, base, t->dtype, rs, n, cols, stage, cols);
+  *ld = cols;
+  return stage;
+}
 /* The user's mask on one row of scores s[0..nc) for query i and keys j0..:
  * -inf where a boolean mask excludes a key, a float mask added. */
 INLINE void mask_user(const dp_attn_args *a, int64_t bh, int64_t i, int64_t j0, int64_t nc, float *s) {
@@ -73,6 +91,9 @@ INLINE void mask_user(const dp_attn_args *a, int64_t bh, int64_t i, int64_t j0, 
     const uint8_t *mp = (const uint8_t *)dp_data(m) + off;
     for (int64_t c = 0; c < nc; c++)
       if (!mp[c * ms]) s[c] = -INFINITY;
+  } else if (m->dtype == DP_BF16) { /* widened exactly: the scores get what a float32 copy of the mask adds */
+    const uint16_t *mp = (const uint16_t *)dp_data(m) + off;
+    for (int64_t c = 0; c < nc; c++) s[c] += dp_bf16_to_f32(mp[c * ms]);
   } else {
     const float *mp = (const float *)dp_data(m) + off;
     for (int64_t c = 0; c < nc; c++) s[c] += mp[c * ms];
@@ -271,15 +292,31 @@ TARGET_AVX512 static void fwd_rows_avx512(const dp_attn_args *a, int64_t bh, int
   }
 }
 
-/* ---- float32 forward: one (head, query block) ---- */
+/* rows j0..j0 + n - 1 of head bh of t transposed into dst (dst[e * BC + c] = row j0 + c's value e) for the score
+ * GEMM's B; bfloat16 rows widened SR at a time through ch (SR x cols floats): a small buffer written and read back
+ * at once stays in L1, where staging the whole block first cost its round trip through L2 */
+INLINE void transpose_rows(const job *jb, const dp_tensor *t, int64_t bh, int64_t j0, int64_t n, int64_t cols,
+                           float *ch, float *dst, dp_attn_transpose_fn tr) {
+  const int64_t step = t->dtype == DP_F32 ? BC : SR; /* float32: the rows themselves, in one call */
+  for (int64_t c0 = 0; c0 < n; c0 += step) {
+    int64_t m = n - c0 < step ? n - c0 : step, ld;
+    const float *src = rows_f32(t, jb->a, bh, j0 + c0, m, cols, ch, &ld, jb->isa);
+    tr(src, ld, m, cols, dst + c0, BC);
+  }
+}
+
+/* ---- float32 forward: one (head, query block) ----
+ * bfloat16 operands (jb->stage): the block's queries and each key block's
+ * keys and values are widened into float32 staging (Qs, Ks, Vs) and the
+ * output rounded once from the accumulator, so the tiles and their bits
+ * are those of float32 operands. */
 INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm, dp_attn_transpose_fn tr,
                       fwd_rows_fn softmax_rows) {
   const dp_attn_args *a = jb->a;
   const int64_t L = a->L, S = a->S, E = a->E, Ev = a->Ev;
   const int64_t bh = t / jb->nqb, i0 = (t % jb->nqb) * BR, nr = L - i0 < BR ? L - i0 : BR;
-  const int64_t qs = a->q->stride[2], ks = a->k->stride[2], vs = a->v->stride[2];
-  const float *q = head_of(a->q, a, bh) + i0 * qs, *k = head_of(a->k, a, bh), *v = head_of(a->v, a, bh);
-  float *Kt = work, *Sb = Kt + E * BC, *acc = Sb + BR * BC;
+  const int64_t on = jb->stage; /* without staging its buffers are empty (the work area has none) */
+  float *Kt = work, *Sb = Kt + E * BC, *acc = Sb + BR * BC, *ch = acc + BR * Ev, *Vs = ch + on * SR * (E > Ev ? E : Ev);
   float m[BR], l[BR];
   const float scale = (float)a->scale;
   int64_t jend = a->causal && i0 + nr < S ? i0 + nr : S; /* keys after the last query are all masked */
@@ -290,26 +327,36 @@ INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm, dp_
   }
   for (int64_t j0 = 0; j0 < jend; j0 += BC) {
     int64_t nc = jend - j0 < BC ? jend - j0 : BC;
-    tr(k + j0 * ks, ks, nc, E, Kt, BC);
-    for (int64_t r0 = 0; r0 < nr; r0 += SR) { /* S = (q k^T) * scale, as the backward's */
-      int64_t w = strip_cols(a, i0, r0, j0, nc);
-      if (w) gemm(nr - r0 < SR ? nr - r0 : SR, w, E, q + r0 * qs, qs, 1, Kt, BC, Sb + r0 * BC, BC, scale, false);
+    int64_t qs, vs;
+    const float *v = rows_f32(a->v, a, bh, j0, nc, Ev, Vs, &vs, jb->isa); /* read by every strip's P V */
+    transpose_rows(jb, a->k, bh, j0, nc, E, ch, Kt, tr);
+    for (int64_t r0 = 0; r0 < nr; r0 += SR) { /* S = (q k^T) * scale, as the backward's; a strip of q at a time */
+      int64_t w = strip_cols(a, i0, r0, j0, nc), rows = nr - r0 < SR ? nr - r0 : SR;
+      if (!w) continue;
+      const float *q = rows_f32(a->q, a, bh, i0 + r0, rows, E, ch, &qs, jb->isa);
+      gemm(rows, w, E, q, qs, 1, Kt, BC, Sb + r0 * BC, BC, scale, false);
     }
     softmax_rows(a, bh, i0, nr, j0, nc, Sb, m, l, acc);
     for (int64_t r0 = 0; r0 < nr; r0 += SR) {
       int64_t w = strip_cols(a, i0, r0, j0, nc);
-      if (w)
-        gemm(nr - r0 < SR ? nr - r0 : SR, Ev, w, Sb + r0 * BC, BC, 1, v + j0 * vs, vs, acc + r0 * Ev, Ev, 1.0f, j0 > 0);
+      if (w) gemm(nr - r0 < SR ? nr - r0 : SR, Ev, w, Sb + r0 * BC, BC, 1, v, vs, acc + r0 * Ev, Ev, 1.0f, j0 > 0);
     }
   }
   const int64_t os = jb->out->stride[2];
-  float *o = head_w(jb->out, a, bh) + i0 * os;
+  float *o = jb->stage ? acc : head_w(jb->out, a, bh) + i0 * os; /* staged: O in place of acc, then rounded */
+  const int64_t ors = jb->stage ? Ev : os;
   double *lse = (double *)dp_data(jb->lse) + bh * L + i0;
   for (int64_t r = 0; r < nr; r++) {
     float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-    for (int64_t e = 0; e < Ev; e++) o[r * os + e] = acc[r * Ev + e] * inv;
+    for (int64_t e = 0; e < Ev; e++) o[r * ors + e] = acc[r * Ev + e] * inv;
     lse[r] = l[r] > 0 ? (double)m[r] + log((double)l[r]) : -INFINITY;
   }
+  if (!jb->stage) return;
+  dp_tensor *outs[2] = {jb->out, a->out_f32};
+  for (int i = 0; i < 2; i++)
+    if (outs[i])
+      dp_attn_narrow(jb->isa, acc, Ev, nr, Ev, head_raw(outs[i], a, bh) + i0 * outs[i]->stride[2] * dp_elsize(outs[i]),
+                     outs[i]->dtype, outs[i]->stride[2]);
 }
 
 /* ---- float32 backward: the rows of one tile ----
@@ -394,15 +441,22 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
                      bwd_rows_fn grad_rows) {
   const dp_attn_args *a = jb->a;
   const int64_t L = a->L, S = a->S, E = a->E, Ev = a->Ev;
-  const int64_t qs = a->q->stride[2], ks = a->k->stride[2], vs = a->v->stride[2];
-  const float *q = head_of(a->q, a, bh), *k = head_of(a->k, a, bh), *v = head_of(a->v, a, bh);
-  const int64_t dos = a->gout->stride[2], gqs = jb->gq->stride[2], gks = jb->gk->stride[2], gvs = jb->gv->stride[2];
-  const float *dO = head_of(a->gout, a, bh);
+  const bool st = jb->stage;
+  float *Kt = work, *Vt = Kt + E * BC, *P = Vt + Ev * BC, *Z = P + BR * BC, *dS = Z + BR * BC, *D = dS + BR * BC;
+  /* bfloat16 operands: the head's Q, dO (and O when it is not the float32 one) widened once, K and V one key block
+   * at a time; dQ accumulates in float32 over the key blocks and dK, dV over the query blocks, each rounded once */
+  const int64_t on = st; /* without staging its buffers are empty (the work area has none) */
+  float *Qs = D + L, *dOs = Qs + on * L * E, *Os = dOs + on * L * Ev, *Ks = Os + on * L * Ev, *Vs = Ks + on * BC * E;
+  float *gQs = Vs + on * BC * Ev, *gKs = gQs + on * L * E, *gVs = gKs + on * BC * E;
+  int64_t qs, ks, vs, dos, os;
+  const float *q = rows_f32(a->q, a, bh, 0, L, E, Qs, &qs, jb->isa);
+  const float *dO = rows_f32(a->gout, a, bh, 0, L, Ev, dOs, &dos, jb->isa);
+  const float *O = rows_f32(a->out, a, bh, 0, L, Ev, Os, &os, jb->isa);
+  dp_attn_rowdot(jb->isa, dO, dos, O, os, L, Ev, D); /* D = rowsum(dO O) */
   const double *lse = (const double *)dp_data(a->lse) + bh * L;
-  const float *D = jb->D + bh * L;
-  float *gq = head_w(jb->gq, a, bh), *gk = head_w(jb->gk, a, bh), *gv = head_w(jb->gv, a, bh);
+  const int64_t gqs = st ? E : jb->gq->stride[2], gks = st ? E : jb->gk->stride[2], gvs = st ? Ev : jb->gv->stride[2];
+  float *gq = st ? gQs : head_w(jb->gq, a, bh);
   float *gm = jb->gmask ? (float *)dp_data(jb->gmask) + bh * L * S : NULL;
-  float *Kt = work, *Vt = Kt + E * BC, *P = Vt + Ev * BC, *Z = P + BR * BC, *dS = Z + BR * BC;
   const float scale = (float)a->scale;
   const bool drop = a->dropout_p > 0;
   /* No zeroing of dQ, dK, dV first (it took a twentieth of the backward, a memset call per strided row): the
@@ -415,8 +469,11 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
   for (int64_t j0 = 0; j0 < S; j0 += BC) {
     int64_t nc = S - j0 < BC ? S - j0 : BC;
     bool seen[BC / SR] = {0};
-    tr(k + j0 * ks, ks, nc, E, Kt, BC);
-    tr(v + j0 * vs, vs, nc, Ev, Vt, BC);
+    const float *k = rows_f32(a->k, a, bh, j0, nc, E, Ks, &ks, jb->isa);
+    const float *v = rows_f32(a->v, a, bh, j0, nc, Ev, Vs, &vs, jb->isa);
+    float *gk = st ? gKs : head_w(jb->gk, a, bh) + j0 * gks, *gv = st ? gVs : head_w(jb->gv, a, bh) + j0 * gvs;
+    tr(k, ks, nc, E, Kt, BC);
+    tr(v, vs, nc, Ev, Vt, BC);
     for (int64_t i0 = a->causal ? j0 / BR * BR : 0; i0 < L; i0 += BR) { /* queries before j0 see none of these keys */
       int64_t nr = L - i0 < BR ? L - i0 : BR;
       for (int64_t r0 = 0; r0 < nr; r0 += SR) { /* the forward's S, bit for bit */
@@ -429,34 +486,49 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
       for (int64_t r0 = 0; r0 < nr; r0 += SR) {
         int64_t w = strip_cols(a, i0, r0, j0, nc), rows = nr - r0 < SR ? nr - r0 : SR;
         if (w) /* dQ (+)= dS K */
-          gemm(rows, E, w, dS + r0 * BC, BC, 1, k + j0 * ks, ks, gq + (i0 + r0) * gqs, gqs, scale, j0 > 0);
+          gemm(rows, E, w, dS + r0 * BC, BC, 1, k, ks, gq + (i0 + r0) * gqs, gqs, scale, j0 > 0);
       }
       for (int64_t c0 = 0; c0 < nc; c0 += SR) { /* dV (+)= Z^T dO, dK (+)= dS^T Q */
         int64_t r1 = strip_row0(a, i0, c0, j0), cols = nc - c0 < SR ? nc - c0 : SR;
         if (r1 >= nr) continue;
         bool acc = seen[c0 / SR];
         seen[c0 / SR] = true;
-        gemm(cols, Ev, nr - r1, Zt + r1 * BC + c0, 1, BC, dO + (i0 + r1) * dos, dos, gv + (j0 + c0) * gvs, gvs, 1.0f,
-             acc);
-        gemm(cols, E, nr - r1, dS + r1 * BC + c0, 1, BC, q + (i0 + r1) * qs, qs, gk + (j0 + c0) * gks, gks, scale, acc);
+        gemm(cols, Ev, nr - r1, Zt + r1 * BC + c0, 1, BC, dO + (i0 + r1) * dos, dos, gv + c0 * gvs, gvs, 1.0f, acc);
+        gemm(cols, E, nr - r1, dS + r1 * BC + c0, 1, BC, q + (i0 + r1) * qs, qs, gk + c0 * gks, gks, scale, acc);
       }
     }
-    for (int64_t j = j0; j < j0 + nc; j++) /* keys no query sees (causal, fewer queries than keys) */
-      if (!seen[(j - j0) / SR]) {
+    for (int64_t j = 0; j < nc; j++) /* keys no query sees (causal, fewer queries than keys) */
+      if (!seen[j / SR]) {
         for (int64_t e = 0; e < E; e++) gk[j * gks + e] = 0.0f;
         for (int64_t e = 0; e < Ev; e++) gv[j * gvs + e] = 0.0f;
       }
+    if (st) {
+      const dp_tensor *t[2] = {jb->gk, jb->gv};
+      for (int i = 0; i < 2; i++)
+        dp_attn_narrow(jb->isa, i ? gv : gk, i ? Ev : E, nc, i ? Ev : E,
+                       head_raw(t[i], a, bh) + j0 * t[i]->stride[2] * dp_elsize(t[i]), t[i]->dtype, t[i]->stride[2]);
+    }
   }
+  if (st) dp_attn_narrow(jb->isa, gq, E, L, E, head_raw(jb->gq, a, bh), jb->gq->dtype, jb->gq->stride[2]);
 }
 
 /* ---- the instruction-set variants and the thread split ---- */
-static size_t fwd_floats(const dp_attn_args *a) { return (size_t)(a->E * BC + BR * BC + BR * a->Ev); }
-static size_t bwd_floats(const dp_attn_args *a) { return (size_t)(a->E * BC + a->Ev * BC + 3 * BR * BC); }
+/* the work areas' floats (fwd_block's and bwd_head's layouts), the staging's only with bfloat16 operands */
+static size_t fwd_floats(const job *jb) {
+  const dp_attn_args *a = jb->a;
+  int64_t stage = jb->stage ? SR * (a->E > a->Ev ? a->E : a->Ev) + BC * a->Ev : 0;
+  return (size_t)(a->E * BC + BR * BC + BR * a->Ev + stage);
+}
+static size_t bwd_floats(const job *jb) {
+  const dp_attn_args *a = jb->a;
+  int64_t L = a->L, E = a->E, Ev = a->Ev, stage = jb->stage ? 2 * L * (E + Ev) + 2 * BC * (E + Ev) : 0;
+  return (size_t)(E * BC + Ev * BC + 3 * BR * BC + L + stage);
+}
 
 #define DEFINE_PARTS(SFX, TARGET, GEMM, TR)                                                                            \
   TARGET static void fwd_part_##SFX(void *ctx, int part) {                                                             \
     job *jb = ctx;                                                                                                     \
-    float *work = malloc(sizeof(float) * fwd_floats(jb->a));                                                           \
+    float *work = malloc(sizeof(float) * fwd_floats(jb));                                                              \
     if (!work) {                                                                                                       \
       atomic_store(&jb->failed, 1);                                                                                    \
       return;                                                                                                          \
@@ -466,7 +538,7 @@ static size_t bwd_floats(const dp_attn_args *a) { return (size_t)(a->E * BC + a-
   }                                                                                                                    \
   TARGET static void bwd_part_##SFX(void *ctx, int part) {                                                             \
     job *jb = ctx;                                                                                                     \
-    float *work = malloc(sizeof(float) * bwd_floats(jb->a));                                                           \
+    float *work = malloc(sizeof(float) * bwd_floats(jb));                                                              \
     uint8_t *keep = malloc(BR * BC);                                                                                   \
     if (!work || !keep) atomic_store(&jb->failed, 1);                                                                  \
     else                                                                                                               \
@@ -477,53 +549,6 @@ static size_t bwd_floats(const dp_attn_args *a) { return (size_t)(a->E * BC + a-
 DEFINE_PARTS(avx512, TARGET_AVX512, dp_attn_gemm_avx512, dp_attn_transpose_avx512)
 DEFINE_PARTS(avx2, TARGET_AVX2, dp_attn_gemm_avx2, dp_attn_transpose_plain)
 DEFINE_PARTS(plain, , dp_attn_gemm_plain, dp_attn_transpose_plain)
-
-/* D = rowsum(dO * O), each row's dot product rounded as the tiles' GEMM kernel rounds dZ = dO V^T's (one FMA
- * after another from 0 where the kernel fuses, a multiply then an add in the plain one), so a row whose weights
- * are one-hot (a saturated softmax: O is that key's value row bit for bit) gets dS = P (dZ - D) = 0 exactly, as
- * the composed softmax's backward does, instead of a rounding difference times |K|. Eight rows at a time: eight
- * independent chains hide the FMA's latency. */
-#define FMA_STEP(x, y, z) __builtin_fmaf(x, y, z)
-#define MUL_ADD_STEP(x, y, z) ((z) + (x) * (y))
-#define DEFINE_ROWDOT(SFX, TARGET, STEP)                                                                               \
-  TARGET static void rowdot_##SFX(const dp_attn_args *a, float *D) {                                                   \
-    const int64_t L = a->L, Ev = a->Ev, gs = a->gout->stride[2], os = a->out->stride[2];                               \
-    for (int64_t bh = 0; bh < a->b1 * a->b2; bh++) {                                                                   \
-      const float *go = head_of(a->gout, a, bh), *o = head_of(a->out, a, bh);                                          \
-      for (int64_t i0 = 0; i0 < L; i0 += 8) {                                                                          \
-        int64_t nr = L - i0 < 8 ? L - i0 : 8;                                                                          \
-        float acc[8] = {0};                                                                                            \
-        for (int64_t e = 0; e < Ev; e++)                                                                               \
-          for (int64_t r = 0; r < nr; r++) acc[r] = STEP(go[(i0 + r) * gs + e], o[(i0 + r) * os + e], acc[r]);         \
-        for (int64_t r = 0; r < nr; r++) D[bh * L + i0 + r] = acc[r];                                                  \
-      }                                                                                                                \
-    }                                                                                                                  \
-  }
-/* AVX-512: 16 rows in the lanes of one vector, each lane the same chain of FMAs in the same order, fed by blocks
- * of dO and O transposed in registers (the loop above compiled to scalar code with strided loads: 6% of the GPT
- * example's attention backward) */
-TARGET_AVX512 static void rowdot_avx512(const dp_attn_args *a, float *D) {
-  enum { EB = 64 };
-  float tg[EB * 16] = {0}, to[EB * 16] = {0}; /* lanes past a short block keep old values, never garbage */
-  const int64_t L = a->L, Ev = a->Ev, gs = a->gout->stride[2], os = a->out->stride[2];
-  for (int64_t bh = 0; bh < a->b1 * a->b2; bh++) {
-    const float *go = head_of(a->gout, a, bh), *o = head_of(a->out, a, bh);
-    for (int64_t i0 = 0; i0 < L; i0 += 16) {
-      int64_t nr = L - i0 < 16 ? L - i0 : 16;
-      __m512 acc = _mm512_setzero_ps();
-      for (int64_t e0 = 0; e0 < Ev; e0 += EB) {
-        int64_t ne = Ev - e0 < EB ? Ev - e0 : EB;
-        dp_attn_transpose_avx512(go + i0 * gs + e0, gs, nr, ne, tg, 16);
-        dp_attn_transpose_avx512(o + i0 * os + e0, os, nr, ne, to, 16);
-        for (int64_t e = 0; e < ne; e++)
-          acc = _mm512_fmadd_ps(_mm512_loadu_ps(tg + e * 16), _mm512_loadu_ps(to + e * 16), acc);
-      }
-      _mm512_mask_storeu_ps(D + bh * L + i0, lanes16(nr), acc);
-    }
-  }
-}
-DEFINE_ROWDOT(avx2, TARGET_AVX2, FMA_STEP)
-DEFINE_ROWDOT(plain, , MUL_ADD_STEP)
 
 static int forced_isa = -1;
 
@@ -557,126 +582,36 @@ static int run(job *jb, bool forward) {
   return atomic_load(&jb->failed) ? dp_error("attention: out of memory for the tiles") : 0;
 }
 
-/* ---- the double reference path (float64 and other dtypes) ---- */
-#define LDT(t, off) dp_load_d((const char *)dp_data(t) + (size_t)(off)*dp_elsize(t), (t)->dtype)
-#define STT(t, off, v) dp_store_d((char *)dp_data(t) + (size_t)(off)*dp_elsize(t), (t)->dtype, (v))
-
-static int64_t off4(const dp_tensor *t, const dp_attn_args *a, int64_t bh, int64_t row, int64_t col) {
-  return (bh / a->b2) * t->stride[0] + (bh % a->b2) * t->stride[1] + row * t->stride[2] + col * t->stride[3];
-}
-
-/* scores of query i against every key, masked; returns their maximum */
-static double ref_scores(const dp_attn_args *a, int64_t bh, int64_t i, double *s) {
-  double mx = -INFINITY;
-  for (int64_t j = 0; j < a->S; j++) {
-    double d = 0;
-    for (int64_t e = 0; e < a->E; e++) d += LDT(a->q, off4(a->q, a, bh, i, e)) * LDT(a->k, off4(a->k, a, bh, j, e));
-    d *= a->scale;
-    if (a->mask) {
-      int64_t mo = off4(a->mask, a, bh, i, j);
-      if (a->mask_bool) d = ((const uint8_t *)dp_data(a->mask))[mo] ? d : -INFINITY;
-      else d += LDT(a->mask, mo);
-    }
-    if (a->causal && j > i) d = -INFINITY;
-    s[j] = d;
-    mx = d > mx ? d : mx;
-  }
-  return mx;
-}
-
-static double ref_keep(const dp_attn_args *a, int64_t bh, int64_t i, int64_t j) {
-  if (a->dropout_p <= 0) return 1.0;
-  uint64_t e = (uint64_t)((bh * a->L + i) * a->S + j);
-  return dp_attn_keep(a->seed, a->offset, e, (float)a->dropout_p) ? 1.0 / (1.0 - a->dropout_p) : 0.0;
-}
-
-static int ref_forward(dp_tensor *out, dp_tensor *lse, const dp_attn_args *a) {
-  int64_t BH = a->b1 * a->b2, L = a->L, S = a->S, Ev = a->Ev;
-  double *s = malloc(sizeof(double) * (size_t)(S + Ev + 1));
-  if (!s) return dp_error("attention: out of memory");
-  double *acc = s + S;
-  for (int64_t bh = 0; bh < BH; bh++)
-    for (int64_t i = 0; i < L; i++) {
-      double mx = ref_scores(a, bh, i, s), l = 0;
-      for (int64_t e = 0; e < Ev; e++) acc[e] = 0;
-      if (mx != -INFINITY)
-        for (int64_t j = 0; j < S; j++) {
-          double p = exp(s[j] - mx);
-          l += p;
-          double z = p * ref_keep(a, bh, i, j);
-          for (int64_t e = 0; e < Ev; e++) acc[e] += z * LDT(a->v, off4(a->v, a, bh, j, e));
-        }
-      for (int64_t e = 0; e < Ev; e++) STT(out, off4(out, a, bh, i, e), l > 0 ? acc[e] / l : 0.0);
-      STT(lse, bh * L + i, l > 0 ? mx + log(l) : -INFINITY);
-    }
-  free(s);
-  return 0;
-}
-
-static int ref_backward(dp_tensor *gq, dp_tensor *gk, dp_tensor *gv, dp_tensor *gmask, const dp_attn_args *a) {
-  int64_t BH = a->b1 * a->b2, L = a->L, S = a->S, E = a->E, Ev = a->Ev;
-  double *s = malloc(sizeof(double) * (size_t)(S + E + S * E + S * Ev));
-  if (!s) return dp_error("attention: out of memory");
-  double *dq = s + S, *dk = dq + E, *dv = dk + S * E;
-  for (int64_t bh = 0; bh < BH; bh++) {
-    memset(dk, 0, sizeof(double) * (size_t)(S * E + S * Ev));
-    for (int64_t i = 0; i < L; i++) {
-      double li = LDT(a->lse, bh * L + i), Di = 0;
-      ref_scores(a, bh, i, s);
-      for (int64_t e = 0; e < Ev; e++)
-        Di += LDT(a->gout, off4(a->gout, a, bh, i, e)) * LDT(a->out, off4(a->out, a, bh, i, e));
-      for (int64_t e = 0; e < E; e++) dq[e] = 0;
-      for (int64_t j = 0; j < S; j++) {
-        double p = li == -INFINITY ? 0.0 : exp(s[j] - li), keep = ref_keep(a, bh, i, j), dz = 0;
-        for (int64_t e = 0; e < Ev; e++) {
-          double go = LDT(a->gout, off4(a->gout, a, bh, i, e));
-          dv[j * Ev + e] += p * keep * go;
-          dz += go * LDT(a->v, off4(a->v, a, bh, j, e));
-        }
-        double ds = p * (dz * keep - Di);
-        if (gmask) STT(gmask, off4(gmask, a, bh, i, j), ds);
-        for (int64_t e = 0; e < E; e++) {
-          dq[e] += a->scale * ds * LDT(a->k, off4(a->k, a, bh, j, e));
-          dk[j * E + e] += a->scale * ds * LDT(a->q, off4(a->q, a, bh, i, e));
-        }
-      }
-      for (int64_t e = 0; e < E; e++) STT(gq, off4(gq, a, bh, i, e), dq[e]);
-    }
-    for (int64_t j = 0; j < S; j++) {
-      for (int64_t e = 0; e < E; e++) STT(gk, off4(gk, a, bh, j, e), dk[j * E + e]);
-      for (int64_t e = 0; e < Ev; e++) STT(gv, off4(gv, a, bh, j, e), dv[j * Ev + e]);
-    }
-  }
-  free(s);
-  return 0;
-}
-
 /* ---- the entries ---- */
-static bool fast_path(const dp_attn_args *a) {
-  return a->q->dtype == DP_F32 && a->k->dtype == DP_F32 && a->v->dtype == DP_F32 &&
-         (!a->mask || a->mask_bool || a->mask->dtype == DP_F32);
+/* The tiles take float32 operands, and bfloat16 ones through the staging; the reference path the rest. */
+static bool fast_path(const dp_attn_args *a, const dp_tensor *const *same, int n) {
+  dp_dtype dt = a->q->dtype;
+  if ((dt != DP_F32 && dt != DP_BF16) || a->k->dtype != dt || a->v->dtype != dt) return false;
+  if (a->mask && !a->mask_bool && a->mask->dtype != DP_F32 && a->mask->dtype != dt) return false;
+  for (int i = 0; i < n; i++)
+    if (same[i] && same[i]->dtype != dt) return false;
+  return true;
 }
 
 int dp_cpu_attention(dp_tensor *out, dp_tensor *lse, const dp_attn_args *a) {
   if (a->b1 * a->b2 * a->L == 0) return 0;
-  if (!fast_path(a)) return ref_forward(out, lse, a);
+  if (!fast_path(a, (const dp_tensor *[]){out}, 1) || (a->out_f32 && a->out_f32->dtype != DP_F32))
+    return dp_attn_ref_forward(out, lse, a);
   job jb = {.a = a, .out = out, .lse = lse, .nqb = (a->L + BR - 1) / BR, .isa = best_isa()};
+  jb.stage = a->q->dtype != DP_F32;
   jb.tasks = a->b1 * a->b2 * jb.nqb;
   atomic_init(&jb.failed, 0);
   return run(&jb, true);
 }
 
 int dp_cpu_attention_backward(dp_tensor *gq, dp_tensor *gk, dp_tensor *gv, dp_tensor *gmask, const dp_attn_args *a) {
-  int64_t BH = a->b1 * a->b2, L = a->L;
-  if (BH == 0) return 0;
-  if (!fast_path(a)) return ref_backward(gq, gk, gv, gmask, a);
-  float *D = malloc(sizeof(float) * (size_t)(BH * L + 1));
-  if (!D) return dp_error("attention: out of memory");
-  int isa = best_isa();
-  (isa == 2 ? rowdot_avx512 : isa == 1 ? rowdot_avx2 : rowdot_plain)(a, D);
-  job jb = {.a = a, .gq = gq, .gk = gk, .gv = gv, .gmask = gmask, .D = D, .tasks = BH, .isa = isa};
+  if (a->b1 * a->b2 == 0) return 0;
+  /* out: float32 (the unrounded one) or the operands' dtype; the mask's gradient float32 */
+  if (!fast_path(a, (const dp_tensor *[]){a->gout, gq, gk, gv}, 4) || (gmask && gmask->dtype != DP_F32) ||
+      (a->out->dtype != DP_F32 && a->out->dtype != a->q->dtype))
+    return dp_attn_ref_backward(gq, gk, gv, gmask, a);
+  job jb = {.a = a, .gq = gq, .gk = gk, .gv = gv, .gmask = gmask, .tasks = a->b1 * a->b2, .isa = best_isa()};
+  jb.stage = a->q->dtype != DP_F32;
   atomic_init(&jb.failed, 0);
-  int rc = run(&jb, false);
-  free(D);
-  return rc;
+  return run(&jb, false);
 }
