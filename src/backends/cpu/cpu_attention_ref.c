@@ -107,4 +107,3 @@ int dp_attn_ref_backward(dp_tensor *gq, dp_tensor *gk, dp_tensor *gv, dp_tensor 
   free(s);
   return 0;
 }
-

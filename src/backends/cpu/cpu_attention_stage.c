@@ -17,10 +17,10 @@
 #define TARGET_AVX2 __attribute__((target("avx2,fma")))
 #define INLINE static inline __attribute__((always_inline))
 
-INLINE void widen_body(const void *src, dp_dtype dt, int64_t lds, int64_t rows, int64_t cols, float *dst,
-                       int64_t ldd) {
+INLINE void widen_body(const void *src, dp_dtype dt, int64_t lds, int64_t rows, int64_t cols, float *dst, int64_t ldd) {
   if (dt == DP_F32) {
-    for (int64_t r = 0; r < rows; r++) memcpy(dst + r * ldd, (const float *)src + r * lds, sizeof(float) * (size_t)cols);
+    for (int64_t r = 0; r < rows; r++)
+      memcpy(dst + r * ldd, (const float *)src + r * lds, sizeof(float) * (size_t)cols);
     return;
   }
   for (int64_t r = 0; r < rows; r++) {
@@ -46,7 +46,7 @@ INLINE void narrow_body(const float *src, int64_t lds, int64_t rows, int64_t col
       uint32_t u;
       memcpy(&u, &x[c], 4);
       uint32_t n = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; /* round to nearest even */
-      uint32_t q = (u >> 16) | 0x40u;                     /* NaN stays a (quiet) NaN */
+      uint32_t q = (u >> 16) | 0x40u;                      /* NaN stays a (quiet) NaN */
       o[c] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : n);
     }
   }
@@ -94,7 +94,7 @@ void dp_attn_narrow(int isa, const float *src, int64_t lds, int64_t rows, int64_
 #define FMA_STEP(x, y, z) __builtin_fmaf(x, y, z)
 #define MUL_ADD_STEP(x, y, z) ((z) + (x) * (y))
 #define DEFINE_ROWDOT(SFX, TARGET, STEP)                                                                               \
-  TARGET static void rowdot_##SFX(const float *go, int64_t gs, const float *o, int64_t os, int64_t L, int64_t Ev,     \
+  TARGET static void rowdot_##SFX(const float *go, int64_t gs, const float *o, int64_t os, int64_t L, int64_t Ev,      \
                                   float *D) {                                                                          \
     for (int64_t i0 = 0; i0 < L; i0 += 8) {                                                                            \
       int64_t nr = L - i0 < 8 ? L - i0 : 8;                                                                            \
