@@ -18,14 +18,7 @@ local function values(n)
   return t
 end
 
-local function same_bits(a, b, what)
-  local x, y = a:double():totable(), b:double():totable()
-  assert.equal(#x, #y, what)
-  for i = 1, #x do
-    local ok = (x[i] ~= x[i] and y[i] ~= y[i]) or (x[i] == y[i] and 1 / x[i] == 1 / y[i])
-    if not ok then error(string.format("%s: element %d is %s, the float64 path gives %s", what, i, x[i], y[i]), 2) end
-  end
-end
+local function same_bits(a, b, what) require("helpers.bits").same_bits(a, b, what, "the float64 path") end
 
 describe("dropout's float32 kernels", function()
   for _, isa in ipairs(ISAS) do

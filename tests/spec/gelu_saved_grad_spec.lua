@@ -7,12 +7,7 @@ local ddp = require "ddplua"
 
 local function same_bits(a, b, what)
   assert.equal(b:dtype(), a:dtype(), what)
-  local x, y = a:double():reshape(-1):totable(), b:double():reshape(-1):totable()
-  assert.equal(#y, #x, what)
-  for i = 1, #x do
-    local ok = (x[i] ~= x[i] and y[i] ~= y[i]) or (x[i] == y[i] and 1 / x[i] == 1 / y[i])
-    if not ok then error(string.format("%s: element %d is %s, recomputing gives %s", what, i, x[i], y[i]), 2) end
-  end
+  require("helpers.bits").same_bits(a, b, what, "recomputing")
 end
 
 local function input(rows, cols, dtype)
