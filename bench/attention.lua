@@ -27,18 +27,8 @@ ddp.set_num_threads(cfg.threads)
 ddp.manual_seed(0)
 print("cpu=" .. ddp.core.cpu_info())
 
-local function median_ms(fn)
-  for _ = 1, 3 do fn() end -- warm up: the allocator's cache, the pool
-  local t = {}
-  for i = 1, cfg.runs do
-    collectgarbage() -- the previous run's tensors freed untimed
-    local t0 = ddp.clock()
-    fn()
-    t[i] = (ddp.clock() - t0) * 1e3
-  end
-  table.sort(t)
-  return t[(cfg.runs + 1) // 2]
-end
+local median_of = dofile((arg and arg[0] or "bench/x.lua"):gsub("[^/]*$", "") .. "median_ms.lua")
+local function median_ms(fn) return median_of(ddp, cfg.runs, fn) end
 
 local cases = {
   { name = "GPT B=16 T=128 C=128 4 heads causal", B = 16, T = 128, C = 128, H = 4, causal = true },

@@ -25,22 +25,8 @@ end
 ddp.set_num_threads(cfg.threads)
 ddp.manual_seed(0)
 
-local function median_ms(fn)
-  -- warm up: BLAS initialisation, primitives, blocks for the allocator cache
-  for _ = 1, 3 do fn() end
-  local t = {}
-  for i = 1, cfg.runs do
-    -- free the previous run's tensors into the allocator cache first
-    -- (untimed), as PyTorch frees them at once: the figure is the op's
-    -- steady-state cost, not the page faults of fresh memory
-    collectgarbage()
-    local t0 = ddp.clock()
-    fn()
-    t[i] = (ddp.clock() - t0) * 1e3
-  end
-  table.sort(t)
-  return t[(cfg.runs + 1) // 2]
-end
+local median_of = dofile((arg and arg[0] or "bench/x.lua"):gsub("[^/]*$", "") .. "median_ms.lua")
+local function median_ms(fn) return median_of(ddp, cfg.runs, fn) end
 
 local function leaf(...) return ddp.randn(...):requires_grad_() end
 local MB = 1024 * 1024
