@@ -90,6 +90,9 @@ static dp_tensor *sum_impl(const char *opname, dp_tensor *x, int n, const int *d
   int64_t count = 1;
   for (int d = 0; d < x->ndim; d++)
     if (mask[d]) count *= x->shape[d];
+  /* bfloat16 and float16 accumulate in float32 through every reduced dim and the mean's division, rounded to
+   * their dtype once at the end (PyTorch's CPU kernels; rounding after each dim would round two or three times) */
+  const dp_dtype acc = odt == DP_BF16 || odt == DP_F16 ? DP_F32 : odt;
   DP_SCOPE(s);
   dp_tensor *cur;
   if (x->ndim == 0) {
@@ -99,7 +102,7 @@ static dp_tensor *sum_impl(const char *opname, dp_tensor *x, int n, const int *d
     /* everything at once: one row of numel elements */
     dp_tensor *c = dp_scope_add(&s, dp_contiguous_raw(x));
     int64_t one = 1;
-    cur = c ? dp_scope_add(&s, dp_empty(odt, 1, &one, dp_dev(x))) : NULL;
+    cur = c ? dp_scope_add(&s, dp_empty(acc, 1, &one, dp_dev(x))) : NULL;
     dp_reduce_args ra = {mean ? DP_R_MEAN : DP_R_SUM, 1, c ? dp_numel(c) : 0, 1, 0};
     if (!cur || dp_backend_of(x)->reduce(cur, NULL, c, &ra)) return NULL;
     int64_t sh[DP_MAXDIM];
@@ -108,9 +111,10 @@ static dp_tensor *sum_impl(const char *opname, dp_tensor *x, int n, const int *d
   } else { /* dim by dim, from the last */
     cur = x;
     for (int d = x->ndim - 1; d >= 0 && cur; d--)
-      if (mask[d]) cur = dp_scope_add(&s, reduce_one(DP_R_SUM, cur, d, odt, NULL, 0));
+      if (mask[d]) cur = dp_scope_add(&s, reduce_one(DP_R_SUM, cur, d, acc, NULL, 0));
     if (cur && mean) cur = dp_scope_add(&s, dp_binary_scalar(DP_B_DIV, cur, (double)count, false));
   }
+  if (cur && x->ndim > 0 && cur->dtype != odt) cur = dp_scope_add(&s, dp_cast_raw(cur, odt));
   if (cur && !keepdim) cur = dp_scope_add(&s, drop_dims(cur, mask));
   if (!cur) return NULL;
   dp_tensor *out = cur == x ? (dp_retain(x), x) : dp_scope_keep(&s, cur);

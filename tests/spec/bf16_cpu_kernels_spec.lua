@@ -177,4 +177,43 @@ describe("bfloat16 CPU kernels", function()
       same_bits(b.grad, bf(gy:double():sum(1)), string.format("bias gradient [%d, %d]", rows, cols))
     end
   end)
+
+  it("sums and means bfloat16 tensors in blocks through the float32 kernel, rounded once", function()
+    ddp.manual_seed(13)
+    -- randn values span few binades, so every double sum of them is exact: the same bits in any order
+    for _, sz in ipairs({ { 0, 7 }, { 1, 1 }, { 3, 511 }, { 5, 513 }, { 2, 1500 }, { 1030, 3 } }) do
+      local x = bf(ddp.randn(sz[1], sz[2]) * 3)
+      same_bits(x:sum(), bf(x:double():sum()), "sum of [" .. sz[1] .. ", " .. sz[2] .. "]")
+      for d = 1, 2 do
+        same_bits(x:sum(d), bf(x:double():sum(d)), "sum over dim " .. d)
+        if sz[1] * sz[2] > 0 then same_bits(x:mean(d), bf(x:float():mean(d)), "mean over dim " .. d) end
+      end
+    end
+    -- over two dims at once and the mean: accumulated in float32 and rounded once, not once per dim
+    local x3 = bf(ddp.randn(6, 7, 130) * 3)
+    same_bits(x3:sum({ 1, 3 }), bf(x3:double():sum({ 1, 3 })), "sum over dims 1 and 3")
+    same_bits(x3:mean({ 1, 3 }), bf(x3:float():mean({ 1, 3 })), "mean over dims 1 and 3")
+    same_bits(x3:mean(), bf(x3:float():mean()), "mean of all")
+    local xf = ddp.randn(4 * 600)
+    xf[600 + 77], xf[1200 + 599] = 0 / 0, math.huge
+    local x = bf(xf:view(4, 600))
+    local s = x:sum(2):float()
+    assert.is_true(s[2]:item() ~= s[2]:item(), "a NaN in the row makes its sum NaN")
+    assert.equal(math.huge, s[3]:item())
+    assert.equal(s[1]:item(), bf(x:double():sum(2))[1]:item())
+  end)
+
+  it("copies and casts an expanded value (a gradient's broadcast scalar) into every element", function()
+    local one = bf(ddp.tensor({ 1.5 }))
+    local e = one:expand(700, 3)
+    same_bits(e:contiguous(), bf(ddp.full({ 700, 3 }, 1.5)), "bfloat16 expand, made contiguous")
+    same_bits(e:float():to("bfloat16"), bf(ddp.full({ 700, 3 }, 1.5)), "cast of an expanded bfloat16")
+    local f = ddp.tensor({ -2.75 }):expand(3, 513):to("bfloat16")
+    same_bits(f, bf(ddp.full({ 3, 513 }, -2.75)), "float32 expanded value cast to bfloat16")
+    local i = ddp.tensor({ 7 }, { dtype = "int64" }):expand(2, 9):float()
+    assert.equal(126, i:sum():item())
+    local t = bf(ddp.randn(40, 30)):t():contiguous() -- a strided 2-byte copy (the transposed view)
+    assert.equal(30, t:size(1))
+  end)
 end)
+

@@ -30,38 +30,57 @@ typedef struct {
   dp_dtype to, from;
 } cast_ctx;
 
+/* one value into n elements es bytes wide, s0 bytes apart: typed stores
+ * (a loop the compiler vectorises when they are contiguous), not a memcpy
+ * call per element */
+#define FILL_WITH(T)                                                                                                   \
+  do {                                                                                                                 \
+    T v_;                                                                                                              \
+    memcpy(&v_, val, sizeof v_);                                                                                       \
+    if (s0 == (int64_t)sizeof v_)                                                                                      \
+      for (int64_t i = 0; i < n; i++) ((T *)dst)[i] = v_;                                                              \
+    else                                                                                                               \
+      for (int64_t i = 0; i < n; i++) memcpy(dst + i * s0, &v_, sizeof v_);                                            \
+  } while (0)
+static void fill_value(char *dst, int64_t s0, const char *val, size_t es, int64_t n) {
+  if (es == 2) FILL_WITH(uint16_t);
+  else if (es == 4) FILL_WITH(uint32_t);
+  else if (es == 8) FILL_WITH(uint64_t);
+  else
+    for (int64_t i = 0; i < n; i++) memcpy(dst + i * s0, val, es);
+}
+#undef FILL_WITH
+
+/* strided elements of one size: typed loads and stores */
+#define COPY_WITH(T)                                                                                                   \
+  for (int64_t i = 0; i < n; i++) {                                                                                    \
+    T v_;                                                                                                              \
+    memcpy(&v_, p[1] + i * s[1], sizeof v_);                                                                           \
+    memcpy(p[0] + i * s[0], &v_, sizeof v_);                                                                           \
+  }
+
 static void copy_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   cast_ctx *c = vctx;
   size_t es = dp_dtype_size(c->to);
   if (c->to == c->from) {
-    if (s[0] == (int64_t)es && s[1] == (int64_t)es) {
-      memcpy(p[0], p[1], (size_t)n * es);
-      return;
-    }
-    if (s[1] == 0) {              /* a broadcast value: typed stores, not a memcpy call per element */
-      if (es == 4 && s[0] == 4) { /* contiguous: a loop the compiler vectorises */
-        uint32_t v, *o = (uint32_t *)p[0];
-        memcpy(&v, p[1], 4);
-        for (int64_t i = 0; i < n; i++) o[i] = v;
-      } else if (es == 4) {
-        uint32_t v;
-        memcpy(&v, p[1], 4);
-        for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], &v, 4);
-      } else if (es == 8) {
-        uint64_t v;
-        memcpy(&v, p[1], 8);
-        for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], &v, 8);
-      } else {
-        for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], p[1], es);
-      }
-      return;
-    }
-    for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], p[1] + i * s[1], es);
+    if (s[0] == (int64_t)es && s[1] == (int64_t)es) memcpy(p[0], p[1], (size_t)n * es);
+    else if (s[1] == 0) fill_value(p[0], s[0], p[1], es, n); /* a broadcast value */
+    else if (es == 2) COPY_WITH(uint16_t)
+    else if (es == 4) COPY_WITH(uint32_t)
+    else if (es == 8) COPY_WITH(uint64_t)
+    else
+      for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], p[1] + i * s[1], es);
     return;
   }
   if (s[0] == (int64_t)es && s[1] == (int64_t)dp_dtype_size(c->from) &&
       dp_cpu_vec_get()->cast(p[0], c->to, p[1], c->from, n))
     return;
+  if (s[1] == 0 && n > 1) { /* a broadcast value cast once (a gradient's expanded scalar), then stored n times */
+    char one[8];
+    copy_row((char *[]){one, p[1]}, (const int64_t[]){(int64_t)es, 0}, 1, vctx);
+    fill_value(p[0], s[0], one, es, n);
+    return;
+  }
   if (c->to == DP_I64 && c->from == DP_U8) {
     for (int64_t i = 0; i < n; i++) *(int64_t *)(p[0] + i * s[0]) = *(uint8_t *)(p[1] + i * s[1]);
     return;
@@ -72,6 +91,7 @@ static void copy_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   }
   for (int64_t i = 0; i < n; i++) dp_store_d(p[0] + i * s[0], c->to, dp_load_d(p[1] + i * s[1], c->from));
 }
+#undef COPY_WITH
 
 /* dst [r, c] contiguous = src with unit stride along its rows' dim (a
  * transposed view), in tiles of 16 x 16: each tile reads 16 source lines

@@ -3,7 +3,9 @@
  * float32, which costs little on a memory-bound loop and keeps a 60000-row
  * mean accurate; integer sums accumulate exactly in int64. float32 sums
  * and extremes run the per-ISA vector kernels (cpu_vec.h), split over the
- * outer rows between threads. */
+ * outer rows between threads; bfloat16 sums too, their rows widened to
+ * float32 in blocks of WIDEN values (exact: a bfloat16 is a float32's top
+ * half) and rounded once into the result. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,10 +18,32 @@
 typedef struct {
   dp_reduce_op op;
   dp_tensor *out, *idx;
-  const float *x;
+  const float *x; /* float32, or bfloat16 (bf16 set) */
   int64_t k, inner, base;
-  bool failed;
+  bool bf16, failed;
 } f32_reduce;
+
+enum { WIDEN = 512 };
+/* the sum of n bfloat16 values, WIDEN at a time through the float32 kernel */
+static double sum_bf16(const dp_cpu_vec *v, const uint16_t *x, int64_t n) {
+  float buf[WIDEN];
+  double s = 0;
+  for (int64_t i = 0; i < n; i += WIDEN) {
+    int64_t m = n - i < WIDEN ? n - i : WIDEN;
+    v->cast(buf, DP_F32, x + i, DP_BF16, m);
+    s += v->sum(buf, m);
+  }
+  return s;
+}
+/* acc[i] += x[i] for n bfloat16 values */
+static void col_acc_bf16(const dp_cpu_vec *v, double *acc, const uint16_t *x, int64_t n) {
+  float buf[WIDEN];
+  for (int64_t i = 0; i < n; i += WIDEN) {
+    int64_t m = n - i < WIDEN ? n - i : WIDEN;
+    v->cast(buf, DP_F32, x + i, DP_BF16, m);
+    v->col_acc(acc + i, buf, m);
+  }
+}
 
 /* outer rows [lo, hi) of a float32 sum or mean */
 static void sum_rows(void *vctx, int64_t lo, int64_t hi) {
@@ -34,13 +58,16 @@ static void sum_rows(void *vctx, int64_t lo, int64_t hi) {
   }
   for (int64_t o = lo; o < hi; o++) {
     const float *r = c->x + o * c->k * c->inner;
+    const uint16_t *rb = (const uint16_t *)c->x + o * c->k * c->inner;
     if (c->inner == 1) {
-      double s = v->sum(r, c->k);
+      double s = c->bf16 ? sum_bf16(v, rb, c->k) : v->sum(r, c->k);
       dp_store_d(op + (size_t)o * os, c->out->dtype, c->op == DP_R_MEAN ? (c->k ? s / (double)c->k : NAN) : s);
       continue;
     }
     memset(acc, 0, sizeof(double) * (size_t)c->inner);
-    for (int64_t j = 0; j < c->k; j++) v->col_acc(acc, r + j * c->inner, c->inner);
+    for (int64_t j = 0; j < c->k; j++)
+      if (c->bf16) col_acc_bf16(v, acc, rb + j * c->inner, c->inner);
+      else v->col_acc(acc, r + j * c->inner, c->inner);
     for (int64_t i = 0; i < c->inner; i++)
       dp_store_d(op + (size_t)(o * c->inner + i) * os, c->out->dtype,
                  c->op == DP_R_MEAN ? (c->k ? acc[i] / (double)c->k : NAN) : acc[i]);
@@ -80,7 +107,7 @@ static void extreme_rows(void *vctx, int64_t lo, int64_t hi) {
 
 static int reduce_f32(dp_reduce_op op, dp_tensor *out, dp_tensor *idx, const dp_tensor *x, const dp_reduce_args *a) {
   if (a->outer == 0 || a->inner == 0) return 0; /* an empty result: nothing to write (no memset of NULL) */
-  f32_reduce c = {op, out, idx, dp_data(x), a->k, a->inner, a->base, false};
+  f32_reduce c = {op, out, idx, dp_data(x), a->k, a->inner, a->base, x->dtype == DP_BF16, false};
   bool sum = op == DP_R_SUM || op == DP_R_MEAN;
   int64_t per = a->k * a->inner;
   dp_cpu_parallel_for(a->outer, DP_GRAIN_MEMORY / (per > 0 ? per : 1) + 1, 1, sum ? sum_rows : extreme_rows, &c);
@@ -210,6 +237,7 @@ int dp_cpu_reduce(dp_tensor *out, dp_tensor *idx, const dp_tensor *x, const dp_r
   bool arg = op == DP_R_ARGMAX || op == DP_R_ARGMIN;
   if (x->dtype == DP_F32 && op != DP_R_PROD && !(extreme && k == 0) && (!extreme || arg || out->dtype == DP_F32))
     return reduce_f32(op, out, idx, x, a);
+  if (x->dtype == DP_BF16 && (op == DP_R_SUM || op == DP_R_MEAN)) return reduce_f32(op, out, idx, x, a);
   switch (op) {
   case DP_R_SUM:
   case DP_R_MEAN:
