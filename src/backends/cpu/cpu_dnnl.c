@@ -1,4 +1,6 @@
-/* oneDNN convolutions and bfloat16 matmuls (see cpu_dnnl.h).
+/* oneDNN convolutions (see cpu_dnnl.h; the bfloat16 matmuls are in
+ * cpu_dnnl_matmul.c, the engine, streams, cache lock and reorders both use
+ * in cpu_dnnl_core.c).
  *
  * A convolution call: the user tensors are NCHW / OIHW; each primitive
  * works in the blocked layouts oneDNN picks for this CPU (nChw16c, ...),
@@ -14,11 +16,6 @@
 #include <stdlib.h>
 
 #ifndef DDPLUA_HAVE_DNNL
-
-const char *dp_dnnl_info(void) { return "not built with oneDNN"; }
-long dp_dnnl_calls(void) { return 0; }
-bool dp_dnnl_available(void) { return false; }
-void dp_dnnl_set_enabled(bool on) { (void)on; }
 int dp_dnnl_conv2d(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g) {
   (void)y, (void)x, (void)w, (void)b, (void)g;
   return 0;
@@ -28,20 +25,14 @@ int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const d
   (void)gx, (void)gw, (void)gb, (void)gy, (void)x, (void)w, (void)g;
   return 0;
 }
-int dp_dnnl_gemm_bf16(const dp_gemm_args *g, const void *bias) {
-  (void)g, (void)bias;
-  return 0;
-}
-bool dp_cpu_native_bf16(void) { return false; }
-
 #else
 
-#include <dlfcn.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_dnnl_core.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/cpu_vec.h"
@@ -49,93 +40,6 @@ bool dp_cpu_native_bf16(void) { return false; }
 #include "backends/cpu/sgemm_kernels.h"
 #include "core/error.h"
 #include "tensor/storage.h"
-
-/* ---- the engine, per-thread streams, oneDNN's own threads off ---- */
-
-static struct {
-  pthread_once_t once;
-  dnnl_engine_t eng;
-  bool ok;
-  int enabled; /* atomic */
-  void (*omp_set_num_threads)(int);
-  char info[160];
-} dn = {.once = PTHREAD_ONCE_INIT, .enabled = 1};
-
-static void init(void) {
-  const char *e = getenv("DDPLUA_DNNL");
-  if (e && strcmp(e, "0") == 0) dn.enabled = 0;
-  /* libgomp came in with libdnnl: ask it for the calling thread's OpenMP
-   * thread count (1, so oneDNN computes on the thread that calls it) */
-  void *gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD);
-  if (gomp) dn.omp_set_num_threads = (void (*)(int))dlsym(gomp, "omp_set_num_threads");
-  dn.ok = dnnl_engine_create(&dn.eng, dnnl_cpu, 0) == dnnl_success;
-  const dnnl_version_t *v = dnnl_version();
-  static const char *const isa_names[] = {
-      "any", "sse41", "avx", "avx2", "avx512_core", "avx512_core_vnni", "avx512_core_bf16", "avx512_core_amx"};
-  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-  const char *isa_name = "other";
-  const dnnl_cpu_isa_t isas[] = {dnnl_cpu_isa_all,
-                                 dnnl_cpu_isa_sse41,
-                                 dnnl_cpu_isa_avx,
-                                 dnnl_cpu_isa_avx2,
-                                 dnnl_cpu_isa_avx512_core,
-                                 dnnl_cpu_isa_avx512_core_vnni,
-                                 dnnl_cpu_isa_avx512_core_bf16,
-                                 dnnl_cpu_isa_avx512_core_amx};
-  for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++)
-    if (isa == isas[i]) isa_name = isa_names[i];
-  snprintf(dn.info, sizeof dn.info, "oneDNN %d.%d.%d (%s)%s", v->major, v->minor, v->patch, isa_name,
-           dn.ok ? "" : ": no CPU engine");
-}
-
-const char *dp_dnnl_info(void) {
-  pthread_once(&dn.once, init);
-  if (dn.ok && !__atomic_load_n(&dn.enabled, __ATOMIC_RELAXED)) return "oneDNN disabled (DDPLUA_DNNL=0)";
-  return dn.info;
-}
-
-bool dp_dnnl_available(void) {
-  pthread_once(&dn.once, init);
-  return dn.ok && __atomic_load_n(&dn.enabled, __ATOMIC_RELAXED);
-}
-
-void dp_dnnl_set_enabled(bool on) {
-  pthread_once(&dn.once, init);
-  __atomic_store_n(&dn.enabled, on ? 1 : 0, __ATOMIC_RELAXED);
-}
-
-static long calls; /* atomic */
-long dp_dnnl_calls(void) { return __atomic_load_n(&calls, __ATOMIC_RELAXED); }
-
-static _Thread_local dnnl_stream_t tl_stream;
-static _Thread_local bool tl_one_omp_thread;
-
-/* One OpenMP thread for oneDNN on the calling thread, set before the
- * thread creates a primitive as well as before it runs one: oneDNN's jit
- * kernels take their thread count when the primitive is created, so one
- * created before the first stream on a thread kept OpenMP's default (every
- * core) and ran its parallel regions on threads the pool already occupies
- * (measured: a 64x32x3x3 weight reorder 7-10 ms, conv2d 1->32 28x28
- * forward 7.8-10.2 ms against 0.87-0.95 with OMP_NUM_THREADS=1). */
-static void one_omp_thread(void) {
-  if (tl_one_omp_thread) return;
-  if (dn.omp_set_num_threads) dn.omp_set_num_threads(1);
-  tl_one_omp_thread = true;
-}
-
-static dnnl_stream_t thread_stream(void) {
-  if (!tl_stream) {
-    one_omp_thread();
-    if (dnnl_stream_create(&tl_stream, dn.eng, dnnl_stream_default_flags) != dnnl_success) tl_stream = NULL;
-  }
-  return tl_stream;
-}
-
-#define DN_CHECK(call)                                                                                                 \
-  do {                                                                                                                 \
-    dnnl_status_t st_ = (call);                                                                                        \
-    if (st_ != dnnl_success) return dp_error("oneDNN: %s failed (status %d)", #call, (int)st_);                        \
-  } while (0)
 
 /* ---- primitives, cached per shape ---- */
 
@@ -157,29 +61,13 @@ typedef struct conv_entry {
   struct conv_entry *next;
 } conv_entry;
 
-enum { CACHE_MAX = 256 };
-static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+enum { CACHE_MAX = DP_DNNL_CACHE_MAX };
 static conv_entry *cache;
 static int cached;
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-static void child_reset(void) { pthread_mutex_init(&cache_mu, NULL); }
-static void register_atfork(void) { pthread_atfork(NULL, NULL, child_reset); }
 
 static void md4(dnnl_memory_desc_t *m, int64_t a, int64_t b, int64_t c, int64_t d, dnnl_format_tag_t tag) {
   dnnl_dims_t dims = {a, b, c, d};
   dnnl_memory_desc_init_by_tag(m, 4, dims, dnnl_f32, tag);
-}
-
-static int make_reorder(dnnl_primitive_t *out, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to) {
-  one_omp_thread();
-  *out = NULL;
-  if (dnnl_memory_desc_equal(from, to)) return 0;
-  dnnl_primitive_desc_t pd;
-  DN_CHECK(dnnl_reorder_primitive_desc_create(&pd, from, dn.eng, to, dn.eng, NULL));
-  dnnl_status_t st = dnnl_primitive_create(out, pd);
-  dnnl_primitive_desc_destroy(pd);
-  if (st != dnnl_success) return dp_error("oneDNN: reorder primitive failed (status %d)", (int)st);
-  return 0;
 }
 
 static void entry_free(conv_entry *e) {
@@ -207,13 +95,13 @@ static dnnl_primitive_desc_t fwd_pd(const conv_key *k, bool bias, const dnnl_pri
                                          bias ? &b : NULL, &dst, s, pl, pr) != dnnl_success)
     return NULL;
   dnnl_primitive_desc_t pd = NULL;
-  if (dnnl_primitive_desc_create(&pd, &cd, attr, dn.eng, NULL) != dnnl_success) return NULL;
+  if (dnnl_primitive_desc_create(&pd, &cd, attr, dp_dnnl_engine(), NULL) != dnnl_success) return NULL;
   return pd;
 }
 
 /* Builds the entry for key (NULL + no error when oneDNN declines). */
 static int entry_make(const conv_key *k, conv_entry **out) {
-  one_omp_thread();
+  dp_dnnl_one_omp_thread();
   *out = NULL;
   dnnl_primitive_attr_t attr;
   DN_CHECK(dnnl_primitive_attr_create(&attr));
@@ -246,7 +134,8 @@ static int entry_make(const conv_key *k, conv_entry **out) {
             : dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &sa, &wa, bias ? &b : NULL, &da,
                                                           s, pl, pr);
     pd = NULL;
-    if (st == dnnl_success && dnnl_primitive_desc_create(&pd, &cd, attr, dn.eng, hint) != dnnl_success) pd = NULL;
+    if (st == dnnl_success && dnnl_primitive_desc_create(&pd, &cd, attr, dp_dnnl_engine(), hint) != dnnl_success)
+      pd = NULL;
     dnnl_primitive_desc_destroy(hint);
     if (!pd) {
       dnnl_primitive_attr_destroy(attr);
@@ -284,9 +173,9 @@ static int entry_make(const conv_key *k, conv_entry **out) {
   dnnl_status_t st = dnnl_primitive_create(&e->prim, pd);
   dnnl_primitive_desc_destroy(pd);
   int rc = st == dnnl_success ? 0 : dp_error("oneDNN: convolution primitive failed (status %d)", (int)st);
-  if (!rc) rc = make_reorder(&e->reorder[0], &e->user[0], &e->md[0]);
-  if (!rc) rc = make_reorder(&e->reorder[1], &e->user[1], &e->md[1]);
-  if (!rc) rc = make_reorder(&e->reorder[2], &e->md[2], &e->user[2]);
+  if (!rc) rc = dp_dnnl_make_reorder(&e->reorder[0], &e->user[0], &e->md[0]);
+  if (!rc) rc = dp_dnnl_make_reorder(&e->reorder[1], &e->user[1], &e->md[1]);
+  if (!rc) rc = dp_dnnl_make_reorder(&e->reorder[2], &e->md[2], &e->user[2]);
   if (rc) {
     entry_free(e);
     return -1;
@@ -298,19 +187,18 @@ static int entry_make(const conv_key *k, conv_entry **out) {
 /* The cached entry for key; *temp set when it could not be cached (the
  * caller frees it). NULL without an error: oneDNN declines the shape. */
 static int entry_get(const conv_key *k, conv_entry **out, bool *temp) {
-  pthread_once(&atfork_once, register_atfork);
   *temp = false;
-  pthread_mutex_lock(&cache_mu);
+  dp_dnnl_cache_lock();
   for (conv_entry *e = cache; e; e = e->next)
     if (memcmp(&e->key, k, sizeof *k) == 0) {
-      pthread_mutex_unlock(&cache_mu);
+      dp_dnnl_cache_unlock();
       *out = e;
       return 0;
     }
-  pthread_mutex_unlock(&cache_mu);
+  dp_dnnl_cache_unlock();
   if (entry_make(k, out)) return -1;
   if (!*out) return 0;
-  pthread_mutex_lock(&cache_mu);
+  dp_dnnl_cache_lock();
   if (cached < CACHE_MAX) {
     (*out)->next = cache;
     cache = *out;
@@ -318,33 +206,18 @@ static int entry_get(const conv_key *k, conv_entry **out, bool *temp) {
   } else {
     *temp = true;
   }
-  pthread_mutex_unlock(&cache_mu);
+  dp_dnnl_cache_unlock();
   return 0;
 }
 
 /* ---- execution ---- */
-
-static int exec_reorder(dnnl_primitive_t r, const dnnl_memory_desc_t *from, void *src, const dnnl_memory_desc_t *to,
-                        void *dst, dnnl_stream_t st) {
-  dnnl_memory_t a = NULL, b = NULL;
-  int rc = 0;
-  if (dnnl_memory_create(&a, from, dn.eng, src) != dnnl_success ||
-      dnnl_memory_create(&b, to, dn.eng, dst) != dnnl_success)
-    rc = dp_error("oneDNN: memory for a reorder failed");
-  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, a}, {DNNL_ARG_TO, b}};
-  if (!rc && (dnnl_primitive_execute(r, st, 2, args) != dnnl_success || dnnl_stream_wait(st) != dnnl_success))
-    rc = dp_error("oneDNN: a reorder failed");
-  if (a) dnnl_memory_destroy(a);
-  if (b) dnnl_memory_destroy(b);
-  return rc;
-}
 
 /* One execution of e: inputs a, b and output c in the user's layout (a,
  * b already in the primitive's when a_ready, b_ready), bias / diff_bias
  * (x layout) may be NULL. */
 static int run_entry_ready(const conv_entry *e, const void *a, bool a_ready, const void *b, bool b_ready, void *c,
                            void *bias) {
-  dnnl_stream_t st = thread_stream();
+  dnnl_stream_t st = dp_dnnl_thread_stream();
   if (!st) return dp_error("oneDNN: cannot create a stream");
   void *buf[3] = {NULL, NULL, NULL}, *ptr[3] = {(void *)a, (void *)b, c}, *scratch = NULL;
   size_t size[3] = {0, 0, 0};
@@ -353,7 +226,7 @@ static int run_entry_ready(const conv_entry *e, const void *a, bool a_ready, con
     if (!e->reorder[i] || (i == 0 && a_ready) || (i == 1 && b_ready)) continue;
     size[i] = dnnl_memory_desc_get_size(&e->md[i]);
     if (!(buf[i] = dp_cpu_alloc(size[i]))) rc = dp_error("oneDNN: out of memory (%zu bytes)", size[i]);
-    else if (i < 2) rc = exec_reorder(e->reorder[i], &e->user[i], ptr[i], &e->md[i], buf[i], st);
+    else if (i < 2) rc = dp_dnnl_exec_reorder(e->reorder[i], &e->user[i], ptr[i], &e->md[i], buf[i], st);
     if (!rc) ptr[i] = buf[i];
   }
   if (!rc && e->scratch && !(scratch = dp_cpu_alloc(e->scratch))) rc = dp_error("oneDNN: out of memory for scratch");
@@ -364,10 +237,11 @@ static int run_entry_ready(const conv_entry *e, const void *a, bool a_ready, con
   dnnl_dims_t sd = {(int64_t)e->scratch};
   dnnl_memory_desc_init_by_tag(&sp_md, 1, sd, dnnl_u8, dnnl_x);
   for (int i = 0; i < 3 && !rc; i++)
-    if (dnnl_memory_create(&m[i], &e->md[i], dn.eng, ptr[i]) != dnnl_success) rc = dp_error("oneDNN: memory failed");
-  if (!rc && bias && dnnl_memory_create(&m[3], &bias_md, dn.eng, bias) != dnnl_success)
+    if (dnnl_memory_create(&m[i], &e->md[i], dp_dnnl_engine(), ptr[i]) != dnnl_success)
+      rc = dp_error("oneDNN: memory failed");
+  if (!rc && bias && dnnl_memory_create(&m[3], &bias_md, dp_dnnl_engine(), bias) != dnnl_success)
     rc = dp_error("oneDNN: memory failed");
-  if (!rc && scratch && dnnl_memory_create(&m[4], &sp_md, dn.eng, scratch) != dnnl_success)
+  if (!rc && scratch && dnnl_memory_create(&m[4], &sp_md, dp_dnnl_engine(), scratch) != dnnl_success)
     rc = dp_error("oneDNN: memory failed");
   if (!rc) {
     int ids[3];
@@ -388,7 +262,7 @@ static int run_entry_ready(const conv_entry *e, const void *a, bool a_ready, con
     if (dnnl_primitive_execute(e->prim, st, n, args) != dnnl_success || dnnl_stream_wait(st) != dnnl_success)
       rc = dp_error("oneDNN: a convolution failed");
   }
-  if (!rc && buf[2]) rc = exec_reorder(e->reorder[2], &e->md[2], buf[2], &e->user[2], c, st);
+  if (!rc && buf[2]) rc = dp_dnnl_exec_reorder(e->reorder[2], &e->md[2], buf[2], &e->user[2], c, st);
   for (int i = 0; i < 5; i++)
     if (m[i]) dnnl_memory_destroy(m[i]);
   for (int i = 0; i < 3; i++)
@@ -498,7 +372,7 @@ static void finish(conv_call *k) {
 }
 
 static int run_call(conv_call *k) {
-  __atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED);
+  dp_dnnl_count_calls(1);
   dp_cpu_parallel_for(k->parts, 1, 1, run_parts, k);
   return k->failed ? dp_error("%s", k->err) : 0;
 }
@@ -514,9 +388,9 @@ static int prepare_weights(conv_call *k, const void *w, void **buf, size_t *size
   }
   *size = dnnl_memory_desc_get_size(&e->md[1]);
   if (!(*buf = dp_cpu_alloc(*size))) return dp_error("oneDNN: out of memory for weights");
-  dnnl_stream_t st = thread_stream();
+  dnnl_stream_t st = dp_dnnl_thread_stream();
   if (!st) return dp_error("oneDNN: cannot create a stream");
-  if (exec_reorder(e->reorder[1], &e->user[1], (void *)w, &e->md[1], *buf, st)) return -1;
+  if (dp_dnnl_exec_reorder(e->reorder[1], &e->user[1], (void *)w, &e->md[1], *buf, st)) return -1;
   k->b = *buf, k->b_ready = true;
   return 0;
 }
@@ -655,11 +529,11 @@ static int run_pair_part(const conv_call *kd, const conv_call *kw, int64_t p) {
   size_t size = 0;
   int rc = 0;
   if (ed->reorder[0]) {
-    dnnl_stream_t st = thread_stream();
+    dnnl_stream_t st = dp_dnnl_thread_stream();
     size = dnnl_memory_desc_get_size(&ed->md[0]);
     if (!st) rc = dp_error("oneDNN: cannot create a stream");
     else if (!(buf = dp_cpu_alloc(size))) rc = dp_error("oneDNN: out of memory (%zu bytes)", size);
-    else rc = exec_reorder(ed->reorder[0], &ed->user[0], (void *)gy, &ed->md[0], buf, st);
+    else rc = dp_dnnl_exec_reorder(ed->reorder[0], &ed->user[0], (void *)gy, &ed->md[0], buf, st);
   }
   const void *g = buf ? buf : (const void *)gy;
   if (!rc) rc = run_entry_ready(ed, g, buf != NULL, kd->b, kd->b_ready, kd->c + (size_t)n0 * kd->c_img, NULL);
@@ -690,7 +564,7 @@ static void run_pair_parts(void *vctx, int64_t lo, int64_t hi) {
  * both backwards together */
 static int run_weights(conv_call *k, const conv_call *kd) {
   if (!kd) return run_call(k);
-  __atomic_fetch_add(&calls, 2, __ATOMIC_RELAXED);
+  dp_dnnl_count_calls(2);
   conv_pair pp = {kd, k};
   dp_cpu_parallel_for(k->parts, 1, 1, run_pair_parts, &pp);
   return k->failed ? dp_error("%s", k->err) : 0;
@@ -755,133 +629,6 @@ static int conv2d_backward_f32(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, cons
   if (have_d) finish(&kd);
   if (have_w) finish(&kw);
   return rc ? -1 : declined ? 0 : 1;
-}
-
-/* ---- bfloat16 GEMM (matmul primitives, cached per shape) ---- */
-
-bool dp_cpu_native_bf16(void) {
-  static int known = -1;
-  if (known < 0) {
-    const char *d = dp_cpu_describe(), *force = getenv("DDPLUA_DNNL_BF16");
-    known = (strstr(d, "amx_bf16") || strstr(d, "avx512_bf16") || (force && strcmp(force, "1") == 0)) ? 1 : 0;
-  }
-  return known == 1;
-}
-
-typedef struct { /* all int64: compared with memcmp */
-  int64_t ta, tb, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, beta, bias;
-} mm_key;
-
-typedef struct mm_entry {
-  mm_key key;
-  dnnl_primitive_t prim;
-  dnnl_memory_desc_t a, b, c, bias;
-  size_t scratch;
-  struct mm_entry *next;
-} mm_entry;
-
-static mm_entry *mm_cache;
-static int mm_cached;
-
-/* a [batch, rows, cols] view with the given strides (batch stride 0: one
- * matrix broadcast over the batch) */
-static void md3(dnnl_memory_desc_t *m, int64_t batch, int64_t rows, int64_t cols, int64_t bs, int64_t rs, int64_t cs,
-                dnnl_data_type_t dt) {
-  dnnl_dims_t dims = {bs == 0 ? 1 : batch, rows, cols}, strides = {bs == 0 ? rows * cols : bs, rs, cs};
-  dnnl_memory_desc_init_by_strides(m, 3, dims, dt, strides);
-}
-
-static int mm_make(const mm_key *k, mm_entry **out) {
-  one_omp_thread();
-  *out = NULL;
-  mm_entry *e = calloc(1, sizeof *e);
-  if (!e) return dp_error("oneDNN: out of memory for a matmul primitive");
-  e->key = *k;
-  md3(&e->a, k->batch, k->m, k->k, k->sa, k->ta ? 1 : k->lda, k->ta ? k->lda : 1, dnnl_bf16);
-  md3(&e->b, k->batch, k->k, k->n, k->sb, k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1, dnnl_bf16);
-  md3(&e->c, k->batch, k->m, k->n, k->sc, k->ldc, 1, dnnl_bf16);
-  if (k->bias) md3(&e->bias, 1, 1, k->n, 0, k->n, 1, dnnl_bf16); /* one row, broadcast over batch and rows */
-  dnnl_matmul_desc_t md;
-  dnnl_primitive_attr_t attr = NULL;
-  dnnl_post_ops_t po = NULL;
-  dnnl_primitive_desc_t pd = NULL;
-  bool ok = dnnl_matmul_desc_init(&md, &e->a, &e->b, k->bias ? &e->bias : NULL, &e->c) == dnnl_success &&
-            dnnl_primitive_attr_create(&attr) == dnnl_success &&
-            dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
-  if (ok && k->beta) /* C += A B */
-    ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
-         dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
-  ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, dn.eng, NULL) == dnnl_success;
-  if (ok) {
-    const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-    e->scratch = sp ? dnnl_memory_desc_get_size(sp) : 0;
-    ok = dnnl_primitive_create(&e->prim, pd) == dnnl_success;
-  }
-  if (pd) dnnl_primitive_desc_destroy(pd);
-  if (po) dnnl_post_ops_destroy(po);
-  if (attr) dnnl_primitive_attr_destroy(attr);
-  if (!ok) { /* no implementation: the caller widens to float32 */
-    free(e);
-    return 0;
-  }
-  *out = e;
-  return 0;
-}
-
-int dp_dnnl_gemm_bf16(const dp_gemm_args *g, const void *bias) {
-  if (!dp_dnnl_available() || g->dtype != DP_BF16 || g->alpha != 1.0 || (g->beta != 0.0 && g->beta != 1.0) ||
-      g->m <= 0 || g->n <= 0 || g->k <= 0 || g->batch <= 0)
-    return 0;
-  mm_key key = {g->trans_a, g->trans_b, g->m,        g->n,        g->k,        g->batch,       g->lda,
-                g->ldb,     g->ldc,     g->stride_a, g->stride_b, g->stride_c, g->beta != 0.0, bias != NULL};
-  pthread_once(&atfork_once, register_atfork);
-  mm_entry *e = NULL;
-  pthread_mutex_lock(&cache_mu);
-  for (mm_entry *c = mm_cache; c; c = c->next)
-    if (memcmp(&c->key, &key, sizeof key) == 0) e = c;
-  pthread_mutex_unlock(&cache_mu);
-  bool temp = false;
-  if (!e) {
-    if (mm_make(&key, &e)) return -1;
-    if (!e) return 0;
-    pthread_mutex_lock(&cache_mu);
-    if (mm_cached < CACHE_MAX) {
-      e->next = mm_cache, mm_cache = e, mm_cached++;
-    } else {
-      temp = true;
-    }
-    pthread_mutex_unlock(&cache_mu);
-  }
-  dnnl_stream_t st = thread_stream();
-  void *scratch = e->scratch ? dp_cpu_alloc(e->scratch) : NULL;
-  dnnl_memory_t m[5] = {NULL, NULL, NULL, NULL, NULL};
-  dnnl_memory_desc_t sp_md;
-  dnnl_dims_t sd = {(int64_t)e->scratch};
-  dnnl_memory_desc_init_by_tag(&sp_md, 1, sd, dnnl_u8, dnnl_x);
-  int rc = st && (!e->scratch || scratch) ? 0 : dp_error("oneDNN: no stream or scratch memory for a matmul");
-  if (!rc && (dnnl_memory_create(&m[0], &e->a, dn.eng, (void *)g->a) != dnnl_success ||
-              dnnl_memory_create(&m[1], &e->b, dn.eng, (void *)g->b) != dnnl_success ||
-              dnnl_memory_create(&m[2], &e->c, dn.eng, g->c) != dnnl_success ||
-              (scratch && dnnl_memory_create(&m[3], &sp_md, dn.eng, scratch) != dnnl_success) ||
-              (bias && dnnl_memory_create(&m[4], &e->bias, dn.eng, (void *)bias) != dnnl_success)))
-    rc = dp_error("oneDNN: memory for a matmul failed");
-  if (!rc) {
-    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]}};
-    int na = 3;
-    if (scratch) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m[3]};
-    if (bias) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, m[4]};
-    __atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED);
-    if (dnnl_primitive_execute(e->prim, st, na, args) != dnnl_success || dnnl_stream_wait(st) != dnnl_success)
-      rc = dp_error("oneDNN: a bfloat16 matmul failed");
-  }
-  for (int i = 0; i < 5; i++)
-    if (m[i]) dnnl_memory_destroy(m[i]);
-  if (scratch) dp_cpu_free(scratch, e->scratch);
-  if (temp) {
-    dnnl_primitive_destroy(e->prim);
-    free(e);
-  }
-  return rc ? -1 : 1;
 }
 
 #endif
