@@ -9,6 +9,7 @@
 #include "backends/cpu/cpu_dnnl.h"
 #include "backends/cpu/cpu_fpu.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_model_kernels.h"
 #include "backends/cpu/cpu_peak.h"
 #include "backends/cpu/cpu_vec.h"
 #include "backends/cpu/sgemm.h"
@@ -148,6 +149,14 @@ static int l_set_cpu_kernels(lua_State *L) {
   const char *prev = dp_cpu_vec_get()->name;
   LT_CHECK(L, dp_cpu_vec_set(name));
   lua_pushstring(L, prev);
+  return 1;
+}
+
+/* core.set_attention_amx(on) -> whether it was on: bfloat16 attention's score and weight products on AMX tiles
+ * (the default where the CPU has them) or every operand widened to float32 (cpu_attn_amx.h) */
+static int l_set_attention_amx(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TBOOLEAN);
+  lua_pushboolean(L, dp_cpu_attention_bf16_amx(lua_toboolean(L, 1)));
   return 1;
 }
 
@@ -335,6 +344,7 @@ int luaopen_ddplua_core(lua_State *L) {
                                    {"set_onednn", l_set_onednn},
                                    {"_onednn_calls", l_onednn_calls},
                                    {"set_cpu_kernels", l_set_cpu_kernels},
+                                   {"set_attention_amx", l_set_attention_amx},
                                    {"gemm_impl", l_gemm_impl},
                                    {"set_gemm_impl", l_set_gemm_impl},
                                    {"cuda_is_available", l_cuda_available},

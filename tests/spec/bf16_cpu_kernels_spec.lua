@@ -107,13 +107,16 @@ describe("bfloat16 CPU kernels", function()
 
   it("attention on bfloat16 operands is float32 attention of the widened operands, rounded", function()
     ddp.manual_seed(10)
-    for _, T in ipairs({ 1, 65, 130 }) do
-      local x, gy = bf(ddp.randn(2, T, 3 * 24)), bf(ddp.randn(2, T, 24))
+    -- the widening path, also at the AMX tiles' head dims (32: attention_amx_spec.lua has the tiles on)
+    local amx0 = ddp.core.set_attention_amx(false)
+    for _, c in ipairs({ { 1, 24 }, { 65, 24 }, { 130, 24 }, { 128, 64 } }) do
+      local T, C = c[1], c[2]
+      local x, gy = bf(ddp.randn(2, T, 3 * C)), bf(ddp.randn(2, T, C))
       local xb = x:clone():requires_grad_()
-      local yb = F.self_attention_qkv(xb, 3, { is_causal = true })
+      local yb = F.self_attention_qkv(xb, C == 64 and 2 or 3, { is_causal = true })
       yb:backward(gy)
       local xf = x:float():requires_grad_()
-      local yf = F.self_attention_qkv(xf, 3, { is_causal = true })
+      local yf = F.self_attention_qkv(xf, C == 64 and 2 or 3, { is_causal = true })
       yf:backward(gy:float())
       same_bits(yb, bf(yf), "self_attention_qkv T=" .. T)
       same_bits(xb.grad, bf(xf.grad), "self_attention_qkv backward T=" .. T)
@@ -149,6 +152,7 @@ describe("bfloat16 CPU kernels", function()
       bf(F.scaled_dot_product_attention(q:float(), k:float(), v:float(), { attn_mask = keep })), "a boolean mask")
     assert.has_error(function() F.scaled_dot_product_attention(q, k, v, { attn_mask = mask:float() }) end,
       "scaled_dot_product_attention: attn_mask must be boolean (uint8) or of the query's dtype bfloat16, got float32")
+    ddp.core.set_attention_amx(amx0)
   end)
 
   it("adds a linear's bias before the one rounding, with oneDNN and without", function()

@@ -99,7 +99,7 @@ int dp_dnnl_gemm_bf16(const dp_gemm_args *g, const void *bias) {
     return 0;
   mm_key key = {g->trans_a, g->trans_b, g->m,        g->n,        g->k,        g->batch,       g->lda,
                 g->ldb,     g->ldc,     g->stride_a, g->stride_b, g->stride_c, g->beta != 0.0, bias != NULL};
-    mm_entry *e = NULL;
+  mm_entry *e = NULL;
   dp_dnnl_cache_lock();
   for (mm_entry *c = mm_cache; c; c = c->next)
     if (memcmp(&c->key, &key, sizeof key) == 0) e = c;

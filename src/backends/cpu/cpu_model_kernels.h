@@ -24,6 +24,10 @@ int dp_cpu_attention_backward(dp_tensor *gq, dp_tensor *gk, dp_tensor *gv, dp_te
 /* Tests: run the float32 tiles compiled for isa (2 AVX-512, 1 AVX2, 0 plain;
  * -1 the best the CPU has); -1 when the CPU lacks it. */
 int dp_cpu_attention_force_isa(int isa);
+/* Whether bfloat16 attention multiplies scores and weights in bfloat16 on AMX tiles (cpu_attn_amx.h: on by
+ * default where the CPU has AMX-BF16) or widens every operand to float32 (off: bit for bit float32 attention
+ * rounded once); on < 0 only asks. Returns the previous setting. */
+int dp_cpu_attention_bf16_amx(int on);
 
 /* cpu_rnn.c: recurrent cells and adaptive pooling */
 int dp_cpu_rnn_cell(const dp_rnn_cell_args *a);
