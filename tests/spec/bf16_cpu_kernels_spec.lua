@@ -38,6 +38,29 @@ describe("bfloat16 CPU kernels", function()
     end)
   end
 
+  it("GELU forward and backward at every one of the 65536 bfloat16 values (the table cpu_gelu_table.c keeps)",
+    function()
+      local codes = {}
+      for c = 0, 65535 do codes[#codes + 1] = string.pack("<I2", c) end
+      local x = ddp.core.frombuffer(table.concat(codes), { dtype = "bfloat16" })
+      ddp.manual_seed(21)
+      local gy = bf(ddp.randn(65536) * 4)
+      for _, flush in ipairs({ true, false }) do -- a table per denormal setting: subnormal inputs differ
+        ddp.set_flush_denormal(flush)
+        same_bits(x:gelu(), bf(x:float():gelu()), "gelu forward, flush " .. tostring(flush))
+        local xb = x:clone():requires_grad_()
+        xb:gelu():backward(gy)
+        local xf = x:float():requires_grad_()
+        xf:gelu():backward(gy:float())
+        same_bits(xb.grad, bf(xf.grad), "gelu backward, flush " .. tostring(flush))
+      end
+      ddp.set_flush_denormal(true)
+      -- under no_grad (evaluation), and on a strided view (the widening path)
+      ddp.no_grad(function() same_bits(x:gelu(), bf(x:float():gelu()), "gelu under no_grad") end)
+      local t = x:view(256, 256):t()
+      same_bits(t:gelu(), bf(t:float():gelu()), "gelu of a transposed view")
+    end)
+
   it("unary ops on strided and broadcast bfloat16 views", function()
     local x = values(40 * 30, 3):view(40, 30)
     local t = x:t() -- a transposed view: gathered, then widened

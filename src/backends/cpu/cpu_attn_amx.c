@@ -54,8 +54,7 @@ TARGET_AMX void dp_attn_amx_begin(void) {
 TARGET_AMX void dp_attn_amx_end(void) { _tile_release(); }
 
 TARGET_AMX void dp_attn_amx_scores(int64_t rows, int64_t w, int64_t E, const uint16_t *a, int64_t as,
-                                   const uint32_t *bt, int64_t ldb, float *S, int64_t lds, float scale,
-                                   uint16_t *pad) {
+                                   const uint32_t *bt, int64_t ldb, float *S, int64_t lds, float scale, uint16_t *pad) {
   if (rows < 16) { /* the last strip of a sequence: its rows copied into 16 zero-padded ones */
     memset(pad, 0, sizeof(uint16_t) * (size_t)(16 * E));
     for (int64_t r = 0; r < rows; r++) memcpy(pad + r * E, a + r * as, sizeof(uint16_t) * (size_t)E);
@@ -70,7 +69,8 @@ TARGET_AMX void dp_attn_amx_scores(int64_t rows, int64_t w, int64_t E, const uin
       _tile_dpbf16ps(0, 2, 3);
     }
     _tile_stored(0, S + j0, lds * 4);
-    for (int64_t r = 0; r < rows; r++) _mm512_storeu_ps(S + r * lds + j0, _mm512_mul_ps(vs, _mm512_loadu_ps(S + r * lds + j0)));
+    for (int64_t r = 0; r < rows; r++)
+      _mm512_storeu_ps(S + r * lds + j0, _mm512_mul_ps(vs, _mm512_loadu_ps(S + r * lds + j0)));
   }
 }
 
@@ -118,8 +118,8 @@ TARGET_AMX void dp_attn_amx_pv(int64_t rows, int64_t w, int64_t N, const float *
 
 TARGET_AMX void dp_attn_amx_pair_f32(const float *src, int64_t lds, int64_t rows, int64_t prows, int64_t cols,
                                      float alpha, uint32_t *dst) {
-  const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
-                                          5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+                                          37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
   const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
   const __m512 va = _mm512_set1_ps(alpha);
   for (int64_t p = 0; p < prows; p++) {
@@ -143,8 +143,8 @@ TARGET_AMX void dp_attn_amx_pair_rows(const uint16_t *src, int64_t lds, int64_t 
                                       uint32_t *dst) {
   /* word j: src[2p][j] low, src[2p + 1][j] high; the first 16 of 32 columns of the two rows interleaved, then the
    * next 16 */
-  const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
-                                          5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+                                          37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
   const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
   for (int64_t p = 0; p < prows; p++) {
     uint32_t *d = dst + p * cols;

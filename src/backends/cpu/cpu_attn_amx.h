@@ -38,7 +38,6 @@ void dp_attn_amx_pv(int64_t rows, int64_t w, int64_t N, const float *P, int64_t 
  * dp_attn_amx_pair_f32 from float32 rows, each value scaled by alpha and rounded to bfloat16 */
 void dp_attn_amx_pair_f32(const float *src, int64_t lds, int64_t rows, int64_t prows, int64_t cols, float alpha,
                           uint32_t *dst);
-void dp_attn_amx_pair_rows(const uint16_t *src, int64_t lds, int64_t rows, int64_t prows, int64_t cols,
-                           uint32_t *dst);
+void dp_attn_amx_pair_rows(const uint16_t *src, int64_t lds, int64_t rows, int64_t prows, int64_t cols, uint32_t *dst);
 
 #endif

@@ -272,6 +272,9 @@ static void unary_row(char **p, const int64_t *s, int64_t n, void *vctx) {
     dp_cpu_vec_get()->unary(c->a, (float *)p[0], (const float *)p[1], n);
     return;
   }
+  if (c->a->op == DP_U_GELU && c->to == DP_BF16 && c->from == DP_BF16 && s[0] == 2 && s[1] == 2 &&
+      dp_cpu_gelu_bf16((uint16_t *)p[0], (const uint16_t *)p[1], n))
+    return; /* the same bits by table (cpu_gelu_table.c) */
   if (vec_float(c->to) && vec_float(c->from)) {
     float bx[CHUNK], bo[CHUNK];
     for (int64_t i = 0; i < n; i += CHUNK) {
@@ -311,6 +314,10 @@ static void ugrad_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   bool f32 = true, vf = true, unit = s[0] == 4 && s[1] == 4 && (kx < 0 || s[kx] == 4) && (ky < 0 || s[ky] == 4);
   for (int k = 0; k < 4; k++) f32 = f32 && c->dt[k] == DP_F32, vf = vf && vec_float(c->dt[k]);
   dp_grad_reads reads = dp_unary_ops[c->a->op].grad;
+  if (c->a->op == DP_U_GELU && kx == 2 && ky < 0 && c->dt[0] == DP_BF16 && c->dt[1] == DP_BF16 && c->dt[2] == DP_BF16 &&
+      s[0] == 2 && s[1] == 2 && s[2] == 2 &&
+      dp_cpu_gelu_bf16_backward((uint16_t *)p[0], (const uint16_t *)p[1], (const uint16_t *)p[2], n))
+    return; /* the same bits by table (cpu_gelu_table.c) */
   if (vf && (reads != DP_GRAD_X || kx > 0) && (reads != DP_GRAD_Y || ky > 0)) {
     if (unit && f32) {
       dp_cpu_vec_get()->unary_bwd(c->a, (float *)p[0], (const float *)p[1], kx > 0 ? (const float *)p[kx] : NULL,
@@ -374,8 +381,10 @@ static void unary_grad_row(char **p, const int64_t *s, int64_t n, void *vctx) {
 }
 
 int dp_cpu_unary_with_grad(const dp_unary_args *a, dp_tensor *out, dp_tensor *d, const dp_tensor *x) {
-  if (a->op != DP_U_GELU || !vec_float(x->dtype) || out->dtype != x->dtype || d->dtype != DP_F32 ||
-      !dp_is_contiguous(x) || !dp_is_contiguous(out) || !dp_is_contiguous(d))
+  /* bfloat16 declines: its forward and backward by table (cpu_gelu_table.c) read x, where a saved float32
+   * derivative would double the bytes written and read */
+  if (a->op != DP_U_GELU || !vec_float(x->dtype) || x->dtype == DP_BF16 || out->dtype != x->dtype ||
+      d->dtype != DP_F32 || !dp_is_contiguous(x) || !dp_is_contiguous(out) || !dp_is_contiguous(d))
     return 0;
   unary_ctx c = {a, out->dtype, x->dtype};
   const dp_tensor *ops[3] = {out, d, x};
