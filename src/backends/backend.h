@@ -228,7 +228,8 @@ typedef struct dp_backend {
   /* Optional (NULL: unary, and unary_backward from x later): out = op(x) and d = op'(x) in float32 (d the
    * factor the backward multiplies gy by, so gx = gy * d is unary_backward's result bit for bit), for the
    * ops whose backward recomputes a costly derivative from x (GELU). 1 done, 0 declined (the caller falls
-   * back), -1 error. out, d and x contiguous, of one shape. */
+   * back), -1 error. out, d and x contiguous, of one shape. d NULL only asks: 1 if it would take these
+   * operands, 0 if not, nothing written (so the caller allocates d only when it will be filled). */
   int (*unary_with_grad)(const dp_unary_args *a, dp_tensor *out, dp_tensor *d, const dp_tensor *x);
   int (*binary)(dp_binary_op op, dp_tensor *out, const dp_tensor *a, const dp_tensor *b);
   /* out = a (op) s, or s (op) a when scalar_first. */

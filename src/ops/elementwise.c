@@ -106,6 +106,8 @@ static int unary_saved_grad_backward(dp_node *n, dp_tensor **gout, dp_tensor **g
 static int unary_saving_grad(const dp_unary_args *a, dp_tensor *x, dp_tensor *out) {
   const dp_backend *be = dp_backend_of(x);
   if (!be->unary_with_grad || a->op != DP_U_GELU) return 0;
+  int takes = be->unary_with_grad(a, out, NULL, x); /* before allocating d: bfloat16 GELU declines on the CPU */
+  if (takes != 1) return takes;
   DP_SCOPE(s);
   dp_tensor *d = dp_scope_add(&s, dp_empty(DP_F32, x->ndim, x->shape, dp_dev(x)));
   if (!d) return -1;

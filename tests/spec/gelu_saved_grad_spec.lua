@@ -2,7 +2,9 @@
 -- unary_with_grad; ops/elementwise.c): the backward is gy * d instead of
 -- recomputing Phi and phi from x. Its gradients must be the recomputing
 -- path's bit for bit. A non-contiguous input declines the saving path, so
--- the same values through a transposed view give the reference.
+-- the same values through a transposed view give the reference. (bfloat16
+-- declines too: its contiguous GELU and backward look up a table made from
+-- the same float32 kernels, cpu_gelu_table.c; here it meets the widening path.)
 local ddp = require "ddplua"
 
 local function same_bits(a, b, what)

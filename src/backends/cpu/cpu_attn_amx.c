@@ -94,6 +94,18 @@ TARGET_AMX static inline __m512i to_bf16(__m512 lo, __m512 hi, __m512 va, bool s
   return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
 }
 
+/* the first n of 16 lanes (n may be <= 0 or > 16) */
+static inline __mmask16 first16(int64_t n) { return (__mmask16)(n >= 16 ? 0xFFFFu : n > 0 ? (1u << n) - 1u : 0u); }
+
+/* x and y (32 bfloat16 each: rows 2p and 2p + 1) as 32 pair words at d: word j = x[j] low, y[j] high */
+TARGET_AMX static inline void store_pairs(uint32_t *d, __m512i x, __m512i y) {
+  const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+                                          37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+  _mm512_storeu_si512(d, _mm512_permutex2var_epi16(x, lo_idx, y));
+  _mm512_storeu_si512(d + 16, _mm512_permutex2var_epi16(x, hi_idx, y));
+}
+
 TARGET_AMX void dp_attn_amx_pv(int64_t rows, int64_t w, int64_t N, const float *P, int64_t ldp, float alpha,
                                const uint32_t *vv, float *C, int64_t ldc, bool accumulate, uint16_t *pb, float *tmp) {
   const int64_t steps = (w + 31) / 32, pw = steps * 32; /* keys in whole tile steps, P zero past w */
@@ -101,10 +113,9 @@ TARGET_AMX void dp_attn_amx_pv(int64_t rows, int64_t w, int64_t N, const float *
   for (int64_t r = 0; r < 16; r++)
     for (int64_t c = 0; c < pw; c += 32) {
       int64_t n = r < rows ? w - c : 0; /* rows past `rows`: zeros */
-      __mmask16 lo = (__mmask16)(n >= 16 ? 0xFFFFu : n > 0 ? (1u << n) - 1u : 0u);
-      __mmask16 hi = (__mmask16)(n >= 32 ? 0xFFFFu : n > 16 ? (1u << (n - 16)) - 1u : 0u);
-      _mm512_storeu_si512(pb + r * pw + c, to_bf16(_mm512_maskz_loadu_ps(lo, P + r * ldp + c),
-                                                   _mm512_maskz_loadu_ps(hi, P + r * ldp + c + 16), va, alpha != 1.0f));
+      _mm512_storeu_si512(pb + r * pw + c,
+                          to_bf16(_mm512_maskz_loadu_ps(first16(n), P + r * ldp + c),
+                                  _mm512_maskz_loadu_ps(first16(n - 16), P + r * ldp + c + 16), va, alpha != 1.0f));
     }
   float *c = C;
   int64_t ld = ldc;
@@ -118,41 +129,24 @@ TARGET_AMX void dp_attn_amx_pv(int64_t rows, int64_t w, int64_t N, const float *
 
 TARGET_AMX void dp_attn_amx_pair_f32(const float *src, int64_t lds, int64_t rows, int64_t prows, int64_t cols,
                                      float alpha, uint32_t *dst) {
-  const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
-                                          37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-  const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
   const __m512 va = _mm512_set1_ps(alpha);
-  for (int64_t p = 0; p < prows; p++) {
-    uint32_t *d = dst + p * cols;
-    for (int64_t c = 0; c < cols; c += 32) {
-      /* rows 2p and 2p + 1 as bfloat16, then interleaved value by value */
-      __m512i x = _mm512_setzero_si512(), y = _mm512_setzero_si512();
-      if (2 * p < rows)
-        x = to_bf16(_mm512_loadu_ps(src + 2 * p * lds + c), _mm512_loadu_ps(src + 2 * p * lds + c + 16), va,
-                    alpha != 1.0f);
-      if (2 * p + 1 < rows)
-        y = to_bf16(_mm512_loadu_ps(src + (2 * p + 1) * lds + c), _mm512_loadu_ps(src + (2 * p + 1) * lds + c + 16), va,
-                    alpha != 1.0f);
-      _mm512_storeu_si512(d + c, _mm512_permutex2var_epi16(x, lo_idx, y));
-      _mm512_storeu_si512(d + c + 16, _mm512_permutex2var_epi16(x, hi_idx, y));
+  for (int64_t p = 0; p < prows; p++)
+    for (int64_t c = 0; c < cols; c += 32) { /* rows 2p and 2p + 1 as bfloat16 (zeros past rows), then paired */
+      const float *r0 = src + 2 * p * lds + c, *r1 = r0 + lds;
+      __m512i x = 2 * p < rows ? to_bf16(_mm512_loadu_ps(r0), _mm512_loadu_ps(r0 + 16), va, alpha != 1.0f)
+                               : _mm512_setzero_si512();
+      __m512i y = 2 * p + 1 < rows ? to_bf16(_mm512_loadu_ps(r1), _mm512_loadu_ps(r1 + 16), va, alpha != 1.0f)
+                                   : _mm512_setzero_si512();
+      store_pairs(dst + p * cols + c, x, y);
     }
-  }
 }
 
 TARGET_AMX void dp_attn_amx_pair_rows(const uint16_t *src, int64_t lds, int64_t rows, int64_t prows, int64_t cols,
                                       uint32_t *dst) {
-  /* word j: src[2p][j] low, src[2p + 1][j] high; the first 16 of 32 columns of the two rows interleaved, then the
-   * next 16 */
-  const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
-                                          37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-  const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
-  for (int64_t p = 0; p < prows; p++) {
-    uint32_t *d = dst + p * cols;
+  for (int64_t p = 0; p < prows; p++)
     for (int64_t c = 0; c < cols; c += 32) {
       __m512i x = 2 * p < rows ? _mm512_loadu_si512(src + 2 * p * lds + c) : _mm512_setzero_si512();
       __m512i y = 2 * p + 1 < rows ? _mm512_loadu_si512(src + (2 * p + 1) * lds + c) : _mm512_setzero_si512();
-      _mm512_storeu_si512(d + c, _mm512_permutex2var_epi16(x, lo_idx, y));
-      _mm512_storeu_si512(d + c + 16, _mm512_permutex2var_epi16(x, hi_idx, y));
+      store_pairs(dst + p * cols + c, x, y);
     }
-  }
 }

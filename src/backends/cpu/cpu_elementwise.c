@@ -384,8 +384,9 @@ int dp_cpu_unary_with_grad(const dp_unary_args *a, dp_tensor *out, dp_tensor *d,
   /* bfloat16 declines: its forward and backward by table (cpu_gelu_table.c) read x, where a saved float32
    * derivative would double the bytes written and read */
   if (a->op != DP_U_GELU || !vec_float(x->dtype) || x->dtype == DP_BF16 || out->dtype != x->dtype ||
-      d->dtype != DP_F32 || !dp_is_contiguous(x) || !dp_is_contiguous(out) || !dp_is_contiguous(d))
+      !dp_is_contiguous(x) || !dp_is_contiguous(out) || (d && (d->dtype != DP_F32 || !dp_is_contiguous(d))))
     return 0;
+  if (!d) return 1; /* the caller asks before it allocates d */
   unary_ctx c = {a, out->dtype, x->dtype};
   const dp_tensor *ops[3] = {out, d, x};
   dp_cpu_foreach_par(3, ops, unary_grad_row, &c, DP_GRAIN_COMPUTE);
