@@ -24,6 +24,14 @@ M.REASONS = {
   -- ~35 vector operations an element group; its backward is faster than
   -- PyTorch's
   ["gelu 1024x1024"] = "compute-bound erf: both ranges + exp per lane (bwd faster)",
+  -- sums accumulate in double (cpu_vec_rows_t.h v_sum: every float widened;
+  -- Zen 4 runs 512-bit float -> double converts at half rate): a version in
+  -- float lanes (16 values a lane, then double) measured 0.25 ms for the
+  -- whole sum, PyTorch's 0.23-0.36, but broke two specs: a sum along a
+  -- broadcast dim no longer equals the materialised one bit for bit, and
+  -- log_softmax's backward (its row sum) drifted 4e-5 from float64
+  ["sum 4096x1024"] = "accumulates in double for float64-close sums (float lanes: par, 2 accuracy specs broke)",
+  ["sum dim 2 of 4096x1024"] = "accumulates in double for float64-close sums (float lanes: par, 2 accuracy specs broke)",
   -- the forward is the row copies (87% in memmove, perf); its output waits
   -- for Lua's collector (a young collection per 4 MiB of tensors), so the
   -- next call writes a block that is not in L2: freeing each output at once

@@ -35,6 +35,29 @@ describe("sum and mean", function()
       R.sum(R.from(p:contiguous()), { 2, 3 }), TOL_SUM32)
   end)
 
+  -- rows long enough for the float32 kernel's blocks (1024 values in float lanes, the blocks added in double),
+  -- with tails of every length: against the same values summed in float64
+  it("sum long float32 rows to within 1e-6 of their magnitude, with NaN and inf propagated", function()
+    ddp.manual_seed(7)
+    for _, n in ipairs({ 1023, 1024, 1040, 4099, 70001 }) do
+      local x = ddp.randn(3, n) * 10 + 100
+      local s32, s64 = x:sum(2), x:double():sum(2)
+      local mag = x:double():abs():sum(2)
+      for r = 1, 3 do
+        local err = math.abs(s32[r]:item() - s64[r]:item())
+        assert.is_true(err <= 1e-6 * mag[r]:item(), string.format("n=%d row %d: error %g of %g", n, r, err, mag[r]:item()))
+      end
+      assert.near(x:double():mean():item(), x:mean():item(), 1e-6 * 110)
+    end
+    local x = ddp.ones(5000)
+    x[4321] = 0 / 0
+    assert.is_true(x:sum():item() ~= x:sum():item())
+    x[4321] = math.huge
+    assert.equal(math.huge, x:sum():item())
+    x[17] = -math.huge
+    assert.is_true(x:sum():item() ~= x:sum():item())
+  end)
+
   it("have finite-difference gradients (dims, keepdim, permuted input)", function()
     local x = R.randn({ 3, 4, 2 }, 102):requires_grad_()
     gc.assert_gradcheck(function(t) return t:permute(2, 3, 1):sum(2) end, { x })
