@@ -136,6 +136,25 @@ describe("float32 CPU kernels", function()
             end
           end)
 
+        it("copies blocks of 8 MiB and more (streamed) whole, at any alignment and length", function()
+          -- src and dst offsets that leave a head before the first cache line and a tail after the last 256 bytes
+          local n = (8 * 1024 * 1024) // 4 + 1000
+          local x = R.randn({ n + 40 }, 11, 1):float()
+          for _, cut in ipairs({ { 1, n }, { 2, n + 3 }, { 17, n - 1 }, { 5, n + 35 } }) do
+            local src = x:narrow(1, cut[1], cut[2])
+            local out = ddp.zeros(cut[2] + 9):float()
+            local dst = out:narrow(1, 4, cut[2])
+            dst:copy_(src)
+            assert.equal(0, dst:ne(src):sum():item(), "copy_ at offset " .. cut[1])
+            assert.equal(0, out:narrow(1, 1, 3):abs():sum():item(), "bytes before the destination untouched")
+            assert.equal(0, out:narrow(1, cut[2] + 4, 6):abs():sum():item(), "bytes after the destination untouched")
+            local c = src:clone()
+            assert.equal(0, c:ne(src):sum():item(), "clone at offset " .. cut[1])
+            local d = src:double():clone() -- 8-byte elements, 16 MiB
+            assert.equal(0, d:ne(src:double()):sum():item(), "float64 clone at offset " .. cut[1])
+          end
+        end)
+
         it("a sum along a broadcast dim is the sum of the materialised tensor, bitwise", function()
           -- reduce.c sums k equal terms as k * v without the expansion
           local v = ddp.tensor({ 0.1, -0.0, 3.5e30, math.huge, -math.huge, 0 / 0, 1e-30, -7.25, 1 / 3 })

@@ -13,6 +13,7 @@
  * (ops/scalar_math_t.h); the per-op float32 loops are generated from the
  * table, so a new op needs nothing here. Large iterations are split over
  * the threads of cpu_parallel.h. */
+#include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
@@ -52,6 +53,49 @@ static void fill_value(char *dst, int64_t s0, const char *val, size_t es, int64_
 }
 #undef FILL_WITH
 
+/* n contiguous bytes; from STREAM_MIN bytes on with non-temporal stores on
+ * AVX-512 and AVX2 (the destination not read first into the cache: a
+ * regular store reads each line before writing it, 3 bytes of traffic per
+ * byte copied instead of 2). glibc's memcpy streams only past 3/4 of the
+ * L3 (24 MiB here), and it copies 2 MiB-aligned blocks (this allocator's
+ * large ones) backward to dodge 4K aliasing. Measured on one AMD EPYC core
+ * (32 MiB L3), median of 60 clones, memcpy against streamed: 4 MiB 0.09 /
+ * 0.16 ms (source and copy stay in the L3: memcpy wins), 8 MiB 0.53 / 0.33,
+ * 16 MiB 1.7-2.7 / 1.05-1.1, 32 MiB 4.7-5.0 / 2.5-2.7; bench/nn_ops.lua's
+ * clone 2048x2048 0.70-0.88 ms against PyTorch's 1.10-1.48 in the same runs.
+ * A streamed copy is not in the cache afterwards; one this size would have
+ * displaced most of it anyway. (Streaming a binary op's output the same way
+ * made a 4 MiB mul 2x slower and did not speed up the 16 MiB broadcast add.) */
+#define STREAM_MIN ((size_t)8 << 20)
+#define TARGET_AVX512 __attribute__((target("avx512f")))
+#define TARGET_AVX2 __attribute__((target("avx2")))
+TARGET_AVX512 static void stream_avx512(char *d, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i += 256)
+    for (int k = 0; k < 4; k++) _mm512_stream_ps((float *)(d + i + 64 * k), _mm512_loadu_ps(s + i + 64 * k));
+}
+TARGET_AVX2 static void stream_avx2(char *d, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i += 128)
+    for (int k = 0; k < 4; k++)
+      _mm256_stream_ps((float *)(d + i + 32 * k), _mm256_loadu_ps((const float *)(s + i + 32 * k)));
+}
+/* the whole lines with non-temporal stores (w: the vector table's width, 8 or 16), the partial ones around
+ * them with memcpy, then a fence: the stores are weakly ordered, and another thread reads them next */
+static void stream_bytes(char *d, const char *s, size_t n, int w) {
+  size_t head = (64 - (uintptr_t)d % 64) % 64;
+  if (head > n) head = n;
+  size_t body = (n - head) / 256 * 256;
+  memcpy(d, s, head); /* to the destination's first cache line */
+  if (w == 16) stream_avx512(d + head, s + head, body);
+  else stream_avx2(d + head, s + head, body);
+  memcpy(d + head + body, s + head + body, n - head - body);
+  _mm_sfence();
+}
+static void copy_bytes(char *d, const char *s, size_t n) {
+  int w = dp_cpu_vec_get()->width;
+  if (n < STREAM_MIN || w < 8) memcpy(d, s, n);
+  else stream_bytes(d, s, n, w);
+}
+
 /* strided elements of one size: typed loads and stores */
 #define COPY_WITH(T)                                                                                                   \
   for (int64_t i = 0; i < n; i++) {                                                                                    \
@@ -64,7 +108,7 @@ static void copy_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   cast_ctx *c = vctx;
   size_t es = dp_dtype_size(c->to);
   if (c->to == c->from) {
-    if (s[0] == (int64_t)es && s[1] == (int64_t)es) memcpy(p[0], p[1], (size_t)n * es);
+    if (s[0] == (int64_t)es && s[1] == (int64_t)es) copy_bytes(p[0], p[1], (size_t)n * es);
     else if (s[1] == 0) fill_value(p[0], s[0], p[1], es, n); /* a broadcast value */
     else if (es == 2) COPY_WITH(uint16_t)
     else if (es == 4) COPY_WITH(uint32_t)
