@@ -134,6 +134,14 @@ describe("float32 CPU kernels", function()
                 end
               end
             end
+            -- large enough that the row blocks are split over the threads (the 2-thread runs)
+            local big = R.randn({ 1000, 530 }, 31, 1)
+            for _, dtype in ipairs({ "float32", "float64" }) do
+              local src = big:to(dtype)
+              local got = src:t():contiguous()
+              assert.same({ 530, 1000 }, got:size())
+              assert.equal(0, got:ne(src:t()):sum():item(), dtype .. " [1000, 530] transposed")
+            end
           end)
 
         it("copies blocks of 8 MiB and more (streamed) whole, at any alignment and length", function()
