@@ -91,8 +91,8 @@ static void stream_bytes(char *d, const char *s, size_t n, int w) {
   _mm_sfence();
 }
 static void copy_bytes(char *d, const char *s, size_t n) {
-  int w = dp_cpu_vec_get()->width;
-  if (n < STREAM_MIN || w < 8) memcpy(d, s, n);
+  int w = n < STREAM_MIN ? 0 : dp_cpu_vec_get()->width; /* a row copy's usual case asks for no table */
+  if (w < 8) memcpy(d, s, n);
   else stream_bytes(d, s, n, w);
 }
 
