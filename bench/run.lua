@@ -310,6 +310,18 @@ benchmarks[#benchmarks + 1] = function(c)
       ratio = a / g, goal = ">= 5.00x", pass = a / g >= 5 }
     out[#out + 1] = { name = "  busbw / memcpy bandwidth", ours = c.median(ours.bus), fmt = "%.2f", goal = "(info)",
       pass = true }
+    -- DDP's gradient buckets live in the group's shared pool (alloc_shared): the peers' copies reduce in place
+    local shared_cmd = ours_cmd:gsub("shared=0", "shared=1")
+    local shared = c.repeat_runs(function()
+      local row = c.run(shared_cmd):match("\n%s*" .. case.floats * 4 .. "%s+[^\n]*")
+      if not row then error("bench: allreduce_bench shared=1 printed no result", 0) end
+      local v = {}
+      for x in row:gmatch("[%d.]+") do v[#v + 1] = tonumber(x) end
+      return { algbw = v[5] }
+    end)
+    local sa = c.median(shared.algbw)
+    out[#out + 1] = { name = "  in the shared pool (DDP's), GB/s", ours = sa, theirs = g, ratio = sa / g,
+      fmt = "%.2f", goal = "(info)", pass = true }
   end
   return out
 end

@@ -73,7 +73,7 @@ typedef struct {
 typedef struct {
   uint64_t magic;
   uint32_t nlocal, pad0;
-  uint64_t total, slot_bytes, chan_bytes, pool_bytes;
+  uint64_t total, slot_bytes, chan_bytes, pool_bytes, pool_stride; /* pool i at pools_off + i * pool_stride */
   uint64_t ctl_off, chan_ctl_off, slots_off, chans_off, pools_off;
   _Atomic uint32_t mapped; /* futex word: ranks that mapped the segment */
   _Atomic uint32_t aborted;
@@ -125,7 +125,7 @@ static inline shm_chan_ctl *shm_chan(shm_seg *s, int from, int to) {
 }
 uint8_t *shm_chan_buf(shm_seg *s, int from, int to, uint32_t parity);
 static inline uint8_t *shm_pool_base(shm_seg *s, int i) {
-  return s->base + s->hdr->pools_off + (size_t)i * s->hdr->pool_bytes;
+  return s->base + s->hdr->pools_off + (size_t)i * s->hdr->pool_stride;
 }
 
 /* ---- waiting ---- */
