@@ -171,6 +171,19 @@ static int l_onednn_calls(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)dp_dnnl_calls());
   return 1;
 }
+/* core.set_conv_winograd(on) -> whether it was on (cpu_dnnl.h);
+ * core._onednn_winograd_calls(): the calls that ran Winograd so far */
+static int l_set_conv_winograd(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TBOOLEAN);
+  bool was = dp_dnnl_winograd_enabled();
+  dp_dnnl_set_winograd(lua_toboolean(L, 1));
+  lua_pushboolean(L, was);
+  return 1;
+}
+static int l_onednn_winograd_calls(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)dp_dnnl_winograd_calls());
+  return 1;
+}
 static int l_set_onednn(lua_State *L) {
   luaL_checktype(L, 1, LUA_TBOOLEAN);
   bool was = dp_dnnl_available();
@@ -343,6 +356,8 @@ int luaopen_ddplua_core(lua_State *L) {
                                    {"onednn_info", l_onednn_info},
                                    {"set_onednn", l_set_onednn},
                                    {"_onednn_calls", l_onednn_calls},
+                                   {"set_conv_winograd", l_set_conv_winograd},
+                                   {"_onednn_winograd_calls", l_onednn_winograd_calls},
                                    {"set_cpu_kernels", l_set_cpu_kernels},
                                    {"set_attention_amx", l_set_attention_amx},
                                    {"gemm_impl", l_gemm_impl},

@@ -36,7 +36,13 @@ local CASES = {
   -- 64 x 32 x 32): the forward and the input gradient in chunks of 16, 16
   -- and 5 at any thread count
   { 37, 64, 8, 32, 32, 3, 1, 1, true },
+  -- Winograd (3x3, stride 1, 32+ channels): ResNet's 64 -> 64 at 7x7, and
+  -- no padding over odd sizes (partial 4x4 output tiles on both edges)
+  { 3, 64, 64, 7, 7, 3, 1, 1, false },
+  { 2, 32, 48, 9, 11, 3, 1, 0, true },
 }
+-- the cases whose three calls run Winograd (cpu_dnnl_conv_prim.c's use_winograd)
+local WINOGRAD = { [1] = true, [7] = true, [8] = true }
 
 describe("conv2d on the cpu", function()
   after_each(function()
@@ -64,15 +70,17 @@ describe("conv2d on the cpu", function()
           core.set_onednn(on)
           return run(x:float(), w:float(), b and b:float() or nil, g:float(), s, p)
         end
-        local before = core._onednn_calls()
+        local before, wino = core._onednn_calls(), core._onednn_winograd_calls()
         local dn = f32(true)
         local used = core._onednn_calls() - before
+        wino = core._onednn_winograd_calls() - wino
         local own = f32(false)
         assert.equal(before + used, core._onednn_calls(), "oneDNN ran with set_onednn(false)")
         -- forward and the two backwards (C < 16: the input gradient is col2im's;
         -- C = 1: the weight gradient is im2col + GEMM's)
         local want = 1 + (C >= 16 and 1 or 0) + (C > 1 and 1 or 0)
         if HAVE then assert.equal(want, used, "oneDNN calls") else assert.equal(0, used) end
+        assert.equal(HAVE and WINOGRAD[ci] and 3 or 0, wino, "Winograd calls")
         for i = 1, 4 do
           if ref[i] then
             local scale = ref[i]:abs():max():item()
@@ -114,6 +122,37 @@ describe("conv2d on the cpu", function()
     assert(before, "the child printed: " .. out)
     if HAVE then assert(tonumber(calls) > 0, "the convolution did not run through oneDNN") end
     assert.equal(tonumber(before), tonumber(after))
+  end)
+
+  it("runs 3x3 stride-1 convolutions of 32+ channels by Winograd, direct after set_conv_winograd(false)", function()
+    local x = R.randn({ 4, 32, 10, 10 }, 501, 1):float()
+    local w = R.randn({ 32, 32, 3, 3 }, 502, 1):float():mul(0.2)
+    local g = R.randn({ 4, 32, 10, 10 }, 503, 1):float()
+    local ref = run(x:double(), w:double(), nil, g:double(), 1, 1)
+    local function calls(on)
+      local was = core.set_conv_winograd(on)
+      local before = core._onednn_winograd_calls()
+      local out = run(x, w, nil, g, 1, 1)
+      core.set_conv_winograd(was)
+      return out, core._onednn_winograd_calls() - before
+    end
+    local wg, nw = calls(true)
+    local direct, nd = calls(false)
+    assert.equal(HAVE and 3 or 0, nw)
+    assert.equal(0, nd)
+    for i = 1, 3 do
+      local scale = ref[i]:abs():max():item()
+      R.assert_close(wg[i], R.from(ref[i]), 2e-5 * scale, 1e-5, NAMES[i] .. " (Winograd) vs float64")
+      R.assert_close(direct[i], R.from(ref[i]), 2e-5 * scale, 1e-5, NAMES[i] .. " (direct) vs float64")
+    end
+    -- a 16-channel or a strided layer stays direct
+    local before = core._onednn_winograd_calls()
+    run(R.randn({ 2, 16, 8, 8 }, 504, 1):float(), R.randn({ 16, 16, 3, 3 }, 505, 1):float(), nil,
+      R.randn({ 2, 16, 8, 8 }, 506, 1):float(), 1, 1)
+    run(R.randn({ 2, 32, 8, 8 }, 507, 1):float(), R.randn({ 32, 32, 3, 3 }, 508, 1):float(), nil,
+      R.randn({ 2, 32, 4, 4 }, 509, 1):float(), 2, 1)
+    assert.equal(before, core._onednn_winograd_calls())
+    assert.has_error(function() core.set_conv_winograd("yes") end)
   end)
 
   it("caches a primitive per shape: repeated calls give the same result", function()

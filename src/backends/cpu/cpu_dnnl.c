@@ -1,5 +1,6 @@
-/* oneDNN convolutions (see cpu_dnnl.h; the bfloat16 matmuls are in
- * cpu_dnnl_matmul.c, the engine, streams, cache lock and reorders both use
+/* oneDNN convolutions (see cpu_dnnl.h; the primitives, their cache and the
+ * choice of algorithm are in cpu_dnnl_conv_prim.c, the bfloat16 matmuls in
+ * cpu_dnnl_matmul.c, the engine, streams, cache lock and reorders all use
  * in cpu_dnnl_core.c).
  *
  * A convolution call: the user tensors are NCHW / OIHW; each primitive
@@ -32,6 +33,7 @@ int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const d
 #include <stdio.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_dnnl_conv_prim.h"
 #include "backends/cpu/cpu_dnnl_core.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_parallel.h"
@@ -41,174 +43,7 @@ int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const d
 #include "core/error.h"
 #include "tensor/storage.h"
 
-/* ---- primitives, cached per shape ---- */
-
-typedef enum { K_FWD, K_FWD_BIAS, K_BWD_DATA, K_BWD_WEIGHTS, K_BWD_WEIGHTS_BIAS } conv_kind;
-
-typedef struct { /* all int64: no padding bytes, compared with memcmp */
-  int64_t kind, n, c, h, w, o, kh, kw, sh, sw, ph, pw, oh, ow;
-} conv_key;
-
-/* a primitive and the layouts it wants: the two inputs (a, b) and the
- * output (c) in the primitive's own layout and in the user's; reorders
- * where the two differ (NULL where not) */
-typedef struct conv_entry {
-  conv_key key;
-  dnnl_primitive_t prim;
-  dnnl_memory_desc_t md[3], user[3];
-  dnnl_primitive_t reorder[3]; /* a, b: user -> primitive; c: primitive -> user */
-  size_t scratch;
-  struct conv_entry *next;
-} conv_entry;
-
-enum { CACHE_MAX = DP_DNNL_CACHE_MAX };
-static conv_entry *cache;
-static int cached;
-
-static void md4(dnnl_memory_desc_t *m, int64_t a, int64_t b, int64_t c, int64_t d, dnnl_format_tag_t tag) {
-  dnnl_dims_t dims = {a, b, c, d};
-  dnnl_memory_desc_init_by_tag(m, 4, dims, dnnl_f32, tag);
-}
-
-static void entry_free(conv_entry *e) {
-  if (!e) return;
-  if (e->prim) dnnl_primitive_destroy(e->prim);
-  for (int i = 0; i < 3; i++)
-    if (e->reorder[i]) dnnl_primitive_destroy(e->reorder[i]);
-  free(e);
-}
-
-/* The forward primitive descriptor for a shape (the backward ones need it
- * as their hint). NULL when oneDNN has no implementation. */
-static dnnl_primitive_desc_t fwd_pd(const conv_key *k, bool bias, const dnnl_primitive_attr_t attr) {
-  dnnl_memory_desc_t src, wei, dst, b;
-  md4(&src, k->n, k->c, k->h, k->w, dnnl_format_tag_any);
-  md4(&wei, k->o, k->c, k->kh, k->kw, dnnl_format_tag_any);
-  md4(&dst, k->n, k->o, k->oh, k->ow, dnnl_format_tag_any);
-  dnnl_dims_t bd = {k->o};
-  dnnl_memory_desc_init_by_tag(&b, 1, bd, dnnl_f32, dnnl_x);
-  dnnl_dims_t s = {k->sh, k->sw}, pl = {k->ph, k->pw};
-  /* the padding on the far side: whatever the last window leaves over */
-  dnnl_dims_t pr = {(k->oh - 1) * k->sh + k->kh - k->h - k->ph, (k->ow - 1) * k->sw + k->kw - k->w - k->pw};
-  dnnl_convolution_desc_t cd;
-  if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct, &src, &wei,
-                                         bias ? &b : NULL, &dst, s, pl, pr) != dnnl_success)
-    return NULL;
-  dnnl_primitive_desc_t pd = NULL;
-  if (dnnl_primitive_desc_create(&pd, &cd, attr, dp_dnnl_engine(), NULL) != dnnl_success) return NULL;
-  return pd;
-}
-
-/* Builds the entry for key (NULL + no error when oneDNN declines). */
-static int entry_make(const conv_key *k, conv_entry **out) {
-  dp_dnnl_one_omp_thread();
-  *out = NULL;
-  dnnl_primitive_attr_t attr;
-  DN_CHECK(dnnl_primitive_attr_create(&attr));
-  dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-  bool bias = k->kind == K_FWD_BIAS || k->kind == K_BWD_WEIGHTS_BIAS;
-  dnnl_primitive_desc_t hint = fwd_pd(k, k->kind == K_FWD_BIAS || k->kind == K_BWD_WEIGHTS_BIAS, attr), pd = hint;
-  if (!hint) {
-    dnnl_primitive_attr_destroy(attr);
-    return 0;
-  }
-  dnnl_query_t q[3] = {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md};
-  dnnl_memory_desc_t user[3];
-  if (k->kind == K_BWD_DATA || k->kind == K_BWD_WEIGHTS || k->kind == K_BWD_WEIGHTS_BIAS) {
-    const dnnl_memory_desc_t *src = dnnl_primitive_desc_query_md(hint, dnnl_query_src_md, 0),
-                             *wei = dnnl_primitive_desc_query_md(hint, dnnl_query_weights_md, 0),
-                             *dst = dnnl_primitive_desc_query_md(hint, dnnl_query_dst_md, 0);
-    dnnl_memory_desc_t sa, wa, da, b;
-    md4(&sa, k->n, k->c, k->h, k->w, dnnl_format_tag_any);
-    md4(&wa, k->o, k->c, k->kh, k->kw, dnnl_format_tag_any);
-    md4(&da, k->n, k->o, k->oh, k->ow, dnnl_format_tag_any);
-    (void)src, (void)wei, (void)dst;
-    dnnl_dims_t bd = {k->o};
-    dnnl_memory_desc_init_by_tag(&b, 1, bd, dnnl_f32, dnnl_x);
-    dnnl_dims_t s = {k->sh, k->sw}, pl = {k->ph, k->pw};
-    dnnl_dims_t pr = {(k->oh - 1) * k->sh + k->kh - k->h - k->ph, (k->ow - 1) * k->sw + k->kw - k->w - k->pw};
-    dnnl_convolution_desc_t cd;
-    dnnl_status_t st =
-        k->kind == K_BWD_DATA
-            ? dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &sa, &wa, &da, s, pl, pr)
-            : dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &sa, &wa, bias ? &b : NULL, &da,
-                                                          s, pl, pr);
-    pd = NULL;
-    if (st == dnnl_success && dnnl_primitive_desc_create(&pd, &cd, attr, dp_dnnl_engine(), hint) != dnnl_success)
-      pd = NULL;
-    dnnl_primitive_desc_destroy(hint);
-    if (!pd) {
-      dnnl_primitive_attr_destroy(attr);
-      return 0;
-    }
-    if (k->kind == K_BWD_DATA) { /* in: diff_dst, weights; out: diff_src */
-      q[0] = dnnl_query_diff_dst_md, q[1] = dnnl_query_weights_md, q[2] = dnnl_query_diff_src_md;
-      md4(&user[0], k->n, k->o, k->oh, k->ow, dnnl_nchw);
-      md4(&user[1], k->o, k->c, k->kh, k->kw, dnnl_oihw);
-      md4(&user[2], k->n, k->c, k->h, k->w, dnnl_nchw);
-    } else { /* in: src, diff_dst; out: diff_weights */
-      q[0] = dnnl_query_src_md, q[1] = dnnl_query_diff_dst_md, q[2] = dnnl_query_diff_weights_md;
-      md4(&user[0], k->n, k->c, k->h, k->w, dnnl_nchw);
-      md4(&user[1], k->n, k->o, k->oh, k->ow, dnnl_nchw);
-      md4(&user[2], k->o, k->c, k->kh, k->kw, dnnl_oihw);
-    }
-  } else {
-    md4(&user[0], k->n, k->c, k->h, k->w, dnnl_nchw);
-    md4(&user[1], k->o, k->c, k->kh, k->kw, dnnl_oihw);
-    md4(&user[2], k->n, k->o, k->oh, k->ow, dnnl_nchw);
-  }
-  dnnl_primitive_attr_destroy(attr);
-  conv_entry *e = calloc(1, sizeof *e);
-  if (!e) {
-    dnnl_primitive_desc_destroy(pd);
-    return dp_error("oneDNN: out of memory for a primitive");
-  }
-  e->key = *k;
-  for (int i = 0; i < 3; i++) {
-    e->md[i] = *dnnl_primitive_desc_query_md(pd, q[i], 0);
-    e->user[i] = user[i];
-  }
-  const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-  e->scratch = sp ? dnnl_memory_desc_get_size(sp) : 0;
-  dnnl_status_t st = dnnl_primitive_create(&e->prim, pd);
-  dnnl_primitive_desc_destroy(pd);
-  int rc = st == dnnl_success ? 0 : dp_error("oneDNN: convolution primitive failed (status %d)", (int)st);
-  if (!rc) rc = dp_dnnl_make_reorder(&e->reorder[0], &e->user[0], &e->md[0]);
-  if (!rc) rc = dp_dnnl_make_reorder(&e->reorder[1], &e->user[1], &e->md[1]);
-  if (!rc) rc = dp_dnnl_make_reorder(&e->reorder[2], &e->md[2], &e->user[2]);
-  if (rc) {
-    entry_free(e);
-    return -1;
-  }
-  *out = e;
-  return 0;
-}
-
-/* The cached entry for key; *temp set when it could not be cached (the
- * caller frees it). NULL without an error: oneDNN declines the shape. */
-static int entry_get(const conv_key *k, conv_entry **out, bool *temp) {
-  *temp = false;
-  dp_dnnl_cache_lock();
-  for (conv_entry *e = cache; e; e = e->next)
-    if (memcmp(&e->key, k, sizeof *k) == 0) {
-      dp_dnnl_cache_unlock();
-      *out = e;
-      return 0;
-    }
-  dp_dnnl_cache_unlock();
-  if (entry_make(k, out)) return -1;
-  if (!*out) return 0;
-  dp_dnnl_cache_lock();
-  if (cached < CACHE_MAX) {
-    (*out)->next = cache;
-    cache = *out;
-    cached++;
-  } else {
-    *temp = true;
-  }
-  dp_dnnl_cache_unlock();
-  return 0;
-}
+/* ---- primitives: cpu_dnnl_conv_prim.c ---- */
 
 /* ---- execution ---- */
 
@@ -312,11 +147,6 @@ static void run_parts(void *vctx, int64_t lo, int64_t hi) {
   }
 }
 
-static conv_key key_of(int kind, int64_t n, const dp_window2d *g, int64_t o) {
-  conv_key k = {kind, n, g->c, g->h, g->w, o, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, g->oh, g->ow};
-  return k;
-}
-
 /* Bytes of one chunk's largest blocked buffer (a reorder of the input or
  * the output) past which the forward and the input gradient split the
  * batch into more chunks than threads: an evaluation batch of 1000 images
@@ -350,29 +180,30 @@ static int plan(conv_call *k, int kind, const dp_window2d *g, int64_t o) {
   if (k->nb > cap) k->nb = cap;
   k->parts = (g->n + k->nb - 1) / k->nb;
   int64_t last = g->n - (k->parts - 1) * k->nb;
-  conv_key k0 = key_of(kind, k->nb, g, o), k1 = key_of(kind, last, g, o);
-  if (entry_get(&k0, &k->e[0], &k->temp[0])) return -1;
+  conv_key k0 = dp_dnnl_conv_key(kind, k->nb, g, o), k1 = dp_dnnl_conv_key(kind, last, g, o);
+  if (dp_dnnl_conv_entry_get(&k0, &k->e[0], &k->temp[0])) return -1;
   if (!k->e[0]) return 0;
   if (last == k->nb) {
     k->e[1] = k->e[0];
     return 0;
   }
-  if (entry_get(&k1, &k->e[1], &k->temp[1])) return -1;
+  if (dp_dnnl_conv_entry_get(&k1, &k->e[1], &k->temp[1])) return -1;
   if (!k->e[1]) { /* oneDNN took one size and not the other: decline both */
-    if (k->temp[0]) entry_free(k->e[0]);
+    if (k->temp[0]) dp_dnnl_conv_entry_free(k->e[0]);
     k->e[0] = NULL;
   }
   return 0;
 }
 
 static void finish(conv_call *k) {
-  if (k->temp[0]) entry_free(k->e[0]);
-  if (k->temp[1] && k->e[1] != k->e[0]) entry_free(k->e[1]);
+  if (k->temp[0]) dp_dnnl_conv_entry_free(k->e[0]);
+  if (k->temp[1] && k->e[1] != k->e[0]) dp_dnnl_conv_entry_free(k->e[1]);
   pthread_mutex_destroy(&k->mu);
 }
 
 static int run_call(conv_call *k) {
   dp_dnnl_count_calls(1);
+  dp_dnnl_conv_count_winograd(k->e[0]);
   dp_cpu_parallel_for(k->parts, 1, 1, run_parts, k);
   return k->failed ? dp_error("%s", k->err) : 0;
 }
@@ -565,6 +396,8 @@ static void run_pair_parts(void *vctx, int64_t lo, int64_t hi) {
 static int run_weights(conv_call *k, const conv_call *kd) {
   if (!kd) return run_call(k);
   dp_dnnl_count_calls(2);
+  dp_dnnl_conv_count_winograd(kd->e[0]);
+  dp_dnnl_conv_count_winograd(k->e[0]);
   conv_pair pp = {kd, k};
   dp_cpu_parallel_for(k->parts, 1, 1, run_pair_parts, &pp);
   return k->failed ? dp_error("%s", k->err) : 0;

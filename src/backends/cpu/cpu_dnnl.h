@@ -33,6 +33,12 @@ void dp_dnnl_set_enabled(bool on);
 /* calls oneDNN has computed so far (convolutions and GEMMs; specs check
  * that a path ran) */
 long dp_dnnl_calls(void);
+/* Winograd for the 3x3, stride-1 convolutions of 32+ channels (cpu_dnnl.c:
+ * use_winograd), on unless DDPLUA_CONV_WINOGRAD=0 or set off; and the
+ * calls that ran Winograd primitives so far */
+bool dp_dnnl_winograd_enabled(void);
+void dp_dnnl_set_winograd(bool on);
+long dp_dnnl_winograd_calls(void);
 
 /* y [N, O, oh, ow] = conv(x, w) + b (b may be NULL); contiguous float32 */
 int dp_dnnl_conv2d(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g);

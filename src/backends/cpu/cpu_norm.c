@@ -93,6 +93,8 @@ static void bn_stats_channels(void *vctx, int64_t lo, int64_t hi) {
     for (int64_t i = 0; i < a->n; i++) {
       int64_t off = (i * a->c + ch) * a->inner;
       double rm, rq;
+      if (i + 1 < a->n && a->x->dtype == DP_F32)
+        dp_cpu_prefetch_plane((const float *)xp + off + a->c * a->inner, a->inner);
       if (a->x->dtype == DP_F32) dp_cpu_vec_get()->moments((const float *)xp + off, a->inner, &rm, &rq);
       else rm = row_sum(a->x, xp, off, a->inner) / rn, rq = row_sq_dev(a->x, xp, off, a->inner, rm);
       double d = rm - m, tot = seen + rn;
@@ -203,6 +205,7 @@ static void bn_forward_channels(void *vctx, int64_t lo, int64_t hi) {
     dp_bn_affine_k f = dp_cpu_bn_affine_of(a, ch);
     for (int64_t i = 0; i < a->n; i++) {
       int64_t off = (i * a->c + ch) * a->inner;
+      if (i + 1 < a->n) dp_cpu_prefetch_plane(x + off + a->c * a->inner, a->inner);
       if (a->relu) dp_cpu_bn_relu_row(y + off, x + off, a->inner, &f);
       else bn_row_f32(y + off, x + off, a->inner, &f, true);
     }
@@ -259,6 +262,10 @@ static void bn_reduce_channels(void *vctx, int64_t lo, int64_t hi) {
     for (int64_t i = 0; i < a->n; i++) {
       int64_t off = (i * a->c + ch) * a->inner;
       double sg;
+      if (i + 1 < a->n) {
+        dp_cpu_prefetch_plane(x + off + a->c * a->inner, a->inner);
+        dp_cpu_prefetch_plane(g + off + a->c * a->inner, a->inner);
+      }
       sx += dp_cpu_vec_get()->dot_dev(bn_grad_row(a, &f, g + off, x + off, a->inner, m), x + off, a->inner, k->mu[ch],
                                       &sg);
       s += sg;
@@ -330,6 +337,10 @@ static void bn_elemt_channels(void *vctx, int64_t lo, int64_t hi) {
     dp_bn_affine_k af = a->relu ? dp_cpu_bn_affine_of(a, ch) : (dp_bn_affine_k){0};
     for (int64_t i = 0; i < a->n; i++) {
       int64_t off = (i * a->c + ch) * a->inner;
+      if (i + 1 < a->n) {
+        dp_cpu_prefetch_plane(x + off + a->c * a->inner, a->inner);
+        dp_cpu_prefetch_plane(g + off + a->c * a->inner, a->inner);
+      }
       const float *gr = bn_grad_row(a, &af, g + off, x + off, a->inner, m);
       if (a->inner > 1) dp_cpu_vec_get()->bn_grad(o + off, gr, x + off, a->inner, f.gy, f.x, f.c);
       else bn_grad_row_scalar(o + off, gr, x + off, a->inner, &f);

@@ -78,6 +78,7 @@ static void fwd_channels(void *vctx, int64_t lo, int64_t hi) {
     dp_bn_affine_k f = dp_cpu_bn_affine_of(a, ch);
     for (int64_t i = 0; i < a->n; i++) {
       int64_t pl = i * a->c + ch;
+      if (i + 1 < a->n) dp_cpu_prefetch_plane(x + (pl + a->c) * a->inner, a->inner);
       dp_cpu_bn_relu_row(s.row, x + pl * a->inner, a->inner, &f);
       dp_cpu_vec_get()->max_pool_plane(k->y + pl * L, s.idx, s.row, POOL_GEOM(g));
     }
@@ -115,6 +116,10 @@ static void bwd_channels(void *vctx, int64_t lo, int64_t hi) {
     for (int64_t i = 0; i < a->n; i++) { /* pass 1: the masked rows and the sums */
       int64_t pl = i * a->c + ch;
       const float *xr = x + pl * inner, *gyr = gy + pl * L;
+      if (i + 1 < a->n) {
+        dp_cpu_prefetch_plane(xr + a->c * inner, inner);
+        dp_cpu_prefetch_plane(gyr + a->c * L, L);
+      }
       dp_cpu_bn_relu_row(s.row, xr, inner, &f);
       v->max_pool_plane(s.pooled, s.idx, s.row, POOL_GEOM(g));
       memset(s.grow, 0, sizeof(float) * (size_t)inner);
