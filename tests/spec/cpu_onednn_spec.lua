@@ -155,6 +155,24 @@ describe("conv2d on the cpu", function()
     assert.has_error(function() core.set_conv_winograd("yes") end)
   end)
 
+  it("leaves a Winograd primitive whose scratchpad would pass 64 MiB to direct (512 channels' weight gradient)",
+    function()
+    -- one thread: the weight gradient's one chunk of 8 images wants 84 MiB of Winograd scratch
+    ddp.set_num_threads(1)
+    local x = R.randn({ 8, 512, 7, 7 }, 511, 1):float()
+    local w = R.randn({ 512, 512, 3, 3 }, 512, 1):float():mul(0.02)
+    local g = R.randn({ 8, 512, 7, 7 }, 513, 1):float()
+    local before = core._onednn_winograd_calls()
+    local out = run(x, w, nil, g, 1, 1)
+    -- the forward and the input gradient by Winograd, the weight gradient direct
+    assert.equal(HAVE and 2 or 0, core._onednn_winograd_calls() - before)
+    local ref = run(x:double(), w:double(), nil, g:double(), 1, 1)
+    for i = 1, 3 do
+      local scale = ref[i]:abs():max():item()
+      R.assert_close(out[i], R.from(ref[i]), 2e-5 * scale, 1e-5, NAMES[i] .. " vs float64")
+    end
+  end)
+
   it("caches a primitive per shape: repeated calls give the same result", function()
     local x, w = ddp.randn(6, 16, 10, 10), ddp.randn(8, 16, 3, 3)
     local a = ddp.conv2d(x, w, nil, 1, 1)

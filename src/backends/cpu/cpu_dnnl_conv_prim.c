@@ -178,12 +178,24 @@ static bool use_winograd(const conv_key *k) {
          k->o >= 32 && k->c % 16 == 0 && k->o % 16 == 0;
 }
 
-/* The entry for key: Winograd where use_winograd says so and oneDNN has
- * it for the shape, else direct. */
+/* A Winograd primitive's scratchpad holds the transformed tiles of its
+ * whole chunk: the weight gradient of 256 -> 256 channels at 28x28, one
+ * chunk of 32 images per thread, wanted 136 MiB each (the forward's chunks
+ * of 4-5 images 29-32 MiB, the CNN's layer 6.5-8.6 MiB), and a forward +
+ * backward of that layer at batch 64 peaked at 650 MiB of tensors against
+ * direct's 362. Past this bound a call runs direct instead. */
+#define WINOGRAD_SCRATCH_MAX ((size_t)64 << 20)
+
+/* The entry for key: Winograd where use_winograd says so, oneDNN has it for
+ * the shape and its scratchpad is within bounds, else direct. */
 static int entry_make(const conv_key *k, conv_entry **out) {
   if (k->winograd && entry_make_alg(k, dnnl_convolution_winograd, out) == 0 && *out) {
-    (*out)->winograd = true;
-    return 0;
+    if ((*out)->scratch <= WINOGRAD_SCRATCH_MAX) {
+      (*out)->winograd = true;
+      return 0;
+    }
+    dp_dnnl_conv_entry_free(*out);
+    *out = NULL;
   }
   return entry_make_alg(k, dnnl_convolution_direct, out);
 }
