@@ -1,7 +1,7 @@
 /* oneDNN (Debian's libdnnl, the library PyTorch's CPU convolutions use)
  * for the CPU kernels where it measures faster than ddplua's own: float32
- * conv2d forward and both backwards (direct convolutions in blocked
- * layouts, against im2col + GEMM), and bfloat16 matmuls on CPUs that
+ * conv2d forward and both backwards (direct or Winograd convolutions in
+ * blocked layouts, against im2col + GEMM), and bfloat16 matmuls on CPUs that
  * compute bfloat16 natively (AMX, AVX512-BF16). The decisions and their
  * measurements are in docs/performance.md.
  *
@@ -33,9 +33,10 @@ void dp_dnnl_set_enabled(bool on);
 /* calls oneDNN has computed so far (convolutions and GEMMs; specs check
  * that a path ran) */
 long dp_dnnl_calls(void);
-/* Winograd for the 3x3, stride-1 convolutions of 32+ channels (cpu_dnnl.c:
- * use_winograd), on unless DDPLUA_CONV_WINOGRAD=0 or set off; and the
- * calls that ran Winograd primitives so far */
+/* Winograd for the 3x3, stride-1 convolutions of 32+ channels whose
+ * scratchpad stays within 64 MiB (cpu_dnnl_conv_prim.c: use_winograd,
+ * entry_make), on unless DDPLUA_CONV_WINOGRAD=0 or set off; and the calls
+ * that ran Winograd primitives so far */
 bool dp_dnnl_winograd_enabled(void);
 void dp_dnnl_set_winograd(bool on);
 long dp_dnnl_winograd_calls(void);
