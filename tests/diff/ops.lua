@@ -270,6 +270,16 @@ for _, bias in ipairs({ true, false }) do
       return { stride = st, padding = pad, dilation = dil, groups = groups }
     end, tol = { float32 = { 1e-4, 1e-5 } } })
 end
+-- 3x3 stride-1 layers of 32+ channels: oneDNN's Winograd kernels on the CPU (cpu_dnnl_conv_prim.c)
+add({ name = "conv2d_winograd", lua = "ddp.conv2d(x, w, b, 1, A.padding)", torch = "F.conv2d(x, w, b, 1, A['padding'])",
+  gen = function(g)
+    local c, o = g:pick({ 32, 48, 64 }), g:pick({ 32, 48 })
+    local dt = g:pick(FLOATS)
+    g:tensor("x", { g:pick({ 1, 2, 3 }), c, g:int(3, 12), g:int(3, 12) }, dt, { specials = false })
+    g:tensor("w", { o, c, 3, 3 }, dt, { specials = false })
+    g:tensor("b", { o }, dt)
+    return { padding = g:int(0, 1) }
+  end, tol = { float32 = { 1e-4, 1e-5 } } })
 for _, op in ipairs({ "max_pool2d", "avg_pool2d" }) do
   local max = op == "max_pool2d"
   add({ name = op,
