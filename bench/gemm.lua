@@ -57,6 +57,10 @@ local shapes = {
   { 700, 10000, 200, "fwd x@W^T LM decoder", nt, { 700, 200 }, { 10000, 200 } },
   { 512, 3072, 768, "fwd x@W^T GPT MLP", nt, { 512, 768 }, { 3072, 768 } },
   { 20, 800, 200, "fwd h@W^T LSTM step", nt, { 20, 200 }, { 800, 200 } },
+  -- weight gradients near sgemm.c's swap_pays boundary: the LSTM LM decoder and its input weights
+  { 10000, 200, 700, "bwd dW = g^T@x LM decoder", tn, { 700, 10000 }, { 700, 200 } },
+  { 800, 200, 700, "bwd dW = g^T@x LSTM input", tn, { 700, 800 }, { 700, 200 } },
+  { 1000, 500, 2000, "bwd dW = g^T@x", tn, { 2000, 1000 }, { 2000, 500 } },
 }
 
 local impls = { { name = "own", label = nil }, { name = "blas", label = "OpenBLAS" } }

@@ -171,12 +171,15 @@ static void test_impl(dp_sgemm_impl impl) {
 
   /* the shapes of a 784-1024-1024-10 MLP at batch 64, with the op layer's
    * transposes, conv im2col shapes, and the GPT example's weight gradients
-   * g^T x (the swapped orientation when g is the wider operand) */
+   * g^T x (the swapped orientation when g is the wider operand), and the
+   * LSTM example's input-weight gradient and a narrow one, swapped since
+   * swap_pays weighs C's transposed stores 2.5 */
   static const int64_t mlp[][5] = {
       {64, 1024, 784, 0, 1},  {64, 1024, 1024, 0, 1}, {64, 10, 1024, 0, 1},   {64, 784, 1024, 0, 0},
       {64, 1024, 1024, 0, 0}, {1024, 784, 64, 1, 0},  {1024, 1024, 64, 1, 0}, {10, 1024, 64, 1, 0},
       {32, 784, 25, 0, 0},    {64, 196, 800, 0, 0},   {800, 196, 64, 1, 0},   {64, 800, 196, 0, 1},
       {512, 128, 2048, 1, 0}, {384, 128, 2048, 1, 0}, {128, 512, 2048, 1, 0}, {256, 128, 2048, 1, 0},
+      {800, 200, 700, 1, 0},  {1024, 64, 192, 1, 0},
   };
   for (size_t s = 0; s < sizeof mlp / sizeof mlp[0]; s++)
     run_case(impl, basic(mlp[s][0], mlp[s][1], mlp[s][2], mlp[s][3], mlp[s][4]));

@@ -456,13 +456,18 @@ static void plan_threads(call_plan *cp) {
  * With A stored transposed and B not (a weight gradient g^T x) neither
  * orientation transposes Q, but the one whose P is the wider operand packs
  * it (a copy of MR floats per k, rows k apart): C^T when op(A)'s k x m
- * packing costs more than op(B)'s k x n plus the transposed stores. For the
- * GPT example's g^T x with g 2048 x 512 and x 2048 x 128 that runs at 128
+ * packing costs more than op(B)'s k x n plus the transposed stores, which
+ * count 2.5 here (a store of C is spread over the k blocks). For the GPT
+ * example's g^T x with g 2048 x 512 and x 2048 x 128 that runs at 128
  * GFLOP/s instead of 106 (384 x 128: 132 instead of 123); 128 x 512 stays
- * as it is (142, 103 swapped). */
+ * as it is (142, 103 swapped). On the AMD EPYC of 2026-12-03 (bench/gemm.lua,
+ * "bwd dW" rows) the LSTM example's decoder 10000 x 200 x 700 runs at 95
+ * GFLOP/s swapped against 87, its 800 x 200 x 700 at 101 against 94, and
+ * 1024 x 64 x 192 at 97 against 78; 1000 x 500 x 2000 and 4096 x 512 x 1024
+ * stay (98 and 101 against 87 and 84 swapped), as a weight of 4 had them. */
 static bool swap_pays(const dp_gemm_args *g) {
   const double m = (double)g->m, n = (double)g->n, k = (double)g->k;
-  if (!g->trans_b) return g->trans_a && k * m > k * n + 4.0 * m * n;
+  if (!g->trans_b) return g->trans_a && k * m > k * n + 2.5 * m * n;
   if (g->trans_a) return true;
   return k * n > 4.0 * m * n + k * m;
 }
