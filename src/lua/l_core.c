@@ -13,6 +13,7 @@
 #include "backends/cpu/cpu_peak.h"
 #include "backends/cpu/cpu_vec.h"
 #include "backends/cpu/sgemm.h"
+#include "backends/cpu/sgemm_stats.h"
 #include "lua/l_rerun.h"
 #include "lua/l_util.h"
 #include "ops/autocast.h"
@@ -192,6 +193,43 @@ static int l_set_onednn(lua_State *L) {
   return 1;
 }
 
+/* core.set_gemm_stats(on) -> whether it was on; core.gemm_stats() -> a list
+ * of {m, n, k, batch, trans_a, trans_b, calls, seconds}, largest total
+ * first, and the number of shapes the full table dropped;
+ * core.reset_gemm_stats() (sgemm_stats.h) */
+static int l_set_gemm_stats(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TBOOLEAN);
+  lua_pushboolean(L, dp_sgemm_stats_set(lua_toboolean(L, 1)));
+  return 1;
+}
+static int l_gemm_stats(lua_State *L) {
+  static dp_sgemm_stat rows[DP_SGEMM_STATS_MAX]; /* a stats table is 40 KB: not on the stack */
+  int64_t dropped = 0;
+  int n = dp_sgemm_stats_get(rows, DP_SGEMM_STATS_MAX, &dropped);
+  if (n > DP_SGEMM_STATS_MAX) n = DP_SGEMM_STATS_MAX;
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    const dp_sgemm_stat *s = &rows[i];
+    lua_createtable(L, 0, 8);
+    lua_pushinteger(L, (lua_Integer)s->m), lua_setfield(L, -2, "m");
+    lua_pushinteger(L, (lua_Integer)s->n), lua_setfield(L, -2, "n");
+    lua_pushinteger(L, (lua_Integer)s->k), lua_setfield(L, -2, "k");
+    lua_pushinteger(L, (lua_Integer)s->batch), lua_setfield(L, -2, "batch");
+    lua_pushboolean(L, s->trans_a), lua_setfield(L, -2, "trans_a");
+    lua_pushboolean(L, s->trans_b), lua_setfield(L, -2, "trans_b");
+    lua_pushinteger(L, (lua_Integer)s->calls), lua_setfield(L, -2, "calls");
+    lua_pushnumber(L, s->seconds), lua_setfield(L, -2, "seconds");
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_pushinteger(L, (lua_Integer)dropped);
+  return 2;
+}
+static int l_reset_gemm_stats(lua_State *L) {
+  (void)L;
+  dp_sgemm_stats_reset();
+  return 0;
+}
+
 /* core._fma_peak(threads, seconds) -> GFLOP/s, isa: the float32 FMA peak
  * of that many pool threads (cpu_peak.h; the benchmarks print it) */
 static int l_fma_peak(lua_State *L) {
@@ -362,6 +400,9 @@ int luaopen_ddplua_core(lua_State *L) {
                                    {"set_attention_amx", l_set_attention_amx},
                                    {"gemm_impl", l_gemm_impl},
                                    {"set_gemm_impl", l_set_gemm_impl},
+                                   {"set_gemm_stats", l_set_gemm_stats},
+                                   {"gemm_stats", l_gemm_stats},
+                                   {"reset_gemm_stats", l_reset_gemm_stats},
                                    {"cuda_is_available", l_cuda_available},
                                    {"cuda_device_count", l_cuda_device_count},
                                    {"synchronize", l_synchronize},

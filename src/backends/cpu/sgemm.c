@@ -27,10 +27,12 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backends/cpu/sgemm.h"
 #include "backends/cpu/sgemm_kernels.h"
+#include "backends/cpu/sgemm_stats.h"
 #include "core/error.h"
 
 /* ---- implementation selection ---- */
@@ -474,7 +476,7 @@ static bool swap_pays(const dp_gemm_args *g) {
 
 int dp_sgemm_run(dp_sgemm_impl impl, const dp_gemm_args *g) { return dp_sgemm_run_bias(impl, g, NULL); }
 
-int dp_sgemm_run_bias(dp_sgemm_impl impl, const dp_gemm_args *g, const float *bias) {
+static int run_bias(dp_sgemm_impl impl, const dp_gemm_args *g, const float *bias) {
   DP_ASSERT(g->dtype == DP_F32);
   DP_ASSERT(impl == DP_SGEMM_AVX512 || impl == DP_SGEMM_AVX2);
   if (!dp_sgemm_cpu_supports(impl))
@@ -499,4 +501,18 @@ int dp_sgemm_run_bias(dp_sgemm_impl impl, const dp_gemm_args *g, const float *bi
   pthread_mutex_destroy(&cp.err_lock);
   if (cp.failed) return dp_error("%s", cp.err);
   return 0;
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int dp_sgemm_run_bias(dp_sgemm_impl impl, const dp_gemm_args *g, const float *bias) {
+  if (!dp_sgemm_stats_enabled()) return run_bias(impl, g, bias);
+  double t0 = now_s();
+  int rc = run_bias(impl, g, bias);
+  dp_sgemm_stats_add(g, now_s() - t0);
+  return rc;
 }
