@@ -38,6 +38,17 @@ M.REASONS = {
   -- (y:free()) takes 0.155 instead of 0.190 ms a call in a loop (1 thread),
   -- where PyTorch's reference count hands the same warm block back
   ["embedding 10000x128, 64x32 ids"] = "outputs wait for Lua's GC: next call writes a cold block (bwd faster)",
+  -- 32 MiB of rows on a 32 MiB L3, memory-bound. ddplua's loop is PyTorch's
+  -- shape (blocked_arith in cpu_vec_ew_t.h: two 32-byte vectors of each
+  -- operand loaded, added, stored; 1.35-1.64 -> 0.96-0.99 ms). PyTorch 1.13's
+  -- AVX2 loop (perf, disassembled) computes a + 1 * b with FMAs that read
+  -- the 1 from memory: two more L1 loads per 64 bytes. In a C harness on one
+  -- Zen 4 core, the same buffers, median of 21, four alternations: its loop
+  -- 0.76-0.88 ms; ours 0.87-0.98; ours plus two dummy L1 loads 0.75-0.83; one
+  -- dummy load 0.92-1.03; two dependent adds instead 0.98-1.15. Those loads
+  -- pace this core's stream; they are not arithmetic, and ddplua does not
+  -- copy a timing quirk of one core into every loop
+  ["add broadcast 4096x1024 + 1024"] = "PyTorch's FMA reads alpha=1 from memory: 2 extra L1 loads pace Zen 4's stream",
 }
 
 -- An op within this fraction of PyTorch's time is "par": the spread of
