@@ -1,5 +1,6 @@
 /* The CPU attention's prefetch of the next task's rows (included by
- * cpu_attention.c only).
+ * cpu_attention.c, and by tests/c/test_attention_prefetch.c, which defines
+ * PF_LINE to record the lines instead).
  *
  * A task (a head's query block forward, a head backward) reads its rows of
  * Q, K, V (and dO, O) and writes its rows of the output (dQ, dK, dV) in the
@@ -15,9 +16,8 @@
  * requests, where issuing them all at once would fill the miss buffers.
  * Skipped when the next task's rows exceed PF_MAX_BYTES: they would evict
  * the current task's tiles from the L2. */
+#include <stdbool.h>
 #include <stdint.h>
-
-#include "tensor/tensor.h"
 
 enum { PF_RANGES = 8, PF_MAX_BYTES = 256 * 1024 };
 
