@@ -253,7 +253,7 @@ end
 local EQUATIONS = { { "ij,jk->ik", "bij,bjk->bik", "ij,kj->ik", "i,i->", "i,j->ij", "bhtd,bhsd->bhts",
   "bhts,bhsd->bhtd", "ij,ij->ij", "ij,jk" }, { "ij->ji", "ij->", "ijk->ik", "ijk->kji", "ij" } }
 for nops = 2, 1, -1 do
-  add({ name = nops == 2 and "einsum" or "einsum_one", lua = nops == 2 and "ddp.einsum(A.eq, x, y)" or
+  add({ name = nops == 2 and "einsum" or "einsum_one", conditioning = true, lua = nops == 2 and "ddp.einsum(A.eq, x, y)" or
     "ddp.einsum(A.eq, x)", torch = nops == 2 and "torch.einsum(A['eq'], x, y)" or "torch.einsum(A['eq'], x)",
     gen = function(g)
       local eq = g:pick(EQUATIONS[3 - nops])
