@@ -120,6 +120,18 @@ K.entries = {
     end,
   },
   {
+    id = "var_std_constant_input",
+    ops = { "var", "std" },
+    explains = function(case, _, detail)
+      local got = pair(detail)
+      local x = case.inputs[1] -- every element the same: one stored value (a scalar or one element, expanded)
+      if not detail:find("^gradient of x:") or got ~= 0 or x == nil or case.n_special > 0 then return false end
+      local numel = 1
+      for _, d in ipairs(x.base_shape) do numel = numel * d end
+      return numel == 1
+    end,
+  },
+  {
     id = "var_std_nonfinite_gradient",
     ops = { "var", "std" },
     explains = function(case, _, detail)
