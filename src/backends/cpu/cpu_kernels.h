@@ -22,7 +22,7 @@ int dp_cpu_unary_backward(const dp_unary_args *a, dp_tensor *gx, const dp_tensor
 int dp_cpu_unary_with_grad(const dp_unary_args *a, dp_tensor *out, dp_tensor *d, const dp_tensor *x);
 /* cpu_gelu_table.c: GELU of n bfloat16 x, and its backward gx = gy * GELU'(x), by table: the bits the float32
  * vector kernels give on the widened values, rounded to bfloat16 once; false (nothing written) when the table
- * could not be made */
+ * could not be made. y and gx are fresh outputs: they overlap no input (the lookups are restrict loops) */
 bool dp_cpu_gelu_bf16(uint16_t *y, const uint16_t *x, int64_t n);
 bool dp_cpu_gelu_bf16_backward(uint16_t *gx, const uint16_t *gy, const uint16_t *x, int64_t n);
 /* o[i] = op(o[i]) over n contiguous float32 values (bias_act's epilogue) */
