@@ -153,11 +153,23 @@ static int l_set_cpu_kernels(lua_State *L) {
   return 1;
 }
 
-/* core.set_attention_amx(on) -> whether it was on: bfloat16 attention's score and weight products on AMX tiles
- * (the default where the CPU has them) or every operand widened to float32 (cpu_attn_amx.h) */
+/* core.set_attention_amx(on) -> whether it was on: bfloat16 attention's score and weight products in bfloat16
+ * (on AMX tiles or with AVX512-BF16 dot products, whichever the CPU has: "auto") or every operand widened to
+ * float32 ("widen"); core.attention_bf16([kind]) -> the setting before, one of "auto", "amx", "avx512_bf16",
+ * "widen" (cpu_model_kernels.h, cpu_attn_bf16.h); a kind the CPU cannot run is an error */
 static int l_set_attention_amx(lua_State *L) {
   luaL_checktype(L, 1, LUA_TBOOLEAN);
   lua_pushboolean(L, dp_cpu_attention_bf16_amx(lua_toboolean(L, 1)));
+  return 1;
+}
+static int l_attention_bf16(lua_State *L) {
+  static const char *const kinds[] = {"auto", "amx", "avx512_bf16", "widen", NULL};
+  int kind = lua_isnoneornil(L, 1) ? -1 : luaL_checkoption(L, 1, NULL, kinds);
+  int was = dp_cpu_attention_bf16_kernel(kind);
+  if (was < 0)
+    return luaL_error(L, "core.attention_bf16: this CPU has no %s",
+                      kind == DP_ATTN_BF16_AMX ? "AMX-BF16" : "AVX512-BF16");
+  lua_pushstring(L, kinds[was]);
   return 1;
 }
 
@@ -398,6 +410,7 @@ int luaopen_ddplua_core(lua_State *L) {
                                    {"_onednn_winograd_calls", l_onednn_winograd_calls},
                                    {"set_cpu_kernels", l_set_cpu_kernels},
                                    {"set_attention_amx", l_set_attention_amx},
+                                   {"attention_bf16", l_attention_bf16},
                                    {"gemm_impl", l_gemm_impl},
                                    {"set_gemm_impl", l_set_gemm_impl},
                                    {"set_gemm_stats", l_set_gemm_stats},

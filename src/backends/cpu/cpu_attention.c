@@ -25,11 +25,12 @@
  * the others are the plain loops the compiler vectorises.
  *
  * bfloat16 operands are widened into float32 staging (cpu_attention_stage.h);
- * with head dims in multiples of 32 on an AMX CPU, every product runs on
- * AMX tiles in bfloat16 instead (cpu_attn_amx.h: K and V transposed 32
- * bits at a time or paired by rows, P and dS rounded to bfloat16), the
- * row passes unchanged. The fwd 0.94 -> 0.50 ms, fwd+bwd 3.1 -> 2.3 ms for
- * the GPT example's layer (B=16 T=128, 4 heads of 32, 1 thread).
+ * with head dims in multiples of 32, every product runs in bfloat16 instead
+ * (cpu_attn_bf16.h: K and V transposed 32 bits at a time or paired by rows,
+ * P and dS rounded to bfloat16), the row passes unchanged: on AMX tiles
+ * where the CPU has them (the GPT example's layer, B=16 T=128, 4 heads of
+ * 32, 1 thread: fwd 0.94 -> 0.50 ms, fwd+bwd 3.1 -> 2.3 ms), else with
+ * AVX512-BF16's dot products (AMD Zen 4: see cpu_attn_dot.c).
  *
  * float64 (and any other dtype) takes a row-at-a-time double reference
  * path: the same algorithm without tiles, which the float32 one is tested
@@ -40,7 +41,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_attention_stage.h"
-#include "backends/cpu/cpu_attn_amx.h"
+#include "backends/cpu/cpu_attn_bf16.h"
 #include "backends/cpu/cpu_attn_gemm.h"
 #include "backends/cpu/cpu_model_kernels.h"
 #include "backends/cpu/sgemm.h"
@@ -62,10 +63,10 @@ enum { BR = 128, BC = 128 };
 
 typedef struct {
   const dp_attn_args *a;
-  dp_tensor *out, *lse;            /* forward */
-  dp_tensor *gq, *gk, *gv, *gmask; /* backward */
-  bool stage;                      /* bfloat16 operands: widened rows in float32 staging (cpu_attention_stage.h) */
-  bool amx;                        /* and their score and weight products on AMX tiles (cpu_attn_amx.h) */
+  dp_tensor *out, *lse;             /* forward */
+  dp_tensor *gq, *gk, *gv, *gmask;  /* backward */
+  bool stage;                       /* bfloat16 operands: widened rows in float32 staging (cpu_attention_stage.h) */
+  const dp_attn_bf16_kernel *tiles; /* and their score and weight products in bfloat16 (NULL: widened) */
   int64_t tasks, nqb;
   int isa; /* 2 AVX-512, 1 AVX2, 0 plain */
   int parts;
@@ -130,7 +131,7 @@ INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm, dp_
   const int64_t bh = t / jb->nqb, i0 = (t % jb->nqb) * BR, nr = L - i0 < BR ? L - i0 : BR;
   const int64_t on = jb->stage; /* without staging its buffers are empty (the work area has none) */
   float *Kt = work, *Sb = Kt + E * BC, *acc = Sb + BR * BC, *ch = acc + BR * Ev, *Vs = ch + on * SR * (E > Ev ? E : Ev);
-  uint16_t *pb = (uint16_t *)(Vs + on * BC * Ev), *pad = pb + 16 * BC; /* jb->amx: a strip's bfloat16 weights */
+  uint16_t *pb = (uint16_t *)(Vs + on * BC * Ev), *pad = pb + 16 * BC; /* jb->tiles: a strip's bfloat16 weights */
   float m[BR], l[BR];
   const float scale = (float)a->scale;
   int64_t jend = a->causal && i0 + nr < S ? i0 + nr : S; /* keys after the last query are all masked */
@@ -151,22 +152,23 @@ INLINE void fwd_block(job *jb, int64_t t, float *work, dp_attn_gemm_fn gemm, dp_
   }
   for (int64_t j0 = 0; j0 < jend; j0 += BC) {
     int64_t nc = jend - j0 < BC ? jend - j0 : BC;
-    if (jb->amx) { /* K^T as pair rows (K's rows transposed 32 bits at a time), V's rows paired; tiles in bf16 */
+    if (jb->tiles) { /* K^T as pair rows (K's rows transposed 32 bits at a time), V's rows paired; bf16 products */
       const int64_t ks = a->k->stride[2], q16 = a->q->stride[2];
       tr((const float *)head_raw(a->k, a, bh) + j0 * ks / 2, ks / 2, nc, E / 2, Kt, BC);
-      dp_attn_amx_pair_rows((const uint16_t *)head_raw(a->v, a, bh) + j0 * a->v->stride[2], a->v->stride[2], nc,
-                            (nc + 31) / 32 * 16, Ev, (uint32_t *)Vs);
+      dp_attn_bf16_pair_rows((const uint16_t *)head_raw(a->v, a, bh) + j0 * a->v->stride[2], a->v->stride[2], nc,
+                             (nc + 31) / 32 * 16, Ev, (uint32_t *)Vs);
       const uint16_t *qb = (const uint16_t *)head_raw(a->q, a, bh) + i0 * q16;
       for (int64_t r0 = 0; r0 < nr; r0 += SR) {
         int64_t w = strip_cols(a, i0, r0, j0, nc), rows = nr - r0 < SR ? nr - r0 : SR;
         if (w)
-          dp_attn_amx_scores(rows, w, E, qb + r0 * q16, q16, (const uint32_t *)Kt, BC, Sb + r0 * BC, BC, scale, pad);
+          jb->tiles->scores(rows, w, E, qb + r0 * q16, q16, (const uint32_t *)Kt, BC, Sb + r0 * BC, BC, scale, pad);
       }
       softmax_rows(a, bh, i0, nr, j0, nc, Sb, m, l, acc);
       for (int64_t r0 = 0; r0 < nr; r0 += SR) {
         int64_t w = strip_cols(a, i0, r0, j0, nc);
         if (w) /* all 16 rows: acc has them (scratch past nr) */
-          dp_attn_amx_pv(SR, w, Ev, Sb + r0 * BC, BC, 1.0f, (const uint32_t *)Vs, acc + r0 * Ev, Ev, j0 > 0, pb, NULL);
+          dp_attn_bf16_pv(jb->tiles, SR, w, Ev, Sb + r0 * BC, BC, 1.0f, (const uint32_t *)Vs, acc + r0 * Ev, Ev, j0 > 0,
+                          pb, NULL);
       }
       continue;
     }
@@ -216,7 +218,7 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
   const int64_t on = st; /* without staging its buffers are empty (the work area has none) */
   float *Qs = D + L, *dOs = Qs + on * L * E, *Os = dOs + on * L * Ev, *Ks = Os + on * L * Ev, *Vs = Ks + on * BC * E;
   float *gQs = Vs + on * BC * Ev, *gKs = gQs + on * L * E, *gVs = gKs + on * BC * E;
-  uint16_t *pad = (uint16_t *)(gVs + on * BC * Ev), *pb = pad + 16 * (E > Ev ? E : Ev); /* jb->amx scratch */
+  uint16_t *pad = (uint16_t *)(gVs + on * BC * Ev), *pb = pad + 16 * (E > Ev ? E : Ev); /* jb->tiles scratch */
   float *tmp = (float *)(pb + 16 * BC);
   /* and dV, dK's operands as pair rows over the queries: Z (or P), dS scaled, dO, Q; one key strip's A */
   enum { PR = BR / 2 + 16 }; /* pair rows: a strip's steps start at its first row's pair, up to 16 pairs past nr */
@@ -257,13 +259,13 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
     int64_t nc = S - j0 < BC ? S - j0 : BC;
     bool seen[BC / SR] = {0};
     /* with the tiles, K's rows go to dQ's product as pair rows (in Ks), and V's only to V^T */
-    const float *k = jb->amx ? NULL : rows_f32(a->k, a, bh, j0, nc, E, Ks, &ks, jb->isa);
-    if (jb->amx)
-      dp_attn_amx_pair_rows((const uint16_t *)head_raw(a->k, a, bh) + j0 * a->k->stride[2], a->k->stride[2], nc,
-                            (nc + 31) / 32 * 16, E, (uint32_t *)Ks);
-    const float *v = jb->amx ? NULL : rows_f32(a->v, a, bh, j0, nc, Ev, Vs, &vs, jb->isa); /* only for V^T */
+    const float *k = jb->tiles ? NULL : rows_f32(a->k, a, bh, j0, nc, E, Ks, &ks, jb->isa);
+    if (jb->tiles)
+      dp_attn_bf16_pair_rows((const uint16_t *)head_raw(a->k, a, bh) + j0 * a->k->stride[2], a->k->stride[2], nc,
+                             (nc + 31) / 32 * 16, E, (uint32_t *)Ks);
+    const float *v = jb->tiles ? NULL : rows_f32(a->v, a, bh, j0, nc, Ev, Vs, &vs, jb->isa); /* only for V^T */
     float *gk = st ? gKs : head_w(jb->gk, a, bh) + j0 * gks, *gv = st ? gVs : head_w(jb->gv, a, bh) + j0 * gvs;
-    if (jb->amx) { /* K^T and V^T as pair rows: the bfloat16 rows transposed 32 bits at a time */
+    if (jb->tiles) { /* K^T and V^T as pair rows: the bfloat16 rows transposed 32 bits at a time */
       tr((const float *)head_raw(a->k, a, bh) + j0 * a->k->stride[2] / 2, a->k->stride[2] / 2, nc, E / 2, Kt, BC);
       tr((const float *)head_raw(a->v, a, bh) + j0 * a->v->stride[2] / 2, a->v->stride[2] / 2, nc, Ev / 2, Vt, BC);
     } else {
@@ -275,12 +277,12 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
       for (int64_t r0 = 0; r0 < nr; r0 += SR) { /* the forward's S, bit for bit */
         int64_t w = strip_cols(a, i0, r0, j0, nc), rows = nr - r0 < SR ? nr - r0 : SR;
         pf_issue(&pf, false);
-        if (w && jb->amx) { /* the forward's S, bit for bit, and dZ = dO V^T, from the bfloat16 rows */
+        if (w && jb->tiles) { /* the forward's S, bit for bit, and dZ = dO V^T, from the bfloat16 rows */
           const int64_t q16 = a->q->stride[2], g16 = a->gout->stride[2];
-          dp_attn_amx_scores(rows, w, E, (const uint16_t *)head_raw(a->q, a, bh) + (i0 + r0) * q16, q16,
-                             (const uint32_t *)Kt, BC, P + r0 * BC, BC, scale, pad);
-          dp_attn_amx_scores(rows, w, Ev, (const uint16_t *)head_raw(a->gout, a, bh) + (i0 + r0) * g16, g16,
-                             (const uint32_t *)Vt, BC, dS + r0 * BC, BC, 1.0f, pad);
+          jb->tiles->scores(rows, w, E, (const uint16_t *)head_raw(a->q, a, bh) + (i0 + r0) * q16, q16,
+                            (const uint32_t *)Kt, BC, P + r0 * BC, BC, scale, pad);
+          jb->tiles->scores(rows, w, Ev, (const uint16_t *)head_raw(a->gout, a, bh) + (i0 + r0) * g16, g16,
+                            (const uint32_t *)Vt, BC, dS + r0 * BC, BC, 1.0f, pad);
         } else if (w) {
           gemm(rows, w, E, q + (i0 + r0) * qs, qs, 1, Kt, BC, P + r0 * BC, BC, scale, false);
           gemm(rows, w, Ev, dO + (i0 + r0) * dos, dos, 1, Vt, BC, dS + r0 * BC, BC, 1.0f, false); /* dZ = dO V^T */
@@ -290,31 +292,31 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
       const float *Zt = drop ? Z : P;
       for (int64_t r0 = 0; r0 < nr; r0 += SR) {
         int64_t w = strip_cols(a, i0, r0, j0, nc), rows = nr - r0 < SR ? nr - r0 : SR;
-        if (w && jb->amx) /* dQ (+)= dS K, dS scaled and rounded to bfloat16 */
-          dp_attn_amx_pv(rows, w, E, dS + r0 * BC, BC, scale, (const uint32_t *)Ks, gq + (i0 + r0) * gqs, gqs, j0 > 0,
-                         pb, tmp);
+        if (w && jb->tiles) /* dQ (+)= dS K, dS scaled and rounded to bfloat16 */
+          dp_attn_bf16_pv(jb->tiles, rows, w, E, dS + r0 * BC, BC, scale, (const uint32_t *)Ks, gq + (i0 + r0) * gqs,
+                          gqs, j0 > 0, pb, tmp);
         else if (w) /* dQ (+)= dS K */
           gemm(rows, E, w, dS + r0 * BC, BC, 1, k, ks, gq + (i0 + r0) * gqs, gqs, scale, j0 > 0);
       }
-      if (jb->amx) { /* the block's rows paired once; each key strip's pairs from its first row on */
-        dp_attn_amx_pair_f32(Zt, BC, nr, PR, BC, 1.0f, zp);
-        dp_attn_amx_pair_f32(dS, BC, nr, PR, BC, scale, sp);
-        dp_attn_amx_pair_rows((const uint16_t *)head_raw(a->gout, a, bh) + i0 * a->gout->stride[2], a->gout->stride[2],
-                              nr, PR, Ev, op);
-        dp_attn_amx_pair_rows((const uint16_t *)head_raw(a->q, a, bh) + i0 * a->q->stride[2], a->q->stride[2], nr, PR,
-                              E, qp);
+      if (jb->tiles) { /* the block's rows paired once; each key strip's pairs from its first row on */
+        dp_attn_bf16_pair_f32(Zt, BC, nr, PR, BC, 1.0f, zp);
+        dp_attn_bf16_pair_f32(dS, BC, nr, PR, BC, scale, sp);
+        dp_attn_bf16_pair_rows((const uint16_t *)head_raw(a->gout, a, bh) + i0 * a->gout->stride[2], a->gout->stride[2],
+                               nr, PR, Ev, op);
+        dp_attn_bf16_pair_rows((const uint16_t *)head_raw(a->q, a, bh) + i0 * a->q->stride[2], a->q->stride[2], nr, PR,
+                               E, qp);
       }
       for (int64_t c0 = 0; c0 < nc; c0 += SR) { /* dV (+)= Z^T dO, dK (+)= dS^T Q */
         int64_t r1 = strip_row0(a, i0, c0, j0), cols = nc - c0 < SR ? nc - c0 : SR;
         if (r1 >= nr) continue;
         bool acc = seen[c0 / SR];
         seen[c0 / SR] = true;
-        if (jb->amx) { /* A: the strip's 16 keys' pairs over rows r1.. (a 32-bit transpose); C: 16 rows of dV, dK */
+        if (jb->tiles) { /* A: the strip's 16 keys' pairs over rows r1.. (a 32-bit transpose); C: 16 rows of dV, dK */
           const int64_t np = (nr - r1 + 31) / 32 * 16;
           tr((const float *)zp + r1 / 2 * BC + c0, BC, np, SR, (float *)At, 64);
-          dp_attn_amx_mm(np, Ev, At, 64, op + r1 / 2 * Ev, Ev, gv + c0 * gvs, gvs, acc);
+          jb->tiles->mm(np, Ev, At, 64, op + r1 / 2 * Ev, Ev, gv + c0 * gvs, gvs, acc);
           tr((const float *)sp + r1 / 2 * BC + c0, BC, np, SR, (float *)At, 64);
-          dp_attn_amx_mm(np, E, At, 64, qp + r1 / 2 * E, E, gk + c0 * gks, gks, acc);
+          jb->tiles->mm(np, E, At, 64, qp + r1 / 2 * E, E, gk + c0 * gks, gks, acc);
           continue;
         }
         gemm(cols, Ev, nr - r1, Zt + r1 * BC + c0, 1, BC, dO + (i0 + r1) * dos, dos, gv + c0 * gvs, gvs, 1.0f, acc);
@@ -342,7 +344,7 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
 static size_t fwd_floats(const job *jb) {
   const dp_attn_args *a = jb->a;
   int64_t stage = jb->stage ? SR * (a->E > a->Ev ? a->E : a->Ev) + BC * a->Ev : 0;
-  int64_t amx = jb->amx ? 8 * BC + 8 * (a->E > a->Ev ? a->E : a->Ev) : 0; /* bfloat16 weights of a strip, padding */
+  int64_t amx = jb->tiles ? 8 * BC + 8 * (a->E > a->Ev ? a->E : a->Ev) : 0; /* bfloat16 weights of a strip, padding */
   return (size_t)(a->E * BC + BR * BC + BR * a->Ev + stage + amx);
 }
 static size_t bwd_floats(const job *jb) {
@@ -350,7 +352,7 @@ static size_t bwd_floats(const job *jb) {
   int64_t L = a->L, E = a->E, Ev = a->Ev, stage = jb->stage ? 2 * L * (E + Ev) + 2 * BC * (E + Ev) : 0;
   /* the tiles' scratch: a short strip's rows (16 x max(E, Ev) bf16), 16 x BC bf16 weights, 16 x E floats, the
    * pair rows of Z, dS, dO and Q, a strip's A */
-  int64_t amx = jb->amx ? 8 * (E > Ev ? E : Ev) + 8 * BC + 16 * E + (BR / 2 + 16) * (2 * BC + E + Ev) + 16 * 64 : 0;
+  int64_t amx = jb->tiles ? 8 * (E > Ev ? E : Ev) + 8 * BC + 16 * E + (BR / 2 + 16) * (2 * BC + E + Ev) + 16 * 64 : 0;
   return (size_t)(E * BC + Ev * BC + 3 * BR * BC + L + stage + amx);
 }
 
@@ -362,9 +364,9 @@ static size_t bwd_floats(const job *jb) {
       atomic_store(&jb->failed, 1);                                                                                    \
       return;                                                                                                          \
     }                                                                                                                  \
-    if (jb->amx) dp_attn_amx_begin();                                                                                  \
+    if (jb->tiles) jb->tiles->begin();                                                                                 \
     for (int64_t t = part; t < jb->tasks; t += jb->parts) fwd_block(jb, t, work, GEMM, TR, fwd_rows_##SFX);            \
-    if (jb->amx) dp_attn_amx_end();                                                                                    \
+    if (jb->tiles) jb->tiles->end();                                                                                   \
     free(work);                                                                                                        \
   }                                                                                                                    \
   TARGET static void bwd_part_##SFX(void *ctx, int part) {                                                             \
@@ -373,9 +375,9 @@ static size_t bwd_floats(const job *jb) {
     uint8_t *keep = malloc(BR * BC);                                                                                   \
     if (!work || !keep) atomic_store(&jb->failed, 1);                                                                  \
     else {                                                                                                             \
-      if (jb->amx) dp_attn_amx_begin();                                                                                \
+      if (jb->tiles) jb->tiles->begin();                                                                               \
       for (int64_t t = part; t < jb->tasks; t += jb->parts) bwd_head(jb, t, work, keep, GEMM, TR, bwd_rows_##SFX);     \
-      if (jb->amx) dp_attn_amx_end();                                                                                  \
+      if (jb->tiles) jb->tiles->end();                                                                                 \
     }                                                                                                                  \
     free(work);                                                                                                        \
     free(keep);                                                                                                        \
@@ -417,24 +419,37 @@ static int run(job *jb, bool forward) {
 }
 
 /* ---- the entries ---- */
-static int amx_enabled = 1; /* atomic */
-int dp_cpu_attention_bf16_amx(int on) {
-  int was = __atomic_load_n(&amx_enabled, __ATOMIC_RELAXED);
-  if (on >= 0) __atomic_store_n(&amx_enabled, on ? 1 : 0, __ATOMIC_RELAXED);
-  return was;
+static int bf16_kernel = DP_ATTN_BF16_AUTO; /* atomic */
+int dp_cpu_attention_bf16_kernel(int kind) {
+  if (kind == DP_ATTN_BF16_AMX && !dp_attn_amx_supported()) return -1;
+  if (kind == DP_ATTN_BF16_DOT && !dp_attn_dot_supported()) return -1;
+  if (kind >= DP_ATTN_BF16_AUTO && kind <= DP_ATTN_BF16_WIDEN)
+    return __atomic_exchange_n(&bf16_kernel, kind, __ATOMIC_RELAXED);
+  return __atomic_load_n(&bf16_kernel, __ATOMIC_RELAXED);
 }
-/* bfloat16 operands the tiles read in place: rows of whole 32-bit pairs (even strides, 4-byte aligned), head dims
- * in whole tile steps, on an AMX CPU running the AVX-512 tiles */
-static bool amx_path(const job *jb, const dp_tensor *const *t, int n) {
+int dp_cpu_attention_bf16_amx(int on) {
+  int was = on < 0 ? dp_cpu_attention_bf16_kernel(-1)
+                   : dp_cpu_attention_bf16_kernel(on ? DP_ATTN_BF16_AUTO : DP_ATTN_BF16_WIDEN);
+  return was != DP_ATTN_BF16_WIDEN;
+}
+static const dp_attn_bf16_kernel *bf16_products(void) {
+  switch (__atomic_load_n(&bf16_kernel, __ATOMIC_RELAXED)) {
+  case DP_ATTN_BF16_AMX: return &dp_attn_bf16_amx;
+  case DP_ATTN_BF16_DOT: return &dp_attn_bf16_dot;
+  case DP_ATTN_BF16_WIDEN: return NULL;
+  default: return dp_attn_amx_supported() ? &dp_attn_bf16_amx : dp_attn_dot_supported() ? &dp_attn_bf16_dot : NULL;
+  }
+}
+/* bfloat16 operands the bfloat16 products read in place: rows of whole 32-bit pairs (even strides, 4-byte
+ * aligned), head dims in whole tile steps, on a CPU running the AVX-512 tiles; NULL: widened to float32 */
+static const dp_attn_bf16_kernel *tiles_for(const job *jb, const dp_tensor *const *t, int n) {
   const dp_attn_args *a = jb->a;
-  if (!jb->stage || a->q->dtype != DP_BF16 || jb->isa != 2 || !__atomic_load_n(&amx_enabled, __ATOMIC_RELAXED) ||
-      a->E % 32 || a->Ev % 32 || !dp_attn_amx_supported())
-    return false;
+  if (!jb->stage || a->q->dtype != DP_BF16 || jb->isa != 2 || a->E % 32 || a->Ev % 32) return NULL;
   for (int i = 0; i < n; i++)
     if (t[i]->stride[3] != 1 || (t[i]->stride[0] | t[i]->stride[1] | t[i]->stride[2]) % 2 ||
         (uintptr_t)dp_data(t[i]) % 4)
-      return false;
-  return true;
+      return NULL;
+  return bf16_products();
 }
 /* The tiles take float32 operands, and bfloat16 ones through the staging; the reference path the rest. */
 static bool fast_path(const dp_attn_args *a, const dp_tensor *const *same, int n) {
@@ -452,7 +467,7 @@ int dp_cpu_attention(dp_tensor *out, dp_tensor *lse, const dp_attn_args *a) {
     return dp_attn_ref_forward(out, lse, a);
   job jb = {.a = a, .out = out, .lse = lse, .nqb = (a->L + BR - 1) / BR, .isa = best_isa()};
   jb.stage = a->q->dtype != DP_F32;
-  jb.amx = amx_path(&jb, (const dp_tensor *[]){a->q, a->k, a->v}, 3);
+  jb.tiles = tiles_for(&jb, (const dp_tensor *[]){a->q, a->k, a->v}, 3);
   jb.tasks = a->b1 * a->b2 * jb.nqb;
   atomic_init(&jb.failed, 0);
   return run(&jb, true);
@@ -466,7 +481,7 @@ int dp_cpu_attention_backward(dp_tensor *gq, dp_tensor *gk, dp_tensor *gv, dp_te
     return dp_attn_ref_backward(gq, gk, gv, gmask, a);
   job jb = {.a = a, .gq = gq, .gk = gk, .gv = gv, .gmask = gmask, .tasks = a->b1 * a->b2, .isa = best_isa()};
   jb.stage = a->q->dtype != DP_F32;
-  jb.amx = amx_path(&jb, (const dp_tensor *[]){a->q, a->k, a->v, a->gout}, 4);
+  jb.tiles = tiles_for(&jb, (const dp_tensor *[]){a->q, a->k, a->v, a->gout}, 4);
   atomic_init(&jb.failed, 0);
   return run(&jb, false);
 }

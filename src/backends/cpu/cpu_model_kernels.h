@@ -24,9 +24,14 @@ int dp_cpu_attention_backward(dp_tensor *gq, dp_tensor *gk, dp_tensor *gv, dp_te
 /* Tests: run the float32 tiles compiled for isa (2 AVX-512, 1 AVX2, 0 plain;
  * -1 the best the CPU has); -1 when the CPU lacks it. */
 int dp_cpu_attention_force_isa(int isa);
-/* Whether bfloat16 attention multiplies scores and weights in bfloat16 on AMX tiles (cpu_attn_amx.h: on by
- * default where the CPU has AMX-BF16) or widens every operand to float32 (off: bit for bit float32 attention
- * rounded once); on < 0 only asks. Returns the previous setting. */
+/* How bfloat16 attention multiplies scores and weights (cpu_attn_bf16.h): in bfloat16 on AMX tiles or with
+ * AVX512-BF16 dot products, or with every operand widened to float32 (bit for bit float32 attention rounded
+ * once). AUTO (the default): AMX where the CPU has AMX-BF16, else the dot products where it has AVX512-BF16,
+ * else widened. kind < 0 only asks; a kind this CPU cannot run is -1 (nothing changed). Returns the previous
+ * setting. dp_cpu_attention_bf16_amx: the older switch, on = AUTO, off = WIDEN; returns whether it was not
+ * WIDEN. */
+enum { DP_ATTN_BF16_AUTO, DP_ATTN_BF16_AMX, DP_ATTN_BF16_DOT, DP_ATTN_BF16_WIDEN };
+int dp_cpu_attention_bf16_kernel(int kind);
 int dp_cpu_attention_bf16_amx(int on);
 
 /* cpu_rnn.c: recurrent cells and adaptive pooling */
