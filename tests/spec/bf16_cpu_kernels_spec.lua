@@ -130,7 +130,7 @@ describe("bfloat16 CPU kernels", function()
 
   it("attention on bfloat16 operands is float32 attention of the widened operands, rounded", function()
     ddp.manual_seed(10)
-    -- the widening path, also at the AMX tiles' head dims (32: attention_amx_spec.lua has the tiles on)
+    -- the widening path, also at the bfloat16 kernels' head dims (32: attention_bf16_spec.lua has them on)
     local amx0 = ddp.core.set_attention_amx(false)
     for _, c in ipairs({ { 1, 24 }, { 65, 24 }, { 130, 24 }, { 128, 64 } }) do
       local T, C = c[1], c[2]
