@@ -9,7 +9,9 @@
  * Only the output and lse = m + log(l) per row (in float64) are stored. The backward
  * (FlashAttention-2) walks key blocks outside and query blocks inside,
  * recomputing P = exp(S - lse) per tile, and accumulates dV += P^T dO,
- * dS = P (dO V^T - D) with D = rowsum(dO O), dQ += dS K, dK += dS^T Q.
+ * dS = P (dO V^T - D) with D = rowsum(dO O) (or, for a head whose keys fit
+ * one tile, D = sum P dZ from the tile, as the composed backward's softmax
+ * takes it: cpu_attention_rows.h), dQ += dS K, dK += dS^T Q.
  * Causal tiles above the diagonal are skipped. The work is split over
  * (head, query block) pairs in the forward and over heads in the backward,
  * on the GEMM's thread pool when ddp.set_num_threads asks for threads;
@@ -227,15 +229,19 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
   int64_t qs, ks = 0, vs = 0, dos, os;
   const float *q = rows_f32(a->q, a, bh, 0, L, E, Qs, &qs, jb->isa);
   const float *dO = rows_f32(a->gout, a, bh, 0, L, Ev, dOs, &dos, jb->isa);
-  const float *O = rows_f32(a->out, a, bh, 0, L, Ev, Os, &os, jb->isa);
-  dp_attn_rowdot(jb->isa, dO, dos, O, os, L, Ev, D); /* D = rowsum(dO O) */
+  /* D = rowsum(dO O); a head whose keys fit one tile takes it from the tile instead (bwd_rows_fn), without O */
+  const bool tile_d = S <= BC;
+  if (!tile_d) {
+    const float *O = rows_f32(a->out, a, bh, 0, L, Ev, Os, &os, jb->isa);
+    dp_attn_rowdot(jb->isa, dO, dos, O, os, L, Ev, D);
+  }
   const double *lse = (const double *)dp_data(a->lse) + bh * L;
   pf_cursor pf = {0}; /* the next head of this part: what it reads, then what it writes */
   if (bh + jb->parts < jb->tasks) {
     const int64_t bn = bh + jb->parts;
     pf_head(&pf, a->q, a, bn, 0, L, E, false);
     pf_head(&pf, a->gout, a, bn, 0, L, Ev, false);
-    pf_head(&pf, a->out, a, bn, 0, L, Ev, false);
+    if (S > BC) pf_head(&pf, a->out, a, bn, 0, L, Ev, false); /* O only for D = rowsum(dO O) */
     pf_head(&pf, a->k, a, bn, 0, S, E, false);
     pf_head(&pf, a->v, a, bn, 0, S, Ev, false);
     pf_head(&pf, jb->gq, a, bn, 0, L, E, true);
@@ -288,7 +294,7 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
           gemm(rows, w, Ev, dO + (i0 + r0) * dos, dos, 1, Vt, BC, dS + r0 * BC, BC, 1.0f, false); /* dZ = dO V^T */
         }
       }
-      grad_rows(a, bh, i0, nr, j0, nc, lse + i0, D + i0, P, Z, dS, keep, gm ? gm + i0 * S + j0 : NULL);
+      grad_rows(a, bh, i0, nr, j0, nc, lse + i0, tile_d ? NULL : D + i0, P, Z, dS, keep, gm ? gm + i0 * S + j0 : NULL);
       const float *Zt = drop ? Z : P;
       for (int64_t r0 = 0; r0 < nr; r0 += SR) {
         int64_t w = strip_cols(a, i0, r0, j0, nc), rows = nr - r0 < SR ? nr - r0 : SR;

@@ -220,7 +220,11 @@ TARGET_AVX512 static void fwd_rows_avx512(const dp_attn_args *a, int64_t bh, int
  * the weights exp(s - lse), dS's (dZ = dO V^T) become dS = P (dZ' - D) where
  * dZ' is dZ through the dropout (whose kept weights go to Z and mask to
  * keep); gm (the mask's gradient rows of these queries and keys, row stride
- * S) receives dS. */
+ * S) receives dS. D NULL: the row term from the tile itself, D = sum P dZ'
+ * (in double), for a head whose keys are all in this tile: it then agrees
+ * with the rounded dZ it is subtracted from, as the composed softmax
+ * backward's does (rowsum(dO O) carries O's rounding instead, which the
+ * cancellation in dZ' - D multiplies by large q and k). */
 typedef void (*bwd_rows_fn)(const dp_attn_args *a, int64_t bh, int64_t i0, int64_t nr, int64_t j0, int64_t nc,
                             const double *lse, const float *D, float *P, float *Z, float *dS, uint8_t *keep, float *gm);
 /* the dropout's part of one row: Z = kept weights, dZ' = dZ * keep / (1 - p) */
@@ -230,6 +234,18 @@ INLINE void bwd_drop_row(const dp_attn_args *a, int64_t bh, int64_t i, int64_t j
   memcpy(z, p, sizeof(float) * (size_t)w);
   dropout_row(a, bh, i, j0, w, z, keep);
   for (int64_t c = 0; c < w; c++) d[c] = keep[c] ? d[c] * inv : 0.0f;
+}
+/* sum of p[c] * d[c], c < w, in double, rounded once: 16 partial sums (two vectors of 8 doubles once
+ * vectorised; one running sum was a chain of dependent adds, 1 ms a GPT layer) */
+INLINE float tile_d(const float *p, const float *d, int64_t w) {
+  double t[16] = {0};
+  int64_t c = 0;
+  for (; c + 16 <= w; c += 16)
+    for (int k = 0; k < 16; k++) t[k] += (double)p[c + k] * (double)d[c + k];
+  for (; c < w; c++) t[c % 16] += (double)p[c] * (double)d[c];
+  double sum = 0;
+  for (int k = 0; k < 16; k++) sum += t[k];
+  return (float)sum;
 }
 INLINE void bwd_rows_body(const dp_attn_args *a, int64_t bh, int64_t i0, int64_t nr, int64_t j0, int64_t nc,
                           const double *lse, const float *D, float *P, float *Z, float *dS, uint8_t *keep, float *gm) {
@@ -245,7 +261,7 @@ INLINE void bwd_rows_body(const dp_attn_args *a, int64_t bh, int64_t i0, int64_t
       exp_row2(p, w, hi, (float)(li - (double)hi));
     }
     if (a->dropout_p > 0) bwd_drop_row(a, bh, i0 + r, j0, w, p, Z + r * BC, d, keep + r * BC);
-    float Di = D[r];
+    float Di = D ? D[r] : tile_d(p, d, w);
     for (int64_t c = 0; c < w; c++) d[c] = p[c] * (d[c] - Di);
     if (gm) memcpy(gm + r * a->S, d, sizeof(float) * (size_t)w);
   }
@@ -259,7 +275,7 @@ static void bwd_rows_plain(const dp_attn_args *a, int64_t bh, int64_t i0, int64_
                            const double *lse, const float *D, float *P, float *Z, float *dS, uint8_t *keep, float *gm) {
   bwd_rows_body(a, bh, i0, nr, j0, nc, lse, D, P, Z, dS, keep, gm);
 }
-/* AVX-512: the causal cut as a lane mask, and without dropout the weights and dS in one pass */
+/* AVX-512: the causal cut as a lane mask, and without dropout (and with D given) the weights and dS in one pass */
 TARGET_AVX512 static void bwd_rows_avx512(const dp_attn_args *a, int64_t bh, int64_t i0, int64_t nr, int64_t j0,
                                           int64_t nc, const double *lse, const float *D, float *P, float *Z, float *dS,
                                           uint8_t *keep, float *gm) {
@@ -274,18 +290,19 @@ TARGET_AVX512 static void bwd_rows_avx512(const dp_attn_args *a, int64_t bh, int
       vis = causal_vis(a, i0 + r, j0, w);
       hi = (float)li, lo = (float)(li - (double)hi);
     }
-    const __m512 vhi = _mm512_set1_ps(hi), vlo = _mm512_set1_ps(lo), vD = _mm512_set1_ps(D[r]);
+    const bool one_pass = !drop && D;
+    const __m512 vhi = _mm512_set1_ps(hi), vlo = _mm512_set1_ps(lo), vD = _mm512_set1_ps(D ? D[r] : 0.0f);
     for (int64_t c = 0; c < w; c += 16) {
       __mmask16 kw = lanes16(w - c);
       __m512 x = _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(kw, p + c), vhi), vlo);
       __m512 e = dp_attn_exp512_maskz(lanes16(vis - c), x);
       _mm512_mask_storeu_ps(p + c, kw, e);
-      if (!drop)
+      if (one_pass)
         _mm512_mask_storeu_ps(d + c, kw, _mm512_mul_ps(e, _mm512_sub_ps(_mm512_maskz_loadu_ps(kw, d + c), vD)));
     }
-    if (drop) {
-      bwd_drop_row(a, bh, i0 + r, j0, w, p, Z + r * BC, d, keep + r * BC);
-      float Di = D[r];
+    if (!one_pass) {
+      if (drop) bwd_drop_row(a, bh, i0 + r, j0, w, p, Z + r * BC, d, keep + r * BC);
+      float Di = D ? D[r] : tile_d(p, d, w);
       for (int64_t c = 0; c < w; c++) d[c] = p[c] * (d[c] - Di);
     }
     if (gm) memcpy(gm + r * a->S, d, sizeof(float) * (size_t)w);
