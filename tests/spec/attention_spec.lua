@@ -219,6 +219,48 @@ describe("scaled_dot_product_attention", function()
     end
   end)
 
+  it("takes the row term D from the tile for heads of up to 128 keys: identical keys exact, large inputs near float64",
+    function()
+      -- identical keys and values (expanded): every dZ of a row is equal, so dS = P (dZ - D) is exactly 0; D = sum P dZ
+      -- over weights that sum to 1 only to rounding left 3.8e-4 in q's gradient (the division by sum P takes it out)
+      local q = ddp.tensor({ 1.5, -2, 0.25, 3, -1, 0.5, 2, -0.75 }, { dtype = "float32" }):view(1, 4, 2):requires_grad_()
+      local k = ddp.tensor({ 40.2, -17.5 }, { dtype = "float32" }):view(1, 1, 2):expand(1, 3, 2)
+      local v = ddp.tensor({ 0.3, -1.1, 2.5 }, { dtype = "float32" }):view(1, 1, 3):expand(1, 3, 3)
+      local kl, vl = k:contiguous():requires_grad_(), v:contiguous():requires_grad_()
+      F.scaled_dot_product_attention(q, kl, vl):backward(ddp.randn(1, 4, 3))
+      for _, g in ipairs(gc.flat_values(q.grad)) do assert.are.equal(0, g) end
+      for _, g in ipairs(gc.flat_values(kl.grad)) do assert.are.equal(0, g) end
+      -- the differential suite's SEED=20261227 case 15570 (q to 77, v to 44, a float mask): with D = rowsum(dO O)
+      -- the gradient of k was 1.2e-4 off float64, 15x the composed float32's error (7.7e-6)
+      local qv = { -10.586028099060059, 21.360162734985352, 31.707555770874023, -1.8501629829406738, -77.48675537109375,
+        43.817901611328125, -19.5596923828125, -39.975444793701172 }
+      local kv = { -0.29978427290916443, -1.5537056922912598, -0.80928963422775269, -0.95867985486984253,
+        -0.01041041873395443, -1.1901264190673828, 0.49797818064689636, -0.11320406198501587, 1.5866919755935669,
+        -0.46929389238357544 }
+      local vv = { -6.1068010330200195, 43.197822570800781, 41.459903717041016, 0.77356040477752686, 39.195907592773438,
+        -32.280075073242188, 10.50629711151123, 21.029018402099609, -10.924763679504395, 18.670913696289062,
+        32.56671142578125, -5.8148255348205566, 2.3535795211791992, -16.785209655761719, 36.071781158447266,
+        42.439037322998047, -24.077592849731445, -24.625930786132812, 44.319522857666016, -25.678350448608398 }
+      local mv = { -0.62420052289962769, -0.019680595025420189, -1.418932318687439, 1.8243353366851807, 0.7046247124671936,
+        -0.027754258364439011, 0.21255147457122803, -0.5835188627243042, -1.645237922668457, 1.2899372577667236,
+        0.11059363186359406, -0.10589464008808136, -0.53232765197753906, 1.2773052453994751, -0.37275251746177673,
+        -0.18291464447975159, 0.71554577350616455, -1.5466173887252808, -1.3301082849502563, -0.25737100839614868 }
+      local function grads(dt, f)
+        local qq = ddp.tensor(qv, { dtype = dt }):view(1, 4, 2):requires_grad_()
+        local kk = ddp.tensor(kv, { dtype = dt }):view(1, 5, 2):requires_grad_()
+        local vv2 = ddp.tensor(vv, { dtype = dt }):view(1, 5, 4):requires_grad_()
+        local y = f(qq, kk, vv2, { attn_mask = ddp.tensor(mv, { dtype = dt }):view(4, 5) })
+        local w = {}
+        for i = 0, 15 do w[i + 1] = ((i * 7) % 11 - 5) / 4 end
+        (y * ddp.tensor(w, { dtype = dt }):view(1, 4, 4)):sum():backward()
+        return kk.grad:double()
+      end
+      local exact = grads("float64", composed)
+      local e_fused = (grads("float32", F.scaled_dot_product_attention) - exact):abs():max():item()
+      local e_comp = (grads("float32", composed) - exact):abs():max():item()
+      assert.is_true(e_fused <= 2 * e_comp + 1e-6, string.format("gradient of k: fused %g, composed %g", e_fused, e_comp))
+    end)
+
   it("keeps float32's precision in the backward when the scores are large (the lse is saved in float64)", function()
     -- a float mask lifting every score by 3000: a float32 lse is rounded by 3000 * 2^-24 = 2e-4, and every weight the
     -- backward recomputed as exp(S - lse) was off by that much, twice the composed float32 math's error (which comes

@@ -220,8 +220,8 @@ TARGET_AVX512 static void fwd_rows_avx512(const dp_attn_args *a, int64_t bh, int
  * the weights exp(s - lse), dS's (dZ = dO V^T) become dS = P (dZ' - D) where
  * dZ' is dZ through the dropout (whose kept weights go to Z and mask to
  * keep); gm (the mask's gradient rows of these queries and keys, row stride
- * S) receives dS. D NULL: the row term from the tile itself, D = sum P dZ'
- * (in double), for a head whose keys are all in this tile: it then agrees
+ * S) receives dS. D NULL: the row term from the tile itself, D = sum P dZ' /
+ * sum P (in double), for a head whose keys are all in this tile: it then agrees
  * with the rounded dZ it is subtracted from, as the composed softmax
  * backward's does (rowsum(dO O) carries O's rounding instead, which the
  * cancellation in dZ' - D multiplies by large q and k). */
@@ -235,17 +235,19 @@ INLINE void bwd_drop_row(const dp_attn_args *a, int64_t bh, int64_t i, int64_t j
   dropout_row(a, bh, i, j0, w, z, keep);
   for (int64_t c = 0; c < w; c++) d[c] = keep[c] ? d[c] * inv : 0.0f;
 }
-/* sum of p[c] * d[c], c < w, in double, rounded once: 16 partial sums (two vectors of 8 doubles once
- * vectorised; one running sum was a chain of dependent adds, 1 ms a GPT layer) */
+/* sum of p[c] * d[c] over sum of p[c], c < w, in double, rounded once (0 for a row of no weight): the weights
+ * recomputed as exp(s - lse) sum to 1 only to rounding, a common factor the division takes out, so a row whose
+ * dZ' are all equal (identical keys and values) gets dS = 0 exactly, as rowsum(dO O) gave it. 16 partial sums
+ * (two vectors of 8 doubles once vectorised; one running sum was a chain of dependent adds, 1 ms a GPT layer) */
 INLINE float tile_d(const float *p, const float *d, int64_t w) {
-  double t[16] = {0};
+  double t[16] = {0}, u[16] = {0};
   int64_t c = 0;
   for (; c + 16 <= w; c += 16)
-    for (int k = 0; k < 16; k++) t[k] += (double)p[c + k] * (double)d[c + k];
-  for (; c < w; c++) t[c % 16] += (double)p[c] * (double)d[c];
-  double sum = 0;
-  for (int k = 0; k < 16; k++) sum += t[k];
-  return (float)sum;
+    for (int k = 0; k < 16; k++) t[k] += (double)p[c + k] * (double)d[c + k], u[k] += (double)p[c + k];
+  for (; c < w; c++) t[c % 16] += (double)p[c] * (double)d[c], u[c % 16] += (double)p[c];
+  double sum = 0, weight = 0;
+  for (int k = 0; k < 16; k++) sum += t[k], weight += u[k];
+  return weight > 0 ? (float)(sum / weight) : 0.0f;
 }
 INLINE void bwd_rows_body(const dp_attn_args *a, int64_t bh, int64_t i0, int64_t nr, int64_t j0, int64_t nc,
                           const double *lse, const float *D, float *P, float *Z, float *dS, uint8_t *keep, float *gm) {
@@ -290,8 +292,9 @@ TARGET_AVX512 static void bwd_rows_avx512(const dp_attn_args *a, int64_t bh, int
       vis = causal_vis(a, i0 + r, j0, w);
       hi = (float)li, lo = (float)(li - (double)hi);
     }
-    const bool one_pass = !drop && D;
+    const bool one_pass = !drop && D, sum_here = !drop && !D; /* sum_here: D from this pass's weights */
     const __m512 vhi = _mm512_set1_ps(hi), vlo = _mm512_set1_ps(lo), vD = _mm512_set1_ps(D ? D[r] : 0.0f);
+    __m512d pd[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()}, ps[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
     for (int64_t c = 0; c < w; c += 16) {
       __mmask16 kw = lanes16(w - c);
       __m512 x = _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(kw, p + c), vhi), vlo);
@@ -299,11 +302,29 @@ TARGET_AVX512 static void bwd_rows_avx512(const dp_attn_args *a, int64_t bh, int
       _mm512_mask_storeu_ps(p + c, kw, e);
       if (one_pass)
         _mm512_mask_storeu_ps(d + c, kw, _mm512_mul_ps(e, _mm512_sub_ps(_mm512_maskz_loadu_ps(kw, d + c), vD)));
+      if (sum_here) { /* tile_d's sums, in double (lanes past w: weight 0, dZ 0) */
+        __m512 dz = _mm512_maskz_loadu_ps(kw, d + c);
+        __m512d e0 = _mm512_cvtps_pd(_mm512_castps512_ps256(e)), e1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1));
+        pd[0] = _mm512_fmadd_pd(e0, _mm512_cvtps_pd(_mm512_castps512_ps256(dz)), pd[0]);
+        pd[1] = _mm512_fmadd_pd(e1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(dz, 1)), pd[1]);
+        ps[0] = _mm512_add_pd(ps[0], e0), ps[1] = _mm512_add_pd(ps[1], e1);
+      }
     }
     if (!one_pass) {
       if (drop) bwd_drop_row(a, bh, i0 + r, j0, w, p, Z + r * BC, d, keep + r * BC);
-      float Di = D ? D[r] : tile_d(p, d, w);
-      for (int64_t c = 0; c < w; c++) d[c] = p[c] * (d[c] - Di);
+      float Di;
+      if (sum_here) {
+        double weight = _mm512_reduce_add_pd(_mm512_add_pd(ps[0], ps[1]));
+        Di = weight > 0 ? (float)(_mm512_reduce_add_pd(_mm512_add_pd(pd[0], pd[1])) / weight) : 0.0f;
+      } else {
+        Di = D ? D[r] : tile_d(p, d, w);
+      }
+      const __m512 vd = _mm512_set1_ps(Di);
+      for (int64_t c = 0; c < w; c += 16) {
+        __mmask16 kw = lanes16(w - c);
+        __m512 e = _mm512_maskz_loadu_ps(kw, p + c);
+        _mm512_mask_storeu_ps(d + c, kw, _mm512_mul_ps(e, _mm512_sub_ps(_mm512_maskz_loadu_ps(kw, d + c), vd)));
+      }
     }
     if (gm) memcpy(gm + r * a->S, d, sizeof(float) * (size_t)w);
   }
