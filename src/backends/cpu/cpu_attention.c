@@ -230,8 +230,8 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
   const float *q = rows_f32(a->q, a, bh, 0, L, E, Qs, &qs, jb->isa);
   const float *dO = rows_f32(a->gout, a, bh, 0, L, Ev, dOs, &dos, jb->isa);
   /* D = rowsum(dO O); a head whose keys fit one tile takes it from the tile instead (bwd_rows_fn), without O */
-  const bool tile_d = S <= BC;
-  if (!tile_d) {
+  const bool d_from_tile = S <= BC;
+  if (!d_from_tile) {
     const float *O = rows_f32(a->out, a, bh, 0, L, Ev, Os, &os, jb->isa);
     dp_attn_rowdot(jb->isa, dO, dos, O, os, L, Ev, D);
   }
@@ -294,7 +294,8 @@ INLINE void bwd_head(job *jb, int64_t bh, float *work, uint8_t *keep, dp_attn_ge
           gemm(rows, w, Ev, dO + (i0 + r0) * dos, dos, 1, Vt, BC, dS + r0 * BC, BC, 1.0f, false); /* dZ = dO V^T */
         }
       }
-      grad_rows(a, bh, i0, nr, j0, nc, lse + i0, tile_d ? NULL : D + i0, P, Z, dS, keep, gm ? gm + i0 * S + j0 : NULL);
+      grad_rows(a, bh, i0, nr, j0, nc, lse + i0, d_from_tile ? NULL : D + i0, P, Z, dS, keep,
+                gm ? gm + i0 * S + j0 : NULL);
       const float *Zt = drop ? Z : P;
       for (int64_t r0 = 0; r0 < nr; r0 += SR) {
         int64_t w = strip_cols(a, i0, r0, j0, nc), rows = nr - r0 < SR ? nr - r0 : SR;
