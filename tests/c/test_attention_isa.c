@@ -1,7 +1,8 @@
 /* The CPU attention's float32 tiles compiled for each instruction set
  * (AVX-512, AVX2, plain; those this CPU runs) against its float64
  * reference path, forward and backward, with a causal cut, a boolean and a
- * float mask, dropout, and sizes off the tile edges: the specs only reach
+ * float mask, dropout, and sizes off the tile edges, and identical keys and
+ * values giving exactly zero gradients for q and k: the specs only reach
  * the variant the CPU picks, this reaches them all. */
 #include <math.h>
 #include <string.h>
@@ -79,6 +80,40 @@ int main(void) {
     }
     for (int i = 0; i < 3; i++) dp_release(in64[i]);
     dp_release(noise), dp_release(bmask);
+  }
+  /* identical keys and values (one row expanded, then copied by run): every dZ of a row is equal, so dS and the
+   * gradients of q and k are exactly 0 on every ISA where the row term comes from the tile (heads of up to 128
+   * keys; with rowsum(dO O), 130 keys, about a quarter of them came out nonzero, O's rounding) */
+  for (int64_t S = 40; S <= 128; S += 88) {
+    dp_manual_seed(21);
+    dp_tensor *k1 = dp_randn(DP_F64, 3, (int64_t[]){2, 1, 16}, dp_cpu()),
+              *v1 = dp_randn(DP_F64, 3, (int64_t[]){2, 1, 7}, dp_cpu());
+    dp_tensor *in64[3] = {dp_randn(DP_F64, 3, (int64_t[]){2, 33, 16}, dp_cpu()),
+                          dp_expand(k1, 3, (int64_t[]){2, S, 16}), dp_expand(v1, 3, (int64_t[]){2, S, 7})};
+    for (int isa = 0; isa < 3; isa++) {
+      if (dp_cpu_attention_force_isa(isa)) continue;
+      for (int causal = 0; causal < 2; causal++) {
+        dp_tensor *got[4] = {0};
+        run(DP_F32, in64, NULL, causal, 0, got);
+        for (int k = 1; k < 3; k++) {
+          CHECK(got[k] != NULL);
+          if (!got[k]) continue;
+          dp_tensor *gd = dp_to(got[k], DP_F64, dp_cpu());
+          const double *g = dp_data(gd);
+          int64_t nonzero = 0;
+          for (int64_t i = 0; i < dp_numel(gd); i++) nonzero += g[i] != 0;
+          if (nonzero)
+            fprintf(stderr, "%s S=%lld causal=%d: %lld nonzero gradient elements of input %d\n", names[isa],
+                    (long long)S, causal, (long long)nonzero, k);
+          CHECK(nonzero == 0);
+          dp_release(gd);
+        }
+        for (int k = 0; k < 4; k++) dp_clear(&got[k]);
+      }
+    }
+    dp_cpu_attention_force_isa(-1);
+    for (int i = 0; i < 3; i++) dp_release(in64[i]);
+    dp_release(k1), dp_release(v1);
   }
   TEST_DONE();
 }
