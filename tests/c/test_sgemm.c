@@ -165,6 +165,10 @@ static void test_impl(dp_sgemm_impl impl) {
       {12, 50, 33},
       {4, 96, 70},
       {800, 20, 200},
+      /* a k that fits one block whole at a narrower block width (sgemm.c's run_blocked: 384 x 400 would otherwise
+       * split k in 2) */
+      {70, 400, 384},
+      {400, 70, 384},
   };
   for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
     for (int t = 0; t < 4; t++) run_case(impl, basic(sizes[s][0], sizes[s][1], sizes[s][2], t & 1, t & 2));
@@ -198,6 +202,9 @@ static void test_impl(dp_sgemm_impl impl) {
     run_case(impl, c);
     c = basic(53, 19, 300, ta, tb);
     c.alpha = 0.5, c.beta = 1;
+    run_case(impl, c);
+    c = basic(37, 500, 384, ta, tb); /* k kept whole in narrower blocks: beta still once */
+    c.alpha = 0.5, c.beta = -1.5;
     run_case(impl, c);
     /* alpha = 0: C = beta C, A and B unread (their gaps are NaN anyway) */
     c = basic(9, 21, 5, ta, tb);

@@ -269,6 +269,18 @@ static int run_blocked(const problem *pr) {
   int64_t kc_cap = K->l2_floats / nc_blk;
   kc_cap = kc_cap < K->kc ? K->kc : (kc_cap > K->kc_max ? K->kc_max : kc_cap);
   int64_t kc_blk = balanced_block(pr->k, kc_cap, 1);
+  /* A k that one block can hold whole while the block stays at least 4
+   * panels wide is not split: narrower blocks re-read P once more each, a
+   * k split reads and writes all of C once more, and C is the larger. On
+   * one Zen 4 core (bench/gemm.lua evict=1, the k = 384 rows of a
+   * 384-wide GPT) x @ W^T at 2048 x 1152 x 384 runs 90-94 -> 100-103
+   * GFLOP/s (OpenBLAS 97-101); g @ W at 2048 x 1536 x 384 95-100 -> 98-106,
+   * within the spread. With P packed (the swapped weight gradients, k = 700) or blocks under 4
+   * panels it measured no better, so those keep the split. */
+  if (kc_blk < pr->k && pr->k <= K->kc_max && K->l2_floats / pr->k >= 4 * K->nr && pr->P.cs == 1) {
+    kc_blk = pr->k;
+    nc_blk = balanced_block(pr->n, K->l2_floats / pr->k, K->vl);
+  }
   /* panels round up to whole vectors */
   pack_bufs *bufs = get_bufs((size_t)(kc_blk * (nc_blk + K->nr)), (size_t)(kc_blk * MR));
   if (!bufs) return -1;
