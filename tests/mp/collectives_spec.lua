@@ -87,6 +87,16 @@ local function threads()
   end
 end
 
+-- The thread count once it reaches want, or after 2 s what it is then: a
+-- thread pthread_join returned for is still counted until the kernel has
+-- finished its exit, a moment later (seen on a loaded machine: 4 for 3).
+local function threads_settled(want)
+  local deadline = ddp.clock() + 2
+  local n = threads()
+  while n ~= want and ddp.clock() < deadline do n = threads() end
+  return n
+end
+
 local function segments(token)
   local p = io.popen("ls /dev/shm")
   local n = 0
@@ -404,7 +414,7 @@ describe("init", function()
       dist.all_reduce(ddp.ones(10), "sum", { group = g, async = true }):wait()
       assert.is_true(threads() > before)
       dist.destroy_process_group()
-      assert.equal(before, threads())
+      assert.equal(before, threads_settled(before))
       assert.is_false(dist.is_initialized())
       -- and again: a second init in the same process works
       dist.init_process_group()
@@ -412,7 +422,7 @@ describe("init", function()
       dist.all_reduce(t)
       assert.equal(2, t:max():item())
       dist.destroy_process_group()
-      assert.equal(before, threads())
+      assert.equal(before, threads_settled(before))
     end, 2, file)
     local token = io.open(file):read("a")
     os.remove(file)

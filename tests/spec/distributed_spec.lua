@@ -28,6 +28,16 @@ local function threads()
   end
 end
 
+-- The thread count once it reaches want, or after 2 s what it is then: a
+-- thread pthread_join returned for is still counted until the kernel has
+-- finished its exit, a moment later (seen on a loaded machine: 4 for 3).
+local function threads_settled(want)
+  local deadline = ddp.clock() + 2
+  local n = threads()
+  while n ~= want and ddp.clock() < deadline do n = threads() end
+  return n
+end
+
 describe("distributed", function()
   it("reports clear errors before init_process_group", function()
     assert.is_false(dist.is_initialized())
@@ -82,7 +92,7 @@ describe("distributed", function()
     assert.is_true(ddp.is_main())
     dist.destroy_process_group()
     assert.is_false(dist.is_initialized())
-    assert.equal(before, threads())
+    assert.equal(before, threads_settled(before))
     local ok, err = pcall(dist.all_reduce, t, "sum", { group = g })
     assert.is_false(ok)
     assert.matches("the process group was destroyed", err)
