@@ -25,7 +25,7 @@ for _, a in ipairs(arg or {}) do
   local ok = k ~= nil and opts[k] ~= nil
   if ok and k ~= "clock" then
     v = tonumber(v)
-    ok = math.type(v) == "integer" and (v >= 1 or (k == "evict" and v == 0)) and (k ~= "evict" or v <= 1)
+    ok = math.type(v) == "integer" and (k == "evict" and (v == 0 or v == 1) or k ~= "evict" and v >= 1)
   elseif ok then
     ok = v == "wall" or v == "cpu"
   end

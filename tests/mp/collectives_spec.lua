@@ -80,22 +80,8 @@ local function assert_reduced(got, op, R, what)
   assert(diff == 0, string.format("%s: max abs difference %g", what, diff))
 end
 
-local function threads()
-  for line in io.lines("/proc/self/status") do
-    local n = line:match("^Threads:%s+(%d+)")
-    if n then return tonumber(n) end
-  end
-end
-
--- The thread count once it reaches want, or after 2 s what it is then: a
--- thread pthread_join returned for is still counted until the kernel has
--- finished its exit, a moment later (seen on a loaded machine: 4 for 3).
-local function threads_settled(want)
-  local deadline = ddp.clock() + 2
-  local n = threads()
-  while n ~= want and ddp.clock() < deadline do n = threads() end
-  return n
-end
+local proc_threads = require "helpers.proc_threads"
+local threads, threads_settled = proc_threads.count, proc_threads.settled
 
 local function segments(token)
   local p = io.popen("ls /dev/shm")

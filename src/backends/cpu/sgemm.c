@@ -275,8 +275,9 @@ static int run_blocked(const problem *pr) {
    * one Zen 4 core (bench/gemm.lua evict=1, the k = 384 rows of a
    * 384-wide GPT) x @ W^T at 2048 x 1152 x 384 runs 90-94 -> 100-103
    * GFLOP/s (OpenBLAS 97-101); g @ W at 2048 x 1536 x 384 95-100 -> 98-106,
-   * within the spread. With P packed (the swapped weight gradients, k = 700) or blocks under 4
-   * panels it measured no better, so those keep the split. */
+   * within the spread. With P packed (the swapped weight gradients, k =
+   * 700) or blocks under 4 panels it measured no better, so those keep the
+   * split. */
   if (kc_blk < pr->k && pr->k <= K->kc_max && K->l2_floats / pr->k >= 4 * K->nr && pr->P.cs == 1) {
     kc_blk = pr->k;
     nc_blk = balanced_block(pr->n, K->l2_floats / pr->k, K->vl);
