@@ -49,6 +49,11 @@ local function section(name, fn)
   end
 end
 
+-- key=value pairs as both references print them: keys and values hold
+-- underscores (max_rel_err=, variant=f32_host; without them in the pattern
+-- the first GPU run read "err=" and took f32_host's figure for f32's)
+local KV = "([%w_]+)=([%w_%.%-%+:]+)"
+
 -- the raw reference program, next to the ddplua binary
 local raw = os.getenv("DDPLUA_GPU_RAW") or ((os.getenv("DDPLUA_BIN") or "./build/bin/ddplua") .. "_gpu_raw")
 local function raw_run(args)
@@ -56,7 +61,7 @@ local function raw_run(args)
   local out = p and p:read("a") or ""
   if p then p:close() end
   local kv = {}
-  for k, v in out:gmatch("(%w+)=([%w%.%-%+]+)") do kv[k] = tonumber(v) or v end
+  for k, v in out:gmatch(KV) do kv[k] = tonumber(v) or v end
   if not kv.mode then kv.error = out end
   return kv
 end
@@ -75,7 +80,7 @@ local function torch_jobs(jobs)
   if p then p:close() end
   for line in out:gmatch("[^\n]+") do
     local kv = {}
-    for k, v in line:gmatch("([%w_]+)=([%w%.%-%+:]+)") do kv[k] = tonumber(v) or v end
+    for k, v in line:gmatch(KV) do kv[k] = tonumber(v) or v end
     if kv.mode == "gemm" and kv.dtype then
       torch_results[string.format("gemm %d %d %d %s", kv.m or 0, kv.n or 0, kv.k or 0, kv.dtype)] = kv
     elseif kv.mode == "mlp" and kv.variant then

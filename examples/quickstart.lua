@@ -8,7 +8,8 @@ dist.init_process_group()                       -- env:// from the launcher (a w
 local rank, world = dist.get_rank(), dist.get_world_size()
 ddp.seed_everything(cfg.seed + rank)            -- seed + rank: per-rank dropout/augmentation
 
-local model = nn.Sequential { nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 10) }:to(ddp.device())
+local device = ddp.device()                     -- "cuda:<local rank>" with a GPU, else "cpu"
+local model = nn.Sequential { nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 10) }:to(device)
 model = nn.SyncBatchNorm.convert_sync_batchnorm(model) -- BatchNorm -> SyncBatchNorm (none in this MLP)
 model = dist.DistributedDataParallel(model)     -- rank 0's weights everywhere; gradients averaged in backward
 local opt = optim.SGD(model:parameters(), { lr = cfg.lr, momentum = 0.9 }) -- the optimizer after DDP
@@ -25,6 +26,7 @@ for epoch = 1, cfg.epochs do
   sampler:set_epoch(epoch)                      -- a new shuffle per epoch, the same on every rank
   local loss
   for x, y in loader:iter() do
+    x, y = x:to(device), y:to(device)           -- the batch where the model is (a no-op on the cpu)
     opt:zero_grad()
     loss = ddp.cross_entropy(model(x), y)       -- labels are 1..10
     loss:backward()                             -- buckets are averaged across ranks while backward runs
@@ -33,7 +35,9 @@ for epoch = 1, cfg.epochs do
   model:eval()
   local preds, labels = {}, {}
   ddp.no_grad(function()
-    for x, y in test_loader:iter() do preds[#preds + 1], labels[#labels + 1] = model(x):argmax(2), y end
+    for x, y in test_loader:iter() do
+      preds[#preds + 1], labels[#labels + 1] = model(x:to(device)):argmax(2), y:to(device)
+    end
   end)
   preds = dist.gather_for_metrics(ddp.cat(preds), test_sampler) -- every test image once, from all ranks
   labels = dist.gather_for_metrics(ddp.cat(labels), test_sampler)

@@ -17,7 +17,8 @@
 #     tinfo) in fallback/, used only where the machine lacks them;
 #   - no OpenBLAS (30+ MB): without it the CPU GEMM runs a plain loop
 #     (src/backends/cpu/cpu_blas.c), which float64 references need only;
-#   - the Fashion-MNIST files (dataset-fashion-mnist);
+#   - the Fashion-MNIST files (dataset-fashion-mnist) and the text of the
+#     fortunes package (the GPT example's corpus);
 #   - nccl.h from this machine's CUDA toolkit, for a wheel that ships
 #     libnccl.so.2 without its header (cmake/cuda.cmake: DDPLUA_NCCL_INCLUDE);
 #   - env.sh, which sets PATH, LD_LIBRARY_PATH, PKG_CONFIG_PATH/LIBDIR,
@@ -154,6 +155,12 @@ for h in /usr/local/cuda/include/nccl.h /usr/include/nccl.h; do
   fi
 done
 
+# the GPT example's corpus: the fortunes package's text files (no .dat, no .u8)
+if [ -d /usr/share/games/fortunes ]; then
+  mkdir -p "$OUT/fortunes"
+  find /usr/share/games/fortunes -maxdepth 1 \( -type f -o -type l \) ! -name '*.dat' ! -name '*.u8' -exec cp -L {} "$OUT/fortunes/" \;
+fi
+
 cat > "$OUT/env.sh" <<EOF
 # Sourced with DDPLUA_BUNDLE set to this folder: DDPLUA_BUNDLE=<dir> . <dir>/env.sh
 # (written by tools/gpu_bundle.sh). The variables it had before are kept in
@@ -182,6 +189,7 @@ export LUA_PATH="\$_r/usr/share/lua/5.4/?.lua;\$_r/usr/share/lua/5.4/?/init.lua;
 export LUA_CPATH="\$_r/usr/lib/$MULTI/lua/5.4/?.so;;"
 export DDPLUA_NCCL_INCLUDE="\$DDPLUA_BUNDLE/nccl/include"
 export DDPLUA_FASHION_MNIST="\$DDPLUA_BUNDLE/fashion-mnist"
+export DDPLUA_FORTUNES="\$DDPLUA_BUNDLE/fortunes"
 unset _r _ld _d _so
 EOF
 

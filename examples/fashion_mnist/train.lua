@@ -148,7 +148,7 @@ for epoch = start_epoch, cfg.epochs do
   bar:close()
   local train_time = ddp.clock() - t0
   -- the mean training loss over every rank's batches
-  local mean = ddp.tensor({ sum / n }, { dtype = "float64" })
+  local mean = ddp.tensor({ sum / n }, { dtype = "float64", device = device })
   dist.all_reduce(mean, "avg")
   acc, n_test = evaluate()
   log:log_epoch { epoch = epoch, loss = mean:item(), val_acc = acc, train_seconds = train_time }

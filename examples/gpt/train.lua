@@ -34,11 +34,13 @@ local cfg = ddp.config {
   resume = "",        -- a checkpoint to continue from
   stop_after = 0,     -- > 0: stop (with a checkpoint) after this step, as a preempted job would
   limit = 0,          -- > 0: only the first `limit` bytes of the corpus (tests)
+  device = "auto",    -- auto (ddp.device(): this rank's GPU, else the cpu) | cpu | cuda:N
 }
 
 dist.init_process_group()
 local rank, world = dist.get_rank(), dist.get_world_size()
 ddp.manual_seed(cfg.seed)
+local device = cfg.device == "auto" and ddp.device() or cfg.device
 
 -- the corpus as bytes, 90% train / 10% validation (token = byte + 1, 1-based like every Lua position)
 local text = fortunes.read()
@@ -53,11 +55,11 @@ local offsets = ddp.arange(0, T)
 local function batch(data, g)
   local ix = ddp.randint(1, data:size(1) - T, { B }, { generator = g }) -- window starts, 1-based
   local pos = (ix:view(B, 1) + offsets:view(1, T)):reshape(-1)
-  return data:index_select(1, pos):view(B, T), data:index_select(1, pos + 1):view(B, T)
+  return data:index_select(1, pos):view(B, T):to(device), data:index_select(1, pos + 1):view(B, T):to(device)
 end
 
 local model = GPT { n_layer = cfg.n_layer, n_head = cfg.n_head, n_embd = cfg.n_embd, block_size = T,
-  vocab_size = 256, dropout = cfg.dropout }
+  vocab_size = 256, dropout = cfg.dropout }:to(device)
 local ddp_model = dist.DistributedDataParallel(model)
 local opt = optim.AdamW(model:param_groups(cfg.weight_decay), { lr = cfg.lr, betas = { cfg.beta1, cfg.beta2 } })
 local g = ddp.Generator(1 + rank)
@@ -85,7 +87,7 @@ end
 
 local function checkpoint(step)
   ddp.core.mkdir(cfg.out)
-  local offs = ddp.tensor({ g.offset })
+  local offs = ddp.tensor({ g.offset }, { dtype = "int64", device = device }) -- nccl takes CUDA tensors
   local all_offs = {}
   dist.all_gather(all_offs, offs)
   local list = {}
@@ -97,6 +99,7 @@ end
 local t0
 for step = start, cfg.steps - 1 do
   if step == start + 5 then
+    ddp.synchronize() -- the GPU's queued work (nothing on the cpu)
     dist.barrier()
     t0 = ddp.clock()
   end
@@ -123,6 +126,7 @@ for step = start, cfg.steps - 1 do
     os.exit(0)
   end
 end
+ddp.synchronize()
 dist.barrier()
 local dt = t0 and ddp.clock() - t0 or 0
 if cfg.ckpt_every > 0 or cfg.resume ~= "" then checkpoint(cfg.steps) end

@@ -337,6 +337,31 @@ void dp_nccl_destroy(dp_pg *pg) {
   dp_nccl_group_unref(g); /* freed now, or by the last work handle */
 }
 
+/* The unique id of a new communicator: made by its rank 0, passed to the
+ * others through the store under key. */
+static int exchange_unique_id(dp_store *store, const char *key, bool root, int timeout_ms, ncclUniqueId *id) {
+  if (root) {
+    ncclResult_t r = ncclGetUniqueId(id);
+    if (r != ncclSuccess)
+      return dp_cu_error("nccl: creating the unique id on rank 0 failed: %s", ncclGetErrorString(r));
+    return dp_cu_api->store_set(store, key, id, sizeof *id) ? -1 : 0;
+  }
+  void *val = NULL;
+  size_t len = 0;
+  if (dp_cu_api->store_get(store, key, &val, &len, timeout_ms)) {
+    dp_cu_api->error_prefix("nccl: waiting for rank 0's unique id: ");
+    return -1;
+  }
+  if (len != sizeof *id) {
+    free(val);
+    return dp_cu_error("nccl: rank 0's unique id has %zu bytes, expected %zu (mismatched NCCL builds?)", len,
+                       sizeof *id);
+  }
+  memcpy(id, val, sizeof *id);
+  free(val);
+  return 0;
+}
+
 int dp_nccl_new_group(dp_pg *pg, const int *ranks, int n, dp_pg **out) {
   nccl_pg *g = (nccl_pg *)pg;
   *out = NULL;
@@ -349,30 +374,45 @@ int dp_nccl_new_group(dp_pg *pg, const int *ranks, int n, dp_pg **out) {
     if (ranks[i] == g->base.rank) me = i;
   }
   if (!dp_cu_enter(g->device)) return -1;
-  nccl_pg *sub = NULL;
-  if (me >= 0) {
-    sub = alloc_group(g->device, me, n, g->base.global_rank, g->base.store, g->base.timeout_ms, g->base.debug);
-    if (!sub) return -1;
-    snprintf(sub->base.prefix, sizeof sub->base.prefix, "%.40s/g%llu", g->base.prefix, (unsigned long long)g->base.seq);
+  /* Every rank of the parent calls new_group (as in PyTorch), so every
+   * rank's seq names the same group; ranks outside it are done. */
+  unsigned long long seq = (unsigned long long)g->base.seq++;
+  if (me < 0) return 0;
+  /* The sub-group's communicator is a fresh one from a unique id passed
+   * through the store, made as the default group's is, not an
+   * ncclCommSplit of the parent: a non-blocking split stores the child
+   * through the caller's pointer only when its background job ends, after
+   * the call returned (seen on the H200 with NCCL 2.28: the group held a
+   * NULL communicator, "AllReduce : comm argument is NULL", then NCCL wrote
+   * into a dead stack slot and the process crashed), and a blocking one
+   * could hang past the deadline while holding the parent's lock that its
+   * watchdog needs. */
+  nccl_pg *sub = alloc_group(g->device, me, n, g->base.global_rank, g->base.store, g->base.timeout_ms, g->base.debug);
+  if (!sub) return -1;
+  snprintf(sub->base.prefix, sizeof sub->base.prefix, "%.40s/g%llu", g->base.prefix, seq);
+  char key[96];
+  snprintf(key, sizeof key, "%s/unique_id", sub->base.prefix);
+  ncclUniqueId id;
+  if (exchange_unique_id(g->base.store, key, me == 0, g->base.timeout_ms, &id)) {
+    free_group(sub);
+    return -1;
   }
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
-  ncclComm_t comm = NULL;
-  pthread_mutex_lock(&g->mu);
-  ncclResult_t r = ncclCommSplit(g->comm, me >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, g->base.rank, &comm, &cfg);
-  r = dp_nccl_settle_locked(g, comm ? comm : g->comm, r, dp_nccl_now() + g->base.timeout_ms / 1000.0, "new_group");
-  pthread_mutex_unlock(&g->mu);
-  g->base.seq++; /* every rank of the parent took part */
+  pthread_mutex_lock(&sub->mu);
+  ncclResult_t r = ncclCommInitRankConfig(&sub->comm, n, id, me, &cfg);
+  r = dp_nccl_settle_locked(sub, sub->comm, r, dp_nccl_now() + sub->base.timeout_ms / 1000.0, "new_group");
+  pthread_mutex_unlock(&sub->mu);
   if (r != ncclSuccess) {
-    int rc = r == ncclInProgress ? dp_cu_error("%s", g->failed) : dp_nccl_error(g, r, "new_group (ncclCommSplit)");
-    if (comm) ncclCommAbort(comm);
-    if (sub) free_group(sub);
+    int rc = r == ncclInProgress ? dp_cu_error("%s", sub->failed) : dp_nccl_error(sub, r, "new_group");
+    if (sub->comm && !sub->aborted) ncclCommAbort(sub->comm);
+    sub->comm = NULL;
+    free_group(sub);
     return rc;
   }
-  if (!sub) return 0;
-  sub->comm = comm;
   if (start_watchdog(sub)) {
-    ncclCommAbort(comm);
+    ncclCommAbort(sub->comm);
+    sub->comm = NULL;
     free_group(sub);
     return -1;
   }
@@ -397,28 +437,7 @@ dp_pg *dp_cu_pg_nccl_new(const dp_pg_init *in) {
   char key[96];
   snprintf(key, sizeof key, "nccl/%lld/unique_id", gen);
   ncclUniqueId id;
-  if (in->rank == 0) {
-    ncclResult_t r = ncclGetUniqueId(&id);
-    if (r != ncclSuccess) {
-      dp_cu_error("nccl: creating the unique id on rank 0 failed: %s", ncclGetErrorString(r));
-      return NULL;
-    }
-    if (dp_cu_api->store_set(in->store, key, &id, sizeof id)) return NULL;
-  } else {
-    void *val = NULL;
-    size_t len = 0;
-    if (dp_cu_api->store_get(in->store, key, &val, &len, timeout_ms)) {
-      dp_cu_api->error_prefix("nccl: waiting for rank 0's unique id: ");
-      return NULL;
-    }
-    if (len != sizeof id) {
-      free(val);
-      dp_cu_error("nccl: rank 0's unique id has %zu bytes, expected %zu (mismatched NCCL builds?)", len, sizeof id);
-      return NULL;
-    }
-    memcpy(&id, val, sizeof id);
-    free(val);
-  }
+  if (exchange_unique_id(in->store, key, in->rank == 0, timeout_ms, &id)) return NULL;
   nccl_pg *g = alloc_group(device, in->rank, in->size, in->rank, in->store, timeout_ms, in->debug);
   if (!g) return NULL;
   snprintf(g->base.prefix, sizeof g->base.prefix, "nccl/%lld", gen);
