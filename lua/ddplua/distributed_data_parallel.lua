@@ -171,9 +171,10 @@ local function check_same_model(dist, params, group)
     n_el = n_el + p:numel()
     for d, s in ipairs(p:size()) do sig = (sig * 31 + s * 7 + d + i) % 1000000007 end
   end
-  -- on this rank's device: an nccl group takes CUDA tensors only (DDP over
-  -- nccl failed here on its first GPU run)
-  local dev = ddp.device()
+  -- on the parameters' device: an nccl group takes CUDA tensors only (DDP
+  -- over nccl failed here on its first GPU run), and a model on the cpu
+  -- must not start CUDA on a machine that has a GPU
+  local dev = params[1] and params[1]:device() or ddp.device()
   local mine = ddp.tensor({ #params, n_el, sig }, { dtype = "int64", device = dev })
   local world = dist.get_world_size(group)
   local all = ddp.zeros({ world, 3 }, { dtype = "int64", device = dev })
