@@ -17,7 +17,7 @@
 -- repository root (override with DDPLUA_PEERS=dir) and from bench/. They run
 -- with OPENBLAS_CORETYPE set to the OpenBLAS kernels this CPU can run
 -- (SkylakeX with AVX-512, Haswell with AVX2; DDPLUA_PEER_CORETYPE overrides,
--- an inherited OPENBLAS_CORETYPE is kept): Debian's OpenBLAS 0.3.21 does not
+-- an inherited OPENBLAS_CORETYPE is not kept): Debian's OpenBLAS 0.3.21 does not
 -- know the newer CPU models and picks its generic Prescott kernels, which
 -- would make PyTorch's GEMMs 4x slower than a PyTorch user tuning it gets.
 -- They also run with OPENBLAS_NUM_THREADS set to the thread count they ask
@@ -92,10 +92,19 @@ do -- the CPUs Python's os.cpu_count() sees (the peers' thread rule)
   ctx.cores = math.tointeger(tonumber(f and f:read("l") or "")) or 1
   if f then f:close() end
 end
-local coretype = os.getenv("OPENBLAS_CORETYPE") or os.getenv("DDPLUA_PEER_CORETYPE")
+-- The peers get the fastest OpenBLAS kernels this CPU runs, whatever OPENBLAS_CORETYPE the shell happens to
+-- carry: an inherited Haswell on an AVX-512 machine halves PyTorch's GEMMs (matmul 1024^3 on one Zen 5 core:
+-- 97 GFLOP/s with Haswell, 171 with SkylakeX), which would flatter every ratio. DDPLUA_PEER_CORETYPE chooses.
+local coretype = os.getenv("DDPLUA_PEER_CORETYPE")
 if not coretype then
   if ctx.cpu:find("avx512f") and ctx.cpu:find("avx512bw") then coretype = "SkylakeX"
-  elseif ctx.cpu:find("avx2") then coretype = "Haswell" end
+  elseif ctx.cpu:find("avx2") then coretype = "Haswell"
+  else coretype = os.getenv("OPENBLAS_CORETYPE") end
+end
+local inherited = os.getenv("OPENBLAS_CORETYPE")
+if inherited and coretype and inherited ~= coretype then
+  io.stderr:write(string.format("bench: the peers run with OPENBLAS_CORETYPE=%s, not the inherited %s "
+    .. "(DDPLUA_PEER_CORETYPE=%s keeps it)\n", coretype, inherited, inherited))
 end
 local python = ctx.python
 --- The command that runs a peer whose ranks compute on `threads` threads

@@ -434,4 +434,30 @@ describe("bug 17: exit does not hang", function()
     assert.are.equal(0, r.code, r.err)
     assert.are.equal("256\t64\n", r.out)
   end)
+
+  -- OpenBLAS takes a 128 MiB buffer per thread and, when that allocation fails, retries forever: the matmul
+  -- never returned (or exit never finished joining its workers) once the limit left no room for them.
+  -- OPENBLAS_NUM_THREADS=16 starts OpenBLAS as it starts on a 16-core machine.
+  for _, case in ipairs({ { kb = 250000 }, { kb = 400000 }, { kb = 400000, env = "OPENBLAS_NUM_THREADS=16 " },
+    { kb = 1500000, env = "OPENBLAS_NUM_THREADS=16 " } }) do
+    it(string.format("float64 and blas float32 matmuls finish under ulimit -v %d %s", case.kb, case.env or ""),
+      function()
+        local path = os.tmpname() .. ".lua"
+        H.write(path, [[
+          local ddp = require "ddplua"
+          ddp.set_num_threads(64)
+          local a = ddp.ones(256, 300, { dtype = "float64" })
+          local b = ddp.arange(1, 301, { dtype = "float64" }):view(300, 1):expand(300, 200):contiguous()
+          local c = a:matmul(b)
+          ddp.set_gemm_impl("blas")
+          local d = a:float():matmul(b:float())
+          print(c:size(1), c:size(2), c:min():item(), c:max():item(), d:sum():item() == c:sum():item())
+        ]])
+        local r = H.sh("unset LD_PRELOAD; ulimit -v " .. case.kb .. "; " .. (case.env or "") .. "timeout -s KILL 60 " ..
+          H.q(H.bin) .. " " .. H.q(path))
+        os.remove(path)
+        assert.are.equal(0, r.code, r.err)
+        assert.are.equal("256\t200\t45150.0\t45150.0\ttrue\n", r.out)
+      end)
+  end
 end)

@@ -16,9 +16,11 @@
  * and every CPU op working; dp_blas_info() says so. */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -49,12 +51,76 @@ static struct {
   int threads;      /* what set_num_threads asked for (get_num_threads reports it) */
 } blas = {.once = PTHREAD_ONCE_INIT, .threads = 0};
 
+/* OpenBLAS and an address-space limit (RLIMIT_AS, `ulimit -v`). Every
+ * OpenBLAS thread takes a 128 MiB work buffer and keeps it: a worker as soon
+ * as it starts (at load, and when openblas_set_num_threads adds threads),
+ * the calling thread at its first GEMM. When that allocation fails,
+ * OpenBLAS 0.3.21 retries forever: the matmul never returns, and exit,
+ * which joins the workers, never finishes. So under a finite limit the
+ * buffers are mapped once as a probe before OpenBLAS would take them
+ * (PROT_NONE counts against the limit as the real buffer will): OpenBLAS is
+ * given only the threads whose buffers fit, and when not even the calling
+ * thread's fits, the plain loop (gemm_loop) computes the product, slowly,
+ * never stuck. Without a limit nothing is probed. */
+enum { BLAS_BUFFER_PROBE = 160 << 20 }; /* the 128 MiB buffer, its guard pages, a worker's stack */
+static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
+static int blas_workers_held; /* OpenBLAS worker threads started, each holding its buffer (under blas_lock) */
+static bool blas_main_held;   /* a GEMM has run: the calling thread's buffer exists (atomic) */
+
+static bool address_space_limited(void) {
+  struct rlimit rl;
+  return getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY;
+}
+
+static bool address_space_fits(size_t buffers) {
+  if (buffers == 0) return true;
+  size_t bytes = buffers * (size_t)BLAS_BUFFER_PROBE;
+  void *p = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return false;
+  munmap(p, bytes);
+  return true;
+}
+
+/* The most threads, up to `want`, whose buffers fit beside those OpenBLAS
+ * holds (workers: threads - 1; the calling thread's: at its first GEMM). At
+ * least 1: one thread starts no worker. Called under blas_lock. */
+static int blas_threads_that_fit(int want) {
+  if (want < 1) want = 1;
+  if (!address_space_limited()) return want;
+  for (int t = want; t > 1; t--) {
+    int new_workers = t - 1 > blas_workers_held ? t - 1 - blas_workers_held : 0;
+    if (address_space_fits((size_t)new_workers + (blas_main_held ? 0 : 1))) return t;
+  }
+  return 1;
+}
+
+/* The thread count OpenBLAS starts with at load: what it reads from the
+ * environment (in its order), else one per online core. */
+static int blas_start_threads(void) {
+  const char *vars[] = {"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && atoi(v) > 0) return atoi(v);
+  }
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return cores >= 1 ? (int)cores : 1;
+}
+
 static void load_blas(void) {
   const char *want = getenv("DDPLUA_BLAS_CORETYPE");
   if (want && *want) setenv("OPENBLAS_CORETYPE", want, 1);
   const char *only = getenv("DDPLUA_BLAS");
   const char *names[] = {"libopenblas.so.0", "libopenblas.so", "libblas.so.3"};
   const char *last = "DDPLUA_BLAS=none";
+  pthread_mutex_lock(&blas_lock);
+  int start = blas_start_threads(), fit = blas_threads_that_fit(start);
+  if (fit < start) {
+    char n[16];
+    snprintf(n, sizeof n, "%d", fit);
+    setenv("OPENBLAS_NUM_THREADS", n, 1);
+  }
+  blas_workers_held = fit - 1;
+  pthread_mutex_unlock(&blas_lock);
   if (only && *only) {
     if (strcmp(only, "none") != 0) blas.lib = dlopen(only, RTLD_NOW | RTLD_LOCAL);
     if (!blas.lib && strcmp(only, "none") != 0) last = dlerror();
@@ -86,26 +152,28 @@ static int ensure_blas(void) {
 }
 
 /* The threads OpenBLAS is given: at most one per online core (more only
- * contend), and under an address-space limit (RLIMIT_AS) few enough that
- * each one's GEMM buffer (OpenBLAS reserves about 128 MiB a thread) fits in
- * half of it. Past that OpenBLAS's threads loop on a failing malloc and
- * the process never finishes its matmul or exits. */
-static int blas_thread_cap(int n) {
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  if (cores >= 1 && n > cores) n = (int)cores;
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-    rlim_t per = (rlim_t)160 << 20, fit = rl.rlim_cur / 2 / per;
-    if ((rlim_t)n > fit) n = fit < 1 ? 1 : (int)fit;
-  }
-  return n < 1 ? 1 : n;
-}
-
+ * contend), and no more than the address space has room for. */
 int dp_blas_set_num_threads(int n) {
   if (ensure_blas()) return -1;
   blas.threads = n < 1 ? 1 : n;
-  if (blas.lib && blas.set_threads) blas.set_threads(blas_thread_cap(blas.threads));
+  if (!blas.lib || !blas.set_threads) return 0;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int t = cores >= 1 && blas.threads > cores ? (int)cores : blas.threads;
+  pthread_mutex_lock(&blas_lock);
+  t = blas_threads_that_fit(t);
+  if (t - 1 > blas_workers_held) blas_workers_held = t - 1;
+  blas.set_threads(t);
+  pthread_mutex_unlock(&blas_lock);
   return 0;
+}
+
+/* Whether the calling thread's buffer is there or fits (see above). */
+static bool blas_call_fits(void) {
+  if (__atomic_load_n(&blas_main_held, __ATOMIC_ACQUIRE)) return true;
+  pthread_mutex_lock(&blas_lock);
+  bool fits = blas_main_held || !address_space_limited() || address_space_fits(1);
+  pthread_mutex_unlock(&blas_lock);
+  return fits;
 }
 
 int dp_blas_get_num_threads(void) {
@@ -296,7 +364,7 @@ int dp_cpu_gemm_blas(const dp_gemm_args *g) {
   if (ensure_blas()) return -1;
   if (g->dtype != DP_F32 && g->dtype != DP_F64)
     return dp_error("matmul on the cpu supports float32 and float64, got %s", dp_dtype_name(g->dtype));
-  if (!blas.lib) {
+  if (!blas.lib || !blas_call_fits()) {
     gemm_loop(g);
     return 0;
   }
@@ -326,5 +394,6 @@ int dp_cpu_gemm_blas(const dp_gemm_args *g) {
                  g->alpha, (const double *)a, (int)g->lda, (const double *)bb, (int)g->ldb, g->beta, (double *)c,
                  (int)g->ldc);
   }
+  __atomic_store_n(&blas_main_held, true, __ATOMIC_RELEASE);
   return 0;
 }
