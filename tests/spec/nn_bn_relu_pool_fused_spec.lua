@@ -13,6 +13,7 @@
 local ddp = require "ddplua"
 local nn = ddp.nn
 local R = require "helpers.ref"
+local bits = require "helpers.bits"
 local core = ddp.core
 
 -- {shape, kernel, stride, padding, ceil_mode}
@@ -90,6 +91,45 @@ describe("batch norm + ReLU + max pool fused", function()
           end
         end
       end)
+    end
+  end
+
+  -- The 2x2 / stride 2 window runs one kernel per plane (cpu_vec_pool2x2_t.h): bit for bit (NaN equal NaN, -0
+  -- differs from +0) on planes whose output rows are 7 (half a vector), 17 and 35 (blocks of 16 and a rest)
+  -- wide, odd sizes (the last row and column in no window), with NaN, -0 and ties in x and NaN and -0 in the
+  -- pooled gradient; eval mode keeps a NaN where it is (training spreads it over the channel's statistics).
+  local W2 = { { 2, 4, 14, 14 }, { 1, 3, 6, 70 }, { 2, 3, 33, 35 }, { 3, 2, 8, 8 } }
+  local function with_specials(t, every, seed)
+    local v = t:reshape(-1):totable()
+    for i = seed % every + 1, #v, every do
+      local k = (i // every) % 4
+      v[i] = k == 0 and 0 / 0 or k == 1 and -0.0 or k == 2 and (v[i - 1] or 0.5) or 0.0
+    end
+    return ddp.tensor(v):view(table.unpack(t:size()))
+  end
+  for _, isa in ipairs(R.cpu_kernel_sets()) do
+    for si, shape in ipairs(W2) do
+      for _, training in ipairs({ true, false }) do
+        it(string.format("%s, %s %s: the 2x2 kernel equals the three ops bit for bit with NaN, -0 and ties", isa,
+          table.concat(shape, "x"), training and "training" or "eval"), function()
+          local prev = core.set_cpu_kernels(isa)
+          local ok, err = pcall(function()
+            local c = { shape, 2, 2, 0, false }
+            local x, w, b, g = inputs(c, 50 + si, "float32", true)
+            x = with_specials(x, training and 997 or 13, si)
+            g = with_specials(g, 11, si + 1)
+            local A = run(true, c, x, w, b, g, training, "float32")
+            local B = run(false, c, x, w, b, g, training, "float32")
+            assert.are.equal("BatchNormReluMaxPoolBackward", A.y.grad_fn)
+            bits.same_bits(A.y, B.y, "output", "the three ops")
+            bits.same_bits(A.gx, B.gx, "input gradient", "the three ops")
+            bits.same_bits(A.gw, B.gw, "weight gradient", "the three ops")
+            bits.same_bits(A.gb, B.gb, "bias gradient", "the three ops")
+          end)
+          core.set_cpu_kernels(prev)
+          assert(ok, err)
+        end)
+      end
     end
   end
 

@@ -66,21 +66,37 @@ static double at_d(const dp_tensor *t, int64_t i, double dflt) {
   return t ? dp_load_d((const char *)dp_data(t) + (size_t)i * dp_elsize(t), t->dtype) : dflt;
 }
 
+/* The CNN's window (2x2, stride 2, no padding, floor mode): one kernel per
+ * plane makes the normalised values in registers and pools them
+ * (cpu_vec_pool2x2_t.h); other windows go through a row and the pool
+ * kernel. */
+static bool window_2x2(const dp_window2d *g) {
+  return g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0 && g->oh == g->h / 2 &&
+         g->ow == g->w / 2 && g->oh > 0 && g->ow > 0;
+}
+
 static void fwd_channels(void *vctx, int64_t lo, int64_t hi) {
   bnp_ctx *k = vctx;
   const dp_bn_args *a = k->a;
   const dp_window2d *g = a->pool;
+  const dp_cpu_vec *v = dp_cpu_vec_get();
   int64_t L = g->oh * g->ow;
   const float *x = dp_data(a->x);
-  bnp_scratch s;
-  if (!scratch_get(k, &s)) return;
+  bool w2 = window_2x2(g);
+  bnp_scratch s = {0};
+  if (!w2 && !scratch_get(k, &s)) return;
   for (int64_t ch = lo; ch < hi; ch++) {
     dp_bn_affine_k f = dp_cpu_bn_affine_of(a, ch);
     for (int64_t i = 0; i < a->n; i++) {
       int64_t pl = i * a->c + ch;
       if (i + 1 < a->n) dp_cpu_prefetch_plane(x + (pl + a->c) * a->inner, a->inner);
+      if (w2) {
+        v->bn_relu_max_pool2x2(k->y + pl * L, x + pl * a->inner, g->h, g->w, (float)f.mean, (float)f.scale,
+                               (float)f.bias);
+        continue;
+      }
       dp_cpu_bn_relu_row(s.row, x + pl * a->inner, a->inner, &f);
-      dp_cpu_vec_get()->max_pool_plane(k->y + pl * L, s.idx, s.row, POOL_GEOM(g));
+      v->max_pool_plane(k->y + pl * L, s.idx, s.row, POOL_GEOM(g));
     }
   }
   free(s.idx);
@@ -107,8 +123,9 @@ static void bwd_channels(void *vctx, int64_t lo, int64_t hi) {
   const float *x = dp_data(a->x), *gy = dp_data(a->gy);
   float *gx = k->y;
   dp_unary_args relu = dp_unary_args_of(DP_U_RELU);
+  bool w2 = window_2x2(g);
   bnp_scratch s;
-  if (!scratch_get(k, &s)) return;
+  if (!scratch_get(k, &s)) return; /* (pass 2 needs its row in either case) */
   for (int64_t ch = lo; ch < hi; ch++) {
     dp_bn_affine_k f = dp_cpu_bn_affine_of(a, ch);
     double mu = at_d(a->mean, ch, 0), invstd = at_d(a->invstd, ch, 1);
@@ -120,12 +137,18 @@ static void bwd_channels(void *vctx, int64_t lo, int64_t hi) {
         dp_cpu_prefetch_plane(xr + a->c * inner, inner);
         dp_cpu_prefetch_plane(gyr + a->c * L, L);
       }
+      double sg;
+      if (w2) { /* the ReLU's input gradient straight into its place in gx */
+        v->bn_relu_max_pool2x2_bwd(gx + pl * inner, xr, gyr, g->h, g->w, (float)f.mean, (float)f.scale, (float)f.bias);
+        sum_x += v->dot_dev(gx + pl * inner, xr, inner, mu, &sg);
+        sum += sg;
+        continue;
+      }
       dp_cpu_bn_relu_row(s.row, xr, inner, &f);
       v->max_pool_plane(s.pooled, s.idx, s.row, POOL_GEOM(g));
       memset(s.grow, 0, sizeof(float) * (size_t)inner);
       for (int64_t o = 0; o < L; o++) s.grow[s.idx[o]] += gyr[o];
       v->unary_bwd(&relu, s.row, s.grow, NULL, s.row, inner); /* row: the ReLU's input gradient */
-      double sg;
       sum_x += v->dot_dev(s.row, xr, inner, mu, &sg);
       sum += sg;
       memcpy(gx + pl * inner, s.row, sizeof(float) * (size_t)inner);

@@ -111,6 +111,12 @@ typedef struct dp_cpu_vec {
                          int64_t sh, int64_t sw, int64_t ph, int64_t pw);
   void (*avg_pool_bwd_plane)(float *gx, const float *gy, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t kh,
                              int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw);
+  /* one plane of max_pool2d(relu(batch_norm(x)), 2) (2x2 windows, stride 2, no padding, floor mode):
+   * y [h/2, w/2] from x [h, w], the batch norm being (x - mean) * scale + bias (cpu_vec_pool2x2_t.h) */
+  void (*bn_relu_max_pool2x2)(float *y, const float *x, int64_t h, int64_t w, float mean, float scale, float bias);
+  /* its backward to the batch norm's output: gx [h, w] (every value written) from gy [h/2, w/2] */
+  void (*bn_relu_max_pool2x2_bwd)(float *gx, const float *x, const float *gy, int64_t h, int64_t w, float mean,
+                                  float scale, float bias);
 } dp_cpu_vec;
 
 extern const dp_cpu_vec dp_cpu_vec_avx512, dp_cpu_vec_avx2, dp_cpu_vec_base;

@@ -11,5 +11,6 @@
 #include "backends/cpu/cpu_vec_ew_t.h"
 #include "backends/cpu/cpu_vec_rows_t.h"
 #include "backends/cpu/cpu_vec_nn_t.h"
+#include "backends/cpu/cpu_vec_pool2x2_t.h"
 #include "backends/cpu/cpu_vec_table_t.h"
 // clang-format on

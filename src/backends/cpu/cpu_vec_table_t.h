@@ -36,4 +36,6 @@ const dp_cpu_vec DP_VEC_TABLE = {
     .max_pool_plane = v_max_pool_plane,
     .avg_pool_plane = v_avg_pool_plane,
     .avg_pool_bwd_plane = v_avg_pool_bwd_plane,
+    .bn_relu_max_pool2x2 = v_bn_relu_max_pool2x2,
+    .bn_relu_max_pool2x2_bwd = v_bn_relu_max_pool2x2_bwd,
 };
