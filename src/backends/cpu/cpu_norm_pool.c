@@ -2,24 +2,29 @@
  * inner > 1; dp_bn_args.pool): the normalised, rectified planes never go to
  * memory.
  *
- * Forward: per channel, each plane of relu(batch_norm(x)) is made in a
- * scratch row (dp_cpu_bn_relu_row: the fused batch norm + ReLU's own
- * calls) and pooled from there by the max-pool kernel (the same call
- * max_pool2d makes), so the output has the three ops' bits.
+ * Forward: per channel, each plane of relu(batch_norm(x)) is pooled. The
+ * CNN's 2x2 / stride 2 window has a kernel of its own that makes the
+ * normalised values in registers (bn_relu_max_pool2x2,
+ * cpu_vec_pool2x2_t.h); other windows make the plane in a scratch row
+ * (dp_cpu_bn_relu_row: the fused batch norm + ReLU's own calls) and pool it
+ * with the max-pool kernel (the same call max_pool2d makes). Either way the
+ * output has the three ops' bits.
  *
  * Backward: nothing but x and the statistics is saved (no pooled indices,
  * no normalised output). Per channel, pass 1 remakes each plane as the
- * forward did, runs the pool kernel on it again for the winners (the same
- * inputs: the same winners), scatters the pooled gradient into a zeroed row
- * (max_pool2d's backward), masks it by the ReLU (its backward kernel on
- * that output, as the fused batch norm + ReLU does) and adds the row's sums
+ * forward did and finds the winners again (the same inputs: the same
+ * winners), routes the pooled gradient to them (max_pool2d's backward: a
+ * scatter into a zeroed row), masks it by the ReLU (its backward on that
+ * output, as the fused batch norm + ReLU does), and adds the row's sums
  * (dot_dev, as the batch norm's reduce); the masked row is parked in gx.
- * The channel's sums are stored rounded to float32 as the reduce stores
- * them and read back as the elementwise backward reads them; pass 2 turns
- * each parked row into gx with the batch-norm gradient kernel. A thread
- * owns whole channels, so a channel's planes are still in cache for pass 2
- * (64 planes of 28x28: 200 KB). Every value is the unfused ops' bit for
- * bit; the kernels are the same calls on the same rows. */
+ * The 2x2 window does the remaking, routing and masking in registers
+ * (bn_relu_max_pool2x2_bwd), straight into gx. The channel's sums are
+ * stored rounded to float32 as the reduce stores them and read back as the
+ * elementwise backward reads them; pass 2 turns each parked row into gx in
+ * place with the batch-norm gradient kernel. A thread owns whole channels,
+ * so a channel's planes are still in cache for pass 2 (64 planes of 28x28:
+ * 200 KB). Every value is the unfused ops' bit for bit
+ * (tests/spec/nn_bn_relu_pool_fused_spec.lua). */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,8 +129,8 @@ static void bwd_channels(void *vctx, int64_t lo, int64_t hi) {
   float *gx = k->y;
   dp_unary_args relu = dp_unary_args_of(DP_U_RELU);
   bool w2 = window_2x2(g);
-  bnp_scratch s;
-  if (!scratch_get(k, &s)) return; /* (pass 2 needs its row in either case) */
+  bnp_scratch s = {0};
+  if (!w2 && !scratch_get(k, &s)) return;
   for (int64_t ch = lo; ch < hi; ch++) {
     dp_bn_affine_k f = dp_cpu_bn_affine_of(a, ch);
     double mu = at_d(a->mean, ch, 0), invstd = at_d(a->invstd, ch, 1);
@@ -160,8 +165,7 @@ static void bwd_channels(void *vctx, int64_t lo, int64_t hi) {
                                       a->eval_stats ? 0.0 : (double)sdx / a->count);
     for (int64_t i = 0; i < a->n; i++) { /* pass 2: gx from the parked rows */
       float *o = gx + (i * a->c + ch) * inner;
-      memcpy(s.grow, o, sizeof(float) * (size_t)inner);
-      v->bn_grad(o, s.grow, x + (i * a->c + ch) * inner, inner, c.gy, c.x, c.c);
+      v->bn_grad(o, o, x + (i * a->c + ch) * inner, inner, c.gy, c.x, c.c);
     }
   }
   free(s.idx);

@@ -89,7 +89,7 @@ typedef struct dp_cpu_vec {
   /* ---- normalisation, optimizers, pooling (cpu_vec_nn_t.h) ---- */
   /* y = x * scale + shift */
   void (*affine)(float *y, const float *x, int64_t n, float mean, float scale, float bias);
-  /* o = kgy * g + kx * x + kc */
+  /* o = kgy * g + kx * x + kc; o may be g (not overlapping it otherwise) */
   void (*bn_grad)(float *o, const float *g, const float *x, int64_t n, double kgy, double kx, double kc);
   /* one row: y = (x - mean) * rstd * w + b (w, b may be NULL); returns the
    * mean and rstd computed in double */

@@ -9,9 +9,17 @@ static void v_affine(float *RESTRICT y, const float *RESTRICT x, int64_t n, floa
 /* in double, rounded once: the three terms cancel (to the eps term alone
  * when a channel has two values), and float coefficients left results
  * several ulps of the terms off (the CUDA kernel computes it so too) */
-static void v_bn_grad(float *RESTRICT o, const float *RESTRICT g, const float *RESTRICT x, int64_t n, double kgy,
-                      double kx, double kc) {
-  for (int64_t i = 0; i < n; i++) o[i] = (float)dp_bn_grad_apply_d(g[i], x[i], kgy, kx, kc);
+static void bn_grad_inplace(float *RESTRICT o, const float *RESTRICT x, int64_t n, double kgy, double kx, double kc) {
+  for (int64_t i = 0; i < n; i++) o[i] = (float)dp_bn_grad_apply_d(o[i], x[i], kgy, kx, kc);
+}
+static void v_bn_grad(float *o, const float *g, const float *RESTRICT x, int64_t n, double kgy, double kx, double kc) {
+  if (o == g) {
+    bn_grad_inplace(o, x, n, kgy, kx, kc);
+    return;
+  }
+  float *RESTRICT out = o;
+  const float *RESTRICT in = g;
+  for (int64_t i = 0; i < n; i++) out[i] = (float)dp_bn_grad_apply_d(in[i], x[i], kgy, kx, kc);
 }
 
 /* 16 float lanes added in double as a tree of halvings (a serial chain of 16 double adds costs more than a
