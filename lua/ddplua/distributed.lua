@@ -77,11 +77,14 @@ local auto_vote = require "ddplua.backend_vote"
 -- "auto" (the default): auto_vote (ddplua/backend_vote.lua) on this node is
 -- this rank's vote, and the group is nccl only if every rank votes for it
 -- (the C side pools the votes through the store); returns "auto", the vote
--- and the note. PyTorch's "gloo" is ddplua's cpu backend (rank 0 says so,
--- once).
-local function pick_backend(b, rank)
+-- and the note. A world of one rank is cpu without asking: nothing crosses
+-- ranks, and asking loads the CUDA plugin and initialises CUDA, after which
+-- this process may no longer fork (a later dist.spawn is refused). PyTorch's
+-- "gloo" is ddplua's cpu backend (rank 0 says so, once).
+local function pick_backend(b, rank, world_size)
   b = b or os.getenv("DDPLUA_BACKEND")
   if b == nil or b == "" or b == "auto" then
+    if world_size == 1 then return "cpu" end
     if not C.nccl_available() then return "auto", false end
     local choice, note = auto_vote(true, core.cuda_device_count(), env_int("LOCAL_WORLD_SIZE"))
     return "auto", choice == "nccl", note
@@ -151,7 +154,8 @@ function M.init_process_group(opts, ...)
   for k, v in pairs(given) do opts[k] = v end
   if opts.world_size == -1 then opts.world_size = nil end
   if opts.rank == -1 then opts.rank = nil end
-  local backend, auto_nccl, note = pick_backend(opts.backend, opts.rank or tonumber(os.getenv("RANK") or "0"))
+  local backend, auto_nccl, note = pick_backend(opts.backend, opts.rank or tonumber(os.getenv("RANK") or "0"),
+    opts.world_size or tonumber(os.getenv("WORLD_SIZE") or ""))
   local timeout = opts.timeout or tonumber(os.getenv("DDPLUA_TIMEOUT") or "") or 300
   if type(timeout) ~= "number" or timeout <= 0 then
     E.raise("init_process_group: timeout must be a positive number of seconds, got " .. tostring(timeout))

@@ -101,10 +101,46 @@ describe("distributed", function()
     b, note = require("ddplua.backend_vote")(false, 4, 2) -- no NCCL: cpu, nothing to explain
     assert.equal("cpu", b)
     assert.is_nil(note)
-    -- and what auto gives here, for one rank
+    -- and a world of one rank is cpu
     dist.init_process_group { init_method = "tcp://127.0.0.1:" .. dist.find_free_port(), world_size = 1, rank = 0 }
-    assert.equal(dist.nccl_available() and "nccl" or "cpu", dist.get_backend())
+    assert.equal("cpu", dist.get_backend())
     dist.destroy_process_group()
+  end)
+
+  it("gives a one-rank world the cpu group without loading the CUDA plugin, so the process may still fork", function()
+    -- Asking whether NCCL is usable loads ddplua_cuda.so and starts CUDA; on a GPU machine a later dist.spawn was
+    -- then refused (the README's tour run as one process). DDPLUA_CUDA_PLUGIN makes the plugin load here without a
+    -- GPU driver, so the control below shows the probe loading it wherever the build has one.
+    local core_so = assert(package.searchpath("ddplua.core", package.cpath))
+    local plugin = core_so:gsub("[^/]*/[^/]*$", "") .. "ddplua_cuda.so"
+    local f = io.open(plugin)
+    if f then f:close() end
+    local ok, out = fresh(string.format([[
+local ddp = require "ddplua"
+local dist = ddp.distributed
+local function plugin_mapped()
+  local f = assert(io.open("/proc/self/maps"))
+  local maps = f:read("a")
+  f:close()
+  return maps:find("ddplua_cuda", 1, true) ~= nil
+end
+assert(not plugin_mapped(), "the plugin was loaded before the test")
+dist.init_process_group { init_method = "tcp://127.0.0.1:" .. dist.find_free_port(), world_size = 1, rank = 0 }
+assert(dist.get_backend() == "cpu", "auto at world size 1 chose " .. dist.get_backend())
+assert(not plugin_mapped(), "init_process_group loaded the CUDA plugin")
+local t = ddp.full({ 3 }, 2)
+dist.all_reduce(t, "sum")
+assert(t:sum():item() == 6, "the one-rank group works")
+dist.destroy_process_group()
+dist.spawn(function(rank) assert(rank < 2) end, 2)
+if %s then
+  dist.nccl_available() -- the control: this probe does load it
+  assert(plugin_mapped(), "nccl_available did not load " .. %q)
+end
+print("one rank: cpu, no plugin")
+]], f and "true" or "false", plugin), "DDPLUA_CUDA_PLUGIN=" .. plugin)
+    assert(ok, out)
+    assert.matches("one rank: cpu, no plugin", out)
   end)
 
   it("makes auto's choice once for the whole job: one rank that cannot use nccl makes it cpu everywhere", function()
