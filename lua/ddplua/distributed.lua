@@ -203,11 +203,11 @@ function M.init_process_group(opts, ...)
     E.raise(string.format("init_process_group: rank %d is out of range for world_size %d (expected 0..%d)", p.rank,
       p.world_size, p.world_size - 1))
   end
-  C._init(p)
+  local clash = C._init(p)
   -- why auto chose cpu where this node has NCCL: one line per node
   if backend == "auto" then
-    local why = note or (auto_nccl and C.get_backend() == "cpu" and "ddplua: backend auto: not every rank of the " ..
-      "job has NCCL and a GPU of its own: using the cpu group")
+    local why = note or clash or (auto_nccl and C.get_backend() == "cpu" and "ddplua: backend auto: not every " ..
+      "rank of the job has NCCL and a GPU of its own: using the cpu group")
     if why and (p.local_rank or p.rank) == 0 then io.stderr:write(why, "\n") end
   end
 end

@@ -169,30 +169,88 @@ static int exchange_hosts(int rank, int size, int timeout_ms) {
 }
 
 /* backend "auto": every rank says whether it could use nccl (auto_nccl,
- * decided in lua/ddplua/distributed.lua from its own node), and the group is
- * nccl only if all of them can, so that nodes that differ still agree. */
-static int agree_on_auto(int rank, int size, bool mine, int timeout_ms, bool *all) {
-  char key[96];
+ * decided in lua/ddplua/distributed.lua from its own node) and which GPU it
+ * would take, its seat: the machine's boot id and the device at its local
+ * rank (CUDA_VISIBLE_DEVICES's entry there, else the index). The group is
+ * nccl only if all of them can and no two seats are the same, so that nodes
+ * that differ still agree, and "nodes" started on one machine (two
+ * `ddplua --nnodes 2` on one host) do not each take GPU 0: NCCL refuses two
+ * ranks on one GPU ("Duplicate GPU detected"). A clash is named in *clash. */
+static void auto_seat(int local_rank, char *buf, size_t n) {
+  char boot[64] = "";
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    if (!fgets(boot, sizeof boot, f)) boot[0] = 0;
+    fclose(f);
+  }
+  boot[strcspn(boot, "\n")] = 0;
+  char dev[64];
+  snprintf(dev, sizeof dev, "%d", local_rank);
+  const char *p = getenv("CUDA_VISIBLE_DEVICES");
+  for (int i = 0; p && *p && i < local_rank; i++)
+    if ((p = strchr(p, ','))) p++;
+  if (p && *p) snprintf(dev, sizeof dev, "%.*s", (int)strcspn(p, ","), p);
+  snprintf(buf, n, "%s/%s", boot[0] ? boot : "?", dev);
+}
+
+static int agree_on_auto(int rank, int size, bool mine, int timeout_ms, bool *all, char *clash, size_t clash_n) {
+  char key[96], vote[192] = "0";
+  if (mine) {
+    vote[0] = '1';
+    auto_seat(lt_dist.local_rank, vote + 1, sizeof vote - 1);
+  }
   snprintf(key, sizeof key, "%s/auto/%d", lt_dist.prefix, rank);
-  if (dp_store_set(lt_dist.store, key, mine ? "1" : "0", 1)) return -1;
+  if (dp_store_set(lt_dist.store, key, vote, strlen(vote))) return -1;
   *all = true;
+  clash[0] = 0;
+  char **seats = dp_xmalloc(sizeof(char *) * (size_t)size);
+  int rc = 0;
   for (int r = 0; r < size; r++) {
     void *v = NULL;
     size_t len;
     snprintf(key, sizeof key, "%s/auto/%d", lt_dist.prefix, r);
-    if (dp_store_get(lt_dist.store, key, &v, &len, timeout_ms))
-      return dp_error("init_process_group: rank %d of %d never joined within %.1f s", r, size, timeout_ms / 1000.0);
-    if (len != 1 || *(char *)v != '1') *all = false;
+    seats[r] = NULL;
+    if (rc || dp_store_get(lt_dist.store, key, &v, &len, timeout_ms)) {
+      if (!rc)
+        rc = dp_error("init_process_group: rank %d of %d never joined within %.1f s", r, size, timeout_ms / 1000.0);
+      continue;
+    }
+    if (len < 1 || *(char *)v != '1') *all = false;
+    seats[r] = dp_xmalloc(len + 1);
+    memcpy(seats[r], v, len);
+    seats[r][len] = 0;
     free(v);
   }
-  return 0;
+  for (int a = 0; !rc && *all && a < size; a++)
+    for (int b = a + 1; *all && b < size; b++)
+      if (strcmp(seats[a], seats[b]) == 0) {
+        *all = false;
+        snprintf(clash, clash_n,
+                 "ddplua: backend auto: ranks %d and %d would both use GPU %s of one machine (boot id %.*s), "
+                 "and nccl needs one per rank: using the cpu group",
+                 a, b, strrchr(seats[a], '/') + 1, (int)(strrchr(seats[a], '/') - seats[a] - 1), seats[a] + 1);
+      }
+  for (int r = 0; r < size; r++) free(seats[r]);
+  free(seats);
+  return rc;
+}
+
+/* core.dist._auto_seat(local_rank): the seat this process would vote with (for tests). */
+static int l_auto_seat(lua_State *L) {
+  char buf[160];
+  auto_seat((int)luaL_checkinteger(L, 1), buf, sizeof buf);
+  lua_pushstring(L, buf);
+  return 1;
 }
 
 /* core.dist._init{backend=, rank=, world_size=, master_addr=, master_port=,
  * token=, serve=, bind=, timeout=, node_rank=, local_rank=, local_size=,
- * nnodes=, debug=, auto_nccl=} (backend "auto": see agree_on_auto) */
+ * nnodes=, debug=, auto_nccl=} (backend "auto": see agree_on_auto); returns
+ * nothing, or under "auto" the line saying why two ranks' shared GPU made
+ * it cpu */
 static int l_init(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
+  char clash[320] = "";
   if (lt_dist.world)
     return luaL_error(L, "init_process_group: the default process group is already initialized (call "
                          "dist.destroy_process_group() first)");
@@ -248,7 +306,7 @@ static int l_init(lua_State *L) {
     lua_getfield(L, 1, "auto_nccl");
     bool mine = lua_toboolean(L, -1), all = false;
     lua_pop(L, 1);
-    if (agree_on_auto(rank, size, mine, timeout_ms, &all)) {
+    if (agree_on_auto(rank, size, mine, timeout_ms, &all, clash, sizeof clash)) {
       close_store();
       return lt_error(L);
     }
@@ -275,7 +333,9 @@ static int l_init(lua_State *L) {
   lt_dist.world = group_new(pg, ranks, size, true);
   lt_dist.world->is_default = true;
   free(ranks);
-  return 0;
+  if (!clash[0]) return 0;
+  lua_pushstring(L, clash); /* why auto took the cpu group (distributed.lua prints it) */
+  return 1;
 }
 
 /* Every rank says goodbye to this generation's keys; the last one deletes
@@ -503,6 +563,7 @@ void lt_open_dist(lua_State *L, int module) {
                                 {"get_backend", l_get_backend},
                                 {"_world", l_world},
                                 {"nccl_available", l_nccl_available},
+                                {"_auto_seat", l_auto_seat},
                                 {NULL, NULL}};
   lua_newtable(L);
   int dist = lua_gettop(L);

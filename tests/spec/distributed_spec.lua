@@ -107,6 +107,44 @@ describe("distributed", function()
     dist.destroy_process_group()
   end)
 
+  it("takes the cpu group for auto, and names the pair, when two ranks would use one machine's same GPU", function()
+    -- two "nodes" started on one host: each rank is local rank 0 of its node, so each would take GPU 0, and NCCL
+    -- refuses a GPU used twice; every rank votes nccl, as such nodes with NCCL would
+    local ok, out = fresh([[
+local ddp = require "ddplua"
+local dist = ddp.distributed
+local core = require "ddplua.core"
+dist.spawn(function(rank)
+  local clash = core.dist._init { backend = "auto", auto_nccl = true, rank = rank, world_size = 2,
+                    master_addr = os.getenv("MASTER_ADDR"), master_port = tonumber(os.getenv("MASTER_PORT")),
+                    token = os.getenv("DDPLUA_JOB_TOKEN"), serve = false, timeout = 30, local_rank = 0,
+                    local_size = 1, node_rank = rank, nnodes = 2 }
+  assert(dist.get_backend() == "cpu", "rank " .. rank .. " got " .. dist.get_backend())
+  assert(tostring(clash):find("ranks 0 and 1 would both use GPU 0 of one machine", 1, true), tostring(clash))
+  local t = ddp.full({ 3 }, rank + 1)
+  dist.all_reduce(t, "sum")
+  assert(t:min():item() == 3, "the group works")
+  dist.destroy_process_group()
+end, 2)
+print("seats clash: cpu")
+]])
+    assert(ok, out)
+    assert.matches("seats clash: cpu", out)
+    -- a seat is the machine's boot id and the device at the local rank: CUDA_VISIBLE_DEVICES's entry, else the index
+    local f = assert(io.open("/proc/sys/kernel/random/boot_id"))
+    local boot = f:read("l")
+    f:close()
+    ok, out = fresh([[
+local core = require "ddplua.core"
+print(core.dist._auto_seat(0), core.dist._auto_seat(1), core.dist._auto_seat(2))
+]], "CUDA_VISIBLE_DEVICES=3,GPU-5e1f")
+    assert(ok, out)
+    assert.equal(string.format("%s/3\t%s/GPU-5e1f\t%s/2\n", boot, boot, boot), out)
+    ok, out = fresh("print(require('ddplua.core').dist._auto_seat(1))", "env -u CUDA_VISIBLE_DEVICES")
+    assert(ok, out)
+    assert.equal(boot .. "/1\n", out)
+  end)
+
   it("gives a one-rank world the cpu group without loading the CUDA plugin, so the process may still fork", function()
     -- Asking whether NCCL is usable loads ddplua_cuda.so and starts CUDA; on a GPU machine a later dist.spawn was
     -- then refused (the README's tour run as one process). DDPLUA_CUDA_PLUGIN makes the plugin load here without a

@@ -148,7 +148,14 @@ static void copy_row(char **p, const int64_t *s, int64_t n, void *vctx) {
  * through the attention code's 16 x 16 register transpose instead (bit
  * exact: loads, shuffles and stores only): 2048 x 2048 float32 took
  * 5.2-6.6 ms against the local block's 10.3-10.6 on an AMD EPYC core
- * (bench/nn_ops.lua: 2.7-4.5 ms, PyTorch 1.13 7.3-7.9 in the same run). */
+ * (bench/nn_ops.lua: 2.7-4.5 ms, PyTorch 1.13 7.3-7.9 in the same run).
+ * There a strip is STRIP = 64 destination rows: each 16-row band of the
+ * source is read 256 bytes a row instead of 64, so the source's pages are
+ * walked a quarter as often (a 2048-pitch column walk touches a page per
+ * row, and on a VM every TLB miss is a nested page walk): on a Zen 5 core
+ * 2.39-3.36 ms -> 1.71-2.15 with 16-row strips before and after,
+ * alternated three times; strips of 32 / 128 / 256 rows measured 2.6-4.9
+ * / 2.3-2.6 / 2.7-2.8. */
 #define TRANSPOSE_TILE(T)                                                                                              \
   static void transpose_tile_##T(T *o, const T *x, int64_t Cc, int64_t scs, int64_t ni, int64_t nj) {                  \
     T blk[16][16];                                                                                                     \
@@ -168,10 +175,12 @@ static void transpose_tiles(void *vctx, int64_t lo, int64_t hi) {
   size_t es = dp_elsize(dst);
   char *o = dp_data(dst);
   const char *x = dp_data(src);
-  enum { TB = 16 };
+  enum { TB = 16, STRIP = 64 };
   if (es == 4 && dp_cpu_vec_get()->width == 16) { /* the AVX-512 table: a register transpose per 16 x 16 tile */
-    for (int64_t i0 = lo * TB; i0 < hi * TB && i0 < R; i0 += TB)
-      dp_attn_transpose_avx512((const float *)x + i0, scs, Cc, i0 + TB < R ? TB : R - i0, (float *)o + i0 * Cc, Cc);
+    int64_t end = hi * TB < R ? hi * TB : R;
+    for (int64_t i0 = lo * TB; i0 < end; i0 += STRIP)
+      dp_attn_transpose_avx512((const float *)x + i0, scs, Cc, i0 + STRIP < end ? STRIP : end - i0,
+                               (float *)o + i0 * Cc, Cc);
     return;
   }
   for (int64_t i0 = lo * TB; i0 < hi * TB && i0 < R; i0 += TB)
