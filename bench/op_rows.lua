@@ -49,6 +49,16 @@ M.REASONS = {
   -- pace this core's stream; they are not arithmetic, and ddplua does not
   -- copy a timing quirk of one core into every loop
   ["add broadcast 4096x1024 + 1024"] = "PyTorch's FMA reads alpha=1 from memory: 2 extra L1 loads pace Zen 4's stream",
+  -- Zen 5, 2026-12-06: in three full tables ours read 0.099-0.107 ms and
+  -- PyTorch's 0.082-0.094 (0.79-0.89x); run alone and alternated three
+  -- times (`bench/nn_ops.lua only="relu 1024"` beside `bench/torch_nn_ops.py
+  -- only="relu 1024"`) ours read 0.099-0.105 and PyTorch's 0.105-0.111, and
+  -- torch.relu / clamp_min(out=) in a 10-line script 0.102 / 0.105. The same
+  -- compare-and-store loop in C reads 0.098-0.111 at any output offset
+  -- (0-4096 bytes), with AVX2 or AVX-512, and the blocked two-vector loop of
+  -- + - * / measured the same (not kept): PyTorch's relu is faster only in
+  -- the state its process reaches after the table's earlier cases
+  ["relu 1024x1024"] = "faster alone (0.099-0.105 vs 0.105-0.111): PyTorch's gain is its process state in the table",
 }
 
 -- An op within this fraction of PyTorch's time is "par": the spread of
