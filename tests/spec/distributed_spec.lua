@@ -21,6 +21,29 @@ local function fresh(chunk, env)
   return ok == true, out
 end
 
+-- A chunk for fresh(): two spawned ranks initialise the group with backend "auto", `fields` added to
+-- core.dist._init's table (the votes, the ranks' places), check that the cpu group was chosen, run `check` (the
+-- local `clash` holds _init's result), sum over the group and print `done`.
+local function auto_pair_chunk(fields, check, done)
+  return string.format([[
+local ddp = require "ddplua"
+local dist = ddp.distributed
+local core = require "ddplua.core"
+dist.spawn(function(rank)
+  local clash = core.dist._init { backend = "auto", rank = rank, world_size = 2,
+                    master_addr = os.getenv("MASTER_ADDR"), master_port = tonumber(os.getenv("MASTER_PORT")),
+                    token = os.getenv("DDPLUA_JOB_TOKEN"), serve = false, timeout = 30, %s }
+  assert(dist.get_backend() == "cpu", "rank " .. rank .. " got " .. dist.get_backend())
+  %s
+  local t = ddp.full({ 3 }, rank + 1)
+  dist.all_reduce(t, "sum")
+  assert(t:min():item() == 3, "the group works")
+  dist.destroy_process_group()
+end, 2)
+print(%q)
+]], fields, check, done)
+end
+
 local proc_threads = require "helpers.proc_threads"
 local threads, threads_settled = proc_threads.count, proc_threads.settled
 
@@ -110,24 +133,10 @@ describe("distributed", function()
   it("takes the cpu group for auto, and names the pair, when two ranks would use one machine's same GPU", function()
     -- two "nodes" started on one host: each rank is local rank 0 of its node, so each would take GPU 0, and NCCL
     -- refuses a GPU used twice; every rank votes nccl, as such nodes with NCCL would
-    local ok, out = fresh([[
-local ddp = require "ddplua"
-local dist = ddp.distributed
-local core = require "ddplua.core"
-dist.spawn(function(rank)
-  local clash = core.dist._init { backend = "auto", auto_nccl = true, rank = rank, world_size = 2,
-                    master_addr = os.getenv("MASTER_ADDR"), master_port = tonumber(os.getenv("MASTER_PORT")),
-                    token = os.getenv("DDPLUA_JOB_TOKEN"), serve = false, timeout = 30, local_rank = 0,
-                    local_size = 1, node_rank = rank, nnodes = 2 }
-  assert(dist.get_backend() == "cpu", "rank " .. rank .. " got " .. dist.get_backend())
-  assert(tostring(clash):find("ranks 0 and 1 would both use GPU 0 of one machine", 1, true), tostring(clash))
-  local t = ddp.full({ 3 }, rank + 1)
-  dist.all_reduce(t, "sum")
-  assert(t:min():item() == 3, "the group works")
-  dist.destroy_process_group()
-end, 2)
-print("seats clash: cpu")
-]])
+    local ok, out = fresh(auto_pair_chunk(
+      "auto_nccl = true, local_rank = 0, local_size = 1, node_rank = rank, nnodes = 2",
+      'assert(tostring(clash):find("ranks 0 and 1 would both use GPU 0 of one machine", 1, true), tostring(clash))',
+      "seats clash: cpu"))
     assert(ok, out)
     assert.matches("seats clash: cpu", out)
     -- a seat is the machine's boot id and the device at the local rank: CUDA_VISIBLE_DEVICES's entry, else the index
@@ -184,23 +193,8 @@ print("one rank: cpu, no plugin")
   it("makes auto's choice once for the whole job: one rank that cannot use nccl makes it cpu everywhere", function()
     -- rank 1 votes nccl as a node with a GPU per rank would, rank 0 cannot:
     -- alone, rank 1 would try nccl (and fail here without CUDA)
-    local ok, out = fresh([[
-local ddp = require "ddplua"
-local dist = ddp.distributed
-local core = require "ddplua.core"
-dist.spawn(function(rank)
-  core.dist._init { backend = "auto", auto_nccl = rank == 1, rank = rank, world_size = 2,
-                    master_addr = os.getenv("MASTER_ADDR"), master_port = tonumber(os.getenv("MASTER_PORT")),
-                    token = os.getenv("DDPLUA_JOB_TOKEN"), serve = false, timeout = 30, local_rank = rank,
-                    local_size = 2, node_rank = 0, nnodes = 1 }
-  assert(dist.get_backend() == "cpu", "rank " .. rank .. " got " .. dist.get_backend())
-  local t = ddp.full({ 3 }, rank + 1)
-  dist.all_reduce(t, "sum")
-  assert(t:min():item() == 3, "the group works")
-  dist.destroy_process_group()
-end, 2)
-print("auto agreed")
-]])
+    local ok, out = fresh(auto_pair_chunk("auto_nccl = rank == 1, local_rank = rank, local_size = 2, node_rank = 0, " ..
+      "nnodes = 1", "", "auto agreed"))
     assert(ok, out)
     assert.matches("auto agreed", out)
     -- and where every rank votes nccl, nccl it is
