@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "backends/backend.h"
+#include "distributed/auto_seat.h"
 #include "lua/l_distributed.h"
 
 ldist_state lt_dist;
@@ -170,34 +171,15 @@ static int exchange_hosts(int rank, int size, int timeout_ms) {
 
 /* backend "auto": every rank says whether it could use nccl (auto_nccl,
  * decided in lua/ddplua/distributed.lua from its own node) and which GPU it
- * would take, its seat: the machine's boot id and the device at its local
- * rank (CUDA_VISIBLE_DEVICES's entry there, else the index). The group is
- * nccl only if all of them can and no two seats are the same, so that nodes
- * that differ still agree, and "nodes" started on one machine (two
- * `ddplua --nnodes 2` on one host) do not each take GPU 0: NCCL refuses two
- * ranks on one GPU ("Duplicate GPU detected"). A clash is named in *clash. */
-static void auto_seat(int local_rank, char *buf, size_t n) {
-  char boot[64] = "";
-  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-  if (f) {
-    if (!fgets(boot, sizeof boot, f)) boot[0] = 0;
-    fclose(f);
-  }
-  boot[strcspn(boot, "\n")] = 0;
-  char dev[64];
-  snprintf(dev, sizeof dev, "%d", local_rank);
-  const char *p = getenv("CUDA_VISIBLE_DEVICES");
-  for (int i = 0; p && *p && i < local_rank; i++)
-    if ((p = strchr(p, ','))) p++;
-  if (p && *p) snprintf(dev, sizeof dev, "%.*s", (int)strcspn(p, ","), p);
-  snprintf(buf, n, "%s/%s", boot[0] ? boot : "?", dev);
-}
-
+ * would take, its seat (distributed/auto_seat.h). The group is nccl only if
+ * all of them can and no two seats are the same, so that nodes that differ
+ * still agree and two "nodes" on one machine do not both take its GPU 0.
+ * A clash is named in *clash. */
 static int agree_on_auto(int rank, int size, bool mine, int timeout_ms, bool *all, char *clash, size_t clash_n) {
   char key[96], vote[192] = "0";
   if (mine) {
     vote[0] = '1';
-    auto_seat(lt_dist.local_rank, vote + 1, sizeof vote - 1);
+    dp_auto_seat(lt_dist.local_rank, vote + 1, sizeof vote - 1);
   }
   snprintf(key, sizeof key, "%s/auto/%d", lt_dist.prefix, rank);
   if (dp_store_set(lt_dist.store, key, vote, strlen(vote))) return -1;
@@ -221,15 +203,12 @@ static int agree_on_auto(int rank, int size, bool mine, int timeout_ms, bool *al
     seats[r][len] = 0;
     free(v);
   }
-  for (int a = 0; !rc && *all && a < size; a++)
-    for (int b = a + 1; *all && b < size; b++)
-      if (strcmp(seats[a], seats[b]) == 0) {
-        *all = false;
-        snprintf(clash, clash_n,
-                 "ddplua: backend auto: ranks %d and %d would both use GPU %s of one machine (boot id %.*s), "
-                 "and nccl needs one per rank: using the cpu group",
-                 a, b, strrchr(seats[a], '/') + 1, (int)(strrchr(seats[a], '/') - seats[a] - 1), seats[a] + 1);
-      }
+  if (!rc && *all) { /* every vote is "1<seat>" */
+    const char **after = dp_xmalloc(sizeof(char *) * (size_t)size);
+    for (int r = 0; r < size; r++) after[r] = seats[r] + 1;
+    if (dp_auto_seats_clash(after, size, clash, clash_n)) *all = false;
+    free(after);
+  }
   for (int r = 0; r < size; r++) free(seats[r]);
   free(seats);
   return rc;
@@ -238,7 +217,7 @@ static int agree_on_auto(int rank, int size, bool mine, int timeout_ms, bool *al
 /* core.dist._auto_seat(local_rank): the seat this process would vote with (for tests). */
 static int l_auto_seat(lua_State *L) {
   char buf[160];
-  auto_seat((int)luaL_checkinteger(L, 1), buf, sizeof buf);
+  dp_auto_seat((int)luaL_checkinteger(L, 1), buf, sizeof buf);
   lua_pushstring(L, buf);
   return 1;
 }
