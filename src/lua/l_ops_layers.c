@@ -9,7 +9,7 @@
  *   ddp.batch_norm(x, running_mean, running_var, weight, bias [, training [, momentum [, eps [, act]]]])
  *       tensors may be nil; training false, momentum 0.1, eps 1e-5 (PyTorch's F.batch_norm);
  *       act "relu": relu(batch_norm(...)) fused (nn.Sequential's BatchNorm + ReLU)
- *   ddp.batch_norm_relu_max_pool2d(x, running_mean, running_var, weight, bias, training, momentum, eps,
+ *   ddp.core.batch_norm_relu_max_pool2d(x, running_mean, running_var, weight, bias, training, momentum, eps,
  *       kernel [, stride [, padding [, ceil_mode]]])  max_pool2d(relu(batch_norm(...))) fused (nn.Sequential's
  *       BatchNorm2d + ReLU + MaxPool2d)
  *   ddp.layer_norm(x, normalized_shape [, weight [, bias [, eps]]])  shape: n or {d1, ...}

@@ -308,6 +308,44 @@ add({ name = "batch_norm", lua = "bn(x, rm, rv, w, b, A)", torch = "bn(x, rm, rv
   g:tensor("b", { s[2] }, dt, { specials = false })
   return { training = g:chance(0.6), momentum = g:pick({ 0.1, 0.5 }), eps = 1e-5 }
 end, tol = NORM_TOL, grad_tol = NORM_GRAD_TOL })
+-- nn.Sequential's fusions: BatchNorm + ReLU, and BatchNorm2d + ReLU + MaxPool2d (planes of >= 64 values take the
+-- fused CPU kernels, smaller ones the three ops); the same values, gradients and running statistics as the ops apart
+-- (statistics and affine parameters of moderate size: batch_norm's entry draws the ill-conditioned ones, where a
+-- bias of 1e4 leaves float32 outputs that tie and the pooled maximum is a matter of rounding on both sides)
+local function bn_affine(g, c, dt)
+  g:tensor("rm", { c }, dt, { grad = false, contiguous = true, range = { -2, 2 } })
+  g:tensor("rv", { c }, dt, { grad = false, contiguous = true, range = { 0.05, 3 } })
+  g:tensor("w", { c }, dt, { range = { -2, 2 } })
+  g:tensor("b", { c }, dt, { range = { -1, 1 } })
+  return { training = g:chance(0.6), momentum = g:pick({ 0.1, 0.5 }), eps = 1e-5 }
+end
+add({ name = "batch_norm_relu",
+  lua = "local y = ddp.batch_norm(x, rm, rv, w, b, A.training, A.momentum, A.eps, 'relu') return y, rm, rv",
+  torch = "(F.relu(F.batch_norm(x, rm, rv, w, b, A['training'], A['momentum'], A['eps'])), rm, rv)",
+  gen = function(g)
+    local s = g:pick({ { g:int(1, 3), g:int(1, 4), g:int(1, 12), g:int(1, 12) },
+      g:shape({ min_rank = 2, max_rank = 4, no_zero = true }) })
+    local dt = g:pick(FLOATS)
+    g:tensor("x", s, dt, { specials = false })
+    return bn_affine(g, s[2], dt)
+  end, tol = NORM_TOL, grad_tol = NORM_GRAD_TOL })
+add({ name = "batch_norm_relu_max_pool2d",
+  lua = "local y = ddp.core.batch_norm_relu_max_pool2d(x, rm, rv, w, b, A.training, A.momentum, A.eps, A.k, A.stride, " ..
+    "A.padding, A.ceil) return y, rm, rv",
+  torch = "(F.max_pool2d(F.relu(F.batch_norm(x, rm, rv, w, b, A['training'], A['momentum'], A['eps'])), A['k'], " ..
+    "A['stride'], A['padding'], ceil_mode=A['ceil']), rm, rv)",
+  gen = function(g)
+    local k = g:chance(0.6) and { 2, 2 } or { g:int(1, 3), g:int(1, 3) }
+    local st = g:chance(0.6) and { k[1], k[2] } or { g:int(1, 3), g:int(1, 2) }
+    local pad = g:chance(0.6) and { 0, 0 } or { g:int(0, k[1] // 2), g:int(0, k[2] // 2) }
+    local hw = g:chance(0.7) and { g:int(8, 15), g:int(8, 15) } or { g:int(k[1], 7), g:int(k[2], 7) }
+    local s = { g:int(1, 3), g:int(1, 4), hw[1], hw[2] }
+    local dt = g:pick(FLOATS)
+    g:tensor("x", s, dt, { specials = false })
+    local A = bn_affine(g, s[2], dt)
+    A.k, A.stride, A.padding, A.ceil = k, st, pad, g:chance(0.3)
+    return A
+  end, tol = NORM_TOL, grad_tol = NORM_GRAD_TOL })
 add({ name = "layer_norm", lua = "ddp.layer_norm(x, A.shape, w, b, A.eps)",
   torch = "F.layer_norm(x, A['shape'], w, b, A['eps'])", conditioning = true, gen = function(g)
     local s = g:shape({ min_rank = 1 })
