@@ -32,6 +32,7 @@ struct dp_reducer {
   char **names;
   int *orig_index; /* position among the parameters the caller passed */
   int *bucket_of;  /* per param */
+  int64_t *off;    /* per param: its gradient's offset in its bucket, in elements */
   bool *ready;     /* per param, this backward */
   int *hook_ids;
   hook_ctx *hctx;
@@ -81,12 +82,41 @@ static void launch_ready(dp_reducer *r, bool in_hook) {
   }
 }
 
+/* What the all-reduce averages is the bucket, so a parameter's gradient must
+ * be its bucket view when its bucket launches. A user who dropped or
+ * replaced .grad since (p.grad = nil, p.grad = t: PyTorch's set_to_none and
+ * assignment) has a separate tensor that this backward accumulated into;
+ * its values move into the view (zeros when there is none) and .grad is the
+ * view again. Without this the parameter silently kept its own rank's
+ * gradient, and its stale bucket slot went into every other rank's average. */
+static int rebind_grad(dp_reducer *r, int i) {
+  bucket *b = &r->buckets[r->bucket_of[i]];
+  if (!b->storage) return 0; /* one rank: plain gradients, no buckets */
+  dp_tensor *p = r->params[i], *g = p->grad;
+  if (g && g->storage == b->storage && g->offset == r->off[i] && g->dtype == p->dtype && dp_is_contiguous(g) &&
+      dp_same_shape(g, p))
+    return 0;
+  dp_tensor *view = dp_from_storage(b->storage, p->dtype, p->ndim, p->shape, NULL, r->off[i]);
+  if (!view) return -1;
+  int rc = g && !p->grad_zero_pending ? dp_copy_(view, g) : dp_fill_(view, 0.0);
+  if (rc) {
+    dp_release(view);
+    return -1;
+  }
+  dp_release(p->grad);
+  p->grad = view;
+  p->grad_zero_pending = false;
+  p->keep_grad_buf = true;
+  return 0;
+}
+
 static void grad_ready(dp_tensor *leaf, void *ctx) {
   hook_ctx *h = ctx;
   dp_reducer *r = h->r;
   (void)leaf;
   if (!r->sync || r->ready[h->index]) return;
   r->ready[h->index] = true;
+  if (rebind_grad(r, h->index)) set_error(r);
   if (!r->any_ready) r->stats.last_backward_start_ms = now_ms(); /* the first gradient of this backward */
   r->any_ready = true;
   bucket *b = &r->buckets[r->bucket_of[h->index]];
@@ -132,6 +162,8 @@ static int finalize(void *ctx, bool ok) {
         /* their gradient is zero (or what no_sync accumulated) */
         dp_tensor *p = r->params[i];
         if (dp_grad_materialize(p)) set_error(r);
+        /* its bucket slot must hold it (or zeros) before the average */
+        if (rebind_grad(r, i)) set_error(r);
         /* alone there is no bucket view to be zero: a zero gradient, as with more ranks */
         if (!p->grad && !(p->grad = dp_zeros(p->dtype, p->ndim, p->shape, dp_dev(p)))) set_error(r);
         r->ready[i] = true;
@@ -239,6 +271,7 @@ static int build_buckets(dp_reducer *r, size_t cap, size_t first_cap) {
       p->grad = view;
       p->grad_zero_pending = true;
       p->keep_grad_buf = true;
+      r->off[b->params[j]] = (int64_t)(off / es);
       off += ((size_t)dp_numel(p) * es + 63) & ~(size_t)63;
     }
     r->stats.bucket_bytes_total += total;
@@ -271,6 +304,7 @@ dp_reducer *dp_reducer_new(dp_pg *pg, dp_tensor *const *params, const char *cons
     r->n++;
   }
   r->bucket_of = dp_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->bucket_of);
+  r->off = dp_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->off);
   r->ready = dp_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->ready);
   r->hook_ids = dp_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->hook_ids);
   r->hctx = dp_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->hctx);
@@ -311,6 +345,7 @@ void dp_reducer_free(dp_reducer *r) {
   free(r->names);
   free(r->orig_index);
   free(r->bucket_of);
+  free(r->off);
   free(r->ready);
   free(r->hook_ids);
   free(r->hctx);
