@@ -24,13 +24,14 @@
 -- - LSTM: examples/lstm_lm/train.lua (1 epoch over the first 100000 words
 --   of the corpus, 20000 under BENCH_QUICK) against
 --   examples/lstm_lm/torch_lm.py on the corpus.safetensors it wrote (the
---   same tokens): tokens/s (goal >= 1.5x), peak RSS; 1 process (the peer
---   has no DDP), both on one core (taskset, as for GPT: the peer runs 1
---   thread).
+--   same tokens): tokens/s (goal >= 1.5x), peak RSS; at 1 process both on
+--   one core (taskset, as for GPT: the peer runs 1 thread), at 2 each rank
+--   takes its share of the batch columns (the peer: --nproc 2, DDP on gloo).
 -- - ResNet: examples/resnet/train.lua (width 16, 32x32, 3 epochs over 2000
 --   CSV images) against bench/torch_resnet.py (torchvision's BasicBlock,
 --   the same layout, data and optimizer): the median epoch's images/s
---   (goal >= 2x), peak RSS.
+--   (goal >= 2x), peak RSS; at 2 processes both under DDP with plain
+--   BatchNorm (sync_bn=false: PyTorch 1.13's SyncBatchNorm needs CUDA).
 -- (GPT, LSTM and ResNet are the `models` group; their examples live on the
 -- modelsops branch until it is merged.)
 -- A row whose example is not in this tree prints "not yet available"; no
@@ -192,76 +193,85 @@ M[#M + 1] = { group = "models", run = function(c)
   return rows
 end }
 
--- LSTM: tokens/s against torch_lm.py on the same corpus file.
+-- LSTM: tokens/s against torch_lm.py on the same corpus file, at 1 process (both pinned to one core) and at 2
+-- (each rank its share of the batch columns; the peer under DistributedDataParallel with gloo).
 M[#M + 1] = { group = "models", run = function(c)
-  local name = "LSTM 1 proc, tokens/s"
   if not exists(c.root .. "/examples/lstm_lm/train.lua") then
-    return { unavailable(name, "examples/lstm_lm is not in this tree") }
+    return { unavailable("LSTM 1 proc, tokens/s", "examples/lstm_lm is not in this tree") }
   end
   local limit = c.quick == 1 and 20000 or 100000
   local out_dir = "runs/bench_lstm"
   if not os.execute("taskset -c 0 true >/dev/null 2>&1") then
     error("bench: the LSTM row needs taskset to run on one core as its peer", 0)
   end
-  local ours_cmd = string.format("taskset -c 0 %s %s/examples/lstm_lm/train.lua epochs=1 limit=%d out=%s " ..
-    "log_interval=1000000", c.ddplua, c.root, limit, out_dir)
-  local peer_cmd = string.format("taskset -c 0 %s %s/examples/lstm_lm/torch_lm.py %s/corpus.safetensors --epochs 1 " ..
-    "--log_interval 1000000", c.python, c.root, out_dir)
   local tps = "([%d.]+) tokens/s"
-  local ours, theirs = c.repeat_n(c.train_reps, function()
-    local out, rss = timed(c, ours_cmd)
-    return { tps = tonumber(out:match(tps)) or error("bench: no tokens/s from `" .. ours_cmd .. "`:\n" .. out, 0),
-      rss = rss }
-  end, function()
-    local out, rss = timed(c, peer_cmd)
-    return { tps = tonumber(out:match(tps)) or error("bench: no tokens/s from `" .. peer_cmd .. "`:\n" .. out, 0),
-      rss = rss }
-  end)
-  local a, b, ra, rb = c.median(ours.tps), c.median(theirs.tps), c.median(ours.rss), c.median(theirs.rss)
-  return {
-    { name = name, ours = a, theirs = b, fmt = "%.0f", ratio = a / b, goal = ">= 1.50x", pass = a / b >= 1.5 },
-    { name = "  peak RSS of a process, MiB", ours = ra, theirs = rb, fmt = "%.0f", ratio = ra / rb,
-      goal = "<= 0.50x", pass = ra / rb <= 0.5 },
-  }
+  local rows = {}
+  for _, nproc in ipairs(c.nprocs) do
+    local pin = nproc == 1 and "taskset -c 0 " or ""
+    local ours_cmd = string.format("%s%s %s%s/examples/lstm_lm/train.lua epochs=1 limit=%d out=%s " ..
+      "log_interval=1000000", pin, c.ddplua, nproc > 1 and ("--nproc " .. nproc .. " ") or "", c.root, limit, out_dir)
+    -- (the corpus file is the one ours_cmd writes: ours runs first in every repetition)
+    local peer_cmd = string.format("%s%s %s/examples/lstm_lm/torch_lm.py %s/corpus.safetensors --epochs 1 " ..
+      "--log_interval 1000000 --nproc %d", pin, c.python, c.root, out_dir, nproc)
+    local ours, theirs = c.repeat_n(c.train_reps, function()
+      local out, rss = timed(c, ours_cmd)
+      return { tps = tonumber(out:match(tps)) or error("bench: no tokens/s from `" .. ours_cmd .. "`:\n" .. out, 0),
+        rss = rss }
+    end, function()
+      local out, rss = timed(c, peer_cmd)
+      return { tps = tonumber(out:match(tps)) or error("bench: no tokens/s from `" .. peer_cmd .. "`:\n" .. out, 0),
+        rss = rss }
+    end)
+    local a, b, ra, rb = c.median(ours.tps), c.median(theirs.tps), c.median(ours.rss), c.median(theirs.rss)
+    rows[#rows + 1] = { name = string.format("LSTM %d proc, tokens/s", nproc), ours = a, theirs = b, fmt = "%.0f",
+      ratio = a / b, goal = ">= 1.50x", pass = a / b >= 1.5 }
+    rows[#rows + 1] = { name = "  peak RSS of a process, MiB", ours = ra, theirs = rb, fmt = "%.0f", ratio = ra / rb,
+      goal = "<= 0.50x", pass = ra / rb <= 0.5 }
+  end
+  return rows
 end }
 
 -- ResNet: the example's images/s against bench/torch_resnet.py (the same
--- recipe on the same CSV images), 1 process each with its default threads.
+-- recipe on the same CSV images), 1 process each with its default threads,
+-- and 2 processes under DDP with plain BatchNorm on both sides (sync_bn=false:
+-- PyTorch 1.13's SyncBatchNorm needs CUDA; the CNN rows show SyncBatchNorm).
 M[#M + 1] = { group = "models", run = function(c)
-  local name = "ResNet-18 w16 1 proc, images/s"
   if not exists(c.root .. "/examples/resnet/train.lua") then
-    return { unavailable(name, "examples/resnet is not in this tree") }
+    return { unavailable("ResNet-18 w16 1 proc, images/s", "examples/resnet is not in this tree") }
   end
   local dir = "runs/bench_resnet_csv"
   if not exists(dir .. "/labels.csv") then
     c.run(string.format("%s %s/examples/csv_images/make_dataset.lua out=%s n=2500", c.ddplua, c.root, dir))
   end
   local limit = c.quick == 1 and 300 or 2000
-  -- 3 epochs, each side's median epoch: an epoch is under a second here, and one stall of the machine (seen
-  -- once: 8 s, 246 images/s against 2800-3600 in every other run) would otherwise be the row
-  local cmd = string.format("%s %s/examples/resnet/train.lua data=%s epochs=3 width=16 limit=%d", c.ddplua, c.root,
-    dir, limit)
-  local peer_cmd = string.format("%s %s/bench/torch_resnet.py data=%s epochs=3 width=16 limit=%d threads=%d",
-    c.python_for(c.cores), c.root, dir, limit, c.cores)
   local function ips(out, what)
     local per_epoch = {}
     for v in out:gmatch("([%d.]+) images/s") do per_epoch[#per_epoch + 1] = tonumber(v) end
     if #per_epoch == 0 then error("bench: no images/s from `" .. what .. "`:\n" .. out, 0) end
     return c.median(per_epoch)
   end
-  local ours, theirs = c.repeat_n(c.train_reps, function()
-    local out, rss = timed(c, cmd)
-    return { ips = ips(out, cmd), rss = rss }
-  end, function()
-    local out, rss = timed(c, peer_cmd)
-    return { ips = ips(out, peer_cmd), rss = rss }
-  end)
-  local a, b, ra, rb = c.median(ours.ips), c.median(theirs.ips), c.median(ours.rss), c.median(theirs.rss)
-  return {
-    { name = name, ours = a, theirs = b, fmt = "%.0f", ratio = a / b, goal = ">= 2.00x", pass = a / b >= 2 },
-    { name = "  peak RSS of a process, MiB", ours = ra, theirs = rb, fmt = "%.0f", ratio = ra / rb,
-      goal = "<= 0.50x", pass = ra / rb <= 0.5 },
-  }
+  local rows = {}
+  for _, nproc in ipairs(c.nprocs) do
+    -- 3 epochs, each side's median epoch: an epoch is under a second here, and one stall of the machine (seen
+    -- once: 8 s, 246 images/s against 2800-3600 in every other run) would otherwise be the row
+    local cmd = string.format("%s %s%s/examples/resnet/train.lua data=%s epochs=3 width=16 limit=%d%s", c.ddplua,
+      nproc > 1 and ("--nproc " .. nproc .. " ") or "", c.root, dir, limit, nproc > 1 and " sync_bn=false" or "")
+    local peer_cmd = string.format("%s %s/bench/torch_resnet.py data=%s epochs=3 width=16 limit=%d threads=%d " ..
+      "nproc=%d", c.python_for(c.cores), c.root, dir, limit, c.cores, nproc)
+    local ours, theirs = c.repeat_n(c.train_reps, function()
+      local out, rss = timed(c, cmd)
+      return { ips = ips(out, cmd), rss = rss }
+    end, function()
+      local out, rss = timed(c, peer_cmd)
+      return { ips = ips(out, peer_cmd), rss = rss }
+    end)
+    local a, b, ra, rb = c.median(ours.ips), c.median(theirs.ips), c.median(ours.rss), c.median(theirs.rss)
+    rows[#rows + 1] = { name = string.format("ResNet-18 w16 %d proc, images/s", nproc), ours = a, theirs = b,
+      fmt = "%.0f", ratio = a / b, goal = ">= 2.00x", pass = a / b >= 2 }
+    rows[#rows + 1] = { name = "  peak RSS of a process, MiB", ours = ra, theirs = rb, fmt = "%.0f", ratio = ra / rb,
+      goal = "<= 0.50x", pass = ra / rb <= 0.5 }
+  end
+  return rows
 end }
 
 return M

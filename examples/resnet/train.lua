@@ -30,6 +30,8 @@ local cfg = ddp.config {
   in_channels = 1,
   num_workers = 2,
   limit = 0, -- > 0: use only the first `limit` training images (quick runs)
+  sync_bn = true, -- under several processes, SyncBatchNorm; false: each rank's own batch statistics (plain
+                  -- BatchNorm under DDP, all PyTorch 1.13 offers on the CPU)
 }
 
 dist.init_process_group() -- env:// from the launcher; a world of one without it
@@ -73,7 +75,7 @@ local nparams = 0
 for _, p in ipairs(model:parameters()) do nparams = nparams + p:numel() end
 ddp.print(string.format("resnet18 (width %d): %.2fM parameters; %d train, %d valid, %d test images, %d classes, " ..
   "%d process(es)", cfg.width, nparams / 1e6, #train_items, #valid_set, #test_set, train_set.num_classes, world))
-if world > 1 then model = nn.SyncBatchNorm.convert_sync_batchnorm(model) end
+if world > 1 and cfg.sync_bn then model = nn.SyncBatchNorm.convert_sync_batchnorm(model) end
 model = dist.DistributedDataParallel(model)
 local optimizer = optim.SGD(model:parameters(), { lr = cfg.lr, momentum = cfg.momentum,
   weight_decay = cfg.weight_decay })
