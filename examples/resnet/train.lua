@@ -74,7 +74,8 @@ ddp.seed_everything(cfg.seed + rank)
 local nparams = 0
 for _, p in ipairs(model:parameters()) do nparams = nparams + p:numel() end
 ddp.print(string.format("resnet18 (width %d): %.2fM parameters; %d train, %d valid, %d test images, %d classes, " ..
-  "%d process(es)", cfg.width, nparams / 1e6, #train_items, #valid_set, #test_set, train_set.num_classes, world))
+  "%d process(es)%s", cfg.width, nparams / 1e6, #train_items, #valid_set, #test_set, train_set.num_classes, world,
+  world == 1 and "" or cfg.sync_bn and ", SyncBatchNorm" or ", BatchNorm per rank"))
 if world > 1 and cfg.sync_bn then model = nn.SyncBatchNorm.convert_sync_batchnorm(model) end
 model = dist.DistributedDataParallel(model)
 local optimizer = optim.SGD(model:parameters(), { lr = cfg.lr, momentum = cfg.momentum,

@@ -2,8 +2,9 @@
 -- (2 ranks, gradient accumulation with no_sync; a run stopped and resumed
 -- from its checkpoint ends bitwise where the straight run ends; sample.lua
 -- writes text from the checkpoint), examples/resnet (resnet18 on a
--- generated CSV image set, 2 ranks) and examples/lstm_lm (word-level LSTM on
--- the fortunes corpus). They need Debian's fortunes package.
+-- generated CSV image set, 2 ranks, with and without SyncBatchNorm) and
+-- examples/lstm_lm (word-level LSTM on the fortunes corpus; 2 ranks train as
+-- one process). They need Debian's fortunes package.
 local U = require "helpers.io_util"
 
 local function have_fortunes() return U.exists("/usr/share/games/fortunes/fortunes") end
@@ -49,9 +50,15 @@ describe("examples/resnet", function()
     local out = run("examples/resnet/train.lua", { "data=" .. dir, "epochs=1", "width=8", "batch_size=16",
       "num_workers=1" }, 2)
     assert.is_not_nil(out:find("resnet18 (width 8)", 1, true), out)
+    assert.is_not_nil(out:find("2 process(es), SyncBatchNorm", 1, true), out)
     local acc = tonumber(out:match("test acc ([%d.]+)"))
     assert.is_true(acc ~= nil and acc >= 0 and acc <= 1, out)
     assert.is_true(U.exists(dir .. "/resnet18.safetensors"))
+    -- sync_bn=false: plain BatchNorm under DDP (the bench's 2-process row, as PyTorch 1.13 on the CPU)
+    out = run("examples/resnet/train.lua", { "data=" .. dir, "epochs=1", "width=8", "batch_size=16",
+      "num_workers=0", "sync_bn=false" }, 2)
+    assert.is_not_nil(out:find("2 process(es), BatchNorm per rank", 1, true), out)
+    assert.is_not_nil(out:match("test acc [%d.]+"), out)
     U.rm_rf(dir)
   end)
 end)
@@ -66,6 +73,23 @@ describe("examples/lstm_lm", function()
     assert.is_true(v1 ~= nil and tonumber(v1) < math.log(500) - 1, out) -- well below a uniform guess
     assert.is_not_nil(out:match("test ppl%s+[%d.]+"), out)
     assert.is_true(U.exists(dir .. "/corpus.safetensors"))
+    U.rm_rf(dir)
+  end)
+
+  it("under 2 ranks (each its share of the batch columns) trains as one process does", function()
+    if not have_fortunes() then return pending("skipped: Debian's fortunes package is not installed") end
+    -- no dropout and a small learning rate: the runs differ only by rounding (lr 20 amplifies that chaotically)
+    local dir = U.tmpdir()
+    local args = { "epochs=1", "limit=20000", "nhid=32", "emsize=32", "vocab=500", "bptt=20", "dropout=0", "lr=2",
+      "batch_size=8", "out=" .. dir }
+    local function ppl(out)
+      local v = tonumber(out:match("end of epoch   1 | valid loss%s+[%d.]+ | valid ppl%s+([%d.]+)"))
+      assert.is_not_nil(v, out)
+      return v
+    end
+    local one, two = ppl(run("examples/lstm_lm/train.lua", args)), ppl(run("examples/lstm_lm/train.lua", args, 2))
+    assert.is_true(math.abs(one - two) <= 1e-3 * one, string.format("valid ppl %.2f (1 rank) vs %.2f (2 ranks)", one,
+      two))
     U.rm_rf(dir)
   end)
 end)
