@@ -333,8 +333,29 @@ static int l_requires_grad_(lua_State *L) {
   return 1;
 }
 
+/* t:backward([gradient [, retain_graph | {retain_graph=}]]), or PyTorch's
+ * keywords as one table: t:backward{gradient=, retain_graph=}. */
 static int l_backward(lua_State *L) {
   dp_tensor *t = lt_check(L, 1);
+  if (lua_type(L, 2) == LUA_TTABLE) {
+    if (!lua_isnone(L, 3)) return luaL_error(L, "backward: after an options table, expected no more arguments");
+    lua_pushnil(L);
+    while (lua_next(L, 2)) {
+      const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+      if (!k || (strcmp(k, "gradient") != 0 && strcmp(k, "retain_graph") != 0))
+        return luaL_error(L, "backward: unknown option '%s' (expected gradient, retain_graph)",
+                          k ? k : luaL_typename(L, -2));
+      lua_pop(L, 1);
+    }
+    lua_getfield(L, 2, "gradient");
+    dp_tensor *g = lua_isnil(L, -1) ? NULL : lt_test(L, -1);
+    if (!g && !lua_isnil(L, -1))
+      return luaL_error(L, "backward: option gradient must be a tensor, got %s", luaL_typename(L, -1));
+    lua_getfield(L, 2, "retain_graph");
+    bool retain = lua_toboolean(L, -1);
+    LT_CHECK(L, dp_backward(t, g, retain));
+    return 0;
+  }
   dp_tensor *g = lua_isnoneornil(L, 2) ? NULL : lt_check(L, 2);
   bool retain = false;
   if (lua_istable(L, 3)) {

@@ -29,6 +29,30 @@ describe("autograd", function()
     assert.are.same({ 4.0, 8.0 }, x.grad:totable())
   end)
 
+  it("takes PyTorch's keywords as one table: backward{gradient=, retain_graph=}", function()
+    local x = ddp.tensor({ 1.0, 2.0 }, { dtype = "float64", requires_grad = true })
+    local y = (x * x):sum()
+    y:backward { retain_graph = true }
+    y:backward { gradient = ddp.tensor(0.5, { dtype = "float64" }) }
+    assert.are.same({ 3.0, 6.0 }, x.grad:totable())
+    local z = x * 3
+    z:backward { gradient = ddp.tensor({ 1.0, -1.0 }, { dtype = "float64" }) }
+    assert.are.same({ 6.0, 3.0 }, x.grad:totable())
+    local w = (x * x):sum()
+    for _, bad in ipairs({
+      { { gradient = 5 }, "backward: option gradient must be a tensor, got number" },
+      { { retain_graph = true, retain = true }, "backward: unknown option 'retain' (expected gradient, retain_graph)" },
+      { { true }, "backward: unknown option 'number'" },
+    }) do
+      local ok, err = pcall(w.backward, w, bad[1])
+      assert.is_false(ok)
+      assert.is_truthy(err:find(bad[2], 1, true), err)
+    end
+    local ok, err = pcall(w.backward, w, {}, true)
+    assert.is_false(ok)
+    assert.is_truthy(err:find("after an options table, expected no more arguments", 1, true), err)
+  end)
+
   it("records nothing under no_grad (function and <close> forms)", function()
     local x = ddp.ones(3, { requires_grad = true })
     local y = ddp.no_grad(function() return x * 2 end)
