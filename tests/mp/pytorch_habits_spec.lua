@@ -112,6 +112,56 @@ describe("PyTorch habits under DDP", function()
     end)
   end
 
+  -- more ways PyTorch code drives a backward, each 2 ranks x 8 against 1 process x 16 (float64 MLP, SGD momentum)
+  for _, how in ipairs({ "zero_grad(false)", "retain_graph twice", "two forwards, one backward", "grad:mul_ before step" }) do
+    it(how .. " under DDP equals one process", function()
+      local HB = 8
+      local function mlp()
+        ddp.manual_seed(3)
+        local m = nn.Sequential { nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3) }
+        m:double()
+        return m
+      end
+      local function run_steps(model, params, first, n)
+        local opt = optim.SGD(params, { lr = 0.3, momentum = 0.9 })
+        for s = 1, STEPS do
+          ddp.manual_seed(1000 + s)
+          local x = ddp.randn({ R * HB, 5 }, { dtype = "float64" }):narrow(1, first + 1, n)
+          local y = ddp.randn({ R * HB, 3 }, { dtype = "float64" }):narrow(1, first + 1, n)
+          local function mse(a, b) return ((model(a) - b) ^ 2):mean() end
+          opt:zero_grad(how ~= "zero_grad(false)")
+          if how == "retain_graph twice" then
+            local l = mse(x, y)
+            l:backward { retain_graph = true }
+            l:backward()
+          elseif how == "two forwards, one backward" then
+            local h = n // 2
+            local l = (mse(x:narrow(1, 1, h), y:narrow(1, 1, h)) + mse(x:narrow(1, h + 1, n - h),
+              y:narrow(1, h + 1, n - h))) / 2
+            l:backward()
+          else
+            mse(x, y):backward()
+            if how == "grad:mul_ before step" then
+              for _, p in ipairs(params) do p.grad:mul_(0.5) end
+            end
+          end
+          opt:step()
+        end
+      end
+      local one = mlp()
+      run_steps(one, one:parameters(), 0, R * HB)
+      local want = flat(one)
+      dist.spawn(function(rank)
+        dist.init_process_group { backend = "cpu" }
+        local model = dist.DistributedDataParallel(mlp())
+        run_steps(model, model:parameters(), rank * HB, HB)
+        local mine = flat(model.module)
+        assert(max_diff(mine, want) < 1e-12, how .. ": rank " .. rank .. " differs by " .. max_diff(mine, want))
+        dist.destroy_process_group()
+      end, R)
+    end)
+  end
+
   it("a parameter only rank 0 uses, its .grad set to nil, averages to half its gradient (find_unused)", function()
     local function net()
       ddp.manual_seed(9)
