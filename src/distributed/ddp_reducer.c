@@ -82,6 +82,24 @@ static void launch_ready(dp_reducer *r, bool in_hook) {
   }
 }
 
+/* p's .grad becomes the view of bucket storage st at off (elements) and
+ * holds what .grad held: its values, or zeros (marked zero-pending, so the
+ * next accumulation overwrites instead of adding) when it had none. */
+static int grad_to_view(dp_tensor *p, dp_storage *st, int64_t off) {
+  dp_tensor *view = dp_from_storage(st, p->dtype, p->ndim, p->shape, NULL, off);
+  if (!view) return -1;
+  bool has = p->grad && !p->grad_zero_pending;
+  if (has ? dp_copy_(view, p->grad) : dp_fill_(view, 0.0)) {
+    dp_release(view);
+    return -1;
+  }
+  dp_release(p->grad);
+  p->grad = view;
+  p->grad_zero_pending = !has;
+  p->keep_grad_buf = true;
+  return 0;
+}
+
 /* What the all-reduce averages is the bucket, so a parameter's gradient must
  * be its bucket view when its bucket launches. A user who dropped or
  * replaced .grad since (p.grad = nil, p.grad = t: PyTorch's set_to_none and
@@ -96,17 +114,8 @@ static int rebind_grad(dp_reducer *r, int i) {
   if (g && g->storage == b->storage && g->offset == r->off[i] && g->dtype == p->dtype && dp_is_contiguous(g) &&
       dp_same_shape(g, p))
     return 0;
-  dp_tensor *view = dp_from_storage(b->storage, p->dtype, p->ndim, p->shape, NULL, r->off[i]);
-  if (!view) return -1;
-  int rc = g && !p->grad_zero_pending ? dp_copy_(view, g) : dp_fill_(view, 0.0);
-  if (rc) {
-    dp_release(view);
-    return -1;
-  }
-  dp_release(p->grad);
-  p->grad = view;
-  p->grad_zero_pending = false;
-  p->keep_grad_buf = true;
+  if (grad_to_view(p, b->storage, r->off[i])) return -1;
+  p->grad_zero_pending = false; /* the slot is about to hold the average, zeros included */
   return 0;
 }
 
@@ -257,21 +266,14 @@ static int build_buckets(dp_reducer *r, size_t cap, size_t first_cap) {
     int64_t nel = (int64_t)(total / es);
     b->flat = dp_from_storage(st, p0->dtype, 1, &nel, NULL, 0);
     if (!b->flat || dp_fill_(b->flat, 0.0)) return -1;
-    /* gradients become views into the bucket; existing values are kept */
+    /* gradients become views into the bucket; existing values are kept (they
+     * used to be marked zero-pending after the copy, so wrapping a model in
+     * DDP silently zeroed the gradients it had) */
     size_t off = 0;
     for (int j = 0; j < b->n_params; j++) {
       dp_tensor *p = r->params[b->params[j]];
-      dp_tensor *view = dp_from_storage(st, p->dtype, p->ndim, p->shape, NULL, (int64_t)(off / es));
-      if (!view) return -1;
-      if (p->grad && !p->grad_zero_pending && dp_copy_(view, p->grad)) {
-        dp_release(view);
-        return -1;
-      }
-      dp_release(p->grad);
-      p->grad = view;
-      p->grad_zero_pending = true;
-      p->keep_grad_buf = true;
       r->off[b->params[j]] = (int64_t)(off / es);
+      if (grad_to_view(p, st, r->off[b->params[j]])) return -1;
       off += ((size_t)dp_numel(p) * es + 63) & ~(size_t)63;
     }
     r->stats.bucket_bytes_total += total;

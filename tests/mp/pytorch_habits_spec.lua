@@ -162,6 +162,23 @@ describe("PyTorch habits under DDP", function()
     end)
   end
 
+  it("wrapping a model in DDP keeps the gradients it had; the next backward adds to them and averages", function()
+    dist.spawn(function(rank)
+      dist.init_process_group { backend = "cpu" }
+      local m = nn.Linear(2, 1, false)
+      m:double()
+      m.weight.grad = ddp.full({ 1, 2 }, 3.0 + rank, { dtype = "float64" })
+      local model = dist.DistributedDataParallel(m)
+      assert(max_diff(m.weight.grad, ddp.full({ 1, 2 }, 3.0 + rank, { dtype = "float64" })) == 0,
+        "rank " .. rank .. ": the gradient after wrapping is " .. tostring(m.weight.grad))
+      -- d/dw of sum(w . x) with x = (rank + 1) * (1, 2): averaged with what each rank had, ((3 + 4) + (1 + 2)) / 2 etc.
+      model(ddp.tensor({ { 1.0, 2.0 } }, { dtype = "float64" }) * (rank + 1)):sum():backward()
+      local want = ddp.tensor({ { (3 + 1 + 4 + 2) / 2, (3 + 2 + 4 + 4) / 2 } }, { dtype = "float64" })
+      assert(max_diff(m.weight.grad, want) == 0, "rank " .. rank .. ": " .. tostring(m.weight.grad))
+      dist.destroy_process_group()
+    end, R)
+  end)
+
   it("a parameter only rank 0 uses, its .grad set to nil, averages to half its gradient (find_unused)", function()
     local function net()
       ddp.manual_seed(9)
