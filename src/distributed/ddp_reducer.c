@@ -34,6 +34,7 @@ struct dp_reducer {
   int *bucket_of;  /* per param */
   int64_t *off;    /* per param: its gradient's offset in its bucket, in elements */
   bool *ready;     /* per param, this backward */
+  bool *unused;    /* per param, this backward: no gradient on this rank (find_unused_parameters) */
   int *hook_ids;
   hook_ctx *hctx;
   bucket *buckets;
@@ -149,6 +150,42 @@ static void reset(dp_reducer *r) {
   r->error[0] = 0;
 }
 
+/* find_unused_parameters: a parameter no rank gave a gradient in this
+ * backward has none, as in PyTorch, whose optimizers then skip it (a zero
+ * gradient would still move it through momentum and weight decay). Which
+ * ones those are takes one more all-reduce, of a used flag per parameter,
+ * after the buckets' (the same order on every rank); their bucket slots
+ * hold the average of zeros and are marked zero-pending, which reads as no
+ * gradient. Alone, the local flags are the answer and the slots stay. */
+static int mark_globally_unused(dp_reducer *r) {
+  bool alone = r->pg->size == 1 && !r->force;
+  if (alone || r->n_buckets == 0 || !r->buckets[0].flat) {
+    for (int i = 0; i < r->n; i++)
+      if (r->unused[i] && r->params[i]->grad) r->params[i]->grad_zero_pending = true;
+    return 0;
+  }
+  /* every rank takes part, whether or not it has unused parameters itself */
+  int64_t n = r->n;
+  dp_tensor *used = dp_zeros(DP_F32, 1, &n, dp_cpu());
+  if (!used) return -1;
+  float *u = dp_data(used);
+  for (int i = 0; i < r->n; i++) u[i] = r->unused[i] ? 0.0f : 1.0f;
+  dp_device dev = dp_dev(r->buckets[0].flat);
+  dp_tensor *on_dev = dp_device_eq(dev, dp_cpu()) ? (dp_retain(used), used) : dp_to(used, DP_F32, dev);
+  int rc = on_dev ? r->pg->ops->all_reduce(r->pg, on_dev, DP_RED_SUM, NULL) : -1;
+  dp_tensor *back = !rc && on_dev != used ? dp_to(on_dev, DP_F32, dp_cpu()) : NULL;
+  if (!rc && on_dev != used && !back) rc = -1;
+  if (!rc) {
+    const float *sum = dp_data(back ? back : used);
+    for (int i = 0; i < r->n; i++)
+      if (r->unused[i] && sum[i] == 0.0f) r->params[i]->grad_zero_pending = true;
+  }
+  dp_release(back);
+  dp_release(on_dev);
+  dp_release(used);
+  return rc;
+}
+
 static int finalize(void *ctx, bool ok) {
   dp_reducer *r = ctx;
   if (!r->sync || !r->any_ready) { /* not our backward, or no_sync */
@@ -166,15 +203,16 @@ static int finalize(void *ctx, bool ok) {
     char names[400] = "";
     size_t k = 0;
     for (int i = 0; i < r->n; i++) {
+      r->unused[i] = false;
       if (r->ready[i]) continue;
       if (r->find_unused) {
-        /* their gradient is zero (or what no_sync accumulated) */
+        /* unused here, unless no_sync backwards accumulated into it */
         dp_tensor *p = r->params[i];
+        r->unused[i] = !p->grad || p->grad_zero_pending;
         if (dp_grad_materialize(p)) set_error(r);
-        /* its bucket slot must hold it (or zeros) before the average */
+        /* its bucket slot must hold it (or zeros) before the average; alone
+         * there is no slot, and a parameter without a gradient keeps none */
         if (rebind_grad(r, i)) set_error(r);
-        /* alone there is no bucket view to be zero: a zero gradient, as with more ranks */
-        if (!p->grad && !(p->grad = dp_zeros(p->dtype, p->ndim, p->shape, dp_dev(p)))) set_error(r);
         r->ready[i] = true;
         bucket *b = &r->buckets[r->bucket_of[i]];
         b->pending--;
@@ -201,6 +239,7 @@ static int finalize(void *ctx, bool ok) {
   for (int b = 0; b < r->n_buckets; b++) {
     if (r->buckets[b].work && dp_work_wait(r->buckets[b].work)) set_error(r);
   }
+  if (ok && r->find_unused && !r->error[0] && mark_globally_unused(r)) set_error(r);
   if (r->error[0]) rc = dp_error("%s", r->error);
   else r->stats.synced_passes++;
   r->stats.finalize_ms_total += now_ms() - end;
@@ -308,6 +347,7 @@ dp_reducer *dp_reducer_new(dp_pg *pg, dp_tensor *const *params, const char *cons
   r->bucket_of = dp_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->bucket_of);
   r->off = dp_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->off);
   r->ready = dp_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->ready);
+  r->unused = dp_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->unused);
   r->hook_ids = dp_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->hook_ids);
   r->hctx = dp_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->hctx);
   if (build_buckets(r, bucket_bytes, first_bucket_bytes)) goto fail;
@@ -349,6 +389,7 @@ void dp_reducer_free(dp_reducer *r) {
   free(r->bucket_of);
   free(r->off);
   free(r->ready);
+  free(r->unused);
   free(r->hook_ids);
   free(r->hctx);
   if (r->pg) dp_pg_unhold(r->pg);

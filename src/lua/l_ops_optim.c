@@ -32,9 +32,9 @@ dp_tensor *lo_param_with_grad(lua_State *L, int params, lua_Integer i, const cha
   dp_tensor *p = lt_test(L, -1);
   if (!p) luaL_error(L, "%s: parameter %I is a %s, expected a tensor", who, (lua_Integer)i, luaL_typename(L, -1));
   lua_pop(L, 1);
-  /* a zero-pending gradient (zero_grad on a kept buffer) steps as zeros */
-  if (dp_grad_materialize(p)) lt_error(L);
-  return p->grad ? p : NULL;
+  /* a zero-pending gradient (zero_grad on a kept buffer, a parameter DDP
+   * found unused on every rank) is PyTorch's None: skipped */
+  return p->grad && !p->grad_zero_pending ? p : NULL;
 }
 
 /* Pushes state[p] (creating an empty table on first use). */

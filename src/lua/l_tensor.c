@@ -377,8 +377,9 @@ static int l_index(lua_State *L) {
     if (lua_getfield(L, lua_upvalueindex(1), k) != LUA_TNIL) return 1;
     lua_pop(L, 1);
     if (strcmp(k, "grad") == 0) {
-      LT_CHECK(L, dp_grad_materialize(t));
-      if (t->grad) {
+      /* a zero-pending gradient (zero_grad on DDP's bucket view) is
+       * PyTorch's None: the memory stays for the next backward */
+      if (t->grad && !t->grad_zero_pending) {
         dp_retain(t->grad);
         return lt_push(L, t->grad);
       }

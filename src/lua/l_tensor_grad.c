@@ -25,11 +25,11 @@ static int l_keep_grad_buf(lua_State *L) {
 }
 
 /* _zero_grads(list_of_tensors, set_to_none): one call for a whole module or
- * parameter group. A gradient is dropped when
- * set_to_none is true, or zeroed in place otherwise. A kept gradient buffer
- * (DDP's bucket view) stays and is only marked zero-pending: the next
- * backward overwrites it instead of adding, and readers see zeros, so
- * zeroing it costs no pass over memory. */
+ * parameter group. A gradient is dropped when set_to_none is true, or zeroed
+ * in place otherwise. A kept gradient buffer (DDP's bucket view) dropped
+ * stays in memory, only marked zero-pending: it reads as no gradient (nil)
+ * and optimizers skip it, as PyTorch's None, and the next backward
+ * overwrites it instead of adding, so dropping it costs no pass over memory. */
 static int l_zero_grads(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   bool set_to_none = lua_isnoneornil(L, 2) ? true : lua_toboolean(L, 2);
@@ -41,9 +41,12 @@ static int l_zero_grads(lua_State *L) {
       return luaL_error(L, "zero_grad: element %I is a %s, expected a tensor", (lua_Integer)i, luaL_typename(L, -1));
     lua_pop(L, 1);
     if (!t->grad) continue;
-    if (t->keep_grad_buf) t->grad_zero_pending = true;
+    if (t->keep_grad_buf && set_to_none) t->grad_zero_pending = true; /* None, the memory kept */
     else if (set_to_none) dp_clear(&t->grad);
-    else LT_CHECK(L, dp_fill_(t->grad, 0));
+    else {
+      LT_CHECK(L, dp_fill_(t->grad, 0));
+      t->grad_zero_pending = false;
+    }
   }
   return 0;
 }

@@ -45,10 +45,12 @@ typedef struct dp_tensor {
 
   /* autograd */
   bool requires_grad;
-  bool keep_grad_buf;     /* zero_grad zeroes .grad in place instead of dropping
+  bool keep_grad_buf;     /* zero_grad keeps .grad's memory instead of dropping
                              it (DDP points .grad into its bucket memory) */
-  bool grad_zero_pending; /* .grad counts as zero: the next accumulation
-                             overwrites it; readers materialise the zeros
+  bool grad_zero_pending; /* .grad counts as absent (PyTorch's None: Lua reads
+                             nil, optimizers skip it) and its memory as zeros:
+                             the next accumulation overwrites it; C code that
+                             needs the zeros materialises them
                              (dp_grad_materialize) */
   struct dp_tensor *grad;
   struct dp_node *grad_fn; /* NULL for leaves */

@@ -162,6 +162,54 @@ describe("PyTorch habits under DDP", function()
     end)
   end
 
+  it("a parameter no rank uses has no gradient and is not stepped (momentum, weight decay), as in PyTorch", function()
+    local function net()
+      ddp.manual_seed(9)
+      local m = nn.ModuleDict { a = nn.Linear(4, 3), b = nn.Linear(4, 3) }
+      m:double()
+      return m
+    end
+    -- b is unused by every rank in steps 1 and 3, and by rank 0 alone in step 2
+    local function loss(m, rank, s)
+      ddp.manual_seed(100 + 10 * s + rank)
+      local x, y = ddp.randn({ B, 4 }, { dtype = "float64" }), ddp.randn({ B, 3 }, { dtype = "float64" })
+      local out = m.a(x)
+      if s == 2 and rank == 0 then out = out + m.b(x) end
+      return ((out - y) ^ 2):mean()
+    end
+    local hp = { lr = 0.1, momentum = 0.9, weight_decay = 0.01 }
+    local one = net()
+    local opt1 = optim.SGD(one:parameters(), hp)
+    for s = 1, 3 do
+      opt1:zero_grad()
+      local both = (loss(one, 0, s) + loss(one, 1, s)) / 2
+      both:backward()
+      opt1:step()
+      if s == 1 then assert(one.b.weight.grad == nil, "one process: no gradient for b in step 1") end
+    end
+    local want = flat(one)
+    dist.spawn(function(rank)
+      dist.init_process_group { backend = "cpu" }
+      local model = dist.DistributedDataParallel(net(), { find_unused_parameters = true })
+      local opt = optim.SGD(model:parameters(), hp)
+      local b0 = model.module.b.weight:clone()
+      for s = 1, 3 do
+        opt:zero_grad()
+        loss(model.module, rank, s):backward()
+        if s ~= 2 then
+          assert(model.module.b.weight.grad == nil, "rank " .. rank .. ", step " .. s .. ": b has a gradient")
+        else
+          assert(model.module.b.weight.grad ~= nil, "rank " .. rank .. ": step 2 averages b's gradient")
+        end
+        opt:step()
+        if s == 1 then assert(max_diff(model.module.b.weight, b0) == 0, "b moved without a gradient") end
+      end
+      local mine = flat(model.module)
+      assert(max_diff(mine, want) < 1e-12, "rank " .. rank .. " differs from one process by " .. max_diff(mine, want))
+      dist.destroy_process_group()
+    end, R)
+  end)
+
   it("wrapping a model in DDP keeps the gradients it had; the next backward adds to them and averages", function()
     dist.spawn(function(rank)
       dist.init_process_group { backend = "cpu" }
