@@ -55,6 +55,37 @@ local function reference()
   return flat(model)
 end
 
+-- Two float64 layers: a, which every rank uses, and b, which uses_b(rank, step) says; SGD with hp over `steps`
+-- steps in one process on the mean of the two ranks' losses (what the DDP runs must end at)
+local function ab_net()
+  ddp.manual_seed(9)
+  local m = nn.ModuleDict { a = nn.Linear(4, 3), b = nn.Linear(4, 3) }
+  m:double()
+  return m
+end
+local function ab_loss(m, rank, s, uses_b)
+  ddp.manual_seed(100 + 10 * s + rank)
+  local x, y = ddp.randn({ B, 4 }, { dtype = "float64" }), ddp.randn({ B, 3 }, { dtype = "float64" })
+  local out = m.a(x)
+  if uses_b(rank, s) then out = out + m.b(x) end
+  return ((out - y) ^ 2):mean()
+end
+local function ab_one_process(hp, uses_b, steps)
+  local one = ab_net()
+  local opt = optim.SGD(one:parameters(), hp)
+  for s = 1, steps do
+    opt:zero_grad()
+    local both = (ab_loss(one, 0, s, uses_b) + ab_loss(one, 1, s, uses_b)) / 2
+    both:backward()
+    opt:step()
+  end
+  return flat(one)
+end
+local function ab_check(rank, m, want)
+  local mine = flat(m)
+  assert(max_diff(mine, want) < 1e-12, "rank " .. rank .. " differs from one process by " .. max_diff(mine, want))
+end
+
 local function script(dir, name, text)
   local path = dir .. "/" .. name
   U.write(path, text)
@@ -163,39 +194,18 @@ describe("PyTorch habits under DDP", function()
   end
 
   it("a parameter no rank uses has no gradient and is not stepped (momentum, weight decay), as in PyTorch", function()
-    local function net()
-      ddp.manual_seed(9)
-      local m = nn.ModuleDict { a = nn.Linear(4, 3), b = nn.Linear(4, 3) }
-      m:double()
-      return m
-    end
     -- b is unused by every rank in steps 1 and 3, and by rank 0 alone in step 2
-    local function loss(m, rank, s)
-      ddp.manual_seed(100 + 10 * s + rank)
-      local x, y = ddp.randn({ B, 4 }, { dtype = "float64" }), ddp.randn({ B, 3 }, { dtype = "float64" })
-      local out = m.a(x)
-      if s == 2 and rank == 0 then out = out + m.b(x) end
-      return ((out - y) ^ 2):mean()
-    end
+    local function uses_b(rank, s) return s == 2 and rank == 0 end
     local hp = { lr = 0.1, momentum = 0.9, weight_decay = 0.01 }
-    local one = net()
-    local opt1 = optim.SGD(one:parameters(), hp)
-    for s = 1, 3 do
-      opt1:zero_grad()
-      local both = (loss(one, 0, s) + loss(one, 1, s)) / 2
-      both:backward()
-      opt1:step()
-      if s == 1 then assert(one.b.weight.grad == nil, "one process: no gradient for b in step 1") end
-    end
-    local want = flat(one)
+    local want = ab_one_process(hp, uses_b, 3)
     dist.spawn(function(rank)
       dist.init_process_group { backend = "cpu" }
-      local model = dist.DistributedDataParallel(net(), { find_unused_parameters = true })
+      local model = dist.DistributedDataParallel(ab_net(), { find_unused_parameters = true })
       local opt = optim.SGD(model:parameters(), hp)
       local b0 = model.module.b.weight:clone()
       for s = 1, 3 do
         opt:zero_grad()
-        loss(model.module, rank, s):backward()
+        ab_loss(model.module, rank, s, uses_b):backward()
         if s ~= 2 then
           assert(model.module.b.weight.grad == nil, "rank " .. rank .. ", step " .. s .. ": b has a gradient")
         else
@@ -204,8 +214,7 @@ describe("PyTorch habits under DDP", function()
         opt:step()
         if s == 1 then assert(max_diff(model.module.b.weight, b0) == 0, "b moved without a gradient") end
       end
-      local mine = flat(model.module)
-      assert(max_diff(mine, want) < 1e-12, "rank " .. rank .. " differs from one process by " .. max_diff(mine, want))
+      ab_check(rank, model.module, want)
       dist.destroy_process_group()
     end, R)
   end)
@@ -228,43 +237,18 @@ describe("PyTorch habits under DDP", function()
   end)
 
   it("a parameter only rank 0 uses, its .grad set to nil, averages to half its gradient (find_unused)", function()
-    local function net()
-      ddp.manual_seed(9)
-      local m = nn.ModuleDict { a = nn.Linear(4, 3), b = nn.Linear(4, 3) }
-      m:double()
-      return m
-    end
-    local function batch(rank, s)
-      ddp.manual_seed(100 + 10 * s + rank)
-      return ddp.randn({ B, 4 }, { dtype = "float64" }), ddp.randn({ B, 3 }, { dtype = "float64" })
-    end
-    local function loss(m, rank, s)
-      local x, y = batch(rank, s)
-      local out = m.a(x)
-      if rank == 0 then out = out + m.b(x) end
-      return ((out - y) ^ 2):mean()
-    end
-    -- one process: the mean of the two ranks' losses
-    local one = net()
-    local opt1 = optim.SGD(one:parameters(), { lr = 0.1 })
-    for s = 1, STEPS do
-      opt1:zero_grad()
-      local both = (loss(one, 0, s) + loss(one, 1, s)) / 2
-      both:backward()
-      opt1:step()
-    end
-    local want = flat(one)
+    local function uses_b(rank) return rank == 0 end
+    local want = ab_one_process({ lr = 0.1 }, uses_b, STEPS)
     dist.spawn(function(rank)
       dist.init_process_group { backend = "cpu" }
-      local model = dist.DistributedDataParallel(net(), { find_unused_parameters = true })
+      local model = dist.DistributedDataParallel(ab_net(), { find_unused_parameters = true })
       local opt = optim.SGD(model:parameters(), { lr = 0.1 })
       for s = 1, STEPS do
         for _, p in ipairs(model:parameters()) do p.grad = nil end
-        loss(model.module, rank, s):backward()
+        ab_loss(model.module, rank, s, uses_b):backward()
         opt:step()
       end
-      local mine = flat(model.module)
-      assert(max_diff(mine, want) < 1e-12, "rank " .. rank .. " differs from one process by " .. max_diff(mine, want))
+      ab_check(rank, model.module, want)
       dist.destroy_process_group()
     end, R)
   end)
