@@ -52,15 +52,16 @@ static int l_zero_grads(lua_State *L) {
 }
 
 /* _set_data(t, u): t becomes a view of u's storage, shape and dtype (u is
- * not changed). t must be a leaf; an existing gradient is converted along. */
+ * not changed). t must be a leaf; an existing gradient is converted along
+ * (a zero-pending one is no gradient: dropped where it would be converted). */
 static int l_set_data(lua_State *L) {
   dp_tensor *t = lt_check(L, 1), *u = lt_check(L, 2);
   if (!dp_is_leaf(t)) return luaL_error(L, "_set_data: the target must be a leaf tensor");
   if (t->requires_grad && !dp_dtype_is_float(u->dtype))
     return luaL_error(L, "_set_data: a tensor that requires grad cannot take %s data", dp_dtype_name(u->dtype));
-  LT_CHECK(L, dp_grad_materialize(t));
   if (t->grad && (t->grad->dtype != u->dtype || !dp_device_eq(dp_dev(t->grad), dp_dev(u)) || !dp_same_shape(t, u))) {
-    if (!dp_same_shape(t, u)) {
+    if (!dp_same_shape(t, u) || t->grad_zero_pending) {
+      t->grad_zero_pending = false;
       dp_clear(&t->grad);
     } else {
       dp_tensor *g = dp_to(t->grad, u->dtype, dp_dev(u));
