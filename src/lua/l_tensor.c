@@ -341,10 +341,12 @@ static int l_backward(lua_State *L) {
     if (!lua_isnone(L, 3)) return luaL_error(L, "backward: after an options table, expected no more arguments");
     lua_pushnil(L);
     while (lua_next(L, 2)) {
-      const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-      if (!k || (strcmp(k, "gradient") != 0 && strcmp(k, "retain_graph") != 0))
-        return luaL_error(L, "backward: unknown option '%s' (expected gradient, retain_graph)",
-                          k ? k : luaL_typename(L, -2));
+      if (lua_type(L, -2) != LUA_TSTRING)
+        return luaL_error(L, "backward: options are named (gradient=, retain_graph=), got a %s key",
+                          luaL_typename(L, -2));
+      const char *k = lua_tostring(L, -2);
+      if (strcmp(k, "gradient") != 0 && strcmp(k, "retain_graph") != 0)
+        return luaL_error(L, "backward: unknown option '%s' (expected gradient, retain_graph)", k);
       lua_pop(L, 1);
     }
     lua_getfield(L, 2, "gradient");
