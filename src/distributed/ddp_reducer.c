@@ -170,18 +170,19 @@ static int mark_globally_unused(dp_reducer *r) {
   if (!used) return -1;
   float *u = dp_data(used);
   for (int i = 0; i < r->n; i++) u[i] = r->unused[i] ? 0.0f : 1.0f;
+  /* on the buckets' device (nccl reduces CUDA tensors only) and back */
   dp_device dev = dp_dev(r->buckets[0].flat);
-  dp_tensor *on_dev = dp_device_eq(dev, dp_cpu()) ? (dp_retain(used), used) : dp_to(used, DP_F32, dev);
-  int rc = on_dev ? r->pg->ops->all_reduce(r->pg, on_dev, DP_RED_SUM, NULL) : -1;
-  dp_tensor *back = !rc && on_dev != used ? dp_to(on_dev, DP_F32, dp_cpu()) : NULL;
-  if (!rc && on_dev != used && !back) rc = -1;
-  if (!rc) {
-    const float *sum = dp_data(back ? back : used);
-    for (int i = 0; i < r->n; i++)
-      if (r->unused[i] && sum[i] == 0.0f) r->params[i]->grad_zero_pending = true;
+  bool on_cpu = dp_device_eq(dev, dp_cpu());
+  dp_tensor *d = on_cpu ? used : dp_to(used, DP_F32, dev);
+  int rc = d ? r->pg->ops->all_reduce(r->pg, d, DP_RED_SUM, NULL) : -1;
+  dp_tensor *sums = rc ? NULL : on_cpu ? used : dp_to(d, DP_F32, dp_cpu());
+  if (!rc && !sums) rc = -1;
+  for (int i = 0; !rc && i < r->n; i++)
+    if (r->unused[i] && ((const float *)dp_data(sums))[i] == 0.0f) r->params[i]->grad_zero_pending = true;
+  if (!on_cpu) {
+    dp_release(d);
+    dp_release(sums);
   }
-  dp_release(back);
-  dp_release(on_dev);
   dp_release(used);
   return rc;
 }
