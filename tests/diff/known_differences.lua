@@ -10,7 +10,8 @@
 --
 -- case: the case as written to cases.json (op, A: its decoded arguments, inputs with dtype,
 -- max_abs: the largest finite |input|, n_special: NaN/inf inputs);
--- result: PyTorch's (status, error, outs); detail: the mismatch text.
+-- result: PyTorch's (status, error, outs); detail: the mismatch text ("element i: got vs want (largest |want| s)"
+-- for floats).
 local K = {}
 
 -- a number as the detail prints it (%.17g: "inf", "-nan" are not Lua numerals)
@@ -29,6 +30,9 @@ local function pair(detail)
   local a, b = detail:match("element %d+: (%S+) vs (%S+)")
   return num(a), num(b)
 end
+
+-- the largest |want| of the compared tensor ("(largest |want| s)" after a float mismatch), or nil
+local function scale_of(detail) return num(detail:match("%(largest |want| (%S+)%)")) end
 
 local function nonfinite(v) return v ~= v or math.abs(v) == math.huge end
 
@@ -100,6 +104,16 @@ K.entries = {
         or 1.3e154)
       if nonfinite(a) and nonfinite(b) then return case.n_special > 0 or overflow end -- NaN vs inf, inf vs -inf
       return case.max_abs >= 1e20 or (case.n_special > 0 and nonfinite(a) ~= nonfinite(b))
+    end,
+  },
+  {
+    id = "winograd_rounding",
+    ops = { "conv2d_winograd" },
+    explains = function(case, _, detail)
+      local got, want = pair(detail)
+      local scale = scale_of(detail)
+      return case.n_special == 0 and got ~= nil and want ~= nil and scale ~= nil and not nonfinite(got) and
+        not nonfinite(want) and math.abs(got - want) <= 5e-5 * scale
     end,
   },
   {

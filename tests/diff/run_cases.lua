@@ -121,7 +121,7 @@ local function compare(got, want, tol, ref, dev)
       if not ok and di and di == di and di ~= math.huge and a == a and b == b then
         ok = math.abs(a - b) <= COND_FACTOR * di
       end
-      if not ok then return string.format("element %d: %.17g vs %.17g", i, a, b) end
+      if not ok then return string.format("element %d: %.17g vs %.17g (largest |want| %.17g)", i, a, b, scale) end
     end
   else
     for i = 1, #w do
