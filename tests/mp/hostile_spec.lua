@@ -299,12 +299,15 @@ wait $host
       local n = 2000
       local r = sh(q(BIN) .. " --nproc 2 " .. q(SCRIPTS .. "/init_cycles.lua") .. " " .. n)
       assert.are.equal(0, r.code, r.err)
-      local rank_kb, host_kb = r.out:match("CYCLES (%-?%d+) (%-?%d+)")
-      rank_kb, host_kb = tonumber(rank_kb), tonumber(host_kb)
-      figure("%d init/destroy cycles at 2 ranks: rank RSS %+d KB (%.3f KB per cycle), host RSS %+d KB", n, rank_kb,
-        rank_kb / n, host_kb)
+      local g = { r.out:match("CYCLES (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)") }
+      assert.are.equal(4, #g, r.out)
+      for i = 1, 4 do g[i] = tonumber(g[i]) end
+      figure("%d init/destroy cycles at 2 ranks: rank RSS %+d then %+d KB, host RSS %+d then %+d KB (each half)", n,
+        g[1], g[3], g[2], g[4])
       -- they were 1.2-2.6 KB per cycle in a rank (the destroyed group stayed, a tombstone), and the host's
-      -- store kept every generation's keys (~0.4 KB per cycle)
+      -- store kept every generation's keys (~0.4 KB per cycle): a leak grows in both halves. Once a CI run's
+      -- host grew 312 KB in one step (its heap's high-water mark), so the smaller half is what is judged
+      local rank_kb, host_kb = math.min(g[1], g[3]) * 2, math.min(g[2], g[4]) * 2
       assert.is_true(rank_kb / n < 0.25, rank_kb .. " KB in a rank over " .. n .. " cycles")
       assert.is_true(host_kb / n < 0.1, host_kb .. " KB in the host over " .. n .. " cycles")
     end)

@@ -1,7 +1,10 @@
 -- Memory across init/destroy cycles (hostile_spec): N (arg[1]) cycles of
 -- init_process_group, one all_reduce, destroy_process_group, after 100 of
--- warm-up; rank 0 prints "CYCLES <rank KB> <host KB>": how much this rank's
--- RSS and the host's (which serves the store) grew over the N cycles.
+-- warm-up; rank 0 prints "CYCLES <rank KB> <host KB> <rank KB> <host KB>": how
+-- much this rank's RSS and the host's (which serves the store) grew over the
+-- first and over the second half of the N cycles. A leak grows in both halves;
+-- a heap's high-water mark rising once (the host serving more connections at
+-- once on a loaded machine) shows in one.
 local ddp = require "ddplua"
 local dist = ddp.distributed
 local n = tonumber(arg[1])
@@ -12,7 +15,7 @@ local function rss(pid)
     if v then return tonumber(v) end
   end
 end
-local rank0, host0
+local rank0, host0, rank1, host1
 for i = 1, n + 100 do
   dist.init_process_group()
   dist.all_reduce(ddp.ones(8))
@@ -20,7 +23,13 @@ for i = 1, n + 100 do
   if i == 100 then
     collectgarbage()
     rank0, host0 = rss("self"), rss(host)
+  elseif i == 100 + n // 2 then
+    collectgarbage()
+    rank1, host1 = rss("self"), rss(host)
   end
 end
 collectgarbage()
-if os.getenv("RANK") == "0" then print(string.format("CYCLES %d %d", rss("self") - rank0, rss(host) - host0)) end
+local rank2, host2 = rss("self"), rss(host)
+if os.getenv("RANK") == "0" then
+  print(string.format("CYCLES %d %d %d %d", rank1 - rank0, host1 - host0, rank2 - rank1, host2 - host1))
+end
