@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "distributed/pg.h"
+#include "distributed/reduce_kern.h"
 #include "distributed/shm.h"
 
 typedef enum {
@@ -52,6 +53,9 @@ typedef struct cpu_op {
 
 typedef struct cpu_work cpu_work;
 
+/* the collectives that stage data in the slots, each learning its own kind of stores */
+enum { CPU_STAGE_REDUCE, CPU_STAGE_BROADCAST, CPU_STAGE_GATHER, CPU_STAGE_SCATTER, CPU_STAGE_OPS };
+
 typedef struct cpu_pg {
   dp_pg base;
   /* membership (indexed by group rank) */
@@ -68,6 +72,8 @@ typedef struct cpu_pg {
   /* shared memory (lsize > 1) */
   shm_seg *seg;
   int spin;
+  /* plain or streamed stores for what peers read from the slots (reduce_kern.h), learnt per collective */
+  dp_stage_stats stage[CPU_STAGE_OPS];
   /* TCP mesh (nnodes > 1): fd per group rank on other nodes, -1 elsewhere */
   int *fds;
   /* the first error leaves the group unusable: every later op reports it */

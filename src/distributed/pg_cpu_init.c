@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "distributed/pg_cpu.h"
+#include "distributed/reduce_kern.h"
 
 extern const dp_pg_ops dp_pg_cpu_ops;
 
@@ -185,6 +186,8 @@ dp_pg *cpu_pg_create(const cpu_pg_params *p) {
     goto fail;
   }
   g->spin = shm_default_spin(g->lsize);
+  for (int k = 0; k < CPU_STAGE_OPS; k++)
+    if (dp_stage_init(&g->stage[k])) goto fail;
   if (setup_token(g, p, deadline)) goto fail;
   if (g->lsize > 1 && setup_segment(g, p, deadline)) goto fail;
   if (tcp_mesh_build(g)) goto fail;

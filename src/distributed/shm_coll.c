@@ -16,10 +16,13 @@
  * (alloc_shared) skips the slots: each rank reduces its 1/L of the whole
  * tensor straight from the peers' memory and writes the result into every
  * copy, with one step before and one after. Ranks whose data is in the pool
- * never copy in; peers read it in place. */
+ * never copy in; peers read it in place. What the peers read from the slots
+ * is written with plain or streamed stores, whichever the group has measured
+ * faster lately (dp_stage_pick). */
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/error.h"
 #include "distributed/pg_cpu.h"
@@ -158,6 +161,17 @@ static int reduce_in_place(coll_ctx *c, size_t n, dp_dtype dt, dp_redop op, int 
   return shm_step(c);
 }
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void copy_staged(void *dst, const void *src, size_t nbytes, dp_stage_kind kind) {
+  if (kind == DP_STAGE_STREAMED) dp_copy_streamed(dst, src, nbytes);
+  else memcpy(dst, src, nbytes);
+}
+
 /* all_reduce (root < 0) or reduce to local rank root; avg_div > 0 divides
  * the sums by it.
  *
@@ -190,14 +204,16 @@ static int reduce_impl(coll_ctx *c, void *data, size_t n, dp_dtype dt, dp_redop 
   bool mine_in_pool = pool_data(c, me) != NULL;
   uint8_t *d = data;
   const void *src[DP_PG_MAX_LOCAL];
+  dp_stage_kind kind = dp_stage_pick(&g->stage[CPU_STAGE_REDUCE], n * es);
+  double t0 = now_s();
   for (size_t i = 0; i <= nchunks + 1; i++) {
     uint32_t T = my_step(c) + 1;        /* the step this iteration's writes are for */
     if (i < nchunks && !mine_in_pool) { /* the peers' slices of chunk i (mine I read from my tensor) */
       size_t off = i * chunk, len = n - off < chunk ? n - off : chunk, q = slice_len(len, L, es);
       size_t lo = (size_t)me * q < len ? (size_t)me * q : len, hi = lo + q < len ? lo + q : len;
       uint8_t *slot = shm_slot(s, me, T), *x = d + off * es;
-      memcpy(slot, x, lo * es);
-      memcpy(slot + hi * es, x + hi * es, (len - hi) * es);
+      copy_staged(slot, x, lo * es, kind);
+      copy_staged(slot + hi * es, x + hi * es, (len - hi) * es, kind);
     }
     if (i >= 1 && i - 1 < nchunks) { /* reduce my slice of chunk i-1 */
       size_t off = (i - 1) * chunk, len = n - off < chunk ? n - off : chunk;
@@ -206,8 +222,8 @@ static int reduce_impl(coll_ctx *c, void *data, size_t n, dp_dtype dt, dp_redop 
       uint8_t *dst = shm_slot(s, me, T) + slice_off + lo * es;
       /* two ranks, neither in the pool: one pass writes my tensor and the slot */
       uint8_t *peer = L == 2 && (root < 0 || root == me) && !pool_data(c, 1 - me) ? shm_slot(s, 1 - me, T - 1) : NULL;
-      bool paired =
-          hi > lo && peer && dp_reduce_pair_to(d + (off + lo) * es, dst, peer + lo * es, hi - lo, dt, op, avg_div);
+      bool paired = hi > lo && peer &&
+                    dp_reduce_pair_to(d + (off + lo) * es, dst, peer + lo * es, hi - lo, dt, op, avg_div, kind);
       if (hi > lo && !paired) {
         for (int l = 0; l < L; l++) {
           uint8_t *p = l == me ? d : pool_data(c, l);
@@ -235,6 +251,7 @@ static int reduce_impl(coll_ctx *c, void *data, size_t n, dp_dtype dt, dp_redop 
       if (all) return reduce_in_place(c, n, dt, op, root, avg_div);
     }
   }
+  dp_stage_learn(&g->stage[CPU_STAGE_REDUCE], n * es, kind, now_s() - t0);
   return 0;
 }
 
@@ -254,10 +271,12 @@ int shm_broadcast(coll_ctx *c, void *data, size_t nbytes, int root) {
   uint8_t *d = data;
   bool root_in_pool = me == root ? pool_data(c, me) != NULL : false;
   if (nbytes == 0) return shm_step(c);
+  dp_stage_kind kind = dp_stage_pick(&g->stage[CPU_STAGE_BROADCAST], nbytes);
+  double t0 = now_s();
   for (size_t off = 0; off < nbytes; off += chunk) {
     size_t len = nbytes - off < chunk ? nbytes - off : chunk;
     uint32_t t = my_step(c) + 1;
-    if (me == root && !root_in_pool) memcpy(shm_slot(s, me, t), d + off, len);
+    if (me == root && !root_in_pool) copy_staged(shm_slot(s, me, t), d + off, len, kind);
     if (shm_step(c)) return -1;
     uint8_t *rp = pool_data(c, root);
     if (rp) {
@@ -267,6 +286,7 @@ int shm_broadcast(coll_ctx *c, void *data, size_t nbytes, int root) {
     }
     if (me != root) memcpy(d + off, shm_slot(s, root, t), len);
   }
+  dp_stage_learn(&g->stage[CPU_STAGE_BROADCAST], nbytes, kind, now_s() - t0);
   return 0;
 }
 
@@ -279,10 +299,12 @@ int shm_all_gather(coll_ctx *c, const void *in, size_t nbytes, void *out) {
   uint8_t *y = out;
   bool mine_in_pool = pool_data(c, me) != NULL, any_pool = false;
   if (nbytes == 0) return shm_step(c);
+  dp_stage_kind kind = dp_stage_pick(&g->stage[CPU_STAGE_GATHER], nbytes);
+  double t0 = now_s();
   for (size_t off = 0; off < nbytes; off += chunk) {
     size_t len = nbytes - off < chunk ? nbytes - off : chunk;
     uint32_t t = my_step(c) + 1;
-    if (!mine_in_pool) memcpy(shm_slot(s, me, t), x + off, len);
+    if (!mine_in_pool) copy_staged(shm_slot(s, me, t), x + off, len, kind);
     if (shm_step(c)) return -1;
     for (int l = 0; l < L; l++) {
       uint8_t *p = pool_data(c, l);
@@ -291,6 +313,7 @@ int shm_all_gather(coll_ctx *c, const void *in, size_t nbytes, void *out) {
       if (dst != from) memmove(dst, from, len); /* (the input may be a view of the output) */
     }
   }
+  dp_stage_learn(&g->stage[CPU_STAGE_GATHER], nbytes, kind, now_s() - t0);
   /* inputs read in place must not change before every reader is done */
   return any_pool ? shm_step(c) : 0;
 }
@@ -307,12 +330,14 @@ int shm_reduce_scatter(coll_ctx *c, const void *in, void *out, size_t n, dp_dtyp
   bool mine_in_pool = pool_data(c, me) != NULL, any_pool = false;
   const void *src[DP_PG_MAX_LOCAL];
   if (n == 0) return shm_step(c);
+  dp_stage_kind kind = dp_stage_pick(&g->stage[CPU_STAGE_SCATTER], n * es);
+  double t0 = now_s();
   for (size_t off = 0; off < n; off += q) {
     size_t len = n - off < q ? n - off : q;
     uint32_t t = my_step(c) + 1;
     if (!mine_in_pool)
       for (int b = 0; b < L; b++)
-        memcpy(shm_slot(s, me, t) + (size_t)b * q * es, x + ((size_t)b * n + off) * es, len * es);
+        copy_staged(shm_slot(s, me, t) + (size_t)b * q * es, x + ((size_t)b * n + off) * es, len * es, kind);
     if (shm_step(c)) return -1;
     for (int l = 0; l < L; l++) {
       uint8_t *p = pool_data(c, l);
@@ -322,6 +347,7 @@ int shm_reduce_scatter(coll_ctx *c, const void *in, void *out, size_t n, dp_dtyp
     dp_reduce_n(y + off * es, src, L, len, dt, op);
     if (avg_div) dp_reduce_scale(y + off * es, len, dt, avg_div);
   }
+  dp_stage_learn(&g->stage[CPU_STAGE_SCATTER], n * es, kind, now_s() - t0);
   return any_pool ? shm_step(c) : 0;
 }
 

@@ -494,6 +494,45 @@ describe("under the launcher", function()
   end)
 end)
 
+describe("staged stores (DDPLUA_SHM_STAGE)", function()
+  -- a 2-rank all_reduce of ordinary tensors writes what the peer reads with plain or with streamed
+  -- (non-temporal) stores, whichever the group measured faster (reduce_kern.h): both give the same bits
+  for _, n in ipairs { 2, 3 } do
+    it("plain, streamed and auto give the same bits at " .. n .. " ranks, and a bad value is an error", function()
+      local dir = os.tmpname()
+      os.remove(dir)
+      assert(os.execute("mkdir -p " .. dir))
+      local files = {}
+      for _, kind in ipairs { "plain", "streamed", "auto" } do
+        local f = dir .. "/" .. kind .. ".safetensors"
+        local out, ok = run(string.format("DDPLUA_SHM_STAGE=%s %s --nproc %d tests/mp/scripts/stage_kinds.lua %s", kind,
+          BIN, n, f))
+        assert(ok, out)
+        files[kind] = ddp.load(f)
+      end
+      local names = 0
+      for name, want in pairs(files.plain) do
+        names = names + 1
+        for _, kind in ipairs { "streamed", "auto" } do
+          local got = files[kind][name]
+          assert(got and got:dtype() == want:dtype() and got:numel() == want:numel(), kind .. " lacks " .. name)
+          local differ = got:ne(want):sum():item() -- no NaN among the inputs
+          assert(differ == 0, string.format("%s differs from plain at %d elements of %s", kind, differ, name))
+        end
+      end
+      assert.equal(48, names)
+      -- the sums round: a result that ignored the peer would differ from this
+      local x = files.plain.float32_sum_17_1
+      assert.is_true(x:abs():sum():item() > 0)
+      local out, ok = run(string.format("DDPLUA_SHM_STAGE=fast %s --nproc %d tests/mp/scripts/stage_kinds.lua %s/x", BIN,
+        n, dir))
+      assert.is_falsy(ok)
+      assert.matches("DDPLUA_SHM_STAGE is 'fast'; expected plain, streamed or auto", out)
+      os.execute("rm -rf " .. dir)
+    end)
+  end
+end)
+
 describe("failures", function()
   it("spawned children die with their parent", function()
     local file = os.tmpname()
