@@ -47,14 +47,42 @@ local function annotate(name, err, from_library)
   return msg
 end
 
-for _, k in ipairs { "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "barrier", "send", "recv" } do
-  local f = C[k]
-  M[k] = function(...)
+-- dist.<name> runs C[cname] (the same but for PyTorch's tensor forms below),
+-- its errors under the name the user called
+local function collective(name, cname)
+  local f = C[cname]
+  return function(...)
     local ok, a, b = pcall(f, ...)
     if ok then return a, b end
+    if name ~= cname and type(a) == "string" and a:sub(1, #cname + 1) == cname .. ":" then
+      a = name .. a:sub(#cname + 1)
+    end
     local caller = debug.getinfo(2, "S")
-    E.raise(annotate(k, a, caller ~= nil and caller.what ~= "C" and E.in_library(caller.source)))
+    E.raise(annotate(name, a, caller ~= nil and caller.what ~= "C" and E.in_library(caller.source)))
   end
+end
+for _, k in ipairs { "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "barrier", "send", "recv" } do
+  M[k] = collective(k, k)
+end
+
+-- PyTorch's tensor forms (torch.distributed 1.13): the output (all_gather)
+-- or the input (reduce_scatter) is one tensor of world_size blocks, never a
+-- list, so a port's shapes are checked as PyTorch checks them.
+local function one_tensor(name, what, v, list_form)
+  if not core.is_tensor(v) then
+    E.raise(string.format("%s: the %s must be a tensor of world_size blocks, got %s (dist.%s takes a list)", name, what,
+      type(v), list_form))
+  end
+  return v
+end
+
+local all_gather_t, reduce_scatter_t = collective("all_gather_into_tensor", "all_gather"),
+  collective("reduce_scatter_tensor", "reduce_scatter")
+function M.all_gather_into_tensor(output, input, opts)
+  return all_gather_t(one_tensor("all_gather_into_tensor", "output", output, "all_gather"), input, opts)
+end
+function M.reduce_scatter_tensor(output, input, op, opts)
+  return reduce_scatter_t(output, one_tensor("reduce_scatter_tensor", "input", input, "reduce_scatter"), op, opts)
 end
 
 local function env_int(name, what)

@@ -214,6 +214,43 @@ for _, R in ipairs { 2, 4 } do
       end, R, R)
     end)
 
+    it("all_gather_into_tensor and reduce_scatter_tensor: PyTorch's tensor forms, lists refused", function()
+      dist.spawn(function(rank, R)
+        dist.init_process_group()
+        for _, n in ipairs { 1, 7, 100003 } do
+          local mine = periodic(n, 7, rank):float() + 10 * rank
+          local flat, rows = ddp.zeros(R * n), ddp.zeros(R, n)
+          dist.all_gather_into_tensor(flat, mine)
+          dist.all_gather_into_tensor(rows, mine, { async_op = true }):wait()
+          for r = 0, R - 1 do
+            local want = periodic(n, 7, r) + 10 * r
+            assert.equal(0, (flat:narrow(1, r * n + 1, n):double() - want):abs():max():item())
+            assert.equal(0, (rows[r + 1]:double() - want):abs():max():item())
+          end
+          -- block b of rank r holds input("sum", r + b, n): rank r's result is the sum over ranks of its blocks
+          local blocks = {}
+          for b = 0, R - 1 do blocks[b + 1] = input("sum", rank + b, n, "float32") end
+          local out = ddp.zeros(n)
+          dist.reduce_scatter_tensor(out, ddp.cat(blocks, 1), "sum")
+          local want = input("sum", rank, n, "float64")
+          for r = 1, R - 1 do want = want + input("sum", r + rank, n, "float64") end
+          assert.equal(0, (out:double() - want):abs():max():item())
+        end
+        local ok, err = pcall(dist.all_gather_into_tensor, {}, ddp.ones(2))
+        assert.is_false(ok)
+        assert.matches("all_gather_into_tensor: the output must be a tensor of world_size blocks, got table " ..
+          "%(dist.all_gather takes a list%)", err)
+        ok, err = pcall(dist.reduce_scatter_tensor, ddp.zeros(2), { ddp.ones(2) })
+        assert.is_false(ok)
+        assert.matches("reduce_scatter_tensor: the input must be a tensor of world_size blocks, got table", err)
+        ok, err = pcall(dist.all_gather_into_tensor, ddp.zeros(R * 2 + 1), ddp.ones(2))
+        assert.is_false(ok)
+        assert.matches("all_gather_into_tensor: the output has " .. (R * 2 + 1) .. " elements, expected world size " ..
+          R .. " x 2", err)
+        dist.destroy_process_group()
+      end, R, R)
+    end)
+
     it("barrier: nobody leaves before everybody arrived", function()
       dist.spawn(function(rank, R)
         dist.init_process_group()

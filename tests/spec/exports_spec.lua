@@ -79,7 +79,7 @@ local EXPORTS = {
     form = "dist.", names = {
       "init_process_group", "destroy_process_group", "is_initialized", "get_rank", "get_world_size",
       "get_local_rank", "get_local_world_size", "get_backend", "all_reduce", "broadcast", "reduce", "all_gather",
-      "reduce_scatter", "barrier", "send", "recv", "new_group", "group", "ReduceOp", "spawn", "find_free_port",
+      "reduce_scatter", "all_gather_into_tensor", "reduce_scatter_tensor", "barrier", "send", "recv", "new_group", "group", "ReduceOp", "spawn", "find_free_port",
       "nccl_available", "alloc_shared", "gather_for_metrics", "is_main", "print", "device",
       "DistributedDataParallel", "DDP",
     },
