@@ -433,6 +433,15 @@ static int l_newindex(lua_State *L) {
         return luaL_error(L, "assigned grad has shape %s but the tensor has shape %s", dp_shape_str(g, a, sizeof a),
                           dp_shape_str(t, b, sizeof b));
       }
+      /* as PyTorch: a gradient of another dtype or device would be summed into or stepped with as if it were not */
+      if (g && g->dtype != t->dtype)
+        return luaL_error(L, "assigned grad is %s but the tensor is %s", dp_dtype_name(g->dtype),
+                          dp_dtype_name(t->dtype));
+      if (g && !dp_device_eq(dp_dev(g), dp_dev(t))) {
+        char a[32], b[32];
+        return luaL_error(L, "assigned grad is on %s but the tensor is on %s", dp_device_str(dp_dev(g), a, sizeof a),
+                          dp_device_str(dp_dev(t), b, sizeof b));
+      }
       if (g) dp_retain(g);
       dp_release(t->grad);
       t->grad = g;

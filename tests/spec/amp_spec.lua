@@ -111,7 +111,7 @@ describe("GradScaler", function()
 
   it("detects overflow in bfloat16 and float64 gradients too", function()
     local s = amp.GradScaler { init_scale = 2.0 }
-    local a = ddp.tensor({ 1.0, 2.0 }, { requires_grad = true })
+    local a = ddp.tensor({ 1.0, 2.0 }, { dtype = "bfloat16", requires_grad = true })
     a.grad = ddp.tensor({ 1.0, 2.0 }):to("bfloat16")
     local b = ddp.tensor({ 1.0 }, { dtype = "float64", requires_grad = true })
     b.grad = ddp.tensor({ 1e308 }, { dtype = "float64" })

@@ -72,6 +72,28 @@ describe("autograd", function()
     assert.matches("%[2, 3%]", err)
   end)
 
+  it("accepts an assigned .grad of the tensor's shape, dtype and device only, as PyTorch", function()
+    local w = ddp.ones(2, 3, { requires_grad = true })
+    w.grad = ddp.full({ 2, 3 }, 0.5)
+    assert.are.equal(3.0, w.grad:sum():item())
+    for _, bad in ipairs {
+      { ddp.zeros(3, 2), "assigned grad has shape %[3, 2%] but the tensor has shape %[2, 3%]" },
+      { ddp.zeros(2, 3, { dtype = "float64" }), "assigned grad is float64 but the tensor is float32" },
+      { ddp.zeros(2, 3):to("bfloat16"), "assigned grad is bfloat16 but the tensor is float32" },
+    } do
+      local ok, err = pcall(function() w.grad = bad[1] end)
+      assert.is_false(ok)
+      assert.matches(bad[2], err)
+      assert.are.equal(3.0, w.grad:sum():item()) -- the refused one left the old gradient
+    end
+    w.grad = nil
+    assert.is_nil(w.grad)
+    -- a gradient then accumulates into what was assigned, as into its own
+    w.grad = ddp.full({ 2, 3 }, 1.0)
+    ;(w * 2):sum():backward()
+    assert.are.equal(18.0, w.grad:sum():item())
+  end)
+
   it("rejects backward on a tensor that does not require grad", function()
     local ok, err = pcall(function() ddp.ones(2):sum():backward() end)
     assert.is_false(ok)
