@@ -77,6 +77,7 @@ enum { ALL, DEVICE, OPTIONAL };
   X(adam_step, ALL)                                                                                                    \
   X(rmsprop_step, ALL)                                                                                                 \
   X(adagrad_step, ALL)                                                                                                 \
+  X(adadelta_step, ALL)                                                                                                \
   X(pow_sum_list, ALL)                                                                                                 \
   X(unscale, ALL)                                                                                                      \
   X(unscale_list, OPTIONAL)                                                                                            \

@@ -174,11 +174,14 @@ typedef struct {
   dp_tensor *gxp, *ghp, *gc_prev, *gh_direct;
 } dp_rnn_cell_args;
 
-/* RMSprop and Adagrad (PyTorch's semantics, ops/model_math.h). */
+/* RMSprop, Adadelta and Adagrad (PyTorch's semantics, ops/model_math.h). */
 typedef struct {
   double lr, alpha, eps, weight_decay, momentum;
   bool centered;
 } dp_rmsprop_args;
+typedef struct {
+  double lr, rho, eps, weight_decay;
+} dp_adadelta_args;
 typedef struct {
   double clr; /* lr / (1 + (step - 1) lr_decay) */
   double eps, weight_decay;
@@ -365,6 +368,8 @@ typedef struct dp_backend {
   int (*rmsprop_step)(dp_tensor *p, const dp_tensor *g, dp_tensor *sq, dp_tensor *gavg, dp_tensor *buf,
                       const dp_rmsprop_args *a);
   int (*adagrad_step)(dp_tensor *p, const dp_tensor *g, dp_tensor *sum, const dp_adagrad_args *a);
+  /* square_avg and acc_delta, both required */
+  int (*adadelta_step)(dp_tensor *p, const dp_tensor *g, dp_tensor *sq, dp_tensor *acc, const dp_adadelta_args *a);
   /* out (0-dim float64 on this device) = sum over the n tensors (this
    * device's, contiguous) of |g|^p, or their max |g| for p = inf: one pass
    * over all of them (clip_grad_norm_). NaN propagates. */

@@ -6,7 +6,7 @@
  *   core.adaptive_avg_pool2d(x, size)                 size: n or {h, w}
  *   core._rnn_layer(mode, xp, w_hh, b_hh, h0, c0, reverse) -> y, h_T, c_T   mode "RNN_TANH" | "RNN_RELU" | "LSTM" |
  * "GRU" core._clip_grad_norm(params, max_norm, norm_type, error_if_nonfinite) -> total norm (0-dim tensor)
- *   core._rmsprop_step(group, state)  core._adagrad_step(group, state)
+ *   core._rmsprop_step(group, state)  core._adagrad_step(group, state)  core._adadelta_step(group, state)
  *
  * The two optimizer steps follow l_ops_optim.c's: one call per parameter
  * group per step, parameters without a gradient skipped, state tensors
@@ -118,7 +118,7 @@ static int l_clip_grad_norm(lua_State *L) {
   return lt_push(L, dp_clip_grad_norm_(gs, ng, max_norm, p, err));
 }
 
-/* ---- RMSprop / Adagrad ---- */
+/* ---- RMSprop / Adagrad / Adadelta ---- */
 /* field key of the state table on top, or a new tensor like p filled with
  * fill stored there (the op layer checks an existing one matches p) */
 static dp_tensor *state_tensor(lua_State *L, dp_tensor *p, const char *key, double fill, const char *who) {
@@ -199,6 +199,31 @@ static int l_adagrad_step(lua_State *L) {
   return 0;
 }
 
+static int l_adadelta_step(lua_State *L) {
+  const char *who = "Adadelta";
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  dp_adadelta_args a = {.lr = lo_group_number(L, 1, "lr", who),
+                        .rho = lo_group_number(L, 1, "rho", who),
+                        .eps = lo_group_number(L, 1, "eps", who),
+                        .weight_decay = lo_group_number(L, 1, "weight_decay", who)};
+  if (lua_getfield(L, 1, "params") != LUA_TTABLE) return luaL_error(L, "%s: group has no params list", who);
+  int params = lua_gettop(L);
+  for (lua_Integer i = 1, n = luaL_len(L, params); i <= n; i++) {
+    dp_tensor *p = lo_param_with_grad(L, params, i, who);
+    if (!p) continue;
+    lo_push_param_state(L, 2, i, params);
+    bump_step(L);
+    dp_tensor *sq = state_tensor(L, p, "square_avg", 0, who);
+    dp_tensor *acc = state_tensor(L, p, "acc_delta", 0, who);
+    lua_pop(L, 1);
+    char name[64];
+    snprintf(name, sizeof name, "%s: parameter %d", who, (int)i);
+    LT_CHECK(L, dp_adadelta_step_(name, p, p->grad, sq, acc, &a));
+  }
+  return 0;
+}
+
 void lt_open_model_layers(lua_State *L, int module, int methods) {
   (void)methods;
   static const luaL_Reg funcs[] = {{"scaled_dot_product_attention", l_sdpa},
@@ -208,6 +233,7 @@ void lt_open_model_layers(lua_State *L, int module, int methods) {
                                    {"_clip_grad_norm", l_clip_grad_norm},
                                    {"_rmsprop_step", l_rmsprop_step},
                                    {"_adagrad_step", l_adagrad_step},
+                                   {"_adadelta_step", l_adadelta_step},
                                    {NULL, NULL}};
   lua_pushvalue(L, module);
   luaL_setfuncs(L, funcs, 0);

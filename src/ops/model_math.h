@@ -1,4 +1,4 @@
-/* Per-element math of the model ops (recurrent cells, RMSprop / Adagrad,
+/* Per-element math of the model ops (recurrent cells, RMSprop / Adadelta / Adagrad,
  * adaptive pooling windows, sampling, attention dropout, top-k order),
  * shared by the CPU kernels and the CUDA kernels (DP_HD) so both devices
  * compute the same arithmetic and the CPU tests exercise what the GPU
@@ -93,6 +93,16 @@ static inline DP_HD int dp_rnn_saved(dp_rnn_mode m) { return m == DP_RNN_LSTM ? 
     } else {                                                                                                           \
       *p += -lr * (g / avg);                                                                                           \
     }                                                                                                                  \
+  }                                                                                                                    \
+  /* Adadelta, PyTorch's update (its order of operations): square_avg = rho sa + (1-rho) g^2,                          \
+   * delta = sqrt(acc_delta + eps) / sqrt(sa + eps) * g, acc_delta = rho ad + (1-rho) delta^2,                         \
+   * p -= lr delta. */                                                                                                 \
+  static inline DP_HD void dp_adadelta_update_##S(T *p, T g, T *sq, T *acc, T lr, T rho, T eps, T wd) {                \
+    if (wd != 0) g += wd * *p;                                                                                         \
+    *sq = rho * *sq + (1 - rho) * g * g;                                                                               \
+    T delta = SQRT_(*acc + eps) / SQRT_(*sq + eps) * g;                                                                \
+    *acc = rho * *acc + (1 - rho) * delta * delta;                                                                     \
+    *p += -lr * delta;                                                                                                 \
   }                                                                                                                    \
   /* Adagrad: sum += g^2, p -= clr g / (sqrt(sum) + eps), clr the decayed lr. */                                       \
   static inline DP_HD void dp_adagrad_update_##S(T *p, T g, T *sum, T clr, T eps, T wd) {                              \

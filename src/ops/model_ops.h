@@ -92,6 +92,8 @@ dp_tensor *dp_adaptive_avg_pool2d(dp_tensor *x, int64_t oh, int64_t ow);
 int dp_rmsprop_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *sq, dp_tensor *gavg, dp_tensor *buf,
                      const dp_rmsprop_args *a);
 int dp_adagrad_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *sum, const dp_adagrad_args *a);
+int dp_adadelta_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *sq, dp_tensor *acc,
+                      const dp_adadelta_args *a);
 /* The p-norm of all n gradients together (0-dim float32, float64 when any
  * is float64, on their device), then each scaled by min(1, max_norm /
  * (norm + 1e-6)) in place (PyTorch's clip_grad_norm_). error_if_nonfinite:

@@ -53,7 +53,7 @@ int dp_adam_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_
   return 0;
 }
 
-/* ---- RMSprop / Adagrad ---- */
+/* ---- RMSprop / Adagrad / Adadelta ---- */
 int dp_rmsprop_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *sq, dp_tensor *gavg, dp_tensor *buf,
                      const dp_rmsprop_args *a) {
   if (check_grad(who, p, g) || check_state(who, "square_avg", sq, p) || check_state(who, "grad_avg", gavg, p) ||
@@ -81,6 +81,20 @@ int dp_adagrad_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *sum
   if (!gc || dp_backend_of(p)->adagrad_step(p, gc, sum, a)) return -1;
   dp_bump_version(p);
   dp_bump_version(sum);
+  return 0;
+}
+
+int dp_adadelta_step_(const char *who, dp_tensor *p, dp_tensor *g, dp_tensor *sq, dp_tensor *acc,
+                      const dp_adadelta_args *a) {
+  if (check_grad(who, p, g) || check_state(who, "square_avg", sq, p) || check_state(who, "acc_delta", acc, p))
+    return -1;
+  if (!sq || !acc) return dp_error("%s: Adadelta needs its square_avg and acc_delta state", who);
+  DP_SCOPE(s);
+  dp_tensor *gc = dp_scope_add(&s, dp_contiguous_raw(g));
+  if (!gc || dp_backend_of(p)->adadelta_step(p, gc, sq, acc, a)) return -1;
+  dp_bump_version(p);
+  dp_bump_version(sq);
+  dp_bump_version(acc);
   return 0;
 }
 

@@ -3,7 +3,7 @@
 -- where, masked_fill, tril/triu, gather, scatter/scatter_add, topk,
 -- split/chunk, cumsum, flip, repeat_/tile, norm, var/std, einsum, the fused
 -- scaled_dot_product_attention (against PyTorch's softmax(q k^T s + bias) v:
--- torch 1.13 has no fused op), adaptive_avg_pool2d, RMSprop/Adagrad, and the
+-- torch 1.13 has no fused op), adaptive_avg_pool2d, RMSprop/Adagrad/Adadelta, and the
 -- random ops where their result is determined (bernoulli of 0/1, multinomial
 -- of one-hot rows, randint over one value). Inputs come with the suite's
 -- layouts (transposed, permuted, narrowed, expanded) and broadcast partners.
@@ -343,7 +343,7 @@ add({ name = "adaptive_avg_pool2d", lua = "ddp.core.adaptive_avg_pool2d(x, A.siz
 -- Their updates are smooth in p and g (no max, unlike Adam's amsgrad), so a mismatch is rechecked against PyTorch's
 -- own float64 sensitivity: a parameter of -10 stepped to 0.2 is a cancellation (SEED=20261228 case 3428, rmsprop
 -- with momentum: 0.2061021 against 0.2060966).
-for _, opt in ipairs({ "RMSprop", "Adagrad" }) do
+for _, opt in ipairs({ "RMSprop", "Adagrad", "Adadelta" }) do
   add({ name = "optim_" .. opt:lower(), lua = "optim_steps(p, g, A)", torch = "optim_steps(p, g, A)", grad = false,
     conditioning = true,
     gen = function(g)
@@ -358,6 +358,10 @@ for _, opt in ipairs({ "RMSprop", "Adagrad" }) do
         hp.eps = g:pick({ 1e-8, 1e-3 })
         hp.momentum = g:pick({ 0, 0.9 })
         hp.centered = g:chance(0.5)
+      elseif opt == "Adadelta" then
+        hp.lr = g:pick({ 1.0, 0.1, 2.0 })
+        hp.rho = g:pick({ 0.9, 0.5, 0.0 })
+        hp.eps = g:pick({ 1e-6, 1e-3 })
       else
         hp.lr_decay = g:pick({ 0, 0.1 })
         hp.initial_accumulator_value = g:pick({ 0, 0.1 })

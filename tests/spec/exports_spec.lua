@@ -67,7 +67,7 @@ local EXPORTS = {
       "scaled_dot_product_attention", "self_attention_qkv", "self_attention_qkv_composed", "adaptive_avg_pool2d",
     },
   },
-  optim = { form = "optim.", names = { "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Optimizer", "lr_scheduler" } },
+  optim = { form = "optim.", names = { "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Optimizer", "lr_scheduler" } },
   data = {
     form = "data.", names = {
       "TensorDataset", "Subset", "random_split", "FashionMNIST", "SequentialSampler", "RandomSampler",

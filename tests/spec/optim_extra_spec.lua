@@ -1,4 +1,4 @@
--- optim.RMSprop and optim.Adagrad against PyTorch's optimizers on the same
+-- optim.RMSprop, optim.Adagrad and optim.Adadelta against PyTorch's optimizers on the same
 -- parameters and gradient sequences (float64 and float32, every option),
 -- their state in checkpoints (a resumed run continues bitwise);
 -- nn.utils.clip_grad_norm_ / clip_grad_value_ against PyTorch; and
@@ -28,7 +28,7 @@ local function py_opts(opts)
   return table.concat(parts, ", ")
 end
 
-describe("optim.RMSprop and optim.Adagrad", function()
+describe("optim.RMSprop, optim.Adagrad and optim.Adadelta", function()
   local p0 = R.randn({ 3, 4 }, 1)
   local gs = {}
   for s = 1, STEPS do gs[s] = R.randn({ 3, 4 }, 10 + s) end
@@ -39,6 +39,9 @@ describe("optim.RMSprop and optim.Adagrad", function()
     { "RMSprop", { centered = true, momentum = 0.5, lr = 0.02 } },
     { "Adagrad", {} },
     { "Adagrad", { lr = 0.1, lr_decay = 0.05, weight_decay = 0.2, initial_accumulator_value = 0.3, eps = 1e-6 } },
+    { "Adadelta", {} },
+    { "Adadelta", { lr = 0.5, rho = 0.7, eps = 1e-3, weight_decay = 0.1 } },
+    { "Adadelta", { rho = 0, eps = 1e-8 } },
   }
 
   it("follow PyTorch's updates in float64 and float32", function()
@@ -83,7 +86,8 @@ describe("optim.RMSprop and optim.Adagrad", function()
       local names = {}
       for k in pairs(sd.state[1]) do names[#names + 1] = k end
       table.sort(names)
-      local want = case[1] == "Adagrad" and { "step", "sum" } or { "square_avg", "step" }
+      local want = case[1] == "Adagrad" and { "step", "sum" } or case[1] == "Adadelta" and
+        { "acc_delta", "square_avg", "step" } or { "square_avg", "step" }
       if case[2].momentum then want[#want + 1] = "momentum_buffer" end
       if case[2].centered then want[#want + 1] = "grad_avg" end
       table.sort(want)
@@ -105,6 +109,10 @@ describe("optim.RMSprop and optim.Adagrad", function()
     R.assert_error(function() optim.RMSprop({ p }, { centered = 1 }) end, "RMSprop: centered must be a boolean")
     R.assert_error(function() optim.Adagrad({ p }, { lr_decay = -0.1 }) end, "Adagrad: invalid lr_decay")
     R.assert_error(function() optim.Adagrad({ p }, { betas = 1 }) end, "Adagrad: unknown option 'betas'")
+    R.assert_error(function() optim.Adadelta({ p }, { rho = 1.5 }) end, "Adadelta: invalid rho 1.5 (expected a number in [0, 1])")
+    R.assert_error(function() optim.Adadelta({ p }, { eps = -1 }) end, "Adadelta: invalid eps -1")
+    R.assert_error(function() optim.Adadelta({ p }, { lr = 0 / 0 }) end, "Adadelta: invalid lr")
+    R.assert_error(function() optim.Adadelta({ p }, { momentum = 0.9 }) end, "Adadelta: unknown option 'momentum'")
   end)
 end)
 

@@ -1,4 +1,4 @@
--- ddplua.optim: SGD, Adam, AdamW, RMSprop, Adagrad (update loops in C, one call per parameter
+-- ddplua.optim: SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta (update loops in C, one call per parameter
 -- group per step) and lr_scheduler.StepLR / CosineAnnealingLR.
 local adam = require "ddplua.optim.adam"
 
@@ -9,5 +9,6 @@ return {
   AdamW = adam.AdamW,
   RMSprop = require "ddplua.optim.rmsprop",
   Adagrad = require "ddplua.optim.adagrad",
+  Adadelta = require "ddplua.optim.adadelta",
   lr_scheduler = require "ddplua.optim.lr_scheduler",
 }

@@ -80,6 +80,7 @@ const dp_backend dp_cpu_backend = {
     .adam_step = dp_cpu_adam_step,
     .rmsprop_step = dp_cpu_rmsprop_step,
     .adagrad_step = dp_cpu_adagrad_step,
+    .adadelta_step = dp_cpu_adadelta_step,
     .pow_sum_list = dp_cpu_pow_sum_list,
     .unscale = dp_cpu_unscale,
     .conv2d = dp_dnnl_conv2d,

@@ -1,4 +1,4 @@
-/* CPU update loops of RMSprop and Adagrad (formulas in ops/model_math.h,
+/* CPU update loops of RMSprop, Adadelta and Adagrad (formulas in ops/model_math.h,
  * shared with the CUDA kernels) and the one-pass sum of |g|^p over a list
  * of gradients behind clip_grad_norm_. */
 #include <math.h>
@@ -47,6 +47,23 @@ int dp_cpu_adagrad_step(dp_tensor *p, const dp_tensor *g, dp_tensor *sum, const 
   double *pp = dp_data(p), *sp = dp_data(sum);
   const double *gp = dp_data(g);
   for (int64_t i = 0; i < n; i++) dp_adagrad_update_d(&pp[i], gp[i], &sp[i], a->clr, a->eps, a->weight_decay);
+  return 0;
+}
+
+int dp_cpu_adadelta_step(dp_tensor *p, const dp_tensor *g, dp_tensor *sq, dp_tensor *acc, const dp_adadelta_args *a) {
+  if (check_float("Adadelta", p)) return -1;
+  int64_t n = dp_numel(p);
+  if (p->dtype == DP_F32) {
+    float *pp = dp_data(p), *sp = dp_data(sq), *ap = dp_data(acc);
+    const float *gp = dp_data(g);
+    const float lr = (float)a->lr, rho = (float)a->rho, eps = (float)a->eps, wd = (float)a->weight_decay;
+    for (int64_t i = 0; i < n; i++) dp_adadelta_update_f(&pp[i], gp[i], &sp[i], &ap[i], lr, rho, eps, wd);
+    return 0;
+  }
+  double *pp = dp_data(p), *sp = dp_data(sq), *ap = dp_data(acc);
+  const double *gp = dp_data(g);
+  for (int64_t i = 0; i < n; i++)
+    dp_adadelta_update_d(&pp[i], gp[i], &sp[i], &ap[i], a->lr, a->rho, a->eps, a->weight_decay);
   return 0;
 }
 

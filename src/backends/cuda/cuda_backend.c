@@ -100,6 +100,7 @@ const dp_backend dp_cu_backend = {
     .sgd_step = dp_cu_sgd_step,
     .adam_step = dp_cu_adam_step,
     .rmsprop_step = dp_cu_rmsprop_step,
+    .adadelta_step = dp_cu_adadelta_step,
     .adagrad_step = dp_cu_adagrad_step,
     .pow_sum_list = dp_cu_pow_sum_list,
     .unscale = cu_unscale,

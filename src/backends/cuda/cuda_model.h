@@ -36,6 +36,7 @@ int dp_cu_adaptive_avg_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, int64
 int dp_cu_rmsprop_step(dp_tensor *p, const dp_tensor *g, dp_tensor *sq, dp_tensor *gavg, dp_tensor *buf,
                        const dp_rmsprop_args *a);
 int dp_cu_adagrad_step(dp_tensor *p, const dp_tensor *g, dp_tensor *sum, const dp_adagrad_args *a);
+int dp_cu_adadelta_step(dp_tensor *p, const dp_tensor *g, dp_tensor *sq, dp_tensor *acc, const dp_adadelta_args *a);
 int dp_cu_pow_sum_list(dp_tensor *out, const dp_tensor *const *gs, int n, double p);
 
 #ifdef __cplusplus

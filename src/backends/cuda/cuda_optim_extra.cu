@@ -1,4 +1,4 @@
-/* CUDA kernels for the RMSprop and Adagrad updates (ops/model_math.h, as
+/* CUDA kernels for the RMSprop, Adadelta and Adagrad updates (ops/model_math.h, as
  * on the CPU) and the sum of |g|^p over a list of gradients: one kernel
  * per tensor into one device double (a block's partial sum by atomicAdd,
  * or its maximum by atomicMax on the bits, which order non-negative
@@ -23,6 +23,9 @@ template <> struct opt_fns<float> {
   static __device__ void ada(float *p, float g, float *sum, float clr, float eps, float wd) {
     dp_adagrad_update_f(p, g, sum, clr, eps, wd);
   }
+  static __device__ void delta(float *p, float g, float *sq, float *acc, float lr, float rho, float eps, float wd) {
+    dp_adadelta_update_f(p, g, sq, acc, lr, rho, eps, wd);
+  }
 };
 template <> struct opt_fns<double> {
   static __device__ void rms(double *p, double g, double *sq, double *ga, double *buf, double lr, double al, double eps,
@@ -31,6 +34,10 @@ template <> struct opt_fns<double> {
   }
   static __device__ void ada(double *p, double g, double *sum, double clr, double eps, double wd) {
     dp_adagrad_update_d(p, g, sum, clr, eps, wd);
+  }
+  static __device__ void delta(double *p, double g, double *sq, double *acc, double lr, double rho, double eps,
+                               double wd) {
+    dp_adadelta_update_d(p, g, sq, acc, lr, rho, eps, wd);
   }
 };
 
@@ -78,6 +85,27 @@ int dp_cu_adagrad_step(dp_tensor *p, const dp_tensor *g, dp_tensor *sum, const d
                                                                (double *)dp_cu_ptr(sum), n, a->clr, a->eps,
                                                                a->weight_decay);
   return dp_cu_after_launch(c, "adagrad step");
+}
+
+template <typename T> __global__ void k_adadelta(T *p, const T *g, T *sq, T *acc, int64_t n, T lr, T rho, T eps, T wd) {
+  DP_CU_LOOP(i, n) opt_fns<T>::delta(&p[i], g[i], &sq[i], &acc[i], lr, rho, eps, wd);
+}
+
+int dp_cu_adadelta_step(dp_tensor *p, const dp_tensor *g, dp_tensor *sq, dp_tensor *acc, const dp_adadelta_args *a) {
+  DP_CU_ENTER(c, p);
+  if (check_dtype("Adadelta", p->dtype)) return -1;
+  int64_t n = dp_cu_numel(p);
+  if (n == 0) return 0;
+  unsigned blocks = dp_cu_blocks(c, n, DP_CU_THREADS);
+  if (p->dtype == DP_F32)
+    k_adadelta<float><<<blocks, DP_CU_THREADS, 0, c->stream>>>(
+        (float *)dp_cu_ptr(p), (const float *)dp_cu_ptr(g), (float *)dp_cu_ptr(sq), (float *)dp_cu_ptr(acc), n,
+        (float)a->lr, (float)a->rho, (float)a->eps, (float)a->weight_decay);
+  else
+    k_adadelta<double><<<blocks, DP_CU_THREADS, 0, c->stream>>>((double *)dp_cu_ptr(p), (const double *)dp_cu_ptr(g),
+                                                                (double *)dp_cu_ptr(sq), (double *)dp_cu_ptr(acc), n,
+                                                                a->lr, a->rho, a->eps, a->weight_decay);
+  return dp_cu_after_launch(c, "adadelta step");
 }
 
 /* mode 0: sum |g|^p (p 1 and 2 exact), 1: max |g| */
