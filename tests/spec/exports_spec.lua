@@ -53,7 +53,7 @@ local EXPORTS = {
   nn = {
     form = "nn.", names = {
       "Module", "Sequential", "Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d",
-      "SyncBatchNorm", "ReLU", "GELU", "LeakyReLU", "ELU", "SiLU", "Softplus", "Tanh", "Sigmoid", "Dropout",
+      "SyncBatchNorm", "ReLU", "GELU", "LeakyReLU", "ELU", "SiLU", "Softplus", "Tanh", "Sigmoid", "Dropout", "Dropout2d",
       "Flatten", "Embedding", "LayerNorm", "CrossEntropyLoss", "NLLLoss", "MSELoss", "F", "init", "ModuleList",
       "ModuleDict", "Identity", "AdaptiveAvgPool2d", "RNN", "LSTM", "GRU", "MultiheadAttention",
       "TransformerEncoderLayer", "TransformerEncoder", "utils",
@@ -63,7 +63,7 @@ local EXPORTS = {
     form = "F.", names = {
       "relu", "gelu", "leaky_relu", "elu", "silu", "softplus", "tanh", "sigmoid", "softmax", "log_softmax",
       "flatten", "linear", "conv2d", "max_pool2d",
-      "avg_pool2d", "batch_norm", "layer_norm", "dropout", "embedding", "cross_entropy", "mse_loss", "nll_loss",
+      "avg_pool2d", "batch_norm", "layer_norm", "dropout", "dropout2d", "embedding", "cross_entropy", "mse_loss", "nll_loss",
       "scaled_dot_product_attention", "self_attention_qkv", "self_attention_qkv_composed", "adaptive_avg_pool2d",
     },
   },

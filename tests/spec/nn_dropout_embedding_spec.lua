@@ -1,4 +1,4 @@
--- nn.Dropout and nn.Embedding (and their nn.F forms).
+-- nn.Dropout, nn.Dropout2d and nn.Embedding (and their nn.F forms).
 local ddp = require "ddplua"
 local gc = require "helpers.gradcheck"
 local TR = require "helpers.torch_ref"
@@ -53,6 +53,86 @@ describe("nn.Dropout", function()
     local ok, err = pcall(function() return nn.Dropout(1.5) end)
     assert.is_false(ok)
     assert.matches("Dropout: probability p must be a number in %[0, 1%], got 1.5", err)
+  end)
+end)
+
+describe("nn.Dropout2d", function()
+  -- each (sample, channel) plane is all zero or all x / (1 - p)
+  local function planes(x, y, p)
+    local n, c = x:size(1), x:size(2)
+    local zeroed = 0
+    for i = 1, n do
+      for j = 1, c do
+        local xp, yp = x[i][j]:double(), y[i][j]:double()
+        local dropped = yp:abs():max():item() == 0
+        if dropped then zeroed = zeroed + 1
+        else assert.is_true((yp - xp / (1 - p)):abs():max():item() < 1e-12, "plane " .. i .. "," .. j .. " is mixed") end
+      end
+    end
+    return zeroed
+  end
+
+  it("zeroes whole channels with probability p and scales the rest by 1/(1-p), as PyTorch 1.13", function()
+    ddp.manual_seed(3)
+    local x = ddp.rand(40, 50, 3, 2, { dtype = "float64" }) + 1
+    local d = nn.Dropout2d(0.25)
+    local zeroed = planes(x, d(x), 0.25)
+    -- binomial(2000, 0.25): sd ~ 19, so +-120 is far outside chance
+    assert.is_true(math.abs(zeroed - 500) < 120, zeroed .. " of 2000 planes zeroed")
+    assert.are.equal("Dropout2d(p=0.25)", tostring(d))
+    -- 3-D input: [N, C, L] (PyTorch 1.13's reading), float32 too
+    local x3 = ddp.rand(30, 40, 5) + 1
+    local z3 = planes(x3, nn.F.dropout2d(x3, 0.5), 0.5)
+    assert.is_true(math.abs(z3 - 600) < 110, z3 .. " of 1200 planes zeroed")
+    -- PyTorch agrees on the structure: its masks are per (sample, channel) for these shapes too
+    if TR.available() then
+      local ref = TR.run([[
+torch.manual_seed(0)
+for k, shape in enumerate([(6, 7, 3, 4), (6, 7, 5)]):
+    y = torch.nn.functional.dropout2d(torch.ones(shape, dtype=torch.float64), 0.5, True)
+    flat = y.reshape(shape[0], shape[1], -1)
+    OUT["mixed%d" % k] = ((flat.amax(2) != flat.amin(2)).sum()).reshape(1).double()]], {})
+      assert.are.equal(0, ref.mixed0[1]:item())
+      assert.are.equal(0, ref.mixed1[1]:item())
+    end
+  end)
+
+  it("is the identity in eval mode and at p = 0, zero at p = 1, and passes gradients through kept channels", function()
+    local x = ddp.randn(4, 6, 3, 3, { dtype = "float64" })
+    local d = nn.Dropout2d()
+    assert.are.equal(0.5, d.p)
+    d:eval()
+    assert.are.same(gc.flat_values(x), gc.flat_values(d(x)))
+    assert.are.same(gc.flat_values(x), gc.flat_values(nn.F.dropout2d(x, 0.5, false)))
+    assert.are.same(gc.flat_values(x), gc.flat_values(nn.F.dropout2d(x, 0)))
+    assert.are.equal(0, nn.F.dropout2d(x, 1):abs():max():item())
+    local w = x:clone():requires_grad_()
+    ddp.manual_seed(5)
+    local y = nn.F.dropout2d(w, 0.4)
+    y:sum():backward()
+    -- the gradient is the mask: 0 on dropped planes, 1 / 0.6 on kept ones, the same planes as y's
+    for i = 1, 4 do
+      for j = 1, 6 do
+        local g = w.grad[i][j]
+        local dropped = y[i][j]:abs():max():item() == 0
+        local want = dropped and 0 or 1 / 0.6
+        assert.is_true((g - want):abs():max():item() < 1e-12, "gradient of plane " .. i .. "," .. j)
+      end
+    end
+  end)
+
+  it("rejects a probability outside [0, 1] and inputs of fewer than 2 dimensions", function()
+    for _, p in ipairs({ -0.1, 1.5, 0 / 0 }) do
+      local ok, err = pcall(nn.Dropout2d, p)
+      assert.is_false(ok)
+      assert.matches("Dropout2d: probability p must be a number in %[0, 1%]", err)
+      ok, err = pcall(nn.F.dropout2d, ddp.ones(2, 2, 2, 2), p)
+      assert.is_false(ok)
+      assert.matches("dropout2d: probability p must be a number in %[0, 1%]", err)
+    end
+    local ok, err = pcall(nn.F.dropout2d, ddp.ones(5), 0.5)
+    assert.is_false(ok)
+    assert.matches("dropout2d: expected a 3%-D %[N, C, L%] or 4%-D %[N, C, H, W%] input, got 1%-D", err)
   end)
 end)
 

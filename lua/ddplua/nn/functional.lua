@@ -40,6 +40,9 @@ function F.dropout(x, p, training)
   return ddp.dropout(x, p or 0.5, training)
 end
 
+--- dropout2d(x, p = 0.5, training = true): whole channels (nn/dropout2d.lua).
+function F.dropout2d(x, p, training) return require("ddplua.nn.dropout2d").dropout2d(x, p, training) end
+
 function F.embedding(ids, weight, padding_idx) return ddp.embedding(ids, weight, padding_idx) end
 
 --- scaled_dot_product_attention(q, k, v [, {attn_mask=, is_causal=, dropout_p=, scale=}]): one fused op

@@ -29,6 +29,7 @@ local nn = {
   BatchNorm2d = batchnorm.BatchNorm2d,
   SyncBatchNorm = require "ddplua.nn.syncbatchnorm",
   Dropout = require "ddplua.nn.dropout",
+  Dropout2d = require("ddplua.nn.dropout2d").Dropout2d,
   Flatten = require "ddplua.nn.flatten",
   Embedding = require "ddplua.nn.embedding",
   LayerNorm = require "ddplua.nn.layernorm",
