@@ -95,6 +95,11 @@ typedef struct {
    * statistics were constants (evaluation mode), gx = gy * w * invstd. */
   const dp_window2d *pool;
   bool eval_stats;
+  /* bn_relu_pool_backward around SyncBatchNorm's all-reduce: 0 both passes;
+   * 1 the first only (gx gets the masked rows, the sums are this rank's);
+   * 2 the second only (gx in place, from sum_dy, sum_dy_xhat and count given:
+   * the global ones; the sums out are not written and may be NULL) */
+  int phase;
 } dp_bn_args;
 
 /* Layer norm over the cols of x [rows, cols] (contiguous); mean and rstd

@@ -5,7 +5,9 @@
  * while the weight/bias gradients stay local — DDP averages them like any
  * other gradient, which gives exactly the single-process gradient of the
  * mean loss over the global batch. Built from the batch-norm pieces of
- * ops/norm.c. */
+ * ops/norm.c. SyncBatchNorm followed by ReLU and max pooling (nn.Sequential)
+ * runs the fused kernels of ops/norm_pool.c with this file's two
+ * collectives as hooks. */
 #include "distributed/sync_bn.h"
 
 #include <string.h>
@@ -54,47 +56,72 @@ out:
   return rc;
 }
 
+/* The group's statistics of x: this rank's mean/var/count all-gathered (one
+ * collective of [R, 2C+1], float64 so large counts stay exact) and combined;
+ * mean and var come back in x's dtype (dp_bn_sync's stats hook). */
+static int sync_stats(void *group, dp_tensor *x, dp_tensor **gmean, dp_tensor **gvar, double *total) {
+  dp_pg *pg = group;
+  dp_tensor *mean = NULL, *var = NULL, *packed = NULL, *all = NULL, *means = NULL, *vars = NULL, *counts = NULL;
+  int64_t count = 0;
+  int rc = -1;
+  *gmean = *gvar = NULL;
+  if (dp_batch_norm_stats(x, &mean, &var, &count)) goto out;
+  int64_t C = mean->shape[0], len = 2 * C + 1;
+  packed = dp_empty(DP_F64, 1, &len, dp_dev(x));
+  if (!packed) goto out;
+  dp_tensor *pm = dp_narrow(packed, 0, 0, C), *pv = dp_narrow(packed, 0, C, C), *pc = dp_narrow(packed, 0, 2 * C, 1);
+  int r = (pm && pv && pc) ? (dp_copy_(pm, mean) || dp_copy_(pv, var) || dp_fill_(pc, (double)count)) : -1;
+  dp_release(pm), dp_release(pv), dp_release(pc);
+  if (r) goto out;
+  all = gather_rows(pg, packed);
+  if (!all) goto out;
+  dp_tensor *am = dp_narrow(all, 1, 0, C), *av = dp_narrow(all, 1, C, C), *ac = dp_narrow(all, 1, 2 * C, 1);
+  means = am ? dp_contiguous_raw(am) : NULL;
+  vars = av ? dp_contiguous_raw(av) : NULL;
+  counts = ac ? dp_reshape(ac, 1, (int64_t[]){pg->size}) : NULL;
+  dp_release(am), dp_release(av), dp_release(ac);
+  if (!means || !vars || !counts) goto out;
+  dp_tensor *m64 = NULL, *v64 = NULL;
+  if (dp_batch_norm_gather_stats(means, vars, counts, &m64, &v64, total)) goto out;
+  *gmean = dp_to(m64, x->dtype, dp_dev(x));
+  *gvar = dp_to(v64, x->dtype, dp_dev(x));
+  dp_release(m64), dp_release(v64);
+  if (!*gmean || !*gvar) {
+    dp_release(*gmean), dp_release(*gvar);
+    *gmean = *gvar = NULL;
+    goto out;
+  }
+  rc = 0;
+out:
+  dp_release(mean), dp_release(var), dp_release(packed), dp_release(all), dp_release(means), dp_release(vars);
+  dp_release(counts);
+  return rc;
+}
+
+/* t summed over the group in place (dp_bn_sync's sum hook) */
+static int sync_sum(void *group, dp_tensor *t) {
+  dp_pg *pg = group;
+  return pg->ops->all_reduce(pg, t, DP_RED_SUM, NULL);
+}
+
+static bool sync_needed(bool training, dp_pg *pg) {
+  return training && pg && (pg->size > 1 || dp_pg_force_collectives());
+}
+
 dp_tensor *dp_sync_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w, dp_tensor *b,
                               bool training, double momentum, double eps, dp_pg *pg) {
-  if (!training || !pg || (pg->size == 1 && !dp_pg_force_collectives()))
+  if (!sync_needed(training, pg))
     return dp_batch_norm(x, running_mean, running_var, w, b, training || !running_mean, momentum, eps);
   bool prev = dp_set_grad_enabled(false);
-  dp_tensor *mean = NULL, *var = NULL, *packed = NULL, *all = NULL, *gmean = NULL, *gvar = NULL, *invstd = NULL;
-  dp_tensor *out = NULL, *means = NULL, *vars = NULL, *counts = NULL;
-  int64_t count = 0;
+  dp_tensor *gmean = NULL, *gvar = NULL, *invstd = NULL, *out = NULL;
   double total = 0;
-  if (dp_batch_norm_stats(x, &mean, &var, &count)) goto out;
-  {
-    int64_t C = mean->shape[0];
-    /* [mean (C) | var (C) | count] in float64 so large counts stay exact */
-    int64_t len = 2 * C + 1;
-    packed = dp_empty(DP_F64, 1, &len, dp_dev(x));
-    if (!packed) goto out;
-    dp_tensor *pm = dp_narrow(packed, 0, 0, C), *pv = dp_narrow(packed, 0, C, C), *pc = dp_narrow(packed, 0, 2 * C, 1);
-    int r = (pm && pv && pc) ? (dp_copy_(pm, mean) || dp_copy_(pv, var) || dp_fill_(pc, (double)count)) : -1;
-    dp_release(pm), dp_release(pv), dp_release(pc);
-    if (r) goto out;
-    all = gather_rows(pg, packed);
-    if (!all) goto out;
-    dp_tensor *am = dp_narrow(all, 1, 0, C), *av = dp_narrow(all, 1, C, C), *ac = dp_narrow(all, 1, 2 * C, 1);
-    means = am ? dp_contiguous_raw(am) : NULL;
-    vars = av ? dp_contiguous_raw(av) : NULL;
-    counts = ac ? dp_reshape(ac, 1, (int64_t[]){pg->size}) : NULL;
-    dp_release(am), dp_release(av), dp_release(ac);
-    if (!means || !vars || !counts) goto out;
-    dp_tensor *m64 = NULL, *v64 = NULL;
-    if (dp_batch_norm_gather_stats(means, vars, counts, &m64, &v64, &total)) goto out;
-    gmean = dp_to(m64, x->dtype, dp_dev(x));
-    gvar = dp_to(v64, x->dtype, dp_dev(x));
-    dp_release(m64), dp_release(v64);
-    if (!gmean || !gvar) goto out;
-    if (running_mean && running_var &&
-        dp_batch_norm_update_stats(running_mean, running_var, gmean, gvar, total, momentum))
-      goto out;
-    invstd = dp_batch_norm_invstd(gvar, eps);
-    if (!invstd) goto out;
-    out = dp_batch_norm_elemt(x, gmean, invstd, w, b);
-  }
+  if (sync_stats(pg, x, &gmean, &gvar, &total)) goto out;
+  if (running_mean && running_var &&
+      dp_batch_norm_update_stats(running_mean, running_var, gmean, gvar, total, momentum))
+    goto out;
+  invstd = dp_batch_norm_invstd(gvar, eps);
+  if (!invstd) goto out;
+  out = dp_batch_norm_elemt(x, gmean, invstd, w, b);
 out:
   dp_set_grad_enabled(prev);
   if (out) {
@@ -112,7 +139,24 @@ out:
       dp_node_release(n);
     }
   }
-  dp_release(mean), dp_release(var), dp_release(packed), dp_release(all), dp_release(gmean), dp_release(gvar);
-  dp_release(invstd), dp_release(means), dp_release(vars), dp_release(counts);
+  dp_release(gmean), dp_release(gvar), dp_release(invstd);
   return out;
+}
+
+dp_tensor *dp_sync_batch_norm_relu_max_pool2d(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var,
+                                              dp_tensor *w, dp_tensor *b, bool training, double momentum, double eps,
+                                              const dp_pool2d_args *pool, dp_pg *pg) {
+  if (!sync_needed(training, pg))
+    return dp_batch_norm_relu_max_pool2d(x, running_mean, running_var, w, b, training || !running_mean, momentum, eps,
+                                         pool);
+  if (dp_bn_relu_pool_fusable(x, running_mean, running_var, w, b, true, eps)) {
+    dp_bn_sync sync = {.stats = sync_stats, .sum = sync_sum, .group = pg};
+    return dp_bn_relu_pool_synced(x, running_mean, running_var, w, b, momentum, eps, pool, &sync);
+  }
+  dp_tensor *y = dp_sync_batch_norm(x, running_mean, running_var, w, b, true, momentum, eps, pg);
+  dp_tensor *r = y ? dp_unary(DP_U_RELU, y) : NULL;
+  dp_release(y);
+  dp_tensor *p = r ? dp_max_pool2d(r, pool) : NULL;
+  dp_release(r);
+  return p;
 }

@@ -130,6 +130,21 @@ static int l_sync_batch_norm(lua_State *L) {
   return lt_push(L, dp_sync_batch_norm(x, rm, rv, w, b, training, momentum, eps, pg));
 }
 
+/* core.sync_batch_norm_relu_max_pool2d(x, running_mean, running_var, weight,
+ * bias, training, momentum, eps, group_or_nil, kernel_size, stride, padding,
+ * ceil_mode): max_pool2d(relu(sync_batch_norm(...))), fused where it can be */
+static int l_sync_batch_norm_relu_max_pool2d(lua_State *L) {
+  const char *op = "sync_batch_norm_relu_max_pool2d";
+  dp_tensor *x = lt_check(L, 1), *rm = opt_tensor(L, 2), *rv = opt_tensor(L, 3), *w = opt_tensor(L, 4),
+            *b = opt_tensor(L, 5);
+  bool training = lua_toboolean(L, 6);
+  double momentum = luaL_optnumber(L, 7, 0.1), eps = luaL_optnumber(L, 8, 1e-5);
+  dp_pg *pg = lt_check_pg(L, 9);
+  dp_pool2d_args a;
+  lt_read_pool2d(L, 10, op, &a);
+  return lt_push(L, dp_sync_batch_norm_relu_max_pool2d(x, rm, rv, w, b, training, momentum, eps, &a, pg));
+}
+
 /* core._collectives_issued(group_or_nil) -> how many collectives the group
  * has issued (its sequence number): tests see whether DDP's reducer and
  * SyncBatchNorm reached the group (DDPLUA_FORCE_COLLECTIVES at one rank). */
@@ -141,6 +156,8 @@ static int l_collectives_issued(lua_State *L) {
 void lt_open_ddp(lua_State *L, int module) {
   lua_pushcfunction(L, l_sync_batch_norm);
   lua_setfield(L, module, "sync_batch_norm");
+  lua_pushcfunction(L, l_sync_batch_norm_relu_max_pool2d);
+  lua_setfield(L, module, "sync_batch_norm_relu_max_pool2d");
   lua_pushcfunction(L, l_collectives_issued);
   lua_setfield(L, module, "_collectives_issued");
   luaL_newmetatable(L, REDUCER_MT);

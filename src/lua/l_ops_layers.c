@@ -123,12 +123,16 @@ static int l_batch_norm_relu_max_pool2d(lua_State *L) {
   bool training = opt_bool(L, 6, false);
   double momentum = luaL_optnumber(L, 7, 0.1), eps = luaL_optnumber(L, 8, 1e-5);
   dp_pool2d_args a;
-  if (lua_isnoneornil(L, 9)) return luaL_error(L, "%s: kernel_size is required", op);
-  read_pair(L, 9, op, "kernel_size", NULL, a.kernel);
-  read_pair(L, 10, op, "stride", a.kernel, a.stride);
-  read_pair(L, 11, op, "padding", (int64_t[]){0, 0}, a.padding);
-  a.ceil_mode = opt_bool(L, 12, false);
+  lt_read_pool2d(L, 9, op, &a);
   return lt_push(L, dp_batch_norm_relu_max_pool2d(x, rm, rv, w, b, training, momentum, eps, &a));
+}
+
+void lt_read_pool2d(lua_State *L, int idx, const char *op, dp_pool2d_args *a) {
+  if (lua_isnoneornil(L, idx)) luaL_error(L, "%s: kernel_size is required", op);
+  read_pair(L, idx, op, "kernel_size", NULL, a->kernel);
+  read_pair(L, idx + 1, op, "stride", a->kernel, a->stride);
+  read_pair(L, idx + 2, op, "padding", (int64_t[]){0, 0}, a->padding);
+  a->ceil_mode = opt_bool(L, idx + 3, false);
 }
 
 static int l_batch_norm_stats(lua_State *L) {

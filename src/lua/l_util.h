@@ -68,6 +68,10 @@ void lt_check_keys(lua_State *L, int idx, const char *what, const char *const *v
  * group); raises a Lua error if none is initialised. Defined in l_distributed.c. */
 struct dp_pg;
 struct dp_pg *lt_check_pg(lua_State *L, int idx);
+/* A max pool's kernel_size, stride, padding and ceil_mode at idx .. idx + 3
+ * (l_ops_layers.c; Lua errors naming op and the argument). */
+struct dp_pool2d_args;
+void lt_read_pool2d(lua_State *L, int idx, const char *op, struct dp_pool2d_args *a);
 
 /* Tells the GC pacer that tensors were allocated (called by lt_push). */
 void lt_gc_pace(lua_State *L);

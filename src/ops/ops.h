@@ -187,7 +187,7 @@ dp_tensor *dp_conv2d(dp_tensor *x, dp_tensor *w, dp_tensor *b, const dp_conv2d_a
  * the kernel; ceil_mode rounds the output size up (a last window must
  * start inside the padded input); avg counts the padding
  * (count_include_pad=true, PyTorch's default). */
-typedef struct {
+typedef struct dp_pool2d_args {
   int64_t kernel[2], stride[2], padding[2];
   bool ceil_mode;
 } dp_pool2d_args;
@@ -208,6 +208,24 @@ dp_tensor *dp_batch_norm_relu(dp_tensor *x, dp_tensor *running_mean, dp_tensor *
 dp_tensor *dp_batch_norm_relu_max_pool2d(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w,
                                          dp_tensor *b, bool training, double momentum, double eps,
                                          const dp_pool2d_args *pool);
+/* Whether those arguments (training or not) take the fused kernels. */
+bool dp_bn_relu_pool_fusable(const dp_tensor *x, const dp_tensor *rm, const dp_tensor *rv, const dp_tensor *w,
+                             const dp_tensor *b, bool training, double eps);
+/* SyncBatchNorm's hooks into the fused op (distributed/sync_bn.c): x's
+ * mean and biased var over every rank ([C], x's dtype) and the count they
+ * cover; and a float32 tensor summed over every rank in place. */
+typedef struct dp_bn_sync {
+  int (*stats)(void *group, dp_tensor *x, dp_tensor **mean, dp_tensor **var, double *count);
+  int (*sum)(void *group, dp_tensor *t);
+  void *group;
+} dp_bn_sync;
+/* The fused op in training mode with the statistics and the backward's sums
+ * taken over every rank through sync; the same values and gradients as
+ * SyncBatchNorm, ReLU and max_pool2d. Only for fusable arguments (an error
+ * otherwise). */
+dp_tensor *dp_bn_relu_pool_synced(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w,
+                                  dp_tensor *b, double momentum, double eps, const dp_pool2d_args *pool,
+                                  const dp_bn_sync *sync);
 /* The pieces dp_batch_norm is made of, without autograd, for
  * SyncBatchNorm (ops/norm.c): stats per rank -> all-gather -> gather_stats
  * -> update_stats / invstd -> elemt; backward: backward_reduce ->

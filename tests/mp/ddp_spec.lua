@@ -164,6 +164,64 @@ describe("DistributedDataParallel", function()
     end, R)
   end)
 
+  it("SyncBatchNorm, ReLU, MaxPool2d in a Sequential run fused: the unfused modules' bits, and one process's values",
+    function()
+    -- float32 planes of 16x16 take the fused kernels (ops/norm_pool.c); the 2x2 window has its own kernel, 3x3 / 2 / 1
+    -- the generic one. Each rank gets 3 samples of a global batch of 6.
+    for _, win in ipairs { { 2, 2, 0 }, { 3, 2, 1 } } do
+      local function block()
+        ddp.manual_seed(21)
+        return nn.Sequential { nn.Conv2d(2, 5, 3, { padding = 1 }), nn.SyncBatchNorm(5), nn.ReLU(),
+          nn.MaxPool2d(win[1], win[2], win[3]) }
+      end
+      ddp.manual_seed(22)
+      local X, G = ddp.randn(6, 2, 16, 16), nil
+      local one = block()
+      local y1 = one(X) -- no process group here: plain batch norm over the whole batch
+      G = ddp.randn(y1:size())
+      ;(y1 * G):sum():backward()
+      dist.spawn(function(rank)
+        dist.init_process_group { backend = "cpu" }
+        local x, g = X:narrow(1, rank * 3 + 1, 3), G:narrow(1, rank * 3 + 1, 3)
+        local fused, plain = block(), block()
+        local xf, xp = x:clone():requires_grad_(), x:clone():requires_grad_()
+        local yf = fused(xf)
+        local yp = plain[4](plain[3](plain[2](plain[1](xp)))) -- the modules one by one: no fusion
+        ;(yf * g):sum():backward()
+        ;(yp * g):sum():backward()
+        local function same(a, b, what)
+          assert(a:ne(b):sum():item() == 0, string.format("window %d: %s differs from the unfused modules'", win[1], what))
+        end
+        assert(tostring(yf.grad_fn):find("SyncBatchNormReluMaxPoolBackward", 1, true), tostring(yf.grad_fn))
+        assert(not tostring(yp.grad_fn):find("BatchNorm", 1, true), tostring(yp.grad_fn))
+        same(yf, yp, "the output")
+        same(xf.grad, xp.grad, "the input's gradient")
+        for _, k in ipairs { "weight", "bias" } do
+          same(fused[1][k].grad, plain[1][k].grad, "conv " .. k .. " gradient")
+          same(fused[2][k].grad, plain[2][k].grad, "batch norm " .. k .. " gradient")
+        end
+        same(fused[2].running_mean, plain[2].running_mean, "running_mean")
+        same(fused[2].running_var, plain[2].running_var, "running_var")
+        -- against one process over the global batch: the output and the input's gradient are this rank's rows
+        local function close(a, b, what)
+          local d = (a:double() - b:double()):abs():max():item()
+          assert(d < 2e-5, string.format("window %d: %s differs from one process by %g", win[1], what, d))
+        end
+        close(yf, y1:narrow(1, rank * 3 + 1, 3), "the output")
+        close(fused[2].running_var, one[2].running_var, "running_var")
+        -- conv's gradient here is this rank's share; summed over the ranks it is one process's
+        local gw = fused[1].weight.grad:clone()
+        dist.all_reduce(gw, "sum")
+        close(gw, one[1].weight.grad, "the summed conv weight gradient")
+        -- evaluation mode: running statistics, no collective
+        fused:eval()
+        plain:eval()
+        same(fused(x), plain[4](plain[3](plain[2](plain[1](x)))), "the eval-mode output")
+        dist.destroy_process_group()
+      end, R)
+    end
+  end)
+
   it("SyncBatchNorm under a process group names a wrong input and counts batches (cumulative momentum)", function()
     dist.spawn(function()
       dist.init_process_group { backend = "cpu" }

@@ -191,10 +191,12 @@ local is_tensor, grad_enabled = core.is_tensor, core.is_grad_enabled
 local FUSES_RELU = { [Linear] = true, [batchnorm.BatchNorm1d] = true, [batchnorm.BatchNorm2d] = true,
   [SyncBatchNorm] = true }
 local function fuses_relu(m, nxt) return FUSES_RELU[getmetatable(m)] and getmetatable(nxt) == ReLU end
--- BatchNorm2d, ReLU, MaxPool2d: one call (forward_relu_max_pool2d), unless
--- the instance has a forward_relu of its own (it would not be called)
+-- BatchNorm2d (or SyncBatchNorm), ReLU, MaxPool2d: one call
+-- (forward_relu_max_pool2d), unless the instance has a forward_relu of its
+-- own (it would not be called)
+local FUSES_RELU_POOL = { [batchnorm.BatchNorm2d] = true, [SyncBatchNorm] = true }
 local function fuses_relu_pool(m, nxt, pool)
-  return getmetatable(m) == batchnorm.BatchNorm2d and getmetatable(nxt) == ReLU and getmetatable(pool) == MaxPool2d and
+  return FUSES_RELU_POOL[getmetatable(m)] and getmetatable(nxt) == ReLU and getmetatable(pool) == MaxPool2d and
     rawget(m, "forward_relu") == nil
 end
 

@@ -55,6 +55,23 @@ function SyncBatchNorm:forward_relu(x)
   return self:forward(x):relu()
 end
 
+--- pool(relu(forward(x))) for an nn.MaxPool2d `pool` (nn.Sequential's
+--- SyncBatchNorm, ReLU, MaxPool2d): the same values and gradients, through
+--- batch norm's fused kernels with the statistics and the backward's sums
+--- taken over the group.
+function SyncBatchNorm:forward_relu_max_pool2d(x, pool)
+  if not (self.training and ddp.distributed.is_initialized()) then
+    return batchnorm._BatchNorm.forward_relu_max_pool2d(self, x, pool)
+  end
+  self:_check_input_dim(x)
+  local factor = self:_count_batch(x)
+  local rm, rv
+  if self.track_running_stats then rm, rv = self.running_mean, self.running_var end
+  local a = pool._args
+  return core.sync_batch_norm_relu_max_pool2d(x, rm, rv, self.weight, self.bias, true, factor, self.eps,
+    self.process_group, a[1], a[2], a[3], pool.ceil_mode)
+end
+
 local function is_batchnorm(m)
   local name = getmetatable(m).__name
   return name == "BatchNorm1d" or name == "BatchNorm2d"

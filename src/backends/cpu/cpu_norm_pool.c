@@ -24,7 +24,8 @@
  * place with the batch-norm gradient kernel. A thread owns whole channels,
  * so a channel's planes are still in cache for pass 2 (64 planes of 28x28:
  * 200 KB). Every value is the unfused ops' bit for bit
- * (tests/spec/nn_bn_relu_pool_fused_spec.lua). */
+ * (tests/spec/nn_bn_relu_pool_fused_spec.lua). SyncBatchNorm runs the two
+ * passes apart (dp_bn_args.phase), its all-reduce of the sums between them. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,7 +126,7 @@ static void bwd_channels(void *vctx, int64_t lo, int64_t hi) {
   const dp_window2d *g = a->pool;
   const dp_cpu_vec *v = dp_cpu_vec_get();
   int64_t L = g->oh * g->ow, inner = a->inner;
-  const float *x = dp_data(a->x), *gy = dp_data(a->gy);
+  const float *x = dp_data(a->x), *gy = a->gy ? dp_data(a->gy) : NULL; /* phase 2 reads no gy */
   float *gx = k->y;
   dp_unary_args relu = dp_unary_args_of(DP_U_RELU);
   bool w2 = window_2x2(g);
@@ -135,7 +136,7 @@ static void bwd_channels(void *vctx, int64_t lo, int64_t hi) {
     dp_bn_affine_k f = dp_cpu_bn_affine_of(a, ch);
     double mu = at_d(a->mean, ch, 0), invstd = at_d(a->invstd, ch, 1);
     double sum = 0, sum_x = 0;
-    for (int64_t i = 0; i < a->n; i++) { /* pass 1: the masked rows and the sums */
+    for (int64_t i = 0; i < a->n && a->phase != 2; i++) { /* pass 1: the masked rows and the sums */
       int64_t pl = i * a->c + ch;
       const float *xr = x + pl * inner, *gyr = gy + pl * L;
       if (i + 1 < a->n) {
@@ -158,9 +159,11 @@ static void bwd_channels(void *vctx, int64_t lo, int64_t hi) {
       sum += sg;
       memcpy(gx + pl * inner, s.row, sizeof(float) * (size_t)inner);
     }
-    /* as the reduce stores them (float32) and the elementwise pass reads them */
+    /* as the reduce stores them (float32) and the elementwise pass reads them; phase 2 reads the global ones */
     float sd = (float)sum, sdx = (float)(sum_x * invstd);
-    k->sum_dy[ch] = sd, k->sum_dy_xhat[ch] = sdx;
+    if (a->phase == 2) sd = (float)at_d(a->sum_dy, ch, 0), sdx = (float)at_d(a->sum_dy_xhat, ch, 0);
+    else k->sum_dy[ch] = sd, k->sum_dy_xhat[ch] = sdx;
+    if (a->phase == 1) continue;
     dp_bn_grad_k c = dp_bn_grad_coefs(at_d(a->w, ch, 1.0), invstd, mu, a->eval_stats ? 0.0 : (double)sd / a->count,
                                       a->eval_stats ? 0.0 : (double)sdx / a->count);
     for (int64_t i = 0; i < a->n; i++) { /* pass 2: gx from the parked rows */
@@ -172,11 +175,18 @@ static void bwd_channels(void *vctx, int64_t lo, int64_t hi) {
 }
 
 int dp_cpu_bn_relu_pool_backward(dp_tensor *gx, dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_bn_args *a) {
-  if (a->x->dtype != DP_F32 || gx->dtype != DP_F32 || a->gy->dtype != DP_F32 || sum_dy->dtype != DP_F32 ||
-      sum_dy_xhat->dtype != DP_F32 || !a->pool || a->inner < 2)
+  bool sums_out = a->phase != 2, sums_in = a->phase == 2;
+  if (a->x->dtype != DP_F32 || gx->dtype != DP_F32 || (a->phase != 2 && a->gy->dtype != DP_F32) ||
+      (sums_out && (!sum_dy || !sum_dy_xhat || sum_dy->dtype != DP_F32 || sum_dy_xhat->dtype != DP_F32)) ||
+      (sums_in && (!a->sum_dy || !a->sum_dy_xhat || a->sum_dy->dtype != DP_F32 || a->sum_dy_xhat->dtype != DP_F32 ||
+                   !(a->count > 0))) ||
+      a->phase < 0 || a->phase > 2 || !a->pool || a->inner < 2)
     return dp_error("batch_norm + relu + max_pool2d backward: the fused kernel takes float32 planes, got %s",
                     dp_dtype_name(a->x->dtype));
-  bnp_ctx k = {.a = a, .y = dp_data(gx), .sum_dy = dp_data(sum_dy), .sum_dy_xhat = dp_data(sum_dy_xhat)};
+  bnp_ctx k = {.a = a,
+               .y = dp_data(gx),
+               .sum_dy = sums_out ? dp_data(sum_dy) : NULL,
+               .sum_dy_xhat = sums_out ? dp_data(sum_dy_xhat) : NULL};
   atomic_init(&k.failed, false);
   dp_cpu_parallel_for(a->c, bnp_grain(a), 1, bwd_channels, &k);
   if (atomic_load(&k.failed))
