@@ -144,6 +144,38 @@ static lua_Integer bump_step(lua_State *L) {
   return step;
 }
 
+/* One parameter's update: its state table is on top of the stack (step
+ * already bumped to `step`); name is "<who>: parameter <i>" for errors. */
+typedef void (*param_update_fn)(lua_State *L, dp_tensor *p, const char *name, lua_Integer step, void *ctx);
+
+/* The loop each of these optimizers runs over its group (argument 1) and
+ * state (argument 2): every parameter with a gradient, its state table
+ * made on first use and its step counted, then update. */
+static int each_param(lua_State *L, const char *who, param_update_fn update, void *ctx) {
+  if (lua_getfield(L, 1, "params") != LUA_TTABLE) return luaL_error(L, "%s: group has no params list", who);
+  int params = lua_gettop(L);
+  for (lua_Integer i = 1, n = luaL_len(L, params); i <= n; i++) {
+    dp_tensor *p = lo_param_with_grad(L, params, i, who);
+    if (!p) continue;
+    lo_push_param_state(L, 2, i, params);
+    lua_Integer step = bump_step(L);
+    char name[64];
+    snprintf(name, sizeof name, "%s: parameter %d", who, (int)i);
+    update(L, p, name, step, ctx);
+    lua_pop(L, 1);
+  }
+  return 0;
+}
+
+static void rmsprop_update(lua_State *L, dp_tensor *p, const char *name, lua_Integer step, void *ctx) {
+  const dp_rmsprop_args *a = ctx;
+  (void)step;
+  dp_tensor *sq = state_tensor(L, p, "square_avg", 0, "RMSprop");
+  dp_tensor *buf = a->momentum > 0 ? state_tensor(L, p, "momentum_buffer", 0, "RMSprop") : NULL;
+  dp_tensor *gavg = a->centered ? state_tensor(L, p, "grad_avg", 0, "RMSprop") : NULL;
+  LT_CHECK(L, dp_rmsprop_step_(name, p, p->grad, sq, gavg, buf, a));
+}
+
 static int l_rmsprop_step(lua_State *L) {
   const char *who = "RMSprop";
   luaL_checktype(L, 1, LUA_TTABLE);
@@ -156,47 +188,38 @@ static int l_rmsprop_step(lua_State *L) {
   lua_getfield(L, 1, "centered");
   a.centered = lua_toboolean(L, -1);
   lua_pop(L, 1);
-  if (lua_getfield(L, 1, "params") != LUA_TTABLE) return luaL_error(L, "%s: group has no params list", who);
-  int params = lua_gettop(L);
-  for (lua_Integer i = 1, n = luaL_len(L, params); i <= n; i++) {
-    dp_tensor *p = lo_param_with_grad(L, params, i, who);
-    if (!p) continue;
-    lo_push_param_state(L, 2, i, params);
-    bump_step(L);
-    dp_tensor *sq = state_tensor(L, p, "square_avg", 0, who);
-    dp_tensor *buf = a.momentum > 0 ? state_tensor(L, p, "momentum_buffer", 0, who) : NULL;
-    dp_tensor *gavg = a.centered ? state_tensor(L, p, "grad_avg", 0, who) : NULL;
-    lua_pop(L, 1);
-    char name[64];
-    snprintf(name, sizeof name, "%s: parameter %d", who, (int)i);
-    LT_CHECK(L, dp_rmsprop_step_(name, p, p->grad, sq, gavg, buf, &a));
-  }
-  return 0;
+  return each_param(L, who, rmsprop_update, &a);
+}
+
+typedef struct {
+  dp_adagrad_args a;
+  double lr, lr_decay, init;
+} adagrad_ctx;
+
+static void adagrad_update(lua_State *L, dp_tensor *p, const char *name, lua_Integer step, void *ctx) {
+  adagrad_ctx *k = ctx;
+  dp_tensor *sum = state_tensor(L, p, "sum", k->init, "Adagrad");
+  k->a.clr = k->lr / (1 + (double)(step - 1) * k->lr_decay);
+  LT_CHECK(L, dp_adagrad_step_(name, p, p->grad, sum, &k->a));
 }
 
 static int l_adagrad_step(lua_State *L) {
   const char *who = "Adagrad";
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
-  double lr = lo_group_number(L, 1, "lr", who), lr_decay = lo_group_number(L, 1, "lr_decay", who);
-  double init = lo_group_number(L, 1, "initial_accumulator_value", who);
-  dp_adagrad_args a = {.eps = lo_group_number(L, 1, "eps", who),
-                       .weight_decay = lo_group_number(L, 1, "weight_decay", who)};
-  if (lua_getfield(L, 1, "params") != LUA_TTABLE) return luaL_error(L, "%s: group has no params list", who);
-  int params = lua_gettop(L);
-  for (lua_Integer i = 1, n = luaL_len(L, params); i <= n; i++) {
-    dp_tensor *p = lo_param_with_grad(L, params, i, who);
-    if (!p) continue;
-    lo_push_param_state(L, 2, i, params);
-    lua_Integer step = bump_step(L);
-    dp_tensor *sum = state_tensor(L, p, "sum", init, who);
-    lua_pop(L, 1);
-    a.clr = lr / (1 + (double)(step - 1) * lr_decay);
-    char name[64];
-    snprintf(name, sizeof name, "%s: parameter %d", who, (int)i);
-    LT_CHECK(L, dp_adagrad_step_(name, p, p->grad, sum, &a));
-  }
-  return 0;
+  adagrad_ctx k = {
+      .a = {.eps = lo_group_number(L, 1, "eps", who), .weight_decay = lo_group_number(L, 1, "weight_decay", who)},
+      .lr = lo_group_number(L, 1, "lr", who),
+      .lr_decay = lo_group_number(L, 1, "lr_decay", who),
+      .init = lo_group_number(L, 1, "initial_accumulator_value", who)};
+  return each_param(L, who, adagrad_update, &k);
+}
+
+static void adadelta_update(lua_State *L, dp_tensor *p, const char *name, lua_Integer step, void *ctx) {
+  (void)step;
+  dp_tensor *sq = state_tensor(L, p, "square_avg", 0, "Adadelta");
+  dp_tensor *acc = state_tensor(L, p, "acc_delta", 0, "Adadelta");
+  LT_CHECK(L, dp_adadelta_step_(name, p, p->grad, sq, acc, ctx));
 }
 
 static int l_adadelta_step(lua_State *L) {
@@ -207,21 +230,7 @@ static int l_adadelta_step(lua_State *L) {
                         .rho = lo_group_number(L, 1, "rho", who),
                         .eps = lo_group_number(L, 1, "eps", who),
                         .weight_decay = lo_group_number(L, 1, "weight_decay", who)};
-  if (lua_getfield(L, 1, "params") != LUA_TTABLE) return luaL_error(L, "%s: group has no params list", who);
-  int params = lua_gettop(L);
-  for (lua_Integer i = 1, n = luaL_len(L, params); i <= n; i++) {
-    dp_tensor *p = lo_param_with_grad(L, params, i, who);
-    if (!p) continue;
-    lo_push_param_state(L, 2, i, params);
-    bump_step(L);
-    dp_tensor *sq = state_tensor(L, p, "square_avg", 0, who);
-    dp_tensor *acc = state_tensor(L, p, "acc_delta", 0, who);
-    lua_pop(L, 1);
-    char name[64];
-    snprintf(name, sizeof name, "%s: parameter %d", who, (int)i);
-    LT_CHECK(L, dp_adadelta_step_(name, p, p->grad, sq, acc, &a));
-  }
-  return 0;
+  return each_param(L, who, adadelta_update, &a);
 }
 
 void lt_open_model_layers(lua_State *L, int module, int methods) {

@@ -8,12 +8,7 @@ local core = require "ddplua.core"
 local Optimizer = require "ddplua.optim.optimizer"
 
 local function check_group(g, fail)
-  for _, key in ipairs({ "lr", "eps", "weight_decay" }) do
-    local v = g[key]
-    if type(v) ~= "number" or v ~= v or v < 0 then
-      fail(string.format("invalid %s %s (expected a number >= 0)", key, tostring(v)))
-    end
-  end
+  Optimizer.check_numbers(g, { "lr", "eps", "weight_decay" }, fail)
   local rho = g.rho
   if type(rho) ~= "number" or not (rho >= 0 and rho <= 1) then
     fail(string.format("invalid rho %s (expected a number in [0, 1])", tostring(rho)))

@@ -9,12 +9,7 @@ local core = require "ddplua.core"
 local Optimizer = require "ddplua.optim.optimizer"
 
 local function check_group(g, fail)
-  for _, key in ipairs({ "lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps" }) do
-    local v = g[key]
-    if type(v) ~= "number" or v ~= v or v < 0 then
-      fail(string.format("invalid %s %s (expected a number >= 0)", key, tostring(v)))
-    end
-  end
+  Optimizer.check_numbers(g, { "lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps" }, fail)
 end
 
 return Optimizer:extend("Adagrad",

@@ -8,12 +8,7 @@ local core = require "ddplua.core"
 local Optimizer = require "ddplua.optim.optimizer"
 
 local function check_group(g, fail)
-  for _, key in ipairs({ "lr", "eps", "weight_decay" }) do
-    local v = g[key]
-    if type(v) ~= "number" or v ~= v or v < 0 then
-      fail(string.format("invalid %s %s (expected a number >= 0)", key, tostring(v)))
-    end
-  end
+  Optimizer.check_numbers(g, { "lr", "eps", "weight_decay" }, fail)
   if type(g.amsgrad) ~= "boolean" then fail("amsgrad must be a boolean, got " .. tostring(g.amsgrad)) end
   local b = g.betas
   if type(b) ~= "table" or #b ~= 2 then fail("betas must be a pair {beta1, beta2}") end

@@ -15,6 +15,18 @@ local Optimizer = {}
 Optimizer.__index = Optimizer
 Optimizer.__name = "Optimizer"
 
+--- For a check_group: fail unless each g[key] is a number >= min (0 when
+--- not given), NaN refused.
+function Optimizer.check_numbers(g, keys, fail, min)
+  min = min or 0
+  for _, key in ipairs(keys) do
+    local v = g[key]
+    if type(v) ~= "number" or v ~= v or v < min then
+      fail(string.format("invalid %s %s (expected a number >= %g)", key, tostring(v), min))
+    end
+  end
+end
+
 --- A subclass: cls = Optimizer:extend(name, defaults, check_group, step_group)
 function Optimizer:extend(name, defaults, check_group, step_group)
   local cls = setmetatable({}, { __index = self, __call = function(c, ...) return c.new(c, ...) end })
