@@ -212,35 +212,9 @@ PAIR_TO_NT(TARGET_AVX2, pair_to_nt_f32_256, float, 32, __m256, _mm256_loadu_ps, 
 PAIR_TO_NT(TARGET_AVX2, pair_to_nt_f64_256, double, 32, __m256d, _mm256_loadu_pd, _mm256_storeu_pd, _mm256_stream_pd,
            _mm256_add_pd, _mm256_mul_pd, _mm256_div_pd, _mm256_set1_pd)
 
-TARGET_AVX512 static void copy_nt_512(char *restrict d, const char *restrict s, size_t n) {
-  for (size_t i = 0; i < n; i += 64) _mm512_stream_si512((void *)(d + i), _mm512_loadu_si512(s + i));
-}
-TARGET_AVX2 static void copy_nt_256(char *restrict d, const char *restrict s, size_t n) {
-  for (size_t i = 0; i < n; i += 32)
-    _mm256_stream_si256((__m256i *)(d + i), _mm256_loadu_si256((const __m256i *)(s + i)));
-}
-
 static int nt_bytes(void) { /* vector bytes of the instruction set in use, 0 without one */
   int w = dp_cpu_vec_get()->width;
   return w >= 16 ? 64 : w >= 8 ? 32 : 0;
-}
-
-void dp_copy_streamed(void *dst, const void *src, size_t nbytes) {
-  int vb = nt_bytes();
-  if (!vb) {
-    memcpy(dst, src, nbytes);
-    return;
-  }
-  char *d = dst;
-  const char *s = src;
-  size_t head = ((size_t)vb - (uintptr_t)d % (size_t)vb) % (size_t)vb;
-  if (head > nbytes) head = nbytes;
-  size_t body = (nbytes - head) / (size_t)vb * (size_t)vb;
-  memcpy(d, s, head);
-  if (vb == 64) copy_nt_512(d + head, s + head, body);
-  else copy_nt_256(d + head, s + head, body);
-  memcpy(d + head + body, s + head + body, nbytes - head - body);
-  _mm_sfence();
 }
 
 static bool pair_to_streamed(void *mine, void *slot, const void *peer, size_t n, dp_dtype dt, int div) {
@@ -251,7 +225,6 @@ static bool pair_to_streamed(void *mine, void *slot, const void *peer, size_t n,
   return true;
 }
 #else
-void dp_copy_streamed(void *dst, const void *src, size_t nbytes) { memcpy(dst, src, nbytes); }
 static bool pair_to_streamed(void *mine, void *slot, const void *peer, size_t n, dp_dtype dt, int div) {
   (void)mine, (void)slot, (void)peer, (void)n, (void)dt, (void)div;
   return false;

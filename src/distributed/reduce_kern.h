@@ -32,7 +32,8 @@ bool dp_reduce_pair_inplace(void *a, void *b, size_t n, dp_dtype dt, dp_redop op
  * move between the two cases: on the AMD EPYC VM here the 100 MiB two-rank
  * all_reduce ran at 10.3-11.3 GB/s plain against 6.6-7.2 streamed for a
  * while, then at 5.9-6.6 plain against 9.6-12.5 streamed (16 MiB: 6.8
- * against 17.8), from one minute to the next. */
+ * against 17.8), from one minute to the next. A staged copy with streamed
+ * stores is backends/cpu/cpu_vec.h's dp_cpu_copy_streamed. */
 typedef enum { DP_STAGE_PLAIN = 0, DP_STAGE_STREAMED = 1 } dp_stage_kind;
 
 /* mine = slot = (mine + peer) [/ avg_div] for sum/avg of float32/64, the
@@ -41,10 +42,6 @@ typedef enum { DP_STAGE_PLAIN = 0, DP_STAGE_STREAMED = 1 } dp_stage_kind;
  * without AVX2); false (nothing done) for other ops and dtypes. */
 bool dp_reduce_pair_to(void *mine, void *slot, const void *peer, size_t n, dp_dtype dt, dp_redop op, int avg_div,
                        dp_stage_kind kind);
-/* memcpy with non-temporal stores (AVX-512 or AVX2, as dp_cpu_vec_get
- * chose; plain memcpy without either), fenced. */
-void dp_copy_streamed(void *dst, const void *src, size_t nbytes);
-
 /* Which kind a group's staged collectives use, learnt as they run: each op
  * of at least DP_STAGE_MIN bytes is timed, and per size class (factors of
  * 4 from 256 KiB) the kind with the lower running mean of ns per byte is

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backends/cpu/cpu_vec.h"
 #include "core/error.h"
 #include "distributed/pg_cpu.h"
 #include "distributed/reduce_kern.h"
@@ -168,7 +169,7 @@ static double now_s(void) {
 }
 
 static void copy_staged(void *dst, const void *src, size_t nbytes, dp_stage_kind kind) {
-  if (kind == DP_STAGE_STREAMED) dp_copy_streamed(dst, src, nbytes);
+  if (kind == DP_STAGE_STREAMED) dp_cpu_copy_streamed(dst, src, nbytes);
   else memcpy(dst, src, nbytes);
 }
 

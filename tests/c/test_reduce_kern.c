@@ -5,7 +5,7 @@
  * other divisors, odd lengths; ops and dtypes it does not cover must be
  * refused and leave the data alone. Inputs are random, so the sums round.
  * The staged form (dp_reduce_pair_to) gives the same bits with plain and
- * with streamed stores at any alignment, dp_copy_streamed copies exactly,
+ * with streamed stores at any alignment, dp_cpu_copy_streamed copies exactly,
  * and dp_stage_pick/learn try both kinds, keep the faster, follow a change
  * and honour DDPLUA_SHM_STAGE. */
 #include <stdint.h>
@@ -94,7 +94,7 @@ static void check_copy_streamed(size_t n, size_t skew) {
   unsigned char *a = malloc(n + 64), *b = aligned_alloc(64, cap);
   for (size_t i = 0; i < n; i++) a[i] = (unsigned char)(i * 7 + 3);
   memset(b, 0xEE, n + 128);
-  dp_copy_streamed(b + skew, a, n);
+  dp_cpu_copy_streamed(b + skew, a, n);
   CHECK(memcmp(b + skew, a, n) == 0);
   size_t bad = 0; /* nothing around the destination touched */
   for (size_t i = 0; i < skew; i++) bad += b[i] != 0xEE;

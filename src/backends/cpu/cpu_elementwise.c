@@ -90,6 +90,12 @@ static void stream_bytes(char *d, const char *s, size_t n, int w) {
   memcpy(d + head + body, s + head + body, n - head - body);
   _mm_sfence();
 }
+void dp_cpu_copy_streamed(void *dst, const void *src, size_t n) {
+  int w = dp_cpu_vec_get()->width;
+  if (w < 8) memcpy(dst, src, n);
+  else stream_bytes(dst, src, n, w);
+}
+
 static void copy_bytes(char *d, const char *s, size_t n) {
   int w = n < STREAM_MIN ? 0 : dp_cpu_vec_get()->width; /* a row copy's usual case asks for no table */
   if (w < 8) memcpy(d, s, n);

@@ -128,6 +128,11 @@ const dp_cpu_vec *dp_cpu_vec_get(void);
 int dp_cpu_vec_set(const char *name);
 /* Whether this CPU runs the named set. */
 bool dp_cpu_vec_supported(const dp_cpu_vec *v);
+/* memcpy with non-temporal stores for the whole cache lines, at the width
+ * of the kernels in use (plain memcpy without AVX2), then a store fence:
+ * the copy is not left in this core's cache, and another thread or process
+ * may read it next (cpu_elementwise.c; the collectives' streamed staging). */
+void dp_cpu_copy_streamed(void *dst, const void *src, size_t n);
 /* The CPU's model name and the features the dispatch looks at:
  * "Intel(R) Xeon(R) ... | avx512f avx512bw ... amx-bf16 | kernels avx512" */
 const char *dp_cpu_describe(void);
