@@ -217,6 +217,12 @@ describe("DistributedDataParallel", function()
         fused:eval()
         plain:eval()
         same(fused(x), plain[4](plain[3](plain[2](plain[1](x)))), "the eval-mode output")
+        fused:train()
+        -- bad input through the fused block (training again): the module's own errors, every rank alike
+        local ok, err = pcall(function() return fused[2]:forward_relu_max_pool2d(ddp.randn(3, 4, 16, 16), fused[4]) end)
+        assert(not ok and tostring(err):find("expected input with 5 channels in dimension 2", 1, true), tostring(err))
+        ok, err = pcall(function() return fused[2]:forward_relu_max_pool2d(ddp.randn(3, 5), fused[4]) end)
+        assert(not ok and tostring(err):find("max_pool2d: expected a 3- or 4-dimensional input", 1, true), tostring(err))
         dist.destroy_process_group()
       end, R)
     end
