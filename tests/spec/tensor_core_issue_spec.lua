@@ -460,4 +460,27 @@ describe("bug 17: exit does not hang", function()
         assert.are.equal("256\t200\t45150.0\t45150.0\ttrue\n", r.out)
       end)
   end
+
+  -- A worker takes its buffer on its own thread, racing whatever else maps memory (a probe included): under
+  -- a limit OpenBLAS runs on the calling thread alone, so the process has the threads it has without BLAS.
+  it("under ulimit -v OpenBLAS starts no worker threads, whatever OPENBLAS_NUM_THREADS asks", function()
+    local path = os.tmpname() .. ".lua"
+    H.write(path, [[
+      local ddp = require "ddplua"
+      ddp.set_num_threads(4)
+      local a = ddp.ones(64, 64, { dtype = "float64" })
+      local s = a:matmul(a):sum():item()
+      print(s, io.open("/proc/self/status"):read("a"):match("Threads:%s*(%d+)"))
+    ]])
+    local function run(blas)
+      return H.sh("unset LD_PRELOAD; ulimit -v 1500000; OPENBLAS_NUM_THREADS=16 DDPLUA_BLAS=" .. blas ..
+        " timeout -s KILL 60 " .. H.q(H.bin) .. " " .. H.q(path))
+    end
+    local with, without = run("libopenblas.so.0"), run("none")
+    os.remove(path)
+    assert.are.equal(0, with.code, with.err)
+    assert.are.equal(0, without.code, without.err)
+    assert.are.equal("262144.0", with.out:match("^(%S+)"))
+    assert.are.equal(without.out, with.out)
+  end)
 end)

@@ -59,13 +59,14 @@ static struct {
  * which joins the workers, never finishes. So under a finite limit the
  * buffers are mapped once as a probe before OpenBLAS would take them
  * (PROT_NONE counts against the limit as the real buffer will): OpenBLAS is
- * given only the threads whose buffers fit, and when not even the calling
- * thread's fits, the plain loop (gemm_loop) computes the product, slowly,
- * never stuck. Without a limit nothing is probed. */
+ * given one thread (no workers: a worker takes its buffer on its own
+ * thread, at a moment nothing here can order against the probes, and a
+ * probe racing it made it fail), and when the calling thread's buffer does
+ * not fit, the plain loop (gemm_loop) computes the product, slowly, never
+ * stuck. Without a limit nothing is probed and OpenBLAS gets its threads. */
 enum { BLAS_BUFFER_PROBE = 160 << 20 }; /* the 128 MiB buffer, its guard pages, a worker's stack */
 static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
-static int blas_workers_held; /* OpenBLAS worker threads started, each holding its buffer (under blas_lock) */
-static bool blas_main_held;   /* a GEMM has run: the calling thread's buffer exists (atomic) */
+static bool blas_main_held; /* a GEMM has run: the calling thread's buffer exists (atomic) */
 
 static bool address_space_limited(void) {
   struct rlimit rl;
@@ -81,17 +82,11 @@ static bool address_space_fits(size_t buffers) {
   return true;
 }
 
-/* The most threads, up to `want`, whose buffers fit beside those OpenBLAS
- * holds (workers: threads - 1; the calling thread's: at its first GEMM). At
- * least 1: one thread starts no worker. Called under blas_lock. */
-static int blas_threads_that_fit(int want) {
+/* The threads OpenBLAS may run, up to `want`: one under an address-space
+ * limit (see above). */
+static int blas_threads_allowed(int want) {
   if (want < 1) want = 1;
-  if (!address_space_limited()) return want;
-  for (int t = want; t > 1; t--) {
-    int new_workers = t - 1 > blas_workers_held ? t - 1 - blas_workers_held : 0;
-    if (address_space_fits((size_t)new_workers + (blas_main_held ? 0 : 1))) return t;
-  }
-  return 1;
+  return address_space_limited() ? 1 : want;
 }
 
 /* The thread count OpenBLAS starts with at load: what it reads from the
@@ -112,15 +107,12 @@ static void load_blas(void) {
   const char *only = getenv("DDPLUA_BLAS");
   const char *names[] = {"libopenblas.so.0", "libopenblas.so", "libblas.so.3"};
   const char *last = "DDPLUA_BLAS=none";
-  pthread_mutex_lock(&blas_lock);
-  int start = blas_start_threads(), fit = blas_threads_that_fit(start);
-  if (fit < start) {
+  int start = blas_start_threads(), allowed = blas_threads_allowed(start);
+  if (allowed < start) {
     char n[16];
-    snprintf(n, sizeof n, "%d", fit);
+    snprintf(n, sizeof n, "%d", allowed);
     setenv("OPENBLAS_NUM_THREADS", n, 1);
   }
-  blas_workers_held = fit - 1;
-  pthread_mutex_unlock(&blas_lock);
   if (only && *only) {
     if (strcmp(only, "none") != 0) blas.lib = dlopen(only, RTLD_NOW | RTLD_LOCAL);
     if (!blas.lib && strcmp(only, "none") != 0) last = dlerror();
@@ -152,18 +144,14 @@ static int ensure_blas(void) {
 }
 
 /* The threads OpenBLAS is given: at most one per online core (more only
- * contend), and no more than the address space has room for. */
+ * contend), and one under an address-space limit. */
 int dp_blas_set_num_threads(int n) {
   if (ensure_blas()) return -1;
   blas.threads = n < 1 ? 1 : n;
   if (!blas.lib || !blas.set_threads) return 0;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   int t = cores >= 1 && blas.threads > cores ? (int)cores : blas.threads;
-  pthread_mutex_lock(&blas_lock);
-  t = blas_threads_that_fit(t);
-  if (t - 1 > blas_workers_held) blas_workers_held = t - 1;
-  blas.set_threads(t);
-  pthread_mutex_unlock(&blas_lock);
+  blas.set_threads(blas_threads_allowed(t));
   return 0;
 }
 
