@@ -92,4 +92,21 @@ print("done")
     ddp.set_num_threads(prev)
     assert.is_false(pcall(ddp.set_num_threads, 0))
   end)
+  it("set_num_threads loads no BLAS; the first float64 matmul starts OpenBLAS with that count", function()
+    -- OpenBLAS starts its workers as it loads (one per core); loaded by set_num_threads they idled, spinning at first
+    local ok, out = fresh([[
+local ddp = require "ddplua"
+local function status(k) return io.open("/proc/self/status"):read("a"):match(k .. ":%s*(%d+)") end
+local function blas() return io.open("/proc/self/maps"):read("a"):find("openblas", 1, true) ~= nil end
+local threads0 = status("Threads")
+ddp.set_num_threads(1)
+print("after set", blas(), os.getenv("OPENBLAS_NUM_THREADS"))
+local a = ddp.ones(64, 64, { dtype = "float64" })
+print("matmul", a:matmul(a):sum():item(), blas(), os.getenv("OPENBLAS_NUM_THREADS"), status("Threads") == threads0,
+  ddp.get_num_threads())
+]], "env -u OPENBLAS_NUM_THREADS -u LOCAL_WORLD_SIZE")
+    assert(ok, out)
+    assert.truthy(out:find("after set\tfalse\tnil\n", 1, true), out)
+    assert.truthy(out:find("matmul\t262144.0\ttrue\tnil\ttrue\t1\n", 1, true), out)
+  end)
 end)

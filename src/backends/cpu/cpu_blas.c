@@ -48,7 +48,7 @@ static struct {
   char *(*get_corename)(void);
   char err[256];    /* a BLAS library was loaded but is unusable */
   char absent[320]; /* no BLAS library: the plain loop runs (why) */
-  int threads;      /* what set_num_threads asked for (get_num_threads reports it) */
+  int threads;      /* what set_num_threads asked for, 0: not asked (under blas_lock) */
 } blas = {.once = PTHREAD_ONCE_INIT, .threads = 0};
 
 /* OpenBLAS and an address-space limit (RLIMIT_AS, `ulimit -v`). Every
@@ -89,6 +89,18 @@ static int blas_threads_allowed(int want) {
   return address_space_limited() ? 1 : want;
 }
 
+/* What set_num_threads' n gives OpenBLAS: at most one thread per online
+ * core (more only contend), one under an address-space limit. */
+static int blas_threads_for(int n) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return blas_threads_allowed(cores >= 1 && n > cores ? (int)cores : n);
+}
+
+/* Under blas_lock: whether load_blas has finished (set_num_threads before it
+ * only records the count, which load_blas starts OpenBLAS with: a script
+ * that sets threads and never multiplies float64 matrices loads no BLAS). */
+static bool blas_loaded;
+
 /* The thread count OpenBLAS starts with at load: what it reads from the
  * environment (in its order), else one per online core. */
 static int blas_start_threads(void) {
@@ -107,10 +119,19 @@ static void load_blas(void) {
   const char *only = getenv("DDPLUA_BLAS");
   const char *names[] = {"libopenblas.so.0", "libopenblas.so", "libblas.so.3"};
   const char *last = "DDPLUA_BLAS=none";
-  int start = blas_start_threads(), allowed = blas_threads_allowed(start);
-  if (allowed < start) {
-    char n[16];
-    snprintf(n, sizeof n, "%d", allowed);
+  pthread_mutex_lock(&blas_lock);
+  int asked = blas.threads;
+  pthread_mutex_unlock(&blas_lock);
+  /* OpenBLAS starts its workers as it loads, from OPENBLAS_NUM_THREADS:
+   * set it for the load alone when ddplua asks for another count, so no
+   * worker starts only to idle (a spinning worker slows the other core) */
+  int start = blas_start_threads(), threads = asked ? blas_threads_for(asked) : blas_threads_allowed(start);
+  const char *env = getenv("OPENBLAS_NUM_THREADS");
+  char saved[32] = "", n[16];
+  bool had = env != NULL, swap = threads != start;
+  if (had) snprintf(saved, sizeof saved, "%s", env);
+  if (swap) {
+    snprintf(n, sizeof n, "%d", threads);
     setenv("OPENBLAS_NUM_THREADS", n, 1);
   }
   if (only && *only) {
@@ -122,6 +143,8 @@ static void load_blas(void) {
       if (!blas.lib && i == 0) last = dlerror();
     }
   }
+  if (swap && had) setenv("OPENBLAS_NUM_THREADS", saved, 1);
+  if (swap && !had) unsetenv("OPENBLAS_NUM_THREADS");
   if (!blas.lib) {
     snprintf(blas.absent, sizeof blas.absent,
              "no BLAS library (%.200s): float64 matmuls use a plain loop (install Debian's libopenblas0 for speed)",
@@ -137,21 +160,29 @@ static void load_blas(void) {
   if (!blas.sgemm || !blas.dgemm) snprintf(blas.err, sizeof blas.err, "the BLAS library has no cblas_sgemm/dgemm");
 }
 
+static void load_blas_once(void) {
+  load_blas();
+  pthread_mutex_lock(&blas_lock);
+  blas_loaded = true;
+  int asked = blas.threads; /* set_num_threads may have run during the load */
+  if (asked && blas.lib && blas.set_threads) blas.set_threads(blas_threads_for(asked));
+  pthread_mutex_unlock(&blas_lock);
+}
+
 static int ensure_blas(void) {
-  pthread_once(&blas.once, load_blas);
+  pthread_once(&blas.once, load_blas_once);
   if (blas.err[0]) return dp_error("%s", blas.err);
   return 0;
 }
 
-/* The threads OpenBLAS is given: at most one per online core (more only
- * contend), and one under an address-space limit. */
+/* The threads OpenBLAS is given (blas_threads_for); before the first GEMM
+ * that needs OpenBLAS only recorded. */
 int dp_blas_set_num_threads(int n) {
-  if (ensure_blas()) return -1;
+  pthread_mutex_lock(&blas_lock);
   blas.threads = n < 1 ? 1 : n;
-  if (!blas.lib || !blas.set_threads) return 0;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  int t = cores >= 1 && blas.threads > cores ? (int)cores : blas.threads;
-  blas.set_threads(blas_threads_allowed(t));
+  bool loaded = blas_loaded;
+  if (loaded && blas.lib && blas.set_threads) blas.set_threads(blas_threads_for(blas.threads));
+  pthread_mutex_unlock(&blas_lock);
   return 0;
 }
 
@@ -165,8 +196,11 @@ static bool blas_call_fits(void) {
 }
 
 int dp_blas_get_num_threads(void) {
+  pthread_mutex_lock(&blas_lock);
+  int asked = blas.threads;
+  pthread_mutex_unlock(&blas_lock);
+  if (asked) return asked; /* what was asked for, as PyTorch reports it */
   if (ensure_blas()) return 1;
-  if (blas.threads) return blas.threads; /* what was asked for, as PyTorch reports it */
   if (!blas.lib) return 1;
   return blas.get_threads ? blas.get_threads() : 1;
 }
