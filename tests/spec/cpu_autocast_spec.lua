@@ -170,4 +170,54 @@ print("calls", used, "worst", worst, core.onednn_info())
     if core_has_onednn() then assert(tonumber(used) >= 3, out) else assert.equal(0, tonumber(used), out) end
     assert(tonumber(worst) <= 2 * BF16_EPS, out) -- one bfloat16 rounding apart at most
   end)
+
+  -- oneDNN's own threads are held at one; a process with spare cores splits a large bfloat16 GEMM over its pool
+  -- (rows, or columns when C is wider than tall; uneven parts too), each part its own matmul
+  it("splits a large bfloat16 GEMM over the pool's threads: the same values as one thread, within a rounding", function()
+    local ok, out = fresh([[
+local ddp = require "ddplua"
+local core = ddp.core
+ddp.manual_seed(7)
+local shapes = { { 200, 96, 512 }, { 64, 330, 512 }, { 256, 64, 512 } } -- rows x out x in: uneven rows, columns, even
+local function run(threads, m, n, k, x, w, b)
+  ddp.set_num_threads(threads)
+  local xx, ww = x:clone():requires_grad_(), w:clone():requires_grad_()
+  local c0 = core._onednn_calls()
+  local y
+  do
+    local _ <close> = ddp.autocast("bfloat16")
+    y = ddp.linear(xx, ww, b)
+  end
+  (y:float() * y:float()):sum():backward()
+  return { y:double(), xx.grad:double(), ww.grad:double() }, core._onednn_calls() - c0
+end
+for _, s in ipairs(shapes) do
+  local m, n, k = s[1], s[2], s[3]
+  local x, w, b = ddp.randn(m, k), ddp.randn(n, k) / 20, ddp.randn(n)
+  local one, calls1 = run(1, m, n, k, x, w, b)
+  local two, calls2 = run(2, m, n, k, x, w, b)
+  local ref = x:to("bfloat16"):double():matmul(w:to("bfloat16"):double():t()) + b:to("bfloat16"):double()
+  local worst = 0
+  for i = 1, 3 do
+    worst = math.max(worst, ((one[i] - two[i]):abs() / (one[i]:abs() + 1)):max():item())
+  end
+  local fwd = ((two[1] - ref):abs() / (ref:abs() + 1)):max():item()
+  print(string.format("shape %dx%dx%d calls %d %d worst %.6g fwd %.6g", m, n, k, calls1, calls2, worst, fwd))
+end
+print(core.onednn_info())
+]], "DDPLUA_DNNL_BF16=1")
+    assert(ok, out)
+    local n = 0
+    for m, nn_, k, c1, c2, worst, fwd in out:gmatch("shape (%d+)x(%d+)x(%d+) calls (%d+) (%d+) worst (%S+) fwd (%S+)") do
+      n = n + 1
+      local what = m .. "x" .. nn_ .. "x" .. k .. ": " .. out
+      if core_has_onednn() then
+        assert.equal(3, tonumber(c1), what) -- forward, dX, dW on one thread
+        assert(tonumber(c2) >= 5, what)     -- at least two of them split in two parts
+      end
+      assert(tonumber(worst) <= 2 * BF16_EPS, what)
+      assert(tonumber(fwd) <= 2 * BF16_EPS, what)
+    end
+    assert.equal(3, n, out)
+  end)
 end)

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_vec.h"
+#include "backends/cpu/sgemm.h"
+#include "backends/cpu/sgemm_kernels.h"
 
 #ifndef DDPLUA_HAVE_DNNL
 int dp_dnnl_gemm_bf16(const dp_gemm_args *g, const void *bias) {
@@ -20,6 +22,7 @@ bool dp_cpu_native_bf16(void) { return false; }
 #else
 
 #include <pthread.h>
+#include <stdio.h>
 
 #include "backends/cpu/cpu_dnnl_core.h"
 #include "core/error.h"
@@ -93,29 +96,35 @@ static int mm_make(const mm_key *k, mm_entry **out) {
   return 0;
 }
 
-int dp_dnnl_gemm_bf16(const dp_gemm_args *g, const void *bias) {
-  if (!dp_dnnl_available() || g->dtype != DP_BF16 || g->alpha != 1.0 || (g->beta != 0.0 && g->beta != 1.0) ||
-      g->m <= 0 || g->n <= 0 || g->k <= 0 || g->batch <= 0)
-    return 0;
-  mm_key key = {g->trans_a, g->trans_b, g->m,        g->n,        g->k,        g->batch,       g->lda,
-                g->ldb,     g->ldc,     g->stride_a, g->stride_b, g->stride_c, g->beta != 0.0, bias != NULL};
-  mm_entry *e = NULL;
+/* The cached primitive for `key` (made on the calling thread, so its
+ * jit kernels take one OpenMP thread); *temp: past the cache's size, the
+ * caller frees it (mm_free). *e NULL: oneDNN has no implementation. */
+static int mm_get(const mm_key *key, mm_entry **e, bool *temp) {
+  *e = NULL, *temp = false;
   dp_dnnl_cache_lock();
   for (mm_entry *c = mm_cache; c; c = c->next)
-    if (memcmp(&c->key, &key, sizeof key) == 0) e = c;
+    if (memcmp(&c->key, key, sizeof *key) == 0) *e = c;
   dp_dnnl_cache_unlock();
-  bool temp = false;
-  if (!e) {
-    if (mm_make(&key, &e)) return -1;
-    if (!e) return 0;
-    dp_dnnl_cache_lock();
-    if (mm_cached < DP_DNNL_CACHE_MAX) {
-      e->next = mm_cache, mm_cache = e, mm_cached++;
-    } else {
-      temp = true;
-    }
-    dp_dnnl_cache_unlock();
+  if (*e) return 0;
+  if (mm_make(key, e)) return -1;
+  if (!*e) return 0;
+  dp_dnnl_cache_lock();
+  if (mm_cached < DP_DNNL_CACHE_MAX) {
+    (*e)->next = mm_cache, mm_cache = *e, mm_cached++;
+  } else {
+    *temp = true;
   }
+  dp_dnnl_cache_unlock();
+  return 0;
+}
+
+static void mm_free(mm_entry *e) {
+  dnnl_primitive_destroy(e->prim);
+  free(e);
+}
+
+/* Runs primitive e on A, B, C (and bias) on the calling thread's stream. */
+static int mm_run(const mm_entry *e, const void *a, const void *b, void *c, const void *bias) {
   dnnl_stream_t st = dp_dnnl_thread_stream();
   void *scratch = e->scratch ? dp_cpu_alloc(e->scratch) : NULL;
   dnnl_memory_t m[5] = {NULL, NULL, NULL, NULL, NULL};
@@ -123,9 +132,9 @@ int dp_dnnl_gemm_bf16(const dp_gemm_args *g, const void *bias) {
   dnnl_dims_t sd = {(int64_t)e->scratch};
   dnnl_memory_desc_init_by_tag(&sp_md, 1, sd, dnnl_u8, dnnl_x);
   int rc = st && (!e->scratch || scratch) ? 0 : dp_error("oneDNN: no stream or scratch memory for a matmul");
-  if (!rc && (dnnl_memory_create(&m[0], &e->a, dp_dnnl_engine(), (void *)g->a) != dnnl_success ||
-              dnnl_memory_create(&m[1], &e->b, dp_dnnl_engine(), (void *)g->b) != dnnl_success ||
-              dnnl_memory_create(&m[2], &e->c, dp_dnnl_engine(), g->c) != dnnl_success ||
+  if (!rc && (dnnl_memory_create(&m[0], &e->a, dp_dnnl_engine(), (void *)a) != dnnl_success ||
+              dnnl_memory_create(&m[1], &e->b, dp_dnnl_engine(), (void *)b) != dnnl_success ||
+              dnnl_memory_create(&m[2], &e->c, dp_dnnl_engine(), c) != dnnl_success ||
               (scratch && dnnl_memory_create(&m[3], &sp_md, dp_dnnl_engine(), scratch) != dnnl_success) ||
               (bias && dnnl_memory_create(&m[4], &e->bias, dp_dnnl_engine(), (void *)bias) != dnnl_success)))
     rc = dp_error("oneDNN: memory for a matmul failed");
@@ -141,11 +150,92 @@ int dp_dnnl_gemm_bf16(const dp_gemm_args *g, const void *bias) {
   for (int i = 0; i < 5; i++)
     if (m[i]) dnnl_memory_destroy(m[i]);
   if (scratch) dp_cpu_free(scratch, e->scratch);
-  if (temp) {
-    dnnl_primitive_destroy(e->prim);
-    free(e);
+  return rc;
+}
+
+/* ---- one matmul over the GEMM pool's threads ----
+ * oneDNN's own threads are held at one (cpu_dnnl_core.c), so a process
+ * with spare cores splits the product itself: C's rows (or, when C is
+ * wider than tall, its columns) in parts of whole SPLIT_ALIGN blocks, one
+ * part per pool thread, each part a matmul of its own shape (at most two
+ * shapes: the full parts and the last), run on its thread's stream with
+ * its own scratchpad. Parts below PART_MIN_FLOP are not worth a wake-up. */
+enum { SPLIT_ALIGN = 32 };
+#define PART_MIN_FLOP 4e6
+
+typedef struct {
+  const dp_gemm_args *g;
+  const void *bias;
+  bool by_rows;
+  int64_t chunk; /* rows (or columns) per part; the last part has the rest */
+  mm_entry *full, *last;
+  int failed; /* atomic */
+  char err[256];
+} mm_split;
+
+static void mm_part(void *vctx, int part) {
+  mm_split *s = vctx;
+  const dp_gemm_args *g = s->g;
+  int64_t lo = part * s->chunk, whole = s->by_rows ? g->m : g->n;
+  const mm_entry *e = lo + s->chunk >= whole ? s->last : s->full;
+  const uint16_t *a = g->a, *b = g->b, *bias = s->bias;
+  uint16_t *c = g->c;
+  if (s->by_rows) {
+    a += g->trans_a ? lo : lo * g->lda;
+    c += lo * g->ldc;
+  } else {
+    b += g->trans_b ? lo * g->ldb : lo;
+    c += lo;
+    if (bias) bias += lo;
   }
-  return rc ? -1 : 1;
+  dp_dnnl_one_omp_thread();
+  if (mm_run(e, a, b, c, bias) && !__atomic_exchange_n(&s->failed, 1, __ATOMIC_ACQ_REL))
+    snprintf(s->err, sizeof s->err, "%s", dp_errmsg());
+}
+
+/* How many parts: one per pool thread while each keeps PART_MIN_FLOP and a
+ * whole SPLIT_ALIGN block of the split axis. */
+static int mm_parts(const dp_gemm_args *g, int64_t along) {
+  int threads = dp_sgemm_get_num_threads();
+  if (threads > DP_SG_MAX_THREADS) threads = DP_SG_MAX_THREADS;
+  double flop = 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)g->batch;
+  int parts = 1;
+  while (parts < threads && flop / (parts + 1) >= PART_MIN_FLOP && along / (parts + 1) >= SPLIT_ALIGN) parts++;
+  return parts;
+}
+
+int dp_dnnl_gemm_bf16(const dp_gemm_args *g, const void *bias) {
+  if (!dp_dnnl_available() || g->dtype != DP_BF16 || g->alpha != 1.0 || (g->beta != 0.0 && g->beta != 1.0) ||
+      g->m <= 0 || g->n <= 0 || g->k <= 0 || g->batch <= 0)
+    return 0;
+  bool by_rows = g->m >= g->n;
+  int64_t along = by_rows ? g->m : g->n;
+  int parts = dp_sg_in_parallel() ? 1 : mm_parts(g, along);
+  int64_t chunk = (along + parts - 1) / parts;
+  chunk = (chunk + SPLIT_ALIGN - 1) / SPLIT_ALIGN * SPLIT_ALIGN;
+  parts = (int)((along + chunk - 1) / chunk);
+  int64_t rest = along - (parts - 1) * chunk;
+  mm_key key = {g->trans_a, g->trans_b, g->m,        g->n,        g->k,        g->batch,       g->lda,
+                g->ldb,     g->ldc,     g->stride_a, g->stride_b, g->stride_c, g->beta != 0.0, bias != NULL};
+  mm_key last_key = key;
+  if (by_rows) key.m = parts > 1 ? chunk : g->m, last_key.m = rest;
+  else key.n = parts > 1 ? chunk : g->n, last_key.n = rest;
+  mm_entry *full = NULL, *last = NULL;
+  bool full_temp = false, last_temp = false;
+  int rc = mm_get(&key, &full, &full_temp);
+  if (!rc && full && parts > 1 && rest != chunk) rc = mm_get(&last_key, &last, &last_temp);
+  else last = full;
+  if (!rc && full && last) {
+    mm_split s = {
+        .g = g, .bias = bias, .by_rows = by_rows, .chunk = parts > 1 ? chunk : along, .full = full, .last = last};
+    if (parts > 1) dp_sg_parallel(parts, mm_part, &s);
+    else mm_part(&s, 0);
+    if (s.failed) rc = dp_error("%s", s.err);
+  }
+  if (full && full_temp) mm_free(full);
+  if (last && last != full && last_temp) mm_free(last);
+  if (rc) return -1;
+  return full && last ? 1 : 0;
 }
 
 #endif
