@@ -197,6 +197,11 @@ static int l_onednn_winograd_calls(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)dp_dnnl_winograd_calls());
   return 1;
 }
+/* core._onednn_bf16_conv_calls(): convolutions computed in bfloat16 so far (cpu_dnnl.h) */
+static int l_onednn_bf16_conv_calls(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)dp_dnnl_bf16_conv_calls());
+  return 1;
+}
 static int l_set_onednn(lua_State *L) {
   luaL_checktype(L, 1, LUA_TBOOLEAN);
   bool was = dp_dnnl_available();
@@ -408,6 +413,7 @@ int luaopen_ddplua_core(lua_State *L) {
                                    {"_onednn_calls", l_onednn_calls},
                                    {"set_conv_winograd", l_set_conv_winograd},
                                    {"_onednn_winograd_calls", l_onednn_winograd_calls},
+                                   {"_onednn_bf16_conv_calls", l_onednn_bf16_conv_calls},
                                    {"set_cpu_kernels", l_set_cpu_kernels},
                                    {"set_attention_amx", l_set_attention_amx},
                                    {"attention_bf16", l_attention_bf16},

@@ -220,4 +220,59 @@ print(core.onednn_info())
     end
     assert.equal(3, n, out)
   end)
+
+  -- bfloat16 convolutions in bfloat16 through oneDNN where the CPU has it natively (forced here): forward and both
+  -- backwards, float32 accumulation, the weight gradient's chunks summed in float32; checked against float64 from
+  -- the same bfloat16 values, with batches that split unevenly over the threads, strides, no bias, few channels
+  it("computes conv2d in bfloat16 through oneDNN (native bfloat16 forced), within a rounding of float64", function()
+    local ok, out = fresh([[
+local ddp = require "ddplua"
+local F, core = ddp.nn.F, ddp.core
+ddp.set_num_threads(2)
+ddp.manual_seed(8)
+-- n, in, out, size, stride, padding, bias, the calls in bfloat16 (a single input channel: the forward only; its
+-- weight gradient by im2col + GEMM, the input's by GEMM + col2im, both in bfloat16 too)
+local cases = { { 5, 16, 32, 9, 1, 1, true, 2 }, { 4, 32, 16, 8, 2, 0, false, 2 }, { 3, 3, 16, 10, 1, 1, true, 2 },
+  { 4, 1, 16, 12, 1, 1, true, 1 } }
+for _, c in ipairs(cases) do
+  local n, cin, cout, h, stride, pad, bias, want = table.unpack(c)
+  local x, w = ddp.randn(n, cin, h, h), ddp.randn(cout, cin, 3, 3) / 4
+  local b = bias and ddp.randn(cout) or nil
+  local xx, ww, bb = x:clone():requires_grad_(), w:clone():requires_grad_(), b and b:clone():requires_grad_()
+  local c0 = core._onednn_bf16_conv_calls()
+  local y
+  do
+    local _ <close> = ddp.autocast("bfloat16")
+    y = F.conv2d(xx, ww, bb, stride, pad)
+  end
+  local r = ddp.randn(y:size(1), y:size(2), y:size(3), y:size(4))
+  local loss = (y:float() * r):sum()
+  loss:backward()
+  local calls = core._onednn_bf16_conv_calls() - c0
+  local function bf(t) return t:to("bfloat16"):double() end
+  local xr, wr = bf(x):requires_grad_(), bf(w):requires_grad_()
+  local br = b and bf(b):requires_grad_() or nil
+  local yr = F.conv2d(xr, wr, br, stride, pad)
+  local loss_r = (yr * bf(r)):sum()
+  loss_r:backward()
+  local function err(got, want) return ((got:double() - want):abs():max() / want:abs():max()):item() end
+  print(string.format("case %dx%d->%d calls %d want %d y %.3g gx %.3g gw %.3g gb %.3g", n, cin, cout, calls, want,
+    err(y, yr),
+    err(xx.grad, xr.grad), err(ww.grad, wr.grad), b and err(bb.grad, br.grad) or 0))
+end
+print(core.onednn_info())
+]], "DDPLUA_DNNL_BF16=1")
+    assert(ok, out)
+    local seen = 0
+    for what, calls, want, y, gx, gw, gb in
+      out:gmatch("case (%S+) calls (%d+) want (%d+) y (%S+) gx (%S+) gw (%S+) gb (%S+)") do
+      seen = seen + 1
+      -- the forward and the backward (both gradients, or the weights' when few channels leave the input's to col2im)
+      if core_has_onednn() then assert.equal(tonumber(want), tonumber(calls), what .. ": " .. out) end
+      for name, e in pairs({ y = y, gx = gx, gw = gw, gb = gb }) do
+        assert(tonumber(e) <= 2 * BF16_EPS, what .. " " .. name .. ": " .. out)
+      end
+    end
+    assert.equal(4, seen, out)
+  end)
 end)

@@ -2,8 +2,9 @@
  * as a GEMM over the column matrix) and max / average pooling.
  *
  * All tensors are contiguous NCHW (the op layer guarantees it). float32 has
- * dedicated loops (rows copied with memcpy where the stride is 1); every
- * other dtype goes through the double reference path, which evaluates each
+ * dedicated loops (rows copied with memcpy where the stride is 1; im2col,
+ * a copy, serves bfloat16 and float16 too); every other dtype goes through
+ * the double reference path, which evaluates each
  * window element by element with explicit bounds checks so the specs can
  * hold the fast path against it. */
 #include <math.h>
@@ -14,6 +15,7 @@
 #include "backends/cpu/cpu_vec.h"
 #include "core/error.h"
 #include "ops/scalar_math.h"
+#include "tensor/storage.h"
 
 #define LD(t, p, i) dp_load_d((const char *)(p) + (size_t)(i)*dp_elsize(t), (t)->dtype)
 #define ST(t, p, i, v) dp_store_d((char *)(p) + (size_t)(i)*dp_elsize(t), (t)->dtype, (v))
@@ -29,29 +31,35 @@ static void valid_cols(const dp_window2d *g, int64_t kj, int64_t *lo, int64_t *h
 
 /* ---- im2col: cols[n, (c*kh + ki)*kw + kj, oy*ow + ox] = x[n, c, iy, ix] ---- */
 
-static void im2col_f32(float *cols, const float *x, const dp_window2d *g, int64_t nb) {
+/* A copy, so one loop serves every 2- and 4-byte dtype: float32, and
+ * bfloat16 / float16 (autocast's) bit for bit; padding is all-zero bits,
+ * which is +0 in each. */
+static void im2col_bits(char *cols, const char *x, const dp_window2d *g, int64_t nb, size_t es) {
   int64_t L = g->oh * g->ow, plane = g->h * g->w, kk = g->kh * g->kw;
   for (int64_t n = 0; n < nb; n++)
     for (int64_t c = 0; c < g->c; c++) {
-      const float *xp = x + (n * g->c + c) * plane;
+      const char *xp = x + (size_t)((n * g->c + c) * plane) * es;
       for (int64_t ki = 0; ki < g->kh; ki++)
         for (int64_t kj = 0; kj < g->kw; kj++) {
-          float *row = cols + ((n * g->c + c) * kk + ki * g->kw + kj) * L;
+          char *row = cols + (size_t)(((n * g->c + c) * kk + ki * g->kw + kj) * L) * es;
           int64_t lo, hi;
           valid_cols(g, kj, &lo, &hi);
           for (int64_t oy = 0; oy < g->oh; oy++) {
-            float *r = row + oy * g->ow;
+            char *r = row + (size_t)(oy * g->ow) * es;
             int64_t iy = oy * g->sh - g->ph + ki * g->dh;
             if (iy < 0 || iy >= g->h) {
-              memset(r, 0, sizeof(float) * (size_t)g->ow);
+              memset(r, 0, es * (size_t)g->ow);
               continue;
             }
-            const float *src = xp + iy * g->w - g->pw + kj * g->dw; /* src[ox * sw] is column ox */
-            for (int64_t ox = 0; ox < lo; ox++) r[ox] = 0.f;
-            if (g->sw == 1) memcpy(r + lo, src + lo, sizeof(float) * (size_t)(hi - lo));
+            /* src + ox * sw * es is column ox (the offset may point before the row: only [lo, hi) is read) */
+            int64_t first = iy * g->w - g->pw + kj * g->dw;
+            memset(r, 0, es * (size_t)lo);
+            if (g->sw == 1) memcpy(r + (size_t)lo * es, xp + (size_t)(first + lo) * es, es * (size_t)(hi - lo));
+            else if (es == 4)
+              for (int64_t ox = lo; ox < hi; ox++) ((float *)r)[ox] = ((const float *)xp)[first + ox * g->sw];
             else
-              for (int64_t ox = lo; ox < hi; ox++) r[ox] = src[ox * g->sw];
-            for (int64_t ox = hi; ox < g->ow; ox++) r[ox] = 0.f;
+              for (int64_t ox = lo; ox < hi; ox++) ((uint16_t *)r)[ox] = ((const uint16_t *)xp)[first + ox * g->sw];
+            memset(r + (size_t)hi * es, 0, es * (size_t)(g->ow - hi));
           }
         }
     }
@@ -59,8 +67,9 @@ static void im2col_f32(float *cols, const float *x, const dp_window2d *g, int64_
 
 int dp_cpu_im2col(dp_tensor *cols, const dp_tensor *x, const dp_window2d *g, int64_t n0, int64_t nb) {
   int64_t plane = g->h * g->w, img = g->c * plane;
-  if (x->dtype == DP_F32 && cols->dtype == DP_F32) {
-    im2col_f32(dp_data(cols), (const float *)dp_data(x) + n0 * img, g, nb);
+  if (x->dtype == cols->dtype && (x->dtype == DP_F32 || x->dtype == DP_BF16 || x->dtype == DP_F16)) {
+    size_t es = dp_elsize(x);
+    im2col_bits(dp_data(cols), (const char *)dp_data(x) + (size_t)(n0 * img) * es, g, nb, es);
     return 0;
   }
   const char *xp = dp_data(x);
@@ -105,12 +114,35 @@ static void col2im_f32(float *gx, const float *cols, const dp_window2d *g, int64
     }
 }
 
+/* bfloat16 / float16 (autocast's): an image at a time, its gradient and
+ * columns widened to float32, the float32 loop, one rounding per element
+ * (instead of one per overlapping window) */
+static int col2im_half(dp_tensor *gx, const dp_tensor *cols, const dp_window2d *g, int64_t n0, int64_t nb) {
+  int64_t plane = g->h * g->w, img = g->c * plane, ncol = g->c * g->kh * g->kw * g->oh * g->ow;
+  size_t bytes = sizeof(float) * (size_t)(img + ncol);
+  float *buf = dp_cpu_alloc(bytes ? bytes : 4);
+  if (!buf) return dp_error("col2im: out of memory for a %s image's float32 copy", dp_dtype_name(gx->dtype));
+  const dp_cpu_vec *v = dp_cpu_vec_get();
+  uint16_t *gp = (uint16_t *)dp_data(gx) + n0 * img;
+  const uint16_t *cp = dp_data(cols);
+  for (int64_t n = 0; n < nb; n++) {
+    v->cast(buf, DP_F32, gp + n * img, gx->dtype, img);
+    v->cast(buf + img, DP_F32, cp + n * ncol, cols->dtype, ncol);
+    col2im_f32(buf, buf + img, g, 1);
+    v->cast(gp + n * img, gx->dtype, buf, DP_F32, img);
+  }
+  dp_cpu_free(buf, bytes ? bytes : 4);
+  return 0;
+}
+
 int dp_cpu_col2im(dp_tensor *gx, const dp_tensor *cols, const dp_window2d *g, int64_t n0, int64_t nb) {
   int64_t plane = g->h * g->w, img = g->c * plane;
   if (gx->dtype == DP_F32 && cols->dtype == DP_F32) {
     col2im_f32((float *)dp_data(gx) + n0 * img, dp_data(cols), g, nb);
     return 0;
   }
+  if (gx->dtype == cols->dtype && (gx->dtype == DP_BF16 || gx->dtype == DP_F16))
+    return col2im_half(gx, cols, g, n0, nb);
   char *gp = dp_data(gx);
   const char *cp = dp_data(cols);
   int64_t k = 0;

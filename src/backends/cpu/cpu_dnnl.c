@@ -26,6 +26,7 @@ int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const d
   (void)gx, (void)gw, (void)gb, (void)gy, (void)x, (void)w, (void)g;
   return 0;
 }
+long dp_dnnl_bf16_conv_calls(void) { return 0; }
 #else
 
 #include <oneapi/dnnl/dnnl.h>
@@ -68,7 +69,9 @@ static int run_entry_ready(const conv_entry *e, const void *a, bool a_ready, con
   dnnl_memory_t m[5] = {NULL, NULL, NULL, NULL, NULL};
   dnnl_memory_desc_t bias_md, sp_md;
   dnnl_dims_t bd = {e->key.o};
-  dnnl_memory_desc_init_by_tag(&bias_md, 1, bd, dnnl_f32, dnnl_x);
+  /* a bfloat16 forward's bias is the caller's bfloat16; a weight gradient's bias gradient float32 (key_dt) */
+  dnnl_data_type_t bias_dt = e->key.bf16 && e->key.kind == K_FWD_BIAS ? dnnl_bf16 : dnnl_f32;
+  dnnl_memory_desc_init_by_tag(&bias_md, 1, bd, bias_dt, dnnl_x);
   dnnl_dims_t sd = {(int64_t)e->scratch};
   dnnl_memory_desc_init_by_tag(&sp_md, 1, sd, dnnl_u8, dnnl_x);
   for (int i = 0; i < 3 && !rc; i++)
@@ -122,8 +125,10 @@ typedef struct {
   char *c;
   size_t c_img;      /* bytes per image of c (0: c is per chunk, bwd weights) */
   char **c_part;     /* bwd weights: each part's partial gradient */
-  float *bias;       /* forward bias */
+  void *bias;        /* forward bias */
   float **bias_part; /* bwd weights: each part's partial bias gradient */
+  bool bf16;         /* bfloat16 data (weight and bias gradients float32) */
+  size_t es;         /* bytes per element of the data: 2 or 4 */
   pthread_mutex_t mu;
   bool failed;
   char err[256];
@@ -169,9 +174,10 @@ static int64_t chunk_cap(int kind, const dp_window2d *g, int64_t o) {
 
 /* Sets up k's chunks and entries for `kind`; 0 with k->e[0] NULL when
  * oneDNN declines. */
-static int plan(conv_call *k, int kind, const dp_window2d *g, int64_t o) {
+static int plan(conv_call *k, int kind, const dp_window2d *g, int64_t o, bool bf16) {
   memset(k, 0, sizeof *k);
   pthread_mutex_init(&k->mu, NULL);
+  k->bf16 = bf16, k->es = bf16 ? 2 : 4;
   int threads = dp_sgemm_get_num_threads();
   threads = threads < DP_SG_MAX_THREADS ? threads : DP_SG_MAX_THREADS;
   k->parts = g->n < threads ? g->n : threads;
@@ -180,7 +186,7 @@ static int plan(conv_call *k, int kind, const dp_window2d *g, int64_t o) {
   if (k->nb > cap) k->nb = cap;
   k->parts = (g->n + k->nb - 1) / k->nb;
   int64_t last = g->n - (k->parts - 1) * k->nb;
-  conv_key k0 = dp_dnnl_conv_key(kind, k->nb, g, o), k1 = dp_dnnl_conv_key(kind, last, g, o);
+  conv_key k0 = dp_dnnl_conv_key(kind, k->nb, g, o, bf16), k1 = dp_dnnl_conv_key(kind, last, g, o, bf16);
   if (dp_dnnl_conv_entry_get(&k0, &k->e[0], &k->temp[0])) return -1;
   if (!k->e[0]) return 0;
   if (last == k->nb) {
@@ -262,13 +268,38 @@ static int narrowed(dp_tensor *dst, dp_tensor *src) {
   return rc;
 }
 
-static int conv2d_f32(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g);
-static int conv2d_backward_f32(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
-                               const dp_tensor *w, const dp_window2d *g);
+static int conv2d_run(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g,
+                      bool bf16);
+static int conv2d_backward_run(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
+                               const dp_tensor *w, const dp_window2d *g, bool bf16);
+#define conv2d_f32(y, x, w, b, g) conv2d_run(y, x, w, b, g, false)
+#define conv2d_backward_f32(gx, gw, gb, gy, x, w, g) conv2d_backward_run(gx, gw, gb, gy, x, w, g, false)
+
+/* bfloat16 convolutions in bfloat16 where the CPU computes it natively
+ * (dp_cpu_native_bf16: AMX, AVX512-BF16) and DDPLUA_CONV_BF16 is not 0;
+ * elsewhere, or where oneDNN declines the shape, widened to float32. */
+static long bf16_conv_calls; /* atomic */
+long dp_dnnl_bf16_conv_calls(void) { return __atomic_load_n(&bf16_conv_calls, __ATOMIC_RELAXED); }
+
+static bool conv_bf16_native(void) {
+  static int on = -1; /* atomic */
+  int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+  if (v < 0) {
+    const char *e = getenv("DDPLUA_CONV_BF16");
+    v = dp_cpu_native_bf16() && !(e && strcmp(e, "0") == 0);
+    __atomic_store_n(&on, v, __ATOMIC_RELAXED);
+  }
+  return v;
+}
 
 int dp_dnnl_conv2d(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g) {
   if (!(is_bf16(y) && is_bf16(x) && is_bf16(w) && (!b || is_bf16(b)))) return conv2d_f32(y, x, w, b, g);
   if (!dp_dnnl_available() || !wanted(b ? K_FWD_BIAS : K_FWD, g)) return 0;
+  if (conv_bf16_native()) {
+    int native = conv2d_run(y, x, w, b, g, true);
+    if (native > 0) __atomic_fetch_add(&bf16_conv_calls, 1, __ATOMIC_RELAXED);
+    if (native) return native;
+  }
   bool fail = false;
   dp_tensor *y32 = widened(y, &fail), *x32 = widened(x, &fail), *w32 = widened(w, &fail), *b32 = widened(b, &fail);
   int rc = fail ? dp_error("conv2d: out of memory for the float32 operands of a bfloat16 convolution")
@@ -286,6 +317,11 @@ int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const d
       is_bf16(gy) && is_bf16(x) && is_bf16(w) && (!gx || is_bf16(gx)) && (!gw || is_bf16(gw)) && (!gb || is_bf16(gb));
   if (!bf) return conv2d_backward_f32(gx, gw, gb, gy, x, w, g);
   if (!dp_dnnl_available() || (gx && !wanted(K_BWD_DATA, g))) return 0;
+  if (conv_bf16_native()) {
+    int native = conv2d_backward_run(gx, gw, gb, gy, x, w, g, true);
+    if (native > 0) __atomic_fetch_add(&bf16_conv_calls, 1, __ATOMIC_RELAXED);
+    if (native) return native;
+  }
   bool fail = false;
   dp_tensor *gy32 = widened(gy, &fail), *x32 = widened(x, &fail), *w32 = widened(w, &fail);
   dp_tensor *gx32 = widened(gx, &fail), *gw32 = widened(gw, &fail), *gb32 = widened(gb, &fail);
@@ -298,15 +334,16 @@ int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const d
   return rc;
 }
 
-static int conv2d_f32(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g) {
-  if (!dp_dnnl_available() || x->dtype != DP_F32 || w->dtype != DP_F32 || y->dtype != DP_F32 ||
-      (b && b->dtype != DP_F32) || g->n < 1)
+static int conv2d_run(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g,
+                      bool bf16) {
+  dp_dtype dt = bf16 ? DP_BF16 : DP_F32;
+  if (!dp_dnnl_available() || x->dtype != dt || w->dtype != dt || y->dtype != dt || (b && b->dtype != dt) || g->n < 1)
     return 0;
   int kind = b ? K_FWD_BIAS : K_FWD;
   if (!wanted(kind, g)) return 0;
   conv_call k;
   int64_t o = w->shape[0];
-  if (plan(&k, kind, g, o)) return -1;
+  if (plan(&k, kind, g, o, bf16)) return -1;
   if (!k.e[0]) {
     finish(&k);
     return 0;
@@ -315,8 +352,8 @@ static int conv2d_f32(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, cons
   size_t wsize = 0;
   int rc = prepare_weights(&k, dp_data(w), &wbuf, &wsize);
   if (!rc) {
-    k.a = dp_data(x), k.a_img = (size_t)(g->c * g->h * g->w) * 4;
-    k.c = dp_data(y), k.c_img = (size_t)(o * g->oh * g->ow) * 4;
+    k.a = dp_data(x), k.a_img = (size_t)(g->c * g->h * g->w) * k.es;
+    k.c = dp_data(y), k.c_img = (size_t)(o * g->oh * g->ow) * k.es;
     k.bias = b ? dp_data(b) : NULL;
     rc = run_call(&k);
   }
@@ -331,8 +368,8 @@ static int data_setup(conv_call *k, dp_tensor *gx, const dp_tensor *gy, const dp
                       int64_t o, void **wbuf, size_t *wsize) {
   int rc = prepare_weights(k, dp_data(w), wbuf, wsize);
   if (!rc) {
-    k->a = dp_data(gy), k->a_img = (size_t)(o * g->oh * g->ow) * 4;
-    k->c = dp_data(gx), k->c_img = (size_t)(g->c * g->h * g->w) * 4;
+    k->a = dp_data(gy), k->a_img = (size_t)(o * g->oh * g->ow) * k->es;
+    k->c = dp_data(gx), k->c_img = (size_t)(g->c * g->h * g->w) * k->es;
   }
   return rc;
 }
@@ -410,35 +447,45 @@ static int backward_weights(conv_call *k, dp_tensor *gw, dp_tensor *gb, const dp
   char *cpart[DP_SG_MAX_THREADS] = {NULL};
   float *bpart[DP_SG_MAX_THREADS] = {NULL};
   int rc = 0;
-  /* part 0 writes the result itself; the others into buffers summed after */
-  cpart[0] = dp_data(gw), bpart[0] = gb ? dp_data(gb) : NULL;
-  for (int64_t p = 1; p < parts && !rc; p++) {
+  /* part 0 writes a float32 result itself; the others (and a bfloat16
+   * call's part 0) into float32 buffers summed after */
+  int64_t first = k->bf16 ? 0 : 1;
+  if (!k->bf16) cpart[0] = dp_data(gw), bpart[0] = gb ? dp_data(gb) : NULL;
+  for (int64_t p = first; p < parts && !rc; p++) {
     cpart[p] = dp_cpu_alloc(wbytes), bpart[p] = gb ? dp_cpu_alloc(bbytes) : NULL;
     if (!cpart[p] || (gb && !bpart[p])) rc = dp_error("oneDNN: out of memory for partial weight gradients");
   }
   if (!rc) {
-    k->a = dp_data(x), k->a_img = (size_t)(g->c * g->h * g->w) * 4;
-    k->b = dp_data(gy), k->b_img = (size_t)(o * g->oh * g->ow) * 4, k->b_per_image = true;
+    k->a = dp_data(x), k->a_img = (size_t)(g->c * g->h * g->w) * k->es;
+    k->b = dp_data(gy), k->b_img = (size_t)(o * g->oh * g->ow) * k->es, k->b_per_image = true;
     k->c_part = cpart;
     k->bias_part = gb ? bpart : NULL;
     rc = run_weights(k, kd);
   }
   const dp_cpu_vec *v = dp_cpu_vec_get();
+  float *sum_w = (float *)cpart[0], *sum_b = bpart[0];
   for (int64_t p = 1; p < parts; p++) {
     if (!rc) {
-      v->binary(DP_B_ADD, dp_data(gw), dp_data(gw), (const float *)cpart[p], wn);
-      if (gb) v->binary(DP_B_ADD, dp_data(gb), dp_data(gb), bpart[p], o);
+      v->binary(DP_B_ADD, sum_w, sum_w, (const float *)cpart[p], wn);
+      if (gb) v->binary(DP_B_ADD, sum_b, sum_b, bpart[p], o);
     }
+  }
+  if (!rc && k->bf16) { /* one rounding to bfloat16 */
+    v->cast(dp_data(gw), DP_BF16, sum_w, DP_F32, wn);
+    if (gb) v->cast(dp_data(gb), DP_BF16, sum_b, DP_F32, o);
+  }
+  for (int64_t p = first; p < parts; p++) {
     if (cpart[p]) dp_cpu_free(cpart[p], wbytes);
     if (bpart[p]) dp_cpu_free(bpart[p], bbytes);
   }
   return rc;
 }
 
-static int conv2d_backward_f32(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
-                               const dp_tensor *w, const dp_window2d *g) {
-  if (!dp_dnnl_available() || gy->dtype != DP_F32 || x->dtype != DP_F32 || w->dtype != DP_F32 || g->n < 1) return 0;
-  if ((gx && gx->dtype != DP_F32) || (gw && gw->dtype != DP_F32) || (gb && gb->dtype != DP_F32)) return 0;
+static int conv2d_backward_run(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
+                               const dp_tensor *w, const dp_window2d *g, bool bf16) {
+  dp_dtype dt = bf16 ? DP_BF16 : DP_F32;
+  if (!dp_dnnl_available() || gy->dtype != dt || x->dtype != dt || w->dtype != dt || g->n < 1) return 0;
+  if ((gx && gx->dtype != dt) || (gw && gw->dtype != dt) || (gb && gb->dtype != dt)) return 0;
   if ((gx && !wanted(K_BWD_DATA, g)) || (gw && !wanted(K_BWD_WEIGHTS, g))) return 0;
   int64_t o = w->shape[0];
   /* every primitive first: all or nothing, so the caller never computes
@@ -446,8 +493,8 @@ static int conv2d_backward_f32(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, cons
   conv_call kd, kw;
   int rc = 0;
   bool have_d = false, have_w = false;
-  if (gx) rc = plan(&kd, K_BWD_DATA, g, o), have_d = true;
-  if (!rc && gw) rc = plan(&kw, gb ? K_BWD_WEIGHTS_BIAS : K_BWD_WEIGHTS, g, o), have_w = true;
+  if (gx) rc = plan(&kd, K_BWD_DATA, g, o, bf16), have_d = true;
+  if (!rc && gw) rc = plan(&kw, gb ? K_BWD_WEIGHTS_BIAS : K_BWD_WEIGHTS, g, o, bf16), have_w = true;
   bool declined = (have_d && !kd.e[0]) || (have_w && !kw.e[0]);
   void *wbuf = NULL;
   size_t wsize = 0;

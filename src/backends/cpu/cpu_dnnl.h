@@ -40,6 +40,11 @@ long dp_dnnl_calls(void);
 bool dp_dnnl_winograd_enabled(void);
 void dp_dnnl_set_winograd(bool on);
 long dp_dnnl_winograd_calls(void);
+/* convolution calls (forward, or a backward) computed in bfloat16 so far;
+ * the rest of autocast's bfloat16 convolutions are widened to float32
+ * (DDPLUA_CONV_BF16=0, a CPU without native bfloat16, a shape oneDNN
+ * declines) */
+long dp_dnnl_bf16_conv_calls(void);
 
 /* y [N, O, oh, ow] = conv(x, w) + b (b may be NULL); contiguous float32 */
 int dp_dnnl_conv2d(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g);

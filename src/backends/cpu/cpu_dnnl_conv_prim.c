@@ -21,9 +21,20 @@ enum { CACHE_MAX = DP_DNNL_CACHE_MAX };
 static conv_entry *cache;
 static int cached;
 
-static void md4(dnnl_memory_desc_t *m, int64_t a, int64_t b, int64_t c, int64_t d, dnnl_format_tag_t tag) {
+/* The data type of a key's operand i (0 src / diff_src, 1 weights, 2 dst /
+ * diff_dst; 3 the bias): bfloat16 keys compute in bfloat16 and keep the
+ * weight gradient and the bias gradient in float32 (the chunks' partial
+ * sums add up in float32, rounded once by the caller). */
+static dnnl_data_type_t key_dt(const conv_key *k, int i) {
+  if (!k->bf16) return dnnl_f32;
+  bool bwd_w = k->kind == K_BWD_WEIGHTS || k->kind == K_BWD_WEIGHTS_BIAS;
+  return bwd_w && (i == 1 || i == 3) ? dnnl_f32 : dnnl_bf16;
+}
+
+static void md4(dnnl_memory_desc_t *m, int64_t a, int64_t b, int64_t c, int64_t d, dnnl_format_tag_t tag,
+                dnnl_data_type_t dt) {
   dnnl_dims_t dims = {a, b, c, d};
-  dnnl_memory_desc_init_by_tag(m, 4, dims, dnnl_f32, tag);
+  dnnl_memory_desc_init_by_tag(m, 4, dims, dt, tag);
 }
 
 void dp_dnnl_conv_entry_free(conv_entry *e) {
@@ -39,11 +50,12 @@ void dp_dnnl_conv_entry_free(conv_entry *e) {
 static dnnl_primitive_desc_t fwd_pd(const conv_key *k, dnnl_alg_kind_t alg, bool bias,
                                     const dnnl_primitive_attr_t attr) {
   dnnl_memory_desc_t src, wei, dst, b;
-  md4(&src, k->n, k->c, k->h, k->w, dnnl_format_tag_any);
-  md4(&wei, k->o, k->c, k->kh, k->kw, dnnl_format_tag_any);
-  md4(&dst, k->n, k->o, k->oh, k->ow, dnnl_format_tag_any);
+  dnnl_data_type_t dt = k->bf16 ? dnnl_bf16 : dnnl_f32; /* the forward of every kind: its hint */
+  md4(&src, k->n, k->c, k->h, k->w, dnnl_format_tag_any, dt);
+  md4(&wei, k->o, k->c, k->kh, k->kw, dnnl_format_tag_any, dt);
+  md4(&dst, k->n, k->o, k->oh, k->ow, dnnl_format_tag_any, dt);
   dnnl_dims_t bd = {k->o};
-  dnnl_memory_desc_init_by_tag(&b, 1, bd, dnnl_f32, dnnl_x);
+  dnnl_memory_desc_init_by_tag(&b, 1, bd, dt, dnnl_x);
   dnnl_dims_t s = {k->sh, k->sw}, pl = {k->ph, k->pw};
   /* the padding on the far side: whatever the last window leaves over */
   dnnl_dims_t pr = {(k->oh - 1) * k->sh + k->kh - k->h - k->ph, (k->ow - 1) * k->sw + k->kw - k->w - k->pw};
@@ -77,12 +89,12 @@ static int entry_make_alg(const conv_key *k, dnnl_alg_kind_t alg, conv_entry **o
                              *wei = dnnl_primitive_desc_query_md(hint, dnnl_query_weights_md, 0),
                              *dst = dnnl_primitive_desc_query_md(hint, dnnl_query_dst_md, 0);
     dnnl_memory_desc_t sa, wa, da, b;
-    md4(&sa, k->n, k->c, k->h, k->w, dnnl_format_tag_any);
-    md4(&wa, k->o, k->c, k->kh, k->kw, dnnl_format_tag_any);
-    md4(&da, k->n, k->o, k->oh, k->ow, dnnl_format_tag_any);
+    md4(&sa, k->n, k->c, k->h, k->w, dnnl_format_tag_any, key_dt(k, 0));
+    md4(&wa, k->o, k->c, k->kh, k->kw, dnnl_format_tag_any, key_dt(k, 1));
+    md4(&da, k->n, k->o, k->oh, k->ow, dnnl_format_tag_any, key_dt(k, 2));
     (void)src, (void)wei, (void)dst;
     dnnl_dims_t bd = {k->o};
-    dnnl_memory_desc_init_by_tag(&b, 1, bd, dnnl_f32, dnnl_x);
+    dnnl_memory_desc_init_by_tag(&b, 1, bd, key_dt(k, 3), dnnl_x);
     dnnl_dims_t s = {k->sh, k->sw}, pl = {k->ph, k->pw};
     dnnl_dims_t pr = {(k->oh - 1) * k->sh + k->kh - k->h - k->ph, (k->ow - 1) * k->sw + k->kw - k->w - k->pw};
     dnnl_convolution_desc_t cd;
@@ -100,19 +112,19 @@ static int entry_make_alg(const conv_key *k, dnnl_alg_kind_t alg, conv_entry **o
     }
     if (k->kind == K_BWD_DATA) { /* in: diff_dst, weights; out: diff_src */
       q[0] = dnnl_query_diff_dst_md, q[1] = dnnl_query_weights_md, q[2] = dnnl_query_diff_src_md;
-      md4(&user[0], k->n, k->o, k->oh, k->ow, dnnl_nchw);
-      md4(&user[1], k->o, k->c, k->kh, k->kw, dnnl_oihw);
-      md4(&user[2], k->n, k->c, k->h, k->w, dnnl_nchw);
+      md4(&user[0], k->n, k->o, k->oh, k->ow, dnnl_nchw, key_dt(k, 2));
+      md4(&user[1], k->o, k->c, k->kh, k->kw, dnnl_oihw, key_dt(k, 1));
+      md4(&user[2], k->n, k->c, k->h, k->w, dnnl_nchw, key_dt(k, 0));
     } else { /* in: src, diff_dst; out: diff_weights */
       q[0] = dnnl_query_src_md, q[1] = dnnl_query_diff_dst_md, q[2] = dnnl_query_diff_weights_md;
-      md4(&user[0], k->n, k->c, k->h, k->w, dnnl_nchw);
-      md4(&user[1], k->n, k->o, k->oh, k->ow, dnnl_nchw);
-      md4(&user[2], k->o, k->c, k->kh, k->kw, dnnl_oihw);
+      md4(&user[0], k->n, k->c, k->h, k->w, dnnl_nchw, key_dt(k, 0));
+      md4(&user[1], k->n, k->o, k->oh, k->ow, dnnl_nchw, key_dt(k, 2));
+      md4(&user[2], k->o, k->c, k->kh, k->kw, dnnl_oihw, key_dt(k, 1));
     }
   } else {
-    md4(&user[0], k->n, k->c, k->h, k->w, dnnl_nchw);
-    md4(&user[1], k->o, k->c, k->kh, k->kw, dnnl_oihw);
-    md4(&user[2], k->n, k->o, k->oh, k->ow, dnnl_nchw);
+    md4(&user[0], k->n, k->c, k->h, k->w, dnnl_nchw, key_dt(k, 0));
+    md4(&user[1], k->o, k->c, k->kh, k->kw, dnnl_oihw, key_dt(k, 1));
+    md4(&user[2], k->n, k->o, k->oh, k->ow, dnnl_nchw, key_dt(k, 2));
   }
   dnnl_primitive_attr_destroy(attr);
   conv_entry *e = calloc(1, sizeof *e);
@@ -229,9 +241,9 @@ int dp_dnnl_conv_entry_get(const conv_key *k, conv_entry **out, bool *temp) {
   return 0;
 }
 
-conv_key dp_dnnl_conv_key(int kind, int64_t n, const dp_window2d *g, int64_t o) {
-  conv_key k = {kind, n, g->c, g->h, g->w, o, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, g->oh, g->ow, 0};
-  k.winograd = use_winograd(&k);
+conv_key dp_dnnl_conv_key(int kind, int64_t n, const dp_window2d *g, int64_t o, bool bf16) {
+  conv_key k = {kind, n, g->c, g->h, g->w, o, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, g->oh, g->ow, 0, bf16};
+  k.winograd = !bf16 && use_winograd(&k); /* oneDNN's Winograd kernels are float32 */
   return k;
 }
 

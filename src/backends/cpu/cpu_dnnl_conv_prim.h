@@ -17,6 +17,7 @@ typedef enum { K_FWD, K_FWD_BIAS, K_BWD_DATA, K_BWD_WEIGHTS, K_BWD_WEIGHTS_BIAS 
 typedef struct { /* all int64: no padding bytes, compared with memcmp */
   int64_t kind, n, c, h, w, o, kh, kw, sh, sw, ph, pw, oh, ow;
   int64_t winograd; /* 1: try oneDNN's Winograd kernels first (use_winograd) */
+  int64_t bf16;     /* 1: bfloat16 data, float32 weight and bias gradients (key_dt) */
 } conv_key;
 
 /* a primitive and the layouts it wants: the two inputs (a, b) and the
@@ -33,8 +34,9 @@ typedef struct conv_entry {
 } conv_entry;
 
 /* The key of a call of `kind` on n images of g's shape with o output
- * channels (winograd set by the rule of use_winograd). */
-conv_key dp_dnnl_conv_key(int kind, int64_t n, const dp_window2d *g, int64_t o);
+ * channels, in bfloat16 or float32 (winograd set by the rule of
+ * use_winograd, float32 only). */
+conv_key dp_dnnl_conv_key(int kind, int64_t n, const dp_window2d *g, int64_t o, bool bf16);
 /* The cached entry for key; *temp set when it could not be cached (the
  * caller frees it). NULL without an error: oneDNN declines the shape. */
 int dp_dnnl_conv_entry_get(const conv_key *k, conv_entry **out, bool *temp);

@@ -105,19 +105,33 @@ static void chsum_cols(void *vctx, int64_t lo, int64_t hi) {
     v->col_acc_rows(k->acc + lo, rows, nr, hi - lo);
   }
 }
-/* channels [lo, hi) of [outer, c, inner] */
+/* channels [lo, hi) of [outer, c, inner] (a half-precision plane widened
+ * CHSUM_BLOCK values at a time, each block summed in double) */
 static void chsum_planes(void *vctx, int64_t lo, int64_t hi) {
   const chsum_ctx *k = vctx;
+  const dp_cpu_vec *v = dp_cpu_vec_get();
+  float buf[CHSUM_BLOCK];
   for (int64_t ch = lo; ch < hi; ch++) {
     double s = 0;
-    for (int64_t o = 0; o < k->outer; o++) s += dp_cpu_vec_get()->sum(k->g + (o * k->c + ch) * k->inner, k->inner);
+    for (int64_t o = 0; o < k->outer; o++) {
+      int64_t at = (o * k->c + ch) * k->inner;
+      if (!k->h) {
+        s += v->sum(k->g + at, k->inner);
+        continue;
+      }
+      for (int64_t i = 0; i < k->inner; i += CHSUM_BLOCK) {
+        int64_t w = k->inner - i < CHSUM_BLOCK ? k->inner - i : CHSUM_BLOCK;
+        v->cast(buf, DP_F32, k->h + at + i, k->dt, w);
+        s += v->sum(buf, w);
+      }
+    }
     k->acc[ch] = s;
   }
 }
 
 int dp_cpu_channel_sum(dp_tensor *gb, const dp_tensor *gy, int64_t outer, int64_t c, int64_t inner) {
   const char *g = dp_data(gy);
-  bool half = (gy->dtype == DP_BF16 || gy->dtype == DP_F16) && inner == 1;
+  bool half = gy->dtype == DP_BF16 || gy->dtype == DP_F16;
   if (gy->dtype == DP_F32 || half) {
     /* double accumulators, then one store per channel */
     double acc_small[1024];
