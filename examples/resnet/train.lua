@@ -6,6 +6,7 @@
 --   ddplua examples/csv_images/make_dataset.lua out=runs/fashion_csv n=6000
 --   ddplua --config configs/resnet.yaml                       # 2 processes
 --   ddplua --nproc 2 examples/resnet/train.lua data=runs/fashion_csv epochs=1 width=16
+--   ddplua examples/resnet/train.lua data=runs/fashion_csv epochs=1 width=16 autocast=bfloat16
 --
 -- The images are grayscale: conv1 takes in_channels (1); width scales the
 -- stages (64: torchvision's 64, 128, 256, 512). Prints per epoch the loss,
@@ -32,7 +33,18 @@ local cfg = ddp.config {
   limit = 0, -- > 0: use only the first `limit` training images (quick runs)
   sync_bn = true, -- under several processes, SyncBatchNorm; false: each rank's own batch statistics (plain
                   -- BatchNorm under DDP, all PyTorch 1.13 offers on the CPU)
+  autocast = "none", -- none | bfloat16 (convolutions and the classifier in bf16, float32 master weights, float32
+                     -- batch norm and loss, as torch.autocast)
 }
+if cfg.autocast ~= "none" and cfg.autocast ~= "bfloat16" then
+  error("autocast must be none or bfloat16, got " .. tostring(cfg.autocast), 0)
+end
+
+-- the model (and the loss, as PyTorch's recipe puts both inside `with torch.autocast(...)`) under autocast when asked
+local function autocast(fn)
+  if cfg.autocast == "none" then return fn() end
+  return ddp.autocast(cfg.autocast, fn)
+end
 
 dist.init_process_group() -- env:// from the launcher; a world of one without it
 local rank, world = dist.get_rank(), dist.get_world_size()
@@ -87,7 +99,7 @@ local function evaluate(dl, sampler)
   local preds, labels = {}, {}
   ddp.no_grad(function()
     for x, y in dl:iter() do
-      preds[#preds + 1] = model(x:to(device)):argmax(2)
+      preds[#preds + 1] = autocast(function() return model(x:to(device)) end):argmax(2)
       labels[#labels + 1] = y:to(device)
     end
   end)
@@ -104,7 +116,7 @@ for epoch = 1, cfg.epochs do
   for x, y in train_loader:iter() do
     x, y = x:to(device), y:to(device)
     optimizer:zero_grad()
-    local loss = ddp.cross_entropy(model(x), y)
+    local loss = autocast(function() return ddp.cross_entropy(model(x), y) end)
     loss:backward()
     optimizer:step()
     loss_sum, batches, images = loss_sum + loss:item(), batches + 1, images + x:size(1)
