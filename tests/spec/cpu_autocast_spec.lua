@@ -221,6 +221,41 @@ print(core.onednn_info())
     assert.equal(3, n, out)
   end)
 
+  it("splits batched, transposed and broadcast bfloat16 matmuls too, within a rounding of float64", function()
+    local ok, out = fresh([[
+local ddp = require "ddplua"
+local core = ddp.core
+ddp.manual_seed(3)
+ddp.set_num_threads(2)
+local function bf(...) return ddp.randn(...):to("bfloat16") end
+local ab, bb, w = bf(3, 200, 300), bf(3, 300, 64), bf(300, 64)
+local cases = {
+  { "rows", function() return ab, bb end },
+  { "columns", function() return bf(3, 64, 300), bf(3, 300, 200) end },
+  { "A^T view", function() return bf(3, 300, 200):transpose(2, 3), bb end },
+  { "B^T view", function() return ab, bf(3, 64, 300):transpose(2, 3) end },
+  { "broadcast B", function() return ab, w end },
+}
+for _, c in ipairs(cases) do
+  local a, b = c[2]()
+  local c0 = core._onednn_calls()
+  local got = a:matmul(b)
+  local calls = core._onednn_calls() - c0
+  local ref = a:double():matmul(b:double())
+  print(string.format("case %s calls %d err %.6g", c[1]:gsub(" ", "_"), calls,
+    ((got:double() - ref):abs():max() / ref:abs():max()):item()))
+end
+]], "DDPLUA_DNNL_BF16=1")
+    assert(ok, out)
+    local seen = 0
+    for what, calls, err in out:gmatch("case (%S+) calls (%d+) err (%S+)") do
+      seen = seen + 1
+      if core_has_onednn() then assert.equal(2, tonumber(calls), what .. ": " .. out) end -- one product, two parts
+      assert(tonumber(err) <= 2 * BF16_EPS, what .. ": " .. out)
+    end
+    assert.equal(5, seen, out)
+  end)
+
   -- bfloat16 convolutions in bfloat16 through oneDNN where the CPU has it natively (forced here): forward and both
   -- backwards, float32 accumulation, the weight gradient's chunks summed in float32; checked against float64 from
   -- the same bfloat16 values, with batches that split unevenly over the threads, strides, no bias, few channels
