@@ -179,7 +179,7 @@ local ddp = require "ddplua"
 local core = ddp.core
 ddp.manual_seed(7)
 local shapes = { { 200, 96, 512 }, { 64, 330, 512 }, { 256, 64, 512 } } -- rows x out x in: uneven rows, columns, even
-local function run(threads, m, n, k, x, w, b)
+local function run(threads, x, w, b)
   ddp.set_num_threads(threads)
   local xx, ww = x:clone():requires_grad_(), w:clone():requires_grad_()
   local c0 = core._onednn_calls()
@@ -194,8 +194,8 @@ end
 for _, s in ipairs(shapes) do
   local m, n, k = s[1], s[2], s[3]
   local x, w, b = ddp.randn(m, k), ddp.randn(n, k) / 20, ddp.randn(n)
-  local one, calls1 = run(1, m, n, k, x, w, b)
-  local two, calls2 = run(2, m, n, k, x, w, b)
+  local one, calls1 = run(1, x, w, b)
+  local two, calls2 = run(2, x, w, b)
   local ref = x:to("bfloat16"):double():matmul(w:to("bfloat16"):double():t()) + b:to("bfloat16"):double()
   local worst = 0
   for i = 1, 3 do

@@ -64,7 +64,7 @@ static struct {
  * probe racing it made it fail), and when the calling thread's buffer does
  * not fit, the plain loop (gemm_loop) computes the product, slowly, never
  * stuck. Without a limit nothing is probed and OpenBLAS gets its threads. */
-enum { BLAS_BUFFER_PROBE = 160 << 20 }; /* the 128 MiB buffer, its guard pages, a worker's stack */
+enum { BLAS_BUFFER_PROBE = 160 << 20 }; /* the calling thread's 128 MiB buffer, its guard pages, a margin */
 static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool blas_main_held; /* a GEMM has run: the calling thread's buffer exists (atomic) */
 

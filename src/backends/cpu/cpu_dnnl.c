@@ -11,7 +11,7 @@
  * thread; the batch is split into chunks over the threads, each chunk one
  * execution of a primitive made for its size, with its own scratchpad, so
  * executions never share state. The weight gradient sums the chunks'
- * partial gradients. */
+ * partial gradients (in float32 for bfloat16 calls, rounded once). */
 #include "backends/cpu/cpu_dnnl.h"
 
 #include <stdlib.h>
@@ -246,8 +246,9 @@ static bool wanted(int kind, const dp_window2d *g) {
   return true;
 }
 
-/* ---- bfloat16 (autocast): the operands widened to float32 (exactly), the
- * float32 convolution, each result rounded once ---- */
+/* ---- bfloat16 (autocast): computed in bfloat16 where the CPU has it
+ * natively (conv_bf16_native); elsewhere the operands widened to float32
+ * (exactly), the float32 convolution, each result rounded once ---- */
 
 static bool is_bf16(const dp_tensor *t) { return t && t->dtype == DP_BF16; }
 
@@ -272,8 +273,6 @@ static int conv2d_run(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, cons
                       bool bf16);
 static int conv2d_backward_run(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
                                const dp_tensor *w, const dp_window2d *g, bool bf16);
-#define conv2d_f32(y, x, w, b, g) conv2d_run(y, x, w, b, g, false)
-#define conv2d_backward_f32(gx, gw, gb, gy, x, w, g) conv2d_backward_run(gx, gw, gb, gy, x, w, g, false)
 
 /* bfloat16 convolutions in bfloat16 where the CPU computes it natively
  * (dp_cpu_native_bf16: AMX, AVX512-BF16) and DDPLUA_CONV_BF16 is not 0;
@@ -293,7 +292,7 @@ static bool conv_bf16_native(void) {
 }
 
 int dp_dnnl_conv2d(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g) {
-  if (!(is_bf16(y) && is_bf16(x) && is_bf16(w) && (!b || is_bf16(b)))) return conv2d_f32(y, x, w, b, g);
+  if (!(is_bf16(y) && is_bf16(x) && is_bf16(w) && (!b || is_bf16(b)))) return conv2d_run(y, x, w, b, g, false);
   if (!dp_dnnl_available() || !wanted(b ? K_FWD_BIAS : K_FWD, g)) return 0;
   if (conv_bf16_native()) {
     int native = conv2d_run(y, x, w, b, g, true);
@@ -303,7 +302,7 @@ int dp_dnnl_conv2d(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const d
   bool fail = false;
   dp_tensor *y32 = widened(y, &fail), *x32 = widened(x, &fail), *w32 = widened(w, &fail), *b32 = widened(b, &fail);
   int rc = fail ? dp_error("conv2d: out of memory for the float32 operands of a bfloat16 convolution")
-                : conv2d_f32(y32, x32, w32, b32, g);
+                : conv2d_run(y32, x32, w32, b32, g, false);
   if (rc > 0 && narrowed(y, y32)) rc = -1;
   dp_tensor *all[4] = {y32, x32, w32, b32};
   for (int i = 0; i < 4; i++)
@@ -315,7 +314,7 @@ int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const d
                             const dp_tensor *w, const dp_window2d *g) {
   bool bf =
       is_bf16(gy) && is_bf16(x) && is_bf16(w) && (!gx || is_bf16(gx)) && (!gw || is_bf16(gw)) && (!gb || is_bf16(gb));
-  if (!bf) return conv2d_backward_f32(gx, gw, gb, gy, x, w, g);
+  if (!bf) return conv2d_backward_run(gx, gw, gb, gy, x, w, g, false);
   if (!dp_dnnl_available() || (gx && !wanted(K_BWD_DATA, g))) return 0;
   if (conv_bf16_native()) {
     int native = conv2d_backward_run(gx, gw, gb, gy, x, w, g, true);
@@ -326,7 +325,7 @@ int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const d
   dp_tensor *gy32 = widened(gy, &fail), *x32 = widened(x, &fail), *w32 = widened(w, &fail);
   dp_tensor *gx32 = widened(gx, &fail), *gw32 = widened(gw, &fail), *gb32 = widened(gb, &fail);
   int rc = fail ? dp_error("conv2d: out of memory for the float32 operands of a bfloat16 convolution")
-                : conv2d_backward_f32(gx32, gw32, gb32, gy32, x32, w32, g);
+                : conv2d_backward_run(gx32, gw32, gb32, gy32, x32, w32, g, false);
   if (rc > 0 && (narrowed(gx, gx32) || narrowed(gw, gw32) || narrowed(gb, gb32))) rc = -1;
   dp_tensor *all[6] = {gy32, x32, w32, gx32, gw32, gb32};
   for (int i = 0; i < 6; i++)

@@ -46,7 +46,9 @@ long dp_dnnl_winograd_calls(void);
  * declines) */
 long dp_dnnl_bf16_conv_calls(void);
 
-/* y [N, O, oh, ow] = conv(x, w) + b (b may be NULL); contiguous float32 */
+/* y [N, O, oh, ow] = conv(x, w) + b (b may be NULL); contiguous float32,
+ * or bfloat16 (in bfloat16 where the CPU has it natively and
+ * DDPLUA_CONV_BF16 is not 0, else widened to float32) */
 int dp_dnnl_conv2d(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g);
 /* gx (may be NULL) from gy and w; gw (may be NULL) and gb (may be NULL,
  * only with gw) from x and gy; overwritten, not accumulated */

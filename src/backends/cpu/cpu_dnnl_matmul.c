@@ -1,9 +1,11 @@
 /* oneDNN bfloat16 matmuls (dp_dnnl_gemm_bf16, cpu_dnnl.h): one matmul
  * primitive per shape, strides and bias, cached (up to DP_DNNL_CACHE_MAX)
- * under the lock the convolutions' cache uses, run on the calling thread's
- * stream with a scratchpad of its own; a shape oneDNN has no
- * implementation for returns 0 and the caller widens to float32. Where the
- * CPU computes bfloat16 natively (AMX, AVX512-BF16: dp_cpu_native_bf16). */
+ * under the lock the convolutions' cache uses; a large product split over
+ * the GEMM pool's threads (see "one matmul over the GEMM pool's threads"),
+ * each part on its thread's stream with a scratchpad of its own; a shape
+ * oneDNN has no implementation for returns 0 and the caller widens to
+ * float32. Where the CPU computes bfloat16 natively (AMX, AVX512-BF16:
+ * dp_cpu_native_bf16). */
 #include "backends/cpu/cpu_dnnl.h"
 
 #include <stdlib.h>
