@@ -12,6 +12,7 @@
 
 #include <string.h>
 
+#include "ops/autocast.h"
 #include "ops/op_util.h"
 
 /* all_gather of a contiguous 1-d tensor into [size, n] */
@@ -108,8 +109,8 @@ static bool sync_needed(bool training, dp_pg *pg) {
   return training && pg && (pg->size > 1 || dp_pg_force_collectives());
 }
 
-dp_tensor *dp_sync_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w, dp_tensor *b,
-                              bool training, double momentum, double eps, dp_pg *pg) {
+static dp_tensor *sync_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w,
+                                  dp_tensor *b, bool training, double momentum, double eps, dp_pg *pg) {
   if (!sync_needed(training, pg))
     return dp_batch_norm(x, running_mean, running_var, w, b, training || !running_mean, momentum, eps);
   bool prev = dp_set_grad_enabled(false);
@@ -143,9 +144,19 @@ out:
   return out;
 }
 
-dp_tensor *dp_sync_batch_norm_relu_max_pool2d(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var,
-                                              dp_tensor *w, dp_tensor *b, bool training, double momentum, double eps,
-                                              const dp_pool2d_args *pool, dp_pg *pg) {
+/* Under autocast a bfloat16 / float16 input is normalised in float32, as
+ * BatchNorm's (ops/autocast.h's float32 policy): statistics, output and
+ * running statistics keep float32 precision. */
+dp_tensor *dp_sync_batch_norm(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w, dp_tensor *b,
+                              bool training, double momentum, double eps, dp_pg *pg) {
+  dp_autocast_scope ac;
+  if (dp_autocast_fp32(&ac, 3, (dp_tensor * *[]){&x, &w, &b})) return NULL;
+  return dp_autocast_done(&ac, sync_batch_norm(x, running_mean, running_var, w, b, training, momentum, eps, pg));
+}
+
+static dp_tensor *sync_bn_relu_max_pool2d(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var, dp_tensor *w,
+                                          dp_tensor *b, bool training, double momentum, double eps,
+                                          const dp_pool2d_args *pool, dp_pg *pg) {
   if (!sync_needed(training, pg))
     return dp_batch_norm_relu_max_pool2d(x, running_mean, running_var, w, b, training || !running_mean, momentum, eps,
                                          pool);
@@ -153,10 +164,19 @@ dp_tensor *dp_sync_batch_norm_relu_max_pool2d(dp_tensor *x, dp_tensor *running_m
     dp_bn_sync sync = {.stats = sync_stats, .sum = sync_sum, .group = pg};
     return dp_bn_relu_pool_synced(x, running_mean, running_var, w, b, momentum, eps, pool, &sync);
   }
-  dp_tensor *y = dp_sync_batch_norm(x, running_mean, running_var, w, b, true, momentum, eps, pg);
+  dp_tensor *y = sync_batch_norm(x, running_mean, running_var, w, b, true, momentum, eps, pg);
   dp_tensor *r = y ? dp_unary(DP_U_RELU, y) : NULL;
   dp_release(y);
   dp_tensor *p = r ? dp_max_pool2d(r, pool) : NULL;
   dp_release(r);
   return p;
+}
+
+dp_tensor *dp_sync_batch_norm_relu_max_pool2d(dp_tensor *x, dp_tensor *running_mean, dp_tensor *running_var,
+                                              dp_tensor *w, dp_tensor *b, bool training, double momentum, double eps,
+                                              const dp_pool2d_args *pool, dp_pg *pg) {
+  dp_autocast_scope ac;
+  if (dp_autocast_fp32(&ac, 3, (dp_tensor * *[]){&x, &w, &b})) return NULL;
+  return dp_autocast_done(
+      &ac, sync_bn_relu_max_pool2d(x, running_mean, running_var, w, b, training, momentum, eps, pool, pg));
 }

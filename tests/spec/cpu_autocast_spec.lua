@@ -310,4 +310,79 @@ print(core.onednn_info())
     end
     assert.equal(4, seen, out)
   end)
+
+  -- An autocast conv net's activations reach pooling as bfloat16 (conv -> relu -> max_pool2d); its planes run
+  -- the float32 kernels (src/backends/cpu/cpu_conv.c half_pool) and round once, so each result is the float32
+  -- op's on the widened values, rounded to bfloat16: bit for bit, gradients too (one rounding of their float32
+  -- sums). Before, bfloat16 pooling took the per-element double path (10x slower).
+  it("pools bfloat16 planes as float32 rounded once: max and average, forward and backward, NaN, empty", function()
+    ddp.manual_seed(9)
+    local F = nn.F
+    local function same_bits(got, want, what)
+      assert.equal("bfloat16", got:dtype(), what)
+      local g, w = got:float():reshape(-1), want:to("bfloat16"):float():reshape(-1)
+      assert.same(w:size(), g:size())
+      for i = 1, w:size(1) do
+        local a, b = g[i]:item(), w[i]:item()
+        assert(a == b or (a ~= a and b ~= b), string.format("%s: element %d is %.9g, expected %.9g", what, i, a, b))
+      end
+    end
+    local x = ddp.randn(3, 5, 11, 9):to("bfloat16")
+    x:reshape(-1)[17] = 0 / 0 -- a NaN wins its max window, as in float32
+    for _, c in ipairs({ { 3, 2, 1, false }, { 2, 2, 0, false }, { 3, 1, 1, false }, { 2, 2, 0, true } }) do
+      local what = string.format("kernel %d stride %d padding %d ceil %s", c[1], c[2], c[3], tostring(c[4]))
+      local xb, xf = x:detach():requires_grad_(), x:float():requires_grad_()
+      local yb = F.max_pool2d(xb, c[1], c[2], c[3], 1, c[4])
+      local yf = F.max_pool2d(xf, c[1], c[2], c[3], 1, c[4])
+      same_bits(yb, yf, "max_pool2d " .. what)
+      local g = ddp.randn(yb:size()):to("bfloat16")
+      local lb, lf = (yb * g):sum(), (yf * g:float()):sum()
+      lb:backward()
+      lf:backward()
+      same_bits(xb.grad, xf.grad, "max_pool2d gradient " .. what)
+      xb, xf = x:detach():requires_grad_(), x:float():requires_grad_()
+      local ab = F.avg_pool2d(xb, c[1], c[2], c[3], c[4])
+      local af = F.avg_pool2d(xf, c[1], c[2], c[3], c[4])
+      same_bits(ab, af, "avg_pool2d " .. what)
+      lb, lf = (ab * g):sum(), (af * g:float()):sum()
+      lb:backward()
+      lf:backward()
+      same_bits(xb.grad, xf.grad, "avg_pool2d gradient " .. what)
+    end
+    local empty = ddp.zeros(0, 2, 4, 4):to("bfloat16")
+    for _, y in ipairs({ F.max_pool2d(empty, 2), F.avg_pool2d(empty, 2) }) do
+      assert.same({ 0, 2, 2, 2 }, { y:size(1), y:size(2), y:size(3), y:size(4) })
+    end
+  end)
+
+  -- A bfloat16 activation's dropout (a Linear's output under autocast) runs the float32 kernel on widened chunks:
+  -- the elements float32's dropout keeps with the same seed, each within a rounding of x / (1 - p), its gradient
+  -- too; before, it took the per-element double path (10x slower).
+  it("drops out bfloat16 as float32 does: the same kept elements, values within a rounding", function()
+    local F = nn.F
+    local x = ddp.randn(7, 1031):to("bfloat16") -- 7217 values: chunks of 512 and a ragged end
+    local xb, xf = x:detach():requires_grad_(), x:float():requires_grad_()
+    ddp.manual_seed(21)
+    local yb = F.dropout(xb, 0.3, true)
+    ddp.manual_seed(21)
+    local yf = F.dropout(xf, 0.3, true)
+    assert.equal("bfloat16", yb:dtype())
+    local g = ddp.randn(7, 1031):to("bfloat16")
+    local lb, lf = (yb * g):sum(), (yf * g:float()):sum()
+    lb:backward()
+    lf:backward()
+    local kept = 0
+    for _, pair in ipairs({ { yb, yf, "output" }, { xb.grad, xf.grad, "gradient" } }) do
+      local got, want = pair[1]:float():reshape(-1), pair[2]:reshape(-1)
+      for i = 1, want:size(1) do
+        local a, b = got[i]:item(), want[i]:item()
+        assert((a == 0) == (b == 0), string.format("%s element %d: %g against float32's %g", pair[3], i, a, b))
+        assert(math.abs(a - b) <= BF16_EPS * math.abs(b), string.format("%s element %d: %.9g, expected %.9g", pair[3],
+          i, a, b))
+        if b ~= 0 then kept = kept + 1 end
+      end
+    end
+    local share = kept / (2 * 7 * 1031)
+    assert(share > 0.65 and share < 0.75, "kept share " .. share)
+  end)
 end)

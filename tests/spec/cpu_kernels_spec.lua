@@ -208,6 +208,13 @@ describe("float32 CPU kernels", function()
             local got, want = ddp[op](bb, b), ddp[op](bb:double(), b64:float():double())
             assert.equal("uint8", got:dtype())
             assert.same(want:totable(), got:totable(), op)
+            -- against a number (the vector compare with a value): NaN, zero and the number itself in the rows
+            bb[1][2], bb[1][3], bb[2][1] = 0, -0.0, 0.25
+            for _, v in ipairs({ 0.25, 0, -1.5, 1 / 0 }) do
+              got, want = ddp[op](bb, v), ddp[op](bb:double(), v)
+              assert.equal("uint8", got:dtype())
+              assert.same(want:totable(), got:totable(), op .. " with " .. v)
+            end
           end
         end)
 

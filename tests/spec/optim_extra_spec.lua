@@ -230,4 +230,25 @@ OUT["y"], OUT["gx"] = y, x.grad
     R.assert_error(function() nn.AdaptiveAvgPool2d(0) end, "AdaptiveAvgPool2d: output_size must be a positive integer")
     R.assert_error(function() nn.F.adaptive_avg_pool2d(ddp.randn(3, 4), 2) end, "expected a 3- or 4-dimensional input")
   end)
+
+  -- the CPU kernels: float32 and bfloat16 planes against float64 from the same values (overlapping windows 5x7 ->
+  -- 3x4, windows that divide, global pooling, a larger output than input), forward and backward
+  it("pools float32 and bfloat16 planes within a rounding of float64, gradients too", function()
+    for _, c in ipairs({ { 5, 7, 3, 4 }, { 8, 6, 4, 3 }, { 9, 5, 1, 1 }, { 3, 2, 5, 4 } }) do
+      local x64, g64 = R.randn({ 2, 3, c[1], c[2] }, 50), R.randn({ 2, 3, c[3], c[4] }, 51)
+      for _, dt in ipairs({ "float32", "bfloat16" }) do
+        local what = string.format("%s %dx%d -> %dx%d", dt, c[1], c[2], c[3], c[4])
+        local xd, gd = x64:to(dt):double():requires_grad_(), g64:to(dt):double() -- the values dt holds
+        local yd = nn.F.adaptive_avg_pool2d(xd, { c[3], c[4] })
+        yd:backward(gd)
+        local x = xd:detach():to(dt):requires_grad_()
+        local y = nn.F.adaptive_avg_pool2d(x, { c[3], c[4] })
+        y:backward(gd:to(dt))
+        assert.equal(dt, y:dtype())
+        local tol = dt == "float32" and 2 ^ -23 or 2 ^ -8
+        R.assert_close(y, R.from(yd), 1e-30, tol, what .. " forward")
+        R.assert_close(x.grad, R.from(xd.grad), 1e-30, tol, what .. " gradient")
+      end
+    end
+  end)
 end)

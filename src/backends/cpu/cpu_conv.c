@@ -8,6 +8,7 @@
  * window element by element with explicit bounds checks so the specs can
  * hold the fast path against it. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/cpu/cpu_kernels.h"
@@ -209,10 +210,67 @@ static void avg_pool_bwd_planes(void *vctx, int64_t lo, int64_t hi) {
 }
 static int64_t pool_grain(const dp_window2d *g) { return DP_GRAIN_MEMORY / (g->h * g->w + 1) + 1; }
 
+/* bfloat16 planes (autocast's activations after a mixed-type batch norm)
+ * run the float32 kernels: each plane widened into a worker's scratch, its
+ * output rounded once (max pooling's values are exact; the gradients sum in
+ * float32, then round). */
+enum { HP_MAX, HP_AVG, HP_MAX_BWD, HP_AVG_BWD };
+typedef struct {
+  const dp_window2d *g;
+  int kind;
+  uint16_t *out;
+  const uint16_t *in;
+  int64_t *idx; /* HP_MAX: written; HP_MAX_BWD: read */
+  int failed;   /* atomic: 1 out of memory, 2 a saved index outside its plane */
+} half_pool_ctx;
+
+static void half_pool_planes(void *vctx, int64_t lo, int64_t hi) {
+  half_pool_ctx *k = vctx;
+  const dp_window2d *g = k->g;
+  const dp_cpu_vec *v = dp_cpu_vec_get();
+  int64_t plane = g->h * g->w, L = g->oh * g->ow;
+  bool bwd = k->kind == HP_MAX_BWD || k->kind == HP_AVG_BWD;
+  int64_t nin = bwd ? L : plane, nout = bwd ? plane : L;
+  float *in = malloc(sizeof(float) * (size_t)(nin + nout + 1)), *out = in + nin;
+  if (!in) {
+    __atomic_store_n(&k->failed, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  for (int64_t pl = lo; pl < hi; pl++) {
+    v->cast(in, DP_F32, k->in + pl * nin, DP_BF16, nin);
+    if (bwd) memset(out, 0, sizeof(float) * (size_t)nout);
+    if (k->kind == HP_MAX) v->max_pool_plane(out, k->idx + pl * L, in, POOL_GEOM(g));
+    else if (k->kind == HP_AVG) v->avg_pool_plane(out, in, POOL_GEOM(g));
+    else if (k->kind == HP_AVG_BWD) v->avg_pool_bwd_plane(out, in, POOL_GEOM(g));
+    else
+      for (int64_t o = 0; o < L; o++) {
+        int64_t e = k->idx[pl * L + o];
+        if (e < 0 || e >= plane) {
+          __atomic_store_n(&k->failed, 2, __ATOMIC_RELAXED);
+          free(in);
+          return;
+        }
+        out[e] += in[o];
+      }
+    v->cast(k->out + pl * nout, DP_BF16, out, DP_F32, nout);
+  }
+  free(in);
+}
+
+static int half_pool(int kind, dp_tensor *out, const dp_tensor *in, int64_t *idx, const dp_window2d *g) {
+  half_pool_ctx k = {g, kind, dp_data(out), dp_data(in), idx, 0};
+  dp_cpu_parallel_for(g->n * g->c, pool_grain(g), 1, half_pool_planes, &k);
+  if (k.failed == 1) return dp_error("pooling: out of memory for a plane of %lld values", (long long)(g->h * g->w));
+  if (k.failed == 2)
+    return dp_error("max_pool2d backward: a saved index is outside its plane of %lld", (long long)(g->h * g->w));
+  return 0;
+}
+
 int dp_cpu_max_pool2d(dp_tensor *y, dp_tensor *idx, const dp_tensor *x, const dp_window2d *g) {
   int64_t planes = g->n * g->c, plane = g->h * g->w, L = g->oh * g->ow;
   int64_t *ip = dp_data(idx);
   bool f32 = x->dtype == DP_F32 && y->dtype == DP_F32;
+  if (x->dtype == DP_BF16 && y->dtype == DP_BF16) return half_pool(HP_MAX, y, x, ip, g);
   if (f32) {
     pool_ctx k = {g, dp_data(y), ip, dp_data(x)};
     dp_cpu_parallel_for(planes, pool_grain(g), 1, max_pool_planes, &k);
@@ -269,6 +327,7 @@ static void max_pool_bwd_planes(void *vctx, int64_t lo, int64_t hi) {
 int dp_cpu_max_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, const dp_window2d *g) {
   int64_t planes = g->n * g->c, plane = g->h * g->w, L = g->oh * g->ow;
   const int64_t *ip = dp_data(idx);
+  if (gx->dtype == DP_BF16 && gy->dtype == DP_BF16) return half_pool(HP_MAX_BWD, gx, gy, (int64_t *)ip, g);
   if (gx->dtype == DP_F32 && gy->dtype == DP_F32) {
     pool_bwd_ctx k = {g, dp_data(gx), dp_data(gy), ip, 0};
     dp_cpu_parallel_for(planes, pool_grain(g), 1, max_pool_bwd_planes, &k);
@@ -293,6 +352,7 @@ int dp_cpu_max_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tens
 int dp_cpu_avg_pool2d(dp_tensor *y, const dp_tensor *x, const dp_window2d *g) {
   int64_t planes = g->n * g->c, plane = g->h * g->w, L = g->oh * g->ow;
   bool f32 = x->dtype == DP_F32 && y->dtype == DP_F32;
+  if (x->dtype == DP_BF16 && y->dtype == DP_BF16) return half_pool(HP_AVG, y, x, NULL, g);
   if (f32) {
     pool_ctx k = {g, dp_data(y), NULL, dp_data(x)};
     dp_cpu_parallel_for(planes, pool_grain(g), 1, avg_pool_planes, &k);
@@ -319,6 +379,7 @@ int dp_cpu_avg_pool2d(dp_tensor *y, const dp_tensor *x, const dp_window2d *g) {
 
 int dp_cpu_avg_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, const dp_window2d *g) {
   int64_t planes = g->n * g->c, plane = g->h * g->w, L = g->oh * g->ow;
+  if (gx->dtype == DP_BF16 && gy->dtype == DP_BF16) return half_pool(HP_AVG_BWD, gx, gy, NULL, g);
   memset(dp_data(gx), 0, (size_t)(planes * plane) * dp_elsize(gx));
   bool f32 = gx->dtype == DP_F32 && gy->dtype == DP_F32;
   if (f32) {

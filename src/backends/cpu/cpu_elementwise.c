@@ -257,42 +257,6 @@ int dp_cpu_arange(dp_tensor *out, double start, double step) {
   return 0;
 }
 
-/* Philox draws in ranges: element i uses counter offset + i wherever it
- * runs, so the split does not change the numbers */
-typedef struct {
-  float *o;
-  const float *x;
-  float a, s;
-  uint64_t seed, offset;
-} philox_ctx;
-
-static void uniform_range(void *vctx, int64_t lo, int64_t hi) {
-  philox_ctx *c = vctx;
-  dp_cpu_vec_get()->uniform(c->o + lo, hi - lo, c->a, c->s, c->seed, c->offset + (uint64_t)lo);
-}
-
-static void dropout_range(void *vctx, int64_t lo, int64_t hi) {
-  philox_ctx *c = vctx;
-  dp_cpu_vec_get()->dropout(c->o + lo, c->x + lo, hi - lo, c->a, c->s, c->seed, c->offset + (uint64_t)lo);
-}
-
-int dp_cpu_rand(dp_tensor *out, dp_rand_kind kind, uint64_t seed, uint64_t offset, double a, double b) {
-  int64_t n = dp_numel(out);
-  char *p = dp_data(out);
-  size_t es = dp_elsize(out);
-  if (kind == DP_RAND_UNIFORM && out->dtype == DP_F32) {
-    philox_ctx c = {.o = (float *)p, .a = (float)a, .s = (float)(b - a), .seed = seed, .offset = offset};
-    dp_cpu_parallel_for(n, DP_GRAIN_COMPUTE, 16, uniform_range, &c);
-    return 0;
-  }
-  for (int64_t i = 0; i < n; i++) {
-    double v = kind == DP_RAND_UNIFORM ? a + (b - a) * dp_philox_uniform_d(seed, offset + (uint64_t)i)
-                                       : a + b * dp_philox_normal_d(seed, offset + (uint64_t)i);
-    dp_store_d(p + (size_t)i * es, out->dtype, v);
-  }
-  return 0;
-}
-
 /* ---- float rows of other strides and of 16-bit floats ----
  * A row where some operand is not of unit stride (a broadcast value, a
  * transposed or sliced view, the expanded gradient of a sum), or is
@@ -545,6 +509,12 @@ static void binary_scalar_row(char **p, const int64_t *s, int64_t n, void *vctx)
     dp_cpu_vec_get()->binary_value(c->op, (float *)p[0], (const float *)p[1], (float)c->s, c->scalar_first, n);
     return;
   }
+  /* x > 0, pred == label: the float compare against the float32 scalar
+   * (the op layer rounded it), as the scalar loop below */
+  if (c->to == DP_U8 && c->a == DP_F32 && s[0] == 1 && s[1] == 4 && dp_binary_is_compare(c->op)) {
+    dp_cpu_vec_get()->compare_value(c->op, (uint8_t *)p[0], (const float *)p[1], (float)c->s, c->scalar_first, n);
+    return;
+  }
   if (vec_float(c->to) && (c->a == DP_BF16 || c->a == DP_F16) && dp_binary_ops[c->op].scalar_f32) {
     float ba[CHUNK], bo[CHUNK];
     for (int64_t i = 0; i < n; i += CHUNK) {
@@ -578,30 +548,5 @@ int dp_cpu_binary_scalar(dp_binary_op op, dp_tensor *out, const dp_tensor *a, do
   binary_ctx c = {op, out->dtype, a->dtype, a->dtype, s, scalar_first};
   const dp_tensor *ops[2] = {out, a};
   dp_cpu_foreach_par(2, ops, binary_scalar_row, &c, DP_GRAIN_MEMORY);
-  return 0;
-}
-
-/* ---- dropout: out = x * keep / (1-p), keep from Philox (recomputed in
- * backward with the same seed/offset) ---- */
-int dp_cpu_dropout(dp_tensor *out, const dp_tensor *x, double p, uint64_t seed, uint64_t offset) {
-  int64_t n = dp_numel(out);
-  if (out->dtype == DP_F32) {
-    philox_ctx c = {.o = dp_data(out),
-                    .x = dp_data(x),
-                    .a = (float)p,
-                    .s = (float)(1.0 / (1.0 - p)),
-                    .seed = seed,
-                    .offset = offset};
-    dp_cpu_parallel_for(n, DP_GRAIN_COMPUTE, 16, dropout_range, &c);
-    return 0;
-  }
-  char *o = dp_data(out);
-  const char *xi = dp_data(x);
-  size_t es = dp_elsize(out);
-  double scale = 1.0 / (1.0 - p);
-  for (int64_t i = 0; i < n; i++) {
-    bool keep = dp_philox_uniform_f(seed, offset + (uint64_t)i) >= (float)p;
-    dp_store_d(o + (size_t)i * es, out->dtype, keep ? dp_load_d(xi + (size_t)i * es, x->dtype) * scale : 0.0);
-  }
   return 0;
 }
