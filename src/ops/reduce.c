@@ -110,8 +110,26 @@ static dp_tensor *sum_impl(const char *opname, dp_tensor *x, int n, const int *d
     cur = dp_scope_add(&s, dp_reshape(cur, x->ndim, sh));
   } else { /* dim by dim, from the last */
     cur = x;
-    for (int d = x->ndim - 1; d >= 0 && cur; d--)
-      if (mask[d]) cur = dp_scope_add(&s, reduce_one(DP_R_SUM, cur, d, acc, NULL, 0));
+    /* adjacent reduced dims of a contiguous x are one dim of their product: one pass with long rows (mean over
+     * H and W: one row of H * W per plane, not W then H in short rows of per-call overhead), each sum one
+     * accumulation */
+    int64_t msh[DP_MAXDIM], ksh[DP_MAXDIM];
+    bool mm[DP_MAXDIM] = {false};
+    int m = 0;
+    for (int d = 0; d < x->ndim; d++) {
+      ksh[d] = mask[d] ? 1 : x->shape[d];
+      if (mask[d] && d > 0 && mask[d - 1]) msh[m - 1] *= x->shape[d];
+      else mm[m] = mask[d], msh[m++] = x->shape[d];
+    }
+    if (m < x->ndim && dp_is_contiguous(x)) {
+      cur = dp_scope_add(&s, dp_reshape(x, m, msh));
+      for (int d = m - 1; d >= 0 && cur; d--)
+        if (mm[d]) cur = dp_scope_add(&s, reduce_one(DP_R_SUM, cur, d, acc, NULL, 0));
+      if (cur) cur = dp_scope_add(&s, dp_reshape(cur, x->ndim, ksh));
+    } else {
+      for (int d = x->ndim - 1; d >= 0 && cur; d--)
+        if (mask[d]) cur = dp_scope_add(&s, reduce_one(DP_R_SUM, cur, d, acc, NULL, 0));
+    }
     if (cur && mean) cur = dp_scope_add(&s, dp_binary_scalar(DP_B_DIV, cur, (double)count, false));
   }
   if (cur && x->ndim > 0 && cur->dtype != odt) cur = dp_scope_add(&s, dp_cast_raw(cur, odt));

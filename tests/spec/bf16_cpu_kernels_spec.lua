@@ -128,6 +128,76 @@ describe("bfloat16 CPU kernels", function()
     same_bits(rb.grad, row:float():view(1, 23):expand(30, 23), "the float32 operand's gradient")
   end)
 
+  -- comparisons of 16-bit floats widen blocks into the float32 compare kernels (exact: the double path's results)
+  it("compares bfloat16 with bfloat16, float32, a scalar, views: the float32 compares of the widened values", function()
+    local a, b = values(1300, 10), values(1300, 11)
+    b[20], b[21] = a[20]:item(), a[21]:item() -- equal pairs
+    local ad, bf32 = a:double(), ddp.randn(1300) -- references: the double path
+    local m, row = values(30 * 23, 12):view(30, 23), values(23, 13)
+    for _, op in ipairs({ "eq", "ne", "lt", "le", "gt", "ge" }) do
+      local cases = {
+        { a[op](a, b), ad[op](ad, b:double()), "bf16 bf16" },
+        { a[op](a, bf32), ad[op](ad, bf32:double()), "bf16 f32" },
+        { a[op](a, 0.25), ad[op](ad, 0.25), "a scalar" },
+        { a[op](a, 1 / 0), ad[op](ad, 1 / 0), "inf" },
+        { m:t()[op](m:t(), row:view(23, 1)), m:double():t()[op](m:double():t(), row:double():view(23, 1)),
+          "a transposed view with a broadcast column" },
+        { m:t()[op](m:t(), -0.5), m:double():t()[op](m:double():t(), -0.5), "a transposed view with a scalar" },
+      }
+      for _, c in ipairs(cases) do
+        assert.equal("uint8", c[1]:dtype())
+        assert.same(c[2]:totable(), c[1]:totable(), op .. " " .. c[3])
+      end
+    end
+  end)
+
+  -- a bfloat16 model's softmax outside autocast: the float32 row kernels on widened rows, rounded once
+  it("softmax and log_softmax of bfloat16 rows: float32 rounded once; gradients within a rounding of float64", function()
+    for _, shape in ipairs({ { 37, 53 }, { 5, 1 }, { 3, 4100 }, { 0, 7 } }) do
+      ddp.manual_seed(14)
+      local x = (ddp.randn(shape[1], shape[2]) * 4):to("bfloat16")
+      if shape[1] * shape[2] > 8 then x[1][1], x[2][2] = 0 / 0, math.huge end -- a NaN row, an inf row
+      for _, log in ipairs({ false, true }) do
+        local what = string.format("%s [%d, %d]", log and "log_softmax" or "softmax", shape[1], shape[2])
+        local fn = log and ddp.log_softmax or ddp.softmax
+        local xb = x:clone():requires_grad_()
+        local y = fn(xb, 2)
+        same_bits(y, bf(fn(x:float(), 2)), what)
+        local g = ddp.randn(shape[1], shape[2]):to("bfloat16")
+        y:backward(g)
+        -- float64 from the rounded y and g: log_softmax gx = g - exp(y) sum(g); softmax gx = y (g - sum(g y))
+        local yd, gd = y:detach():double(), g:double()
+        local want = log and gd - yd:exp() * gd:sum(2, true) or yd * (gd - (gd * yd):sum(2, true))
+        local got = xb.grad:double()
+        -- rows with a NaN are NaN on both sides (want:eq(want) is 0 there)
+        local bad = ((got - want):abs() - (want:abs() * 2 ^ -7 + 1e-6)):gt(0):double() * want:eq(want):double()
+        assert.equal(0, bad:sum():item(), what .. " gradient")
+        assert.equal(want:eq(want):sum():item(), got:eq(got):sum():item(), what .. " NaN gradients")
+      end
+    end
+  end)
+
+  -- max / min / argmax / argmin along a dim widen each outer row into the float32 kernels: the double path's
+  -- winners (ties: the first; NaN wins) and values
+  it("max, min, argmax and argmin of bfloat16 along each dim: the float64 path's values and positions", function()
+    local x = values(6 * 7 * 9, 15):view(6, 7, 9)
+    x[2][3][4], x[2][5][4] = 1.5, 1.5 -- a tie along dim 2
+    x[3][1][1], x[3][1][2] = -math.huge, -math.huge
+    local xd = x:double()
+    for dim = 1, 3 do
+      for _, op in ipairs({ "max", "min" }) do
+        local v, i = x[op](x, dim)
+        local vd, id = xd[op](xd, dim)
+        assert.equal("bfloat16", v:dtype())
+        same_bits(v:double(), vd, op .. " values along " .. dim)
+        assert.same(id:totable(), i:totable(), op .. " positions along " .. dim)
+      end
+      for _, op in ipairs({ "argmax", "argmin" }) do
+        assert.same(xd[op](xd, dim):totable(), x[op](x, dim):totable(), op .. " along " .. dim)
+      end
+    end
+  end)
+
   it("attention on bfloat16 operands is float32 attention of the widened operands, rounded", function()
     ddp.manual_seed(10)
     -- the widening path, also at the bfloat16 kernels' head dims (32: attention_bf16_spec.lua has them on)

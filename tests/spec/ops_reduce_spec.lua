@@ -16,6 +16,10 @@ describe("sum and mean", function()
     { "dim 2", { 2 }, 2 },
     { "dim -1", { 3 }, -1 },
     { "dims {1, 3}", { 1, 3 }, { 1, 3 } },
+    -- adjacent dims of a contiguous input: one reduction over their product (ops/reduce.c)
+    { "dims {2, 3}", { 2, 3 }, { 2, 3 } },
+    { "dims {1, 2}", { 1, 2 }, { 1, 2 } },
+    { "dims {1, 2, 3}", { 1, 2, 3 }, { 1, 2, 3 } },
   }
   for _, c in ipairs(cases) do
     local label, dims, arg = c[1], c[2], c[3]
@@ -27,6 +31,15 @@ describe("sum and mean", function()
       end)
     end
   end
+
+  it("sum adjacent dims of a contiguous tensor in one accumulation: the merged view's sum, bit for bit", function()
+    local x = ddp.randn(6, 7, 9, 11)
+    for _, c in ipairs({ { { 3, 4 }, { 42, 99 }, 2 }, { { 2, 3 }, { 6, 63, 11 }, 2 }, { { 1, 2, 3 }, { 378, 11 }, 1 } }) do
+      local want = x:reshape(table.unpack(c[2])):sum(c[3])
+      local got = x:sum(c[1])
+      assert.same(want:reshape(-1):totable(), got:reshape(-1):totable(), "sum over " .. table.concat(c[1], ","))
+    end
+  end)
 
   it("reduce strided views like their contiguous copies", function()
     local p = x64:permute(3, 1, 2)

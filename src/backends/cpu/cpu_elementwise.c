@@ -453,6 +453,15 @@ static void binary_row(char **p, const int64_t *s, int64_t n, void *vctx) {
       return;
     }
   }
+  if (c->to == DP_U8 && s[0] == 1 && dp_binary_is_compare(c->op) && vec_float(c->a) && vec_float(c->b)) {
+    float ba[CHUNK], bb[CHUNK]; /* widening is exact: the compares are the double path's */
+    for (int64_t i = 0; i < n; i += CHUNK) {
+      int64_t m = n - i < CHUNK ? n - i : CHUNK;
+      v->compare(c->op, (uint8_t *)p[0] + i, f32_chunk(p[1], s[1], c->a, i, m, ba),
+                 f32_chunk(p[2], s[2], c->b, i, m, bb), m);
+    }
+    return;
+  }
   if (vec_float(c->to) && vec_float(c->a) && vec_float(c->b)) {
     float ba[CHUNK], bb[CHUNK], bo[CHUNK];
     for (int64_t i = 0; i < n; i += CHUNK) {
@@ -513,6 +522,17 @@ static void binary_scalar_row(char **p, const int64_t *s, int64_t n, void *vctx)
    * (the op layer rounded it), as the scalar loop below */
   if (c->to == DP_U8 && c->a == DP_F32 && s[0] == 1 && s[1] == 4 && dp_binary_is_compare(c->op)) {
     dp_cpu_vec_get()->compare_value(c->op, (uint8_t *)p[0], (const float *)p[1], (float)c->s, c->scalar_first, n);
+    return;
+  }
+  /* a 16-bit float against the scalar (in its dtype, so a float32 exactly) */
+  if (c->to == DP_U8 && vec_float(c->a) && s[0] == 1 && dp_binary_is_compare(c->op) &&
+      ((double)(float)c->s == c->s || c->s != c->s)) {
+    float ba[CHUNK];
+    for (int64_t i = 0; i < n; i += CHUNK) {
+      int64_t m = n - i < CHUNK ? n - i : CHUNK;
+      dp_cpu_vec_get()->compare_value(c->op, (uint8_t *)p[0] + i, f32_chunk(p[1], s[1], c->a, i, m, ba), (float)c->s,
+                                      c->scalar_first, m);
+    }
     return;
   }
   if (vec_float(c->to) && (c->a == DP_BF16 || c->a == DP_F16) && dp_binary_ops[c->op].scalar_f32) {

@@ -6,6 +6,7 @@
  * keep full precision. */
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/cpu/cpu_kernels.h"
@@ -174,6 +175,45 @@ static void softmax_bwd_rows(void *vctx, int64_t lo, int64_t hi) {
 }
 static int64_t row_grain(int64_t cols) { return DP_GRAIN_COMPUTE / (cols > 0 ? cols : 1) + 1; }
 
+/* bfloat16 rows (a bfloat16 model's softmax outside autocast): the float32
+ * row kernels on rows widened into a worker's scratch, rounded once; here
+ * y, x and gy point at uint16_t data (gy NULL: the forward) */
+typedef struct {
+  const softmax_ctx *k;
+  int failed; /* atomic */
+} softmax_bf16_ctx;
+
+static void softmax_bf16_rows(void *vctx, int64_t lo, int64_t hi) {
+  softmax_bf16_ctx *h = vctx;
+  const softmax_ctx *k = h->k;
+  const dp_cpu_vec *v = dp_cpu_vec_get();
+  int64_t n = k->cols;
+  float *a = malloc(sizeof(float) * (size_t)(3 * n + 1)), *b = a + n, *o = b + n;
+  if (!a) {
+    __atomic_store_n(&h->failed, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  const uint16_t *x = (const uint16_t *)(const void *)k->x, *gy = (const uint16_t *)(const void *)k->gy;
+  uint16_t *y = (uint16_t *)(void *)k->y;
+  for (int64_t r = lo; r < hi; r++) {
+    v->cast(a, DP_F32, x + r * n, DP_BF16, n);
+    if (gy) {
+      v->cast(b, DP_F32, gy + r * n, DP_BF16, n);
+      v->softmax_bwd_row(o, b, a, n, k->log);
+    } else {
+      v->softmax_row(o, a, n, k->log);
+    }
+    v->cast(y + r * n, DP_BF16, o, DP_F32, n);
+  }
+  free(a);
+}
+
+static int softmax_bf16(const softmax_ctx *k, int64_t rows) {
+  softmax_bf16_ctx h = {k, 0};
+  dp_cpu_parallel_for(rows, row_grain(k->cols), 1, softmax_bf16_rows, &h);
+  return h.failed ? dp_error("softmax: out of memory for a row of %lld values", (long long)k->cols) : 0;
+}
+
 int dp_cpu_softmax(dp_tensor *y, const dp_tensor *x, int64_t rows, int64_t cols, bool logsm) {
   const char *xp = dp_data(x);
   char *yp = dp_data(y);
@@ -181,6 +221,10 @@ int dp_cpu_softmax(dp_tensor *y, const dp_tensor *x, int64_t rows, int64_t cols,
     softmax_ctx k = {(float *)yp, (const float *)xp, NULL, cols, logsm};
     dp_cpu_parallel_for(rows, row_grain(cols), 1, softmax_rows, &k);
     return 0;
+  }
+  if (x->dtype == DP_BF16 && y->dtype == DP_BF16) {
+    softmax_ctx k = {(float *)(void *)yp, (const float *)(const void *)xp, NULL, cols, logsm};
+    return softmax_bf16(&k, rows);
   }
   for (int64_t r = 0; r < rows; r++) {
     int64_t b = r * cols;
@@ -207,6 +251,11 @@ int dp_cpu_softmax_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor 
     softmax_ctx k = {(float *)xp, (const float *)yp, (const float *)gp, cols, logsm};
     dp_cpu_parallel_for(rows, row_grain(cols), 1, softmax_bwd_rows, &k);
     return 0;
+  }
+  if (gx->dtype == DP_BF16 && gy->dtype == DP_BF16 && y->dtype == DP_BF16) {
+    softmax_ctx k = {(float *)(void *)xp, (const float *)(const void *)yp, (const float *)(const void *)gp, cols,
+                     logsm};
+    return softmax_bf16(&k, rows);
   }
   for (int64_t r = 0; r < rows; r++) {
     int64_t b = r * cols;

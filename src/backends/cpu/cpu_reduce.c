@@ -5,7 +5,8 @@
  * and extremes run the per-ISA vector kernels (cpu_vec.h), split over the
  * outer rows between threads; bfloat16 sums too, their rows widened to
  * float32 in blocks of WIDEN values (exact: a bfloat16 is a float32's top
- * half) and rounded once into the result. */
+ * half) and rounded once into the result, and bfloat16 extremes with each
+ * outer row widened whole. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,34 +76,47 @@ static void sum_rows(void *vctx, int64_t lo, int64_t hi) {
   free(acc);
 }
 
-/* outer rows [lo, hi) of a float32 max/min/argmax/argmin */
+/* outer rows [lo, hi) of a float32 max/min/argmax/argmin; bfloat16 rows
+ * widened whole into scratch first (exact: the same winners, and their
+ * values narrow back exactly) */
 static void extreme_rows(void *vctx, int64_t lo, int64_t hi) {
   f32_reduce *c = vctx;
   const dp_cpu_vec *v = dp_cpu_vec_get();
   bool want_max = c->op == DP_R_MAX || c->op == DP_R_ARGMAX, arg = c->op == DP_R_ARGMAX || c->op == DP_R_ARGMIN;
+  int64_t per = c->k * c->inner;
+  float *wide = c->bf16 ? malloc(sizeof(float) * (size_t)(per + c->inner)) : NULL; /* the row, then its values */
+  if (c->bf16 && !wide) {
+    c->failed = true;
+    return;
+  }
   for (int64_t o = lo; o < hi; o++) {
-    const float *r = c->x + o * c->k * c->inner;
+    const float *r = c->x + o * per;
+    if (c->bf16) v->cast(wide, DP_F32, (const uint16_t *)c->x + o * per, DP_BF16, per), r = wide;
     int64_t *pos = arg      ? (int64_t *)dp_data(c->out) + o * c->inner
                    : c->idx ? (int64_t *)dp_data(c->idx) + o * c->inner
                             : NULL;
     if (c->inner == 1) {
       int64_t best = v->arg_extreme(r, c->k, want_max);
-      if (!arg) ((float *)dp_data(c->out))[o] = r[best];
+      if (!arg && c->bf16) ((uint16_t *)dp_data(c->out))[o] = ((const uint16_t *)c->x)[o * per + best];
+      else if (!arg) ((float *)dp_data(c->out))[o] = r[best];
       if (pos) pos[0] = best + c->base;
       continue;
     }
-    float *vals = arg ? NULL : (float *)dp_data(c->out) + o * c->inner;
+    float *vals = arg ? NULL : c->bf16 ? wide + per : (float *)dp_data(c->out) + o * c->inner;
     float small[256];
     float *tmp = vals ? vals : c->inner <= 256 ? small : malloc(sizeof(float) * (size_t)c->inner);
     if (!tmp) {
       c->failed = true;
+      free(wide);
       return;
     }
     v->extreme_cols(tmp, pos, r, c->k, c->inner, want_max);
     if (pos)
       for (int64_t i = 0; i < c->inner; i++) pos[i] += c->base;
+    if (!arg && c->bf16) v->cast((uint16_t *)dp_data(c->out) + o * c->inner, DP_BF16, tmp, DP_F32, c->inner);
     if (tmp != vals && tmp != small) free(tmp);
   }
+  free(wide);
 }
 
 static int reduce_f32(dp_reduce_op op, dp_tensor *out, dp_tensor *idx, const dp_tensor *x, const dp_reduce_args *a) {
@@ -238,6 +252,10 @@ int dp_cpu_reduce(dp_tensor *out, dp_tensor *idx, const dp_tensor *x, const dp_r
   if (x->dtype == DP_F32 && op != DP_R_PROD && !(extreme && k == 0) && (!extreme || arg || out->dtype == DP_F32))
     return reduce_f32(op, out, idx, x, a);
   if (x->dtype == DP_BF16 && (op == DP_R_SUM || op == DP_R_MEAN)) return reduce_f32(op, out, idx, x, a);
+  /* bfloat16 extremes widen a whole outer row: up to 4 MiB of scratch a thread */
+  if (x->dtype == DP_BF16 && extreme && op != DP_R_PROD && k > 0 && k * inner <= (1 << 20) &&
+      (arg || out->dtype == DP_BF16))
+    return reduce_f32(op, out, idx, x, a);
   switch (op) {
   case DP_R_SUM:
   case DP_R_MEAN:
