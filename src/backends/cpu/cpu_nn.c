@@ -187,23 +187,24 @@ static void softmax_bf16_rows(void *vctx, int64_t lo, int64_t hi) {
   softmax_bf16_ctx *h = vctx;
   const softmax_ctx *k = h->k;
   const dp_cpu_vec *v = dp_cpu_vec_get();
-  int64_t n = k->cols;
-  float *a = malloc(sizeof(float) * (size_t)(3 * n + 1)), *b = a + n, *o = b + n;
+  int64_t n = k->cols, block = n >= 2048 ? 1 : 2048 / n; /* short rows widen and round a block of rows a call */
+  size_t len = (size_t)(block * n);
+  float *a = malloc(sizeof(float) * (3 * len + 1)), *b = a + len, *o = b + len;
   if (!a) {
     __atomic_store_n(&h->failed, 1, __ATOMIC_RELAXED);
     return;
   }
   const uint16_t *x = (const uint16_t *)(const void *)k->x, *gy = (const uint16_t *)(const void *)k->gy;
   uint16_t *y = (uint16_t *)(void *)k->y;
-  for (int64_t r = lo; r < hi; r++) {
-    v->cast(a, DP_F32, x + r * n, DP_BF16, n);
-    if (gy) {
-      v->cast(b, DP_F32, gy + r * n, DP_BF16, n);
-      v->softmax_bwd_row(o, b, a, n, k->log);
-    } else {
-      v->softmax_row(o, a, n, k->log);
+  for (int64_t r0 = lo; r0 < hi; r0 += block) {
+    int64_t m = hi - r0 < block ? hi - r0 : block;
+    v->cast(a, DP_F32, x + r0 * n, DP_BF16, m * n);
+    if (gy) v->cast(b, DP_F32, gy + r0 * n, DP_BF16, m * n);
+    for (int64_t r = 0; r < m; r++) {
+      if (gy) v->softmax_bwd_row(o + r * n, b + r * n, a + r * n, n, k->log);
+      else v->softmax_row(o + r * n, a + r * n, n, k->log);
     }
-    v->cast(y + r * n, DP_BF16, o, DP_F32, n);
+    v->cast(y + r0 * n, DP_BF16, o, DP_F32, m * n);
   }
   free(a);
 }
