@@ -7,10 +7,13 @@
  *    (PyTorch's CPU autocast knows bfloat16 only; float16 autocast leaves
  *    CPU tensors alone);
  *  - float32: softmax, log_softmax, cross_entropy, mse_loss, layer_norm and
- *    batch_norm compute in float32 when given bfloat16 or float16 inputs
- *    (the output of an autocast linear), so losses, their log-sum-exp and
- *    normalisation statistics keep float32 precision and float32 weights
- *    meet a float32 input.
+ *    batch_norm (SyncBatchNorm too) compute in float32 when given bfloat16
+ *    or float16 inputs (the output of an autocast linear), so losses, their
+ *    log-sum-exp and normalisation statistics keep float32 precision and
+ *    float32 weights meet a float32 input. (PyTorch 1.13's CPU autocast
+ *    leaves batch_norm and layer_norm in bfloat16, float32 inside; a
+ *    bfloat16 batch norm through float32 scratch rows measured slower than
+ *    the casts here: docs/performance.md.)
  * The casts are ordinary differentiable casts, so float32 master weights
  * get float32 gradients; ops that mix the autocast dtype with float32
  * promote to float32 as usual. float64 tensors are never cast.

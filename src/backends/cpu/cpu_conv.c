@@ -210,8 +210,9 @@ static void avg_pool_bwd_planes(void *vctx, int64_t lo, int64_t hi) {
 }
 static int64_t pool_grain(const dp_window2d *g) { return DP_GRAIN_MEMORY / (g->h * g->w + 1) + 1; }
 
-/* bfloat16 planes (autocast's activations after a mixed-type batch norm)
- * run the float32 kernels: each plane widened into a worker's scratch, its
+/* bfloat16 planes (autocast's activations: a bfloat16 convolution's output
+ * through ReLU) run the float32 kernels: each plane widened into a worker's
+ * scratch, its
  * output rounded once (max pooling's values are exact; the gradients sum in
  * float32, then round). */
 enum { HP_MAX, HP_AVG, HP_MAX_BWD, HP_AVG_BWD };
