@@ -1,7 +1,8 @@
 /* CPU random draws: uniform / normal fills and dropout, from Philox
  * (ops/philox.h: the numbers the CUDA kernels draw). float32 runs the
- * per-ISA vector kernels (cpu_vec.h) split over the threads; every other
- * dtype draws each element through the double reference. */
+ * per-ISA vector kernels (cpu_vec.h) split over the threads, bfloat16
+ * dropout the same kernel on widened chunks; every other dtype draws each
+ * element through the double reference. */
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/cpu_vec.h"
