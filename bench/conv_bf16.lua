@@ -2,10 +2,12 @@
 -- and under ddp.autocast("bfloat16"), ms per step, best of 5 rounds of 5,
 -- at the shapes of the ResNet and CNN examples. Under autocast the
 -- convolutions run in bfloat16 through oneDNN where the CPU has native
--- bfloat16; DDPLUA_CONV_BF16=0 widens them to float32 instead (the figure
--- to compare with).
+-- bfloat16 and (without AMX) the shape measured faster that way, else in
+-- float32 rounded to bfloat16 (README: DDPLUA_CONV_BF16);
+-- DDPLUA_CONV_BF16=1 runs every shape in bfloat16, =0 none.
 --
 --   ddplua bench/conv_bf16.lua [threads=1]
+--   DDPLUA_CONV_BF16=1 ddplua bench/conv_bf16.lua [threads=1]
 --   DDPLUA_CONV_BF16=0 ddplua bench/conv_bf16.lua [threads=1]
 local ddp = require "ddplua"
 local F = ddp.nn.F
@@ -19,7 +21,9 @@ end
 ddp.set_num_threads(threads)
 print("cpu: " .. ddp.core.cpu_info())
 print(string.format("oneDNN: %s; bfloat16 convolutions %s", ddp.core.onednn_info(),
-  os.getenv("DDPLUA_CONV_BF16") == "0" and "widened to float32 (DDPLUA_CONV_BF16=0)" or "native where the CPU has it"))
+  os.getenv("DDPLUA_CONV_BF16") == "0" and "in float32, rounded (DDPLUA_CONV_BF16=0)"
+  or os.getenv("DDPLUA_CONV_BF16") == "1" and "in bfloat16 for every shape (DDPLUA_CONV_BF16=1)"
+  or "in bfloat16 where the CPU has it natively and the shape pays"))
 
 for _, s in ipairs({ { 64, 16, 16, 32 }, { 64, 32, 32, 16 }, { 64, 64, 64, 8 }, { 64, 32, 64, 14 }, { 64, 1, 32, 28 },
   { 32, 3, 16, 32 } }) do

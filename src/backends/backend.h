@@ -411,6 +411,10 @@ typedef struct dp_backend {
   /* gx, gw, gb (each may be NULL; gb only with gw), overwritten */
   int (*conv2d_backward)(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
                          const dp_tensor *w, const dp_window2d *g);
+  /* Optional: whether autocast's bfloat16 convolution of this geometry is
+   * faster than float32 here (NULL: always); where not, ops/conv.c runs it
+   * in float32 and rounds the output to bfloat16. */
+  bool (*conv2d_bf16_pays)(const dp_window2d *g, int64_t groups);
 } dp_backend;
 
 /* What the runtime hands a backend plugin (the CUDA backend is built as a

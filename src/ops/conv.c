@@ -478,8 +478,49 @@ static dp_tensor *conv2d_impl(dp_tensor *x_in, dp_tensor *w_in, dp_tensor *b, co
   return out;
 }
 
-/* Autocast (autocast.h) casts float32 operands to bfloat16/float16 first. */
+/* Whether autocast's bfloat16 convolution is declined for this case: the
+ * backend says bfloat16 does not pay for its geometry (backend.h
+ * conv2d_bf16_pays). Only well-formed float32 weights and a float32 or
+ * bfloat16 input; anything else takes the usual path and its errors. */
+static bool bf16_declined(const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_conv2d_args *a) {
+  dp_autocast_state st = dp_autocast_get();
+  if (!st.enabled || st.dtype != DP_BF16 || dp_dev(x).type != DP_CPU || (x->ndim != 3 && x->ndim != 4) ||
+      w->ndim != 4 || w->dtype != DP_F32 || (x->dtype != DP_F32 && x->dtype != DP_BF16) || (b && b->dtype != DP_F32) ||
+      a->groups < 1 || dp_dev(w).type != DP_CPU || (b && dp_dev(b).type != DP_CPU))
+    return false;
+  const dp_backend *be = dp_backend_of(x);
+  if (!be->conv2d_bf16_pays) return false;
+  int o = x->ndim - 3;
+  dp_window2d g = {.n = o ? x->shape[0] : 1,
+                   .c = x->shape[o],
+                   .h = x->shape[o + 1],
+                   .w = x->shape[o + 2],
+                   .kh = w->shape[2],
+                   .kw = w->shape[3],
+                   .sh = a->stride[0],
+                   .sw = a->stride[1],
+                   .ph = a->padding[0],
+                   .pw = a->padding[1],
+                   .dh = a->dilation[0],
+                   .dw = a->dilation[1]};
+  if (dp_window_size(g.h, g.kh, g.sh, g.ph, g.dh, false, &g.oh) ||
+      dp_window_size(g.w, g.kw, g.sw, g.pw, g.dw, false, &g.ow) || g.oh < 1 || g.ow < 1)
+    return false;
+  return !be->conv2d_bf16_pays(&g, a->groups);
+}
+
+/* Autocast (autocast.h) casts float32 operands to bfloat16/float16 first;
+ * where bfloat16 does not pay (bf16_declined) the convolution runs in
+ * float32 instead (a bfloat16 input widened, exactly; the float32 weights
+ * as they are) and its output is rounded to bfloat16, the dtype autocast
+ * gives a convolution. */
 dp_tensor *dp_conv2d(dp_tensor *x, dp_tensor *w, dp_tensor *b, const dp_conv2d_args *a) {
+  if (bf16_declined(x, w, b, a)) {
+    DP_SCOPE(s);
+    dp_tensor *xf = x->dtype == DP_F32 ? x : dp_scope_add(&s, dp_to(x, DP_F32, dp_dev(x)));
+    dp_tensor *y = xf ? dp_scope_add(&s, conv2d_impl(xf, w, b, a)) : NULL;
+    return y ? dp_to(y, DP_BF16, dp_dev(y)) : NULL;
+  }
   dp_autocast_scope ac;
   if (dp_autocast_cast(&ac, 3, (dp_tensor * *[]){&x, &w, &b})) return NULL;
   return dp_autocast_done(&ac, conv2d_impl(x, w, b, a));

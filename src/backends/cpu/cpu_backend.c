@@ -85,4 +85,5 @@ const dp_backend dp_cpu_backend = {
     .unscale = dp_cpu_unscale,
     .conv2d = dp_dnnl_conv2d,
     .conv2d_backward = dp_dnnl_conv2d_backward,
+    .conv2d_bf16_pays = dp_dnnl_conv2d_bf16_pays,
 };

@@ -27,6 +27,10 @@ int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const d
   return 0;
 }
 long dp_dnnl_bf16_conv_calls(void) { return 0; }
+bool dp_dnnl_conv2d_bf16_pays(const dp_window2d *g, int64_t groups) {
+  (void)g, (void)groups;
+  return false; /* no bfloat16 convolution kernel here: float32, rounded */
+}
 #else
 
 #include <oneapi/dnnl/dnnl.h>
@@ -289,6 +293,27 @@ static bool conv_bf16_native(void) {
     __atomic_store_n(&on, v, __ATOMIC_RELAXED);
   }
   return v;
+}
+
+/* Measured on AVX512-BF16 without AMX (Zen 5, docs/performance.md: the
+ * fifth 2026-12-06 session, ms forward + backward at batch 64): oneDNN's
+ * bfloat16 kernels lose to the float32 path with few input channels (1 ->
+ * 16, 7x7 / 2, 32x32: 2.81 against 2.29), 1x1 kernels (16 -> 32 / 2 at 8x8:
+ * 0.157 against 0.128) and outputs of under 4 positions, where float32 has
+ * its own GEMMs (128 -> 128, 3x3 at 1x1: 0.698 against 0.274); they win or
+ * tie from 16 channels and 2x2 outputs up. AMX was not measured: there
+ * every shape stays bfloat16, as before. DDPLUA_CONV_BF16=1 forces bfloat16
+ * for every shape, 0 for none. */
+bool dp_dnnl_conv2d_bf16_pays(const dp_window2d *g, int64_t groups) {
+  static int mode = -2; /* atomic: -1 by shape, 0 never, 1 always */
+  int m = __atomic_load_n(&mode, __ATOMIC_RELAXED);
+  if (m == -2) {
+    const char *e = getenv("DDPLUA_CONV_BF16");
+    m = !conv_bf16_native() ? 0 : (e && strcmp(e, "1") == 0) || strstr(dp_cpu_describe(), "amx_bf16") ? 1 : -1;
+    __atomic_store_n(&mode, m, __ATOMIC_RELAXED);
+  }
+  if (m >= 0) return m == 1;
+  return g->c / (groups > 0 ? groups : 1) >= 8 && g->kh * g->kw > 1 && g->oh * g->ow >= 4;
 }
 
 int dp_dnnl_conv2d(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g) {

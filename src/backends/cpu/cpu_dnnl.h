@@ -61,5 +61,7 @@ int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const d
 int dp_dnnl_gemm_bf16(const dp_gemm_args *g, const void *bias);
 /* whether this CPU has native bfloat16 arithmetic (AMX-BF16, AVX512-BF16) */
 bool dp_cpu_native_bf16(void);
+/* backend.h's conv2d_bf16_pays for the CPU */
+bool dp_dnnl_conv2d_bf16_pays(const dp_window2d *g, int64_t groups);
 
 #endif
