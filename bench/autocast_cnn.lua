@@ -19,6 +19,7 @@ for _, a in ipairs(arg or {}) do
   cfg[k] = math.tointeger(tonumber(v))
 end
 ddp.set_num_threads(cfg.threads)
+local step_ms = dofile((arg and arg[0] or "bench/x.lua"):gsub("[^/]*$", "") .. "step_ms.lua")
 print("cpu: " .. ddp.core.cpu_info())
 print("oneDNN: " .. ddp.core.onednn_info())
 
@@ -26,29 +27,7 @@ local function run(autocast)
   ddp.manual_seed(0)
   local model = nn.Sequential { nn.Conv2d(1, 32, 3, { padding = 1 }), nn.ReLU(), nn.MaxPool2d(2),
     nn.Conv2d(32, 64, 3, { padding = 1 }), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 7 * 7, 10) }
-  local opt = ddp.optim.SGD(model:parameters(), { lr = 0.01, momentum = 0.9 })
-  local x, y = ddp.randn(64, 1, 28, 28), ddp.randint(1, 11, { 64 })
-  local criterion = nn.CrossEntropyLoss()
-  local function step()
-    opt:zero_grad()
-    local loss
-    do
-      local _ <close> = autocast and ddp.autocast("bfloat16") or nil
-      loss = criterion(model(x), y)
-    end
-    loss:backward()
-    opt:step()
-    return loss
-  end
-  for _ = 1, 3 do step() end
-  local best = math.huge
-  for _ = 1, 5 do
-    local t0 = ddp.clock()
-    for _ = 1, cfg.steps - 1 do step() end
-    step():item() -- the work is done when the loss is read
-    best = math.min(best, (ddp.clock() - t0) / cfg.steps)
-  end
-  return best * 1e3
+  return step_ms(ddp, model, ddp.randn(64, 1, 28, 28), ddp.randint(1, 11, { 64 }), autocast, cfg.steps)
 end
 
 local f32, bf16 = run(false), run(true)

@@ -22,7 +22,7 @@ for _, a in ipairs(arg or {}) do
 end
 ddp.set_num_threads(cfg.threads)
 local here = (arg and arg[0] or "bench/x.lua"):gsub("[^/]*$", "")
-local median_of = dofile(here .. "median_ms.lua")
+local median_of, step_ms = dofile(here .. "median_ms.lua"), dofile(here .. "step_ms.lua")
 local resnet = dofile(here .. "../examples/resnet/model.lua")
 print("cpu: " .. ddp.core.cpu_info())
 print(string.format("oneDNN: %s; DDPLUA_CONV_BF16=%s", ddp.core.onednn_info(), os.getenv("DDPLUA_CONV_BF16") or "(unset)"))
@@ -53,29 +53,11 @@ for _, l in ipairs(layers) do
   print(string.format("%3d -> %3d %dx%d / %d at %2dx%-2d %9.3f %9.3f %7.2fx", cin, cout, k, k, s, h, h, f32, b16, b16 / f32))
 end
 
-local function step_ms(on)
+local function model_step_ms(on)
   ddp.manual_seed(0)
   local model = resnet.resnet18 { num_classes = 10, in_channels = 1, width = w }
-  local opt = ddp.optim.SGD(model:parameters(), { lr = 0.01, momentum = 0.9 })
-  local x, y = ddp.randn(64, 1, 32, 32), ddp.randint(1, 11, { 64 })
-  local criterion = ddp.nn.CrossEntropyLoss()
-  local function step()
-    opt:zero_grad()
-    local loss = autocast(on, function() return criterion(model(x), y) end)
-    loss:backward()
-    opt:step()
-    return loss
-  end
-  for _ = 1, 3 do step() end
-  local best = math.huge
-  for _ = 1, 5 do
-    local t0 = ddp.clock()
-    for _ = 1, cfg.steps - 1 do step() end
-    step():item()
-    best = math.min(best, (ddp.clock() - t0) / cfg.steps)
-  end
-  return best * 1e3
+  return step_ms(ddp, model, ddp.randn(64, 1, 32, 32), ddp.randint(1, 11, { 64 }), on, cfg.steps)
 end
-local f32, b16 = step_ms(false), step_ms(true)
+local f32, b16 = model_step_ms(false), model_step_ms(true)
 print(string.format("ResNet-18 width %d step, %d thread(s): float32 %.2f ms, bf16 autocast %.2f ms (%.2fx float32's " ..
   "speed)", w, cfg.threads, f32, b16, f32 / b16))

@@ -14,20 +14,21 @@ enum { DROP_CHUNK = 512 };
 /* Philox draws in ranges: element i uses counter offset + i wherever it
  * runs, so the split does not change the numbers */
 typedef struct {
-  float *o;
-  const float *x;
+  void *o;       /* float32, or bfloat16 for dropout_bf16_range */
+  const void *x; /* the same dtype as o */
   float a, s;
   uint64_t seed, offset;
 } philox_ctx;
 
 static void uniform_range(void *vctx, int64_t lo, int64_t hi) {
   philox_ctx *c = vctx;
-  dp_cpu_vec_get()->uniform(c->o + lo, hi - lo, c->a, c->s, c->seed, c->offset + (uint64_t)lo);
+  dp_cpu_vec_get()->uniform((float *)c->o + lo, hi - lo, c->a, c->s, c->seed, c->offset + (uint64_t)lo);
 }
 
 static void dropout_range(void *vctx, int64_t lo, int64_t hi) {
   philox_ctx *c = vctx;
-  dp_cpu_vec_get()->dropout(c->o + lo, c->x + lo, hi - lo, c->a, c->s, c->seed, c->offset + (uint64_t)lo);
+  dp_cpu_vec_get()->dropout((float *)c->o + lo, (const float *)c->x + lo, hi - lo, c->a, c->s, c->seed,
+                            c->offset + (uint64_t)lo);
 }
 
 int dp_cpu_rand(dp_tensor *out, dp_rand_kind kind, uint64_t seed, uint64_t offset, double a, double b) {
@@ -53,29 +54,24 @@ int dp_cpu_rand(dp_tensor *out, dp_rand_kind kind, uint64_t seed, uint64_t offse
 /* bfloat16 (autocast's activations): the float32 kernel on DROP_CHUNK values at
  * a time widened, its products rounded once more to bfloat16 (the same
  * kept elements as float32's; a value within a rounding of x / (1 - p)) */
-typedef struct {
-  uint16_t *o;
-  const uint16_t *x;
-  float a, s;
-  uint64_t seed, offset;
-} dropout_bf16_ctx;
-
 static void dropout_bf16_range(void *vctx, int64_t lo, int64_t hi) {
-  const dropout_bf16_ctx *c = vctx;
+  const philox_ctx *c = vctx;
+  const uint16_t *x = c->x;
+  uint16_t *o = c->o;
   const dp_cpu_vec *v = dp_cpu_vec_get();
   float bx[DROP_CHUNK], bo[DROP_CHUNK];
   for (int64_t i = lo; i < hi; i += DROP_CHUNK) {
     int64_t m = hi - i < DROP_CHUNK ? hi - i : DROP_CHUNK;
-    v->cast(bx, DP_F32, c->x + i, DP_BF16, m);
+    v->cast(bx, DP_F32, x + i, DP_BF16, m);
     v->dropout(bo, bx, m, c->a, c->s, c->seed, c->offset + (uint64_t)i);
-    v->cast(c->o + i, DP_BF16, bo, DP_F32, m);
+    v->cast(o + i, DP_BF16, bo, DP_F32, m);
   }
 }
 
 int dp_cpu_dropout(dp_tensor *out, const dp_tensor *x, double p, uint64_t seed, uint64_t offset) {
   int64_t n = dp_numel(out);
   if (out->dtype == DP_BF16 && x->dtype == DP_BF16) {
-    dropout_bf16_ctx c = {dp_data(out), dp_data(x), (float)p, (float)(1.0 / (1.0 - p)), seed, offset};
+    philox_ctx c = {dp_data(out), dp_data(x), (float)p, (float)(1.0 / (1.0 - p)), seed, offset};
     dp_cpu_parallel_for(n, DP_GRAIN_COMPUTE, 16, dropout_bf16_range, &c);
     return 0;
   }
