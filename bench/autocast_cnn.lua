@@ -10,16 +10,10 @@
 local ddp = require "ddplua"
 local nn = ddp.nn
 
-local cfg = { threads = 2, steps = 10 }
-for _, a in ipairs(arg or {}) do
-  local k, v = a:match("^(%w+)=(%d+)$")
-  if not k or cfg[k] == nil or tonumber(v) < 1 then
-    error("usage: ddplua bench/autocast_cnn.lua [threads=N] [steps=N] (N >= 1), got " .. a, 0)
-  end
-  cfg[k] = math.tointeger(tonumber(v))
-end
+local here = (arg and arg[0] or "bench/x.lua"):gsub("[^/]*$", "")
+local cfg = dofile(here .. "int_args.lua")("bench/autocast_cnn.lua", { threads = 2, steps = 10 })
 ddp.set_num_threads(cfg.threads)
-local step_ms = dofile((arg and arg[0] or "bench/x.lua"):gsub("[^/]*$", "") .. "step_ms.lua")
+local step_ms = dofile(here .. "step_ms.lua")
 print("cpu: " .. ddp.core.cpu_info())
 print("oneDNN: " .. ddp.core.onednn_info())
 

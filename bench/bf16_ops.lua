@@ -4,23 +4,18 @@
 -- Each op on a [64, 64, 16, 16] tensor (1M values), forward, or forward and
 -- backward where marked, one thread unless threads=N, the median of `runs`
 -- (bench/median_ms.lua: after warm-up, each run after a full collection).
--- A bfloat16 op slower than 2x its float32 figure is flagged: such an op
--- still takes a per-element double path (cpu_elementwise.c, cpu_reduce.c).
+-- A bfloat16 op slower than 2x its float32 figure is flagged: a
+-- per-element double path (cpu_elementwise.c, cpu_reduce.c) reads 4-130x;
+-- the widening alone costs up to about 2x an op as light as a compare.
 --
 --   ddplua bench/bf16_ops.lua [runs=15] [threads=1]
 local ddp = require "ddplua"
 local F = ddp.nn.F
 
-local cfg = { runs = 15, threads = 1 }
-for _, a in ipairs(arg or {}) do
-  local k, v = a:match("^(%w+)=(%d+)$")
-  if not k or cfg[k] == nil or tonumber(v) < 1 then
-    error("usage: ddplua bench/bf16_ops.lua [runs=N] [threads=N] (N >= 1), got " .. a, 0)
-  end
-  cfg[k] = math.tointeger(tonumber(v))
-end
+local here = (arg and arg[0] or "bench/x.lua"):gsub("[^/]*$", "")
+local cfg = dofile(here .. "int_args.lua")("bench/bf16_ops.lua", { runs = 15, threads = 1 })
 ddp.set_num_threads(cfg.threads)
-local median_of = dofile((arg and arg[0] or "bench/x.lua"):gsub("[^/]*$", "") .. "median_ms.lua")
+local median_of = dofile(here .. "median_ms.lua")
 print("cpu: " .. ddp.core.cpu_info())
 
 local function bwd(f)

@@ -12,12 +12,8 @@
 local ddp = require "ddplua"
 local F = ddp.nn.F
 
-local threads = 1
-for _, a in ipairs(arg or {}) do
-  local v = a:match("^threads=(%d+)$")
-  if not v then error("usage: ddplua bench/conv_bf16.lua [threads=N], got " .. a, 0) end
-  threads = math.tointeger(tonumber(v))
-end
+local here = (arg and arg[0] or "bench/x.lua"):gsub("[^/]*$", "")
+local threads = dofile(here .. "int_args.lua")("bench/conv_bf16.lua", { threads = 1 }).threads
 ddp.set_num_threads(threads)
 print("cpu: " .. ddp.core.cpu_info())
 print(string.format("oneDNN: %s; bfloat16 convolutions %s", ddp.core.onednn_info(),

@@ -7,12 +7,8 @@
 --   ddplua bench/gemm_bf16_threads.lua [reps=10]
 local ddp = require "ddplua"
 
-local reps = 10
-for _, a in ipairs(arg or {}) do
-  local v = a:match("^reps=(%d+)$")
-  if not v then error("usage: ddplua bench/gemm_bf16_threads.lua [reps=N], got " .. a, 0) end
-  reps = math.tointeger(tonumber(v))
-end
+local here = (arg and arg[0] or "bench/x.lua"):gsub("[^/]*$", "")
+local reps = dofile(here .. "int_args.lua")("bench/gemm_bf16_threads.lua", { reps = 10 }).reps
 print("cpu: " .. ddp.core.cpu_info())
 print("oneDNN: " .. ddp.core.onednn_info())
 ddp.manual_seed(1)

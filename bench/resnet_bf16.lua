@@ -12,16 +12,9 @@
 local ddp = require "ddplua"
 local F = ddp.nn.F
 
-local cfg = { width = 16, threads = 2, steps = 20 }
-for _, a in ipairs(arg or {}) do
-  local k, v = a:match("^(%w+)=(%d+)$")
-  if not k or cfg[k] == nil or tonumber(v) < 1 then
-    error("usage: ddplua bench/resnet_bf16.lua [width=N] [threads=N] [steps=N] (N >= 1), got " .. a, 0)
-  end
-  cfg[k] = math.tointeger(tonumber(v))
-end
-ddp.set_num_threads(cfg.threads)
 local here = (arg and arg[0] or "bench/x.lua"):gsub("[^/]*$", "")
+local cfg = dofile(here .. "int_args.lua")("bench/resnet_bf16.lua", { width = 16, threads = 2, steps = 20 })
+ddp.set_num_threads(cfg.threads)
 local median_of, step_ms = dofile(here .. "median_ms.lua"), dofile(here .. "step_ms.lua")
 local resnet = dofile(here .. "../examples/resnet/model.lua")
 print("cpu: " .. ddp.core.cpu_info())

@@ -414,7 +414,7 @@ typedef struct dp_backend {
   /* Optional: whether autocast's bfloat16 convolution of this geometry is
    * faster than float32 here (NULL: always); where not, ops/conv.c runs it
    * in float32 and rounds the output to bfloat16. */
-  bool (*conv2d_bf16_pays)(const dp_window2d *g, int64_t groups);
+  bool (*conv2d_bf16_pays)(const dp_window2d *g);
 } dp_backend;
 
 /* What the runtime hands a backend plugin (the CUDA backend is built as a

@@ -506,7 +506,7 @@ static bool bf16_declined(const dp_tensor *x, const dp_tensor *w, const dp_tenso
   if (dp_window_size(g.h, g.kh, g.sh, g.ph, g.dh, false, &g.oh) ||
       dp_window_size(g.w, g.kw, g.sw, g.pw, g.dw, false, &g.ow) || g.oh < 1 || g.ow < 1)
     return false;
-  return !be->conv2d_bf16_pays(&g, a->groups);
+  return !be->conv2d_bf16_pays(&g);
 }
 
 /* Autocast (autocast.h) casts float32 operands to bfloat16/float16 first;

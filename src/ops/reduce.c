@@ -121,15 +121,12 @@ static dp_tensor *sum_impl(const char *opname, dp_tensor *x, int n, const int *d
       if (mask[d] && d > 0 && mask[d - 1]) msh[m - 1] *= x->shape[d];
       else mm[m] = mask[d], msh[m++] = x->shape[d];
     }
-    if (m < x->ndim && dp_is_contiguous(x)) {
-      cur = dp_scope_add(&s, dp_reshape(x, m, msh));
-      for (int d = m - 1; d >= 0 && cur; d--)
-        if (mm[d]) cur = dp_scope_add(&s, reduce_one(DP_R_SUM, cur, d, acc, NULL, 0));
-      if (cur) cur = dp_scope_add(&s, dp_reshape(cur, x->ndim, ksh));
-    } else {
-      for (int d = x->ndim - 1; d >= 0 && cur; d--)
-        if (mask[d]) cur = dp_scope_add(&s, reduce_one(DP_R_SUM, cur, d, acc, NULL, 0));
-    }
+    bool merged = m < x->ndim && dp_is_contiguous(x);
+    const bool *rm = merged ? mm : mask;
+    if (merged) cur = dp_scope_add(&s, dp_reshape(x, m, msh));
+    for (int d = (merged ? m : x->ndim) - 1; d >= 0 && cur; d--)
+      if (rm[d]) cur = dp_scope_add(&s, reduce_one(DP_R_SUM, cur, d, acc, NULL, 0));
+    if (cur && merged) cur = dp_scope_add(&s, dp_reshape(cur, x->ndim, ksh));
     if (cur && mean) cur = dp_scope_add(&s, dp_binary_scalar(DP_B_DIV, cur, (double)count, false));
   }
   if (cur && x->ndim > 0 && cur->dtype != odt) cur = dp_scope_add(&s, dp_cast_raw(cur, odt));

@@ -27,8 +27,8 @@ int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const d
   return 0;
 }
 long dp_dnnl_bf16_conv_calls(void) { return 0; }
-bool dp_dnnl_conv2d_bf16_pays(const dp_window2d *g, int64_t groups) {
-  (void)g, (void)groups;
+bool dp_dnnl_conv2d_bf16_pays(const dp_window2d *g) {
+  (void)g;
   return false; /* no bfloat16 convolution kernel here: float32, rounded */
 }
 #else
@@ -284,36 +284,37 @@ static int conv2d_backward_run(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, cons
 static long bf16_conv_calls; /* atomic */
 long dp_dnnl_bf16_conv_calls(void) { return __atomic_load_n(&bf16_conv_calls, __ATOMIC_RELAXED); }
 
-static bool conv_bf16_native(void) {
-  static int on = -1; /* atomic */
-  int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
-  if (v < 0) {
-    const char *e = getenv("DDPLUA_CONV_BF16");
-    v = dp_cpu_native_bf16() && !(e && strcmp(e, "0") == 0);
-    __atomic_store_n(&on, v, __ATOMIC_RELAXED);
-  }
-  return v;
+/* The CPU and DDPLUA_CONV_BF16, read once: 0 no bfloat16 convolutions (no
+ * native bfloat16, or 0), 1 every shape in bfloat16 (1, or AMX), -1 by
+ * shape (dp_dnnl_conv2d_bf16_pays). Another value is reported once and
+ * read as unset, as DDPLUA_CPU_ISA's. */
+static int conv_bf16_mode(void) {
+  static int mode = -2; /* atomic; -2: not yet read */
+  int m = __atomic_load_n(&mode, __ATOMIC_RELAXED);
+  if (m != -2) return m;
+  const char *e = getenv("DDPLUA_CONV_BF16");
+  bool zero = e && strcmp(e, "0") == 0, one = e && strcmp(e, "1") == 0;
+  if (e && *e && !zero && !one)
+    fprintf(stderr, "ddplua: DDPLUA_CONV_BF16: '%.32s' is not 0 or 1; choosing by shape\n", e);
+  m = !dp_cpu_native_bf16() || zero ? 0 : one || strstr(dp_cpu_describe(), "amx_bf16") ? 1 : -1;
+  __atomic_store_n(&mode, m, __ATOMIC_RELAXED);
+  return m;
 }
+static bool conv_bf16_native(void) { return conv_bf16_mode() != 0; }
 
 /* Measured on AVX512-BF16 without AMX (Zen 5, docs/performance.md: the
- * fifth 2026-12-06 session, ms forward + backward at batch 64): oneDNN's
- * bfloat16 kernels lose to the float32 path with few input channels (1 ->
- * 16, 7x7 / 2, 32x32: 2.81 against 2.29), 1x1 kernels (16 -> 32 / 2 at 8x8:
- * 0.157 against 0.128) and outputs of under 4 positions, where float32 has
- * its own GEMMs (128 -> 128, 3x3 at 1x1: 0.698 against 0.274); they win or
- * tie from 16 channels and 2x2 outputs up. AMX was not measured: there
- * every shape stays bfloat16, as before. DDPLUA_CONV_BF16=1 forces bfloat16
- * for every shape, 0 for none. */
-bool dp_dnnl_conv2d_bf16_pays(const dp_window2d *g, int64_t groups) {
-  static int mode = -2; /* atomic: -1 by shape, 0 never, 1 always */
-  int m = __atomic_load_n(&mode, __ATOMIC_RELAXED);
-  if (m == -2) {
-    const char *e = getenv("DDPLUA_CONV_BF16");
-    m = !conv_bf16_native() ? 0 : (e && strcmp(e, "1") == 0) || strstr(dp_cpu_describe(), "amx_bf16") ? 1 : -1;
-    __atomic_store_n(&mode, m, __ATOMIC_RELAXED);
-  }
-  if (m >= 0) return m == 1;
-  return g->c / (groups > 0 ? groups : 1) >= 8 && g->kh * g->kw > 1 && g->oh * g->ow >= 4;
+ * fifth 2026-12-06 session, ms forward + backward at batch 64, 2 threads):
+ * oneDNN's bfloat16 kernels lose to the float32 path on outputs of under 4
+ * positions, where float32 has its own GEMMs for tiny outputs (128 -> 128,
+ * 3x3 at 1x1: 0.577 against 0.197; 64 -> 128, 1x1 / 2 at 2x2: 0.109
+ * against 0.044), and win or tie from 2x2 outputs up, 1x1 kernels and 1 or
+ * 3 input channels included (64 -> 128 1x1 at 16x16: 3.7-3.9 against the
+ * float32 path's 5.9-6.0 with its casts; 3 -> 16 3x3 at 32x32: 2.3-2.4
+ * against 2.8-3.0). AMX was not measured: there every shape stays
+ * bfloat16, as before. */
+bool dp_dnnl_conv2d_bf16_pays(const dp_window2d *g) {
+  int m = conv_bf16_mode();
+  return m >= 0 ? m == 1 : g->oh * g->ow >= 4;
 }
 
 int dp_dnnl_conv2d(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g) {

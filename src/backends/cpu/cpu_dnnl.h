@@ -41,9 +41,10 @@ bool dp_dnnl_winograd_enabled(void);
 void dp_dnnl_set_winograd(bool on);
 long dp_dnnl_winograd_calls(void);
 /* convolution calls (forward, or a backward) computed in bfloat16 so far;
- * the rest of autocast's bfloat16 convolutions are widened to float32
- * (DDPLUA_CONV_BF16=0, a CPU without native bfloat16, a shape oneDNN
- * declines) */
+ * autocast computes the shapes bfloat16 does not pay for in float32
+ * (dp_dnnl_conv2d_bf16_pays, ops/conv.c), and bfloat16 tensors here are
+ * widened to float32 where the CPU has no native bfloat16,
+ * DDPLUA_CONV_BF16=0, or oneDNN declines the shape */
 long dp_dnnl_bf16_conv_calls(void);
 
 /* y [N, O, oh, ow] = conv(x, w) + b (b may be NULL); contiguous float32,
@@ -61,7 +62,8 @@ int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const d
 int dp_dnnl_gemm_bf16(const dp_gemm_args *g, const void *bias);
 /* whether this CPU has native bfloat16 arithmetic (AMX-BF16, AVX512-BF16) */
 bool dp_cpu_native_bf16(void);
-/* backend.h's conv2d_bf16_pays for the CPU */
-bool dp_dnnl_conv2d_bf16_pays(const dp_window2d *g, int64_t groups);
+/* backend.h's conv2d_bf16_pays for the CPU: without AMX, bfloat16 for
+ * outputs of 4 or more positions; DDPLUA_CONV_BF16=1 every shape, 0 none */
+bool dp_dnnl_conv2d_bf16_pays(const dp_window2d *g);
 
 #endif

@@ -176,43 +176,43 @@ static void softmax_bwd_rows(void *vctx, int64_t lo, int64_t hi) {
 static int64_t row_grain(int64_t cols) { return DP_GRAIN_COMPUTE / (cols > 0 ? cols : 1) + 1; }
 
 /* bfloat16 rows (a bfloat16 model's softmax outside autocast): the float32
- * row kernels on rows widened into a worker's scratch, rounded once; here
- * y, x and gy point at uint16_t data (gy NULL: the forward) */
+ * row kernels on rows widened into a worker's scratch, rounded once; out is
+ * y (forward, gy NULL) or gx, in x (the forward's input) or y */
 typedef struct {
-  const softmax_ctx *k;
+  uint16_t *out;
+  const uint16_t *in, *gy;
+  int64_t cols;
+  bool log;
   int failed; /* atomic */
 } softmax_bf16_ctx;
 
 static void softmax_bf16_rows(void *vctx, int64_t lo, int64_t hi) {
-  softmax_bf16_ctx *h = vctx;
-  const softmax_ctx *k = h->k;
+  softmax_bf16_ctx *k = vctx;
   const dp_cpu_vec *v = dp_cpu_vec_get();
   int64_t n = k->cols, block = n >= 2048 ? 1 : 2048 / n; /* short rows widen and round a block of rows a call */
   size_t len = (size_t)(block * n);
   float *a = malloc(sizeof(float) * (3 * len + 1)), *b = a + len, *o = b + len;
   if (!a) {
-    __atomic_store_n(&h->failed, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&k->failed, 1, __ATOMIC_RELAXED);
     return;
   }
-  const uint16_t *x = (const uint16_t *)(const void *)k->x, *gy = (const uint16_t *)(const void *)k->gy;
-  uint16_t *y = (uint16_t *)(void *)k->y;
   for (int64_t r0 = lo; r0 < hi; r0 += block) {
     int64_t m = hi - r0 < block ? hi - r0 : block;
-    v->cast(a, DP_F32, x + r0 * n, DP_BF16, m * n);
-    if (gy) v->cast(b, DP_F32, gy + r0 * n, DP_BF16, m * n);
+    v->cast(a, DP_F32, k->in + r0 * n, DP_BF16, m * n);
+    if (k->gy) v->cast(b, DP_F32, k->gy + r0 * n, DP_BF16, m * n);
     for (int64_t r = 0; r < m; r++) {
-      if (gy) v->softmax_bwd_row(o + r * n, b + r * n, a + r * n, n, k->log);
+      if (k->gy) v->softmax_bwd_row(o + r * n, b + r * n, a + r * n, n, k->log);
       else v->softmax_row(o + r * n, a + r * n, n, k->log);
     }
-    v->cast(y + r0 * n, DP_BF16, o, DP_F32, m * n);
+    v->cast(k->out + r0 * n, DP_BF16, o, DP_F32, m * n);
   }
   free(a);
 }
 
-static int softmax_bf16(const softmax_ctx *k, int64_t rows) {
-  softmax_bf16_ctx h = {k, 0};
-  dp_cpu_parallel_for(rows, row_grain(k->cols), 1, softmax_bf16_rows, &h);
-  return h.failed ? dp_error("softmax: out of memory for a row of %lld values", (long long)k->cols) : 0;
+static int softmax_bf16(uint16_t *out, const uint16_t *in, const uint16_t *gy, int64_t rows, int64_t cols, bool log) {
+  softmax_bf16_ctx k = {out, in, gy, cols, log, 0};
+  dp_cpu_parallel_for(rows, row_grain(cols), 1, softmax_bf16_rows, &k);
+  return k.failed ? dp_error("softmax: out of memory for a row of %lld values", (long long)cols) : 0;
 }
 
 int dp_cpu_softmax(dp_tensor *y, const dp_tensor *x, int64_t rows, int64_t cols, bool logsm) {
@@ -223,10 +223,8 @@ int dp_cpu_softmax(dp_tensor *y, const dp_tensor *x, int64_t rows, int64_t cols,
     dp_cpu_parallel_for(rows, row_grain(cols), 1, softmax_rows, &k);
     return 0;
   }
-  if (x->dtype == DP_BF16 && y->dtype == DP_BF16) {
-    softmax_ctx k = {(float *)(void *)yp, (const float *)(const void *)xp, NULL, cols, logsm};
-    return softmax_bf16(&k, rows);
-  }
+  if (x->dtype == DP_BF16 && y->dtype == DP_BF16)
+    return softmax_bf16((uint16_t *)yp, (const uint16_t *)xp, NULL, rows, cols, logsm);
   for (int64_t r = 0; r < rows; r++) {
     int64_t b = r * cols;
     double mx = -INFINITY;
@@ -253,11 +251,8 @@ int dp_cpu_softmax_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor 
     dp_cpu_parallel_for(rows, row_grain(cols), 1, softmax_bwd_rows, &k);
     return 0;
   }
-  if (gx->dtype == DP_BF16 && gy->dtype == DP_BF16 && y->dtype == DP_BF16) {
-    softmax_ctx k = {(float *)(void *)xp, (const float *)(const void *)yp, (const float *)(const void *)gp, cols,
-                     logsm};
-    return softmax_bf16(&k, rows);
-  }
+  if (gx->dtype == DP_BF16 && gy->dtype == DP_BF16 && y->dtype == DP_BF16)
+    return softmax_bf16((uint16_t *)xp, (const uint16_t *)yp, (const uint16_t *)gp, rows, cols, logsm);
   for (int64_t r = 0; r < rows; r++) {
     int64_t b = r * cols;
     double dot = 0;

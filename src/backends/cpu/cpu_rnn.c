@@ -161,21 +161,22 @@ int dp_cpu_adaptive_avg_pool2d(dp_tensor *y, const dp_tensor *x, int64_t planes,
  * neighbouring outputs may overlap), summed in double in output order, as
  * the CUDA kernel does. Each output's share gy / area is computed once per
  * plane (q) and each input row's and column's output range and each
- * window's end once per call (rng: [lo, hi) for the h rows, the w columns,
- * then the oh and ow ends), so the loop over the
+ * window's end and size once per call (rng: [lo, hi) for the h rows, the w
+ * columns, then the oh and ow ends and sizes), so the loop over the
  * input is a sum of usually one term (the per-element range search and
  * divisions made a global pooling's backward 17x its forward). */
 int dp_cpu_adaptive_avg_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, int64_t planes, int64_t h, int64_t w,
                                         int64_t oh, int64_t ow) {
   double *q = malloc(sizeof(double) * (size_t)(oh * ow > 0 ? oh * ow : 1));
-  int64_t *rng = malloc(sizeof(int64_t) * (size_t)(2 * (h + w) + oh + ow + 1));
+  int64_t *rng = malloc(sizeof(int64_t) * (size_t)(2 * (h + w) + 2 * (oh + ow) + 1));
   if (!q || !rng) {
     free(q), free(rng);
     return dp_error("adaptive_avg_pool2d backward: out of memory for a plane of %lld outputs", (long long)(oh * ow));
   }
-  int64_t *ry = rng, *rx = rng + 2 * h, *ey = rx + 2 * w, *ex = ey + oh; /* ey, ex: the windows' ends */
-  for (int64_t o = 0; o < oh; o++) ey[o] = dp_adaptive_end(o, h, oh);
-  for (int64_t o = 0; o < ow; o++) ex[o] = dp_adaptive_end(o, w, ow);
+  /* ey, ex: the windows' ends; ny, nx: their heights and widths */
+  int64_t *ry = rng, *rx = rng + 2 * h, *ey = rx + 2 * w, *ex = ey + oh, *ny = ex + ow, *nx = ny + oh;
+  for (int64_t o = 0; o < oh; o++) ey[o] = dp_adaptive_end(o, h, oh), ny[o] = ey[o] - dp_adaptive_start(o, h, oh);
+  for (int64_t o = 0; o < ow; o++) ex[o] = dp_adaptive_end(o, w, ow), nx[o] = ex[o] - dp_adaptive_start(o, w, ow);
   for (int64_t i = 0; i < h; i++) {
     int64_t o = i * oh / h;
     ry[2 * i] = o;
@@ -190,11 +191,7 @@ int dp_cpu_adaptive_avg_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, int6
   }
   for (int64_t p = 0; p < planes; p++) {
     for (int64_t oy = 0; oy < oh; oy++)
-      for (int64_t ox = 0; ox < ow; ox++) {
-        int64_t area = (dp_adaptive_end(oy, h, oh) - dp_adaptive_start(oy, h, oh)) *
-                       (dp_adaptive_end(ox, w, ow) - dp_adaptive_start(ox, w, ow));
-        q[oy * ow + ox] = LD(gy, (p * oh + oy) * ow + ox) / (double)area;
-      }
+      for (int64_t ox = 0; ox < ow; ox++) q[oy * ow + ox] = LD(gy, (p * oh + oy) * ow + ox) / (double)(ny[oy] * nx[ox]);
     for (int64_t iy = 0; iy < h; iy++)
       for (int64_t ix = 0; ix < w; ix++) {
         double s = 0;
