@@ -33,8 +33,8 @@ local cfg = ddp.config {
   limit = 0, -- > 0: use only the first `limit` training images (quick runs)
   sync_bn = true, -- under several processes, SyncBatchNorm; false: each rank's own batch statistics (plain
                   -- BatchNorm under DDP, all PyTorch 1.13 offers on the CPU)
-  autocast = "none", -- none | bfloat16 (convolutions and the classifier in bf16, float32 master weights, float32
-                     -- batch norm and loss, as torch.autocast)
+  autocast = "none", -- none | bfloat16 (convolutions and the classifier in bf16, float32 master weights, batch norm
+                     -- and loss in float32: ddplua's autocast policy, README)
 }
 if cfg.autocast ~= "none" and cfg.autocast ~= "bfloat16" then
   error("autocast must be none or bfloat16, got " .. tostring(cfg.autocast), 0)
