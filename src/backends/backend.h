@@ -292,6 +292,11 @@ typedef struct dp_backend {
   /* Batch norm (dp_bn_args; y, gx contiguous like x). mean and biased
    * var [c] of x. */
   int (*bn_stats)(dp_tensor *mean, dp_tensor *var, const dp_bn_args *a);
+  /* var and std: the mean and the sum of squared deviations over the
+   * middle dim of x seen as [p, r, q] (contiguous, float32 or float64,
+   * r >= 1), accumulated in double, into float64 [p, q] tensors mean and
+   * m2. NULL: the op layer composes them from its float64 ops. */
+  int (*moments)(dp_tensor *mean, dp_tensor *m2, const dp_tensor *x, int64_t p, int64_t r, int64_t q);
   /* y = (x - mean) * invstd * w + b */
   int (*bn_forward)(dp_tensor *y, const dp_bn_args *a);
   /* sum_dy[c] = sum gy; sum_dy_xhat[c] = sum gy * (x - mean) * invstd */

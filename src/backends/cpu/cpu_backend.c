@@ -54,6 +54,7 @@ const dp_backend dp_cpu_backend = {
     .avg_pool2d = dp_cpu_avg_pool2d,
     .avg_pool2d_backward = dp_cpu_avg_pool2d_backward,
     .bn_stats = dp_cpu_bn_stats,
+    .moments = dp_cpu_moments,
     .bn_forward = dp_cpu_bn_forward,
     .bn_backward_reduce = dp_cpu_bn_backward_reduce,
     .bn_backward_elemt = dp_cpu_bn_backward_elemt,

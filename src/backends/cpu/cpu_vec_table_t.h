@@ -23,6 +23,7 @@ const dp_cpu_vec DP_VEC_TABLE = {
     .dot_dev = v_dot_dev,
     .moments = v_moments,
     .col_acc = v_col_acc,
+    .col_sq_dev = v_col_sq_dev,
     .col_acc_rows = v_col_acc_rows,
     .arg_extreme = v_arg_extreme,
     .extreme_cols = v_extreme_cols,
