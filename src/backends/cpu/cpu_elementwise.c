@@ -253,6 +253,13 @@ int dp_cpu_arange(dp_tensor *out, double start, double step) {
     for (int64_t i = 0; i < n; i++) ((int64_t *)p)[i] = (int64_t)start + i * (int64_t)step;
     return 0;
   }
+  if (out->dtype == DP_F32 || out->dtype == DP_F64) { /* the same double value rounded, in a loop that vectorises */
+    if (out->dtype == DP_F32)
+      for (int64_t i = 0; i < n; i++) ((float *)p)[i] = (float)(start + (double)i * step);
+    else
+      for (int64_t i = 0; i < n; i++) ((double *)p)[i] = start + (double)i * step;
+    return 0;
+  }
   for (int64_t i = 0; i < n; i++) dp_store_d(p + (size_t)i * es, out->dtype, start + (double)i * step);
   return 0;
 }

@@ -18,11 +18,17 @@ typedef struct {
   const void *x; /* the same dtype as o */
   float a, s;
   uint64_t seed, offset;
+  double mean, std; /* normal_range */
 } philox_ctx;
 
 static void uniform_range(void *vctx, int64_t lo, int64_t hi) {
   philox_ctx *c = vctx;
   dp_cpu_vec_get()->uniform((float *)c->o + lo, hi - lo, c->a, c->s, c->seed, c->offset + (uint64_t)lo);
+}
+
+static void normal_range(void *vctx, int64_t lo, int64_t hi) {
+  philox_ctx *c = vctx;
+  dp_cpu_vec_get()->normal((float *)c->o + lo, hi - lo, c->mean, c->std, c->seed, c->offset + (uint64_t)lo);
 }
 
 static void dropout_range(void *vctx, int64_t lo, int64_t hi) {
@@ -38,6 +44,11 @@ int dp_cpu_rand(dp_tensor *out, dp_rand_kind kind, uint64_t seed, uint64_t offse
   if (kind == DP_RAND_UNIFORM && out->dtype == DP_F32) {
     philox_ctx c = {.o = (float *)p, .a = (float)a, .s = (float)(b - a), .seed = seed, .offset = offset};
     dp_cpu_parallel_for(n, DP_GRAIN_COMPUTE, 16, uniform_range, &c);
+    return 0;
+  }
+  if (kind == DP_RAND_NORMAL && out->dtype == DP_F32) {
+    philox_ctx c = {.o = (float *)p, .seed = seed, .offset = offset, .mean = a, .std = b};
+    dp_cpu_parallel_for(n, DP_GRAIN_COMPUTE, 16, normal_range, &c);
     return 0;
   }
   for (int64_t i = 0; i < n; i++) {
@@ -71,7 +82,12 @@ static void dropout_bf16_range(void *vctx, int64_t lo, int64_t hi) {
 int dp_cpu_dropout(dp_tensor *out, const dp_tensor *x, double p, uint64_t seed, uint64_t offset) {
   int64_t n = dp_numel(out);
   if (out->dtype == DP_BF16 && x->dtype == DP_BF16) {
-    philox_ctx c = {dp_data(out), dp_data(x), (float)p, (float)(1.0 / (1.0 - p)), seed, offset};
+    philox_ctx c = {.o = dp_data(out),
+                    .x = dp_data(x),
+                    .a = (float)p,
+                    .s = (float)(1.0 / (1.0 - p)),
+                    .seed = seed,
+                    .offset = offset};
     dp_cpu_parallel_for(n, DP_GRAIN_COMPUTE, 16, dropout_bf16_range, &c);
     return 0;
   }

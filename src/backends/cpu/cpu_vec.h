@@ -54,6 +54,8 @@ typedef struct dp_cpu_vec {
   void (*dropout)(float *o, const float *x, int64_t n, float p, float scale, uint64_t seed, uint64_t offset);
   /* o[i] = a + s * Philox-uniform(seed, offset + i) */
   void (*uniform)(float *o, int64_t n, float a, float s, uint64_t seed, uint64_t offset);
+  /* o[i] = mean + std * Philox-normal(seed, offset + i), in double, rounded once */
+  void (*normal)(float *o, int64_t n, double mean, double std, uint64_t seed, uint64_t offset);
 
   /* ---- rows and reductions (cpu_vec_rows_t.h) ---- */
   /* one row of n: softmax or log_softmax from exp(x - max) */

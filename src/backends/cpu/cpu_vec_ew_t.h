@@ -248,7 +248,8 @@ static inline dp_ph_u64 ph_mul_lo32(dp_ph_u64 a, dp_ph_u64 b) {
 }
 /* word 0 of Philox4x32-10 (ops/philox.h) for counters first + 0 .. PH_STEP - 1,
  * as PH_NV vectors of PH_LANES (low 32 bits of each lane) */
-static inline void ph_words(dp_ph_u64 *out, uint64_t seed, uint64_t first) {
+static inline void ph_words4(dp_ph_u64 *out, dp_ph_u64 *w1, dp_ph_u64 *w2, dp_ph_u64 *w3, uint64_t seed,
+                             uint64_t first) {
   dp_ph_u64 c0[PH_NV], c1[PH_NV], c2[PH_NV], c3[PH_NV], iota;
   for (int l = 0; l < PH_LANES; l++) iota[l] = (uint64_t)l;
   const dp_ph_u64 z = iota ^ iota, m0 = z + 0xD2511F53ull, m1 = z + 0xCD9E8D57ull;
@@ -267,6 +268,11 @@ static inline void ph_words(dp_ph_u64 *out, uint64_t seed, uint64_t first) {
     k1 = (uint32_t)(k1 + 0xBB67AE85u);
   }
   for (int v = 0; v < PH_NV; v++) out[v] = c0[v];
+  if (w1) /* constant at every call: the words not asked for are dead code */
+    for (int v = 0; v < PH_NV; v++) w1[v] = c1[v], w2[v] = c2[v], w3[v] = c3[v];
+}
+static inline void ph_words(dp_ph_u64 *out, uint64_t seed, uint64_t first) {
+  ph_words4(out, NULL, NULL, NULL, seed, first);
 }
 static void v_dropout(float *o, const float *x, int64_t n, float p, float scale, uint64_t seed, uint64_t offset) {
   int64_t i = 0;
@@ -291,4 +297,91 @@ static void v_dropout(float *o, const float *x, int64_t n, float p, float scale,
     float u = dp_philox_uniform_f(seed, offset + (uint64_t)i);
     o[i] = u >= p ? x[i] * scale : 0.f;
   }
+}
+
+/* ---- normal draws: dp_philox_normal_d (Box-Muller in double) on PH_LANES
+ * lanes of double. log and cos are fdlibm's kernels (their published
+ * minimax coefficients, under 1 ulp) instead of libm's calls: 38 ns an
+ * element scalar, PyTorch's float32 randn 4.6. cos(2 pi u) reduces u
+ * itself by quarter turns (exact) rather than the rounded 2 pi u, so a
+ * value can differ from the reference's in the last bit of the double,
+ * and the float32 result in a rounding tie only (tests/spec/randn_spec.lua
+ * counts them) ---- */
+typedef double dp_ph_f64 __attribute__((vector_size(DP_VEC_WIDTH * 4)));
+typedef int64_t dp_ph_i64 __attribute__((vector_size(DP_VEC_WIDTH * 4)));
+static inline dp_ph_f64 ph_select(dp_ph_i64 m, dp_ph_f64 a, dp_ph_f64 b) {
+  return (dp_ph_f64)((m & (dp_ph_i64)a) | (~m & (dp_ph_i64)b));
+}
+/* log(x) for normal x > 0: x = 2^k m, m in [sqrt(1/2), sqrt(2)), f = m - 1 */
+static inline dp_ph_f64 ph_log(dp_ph_f64 x) {
+  dp_ph_i64 bits = (dp_ph_i64)x;
+  dp_ph_i64 k = ((bits >> 52) & 0x7FF) - 1023;
+  dp_ph_i64 mb = (bits & 0x000FFFFFFFFFFFFFll) | 0x3FF0000000000000ll; /* m in [1, 2) */
+  dp_ph_i64 big = mb > 0x3FF6A09E667F3BCDll;                           /* m > sqrt(2): m / 2, k + 1 */
+  mb -= big & 0x0010000000000000ll, k -= big;
+  dp_ph_f64 f = (dp_ph_f64)mb - 1.0, dk = __builtin_convertvector(k, dp_ph_f64);
+  dp_ph_f64 hfsq = 0.5 * f * f, sv = f / (2.0 + f), z = sv * sv, w = z * z;
+  dp_ph_f64 t1 = w * (3.999999999940941908e-01 + w * (2.222219843214978396e-01 + w * 1.531383769920937332e-01));
+  dp_ph_f64 t2 = z * (6.666666666666735130e-01 +
+                      w * (2.857142874366239149e-01 + w * (1.818357216161805012e-01 + w * 1.479819860511658591e-01)));
+  dp_ph_f64 r = t2 + t1;
+  return dk * 6.93147180369123816490e-01 - ((hfsq - (sv * (hfsq + r) + dk * 1.90821492927058770002e-10)) - f);
+}
+/* cos(2 pi u) for u in [0, 1): q quarter turns (nearest), r = (4u - q) pi / 2 in [-pi/4, pi/4] */
+static inline dp_ph_f64 ph_cos_2pi(dp_ph_f64 u) {
+  const dp_ph_f64 magic = (u - u) + 6755399441055744.0; /* 1.5 * 2^52: adding it rounds to an integer */
+  dp_ph_f64 t = 4.0 * u, qd = (t + magic) - magic;
+  dp_ph_i64 q = __builtin_convertvector(qd, dp_ph_i64);
+  dp_ph_f64 x = (t - qd) * 1.57079632679489655800e+00, z = x * x;
+  dp_ph_f64 sn = x + z * x *
+                         (-1.66666666666666324348e-01 +
+                          z * (8.33333333332248946124e-03 +
+                               z * (-1.98412698298579493134e-04 +
+                                    z * (2.75573137070700676789e-06 +
+                                         z * (-2.50507602534068634195e-08 + z * 1.58969099521155010221e-10)))));
+  dp_ph_f64 cr = z * z *
+                 (4.16666666666666019037e-02 +
+                  z * (-1.38888888888741095749e-03 +
+                       z * (2.48015872894767294178e-05 +
+                            z * (-2.75573143513906633035e-07 +
+                                 z * (2.08757232129817482790e-09 + z * -1.13596475577881948265e-11)))));
+  /* fdlibm's cos kernel: 1 - (z/2 - z^2 c(z)), with a quarter of x^2 split off above |x| = 0.3 */
+  dp_ph_f64 ax = (dp_ph_f64)((dp_ph_i64)x & 0x7FFFFFFFFFFFFFFFll);
+  dp_ph_f64 qx = (dp_ph_f64)((dp_ph_i64)(0.25 * ax * ax) & (int64_t)0xFFFFFFFF00000000ull);
+  qx = ph_select(ax > 0.78125, (u - u) + 0.28125, qx);
+  qx = ph_select(ax < 0.3, u - u, qx);
+  dp_ph_f64 cs = (1.0 - qx) - ((0.5 * z - qx) - cr);
+  dp_ph_f64 v = ph_select((q & 1) != 0, sn, cs);
+  dp_ph_i64 neg = ((q + 1) & 2) != 0; /* q = 1 or 2 (mod 4) */
+  return (dp_ph_f64)((dp_ph_i64)v ^ (neg & INT64_MIN));
+}
+static inline dp_ph_f64 ph_sqrt(dp_ph_f64 x) {
+#if defined(__AVX512F__) && DP_VEC_WIDTH == 16
+  return (dp_ph_f64)_mm512_sqrt_pd((__m512d)x);
+#elif defined(__AVX__) && DP_VEC_WIDTH == 8
+  return (dp_ph_f64)_mm256_sqrt_pd((__m256d)x);
+#else
+  for (int l = 0; l < PH_LANES; l++) x[l] = sqrt(x[l]);
+  return x;
+#endif
+}
+/* dp_u64_to_uniform_d on the low 32 bits of two lanes */
+static inline dp_ph_f64 ph_uniform_d(dp_ph_u64 a, dp_ph_u64 b) {
+  dp_ph_u64 x = (((a & 0xFFFFFFFFull) << 21) ^ ((b & 0xFFFFFFFFull) >> 11)) & ((1ull << 53) - 1);
+  return __builtin_convertvector((dp_ph_i64)x, dp_ph_f64) * (1.0 / 9007199254740992.0);
+}
+static void v_normal(float *o, int64_t n, double mean, double std, uint64_t seed, uint64_t offset) {
+  int64_t i = 0;
+  for (; i + PH_STEP <= n; i += PH_STEP) {
+    dp_ph_u64 w0[PH_NV], w1[PH_NV], w2[PH_NV], w3[PH_NV];
+    ph_words4(w0, w1, w2, w3, seed, offset + (uint64_t)i);
+    for (int v = 0; v < PH_NV; v++) {
+      dp_ph_f64 u1 = ph_uniform_d(w0[v], w1[v]), u2 = ph_uniform_d(w2[v], w3[v]);
+      u1 = ph_select(u1 < 1e-300, (u1 - u1) + 1e-300, u1);
+      dp_ph_f64 z = ph_sqrt(-2.0 * ph_log(u1)) * ph_cos_2pi(u2);
+      dp_ph_f64 y = mean + std * z;
+      for (int l = 0; l < PH_LANES; l++) o[i + v * PH_LANES + l] = (float)y[l];
+    }
+  }
+  for (; i < n; i++) o[i] = (float)(mean + std * dp_philox_normal_d(seed, offset + (uint64_t)i));
 }

@@ -14,6 +14,7 @@ const dp_cpu_vec DP_VEC_TABLE = {
     .cast = v_cast,
     .dropout = v_dropout,
     .uniform = v_uniform,
+    .normal = v_normal,
     .softmax_row = v_softmax_row,
     .softmax_bwd_row = v_softmax_bwd_row,
     .lse_row = v_lse_row,
