@@ -360,21 +360,24 @@ static double number_in(const dp_number *s, dp_dtype dt) {
 
 /* x^e for the exponents PyTorch computes without pow (sqrt for 0.5, x * x
  * for 2, ...): the same values, e.g. (-inf)^0.5 is NaN as sqrt gives, not
- * C pow's inf. Writes out (no autograd); 1 when e is not one of them. */
-static int pow_special(dp_tensor *out, dp_tensor *x, double e) {
+ * C pow's inf. The result itself (no autograd; it was copied into a fresh
+ * output: half a square's time), or NULL with *special false when e is not
+ * one of them. */
+static dp_tensor *pow_special(dp_tensor *x, double e, bool *special) {
   dp_unary_op u;
+  *special = true;
   if (e == 0.5) u = DP_U_SQRT;
   else if (e == -0.5) u = DP_U_RSQRT;
   else if (e == -1) u = DP_U_RECIP;
   else if (e == 2 || e == 3 || e == -2) u = DP_U_SQUARE;
-  else return 1;
+  else return *special = false, NULL;
   bool prev = dp_set_grad_enabled(false);
   DP_SCOPE(s);
   dp_tensor *v = dp_scope_add(&s, dp_unary(u, x));
   if (v && e == 3) v = dp_scope_add(&s, dp_mul(v, x));
   if (v && e == -2) v = dp_scope_add(&s, dp_unary(DP_U_RECIP, v));
   dp_set_grad_enabled(prev);
-  return v ? dp_backend_of(out)->copy(out, v) : -1;
+  return v ? dp_scope_keep(&s, v) : NULL;
 }
 
 dp_tensor *dp_binary_number(dp_binary_op op, dp_tensor *a, const dp_number *s, bool scalar_first) {
@@ -391,12 +394,17 @@ dp_tensor *dp_binary_number(dp_binary_op op, dp_tensor *a, const dp_number *s, b
   }
   DP_SCOPE(sc);
   dp_tensor *ca = dp_scope_add(&sc, dp_cast_raw(a, cdt));
-  dp_tensor *out = ca ? dp_scope_add(&sc, dp_empty(output_dtype(op, cdt), a->ndim, a->shape, dp_dev(a))) : NULL;
+  bool special = false;
+  dp_tensor *out = ca && dp_dtype_is_float(cdt) && op == DP_B_POW && !scalar_first
+                       ? dp_scope_add(&sc, pow_special(ca, number_in(s, cdt), &special))
+                       : NULL;
+  if (special && !out) return NULL;
+  if (!special) out = ca ? dp_scope_add(&sc, dp_empty(output_dtype(op, cdt), a->ndim, a->shape, dp_dev(a))) : NULL;
   if (!out) return NULL;
-  if (dp_dtype_is_float(cdt)) {
-    int special = op == DP_B_POW && !scalar_first ? pow_special(out, ca, number_in(s, cdt)) : 1;
-    if (special < 0 || (special && dp_backend_of(a)->binary_scalar(op, out, ca, number_in(s, cdt), scalar_first)))
-      return NULL;
+  if (special) { /* out is the special power's result */
+    /* nothing more */
+  } else if (dp_dtype_is_float(cdt)) {
+    if (dp_backend_of(a)->binary_scalar(op, out, ca, number_in(s, cdt), scalar_first)) return NULL;
   } else { /* integers: the number as a broadcast 0-dim tensor, so the kernel's exact int64 path runs */
     dp_tensor *st = dp_scope_add(&sc, dp_number_tensor(s, cdt, dp_dev(a)));
     dp_tensor *es = st ? dp_scope_add(&sc, dp_expand_raw(st, a->ndim, a->shape)) : NULL;

@@ -1,0 +1,86 @@
+-- Ops users call outside the examples, ddplua beside PyTorch in the same run: forward only, float32, one thread,
+-- [1024, 1024] operands, each the median of `runs` (bench/median_ms.lua: after warm-up, every run after a full
+-- collection; PyTorch's side as bench/torch_nn_ops.py times, without the collection: its tensors are freed at
+-- once). It found var/std 15x, randn 8x, sin 7x and a
+-- square's backward 11x slower than PyTorch (docs/performance.md, sixth session); the per-op table
+-- (bench/nn_ops.lua) holds the examples' ops to their goal.
+--
+--   ddplua bench/op_survey.lua [runs=15]
+local ddp = require "ddplua"
+local here = (arg and arg[0] or "bench/x.lua"):gsub("[^/]*$", "")
+local cfg = dofile(here .. "int_args.lua")("bench/op_survey.lua", { runs = 15 })
+local median_of = dofile(here .. "median_ms.lua")
+ddp.set_num_threads(1)
+ddp.manual_seed(0)
+local F = ddp.nn.F
+local x, y, p = ddp.randn(1024, 1024), ddp.randn(1024, 1024), ddp.rand(1024, 1024)
+local xg = ddp.randn(1024, 1024):requires_grad_()
+
+-- name, ddplua, PyTorch (x, y, p, xg as here; torch and F imported)
+local cases = {
+  { "norm", function() return x:norm() end, "x.norm()" },
+  { "norm dim 2", function() return x:norm(2, 2) end, "x.norm(dim=1)" },
+  { "var", function() return x:var() end, "x.var()" },
+  { "std dim 1", function() return x:std(1) end, "x.std(0)" },
+  { "cumsum dim 2", function() return x:cumsum(2) end, "x.cumsum(1)" },
+  { "topk 5 dim 2", function() return x:topk(5, 2) end, "x.topk(5, 1)" },
+  { "argmax dim 2", function() return x:argmax(2) end, "x.argmax(1)" },
+  { "max dim 1", function() return x:max(1) end, "x.max(0)" },
+  { "min", function() return x:min() end, "x.min()" },
+  { "mean dim 1", function() return x:mean(1) end, "x.mean(0)" },
+  { "clamp", function() return x:clamp(-0.5, 0.5) end, "x.clamp(-0.5, 0.5)" },
+  { "abs", function() return x:abs() end, "x.abs()" },
+  { "exp", function() return x:exp() end, "x.exp()" },
+  { "log", function() return p:log() end, "p.log()" },
+  { "sqrt", function() return p:sqrt() end, "p.sqrt()" },
+  { "pow 2", function() return x:pow(2) end, "x.pow(2)" },
+  { "pow 2 fwd+bwd", function() xg:pow(2):sum():backward() end, "xg.pow(2).sum().backward()" },
+  { "pow 3.5", function() return p:pow(3.5) end, "p.pow(3.5)" },
+  { "sin", function() return x:sin() end, "x.sin()" },
+  { "cos fwd+bwd", function() xg:cos():sum():backward() end, "xg.cos().sum().backward()" },
+  { "where", function() return ddp.where(x:gt(0), x, y) end, "torch.where(x > 0, x, y)" },
+  { "masked_fill", function() return x:masked_fill(x:lt(0), 0) end, "x.masked_fill(x < 0, 0)" },
+  { "cat dim 2", function() return ddp.cat({ x, y }, 2) end, "torch.cat([x, y], 1)" },
+  { "stack", function() return ddp.stack({ x, y }) end, "torch.stack([x, y])" },
+  { "flip dim 2", function() return x:flip(2) end, "x.flip(1)" },
+  { "softmax dim 1", function() return ddp.softmax(x, 1) end, "x.softmax(0)" },
+  { "div", function() return x / y end, "x / y" },
+  { "eq", function() return x:eq(y) end, "x == y" },
+  { "silu", function() return F.silu(x) end, "F.silu(x)" },
+  { "softplus", function() return F.softplus(x) end, "F.softplus(x)" },
+  { "mse_loss", function() return ddp.mse_loss(x, y) end, "F.mse_loss(x, y)" },
+  { "randn", function() return ddp.randn(1024, 1024) end, "torch.randn(1024, 1024)" },
+  { "rand", function() return ddp.rand(1024, 1024) end, "torch.rand(1024, 1024)" },
+  { "arange", function() return ddp.arange(1048576, { dtype = "float32" }) end, "torch.arange(1048576.)" },
+  { "tril", function() return x:tril() end, "x.tril()" },
+  { "einsum ij,jk (256 rows)", function() return ddp.einsum("ij,jk->ik", x:narrow(1, 1, 256), y) end,
+    "torch.einsum('ij,jk->ik', x[:256], y)" },
+}
+
+local py = { "import time, torch", "import torch.nn.functional as F", "torch.set_num_threads(1)",
+  "torch.manual_seed(0)", "x, y, p = torch.randn(1024, 1024), torch.randn(1024, 1024), torch.rand(1024, 1024)",
+  "xg = torch.randn(1024, 1024, requires_grad=True)", "def med(f):",
+  "    for _ in range(3): f()", "    t = []", "    for _ in range(" .. cfg.runs .. "):",
+  "        t0 = time.perf_counter(); f(); t.append((time.perf_counter() - t0) * 1e3)",
+  "    t.sort(); return t[(len(t) - 1) // 2]" }
+for i, c in ipairs(cases) do py[#py + 1] = string.format("print(%d, med(lambda: %s))", i, c[3]) end
+local path = os.tmpname()
+local f = assert(io.open(path, "w"))
+f:write(table.concat(py, "\n"), "\n")
+f:close()
+local pipe = assert(io.popen("/usr/bin/python3 " .. path .. " 2>&1"))
+local out = pipe:read("a")
+pipe:close()
+os.remove(path)
+local theirs = {}
+for i, v in out:gmatch("(%d+) ([%d.e+-]+)") do theirs[tonumber(i)] = tonumber(v) end
+
+print("cpu: " .. ddp.core.cpu_info())
+print(string.format("%-26s %10s %10s %8s", "op (float32, 1 thread)", "ddplua ms", "torch ms", "speed"))
+for i, c in ipairs(cases) do
+  local ms = median_of(ddp, cfg.runs, c[2])
+  local t = theirs[i]
+  print(string.format("%-26s %10.3f %10s %8s", c[1], ms, t and string.format("%.3f", t) or "-",
+    t and string.format("%.2fx", t / ms) or "-"))
+end
+if not next(theirs) then print("PyTorch side failed:\n" .. out) end
