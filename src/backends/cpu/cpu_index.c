@@ -13,16 +13,54 @@
 #include "ops/model_math.h"
 #include "ops/strided_index.h"
 
+#define RESTRICT __restrict__
+
 /* ---- where ---- */
+/* o[i] = c[i] ? a : b, a and b each a row (step) or one value (!step) */
+#define DP_SELECT_FN(name, T)                                                                                          \
+  static void name(T *RESTRICT o, const uint8_t *RESTRICT c, const T *RESTRICT a, bool a_row, const T *RESTRICT b,     \
+                   bool b_row, int64_t n) {                                                                            \
+    if (a_row && b_row)                                                                                                \
+      for (int64_t i = 0; i < n; i++) {                                                                                \
+        T x = a[i], y = b[i];                                                                                          \
+        o[i] = c[i] ? x : y;                                                                                           \
+      }                                                                                                                \
+    else if (a_row)                                                                                                    \
+      for (int64_t i = 0; i < n; i++) {                                                                                \
+        T x = a[i], y = b[0];                                                                                          \
+        o[i] = c[i] ? x : y;                                                                                           \
+      }                                                                                                                \
+    else if (b_row)                                                                                                    \
+      for (int64_t i = 0; i < n; i++) {                                                                                \
+        T x = a[0], y = b[i];                                                                                          \
+        o[i] = c[i] ? x : y;                                                                                           \
+      }                                                                                                                \
+    else                                                                                                               \
+      for (int64_t i = 0; i < n; i++) o[i] = c[i] ? a[0] : b[0];                                                       \
+  }
+DP_SELECT_FN(select_u16, uint16_t)
+DP_SELECT_FN(select_u32, uint32_t)
+DP_SELECT_FN(select_u64, uint64_t)
+#undef DP_SELECT_FN
+
 static void where_row(char **p, const int64_t *st, int64_t n, void *ctx) {
   size_t es = *(const size_t *)ctx;
   char *o = p[0];
   const char *c = p[1], *a = p[2], *b = p[3];
-  if (es == 4 && st[0] == 4 && st[2] == 4 && st[3] == 4 && st[1] == 1) { /* contiguous float32: a select loop */
-    float *of = (float *)o;
-    const float *af = (const float *)a, *bf = (const float *)b;
-    const uint8_t *cu = (const uint8_t *)c;
-    for (int64_t i = 0; i < n; i++) of[i] = cu[i] ? af[i] : bf[i];
+  /* values of 2, 4 or 8 bytes with a contiguous condition, each side contiguous or one value (masked_fill's
+   * fill, a where against a number): both sides loaded, then selected, a blend the compiler vectorises (a
+   * branch per element mispredicted on random masks: 4.8 ms a million float32, masked_fill 8.2 ms) */
+  if ((es == 2 || es == 4 || es == 8) && st[0] == (int64_t)es && st[1] == 1 && (st[2] == (int64_t)es || !st[2]) &&
+      (st[3] == (int64_t)es || !st[3])) {
+    if (es == 2)
+      select_u16((uint16_t *)o, (const uint8_t *)c, (const uint16_t *)a, st[2] != 0, (const uint16_t *)b, st[3] != 0,
+                 n);
+    else if (es == 4)
+      select_u32((uint32_t *)o, (const uint8_t *)c, (const uint32_t *)a, st[2] != 0, (const uint32_t *)b, st[3] != 0,
+                 n);
+    else
+      select_u64((uint64_t *)o, (const uint8_t *)c, (const uint64_t *)a, st[2] != 0, (const uint64_t *)b, st[3] != 0,
+                 n);
     return;
   }
   for (int64_t i = 0; i < n; i++)
