@@ -167,4 +167,5 @@ setmetatable(M, {
 
 package.loaded["ddplua"] = M
 require "ddplua.tensor"
+require "ddplua.tensor_logic"
 return M

@@ -34,7 +34,8 @@ local EXPORTS = {
       -- the model ops
       "sin", "cos", "erf", "log1p", "expm1", "where", "masked_fill", "tril", "triu", "gather", "scatter", "scatter_add",
       "topk", "split", "chunk", "cumsum", "flip", "tile", "norm", "var", "std", "randint", "multinomial", "bernoulli",
-      "einsum",
+      "einsum", "isnan", "isinf", "isfinite", "any", "all", "logical_not", "logical_and", "logical_or", "logsumexp",
+      "bmm",
       -- autograd, random numbers
       "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "manual_seed", "initial_seed",
       "seed_everything", "get_rng_state", "set_rng_state",
@@ -96,7 +97,8 @@ local EXPORTS = {
       "le", "gt", "ge", "matmul", "mm", "index_select",
       "sin", "cos", "erf", "log1p", "expm1", "masked_fill", "tril", "triu", "gather", "scatter", "scatter_add",
       "scatter_", "scatter_add_", "topk", "split", "chunk", "cumsum", "flip", "repeat_", "tile", "norm", "var", "std",
-      "multinomial", "bernoulli",
+      "multinomial", "bernoulli", "isnan", "isinf", "isfinite", "any", "all", "logical_not", "logical_and",
+      "logical_or", "logsumexp", "bmm",
     },
   },
 }

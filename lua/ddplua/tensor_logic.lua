@@ -1,0 +1,115 @@
+-- PyTorch's tests and reductions over truth values, composed from the runtime's ops (each a method and a ddp.
+-- function): isnan, isinf, isfinite, any, all, logical_not, logical_and, logical_or; logsumexp (its gradient
+-- the softmax, through the composition); bmm (matmul of two batches of matrices, checked as torch.bmm is).
+-- Dims are 1-based, as everywhere in ddplua; the truth values are bool tensors.
+local core = require "ddplua.core"
+local E = require "ddplua.errors"
+local T = core.Tensor
+local M = package.loaded["ddplua"]
+
+local FLOATS = { float32 = true, float64 = true, bfloat16 = true, float16 = true }
+
+local function check_tensor(who, x, what)
+  if not core.is_tensor(x) then E.raise(string.format("%s: expected a tensor%s, got %s", who, what or "", type(x))) end
+end
+
+--- t:isnan(): true where t is NaN (never for integers)
+function T.isnan(t)
+  check_tensor("isnan", t)
+  return t:ne(t)
+end
+
+--- t:isinf(): true where t is +-inf (never for integers)
+function T.isinf(t)
+  check_tensor("isinf", t)
+  if not FLOATS[t:dtype()] then return t:ne(t) end
+  return t:abs():eq(math.huge)
+end
+
+--- t:isfinite(): neither NaN nor +-inf (always for integers)
+function T.isfinite(t)
+  check_tensor("isfinite", t)
+  if not FLOATS[t:dtype()] then return t:eq(t) end
+  return (t - t):eq(0) -- x - x is 0 for finite x, NaN for inf and NaN
+end
+
+-- the count of true (non-zero) values over dim (nil: all), and how many values each count covers
+local function count_true(who, t, dim, keepdim)
+  check_tensor(who, t)
+  local nz = t:ne(0)
+  if dim == nil then return nz:sum(), t:numel() end
+  if math.type(dim) ~= "integer" then E.raise(who .. ": dim must be an integer (1-based), got " .. tostring(dim)) end
+  local d = dim < 0 and dim + t:dim() + 1 or dim
+  if d < 1 or d > t:dim() then
+    E.raise(string.format("%s: dim %d is out of range for a %d-dimensional tensor", who, dim, t:dim()))
+  end
+  return nz:sum(d, keepdim or false), t:size(d)
+end
+
+--- t:any([dim [, keepdim]]): whether any value (over dim) is non-zero, as bool
+function T.any(t, dim, keepdim)
+  local c = count_true("any", t, dim, keepdim)
+  return c:gt(0)
+end
+
+--- t:all([dim [, keepdim]]): whether every value (over dim) is non-zero, as bool (true over no values)
+function T.all(t, dim, keepdim)
+  local c, n = count_true("all", t, dim, keepdim)
+  return c:eq(n)
+end
+
+--- t:logical_not(), t:logical_and(u), t:logical_or(u): on the truth of each value (non-zero), broadcasting
+function T.logical_not(t)
+  check_tensor("logical_not", t)
+  return t:eq(0)
+end
+function T.logical_and(t, u)
+  check_tensor("logical_and", t)
+  check_tensor("logical_and", u, " as the second operand")
+  return (t:ne(0):long() * u:ne(0):long()):ne(0)
+end
+function T.logical_or(t, u)
+  check_tensor("logical_or", t)
+  check_tensor("logical_or", u, " as the second operand")
+  return (t:ne(0):long() + u:ne(0):long()):ne(0)
+end
+
+--- t:logsumexp(dim [, keepdim]): log(sum(exp(t))) over dim (an integer or a table of them), computed against the
+--- max so that large values do not overflow; -inf where every value is -inf, +inf where one is +inf
+function T.logsumexp(t, dim, keepdim)
+  check_tensor("logsumexp", t)
+  if not FLOATS[t:dtype()] then t = t:float() end
+  if dim == nil then E.raise("logsumexp: expected dim (an integer or a table of integers), as torch.logsumexp") end
+  local dims = type(dim) == "table" and dim or { dim }
+  local m = t:detach()
+  for _, d in ipairs(dims) do
+    if math.type(d) ~= "integer" then E.raise("logsumexp: dims must be integers (1-based), got " .. tostring(d)) end
+    m = m:max(d, true) -- values; the max's position is not needed
+  end
+  m = core.where(m:abs():eq(math.huge), 0, m) -- an infinite max shifts nothing: exp(x - 0) keeps +-inf's meaning
+  local r = (t - m):exp():sum(dims, true):log() + m
+  if keepdim then return r end
+  local sorted = {}
+  for _, d in ipairs(dims) do sorted[#sorted + 1] = d < 0 and d + t:dim() + 1 or d end
+  table.sort(sorted, function(a, b) return a > b end)
+  for _, d in ipairs(sorted) do r = r:squeeze(d) end
+  return r
+end
+
+--- ddp.bmm(a, b): [B, n, m] @ [B, m, p] -> [B, n, p], exactly 3-d each with the same B (torch.bmm's checks)
+function T.bmm(a, b)
+  check_tensor("bmm", a)
+  check_tensor("bmm", b, " as the second operand")
+  if a:dim() ~= 3 or b:dim() ~= 3 or a:size(1) ~= b:size(1) or a:size(3) ~= b:size(2) then
+    E.raise(string.format("bmm: expected [B, n, m] and [B, m, p], got [%s] and [%s]",
+      table.concat(a:size(), ", "), table.concat(b:size(), ", ")), 2)
+  end
+  return core.matmul(a, b)
+end
+
+for _, name in ipairs({ "isnan", "isinf", "isfinite", "any", "all", "logical_not", "logical_and", "logical_or",
+  "logsumexp", "bmm" }) do
+  M[name] = T[name]
+end
+
+return T
