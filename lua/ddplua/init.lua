@@ -24,6 +24,7 @@ local CORE_EXPORTS = {
   -- the model ops (src/ops/model_ops.h)
   "sin", "cos", "erf", "log1p", "expm1", "where", "masked_fill", "tril", "triu", "gather", "scatter", "scatter_add",
   "topk", "split", "chunk", "cumsum", "flip", "tile", "norm", "var", "std", "randint", "multinomial", "bernoulli",
+  "floor", "ceil", "round", "trunc",
   -- autograd mode, random numbers
   "set_grad_enabled", "is_grad_enabled", "manual_seed", "initial_seed", "get_rng_state", "set_rng_state",
   -- safetensors

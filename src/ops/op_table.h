@@ -57,7 +57,11 @@
   X(COS,        cos,        "CosBackward",        GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
   X(ERF,        erf,        "ErfBackward",        GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
   X(LOG1P,      log1p,      "Log1pBackward",      GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
-  X(EXPM1,      expm1,      "Expm1Backward",      GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE)
+  X(EXPM1,      expm1,      "Expm1Backward",      GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(FLOOR,      floor,      "FloorBackward",      GRAD_NONE, INT_KEEP,          NO_EPILOGUE) \
+  X(CEIL,       ceil,       "CeilBackward",       GRAD_NONE, INT_KEEP,          NO_EPILOGUE) \
+  X(ROUND,      round,      "RoundBackward",      GRAD_NONE, INT_KEEP,          NO_EPILOGUE) \
+  X(TRUNC,      trunc,      "TruncBackward",      GRAD_NONE, INT_KEEP,          NO_EPILOGUE)
 
 /* The parameters of the unary ops that take some, in Lua argument order
  * (ddp.clamp(x, min, max)): P(ID, field of dp_unary_params, Lua default). */

@@ -23,6 +23,10 @@
 #define SIN(v) DP_T_MATH(sin)(v)
 #define COS(v) DP_T_MATH(cos)(v)
 #define POW(a, b) DP_T_MATH(pow)(a, b)
+#define FLOOR(v) DP_T_MATH(floor)(v)
+#define CEIL(v) DP_T_MATH(ceil)(v)
+#define TRUNC(v) DP_T_MATH(trunc)(v)
+#define RINT(v) DP_T_MATH(nearbyint)(v)
 #define FWD(name) static inline DP_HD T DP_TN(dp_##name##_fwd)(T x, DP_UNUSED const dp_unary_params *p)
 #define BWD(name)                                                                                                      \
   static inline DP_HD T DP_TN(dp_##name##_bwd)(DP_UNUSED T gy, DP_UNUSED T x, DP_UNUSED T y,                           \
@@ -166,6 +170,21 @@ BWD(log1p) { return gy / (x + 1); }
 /* exp(x) - 1 accurate near 0; the gradient exp(x) = y + 1 */
 FWD(expm1) { return EXPM1(x); }
 BWD(expm1) { return gy * (y + 1); }
+
+/* rounding: a zero gradient (PyTorch's, NaN and inf upstream included), integers unchanged; round is to the
+ * nearest, ties to even (torch.round) */
+FWD(floor) { return FLOOR(x); }
+BWD(floor) { return 0; }
+INT(floor) { return x; }
+FWD(ceil) { return CEIL(x); }
+BWD(ceil) { return 0; }
+INT(ceil) { return x; }
+FWD(round) { return RINT(x); }
+BWD(round) { return 0; }
+INT(round) { return x; }
+FWD(trunc) { return TRUNC(x); }
+BWD(trunc) { return 0; }
+INT(trunc) { return x; }
 
 /* ---- binary ops (gradients: ops/elementwise.c composes them) ---- */
 
@@ -328,6 +347,10 @@ static inline DP_HD void DP_TN(dp_adam_update)(T *p, T g, T *m, T *v, T *vmax, c
 #undef SIN
 #undef COS
 #undef POW
+#undef FLOOR
+#undef CEIL
+#undef TRUNC
+#undef RINT
 #undef FWD
 #undef BWD
 #undef INT

@@ -1,5 +1,5 @@
 -- The model ops of issue 14 in the differential suite (entries as in
--- tests/diff/ops.lua, which appends this list): sin/cos/erf/log1p/expm1,
+-- tests/diff/ops.lua, which appends this list): sin/cos/erf/log1p/expm1, floor/ceil/round/trunc,
 -- where, masked_fill, tril/triu, gather, scatter/scatter_add, topk,
 -- split/chunk, cumsum, flip, repeat_/tile, norm, var/std, einsum, the fused
 -- scaled_dot_product_attention (against PyTorch's softmax(q k^T s + bias) v:
@@ -29,7 +29,7 @@ end
 local function nonzero(d) return d ~= 0 and d or 1 end
 
 -- ---- unary ----
-for _, op in ipairs({ "sin", "cos", "erf", "log1p", "expm1" }) do
+for _, op in ipairs({ "sin", "cos", "erf", "log1p", "expm1", "floor", "ceil", "round", "trunc" }) do
   add({ name = op, lua = "x:" .. op .. "()", torch = "torch." .. op .. "(x)", gen = function(g)
     g:tensor("x", g:shape(), g:pick(ALL))
     return {}

@@ -34,7 +34,7 @@ local EXPORTS = {
       -- the model ops
       "sin", "cos", "erf", "log1p", "expm1", "where", "masked_fill", "tril", "triu", "gather", "scatter", "scatter_add",
       "topk", "split", "chunk", "cumsum", "flip", "tile", "norm", "var", "std", "randint", "multinomial", "bernoulli",
-      "einsum", "isnan", "isinf", "isfinite", "any", "all", "logical_not", "logical_and", "logical_or", "logsumexp",
+      "einsum", "floor", "ceil", "round", "trunc", "isnan", "isinf", "isfinite", "any", "all", "logical_not", "logical_and", "logical_or", "logsumexp",
       "bmm",
       -- autograd, random numbers
       "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "manual_seed", "initial_seed",
@@ -97,7 +97,7 @@ local EXPORTS = {
       "le", "gt", "ge", "matmul", "mm", "index_select",
       "sin", "cos", "erf", "log1p", "expm1", "masked_fill", "tril", "triu", "gather", "scatter", "scatter_add",
       "scatter_", "scatter_add_", "topk", "split", "chunk", "cumsum", "flip", "repeat_", "tile", "norm", "var", "std",
-      "multinomial", "bernoulli", "isnan", "isinf", "isfinite", "any", "all", "logical_not", "logical_and",
+      "multinomial", "bernoulli", "floor", "ceil", "round", "trunc", "isnan", "isinf", "isfinite", "any", "all", "logical_not", "logical_and",
       "logical_or", "logsumexp", "bmm",
     },
   },

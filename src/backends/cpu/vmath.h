@@ -243,5 +243,10 @@ DP_VM float dp_vgelu_phif(float x, float *pdf) {
  * reduction in double, libm's exact one from |x| >= 2^19). */
 #define dp_vsinf(x) sinf(x)
 #define dp_vcosf(x) cosf(x)
+/* rounding: the builtins, one vroundps each where the target has SSE4.1 */
+#define dp_vfloorf(x) __builtin_floorf(x)
+#define dp_vceilf(x) __builtin_ceilf(x)
+#define dp_vtruncf(x) __builtin_truncf(x)
+#define dp_vnearbyintf(x) __builtin_nearbyintf(x)
 
 #endif
