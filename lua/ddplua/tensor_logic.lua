@@ -1,7 +1,9 @@
--- PyTorch's tests and reductions over truth values, composed from the runtime's ops (each a method and a ddp.
--- function): isnan, isinf, isfinite, any, all, logical_not, logical_and, logical_or; logsumexp (its gradient
--- the softmax, through the composition); bmm (matmul of two batches of matrices, checked as torch.bmm is).
--- Dims are 1-based, as everywhere in ddplua; the truth values are bool tensors.
+-- PyTorch's tests, comparisons and reductions over truth values, composed from the runtime's ops (each a method
+-- and a ddp. function): isnan, isinf, isfinite, any, all, logical_not, logical_and, logical_or, count_nonzero,
+-- isclose, allclose, equal; sort and argsort (topk over the whole dim: sorted, ties in their order, NaN as the
+-- largest, as PyTorch's stable sort); logsumexp (its gradient the softmax, through the composition); bmm (matmul of
+-- two batches of matrices, checked as torch.bmm is). Dims are 1-based, as everywhere in ddplua; truth values are
+-- uint8 tensors (ddplua's bool), allclose and equal Lua booleans.
 local core = require "ddplua.core"
 local E = require "ddplua.errors"
 local T = core.Tensor
@@ -107,8 +109,87 @@ function T.bmm(a, b)
   return core.matmul(a, b)
 end
 
+--- t:count_nonzero([dim]): how many values (over dim, an integer or a table of them) are non-zero, int64
+function T.count_nonzero(t, dim)
+  check_tensor("count_nonzero", t)
+  if dim == nil then return t:ne(0):sum() end
+  return t:ne(0):sum(dim)
+end
+
+local function close_opts(who, opts)
+  if opts ~= nil and type(opts) ~= "table" then E.raise(who .. ": expected an options table {rtol=, atol=, equal_nan=}") end
+  opts = opts or {}
+  for k in pairs(opts) do
+    if k ~= "rtol" and k ~= "atol" and k ~= "equal_nan" then E.raise(who .. ": unknown option '" .. tostring(k) .. "'") end
+  end
+  local rtol, atol = opts.rtol or 1e-5, opts.atol or 1e-8
+  if type(rtol) ~= "number" or type(atol) ~= "number" or rtol < 0 or atol < 0 then
+    E.raise(who .. ": rtol and atol must be non-negative numbers")
+  end
+  return rtol, atol, opts.equal_nan == true
+end
+
+--- t:isclose(u [, {rtol=1e-5, atol=1e-8, equal_nan=false}]): |t - u| <= atol + rtol |u| where both are finite,
+--- equal values (infinities of one sign included), and NaN with NaN only with equal_nan
+function T.isclose(t, u, opts)
+  check_tensor("isclose", t)
+  check_tensor("isclose", u, " as the second operand")
+  local rtol, atol, equal_nan = close_opts("isclose", opts)
+  local a, b = t:detach(), u:detach()
+  if not FLOATS[a:dtype()] and not FLOATS[b:dtype()] and rtol == 0 and atol == 0 then return a:eq(b) end
+  local fa, fb = FLOATS[a:dtype()] and a or a:double(), FLOATS[b:dtype()] and b or b:double()
+  local near = (fa - fb):abs():le(fb:abs() * rtol + atol):logical_and(fa:isfinite():logical_and(fb:isfinite()))
+  local r = near:logical_or(a:eq(b))
+  if equal_nan then r = r:logical_or(fa:isnan():logical_and(fb:isnan())) end
+  return r
+end
+
+--- t:allclose(u [, opts]): isclose everywhere, a Lua boolean
+function T.allclose(t, u, opts) return T.isclose(t, u, opts):all():item() ~= 0 end
+
+--- t:equal(u): the same shape and the same values (NaN equals nothing), a Lua boolean
+function T.equal(t, u)
+  check_tensor("equal", t)
+  check_tensor("equal", u, " as the second operand")
+  local a, b = t:size(), u:size()
+  if #a ~= #b then return false end
+  for i = 1, #a do
+    if a[i] ~= b[i] then return false end
+  end
+  return t:eq(u):all():item() ~= 0
+end
+
+local function sort_args(who, t, dim, descending)
+  check_tensor(who, t)
+  if type(dim) == "table" then
+    local o = dim
+    for k in pairs(o) do
+      if k ~= "dim" and k ~= "descending" and k ~= "stable" then E.raise(who .. ": unknown option '" .. tostring(k) .. "'") end
+    end
+    dim, descending = o.dim, o.descending
+  end
+  if dim ~= nil and math.type(dim) ~= "integer" then E.raise(who .. ": dim must be an integer (1-based), got " .. tostring(dim)) end
+  if descending ~= nil and type(descending) ~= "boolean" then E.raise(who .. ": descending must be a boolean") end
+  return dim or -1, descending == true
+end
+
+--- t:sort([dim [, descending]]) or t:sort({dim=, descending=, stable=}) -> values, 1-based positions
+function T.sort(t, dim, descending)
+  dim, descending = sort_args("sort", t, dim, descending)
+  if t:dim() == 0 then return t:clone(), core.ones({}, { dtype = "int64" }) end
+  local d = dim < 0 and dim + t:dim() + 1 or dim
+  if d < 1 or d > t:dim() then E.raise(string.format("sort: dim %d is out of range for a %d-dimensional tensor", dim, t:dim())) end
+  return t:topk(t:size(d), d, descending)
+end
+
+--- t:argsort([dim [, descending]]): sort's positions
+function T.argsort(t, dim, descending)
+  local _, idx = T.sort(t, dim, descending)
+  return idx
+end
+
 for _, name in ipairs({ "isnan", "isinf", "isfinite", "any", "all", "logical_not", "logical_and", "logical_or",
-  "logsumexp", "bmm" }) do
+  "logsumexp", "bmm", "count_nonzero", "isclose", "allclose", "equal", "sort", "argsort" }) do
   M[name] = T[name]
 end
 

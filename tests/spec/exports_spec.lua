@@ -35,7 +35,7 @@ local EXPORTS = {
       "sin", "cos", "erf", "log1p", "expm1", "where", "masked_fill", "tril", "triu", "gather", "scatter", "scatter_add",
       "topk", "split", "chunk", "cumsum", "flip", "tile", "norm", "var", "std", "randint", "multinomial", "bernoulli",
       "einsum", "floor", "ceil", "round", "trunc", "isnan", "isinf", "isfinite", "any", "all", "logical_not", "logical_and", "logical_or", "logsumexp",
-      "bmm",
+      "bmm", "count_nonzero", "isclose", "allclose", "equal", "sort", "argsort", "clamp_min", "clamp_max",
       -- autograd, random numbers
       "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "manual_seed", "initial_seed",
       "seed_everything", "get_rng_state", "set_rng_state",
@@ -98,7 +98,8 @@ local EXPORTS = {
       "sin", "cos", "erf", "log1p", "expm1", "masked_fill", "tril", "triu", "gather", "scatter", "scatter_add",
       "scatter_", "scatter_add_", "topk", "split", "chunk", "cumsum", "flip", "repeat_", "tile", "norm", "var", "std",
       "multinomial", "bernoulli", "floor", "ceil", "round", "trunc", "isnan", "isinf", "isfinite", "any", "all", "logical_not", "logical_and",
-      "logical_or", "logsumexp", "bmm",
+      "logical_or", "logsumexp", "bmm", "count_nonzero", "isclose", "allclose", "equal", "sort", "argsort",
+      "clamp_min", "clamp_max", "new_zeros", "new_ones", "new_full",
     },
   },
 }

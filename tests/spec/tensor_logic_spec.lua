@@ -73,3 +73,88 @@ OUT.update(nan=b(x.isnan()), inf=b(x.isinf()), fin=b(x.isfinite()), any=b(x.any(
     R.assert_error(function() ddp.randn(2):logical_and(1) end, "logical_and: expected a tensor as the second operand")
   end)
 end)
+
+describe("sort, comparisons and small helpers", function()
+  it("sort and argsort match PyTorch's stable sort: ties, NaN, both orders, any dim, empty and 0-dim", function()
+    if not TR.available() then return pending("skipped: /usr/bin/python3 cannot import torch") end
+    ddp.manual_seed(8)
+    local x = (ddp.randn(4, 9) * 2):round() -- many ties
+    x[2][3] = 0 / 0
+    x[3][1] = math.huge
+    local i = ddp.tensor({ { 3, 1, 2, 1 }, { 0, 0, -5, 9 } })
+    local got = {}
+    got.v1, got.p1 = x:sort()
+    got.v2, got.p2 = x:sort(2, true)
+    got.v3, got.p3 = x:sort({ dim = 1, descending = false })
+    got.a4 = x:argsort(1, true)
+    got.iv, got.ip = i:sort(2)
+    local ref = TR.run([[
+x, i = T["x"], T["i"]
+OUT["v1"], OUT["p1"] = x.sort(stable=True)
+OUT["v2"], OUT["p2"] = x.sort(dim=1, descending=True, stable=True)
+OUT["v3"], OUT["p3"] = x.sort(dim=0, stable=True)
+OUT["a4"] = x.sort(dim=0, descending=True, stable=True)[1]
+OUT["iv"], OUT["ip"] = i.sort(dim=1, stable=True)
+for k in ("p1", "p2", "p3", "a4", "ip"): OUT[k] = OUT[k] + 1
+]], { x = x, i = i })
+    for k, v in pairs(got) do
+      local a, b = v:double():reshape(-1):totable(), ref[k]:double():reshape(-1):totable()
+      assert.are.equal(#b, #a, k)
+      for j = 1, #b do
+        assert.is_true(a[j] == b[j] or (a[j] ~= a[j] and b[j] ~= b[j]), string.format("%s[%d]: %s vs %s", k, j, a[j], b[j]))
+      end
+    end
+    local e, ep = ddp.zeros(0, 3):sort(1)
+    assert.are.same({ 0, 3 }, e:size())
+    assert.are.same({ 0, 3 }, ep:size())
+    local s, sp = ddp.tensor(2.5):sort()
+    assert.are.same({ 2.5, 1 }, { s:item(), sp:item() })
+    -- the gradient flows to the sorted positions
+    local g = ddp.tensor({ 3, 1, 2 }, { dtype = "float64" }):requires_grad_()
+    local v = g:sort()
+    v:backward(ddp.tensor({ 10, 20, 30 }, { dtype = "float64" }))
+    assert.are.same({ 30, 10, 20 }, g.grad:totable())
+    R.assert_error(function() x:sort(3) end, "sort: dim 3 is out of range")
+    R.assert_error(function() x:sort({ dims = 1 }) end, "sort: unknown option 'dims'")
+    R.assert_error(function() x:sort(1, "yes") end, "sort: descending must be a boolean")
+  end)
+
+  it("isclose, allclose, equal and count_nonzero match PyTorch", function()
+    if not TR.available() then return pending("skipped: /usr/bin/python3 cannot import torch") end
+    local a = ddp.tensor({ 1, 1, math.huge, math.huge, 0 / 0, 0 / 0, 1e-9, 100, 1 }, { dtype = "float64" })
+    local b = ddp.tensor({ 1 + 1e-6, 1.1, math.huge, -math.huge, 0 / 0, 1, 0, 100.001, math.huge }, { dtype = "float64" })
+    local got = { c = a:isclose(b):long(), cn = a:isclose(b, { equal_nan = true }):long(),
+      ct = a:isclose(b, { rtol = 0.2, atol = 0 }):long(), nz = a:count_nonzero(),
+      nz2 = ddp.tensor({ { 0, 1 }, { 2, 0 }, { 0, 0 } }):count_nonzero(1) }
+    local ref = TR.run([==[
+a, b = T["a"], T["b"]
+OUT["c"] = a.isclose(b).long()
+OUT["cn"] = a.isclose(b, equal_nan=True).long()
+OUT["ct"] = a.isclose(b, rtol=0.2, atol=0).long()
+OUT["nz"] = a.count_nonzero()
+OUT["nz2"] = torch.tensor([[0, 1], [2, 0], [0, 0]]).count_nonzero(0)
+]==], { a = a, b = b })
+    for k, v in pairs(got) do assert.are.same(ref[k]:totable(), v:totable(), k) end
+    assert.is_true(ddp.allclose(ddp.ones(3), ddp.ones(3) * (1 + 1e-7)))
+    assert.is_false(ddp.allclose(ddp.ones(3), ddp.ones(3) * 1.01))
+    assert.is_true(ddp.allclose(a:narrow(1, 5, 1), a:narrow(1, 5, 1), { equal_nan = true }))
+    assert.is_true(ddp.equal(ddp.tensor({ 1, 2 }), ddp.tensor({ 1, 2 })))
+    assert.is_false(ddp.equal(ddp.tensor({ 1, 2 }), ddp.tensor({ { 1, 2 } })))
+    assert.is_false(ddp.equal(a, a)) -- NaN equals nothing, as torch.equal
+    R.assert_error(function() ddp.isclose(a, b, { tol = 1 }) end, "isclose: unknown option 'tol'")
+    R.assert_error(function() ddp.isclose(a, b, { rtol = -1 }) end, "isclose: rtol and atol must be non-negative")
+  end)
+
+  it("clamp_min, clamp_max and new_zeros/new_ones/new_full", function()
+    local x = ddp.tensor({ -2, 0.5, 3, 0 / 0 }, { dtype = "float64" })
+    local lo, hi = x:clamp_min(0):totable(), ddp.clamp_max(x, 1):totable()
+    assert.are.same({ 0, 0.5, 3 }, { lo[1], lo[2], lo[3] })
+    assert.are.same({ -2, 0.5, 1 }, { hi[1], hi[2], hi[3] })
+    assert.is_true(lo[4] ~= lo[4] and hi[4] ~= hi[4])
+    local n = x:new_full({ 2, 2 }, 7)
+    assert.are.same({ "float64", { 2, 2 }, 7 }, { n:dtype(), n:size(), n[1][2]:item() })
+    assert.are.equal("float64", x:new_zeros({ 3 }):dtype())
+    assert.are.equal("float32", x:new_ones({ 3 }, { dtype = "float32" }):dtype())
+    assert.are.same({ 1, 1 }, ddp.tensor({ 5 }):new_ones({ 2 }):totable())
+  end)
+end)
