@@ -414,4 +414,26 @@ function R.cpu_kernel_sets()
   return list
 end
 
+--- One busted describe block per kernel set (list: R.cpu_kernel_sets() by default) and thread count, named
+--- "<set>, <n> thread(s):", with the set and the count made current around it and restored after; body(isa,
+--- threads) declares the tests. env: the spec's _ENV (busted's describe, setup and teardown live there).
+function R.describe_kernel_sets(env, threads_list, body, list)
+  for _, isa in ipairs(list or R.cpu_kernel_sets()) do
+    for _, threads in ipairs(threads_list) do
+      env.describe(isa .. ", " .. threads .. " thread(s):", function()
+        local prev
+        env.setup(function()
+          prev = ddp.core.set_cpu_kernels(isa)
+          ddp.set_num_threads(threads)
+        end)
+        env.teardown(function()
+          ddp.core.set_cpu_kernels(prev)
+          ddp.set_num_threads(1)
+        end)
+        body(isa, threads)
+      end)
+    end
+  end
+end
+
 return R

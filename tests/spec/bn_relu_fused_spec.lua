@@ -43,52 +43,39 @@ local function run(fused, x0, w0, b0, g, training, dtype)
 end
 
 describe("batch norm + ReLU fused", function()
-  for _, isa in ipairs(R.cpu_kernel_sets()) do
-    for _, threads in ipairs({ 1, 2 }) do
-      describe(isa .. ", " .. threads .. " thread(s):", function()
-        local prev
-        setup(function()
-          prev = core.set_cpu_kernels(isa)
-          ddp.set_num_threads(threads)
-        end)
-        teardown(function()
-          core.set_cpu_kernels(prev)
-          ddp.set_num_threads(1)
-        end)
-        for si, shape in ipairs(SHAPES) do
-          for _, dtype in ipairs({ "float32", "float64" }) do
-            for _, training in ipairs({ true, false }) do
-              for _, affine in ipairs({ true, false }) do
-                local tag = string.format("%s %s %s%s", table.concat(shape, "x"), dtype,
-                  training and "training" or "eval", affine and "" or " no affine")
-                it(tag .. ": equals batch_norm + relu bit for bit", function()
-                  local C = shape[2]
-                  -- an offset mean, so some outputs sit near the ReLU's kink
-                  local x = R.randn(shape, 100 + si, 1.5):add(0.3):to(dtype)
-                  local w = affine and R.randn({ C }, 200 + si, 1):to(dtype) or nil
-                  local b = affine and R.randn({ C }, 300 + si, 0.5):to(dtype) or nil
-                  local g = R.randn(shape, 400 + si, 1):to(dtype)
-                  local A = run(true, x, w, b, g, training, dtype)
-                  local B = run(false, x, w, b, g, training, dtype)
-                  assert.are.equal(0, max_diff(A.y, B.y), "output")
-                  assert.are.equal(0, max_diff(A.gx, B.gx), "input gradient")
-                  if affine then
-                    assert.are.equal(0, max_diff(A.gw, B.gw), "weight gradient")
-                    assert.are.equal(0, max_diff(A.gb, B.gb), "bias gradient")
-                  end
-                  assert.are.equal(0, max_diff(A.rm, B.rm), "running_mean")
-                  assert.are.equal(0, max_diff(A.rv, B.rv), "running_var")
-                  -- planes of >= 64 values run fused, smaller ones as the two ops
-                  local want = plane(shape) >= 64 and "BatchNormReluBackward" or "ReluBackward"
-                  assert.are.equal(want, A.y.grad_fn)
-                end)
+  R.describe_kernel_sets(_ENV, { 1, 2 }, function(isa, threads)
+    for si, shape in ipairs(SHAPES) do
+      for _, dtype in ipairs({ "float32", "float64" }) do
+        for _, training in ipairs({ true, false }) do
+          for _, affine in ipairs({ true, false }) do
+            local tag = string.format("%s %s %s%s", table.concat(shape, "x"), dtype,
+              training and "training" or "eval", affine and "" or " no affine")
+            it(tag .. ": equals batch_norm + relu bit for bit", function()
+              local C = shape[2]
+              -- an offset mean, so some outputs sit near the ReLU's kink
+              local x = R.randn(shape, 100 + si, 1.5):add(0.3):to(dtype)
+              local w = affine and R.randn({ C }, 200 + si, 1):to(dtype) or nil
+              local b = affine and R.randn({ C }, 300 + si, 0.5):to(dtype) or nil
+              local g = R.randn(shape, 400 + si, 1):to(dtype)
+              local A = run(true, x, w, b, g, training, dtype)
+              local B = run(false, x, w, b, g, training, dtype)
+              assert.are.equal(0, max_diff(A.y, B.y), "output")
+              assert.are.equal(0, max_diff(A.gx, B.gx), "input gradient")
+              if affine then
+                assert.are.equal(0, max_diff(A.gw, B.gw), "weight gradient")
+                assert.are.equal(0, max_diff(A.gb, B.gb), "bias gradient")
               end
-            end
+              assert.are.equal(0, max_diff(A.rm, B.rm), "running_mean")
+              assert.are.equal(0, max_diff(A.rv, B.rv), "running_var")
+              -- planes of >= 64 values run fused, smaller ones as the two ops
+              local want = plane(shape) >= 64 and "BatchNormReluBackward" or "ReluBackward"
+              assert.are.equal(want, A.y.grad_fn)
+            end)
           end
         end
-      end)
+      end
     end
-  end
+  end)
 
   it("matches a plain-Lua float64 reference (output, and zero gradient where the output is clamped)", function()
     local shape = { 3, 4, 9, 10 }

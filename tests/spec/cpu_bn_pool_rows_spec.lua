@@ -30,72 +30,59 @@ local function rounded(shape, seed, scale, offset)
 end
 
 describe("batch norm and max-pool row kernels (float32)", function()
-  for _, isa in ipairs(kernels()) do
-    for _, threads in ipairs({ 1, 2 }) do
-      describe(isa .. ", " .. threads .. " thread(s):", function()
-        local prev
-        setup(function()
-          prev = core.set_cpu_kernels(isa)
-          ddp.set_num_threads(threads)
-        end)
-        teardown(function()
-          core.set_cpu_kernels(prev)
-          ddp.set_num_threads(1)
-        end)
+  R.describe_kernel_sets(_ENV, { 1, 2 }, function(isa, threads)
 
-        for si, s in ipairs(SHAPES) do
-          local tag = table.concat(s, "x", 1, 4) .. " offset " .. s[5]
-          it("batch_norm_stats " .. tag .. ": mean and variance of float64", function()
-            local x64 = rounded({ s[1], s[2], s[3], s[4] }, 500 + si, 2, s[5])
-            local rm, rv = N.channel_stats(R.from(x64))
-            local m32, v32 = core.batch_norm_stats(x64:float())
-            for c = 1, s[2] do
-              assert.near(rm[c], m32[c]:item(), 1e-6 * (math.abs(rm[c]) + 1), "mean of channel " .. c)
-              assert.near(rv[c], v32[c]:item(), 2e-6 * rv[c], "variance of channel " .. c)
-            end
-          end)
-
-          it("batch_norm training forward and backward " .. tag .. ": float32 against float64", function()
-            local shape = { s[1], s[2], s[3], s[4] }
-            local x64 = rounded(shape, 600 + si, 2, s[5])
-            local w64, b64 = R.randn({ s[2] }, 700 + si, 1):float():double(), R.randn({ s[2] }, 800 + si, 1)
-            -- (the saved mean is float32, as PyTorch's: an upstream gradient of
-            -- mean 1 would add (mean - mean32) * count to the weight gradient)
-            local g64 = R.randn(shape, 900 + si, 1):float():double()
-            local function run(x, w, b, g)
-              x, w, b = x:clone():requires_grad_(), w:clone():requires_grad_(), b:clone():requires_grad_()
-              local y = ddp.batch_norm(x, nil, nil, w, b, true)
-              y:backward(g)
-              return { y:detach(), x.grad, w.grad, b.grad }
-            end
-            local A = run(x64, w64, b64:float():double(), g64)
-            local B = run(x64:float(), w64:float(), b64:float(), g64:float())
-            for k, what in ipairs({ "output", "input gradient", "weight gradient", "bias gradient" }) do
-              local scale = A[k]:abs():max():item()
-              R.assert_close(B[k], R.from(A[k]), 2e-5 * scale, 2e-5, what)
-            end
-          end)
+    for si, s in ipairs(SHAPES) do
+      local tag = table.concat(s, "x", 1, 4) .. " offset " .. s[5]
+      it("batch_norm_stats " .. tag .. ": mean and variance of float64", function()
+        local x64 = rounded({ s[1], s[2], s[3], s[4] }, 500 + si, 2, s[5])
+        local rm, rv = N.channel_stats(R.from(x64))
+        local m32, v32 = core.batch_norm_stats(x64:float())
+        for c = 1, s[2] do
+          assert.near(rm[c], m32[c]:item(), 1e-6 * (math.abs(rm[c]) + 1), "mean of channel " .. c)
+          assert.near(rv[c], v32[c]:item(), 2e-6 * rv[c], "variance of channel " .. c)
         end
+      end)
 
-        for ki, k in ipairs({ { 2, 2, 0 }, { 3, 2, 1 }, { 3, 1, 1 } }) do
-          it(string.format("max_pool2d backward (kernel %d, stride %d, padding %d): float32 against float64", k[1],
-            k[2], k[3]), function()
-            for _, shape in ipairs({ { 1, 3, 9, 7 }, { 3, 19, 14, 15 } }) do
-              -- few distinct values: ties, and overlapping windows whose
-              -- gradients add up in one element
-              local x64 = R.randn(shape, 1000 + ki, 1):mul(2):long():double()
-              local a, b = x64:clone():requires_grad_(), x64:float():requires_grad_()
-              local ya = ddp.max_pool2d(a, k[1], k[2], k[3])
-              local yb = ddp.max_pool2d(b, k[1], k[2], k[3])
-              local g = R.randn(ya:size(), 1100 + ki, 1):float():double()
-              ya:backward(g)
-              yb:backward(g:float())
-              R.assert_close(yb:detach(), R.from(ya:detach()), 0, 0, "output")
-              R.assert_close(b.grad, R.from(a.grad), 1e-6, 1e-6, "input gradient")
-            end
-          end)
+      it("batch_norm training forward and backward " .. tag .. ": float32 against float64", function()
+        local shape = { s[1], s[2], s[3], s[4] }
+        local x64 = rounded(shape, 600 + si, 2, s[5])
+        local w64, b64 = R.randn({ s[2] }, 700 + si, 1):float():double(), R.randn({ s[2] }, 800 + si, 1)
+        -- (the saved mean is float32, as PyTorch's: an upstream gradient of
+        -- mean 1 would add (mean - mean32) * count to the weight gradient)
+        local g64 = R.randn(shape, 900 + si, 1):float():double()
+        local function run(x, w, b, g)
+          x, w, b = x:clone():requires_grad_(), w:clone():requires_grad_(), b:clone():requires_grad_()
+          local y = ddp.batch_norm(x, nil, nil, w, b, true)
+          y:backward(g)
+          return { y:detach(), x.grad, w.grad, b.grad }
+        end
+        local A = run(x64, w64, b64:float():double(), g64)
+        local B = run(x64:float(), w64:float(), b64:float(), g64:float())
+        for k, what in ipairs({ "output", "input gradient", "weight gradient", "bias gradient" }) do
+          local scale = A[k]:abs():max():item()
+          R.assert_close(B[k], R.from(A[k]), 2e-5 * scale, 2e-5, what)
         end
       end)
     end
-  end
+
+    for ki, k in ipairs({ { 2, 2, 0 }, { 3, 2, 1 }, { 3, 1, 1 } }) do
+      it(string.format("max_pool2d backward (kernel %d, stride %d, padding %d): float32 against float64", k[1],
+        k[2], k[3]), function()
+        for _, shape in ipairs({ { 1, 3, 9, 7 }, { 3, 19, 14, 15 } }) do
+          -- few distinct values: ties, and overlapping windows whose
+          -- gradients add up in one element
+          local x64 = R.randn(shape, 1000 + ki, 1):mul(2):long():double()
+          local a, b = x64:clone():requires_grad_(), x64:float():requires_grad_()
+          local ya = ddp.max_pool2d(a, k[1], k[2], k[3])
+          local yb = ddp.max_pool2d(b, k[1], k[2], k[3])
+          local g = R.randn(ya:size(), 1100 + ki, 1):float():double()
+          ya:backward(g)
+          yb:backward(g:float())
+          R.assert_close(yb:detach(), R.from(ya:detach()), 0, 0, "output")
+          R.assert_close(b.grad, R.from(a.grad), 1e-6, 1e-6, "input gradient")
+        end
+      end)
+    end
+  end, kernels())
 end)

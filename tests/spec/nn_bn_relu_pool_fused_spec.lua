@@ -55,44 +55,31 @@ local function inputs(c, ci, dtype, affine)
 end
 
 describe("batch norm + ReLU + max pool fused", function()
-  for _, isa in ipairs(R.cpu_kernel_sets()) do
-    for _, threads in ipairs({ 1, 2 }) do
-      describe(isa .. ", " .. threads .. " thread(s):", function()
-        local prev
-        setup(function()
-          prev = core.set_cpu_kernels(isa)
-          ddp.set_num_threads(threads)
-        end)
-        teardown(function()
-          core.set_cpu_kernels(prev)
-          ddp.set_num_threads(1)
-        end)
-        for ci, c in ipairs(CASES) do
-          for _, training in ipairs({ true, false }) do
-            for _, affine in ipairs({ true, false }) do
-              local tag = string.format("%s k%d s%d p%d%s %s%s", table.concat(c[1], "x"), c[2], c[3], c[4],
-                c[5] and " ceil" or "", training and "training" or "eval", affine and "" or " no affine")
-              it(tag .. ": equals the three ops bit for bit", function()
-                local x, w, b, g = inputs(c, ci, "float32", affine)
-                local A = run(true, c, x, w, b, g, training, "float32")
-                local B = run(false, c, x, w, b, g, training, "float32")
-                assert.are.equal("BatchNormReluMaxPoolBackward", A.y.grad_fn)
-                assert.are.same(B.y:size(), A.y:size())
-                assert.are.equal(0, max_diff(A.y, B.y), "output")
-                assert.are.equal(0, max_diff(A.gx, B.gx), "input gradient")
-                if affine then
-                  assert.are.equal(0, max_diff(A.gw, B.gw), "weight gradient")
-                  assert.are.equal(0, max_diff(A.gb, B.gb), "bias gradient")
-                end
-                assert.are.equal(0, max_diff(A.rm, B.rm), "running_mean")
-                assert.are.equal(0, max_diff(A.rv, B.rv), "running_var")
-              end)
+  R.describe_kernel_sets(_ENV, { 1, 2 }, function(isa, threads)
+    for ci, c in ipairs(CASES) do
+      for _, training in ipairs({ true, false }) do
+        for _, affine in ipairs({ true, false }) do
+          local tag = string.format("%s k%d s%d p%d%s %s%s", table.concat(c[1], "x"), c[2], c[3], c[4],
+            c[5] and " ceil" or "", training and "training" or "eval", affine and "" or " no affine")
+          it(tag .. ": equals the three ops bit for bit", function()
+            local x, w, b, g = inputs(c, ci, "float32", affine)
+            local A = run(true, c, x, w, b, g, training, "float32")
+            local B = run(false, c, x, w, b, g, training, "float32")
+            assert.are.equal("BatchNormReluMaxPoolBackward", A.y.grad_fn)
+            assert.are.same(B.y:size(), A.y:size())
+            assert.are.equal(0, max_diff(A.y, B.y), "output")
+            assert.are.equal(0, max_diff(A.gx, B.gx), "input gradient")
+            if affine then
+              assert.are.equal(0, max_diff(A.gw, B.gw), "weight gradient")
+              assert.are.equal(0, max_diff(A.gb, B.gb), "bias gradient")
             end
-          end
+            assert.are.equal(0, max_diff(A.rm, B.rm), "running_mean")
+            assert.are.equal(0, max_diff(A.rv, B.rv), "running_var")
+          end)
         end
-      end)
+      end
     end
-  end
+  end)
 
   -- The 2x2 / stride 2 window runs one kernel per plane (cpu_vec_pool2x2_t.h): bit for bit (NaN equal NaN, -0
   -- differs from +0) on planes whose output rows are 7 (half a vector), 17 and 35 (blocks of 16 and a rest)

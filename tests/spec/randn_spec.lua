@@ -18,44 +18,31 @@ local function compare(n, seed)
 end
 
 describe("randn in float32", function()
-  for _, isa in ipairs(R.cpu_kernel_sets()) do
-    for _, threads in ipairs({ 1, 2 }) do
-      describe(isa .. ", " .. threads .. " thread(s):", function()
-        local prev
-        setup(function()
-          prev = core.set_cpu_kernels(isa)
-          ddp.set_num_threads(threads)
-        end)
-        teardown(function()
-          core.set_cpu_kernels(prev)
-          ddp.set_num_threads(1)
-        end)
-        it("is the double reference rounded once, at every length", function()
-          for i, n in ipairs({ 0, 1, 7, 31, 32, 33, 63, 65, 1000, 65537, 400003 }) do
-            local mism, rel, a = compare(n, 100 + i)
-            assert.are.equal(n, a:numel())
-            -- a value may differ in a rounding tie of the final float32 only (none in these draws)
-            assert.are.equal(0, mism, string.format("n = %d: %d values differ (max rel %g)", n, mism, rel))
-          end
-        end)
-        it("continues the offset after other draws, and keeps the distribution", function()
-          ddp.manual_seed(9)
-          ddp.rand(5) -- 5 counters used: the normal draw starts mid-step
-          local a = ddp.randn(1003)
-          ddp.manual_seed(9)
-          ddp.rand(5)
-          local b = ddp.randn(1003, { dtype = "float64" }):float()
-          assert.are.equal(0, a:ne(b):sum():item())
-          local big = ddp.randn(200000)
-          assert.is_true(math.abs(big:mean():item()) < 0.01, "mean")
-          assert.is_true(math.abs(big:std():item() - 1) < 0.01, "std")
-          assert.are.equal(0, big:ne(big):sum():item() + big:abs():eq(math.huge):sum():item()) -- no NaN, no inf
-          -- nn.init.normal_ and a scaled draw: mean + std * z
-          local w = ddp.empty(300, 300)
-          ddp.nn.init.normal_(w, 2, 0.5)
-          assert.is_true(math.abs(w:mean():item() - 2) < 0.01 and math.abs(w:std():item() - 0.5) < 0.01)
-        end)
-      end)
-    end
-  end
+  R.describe_kernel_sets(_ENV, { 1, 2 }, function(isa, threads)
+    it("is the double reference rounded once, at every length", function()
+      for i, n in ipairs({ 0, 1, 7, 31, 32, 33, 63, 65, 1000, 65537, 400003 }) do
+        local mism, rel, a = compare(n, 100 + i)
+        assert.are.equal(n, a:numel())
+        -- a value may differ in a rounding tie of the final float32 only (none in these draws)
+        assert.are.equal(0, mism, string.format("n = %d: %d values differ (max rel %g)", n, mism, rel))
+      end
+    end)
+    it("continues the offset after other draws, and keeps the distribution", function()
+      ddp.manual_seed(9)
+      ddp.rand(5) -- 5 counters used: the normal draw starts mid-step
+      local a = ddp.randn(1003)
+      ddp.manual_seed(9)
+      ddp.rand(5)
+      local b = ddp.randn(1003, { dtype = "float64" }):float()
+      assert.are.equal(0, a:ne(b):sum():item())
+      local big = ddp.randn(200000)
+      assert.is_true(math.abs(big:mean():item()) < 0.01, "mean")
+      assert.is_true(math.abs(big:std():item() - 1) < 0.01, "std")
+      assert.are.equal(0, big:ne(big):sum():item() + big:abs():eq(math.huge):sum():item()) -- no NaN, no inf
+      -- nn.init.normal_ and a scaled draw: mean + std * z
+      local w = ddp.empty(300, 300)
+      ddp.nn.init.normal_(w, 2, 0.5)
+      assert.is_true(math.abs(w:mean():item() - 2) < 0.01 and math.abs(w:std():item() - 0.5) < 0.01)
+    end)
+  end)
 end)

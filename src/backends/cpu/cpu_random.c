@@ -81,23 +81,13 @@ static void dropout_bf16_range(void *vctx, int64_t lo, int64_t hi) {
 
 int dp_cpu_dropout(dp_tensor *out, const dp_tensor *x, double p, uint64_t seed, uint64_t offset) {
   int64_t n = dp_numel(out);
+  philox_ctx c = {
+      .o = dp_data(out), .x = dp_data(x), .a = (float)p, .s = (float)(1.0 / (1.0 - p)), .seed = seed, .offset = offset};
   if (out->dtype == DP_BF16 && x->dtype == DP_BF16) {
-    philox_ctx c = {.o = dp_data(out),
-                    .x = dp_data(x),
-                    .a = (float)p,
-                    .s = (float)(1.0 / (1.0 - p)),
-                    .seed = seed,
-                    .offset = offset};
     dp_cpu_parallel_for(n, DP_GRAIN_COMPUTE, 16, dropout_bf16_range, &c);
     return 0;
   }
   if (out->dtype == DP_F32) {
-    philox_ctx c = {.o = dp_data(out),
-                    .x = dp_data(x),
-                    .a = (float)p,
-                    .s = (float)(1.0 / (1.0 - p)),
-                    .seed = seed,
-                    .offset = offset};
     dp_cpu_parallel_for(n, DP_GRAIN_COMPUTE, 16, dropout_range, &c);
     return 0;
   }
