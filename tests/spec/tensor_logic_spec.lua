@@ -104,6 +104,21 @@ for k in ("p1", "p2", "p3", "a4", "ip"): OUT[k] = OUT[k] + 1
         assert.is_true(a[j] == b[j] or (a[j] ~= a[j] and b[j] ~= b[j]), string.format("%s[%d]: %s vs %s", k, j, a[j], b[j]))
       end
     end
+    -- rows split between threads, the heap (k small) and the whole-row sort (k large): the one-thread result
+    local big = (ddp.randn(300, 257) * 3):round()
+    big[7][9] = 0 / 0
+    local one = {}
+    for _, threads in ipairs({ 1, 2 }) do
+      ddp.set_num_threads(threads)
+      local tv, tp = big:topk(5, 2)
+      local sv, sp = big:sort(2, true)
+      local cv, cp = big:topk(200, 1, false)
+      local r = { tp, sp, cp, tv, sv, cv }
+      if threads == 1 then one = r end
+      for k = 1, 3 do assert.are.equal(0, r[k]:ne(one[k]):sum():item(), "positions " .. k) end
+      for k = 4, 6 do assert.is_true(r[k]:equal(one[k]) or r[k]:isnan():any():item() == 1, "values " .. k) end
+    end
+    ddp.set_num_threads(1)
     local e, ep = ddp.zeros(0, 3):sort(1)
     assert.are.same({ 0, 3 }, e:size())
     assert.are.same({ 0, 3 }, ep:size())
