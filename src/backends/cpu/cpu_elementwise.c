@@ -521,9 +521,7 @@ int dp_cpu_binary(dp_binary_op op, dp_tensor *out, const dp_tensor *a, const dp_
 
 static void binary_scalar_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   binary_ctx *c = vctx;
-  /* x^1 (a square's backward) takes the vector kernel's copy: powf's calls took 11x PyTorch's time */
-  bool square = c->op == DP_B_POW && !c->scalar_first && c->s == 1;
-  if (c->to == DP_F32 && c->a == DP_F32 && s[0] == 4 && s[1] == 4 && (dp_binary_ops[c->op].scalar_f32 || square)) {
+  if (c->to == DP_F32 && c->a == DP_F32 && s[0] == 4 && s[1] == 4 && dp_binary_ops[c->op].scalar_f32) {
     dp_cpu_vec_get()->binary_value(c->op, (float *)p[0], (const float *)p[1], (float)c->s, c->scalar_first, n);
     return;
   }

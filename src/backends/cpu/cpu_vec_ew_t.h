@@ -175,12 +175,6 @@ static void v_binary(dp_binary_op op, float *o, const float *a, const float *b, 
   DP_BINARY_SWITCH(op, DP_CASE_AB)
 }
 static void v_binary_value(dp_binary_op op, float *o, const float *a, float v, bool value_first, int64_t n) {
-  /* x^1 (the backward of a square: 2 x^1): x, where powf's calls are not vectorised (a square's forward and
-   * backward took 11x PyTorch's time); the op layer computes other special powers without pow */
-  if (op == DP_B_POW && !value_first && v == 1.0f) {
-    if (o != a) memcpy(o, a, (size_t)n * sizeof *o);
-    return;
-  }
   int64_t done = blocked_arith(op, o, a, NULL, v, value_first, n);
   o += done, a += done, n -= done;
   if (value_first) DP_BINARY_SWITCH(op, DP_CASE_VA)
