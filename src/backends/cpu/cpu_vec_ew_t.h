@@ -390,28 +390,35 @@ static inline dp_ph_f64 ph_uniform_d(dp_ph_u64 a, dp_ph_u64 b) {
   dp_ph_u64 x = (((a & 0xFFFFFFFFull) << 21) ^ ((b & 0xFFFFFFFFull) >> 11)) & ((1ull << 53) - 1);
   return __builtin_convertvector((dp_ph_i64)x, dp_ph_f64) * (1.0 / 9007199254740992.0);
 }
+/* PH_STEP draws from counter first on */
+static inline void normal_block(float *o, double mean, double std, uint64_t seed, uint64_t first) {
+  dp_ph_u64 w0[PH_NV], w1[PH_NV], w2[PH_NV], w3[PH_NV];
+  ph_words4(w0, w1, w2, w3, seed, first);
+  for (int v = 0; v < PH_NV; v++) {
+    dp_ph_f64 u1 = ph_uniform_d(w0[v], w1[v]), u2 = ph_uniform_d(w2[v], w3[v]);
+    u1 = ph_select(u1 < 1e-300, (u1 - u1) + 1e-300, u1);
+    dp_ph_f64 y = mean + std * (ph_sqrt(-2.0 * ph_log(u1)) * ph_cos_2pi(u2));
+    for (int l = 0; l < PH_LANES; l++) o[v * PH_LANES + l] = (float)y[l];
+  }
+}
 static void v_normal(float *o, int64_t n, double mean, double std, uint64_t seed, uint64_t offset) {
   int64_t i = 0;
-  for (; i + PH_STEP <= n; i += PH_STEP) {
-    dp_ph_u64 w0[PH_NV], w1[PH_NV], w2[PH_NV], w3[PH_NV];
-    ph_words4(w0, w1, w2, w3, seed, offset + (uint64_t)i);
-    for (int v = 0; v < PH_NV; v++) {
-      dp_ph_f64 u1 = ph_uniform_d(w0[v], w1[v]), u2 = ph_uniform_d(w2[v], w3[v]);
-      u1 = ph_select(u1 < 1e-300, (u1 - u1) + 1e-300, u1);
-      dp_ph_f64 z = ph_sqrt(-2.0 * ph_log(u1)) * ph_cos_2pi(u2);
-      dp_ph_f64 y = mean + std * z;
-      for (int l = 0; l < PH_LANES; l++) o[i + v * PH_LANES + l] = (float)y[l];
-    }
+  for (; i + PH_STEP <= n; i += PH_STEP) normal_block(o + i, mean, std, seed, offset + (uint64_t)i);
+  if (i < n) { /* the tail through the same lanes (a block drawn whole, its first values kept): an element's value
+                  does not depend on where the thread split put it */
+    float t[PH_STEP];
+    normal_block(t, mean, std, seed, offset + (uint64_t)i);
+    memcpy(o + i, t, (size_t)(n - i) * sizeof(float));
   }
-  for (; i < n; i++) o[i] = (float)(mean + std * dp_philox_normal_d(seed, offset + (uint64_t)i));
 }
 
 /* ---- sin and cos of float32: each value widened to double, reduced by
  * k = round(x 2 / pi) quarter turns with pi / 2 in two parts (its first
  * 33 bits, so k times it is exact for |k| < 2^20, then the rest),
- * ph_cos_quadrant, rounded once: libm's sinf / cosf but for rounding
- * ties, 7x faster than their calls. |x| >= 2^19, inf and NaN lanes take
- * libm's own call (its exact reduction of any size). o may be x. ---- */
+ * ph_cos_quadrant, rounded once: the float64 sin / cos rounded but for
+ * rounding ties (libm's sinf differs from that for some values), 3.5x
+ * faster than sinf's calls. |x| >= 2^19, inf and NaN lanes take libm's
+ * own call (its exact reduction of any size). o may be x. ---- */
 typedef float dp_ph_f32h __attribute__((vector_size(DP_VEC_WIDTH * 2)));
 static inline void sincos_block(float *o, const float *x, bool want_cos) {
   dp_ph_f32h xs, y;
