@@ -226,13 +226,9 @@ typedef struct {
   atomic_bool failed; /* a task could not get its heap */
 } topk_ctx;
 
-/* a whole row's order (sort, or k past a quarter of the row): a stable merge sort by value alone (NaN after
- * every number for the largest first, as dp_topk_before), so ties keep their positions, topk's order; the heap's
- * pushes and pops took 110 ns an element of a sort, qsort with topk's comparator 100 */
-static inline bool ahead(double a, double b, bool largest) {
-  if (a != a || b != b) return largest ? (a != a && b == b) : (b != b && a == a);
-  return largest ? a > b : a < b;
-}
+/* a whole row's order (sort, or k past a quarter of the row): a merge sort by topk's order (worse), from runs
+ * sorted by insertion; the heap's pushes and pops took 110 ns an element of a sort, qsort with the same
+ * comparator 100 */
 static void merge_sort(vi *a, vi *tmp, int64_t n, bool largest) {
   enum { RUN = 16 }; /* runs of 16 by insertion first: four merge passes fewer */
   for (int64_t lo = 0; lo < n; lo += RUN) {
@@ -240,7 +236,7 @@ static void merge_sort(vi *a, vi *tmp, int64_t n, bool largest) {
     for (int64_t i = lo + 1; i < hi; i++) {
       vi e = a[i];
       int64_t j = i;
-      for (; j > lo && ahead(e.v, a[j - 1].v, largest); j--) a[j] = a[j - 1];
+      for (; j > lo && worse(a[j - 1], e, largest); j--) a[j] = a[j - 1];
       a[j] = e;
     }
   }
@@ -248,7 +244,7 @@ static void merge_sort(vi *a, vi *tmp, int64_t n, bool largest) {
   for (int64_t w = RUN; w < n; w *= 2) {
     for (int64_t lo = 0; lo < n; lo += 2 * w) {
       int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n, i = lo, j = mid, o = lo;
-      while (i < mid && j < hi) dst[o++] = ahead(src[j].v, src[i].v, largest) ? src[j++] : src[i++]; /* ties: left */
+      while (i < mid && j < hi) dst[o++] = worse(src[i], src[j], largest) ? src[j++] : src[i++];
       while (i < mid) dst[o++] = src[i++];
       while (j < hi) dst[o++] = src[j++];
     }
