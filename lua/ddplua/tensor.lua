@@ -11,36 +11,32 @@ function T.is_floating_point(t)
   return d == "float32" or d == "float64" or d == "bfloat16" or d == "float16"
 end
 
---- t:new_zeros(size), t:new_ones(size), t:new_full(size, v): t's dtype and device unless opts say otherwise
-function T.new_zeros(t, size, opts)
-  return core.zeros(size, { dtype = opts and opts.dtype or t:dtype(), device = opts and opts.device or t:device() })
-end
-function T.new_ones(t, size, opts)
-  return core.ones(size, { dtype = opts and opts.dtype or t:dtype(), device = opts and opts.device or t:device() })
-end
-function T.new_full(t, size, v, opts)
-  return core.full(size, v, { dtype = opts and opts.dtype or t:dtype(), device = opts and opts.device or t:device() })
+-- the dtype and device of a new tensor made like t: t's unless opts say otherwise
+local function like(t, opts)
+  return { dtype = opts and opts.dtype or t:dtype(), device = opts and opts.device or t:device() }
 end
 
+--- t:new_zeros(size), t:new_ones(size), t:new_full(size, v): t's dtype and device unless opts say otherwise
+function T.new_zeros(t, size, opts) return core.zeros(size, like(t, opts)) end
+function T.new_ones(t, size, opts) return core.ones(size, like(t, opts)) end
+function T.new_full(t, size, v, opts) return core.full(size, v, like(t, opts)) end
+
 --- t:clamp_min(v), t:clamp_max(v): clamp with one bound (a number)
-function T.clamp_min(t, v) return t:clamp(v, math.huge) end
-function T.clamp_max(t, v) return t:clamp(-math.huge, v) end
+local function bound(who, v)
+  if type(v) ~= "number" then error(who .. ": expected a number as the bound, got " .. type(v), 3) end
+  return v
+end
+function T.clamp_min(t, v) return t:clamp(bound("clamp_min", v), math.huge) end
+function T.clamp_max(t, v) return t:clamp(-math.huge, bound("clamp_max", v)) end
 
 --- ones_like / zeros_like / full_like / randn_like
 local M = package.loaded["ddplua"]
-function M.zeros_like(t, opts)
-  return core.zeros(t:size(), { dtype = opts and opts.dtype or t:dtype(), device = opts and opts.device or t:device() })
-end
-function M.ones_like(t, opts)
-  return core.ones(t:size(), { dtype = opts and opts.dtype or t:dtype(), device = opts and opts.device or t:device() })
-end
-function M.full_like(t, v, opts)
-  return core.full(t:size(), v, { dtype = opts and opts.dtype or t:dtype(), device = opts and opts.device or t:device() })
-end
-function M.randn_like(t) return core.randn(t:size(), { dtype = t:dtype(), device = t:device() }) end
-function M.rand_like(t) return core.rand(t:size(), { dtype = t:dtype(), device = t:device() }) end
-function M.clamp_min(t, v) return T.clamp_min(t, v) end
-function M.clamp_max(t, v) return T.clamp_max(t, v) end
+function M.zeros_like(t, opts) return core.zeros(t:size(), like(t, opts)) end
+function M.ones_like(t, opts) return core.ones(t:size(), like(t, opts)) end
+function M.full_like(t, v, opts) return core.full(t:size(), v, like(t, opts)) end
+function M.randn_like(t) return core.randn(t:size(), like(t)) end
+function M.rand_like(t) return core.rand(t:size(), like(t)) end
+M.clamp_min, M.clamp_max = T.clamp_min, T.clamp_max
 
 --- A random-number generator independent of the global one (Philox seed +
 --- counter offset), for reproducible shuffles: ddp.randperm(n, {generator=g}).

@@ -68,12 +68,12 @@ end
 function T.logical_and(t, u)
   check_tensor("logical_and", t)
   check_tensor("logical_and", u, " as the second operand")
-  return (t:ne(0):long() * u:ne(0):long()):ne(0)
+  return (t:ne(0):byte() * u:ne(0):byte()):ne(0) -- 0 or 1 each, in one byte
 end
 function T.logical_or(t, u)
   check_tensor("logical_or", t)
   check_tensor("logical_or", u, " as the second operand")
-  return (t:ne(0):long() + u:ne(0):long()):ne(0)
+  return (t:ne(0):byte() + u:ne(0):byte()):ne(0)
 end
 
 --- t:logsumexp(dim [, keepdim]): log(sum(exp(t))) over dim (an integer or a table of them), computed against the
@@ -104,7 +104,7 @@ function T.bmm(a, b)
   check_tensor("bmm", b, " as the second operand")
   if a:dim() ~= 3 or b:dim() ~= 3 or a:size(1) ~= b:size(1) or a:size(3) ~= b:size(2) then
     E.raise(string.format("bmm: expected [B, n, m] and [B, m, p], got [%s] and [%s]",
-      table.concat(a:size(), ", "), table.concat(b:size(), ", ")), 2)
+      table.concat(a:size(), ", "), table.concat(b:size(), ", ")))
   end
   return core.matmul(a, b)
 end

@@ -60,7 +60,10 @@ static dp_tensor *var_std_moments(dp_tensor *x, const bool *mask, int64_t count,
   for (int d = 0; d < x->ndim; d++)
     if (mask[d]) last = d, first = first < 0 ? d : first;
   *taken = false;
-  if (!be->moments || (x->dtype != DP_F32 && x->dtype != DP_F64) || count == 0 || dp_numel(x) == 0) return NULL;
+  /* (the CPU only: the division by N - correction below runs on m2's memory from here) */
+  if (!be->moments || dp_dev(x).type != DP_CPU || (x->dtype != DP_F32 && x->dtype != DP_F64) || count == 0 ||
+      dp_numel(x) == 0)
+    return NULL;
   for (int d = first; d >= 0 && d <= last; d++)
     if (!mask[d]) return NULL;
   *taken = true;
