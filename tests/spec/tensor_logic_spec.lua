@@ -174,4 +174,25 @@ OUT["nz2"] = torch.tensor([[0, 1], [2, 0], [0, 0]]).count_nonzero(0)
     R.assert_error(function() x:clamp_min("0") end, "clamp_min: expected a number as the bound, got string")
     R.assert_error(function() ddp.clamp_max(x, nil) end, "clamp_max: expected a number as the bound, got nil")
   end)
+
+  it("run the usual PyTorch top-p (nucleus) filter, ported line by line", function()
+    if not TR.available() then return pending("skipped: /usr/bin/python3 cannot import torch") end
+    ddp.manual_seed(3)
+    local logits = ddp.randn(4, 50) * 2
+    local sorted, idx = logits:sort(2, true)
+    local remove = ddp.softmax(sorted, 2):cumsum(2):gt(0.9)
+    remove = ddp.cat({ ddp.zeros(4, 1):byte(), remove:narrow(2, 1, 49) }, 2) -- keep the first past the threshold
+    local out = logits:masked_fill(ddp.zeros(4, 50):byte():scatter(2, idx, remove), -math.huge)
+    local ref = TR.run([[
+l = T["l"]
+s, i = torch.sort(l, descending=True, dim=-1)
+r = torch.softmax(s, -1).cumsum(-1) > 0.9
+r[..., 1:] = r[..., :-1].clone(); r[..., 0] = False
+OUT["o"] = l.masked_fill(torch.zeros_like(l, dtype=torch.bool).scatter(-1, i, r), float("-inf"))
+OUT["lse"] = torch.logsumexp(OUT["o"], -1)
+]], { l = logits })
+    assert.is_true(out:equal(ref.o))
+    R.assert_close(out:logsumexp(2), R.from(ref.lse), 1e-6, 1e-6, "logsumexp over the kept logits")
+    assert.are.equal(0, out:isnan():any():item())
+  end)
 end)
