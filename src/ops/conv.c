@@ -37,15 +37,23 @@ typedef struct {
   bool direct;            /* 1x1, stride 1, no padding or dilation: cols are x */
 } conv_geom;
 
-static void conv_geometry(conv_geom *cg, const dp_tensor *x, const dp_tensor *w, const dp_conv2d_args *a) {
-  dp_window2d *g = &cg->g;
-  g->n = x->shape[0], g->c = x->shape[1], g->h = x->shape[2], g->w = x->shape[3];
+/* The window of x [N, C, H, W] or [C, H, W] (N = 1) under w [O, C/G, kh, kw]: -1 when it does not fit (no
+ * output position; check_conv_args names the sizes), 0 with g filled. */
+static int conv_window(dp_window2d *g, const dp_tensor *x, const dp_tensor *w, const dp_conv2d_args *a) {
+  int o = x->ndim - 3;
+  g->n = o ? x->shape[0] : 1, g->c = x->shape[o], g->h = x->shape[o + 1], g->w = x->shape[o + 2];
   g->kh = w->shape[2], g->kw = w->shape[3];
   g->sh = a->stride[0], g->sw = a->stride[1], g->ph = a->padding[0], g->pw = a->padding[1];
   g->dh = a->dilation[0], g->dw = a->dilation[1];
-  /* the sizes were checked by check_conv_args (dp_window_size) */
-  dp_window_size(g->h, g->kh, g->sh, g->ph, g->dh, false, &g->oh);
-  dp_window_size(g->w, g->kw, g->sw, g->pw, g->dw, false, &g->ow);
+  if (dp_window_size(g->h, g->kh, g->sh, g->ph, g->dh, false, &g->oh) ||
+      dp_window_size(g->w, g->kw, g->sw, g->pw, g->dw, false, &g->ow) || g->oh < 1 || g->ow < 1)
+    return -1;
+  return 0;
+}
+
+static void conv_geometry(conv_geom *cg, const dp_tensor *x, const dp_tensor *w, const dp_conv2d_args *a) {
+  dp_window2d *g = &cg->g;
+  conv_window(g, x, w, a); /* the sizes were checked by check_conv_args */
   cg->groups = a->groups;
   cg->outc = w->shape[0];
   cg->opg = cg->outc / a->groups;
@@ -489,23 +497,8 @@ static bool bf16_declined(const dp_tensor *x, const dp_tensor *w, const dp_tenso
       a->groups < 1 || dp_dev(w).type != DP_CPU || (b && dp_dev(b).type != DP_CPU))
     return false;
   const dp_backend *be = dp_backend_of(x);
-  if (!be->conv2d_bf16_pays) return false;
-  int o = x->ndim - 3;
-  dp_window2d g = {.n = o ? x->shape[0] : 1,
-                   .c = x->shape[o],
-                   .h = x->shape[o + 1],
-                   .w = x->shape[o + 2],
-                   .kh = w->shape[2],
-                   .kw = w->shape[3],
-                   .sh = a->stride[0],
-                   .sw = a->stride[1],
-                   .ph = a->padding[0],
-                   .pw = a->padding[1],
-                   .dh = a->dilation[0],
-                   .dw = a->dilation[1]};
-  if (dp_window_size(g.h, g.kh, g.sh, g.ph, g.dh, false, &g.oh) ||
-      dp_window_size(g.w, g.kw, g.sw, g.pw, g.dw, false, &g.ow) || g.oh < 1 || g.ow < 1)
-    return false;
+  dp_window2d g;
+  if (!be->conv2d_bf16_pays || conv_window(&g, x, w, a)) return false;
   return !be->conv2d_bf16_pays(&g);
 }
 
