@@ -5,7 +5,7 @@
  * with a zero, tril's is tril, gather's is scatter_add into zeros,
  * scatter's the gathered gradient (and the rest of it, the written
  * positions zeroed), topk's a scatter of the values' gradient, cumsum's a
- * cumsum from the end, flip's a flip (through index_select). */
+ * cumsum from the end, flip's a flip. */
 #include <math.h>
 #include <string.h>
 
@@ -334,25 +334,50 @@ dp_tensor *dp_cumsum(dp_tensor *x, int dim) {
   return out;
 }
 
-/* ---- flip: index_select with reversed positions, one dim at a time ---- */
+/* ---- flip: a copy from a view that walks the flipped dims backwards ----
+ * The view (negative strides, offset at each flipped dim's last element)
+ * lives only inside this function: the backend's strided copy reads it,
+ * so a flip costs one pass (the last dim's rows are reversed copies) where
+ * an index_select per dim moved that dim to the front and back. Its
+ * gradient is the same flip. */
+static dp_tensor *flip_raw(dp_tensor *x, unsigned mask) {
+  int64_t st[DP_MAXDIM], off = x->offset;
+  bool empty = dp_numel(x) == 0;
+  for (int d = 0; d < x->ndim; d++) {
+    st[d] = x->stride[d];
+    if (mask & (1u << d) && !empty) {
+      off += (x->shape[d] - 1) * x->stride[d];
+      st[d] = -st[d];
+    }
+  }
+  DP_SCOPE(s);
+  dp_tensor *v = dp_scope_add(&s, dp_from_storage(x->storage, x->dtype, x->ndim, x->shape, st, off));
+  dp_tensor *out = v ? dp_scope_add(&s, dp_empty(x->dtype, x->ndim, x->shape, dp_dev(x))) : NULL;
+  if (!out || (!empty && dp_backend_of(x)->copy(out, v))) return NULL;
+  return dp_scope_keep(&s, out);
+}
+
+static int flip_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  gin[0] = flip_raw(gout[0], (unsigned)n->i[0]);
+  return gin[0] ? 0 : -1;
+}
+
 dp_tensor *dp_flip(dp_tensor *x, int n, const int *dims) {
-  bool seen[DP_MAXDIM] = {false};
+  unsigned mask = 0;
   for (int i = 0; i < n; i++) {
     if (dp_check_dim("flip", x, dims[i])) return NULL;
-    if (seen[dims[i]]) {
+    if (mask & (1u << dims[i])) {
       dp_error("flip: dimension %d appears more than once", dims[i] + 1);
       return NULL;
     }
-    seen[dims[i]] = true;
+    mask |= 1u << dims[i];
   }
-  DP_SCOPE(s);
-  dp_tensor *cur = x;
-  for (int i = 0; i < n && cur; i++) {
-    int64_t len = x->shape[dims[i]];
-    dp_tensor *pos = dp_scope_add(&s, dp_arange((double)(len - 1), -1.0, -1.0, DP_I64, dp_dev(x)));
-    cur = pos ? dp_scope_add(&s, dp_index_select(cur, dims[i], pos, 0)) : NULL;
+  dp_tensor *out = flip_raw(x, mask); /* no dims: a copy, as PyTorch's flip */
+  if (out && dp_any_requires_grad(1, &x)) {
+    dp_node *nd = dp_node_new("FlipBackward", flip_backward, 1, &x, 1);
+    nd->i[0] = mask;
+    dp_node_attach(nd, out, 0);
+    dp_node_release(nd);
   }
-  if (!cur) return NULL;
-  if (cur == x) return dp_clone(x); /* no dims: a copy, as PyTorch's flip */
-  return dp_scope_keep(&s, cur);
+  return out;
 }

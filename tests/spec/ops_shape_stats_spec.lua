@@ -77,6 +77,45 @@ describe("cumsum and flip", function()
     gc.assert_gradcheck(function(t) return t:t():flip(1, 2) end, { gc.smooth_input({ 2, 3 }, 5) })
     R.assert_error(function() x:flip(1, 1) end, "flip: dimension 1 appears more than once")
   end)
+
+  -- the flip reads a view with negative strides: every element size, strided, broadcast and empty inputs, and
+  -- each subset of three dims, against positions reversed by hand
+  it("flip matches reversed positions for every dtype, view and subset of dims", function()
+    local views = {
+      contiguous = function(b) return b end, transposed = function(b) return b:transpose(1, 3) end,
+      narrowed = function(b) return b:narrow(3, 2, 3) end,
+      broadcast = function(b) return b:narrow(1, 1, 1):narrow(2, 1, 1):expand(2, 3, 5) end,
+    }
+    for _, dt in ipairs({ "float32", "float64", "bfloat16", "int64", "uint8" }) do
+      local base = ddp.arange(2 * 3 * 5, { dtype = dt }):view(2, 3, 5)
+      for name, view in pairs(views) do
+        local x = view(base)
+        local sh, src = x:size(), x:double():totable()
+        for mask = 0, 7 do
+          local dims = {}
+          for d = 1, 3 do
+            if mask & (1 << (d - 1)) ~= 0 then dims[#dims + 1] = d end
+          end
+          local got = x:flip(dims)
+          assert.are.equal(dt, got:dtype())
+          assert.is_true(got:is_contiguous())
+          local g = got:double():totable()
+          for i = 1, sh[1] do
+            for j = 1, sh[2] do
+              for k = 1, sh[3] do
+                local p = { i, j, k }
+                for _, d in ipairs(dims) do p[d] = sh[d] + 1 - p[d] end
+                assert.are.equal(src[p[1]][p[2]][p[3]], g[i][j][k],
+                  string.format("%s %s dims %s at %d,%d,%d", dt, name, table.concat(dims, ","), i, j, k))
+              end
+            end
+          end
+        end
+      end
+    end
+    assert.are.same({ 2, 0, 3 }, ddp.zeros(2, 0, 3):flip({ 1, 2, 3 }):size())
+    assert.are.same({ 7 }, ddp.tensor({ 7 }):flip(1):totable())
+  end)
 end)
 
 describe("repeat_ and tile", function()

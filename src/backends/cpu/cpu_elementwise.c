@@ -110,11 +110,23 @@ static void copy_bytes(char *d, const char *s, size_t n) {
     memcpy(p[0] + i * s[0], &v_, sizeof v_);                                                                           \
   }
 
+/* a row read backwards (flip along the last dim): d[i] = s[-i], typed so
+ * the loop vectorises with a lane reversal */
+#define COPY_REVERSED(T)                                                                                               \
+  {                                                                                                                    \
+    T *d_ = (T *)(void *)p[0];                                                                                         \
+    const T *s_ = (const T *)(const void *)p[1];                                                                       \
+    for (int64_t i = 0; i < n; i++) d_[i] = s_[-i];                                                                    \
+  }
+
 static void copy_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   cast_ctx *c = vctx;
   size_t es = dp_dtype_size(c->to);
   if (c->to == c->from) {
     if (s[0] == (int64_t)es && s[1] == (int64_t)es) copy_bytes(p[0], p[1], (size_t)n * es);
+    else if (s[0] == (int64_t)es && s[1] == -(int64_t)es && es == 4) COPY_REVERSED(uint32_t)
+    else if (s[0] == (int64_t)es && s[1] == -(int64_t)es && es == 8) COPY_REVERSED(uint64_t)
+    else if (s[0] == (int64_t)es && s[1] == -(int64_t)es && es == 2) COPY_REVERSED(uint16_t)
     else if (s[1] == 0) fill_value(p[0], s[0], p[1], es, n); /* a broadcast value */
     else if (es == 2) COPY_WITH(uint16_t)
     else if (es == 4) COPY_WITH(uint32_t)
@@ -143,6 +155,7 @@ static void copy_row(char **p, const int64_t *s, int64_t n, void *vctx) {
   for (int64_t i = 0; i < n; i++) dp_store_d(p[0] + i * s[0], c->to, dp_load_d(p[1] + i * s[1], c->from));
 }
 #undef COPY_WITH
+#undef COPY_REVERSED
 
 /* dst [r, c] contiguous = src with unit stride along its rows' dim (a
  * transposed view), in tiles of 16 x 16: each tile reads 16 source lines
