@@ -297,6 +297,12 @@ typedef struct dp_backend {
    * r >= 1), accumulated in double, into float64 [p, q] tensors mean and
    * m2. NULL: the op layer composes them from its float64 ops. */
   int (*moments)(dp_tensor *mean, dp_tensor *m2, const dp_tensor *x, int64_t p, int64_t r, int64_t q);
+  /* norm and mse_loss: out[i, k] = sum over j of (x - y)^2 at [i, j, k] of
+   * x and y seen as [p, r, q] (contiguous float32, y the same shape or NULL
+   * for x^2), the difference and square in float32 (PyTorch's values: a
+   * 1e20's square is inf), summed in double into the float64 [p, q] out.
+   * NULL: the op layer composes it from its float32 ops. */
+  int (*sum_squares)(dp_tensor *out, const dp_tensor *x, const dp_tensor *y, int64_t p, int64_t r, int64_t q);
   /* y = (x - mean) * invstd * w + b */
   int (*bn_forward)(dp_tensor *y, const dp_bn_args *a);
   /* sum_dy[c] = sum gy; sum_dy_xhat[c] = sum gy * (x - mean) * invstd */

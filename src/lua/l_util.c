@@ -75,15 +75,26 @@ void lt_box_free(lua_State *L, int idx, const char *by) {
   dp_clear(&b->t);
 }
 
+/* the name the running C function was called by ("norm" for x:norm(...)),
+ * as luaL_argerror finds it, or "" */
+static const char *called_as(lua_State *L) {
+  lua_Debug ar;
+  if (!lua_getstack(L, 0, &ar) || !lua_getinfo(L, "n", &ar) || !ar.name) return "";
+  return ar.name;
+}
+
 int lt_dim_value(lua_State *L, lua_Integer d, int ndim, int extra) {
   int n = ndim + extra;
   if (d >= 1 && d <= n) return (int)d - 1;
   if (d < 0 && d >= -n) return (int)(d + n);
+  const char *who = called_as(L), *sep = *who ? ": " : "";
   if (d == 0)
-    return luaL_error(L, "dimension 0 is not valid: dimensions count from 1 (1..%d), or from the end (-1..-%d)", n, n);
-  if (n == 0) return luaL_error(L, "dimension %I out of range: the tensor is 0-dimensional", (lua_Integer)d);
-  return luaL_error(L, "dimension %I out of range for a %d-dimensional tensor (expected 1..%d or -%d..-1)",
-                    (lua_Integer)d, ndim, n, n);
+    return luaL_error(L, "%s%sdimension 0 is not valid: dimensions count from 1 (1..%d), or from the end (-1..-%d)",
+                      who, sep, n, n);
+  if (n == 0)
+    return luaL_error(L, "%s%sdimension %I out of range: the tensor is 0-dimensional", who, sep, (lua_Integer)d);
+  return luaL_error(L, "%s%sdimension %I out of range for a %d-dimensional tensor (expected 1..%d or -%d..-1)", who,
+                    sep, (lua_Integer)d, ndim, n, n);
 }
 
 int lt_check_dim(lua_State *L, int idx, int ndim, int extra) {

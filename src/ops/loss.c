@@ -245,7 +245,52 @@ dp_tensor *dp_mse_loss(dp_tensor *a, dp_tensor *b, dp_reduction red) {
   return dp_autocast_done(&ac, mse_impl(a, b, red));
 }
 
+/* a reduced mse_loss of two float32 CPU tensors of one shape: the sum of
+ * squared differences in one pass (dp_sum_squares_raw), no [N] temporaries;
+ * its gradient scale * g * (a - b) for a and the negation for b, as the
+ * composition's. NULL with *failed unset where it does not apply. */
+static int mse_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  DP_SCOPE(s);
+  dp_tensor *a = dp_node_saved(n, 0), *b = dp_node_saved(n, 1);
+  dp_tensor *gs = dp_scope_add(&s, dp_binary_scalar(DP_B_MUL, gout[0], n->f[0], false));
+  dp_tensor *d = gs ? dp_scope_add(&s, dp_sub(a, b)) : NULL;
+  dp_tensor *ga = d ? dp_scope_add(&s, dp_mul(d, gs)) : NULL;
+  if (!ga) return -1;
+  if (dp_node_needs(n, 1) && !(gin[1] = dp_unary(DP_U_NEG, ga))) return -1;
+  if (dp_node_needs(n, 0)) gin[0] = dp_scope_keep(&s, ga);
+  return 0;
+}
+
+static dp_tensor *mse_fused(dp_tensor *a, dp_tensor *b, dp_reduction red, bool *failed) {
+  bool mask[DP_MAXDIM];
+  for (int d = 0; d < DP_MAXDIM; d++) mask[d] = d < a->ndim;
+  *failed = false;
+  if (red == DP_REDUCE_NONE) return NULL;
+  DP_SCOPE(s);
+  dp_tensor *ss = dp_scope_add(&s, dp_sum_squares_raw(a, b, mask, failed));
+  if (!ss) return NULL;
+  double n = (double)dp_numel(a), v = *(const double *)dp_data(ss);
+  dp_tensor *out = dp_scalar(red == DP_REDUCE_MEAN ? v / n : v, DP_F32, dp_dev(a));
+  if (!out) {
+    *failed = true;
+    return NULL;
+  }
+  dp_tensor *ins[2] = {a, b};
+  if (dp_any_requires_grad(2, ins)) {
+    dp_node *nd = dp_node_new("MseLossBackward", mse_backward, 2, ins, 1);
+    nd->f[0] = red == DP_REDUCE_MEAN ? 2.0 / n : 2.0;
+    dp_node_save(nd, a);
+    dp_node_save(nd, b);
+    dp_node_attach(nd, out, 0);
+    dp_node_release(nd);
+  }
+  return out;
+}
+
 static dp_tensor *mse_impl(dp_tensor *a, dp_tensor *b, dp_reduction red) {
+  bool failed;
+  dp_tensor *fused = mse_fused(a, b, red, &failed);
+  if (fused || failed) return fused;
   DP_SCOPE(s);
   dp_tensor *d = dp_scope_add(&s, dp_sub(a, b));
   dp_tensor *sq = d ? dp_unary(DP_U_SQUARE, d) : NULL;

@@ -16,6 +16,13 @@
 /* Shape text for error messages ("[2, 3]"), from a small rotating set of
  * thread-local buffers so several can appear in one message. */
 const char *dp_shp(const dp_tensor *t);
+
+/* sum of (x - y)^2 (y NULL: x^2) over the dims in mask, kept as size 1,
+ * float64, through the backend's one-pass sum_squares (stats.c); NULL
+ * without an error when that path does not apply (not the CPU, not
+ * float32, y of another shape, mask dims not adjacent, empty), with
+ * *failed set when it applied and failed. No autograd. */
+dp_tensor *dp_sum_squares_raw(dp_tensor *x, dp_tensor *y, const bool *mask, bool *failed);
 const char *dp_shp_n(int ndim, const int64_t *shape);
 #define SHAPE(t) dp_shp(t)
 

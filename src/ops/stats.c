@@ -154,6 +154,35 @@ dp_tensor *dp_std(dp_tensor *x, int n, const int *dims, double correction, bool 
 
 /* ---- norm ---- */
 
+dp_tensor *dp_sum_squares_raw(dp_tensor *x, dp_tensor *y, const bool *mask, bool *failed) {
+  const dp_backend *be = dp_backend_of(x);
+  *failed = false;
+  if (!be->sum_squares || dp_dev(x).type != DP_CPU || x->dtype != DP_F32 || dp_numel(x) == 0 ||
+      (y && (y->dtype != DP_F32 || !dp_same_shape(x, y) || !dp_device_eq(dp_dev(x), dp_dev(y)))))
+    return NULL;
+  int first = -1, last = -1;
+  for (int d = 0; d < x->ndim; d++)
+    if (mask[d]) last = d, first = first < 0 ? d : first;
+  for (int d = first; d >= 0 && d <= last; d++)
+    if (!mask[d]) return NULL;
+  int64_t p = 1, r = 1, q = 1, keep[DP_MAXDIM];
+  for (int d = 0; d < x->ndim; d++) {
+    keep[d] = mask[d] ? 1 : x->shape[d];
+    if (first < 0 || d < first) p *= x->shape[d];
+    else if (d > last) q *= x->shape[d];
+    else r *= x->shape[d];
+  }
+  DP_SCOPE(s);
+  dp_tensor *xc = dp_scope_add(&s, dp_contiguous_raw(x));
+  dp_tensor *yc = !y ? NULL : dp_scope_add(&s, dp_contiguous_raw(y));
+  dp_tensor *out = xc && (yc || !y) ? dp_scope_add(&s, dp_empty(DP_F64, x->ndim, keep, dp_dev(x))) : NULL;
+  if (!out || be->sum_squares(out, xc, yc, p, r, q)) {
+    *failed = true;
+    return NULL;
+  }
+  return dp_scope_keep(&s, out);
+}
+
 /* max (or min) of t over the masked dims, kept as size 1 */
 static dp_tensor *extreme_dims(dp_scope *s, dp_tensor *t, const bool *mask, bool is_max) {
   dp_tensor *cur = t;
@@ -163,7 +192,8 @@ static dp_tensor *extreme_dims(dp_scope *s, dp_tensor *t, const bool *mask, bool
 }
 
 static dp_tensor *norm_value(dp_scope *s, dp_tensor *x, double p, const bool *mask, int n, const int *dims) {
-  dp_tensor *a = dp_scope_add(s, dp_unary(DP_U_ABS, x));
+  /* p = 2 squares x itself (x * x is |x| * |x| bit for bit, NaN and -0 too): one pass less */
+  dp_tensor *a = p == 2 && dp_numel(x) > 0 ? x : dp_scope_add(s, dp_unary(DP_U_ABS, x));
   if (!a) return NULL;
   if (isinf(p) && dp_numel(x) == 0) { /* 0, as torch.norm gives (max/min refuse an empty input) */
     int64_t sh[DP_MAXDIM];
@@ -171,6 +201,16 @@ static dp_tensor *norm_value(dp_scope *s, dp_tensor *x, double p, const bool *ma
     return dp_scope_add(s, dp_zeros(x->dtype, x->ndim, sh, dp_dev(x)));
   }
   if (isinf(p)) return x->ndim ? extreme_dims(s, a, mask, p > 0) : a;
+  if (p == 2) { /* one pass over x where the backend has it: sqrt of the double sum, rounded once */
+    bool failed;
+    dp_tensor *ss = dp_scope_add(s, dp_sum_squares_raw(x, NULL, mask, &failed));
+    if (failed) return NULL;
+    if (ss) {
+      double *v = dp_data(ss);
+      for (int64_t i = 0; i < dp_numel(ss); i++) v[i] = sqrt(v[i]);
+      return dp_scope_add(s, dp_to(ss, x->dtype, dp_dev(x)));
+    }
+  }
   dp_tensor *t;
   if (p == 0) {
     dp_tensor *nz = dp_scope_add(s, dp_binary_scalar(DP_B_NE, a, 0.0, false));

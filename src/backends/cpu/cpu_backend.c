@@ -55,6 +55,7 @@ const dp_backend dp_cpu_backend = {
     .avg_pool2d_backward = dp_cpu_avg_pool2d_backward,
     .bn_stats = dp_cpu_bn_stats,
     .moments = dp_cpu_moments,
+    .sum_squares = dp_cpu_sum_squares,
     .bn_forward = dp_cpu_bn_forward,
     .bn_backward_reduce = dp_cpu_bn_backward_reduce,
     .bn_backward_elemt = dp_cpu_bn_backward_elemt,

@@ -266,11 +266,22 @@ int dp_cpu_arange(dp_tensor *out, double start, double step) {
     for (int64_t i = 0; i < n; i++) ((int64_t *)p)[i] = (int64_t)start + i * (int64_t)step;
     return 0;
   }
-  if (out->dtype == DP_F32 || out->dtype == DP_F64) { /* the same double value rounded, in a loop that vectorises */
+  if (out->dtype == DP_F32 || out->dtype == DP_F64) {
+    /* the same double value rounded, in blocks of 8 that vectorise: the
+     * block's first index counted in a double (exact below 2^53) plus the
+     * lanes' 0..7, as SSE2 has no int64 -> double conversion to vectorise */
+    static const double lane[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    int64_t i = 0;
+    double di = 0;
     if (out->dtype == DP_F32)
-      for (int64_t i = 0; i < n; i++) ((float *)p)[i] = (float)(start + (double)i * step);
+      for (float *o = (float *)p; i + 8 <= n; i += 8, di += 8.0)
+        for (int l = 0; l < 8; l++) o[i + l] = (float)(start + (di + lane[l]) * step);
     else
-      for (int64_t i = 0; i < n; i++) ((double *)p)[i] = start + (double)i * step;
+      for (double *o = (double *)p; i + 8 <= n; i += 8, di += 8.0)
+        for (int l = 0; l < 8; l++) o[i + l] = start + (di + lane[l]) * step;
+    for (; i < n; i++)
+      if (out->dtype == DP_F32) ((float *)p)[i] = (float)(start + (double)i * step);
+      else ((double *)p)[i] = start + (double)i * step;
     return 0;
   }
   for (int64_t i = 0; i < n; i++) dp_store_d(p + (size_t)i * es, out->dtype, start + (double)i * step);

@@ -14,7 +14,11 @@
  * the thread pool, merged in order with Chan et al.'s pairwise update: a
  * var over everything splits between threads too. Columns (q > 1) are cut
  * in blocks of COLS; a block's tasks walk its r rows twice (col_acc, then
- * col_sq_dev), with the block's accumulators in mean and m2 themselves. */
+ * col_sq_dev), with the block's accumulators in mean and m2 themselves.
+ *
+ * Sums of squares (backend.h's `sum_squares`, norm and mse_loss) are cut
+ * the same way, in one pass: rows in chunks whose double sums add in
+ * order, columns in blocks accumulated in out itself. */
 #include <stdlib.h>
 
 #include "backends/cpu/cpu_kernels.h"
@@ -127,6 +131,64 @@ int dp_cpu_moments(dp_tensor *mean, dp_tensor *m2, const dp_tensor *x, int64_t p
       mo[row] = m, qo[row] = s2;
     }
     free(cm);
+  }
+  return 0;
+}
+
+/* ---- sums of squares ---- */
+typedef struct {
+  const float *x, *y;
+  int64_t r, q, chunks, blocks;
+  double *out; /* rows: one per chunk; columns: [p, q] */
+} sum_sq_ctx;
+
+static void sum_sq_chunks(void *vctx, int64_t lo, int64_t hi) {
+  const sum_sq_ctx *k = vctx;
+  const dp_cpu_vec *v = dp_cpu_vec_get();
+  for (int64_t t = lo; t < hi; t++) {
+    int64_t row = t / k->chunks, start = t % k->chunks * CHUNK;
+    int64_t n = k->r - start < CHUNK ? k->r - start : CHUNK, off = row * k->r + start;
+    k->out[t] = v->sum_sq(k->x + off, k->y ? k->y + off : NULL, n);
+  }
+}
+
+static void sum_sq_cols(void *vctx, int64_t lo, int64_t hi) {
+  const sum_sq_ctx *k = vctx;
+  const dp_cpu_vec *v = dp_cpu_vec_get();
+  for (int64_t t = lo; t < hi; t++) {
+    int64_t pi = t / k->blocks, c0 = t % k->blocks * COLS;
+    int64_t w = k->q - c0 < COLS ? k->q - c0 : COLS, base = pi * k->r * k->q + c0;
+    double *acc = k->out + pi * k->q + c0;
+    for (int64_t j = 0; j < w; j++) acc[j] = 0;
+    for (int64_t i = 0; i < k->r; i++)
+      v->col_sum_sq(acc, k->x + base + i * k->q, k->y ? k->y + base + i * k->q : NULL, w);
+  }
+}
+
+int dp_cpu_sum_squares(dp_tensor *out, const dp_tensor *x, const dp_tensor *y, int64_t p, int64_t r, int64_t q) {
+  if (x->dtype != DP_F32 || (y && (y->dtype != DP_F32 || dp_numel(y) != dp_numel(x))) || out->dtype != DP_F64 ||
+      dp_numel(out) != p * q || dp_numel(x) != p * r * q)
+    return dp_error("sum_squares: expected float32 inputs of %lld values and a float64 output of %lld",
+                    (long long)(p * r * q), (long long)(p * q));
+  sum_sq_ctx k = {.x = dp_data(x), .y = y ? dp_data(y) : NULL, .r = r, .q = q, .out = dp_data(out)};
+  if (p * q == 0) return 0;
+  if (q > 1) {
+    k.blocks = (q + COLS - 1) / COLS;
+    dp_cpu_parallel_for(p * k.blocks, DP_GRAIN_MEMORY / (r * (q < COLS ? q : COLS) + 1) + 1, 1, sum_sq_cols, &k);
+    return 0;
+  }
+  k.chunks = r > 0 ? (r + CHUNK - 1) / CHUNK : 1;
+  if (k.chunks > 1 && !(k.out = malloc(sizeof(double) * (size_t)(p * k.chunks))))
+    return dp_error("sum_squares: out of memory for %lld chunks", (long long)(p * k.chunks));
+  dp_cpu_parallel_for(p * k.chunks, DP_GRAIN_MEMORY / (r < CHUNK ? r + 1 : CHUNK) + 1, 1, sum_sq_chunks, &k);
+  if (k.chunks > 1) {
+    double *o = dp_data(out);
+    for (int64_t row = 0; row < p; row++) {
+      double s = 0;
+      for (int64_t c = 0; c < k.chunks; c++) s += k.out[row * k.chunks + c];
+      o[row] = s;
+    }
+    free(k.out);
   }
   return 0;
 }

@@ -80,6 +80,9 @@ typedef struct dp_cpu_vec {
   void (*moments)(const float *x, int64_t n, double *mean, double *m2);                  /* mean, sum (x - mean)^2 */
   void (*col_acc)(double *acc, const float *x, int64_t n);                               /* acc[i] += x[i] */
   void (*col_sq_dev)(double *acc, const float *x, const double *m, int64_t n);           /* acc[i] += (x[i] - m[i])^2 */
+  /* sum (x - y)^2, y NULL: sum x^2; difference and square in float32 (PyTorch's values), summed in double */
+  double (*sum_sq)(const float *x, const float *y, int64_t n);
+  void (*col_sum_sq)(double *acc, const float *x, const float *y, int64_t n); /* acc[i] += (x[i] - y[i])^2 */
   /* acc[i] += x[0][i], then += x[1][i], ... x[rows - 1][i] (rows <= 8): col_acc
    * row after row, the same additions, in one pass over acc */
   void (*col_acc_rows)(double *acc, const float *const *x, int rows, int64_t n);

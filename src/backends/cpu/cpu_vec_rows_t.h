@@ -337,6 +337,43 @@ static void v_moments(const float *x, int64_t n, double *mean, double *m2) {
   *mean = m;
   *m2 = n > 0 ? q - d * d / (double)n : 0;
 }
+/* sum (x - y)^2 (y NULL: sum x^2), difference and square in float32 as
+ * PyTorch's norm and mse_loss compute them (a 1e20's square is inf there
+ * too), summed in float lanes over blocks of 256 values (each lane adds 16
+ * squares: all of one sign, good to ~1e-6 of the block) and the blocks in
+ * double */
+static double v_sum_sq(const float *RESTRICT x, const float *RESTRICT y, int64_t n) {
+  double s = 0;
+  int64_t i = 0;
+  while (i + 16 <= n) {
+    int64_t end = i + 256 < n ? i + 256 : n;
+    dp_vf16 acc = {0};
+    for (; i + 16 <= end; i += 16) {
+      dp_vf16 xv, yv = {0};
+      VF16_LOAD(xv, x + i);
+      if (y) VF16_LOAD(yv, y + i);
+      xv -= yv;
+      acc += xv * xv;
+    }
+    s += vf16_hsum_d(&acc);
+  }
+  for (; i < n; i++) {
+    float d = y ? x[i] - y[i] : x[i];
+    s += (double)(d * d);
+  }
+  return s;
+}
+/* acc[i] += (x[i] - y[i])^2 (y NULL: x[i]^2), the square in float32 */
+static void v_col_sum_sq(double *RESTRICT acc, const float *RESTRICT x, const float *RESTRICT y, int64_t n) {
+  if (!y) {
+    for (int64_t i = 0; i < n; i++) acc[i] += (double)(x[i] * x[i]);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    float d = x[i] - y[i];
+    acc[i] += (double)(d * d);
+  }
+}
 static void v_col_acc(double *RESTRICT acc, const float *RESTRICT x, int64_t n) {
   for (int64_t i = 0; i < n; i++) acc[i] += x[i];
 }
