@@ -169,4 +169,6 @@ setmetatable(M, {
 package.loaded["ddplua"] = M
 require "ddplua.tensor"
 require "ddplua.tensor_logic"
+require "ddplua.tensor_more"
+require "ddplua.tensor_linalg"
 return M

@@ -36,6 +36,8 @@ local EXPORTS = {
       "topk", "split", "chunk", "cumsum", "flip", "tile", "norm", "var", "std", "randint", "multinomial", "bernoulli",
       "einsum", "floor", "ceil", "round", "trunc", "isnan", "isinf", "isfinite", "any", "all", "logical_not", "logical_and", "logical_or", "logsumexp",
       "bmm", "count_nonzero", "isclose", "allclose", "equal", "sort", "argsort", "clamp_min", "clamp_max",
+      "prod", "cumprod", "amax", "amin", "kthvalue", "median", "nonzero", "masked_select", "roll", "movedim", "unbind",
+      "dot", "mv", "outer", "addmm", "baddbmm", "trace", "diag",
       -- autograd, random numbers
       "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "manual_seed", "initial_seed",
       "seed_everything", "get_rng_state", "set_rng_state",
@@ -100,6 +102,8 @@ local EXPORTS = {
       "multinomial", "bernoulli", "floor", "ceil", "round", "trunc", "isnan", "isinf", "isfinite", "any", "all", "logical_not", "logical_and",
       "logical_or", "logsumexp", "bmm", "count_nonzero", "isclose", "allclose", "equal", "sort", "argsort",
       "clamp_min", "clamp_max", "new_zeros", "new_ones", "new_full",
+      "prod", "cumprod", "amax", "amin", "kthvalue", "median", "nonzero", "masked_select", "roll", "movedim", "unbind",
+      "dot", "mv", "outer", "addmm", "baddbmm", "trace", "diag",
     },
   },
 }
