@@ -24,24 +24,15 @@
 #include <string.h>
 
 #include "ops/autocast.h"
-#include "ops/op_util.h"
+#include "ops/conv_internal.h"
 #include "ops/scalar_math.h"
 
 #define COLS_BUDGET_BYTES ((int64_t)32 << 20)
 
-typedef struct {
-  dp_window2d g;
-  int64_t groups;
-  int64_t outc, opg, cpg; /* output channels; per group: output and input channels */
-  int64_t ck, L;          /* GEMM depth per group (C/G*kh*kw), oh*ow */
-  bool direct;            /* 1x1, stride 1, no padding or dilation: cols are x */
-} conv_geom;
-
-/* The window of x [N, C, H, W] or [C, H, W] (N = 1) under w [O, C/G, kh, kw]: -1 when it does not fit (no
- * output position; check_conv_args names the sizes), 0 with g filled. */
-static int conv_window(dp_window2d *g, const dp_tensor *x, const dp_tensor *w, const dp_conv2d_args *a) {
-  int o = x->ndim - 3;
-  g->n = o ? x->shape[0] : 1, g->c = x->shape[o], g->h = x->shape[o + 1], g->w = x->shape[o + 2];
+/* The window of an input [n, c, h, w] under w [O, C/G, kh, kw]: -1 when it does not fit (no output position;
+ * check_conv_args names the sizes), 0 with g filled. */
+static int window_of(dp_window2d *g, const int64_t nchw[4], const dp_tensor *w, const dp_conv2d_args *a) {
+  g->n = nchw[0], g->c = nchw[1], g->h = nchw[2], g->w = nchw[3];
   g->kh = w->shape[2], g->kw = w->shape[3];
   g->sh = a->stride[0], g->sw = a->stride[1], g->ph = a->padding[0], g->pw = a->padding[1];
   g->dh = a->dilation[0], g->dw = a->dilation[1];
@@ -51,9 +42,15 @@ static int conv_window(dp_window2d *g, const dp_tensor *x, const dp_tensor *w, c
   return 0;
 }
 
-static void conv_geometry(conv_geom *cg, const dp_tensor *x, const dp_tensor *w, const dp_conv2d_args *a) {
+/* x [N, C, H, W] or [C, H, W] (N = 1) */
+static int conv_window(dp_window2d *g, const dp_tensor *x, const dp_tensor *w, const dp_conv2d_args *a) {
+  int o = x->ndim - 3;
+  return window_of(g, (int64_t[]){o ? x->shape[0] : 1, x->shape[o], x->shape[o + 1], x->shape[o + 2]}, w, a);
+}
+
+int dp_conv_geometry(conv_geom *cg, const int64_t nchw[4], const dp_tensor *w, const dp_conv2d_args *a) {
   dp_window2d *g = &cg->g;
-  conv_window(g, x, w, a); /* the sizes were checked by check_conv_args */
+  if (window_of(g, nchw, w, a)) return -1;
   cg->groups = a->groups;
   cg->outc = w->shape[0];
   cg->opg = cg->outc / a->groups;
@@ -61,6 +58,12 @@ static void conv_geometry(conv_geom *cg, const dp_tensor *x, const dp_tensor *w,
   cg->ck = cg->cpg * g->kh * g->kw;
   cg->L = g->oh * g->ow;
   cg->direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
+  return 0;
+}
+
+/* (the sizes were checked by check_conv_args) */
+static void conv_geometry(conv_geom *cg, const dp_tensor *x, const dp_tensor *w, const dp_conv2d_args *a) {
+  dp_conv_geometry(cg, x->shape, w, a);
 }
 
 /* Images per chunk so that a chunk's columns fit the budget (at least 1). */
@@ -361,19 +364,12 @@ static dp_conv2d_args load_args(const dp_node *n) {
   return a;
 }
 
-static int conv2d_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
-  dp_tensor *x = dp_node_saved(n, 0), *w = dp_node_saved(n, 1);
-  conv_geom cg;
-  dp_conv2d_args a = load_args(n);
-  conv_geometry(&cg, x, w, &a);
-  bool want_x = dp_node_needs(n, 0), want_w = dp_node_needs(n, 1), want_b = n->n_inputs > 2 && dp_node_needs(n, 2);
-  DP_SCOPE(s);
-  dp_tensor *gy = dp_scope_add(&s, dp_contiguous_raw(gout[0]));
-  dp_tensor *gx = NULL, *gw = NULL, *gb = NULL;
-  if (!gy) return -1;
-  if (want_x && !(gx = dp_scope_add(&s, dp_empty(x->dtype, 4, x->shape, dp_dev(x))))) return -1;
-  if (want_w && !(gw = dp_scope_add(&s, dp_empty(w->dtype, 4, w->shape, dp_dev(w))))) return -1;
-  if (want_b && !(gb = dp_scope_add(&s, dp_empty(gy->dtype, 1, &cg.outc, dp_dev(gy))))) return -1;
+int dp_conv_grads(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, dp_tensor *gy, dp_tensor *x, dp_tensor *w,
+                  const conv_geom *cgp) {
+  conv_geom cg = *cgp;
+  bool want_x = gx != NULL, want_w = gw != NULL, want_b = gb != NULL;
+  /* the backends read x only for the weights' gradient (its dtype and shape are gx's) */
+  if (!x) x = gx;
   /* a backend's direct convolution (oneDNN on the CPU) where it takes the
    * case: gx, gw and gb at once (gb with gw only) */
   const dp_backend *be = dp_backend_of(gy);
@@ -392,6 +388,23 @@ static int conv2d_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   if (!one && !direct && (want_x || want_w) && conv_backward_data(gx, gw, gy, x, w, &cg)) return -1;
   if (direct == 2 && conv_backward_data(gx, NULL, gy, x, w, &cg)) return -1;
   if (want_b && !(direct && want_w) && be->channel_sum(gb, gy, cg.g.n, cg.outc, cg.L)) return -1;
+  return 0;
+}
+
+static int conv2d_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  dp_tensor *x = dp_node_saved(n, 0), *w = dp_node_saved(n, 1);
+  conv_geom cg;
+  dp_conv2d_args a = load_args(n);
+  conv_geometry(&cg, x, w, &a);
+  bool want_x = dp_node_needs(n, 0), want_w = dp_node_needs(n, 1), want_b = n->n_inputs > 2 && dp_node_needs(n, 2);
+  DP_SCOPE(s);
+  dp_tensor *gy = dp_scope_add(&s, dp_contiguous_raw(gout[0]));
+  dp_tensor *gx = NULL, *gw = NULL, *gb = NULL;
+  if (!gy) return -1;
+  if (want_x && !(gx = dp_scope_add(&s, dp_empty(x->dtype, 4, x->shape, dp_dev(x))))) return -1;
+  if (want_w && !(gw = dp_scope_add(&s, dp_empty(w->dtype, 4, w->shape, dp_dev(w))))) return -1;
+  if (want_b && !(gb = dp_scope_add(&s, dp_empty(gy->dtype, 1, &cg.outc, dp_dev(gy))))) return -1;
+  if (dp_conv_grads(gx, gw, gb, gy, x, w, &cg)) return -1;
   /* the forward lifted an unbatched [C, H, W] input to [1, C, H, W] */
   if (gx && n->in_ndim[0] == 3 && !(gx = dp_scope_add(&s, dp_reshape(gx, 3, n->in_shape[0])))) return -1;
   gin[0] = dp_scope_keep(&s, gx);
@@ -443,6 +456,24 @@ static int check_conv_args(const dp_tensor *x, const dp_tensor *w, const dp_tens
   return 0;
 }
 
+int dp_conv_forward(dp_tensor *out, dp_tensor *xc, dp_tensor *wc, dp_tensor *bc, const conv_geom *cgp) {
+  conv_geom cg = *cgp;
+  /* a backend's direct convolution (oneDNN on the CPU) where it takes the
+   * case, bias included; else one GEMM (a single output position) or
+   * im2col + GEMM, then the bias */
+  const dp_backend *be = dp_backend_of(out);
+  window1 w1;
+  bool one = single_window(&cg, xc, &w1), unroll = !one && unrolled_ok(&cg, xc);
+  int direct = !one && !unroll && backend_takes(&cg, be->conv2d) ? be->conv2d(out, xc, wc, bc, &cg.g) : 0;
+  int rc = direct < 0 ? -1
+           : direct   ? 0
+           : one      ? window1_forward(out, xc, wc, &cg, &w1)
+           : unroll   ? unrolled_forward(out, xc, wc, &cg)
+                      : conv_forward(out, xc, wc, &cg);
+  if (rc || (!direct && bc && cg.g.n > 0 && be->bias_act(out, bc, NULL, cg.g.n, cg.outc, cg.L))) return -1;
+  return 0;
+}
+
 static dp_tensor *conv2d_impl(dp_tensor *x_in, dp_tensor *w_in, dp_tensor *b, const dp_conv2d_args *a) {
   DP_SCOPE(s);
   bool prev = dp_set_grad_enabled(false);
@@ -456,20 +487,7 @@ static dp_tensor *conv2d_impl(dp_tensor *x_in, dp_tensor *w_in, dp_tensor *b, co
   conv_geom cg;
   conv_geometry(&cg, xc, wc, a);
   dp_tensor *out = dp_scope_add(&s, dp_empty(xc->dtype, 4, (int64_t[]){cg.g.n, cg.outc, cg.g.oh, cg.g.ow}, dp_dev(xc)));
-  if (!out) return NULL;
-  /* a backend's direct convolution (oneDNN on the CPU) where it takes the
-   * case, bias included; else one GEMM (a single output position) or
-   * im2col + GEMM, then the bias */
-  const dp_backend *be = dp_backend_of(out);
-  window1 w1;
-  bool one = single_window(&cg, xc, &w1), unroll = !one && unrolled_ok(&cg, xc);
-  int direct = !one && !unroll && backend_takes(&cg, be->conv2d) ? be->conv2d(out, xc, wc, bc, &cg.g) : 0;
-  int rc = direct < 0 ? -1
-           : direct   ? 0
-           : one      ? window1_forward(out, xc, wc, &cg, &w1)
-           : unroll   ? unrolled_forward(out, xc, wc, &cg)
-                      : conv_forward(out, xc, wc, &cg);
-  if (rc || (!direct && bc && cg.g.n > 0 && be->bias_act(out, bc, NULL, cg.g.n, cg.outc, cg.L))) return NULL;
+  if (!out || dp_conv_forward(out, xc, wc, bc, &cg)) return NULL;
   if (x_in->ndim == 3 && !(out = dp_scope_add(&s, dp_reshape(out, 3, (int64_t[]){cg.outc, cg.g.oh, cg.g.ow}))))
     return NULL;
   dp_scope_keep(&s, out);
