@@ -3,6 +3,7 @@
  * embedding. Module-level functions:
  *
  *   ddp.conv2d(x, w [, b [, stride [, padding [, dilation [, groups]]]]])   pairs: n or {h, w}; 1 / 0 / 1 / 1
+ *   ddp.conv_transpose2d(x, w [, b [, stride [, padding [, output_padding [, groups [, dilation]]]]]])  1/0/0/1/1
  *   ddp.max_pool2d(x, kernel [, stride [, padding [, dilation [, ceil_mode]]]])  stride defaults to kernel
  *   ddp.avg_pool2d(x, kernel [, stride [, padding [, ceil_mode]]])  padding counted in the mean
  *   (PyTorch's positional order; max_pool2d's dilation must be 1)
@@ -77,6 +78,18 @@ static int l_conv2d(lua_State *L) {
   read_pair(L, 6, "conv2d", "dilation", (int64_t[]){1, 1}, a.dilation);
   a.groups = luaL_optinteger(L, 7, 1);
   return lt_push(L, dp_conv2d(x, w, b, &a));
+}
+
+/* PyTorch's order: groups before dilation */
+static int l_conv_transpose2d(lua_State *L) {
+  dp_tensor *x = lt_check(L, 1), *w = lt_check(L, 2), *b = opt_tensor(L, 3);
+  dp_conv_transpose2d_args a;
+  read_pair(L, 4, "conv_transpose2d", "stride", (int64_t[]){1, 1}, a.stride);
+  read_pair(L, 5, "conv_transpose2d", "padding", (int64_t[]){0, 0}, a.padding);
+  read_pair(L, 6, "conv_transpose2d", "output_padding", (int64_t[]){0, 0}, a.output_padding);
+  a.groups = luaL_optinteger(L, 7, 1);
+  read_pair(L, 8, "conv_transpose2d", "dilation", (int64_t[]){1, 1}, a.dilation);
+  return lt_push(L, dp_conv_transpose2d(x, w, b, &a));
 }
 
 static int pool(lua_State *L, bool is_max) {
@@ -259,6 +272,7 @@ static int l_embedding(lua_State *L) {
 void lt_open_nn_layers(lua_State *L, int module, int methods) {
   (void)methods;
   static const luaL_Reg funcs[] = {{"conv2d", l_conv2d},
+                                   {"conv_transpose2d", l_conv_transpose2d},
                                    {"max_pool2d", l_max_pool2d},
                                    {"avg_pool2d", l_avg_pool2d},
                                    {"batch_norm", l_batch_norm},

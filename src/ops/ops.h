@@ -183,6 +183,14 @@ typedef struct {
 } dp_conv2d_args;
 /* x [N, C, H, W] or [C, H, W], w [O, C / groups, kh, kw], b [O] or NULL. */
 dp_tensor *dp_conv2d(dp_tensor *x, dp_tensor *w, dp_tensor *b, const dp_conv2d_args *a);
+/* PyTorch's F.conv_transpose2d arguments ({h, w} pairs; groups >= 1;
+ * output_padding below the stride). */
+typedef struct {
+  int64_t stride[2], padding[2], output_padding[2], dilation[2];
+  int64_t groups;
+} dp_conv_transpose2d_args;
+/* x [N, Cin, H, W] or [Cin, H, W], w [Cin, Cout / groups, kh, kw], b [Cout] or NULL. */
+dp_tensor *dp_conv_transpose2d(dp_tensor *x, dp_tensor *w, dp_tensor *b, const dp_conv_transpose2d_args *a);
 /* PyTorch's F.max_pool2d / F.avg_pool2d arguments: padding at most half
  * the kernel; ceil_mode rounds the output size up (a last window must
  * start inside the padded input); avg counts the padding

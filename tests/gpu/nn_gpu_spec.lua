@@ -1,4 +1,4 @@
--- The nn layers on CUDA against the CPU: convolution (im2col/col2im + GEMM),
+-- The nn layers on CUDA against the CPU: convolution and transposed convolution (im2col/col2im + GEMM),
 -- pooling, batch norm (train and eval, running statistics), layer norm,
 -- dropout (the same Philox mask on both devices), embedding (with repeated
 -- indices and an index out of range). Outputs, input gradients and
@@ -54,6 +54,17 @@ H.describe("cuda nn layers", function()
     check_module("Conv2d 5x5 stride 2 padding 2", function() return nn.Conv2d(4, 5, 5, { stride = 2, padding = 2 }) end,
                  x, 1e-4)
     check_module("Conv2d 1x1", function() return nn.Conv2d(4, 8, 1) end, x, 1e-4)
+  end)
+
+  it("ConvTranspose2d with stride, padding, output padding and groups", function()
+    ddp.manual_seed(36)
+    local x = ddp.randn(3, 4, 7, 5)
+    check_module("ConvTranspose2d 4x4 stride 2", function()
+      return nn.ConvTranspose2d(4, 6, 4, { stride = 2, padding = 1 })
+    end, x, 1e-4)
+    check_module("ConvTranspose2d 3x3 stride 2 output_padding 1 groups 2", function()
+      return nn.ConvTranspose2d(4, 6, 3, { stride = 2, padding = 1, output_padding = 1, groups = 2 })
+    end, x, 1e-4)
   end)
 
   it("MaxPool2d and AvgPool2d", function()

@@ -29,8 +29,8 @@ local EXPORTS = {
       "clamp", "maximum", "minimum", "relu", "gelu", "leaky_relu", "elu", "silu", "softplus", "tanh", "sigmoid",
       "softmax", "log_softmax", "sum", "mean",
       "max", "min", "argmax", "argmin", "eq", "ne", "lt", "le", "gt", "ge", "matmul", "mm", "index_select", "linear",
-      "conv2d", "max_pool2d", "avg_pool2d", "batch_norm", "layer_norm", "dropout", "embedding", "cross_entropy",
-      "mse_loss", "nll_loss",
+      "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "batch_norm", "layer_norm", "dropout", "embedding",
+      "cross_entropy", "mse_loss", "nll_loss",
       -- the model ops
       "sin", "cos", "erf", "log1p", "expm1", "where", "masked_fill", "tril", "triu", "gather", "scatter", "scatter_add",
       "topk", "split", "chunk", "cumsum", "flip", "tile", "norm", "var", "std", "randint", "multinomial", "bernoulli",
@@ -55,7 +55,8 @@ local EXPORTS = {
   },
   nn = {
     form = "nn.", names = {
-      "Module", "Sequential", "Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d",
+      "Module", "Sequential", "Linear", "Conv2d", "ConvTranspose2d", "BCELoss", "BCEWithLogitsLoss", "L1Loss",
+      "SmoothL1Loss", "HuberLoss", "KLDivLoss", "MaxPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d",
       "SyncBatchNorm", "ReLU", "GELU", "LeakyReLU", "ELU", "SiLU", "Softplus", "Tanh", "Sigmoid", "Dropout", "Dropout2d",
       "Flatten", "Embedding", "LayerNorm", "CrossEntropyLoss", "NLLLoss", "MSELoss", "F", "init", "ModuleList",
       "ModuleDict", "Identity", "AdaptiveAvgPool2d", "RNN", "LSTM", "GRU", "MultiheadAttention",
@@ -65,7 +66,8 @@ local EXPORTS = {
   F = {
     form = "F.", names = {
       "relu", "gelu", "leaky_relu", "elu", "silu", "softplus", "tanh", "sigmoid", "softmax", "log_softmax",
-      "flatten", "linear", "conv2d", "max_pool2d",
+      "flatten", "linear", "conv2d", "conv_transpose2d", "max_pool2d", "binary_cross_entropy",
+      "binary_cross_entropy_with_logits", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div",
       "avg_pool2d", "batch_norm", "layer_norm", "dropout", "dropout2d", "embedding", "cross_entropy", "mse_loss", "nll_loss",
       "scaled_dot_product_attention", "self_attention_qkv", "self_attention_qkv_composed", "adaptive_avg_pool2d",
     },

@@ -19,6 +19,11 @@ function F.linear(x, w, b, act) return ddp.linear(x, w, b, act) end
 function F.conv2d(x, w, b, stride, padding, dilation, groups)
   return ddp.conv2d(x, w, b, stride or 1, padding or 0, dilation or 1, groups or 1)
 end
+--- conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation): PyTorch's order (groups before
+--- dilation)
+function F.conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation)
+  return ddp.conv_transpose2d(x, w, b, stride or 1, padding or 0, output_padding or 0, groups or 1, dilation or 1)
+end
 function F.max_pool2d(x, k, stride, padding, dilation, ceil_mode)
   return ddp.max_pool2d(x, k, stride or k, padding or 0, dilation or 1, ceil_mode or false)
 end
@@ -81,5 +86,18 @@ function F.adaptive_avg_pool2d(x, output_size) return ddp.core.adaptive_avg_pool
 function F.cross_entropy(input, target, opts) return ddp.cross_entropy(input, target, opts) end
 function F.nll_loss(input, target, opts) return ddp.nll_loss(input, target, opts) end
 function F.mse_loss(input, target, opts) return ddp.mse_loss(input, target, opts) end
+
+--- the losses composed in Lua (nn/loss_more.lua): binary_cross_entropy(p, y [, {weight=, reduction=}]),
+--- binary_cross_entropy_with_logits(x, y [, {weight=, reduction=, pos_weight=}]), l1_loss, smooth_l1_loss ({beta=}),
+--- huber_loss ({delta=}), kl_div(logq, p [, {reduction=, log_target=}]) ("batchmean" too)
+local more = require "ddplua.nn.loss_more"
+function F.binary_cross_entropy(input, target, opts) return more.binary_cross_entropy(input, target, opts) end
+function F.binary_cross_entropy_with_logits(input, target, opts)
+  return more.binary_cross_entropy_with_logits(input, target, opts)
+end
+function F.l1_loss(input, target, opts) return more.l1_loss(input, target, opts) end
+function F.smooth_l1_loss(input, target, opts) return more.smooth_l1_loss(input, target, opts) end
+function F.huber_loss(input, target, opts) return more.huber_loss(input, target, opts) end
+function F.kl_div(input, target, opts) return more.kl_div(input, target, opts) end
 
 return F

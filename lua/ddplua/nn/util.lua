@@ -19,28 +19,42 @@ function M.check_opts(who, opts, valid)
   return opts
 end
 
+local function is_options(v) return type(v) == "table" and rawget(v, 1) == nil and getmetatable(v) == nil end
+
 --- PyTorch's way of passing a module's settings: after the required
---- arguments, either one options table (keys checked against `names`) or
---- the settings positionally in `names`' order (nil skips one). Returns
---- the options table. A table with a [1] entry is a positional value (a
---- {h, w} pair), not an options table.
+--- arguments, the settings positionally in `names`' order (nil skips one),
+--- then optionally one options table of the rest by name (keys checked
+--- against `names`), as Python's keyword arguments follow its positional
+--- ones: nn.ConvTranspose2d(100, 64, 4, 1, 0, {bias = false}). Returns the
+--- options table. A table with a [1] entry is a positional value (a {h, w}
+--- pair), not an options table.
 function M.args(who, names, ...)
-  local n, first = select("#", ...), ...
-  if n == 1 and type(first) == "table" and rawget(first, 1) == nil and getmetatable(first) == nil then
-    return M.check_opts(who, first, names)
-  end
-  if n > #names then
-    E.raise(string.format("%s: too many arguments (%d after the required ones; the settings are %s)", who, n,
+  local n = select("#", ...)
+  local last = n > 0 and select(n, ...) or nil
+  -- (an empty table after positional settings is a positional value: SequentialLR's milestones {})
+  local named = is_options(last) and (n == 1 or next(last) ~= nil) and last or nil
+  local npos = named and n - 1 or n
+  if npos > #names then
+    E.raise(string.format("%s: too many arguments (%d after the required ones; the settings are %s)", who, npos,
       table.concat(names, ", ")))
   end
   local opts = {}
-  for i = 1, n do
+  for i = 1, npos do
     local v = select(i, ...)
-    if type(v) == "table" and rawget(v, 1) == nil and next(v) ~= nil and getmetatable(v) == nil then
-      E.raise(string.format("%s: an options table must be the only argument after the required ones (got it as " ..
-        "argument %d, after positional %s)", who, i, table.concat(names, ", ", 1, i - 1)))
+    if is_options(v) and next(v) ~= nil then
+      E.raise(string.format("%s: an options table must come last, after the positional settings (got it as " ..
+        "argument %d, before argument %d)", who, i, i + 1))
     end
     opts[names[i]] = v
+  end
+  if named then
+    M.check_opts(who, named, names)
+    for i = 1, npos do
+      if named[names[i]] ~= nil then
+        E.raise(string.format("%s: %s is given twice (argument %d and in the options table)", who, names[i], i))
+      end
+    end
+    for k, v in pairs(named) do opts[k] = v end
   end
   return opts
 end
