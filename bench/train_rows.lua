@@ -274,4 +274,34 @@ M[#M + 1] = { group = "models", run = function(c)
   return rows
 end }
 
+-- - DCGAN: examples/dcgan/train.lua (pytorch/examples' DCGAN at 28 x 28: transposed convolutions, BCELoss, two
+--   models and three backwards a step) against examples/dcgan/torch_dcgan.py, one process, one epoch over the
+--   first 6400 images (1280 under BENCH_QUICK), all cores on both sides: images/s (goal >= 2x, as the CNN), peak RSS.
+M[#M + 1] = { group = "models", run = function(c)
+  local n = c.quick == 1 and 1280 or 6400
+  local function ips(out, what)
+    local v = out:match("D%(G%(z%)%) [%d.]+  %([%d.]+ s, ([%d.]+) images/s%)")
+    if not v then error("bench: no images/s from `" .. what .. "`:\n" .. out, 0) end
+    return tonumber(v)
+  end
+  local cmd = string.format("%s %s/examples/dcgan/train.lua epochs=1 train_samples=%d run_name=bench_dcgan", c.ddplua,
+    c.root, n)
+  local peer_cmd = string.format("%s %s/examples/dcgan/torch_dcgan.py epochs=1 train_samples=%d threads=%d",
+    c.python_for(c.cores), c.root, n, c.cores)
+  local ours, theirs = c.repeat_n(c.train_reps, function()
+    local out, rss = timed(c, cmd)
+    return { ips = ips(out, cmd), rss = rss }
+  end, function()
+    local out, rss = timed(c, peer_cmd)
+    return { ips = ips(out, peer_cmd), rss = rss }
+  end)
+  local a, b, ra, rb = c.median(ours.ips), c.median(theirs.ips), c.median(ours.rss), c.median(theirs.rss)
+  return {
+    { name = "DCGAN 1 proc, images/s", ours = a, theirs = b, fmt = "%.0f", ratio = a / b, goal = ">= 2.00x",
+      pass = a / b >= 2 },
+    { name = "  peak RSS of a process, MiB", ours = ra, theirs = rb, fmt = "%.0f", ratio = ra / rb, goal = "<= 0.50x",
+      pass = ra / rb <= 0.5 },
+  }
+end }
+
 return M
