@@ -100,4 +100,9 @@ function F.smooth_l1_loss(input, target, opts) return more.smooth_l1_loss(input,
 function F.huber_loss(input, target, opts) return more.huber_loss(input, target, opts) end
 function F.kl_div(input, target, opts) return more.kl_div(input, target, opts) end
 
+-- the functional forms of the families of modules (nn/families.lua)
+for _, family in ipairs(require "ddplua.nn.families") do
+  for name, fn in pairs(require(family).F) do F[name] = fn end
+end
+
 return F
