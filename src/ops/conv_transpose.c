@@ -72,8 +72,8 @@ static int check_args(const dp_tensor *x, const dp_tensor *w, const dp_tensor *b
 
 /* the equivalent convolution's arguments (output_padding plays no part in it) */
 static dp_conv2d_args conv_args(const dp_conv_transpose2d_args *a) {
-  dp_conv2d_args c = {{a->stride[0], a->stride[1]}, {a->padding[0], a->padding[1]}, {a->dilation[0], a->dilation[1]},
-                      a->groups};
+  dp_conv2d_args c = {
+      {a->stride[0], a->stride[1]}, {a->padding[0], a->padding[1]}, {a->dilation[0], a->dilation[1]}, a->groups};
   return c;
 }
 
@@ -82,7 +82,13 @@ static int conv_transpose2d_backward(dp_node *n, dp_tensor **gout, dp_tensor **g
   dp_conv2d_args a = {{n->i[0], n->i[1]}, {n->i[2], n->i[3]}, {n->i[4], n->i[5]}, n->i[6]};
   bool want_x = dp_node_needs(n, 0), want_w = dp_node_needs(n, 1), want_b = n->n_inputs > 2 && dp_node_needs(n, 2);
   DP_SCOPE(s);
-  dp_tensor *gy = dp_scope_add(&s, dp_contiguous_raw(gout[0])); /* [N, Cout, Ho, Wo] */
+  /* [N, Cout, Ho, Wo] (an unbatched output's gradient lifted to N = 1, as the forward lifted x) */
+  dp_tensor *g4 =
+      gout[0]->ndim == 3
+          ? dp_scope_add(
+                &s, dp_reshape(gout[0], 4, (int64_t[]){1, gout[0]->shape[0], gout[0]->shape[1], gout[0]->shape[2]}))
+          : gout[0];
+  dp_tensor *gy = g4 ? dp_scope_add(&s, dp_contiguous_raw(g4)) : NULL;
   conv_geom cg;
   if (!gy || dp_conv_geometry(&cg, gy->shape, w, &a)) return gy ? dp_error("%s: backward geometry", OP) : -1;
   dp_tensor *gx = NULL, *gw = NULL, *gb = NULL;

@@ -94,7 +94,7 @@ K.entries = {
   {
     id = "summation_order",
     ops = { "sum", "mean", "matmul", "linear", "linear_relu", "linear_nobias", "conv2d", "conv2d_nobias",
-      "conv2d_winograd", "batch_norm", "layer_norm", "avg_pool2d" },
+      "conv2d_winograd", "conv_transpose2d", "conv_transpose2d_nobias", "batch_norm", "layer_norm", "avg_pool2d" },
     explains = function(case, _, detail)
       local a, b = pair(detail)
       if a == nil or b == nil then return false end

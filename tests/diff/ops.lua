@@ -270,6 +270,35 @@ for _, bias in ipairs({ true, false }) do
       return { stride = st, padding = pad, dilation = dil, groups = groups }
     end, tol = { float32 = { 1e-4, 1e-5 } } })
 end
+for _, bias in ipairs({ true, false }) do
+  add({ name = bias and "conv_transpose2d" or "conv_transpose2d_nobias",
+    lua = "ddp.conv_transpose2d(x, w, " .. (bias and "b" or "nil") ..
+      ", A.stride, A.padding, A.output_padding, A.groups, A.dilation)",
+    torch = "F.conv_transpose2d(x, w, " .. (bias and "b" or "None") ..
+      ", A['stride'], A['padding'], A['output_padding'], A['groups'], A['dilation'])",
+    weight = 2, conditioning = true, gen = function(g)
+      local groups = g:pick({ 1, 1, 2, 3 })
+      local cpg, opg = g:int(1, 2), g:int(1, 2)
+      local k = { g:int(1, 4), g:int(1, 3) }
+      local dil = { g:pick({ 1, 1, 2 }), g:pick({ 1, 2 }) }
+      local st = { g:pick({ 1, 2, 2 }), g:pick({ 1, 2, 3 }) }
+      local op = { g:int(0, st[1] - 1), g:int(0, st[2] - 1) }
+      local h, w = g:int(1, 6), g:int(1, 6)
+      -- the padding leaves at least one output row and column: (in - 1) s - 2 p + d (k - 1) + op + 1 >= 1
+      local function pad_for(i, in_)
+        local most = ((in_ - 1) * st[i] + dil[i] * (k[i] - 1) + op[i]) // 2
+        return g:int(0, math.min(2, most))
+      end
+      local pad = { pad_for(1, h), pad_for(2, w) }
+      local n = g:pick({ 1, 2, 0 })
+      local dt = g:pick(FLOATS)
+      local xs = g:chance(0.15) and { groups * cpg, h, w } or { n, groups * cpg, h, w }
+      g:tensor("x", xs, dt, { specials = false })
+      g:tensor("w", { groups * cpg, opg, k[1], k[2] }, dt, { specials = false })
+      if bias then g:tensor("b", { groups * opg }, dt) end
+      return { stride = st, padding = pad, output_padding = op, dilation = dil, groups = groups }
+    end, tol = { float32 = { 1e-4, 1e-5 } } })
+end
 -- 3x3 stride-1 layers of 32+ channels: oneDNN's Winograd kernels on the CPU (cpu_dnnl_conv_prim.c)
 add({ name = "conv2d_winograd", lua = "ddp.conv2d(x, w, b, 1, A.padding)", torch = "F.conv2d(x, w, b, 1, A['padding'])",
   gen = function(g)

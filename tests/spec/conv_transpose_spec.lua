@@ -74,6 +74,14 @@ def run(k, s, p, op, g, d):
     local un = ddp.conv_transpose2d(x, w, b, 2, 1)
     assert.are.same({ 2, 7, 9 }, un:size())
     assert.are.equal(0, maxdiff(un, batched:squeeze(1)))
+    -- the unbatched gradients are the batched ones
+    local xg, wg1 = x:clone():requires_grad_(), w:clone():requires_grad_()
+    local xb, wg2 = x:clone():unsqueeze(1):requires_grad_(), w:clone():requires_grad_()
+    ddp.conv_transpose2d(xg, wg1, b, 2, 1):mul(3):sum():backward()
+    ddp.conv_transpose2d(xb, wg2, b, 2, 1):mul(3):sum():backward()
+    assert.are.same({ 3, 4, 5 }, xg.grad:size())
+    assert.are.equal(0, maxdiff(xg.grad, xb.grad:squeeze(1)))
+    assert.are.equal(0, maxdiff(wg1.grad, wg2.grad))
     -- a transposed view: the same values as its contiguous copy
     local xt = ddp.randn(1, 3, 5, 4):transpose(3, 4)
     assert.are.equal(0, maxdiff(ddp.conv_transpose2d(xt, w, b), ddp.conv_transpose2d(xt:contiguous(), w, b)))
