@@ -141,6 +141,8 @@ describe("nn.ConvTranspose2d", function()
     assert.are.same({ 2, 6, 10, 9 }, plain(x, { 10, 9 }):size())
     assert.are.same({ 2, 6, 9, 10 }, plain:forward(x, { 2, 6, 9, 10 }):size())
     R.assert_error(function() plain(x, { 11, 9 }) end, "valid sizes range from 9 to 10")
+    assert.are.equal("ConvTranspose2d(2, 2, kernel_size=(3, 3), stride=(2, 2), dilation=(2, 2), output_padding=(1, 1))",
+      tostring(nn.ConvTranspose2d(2, 2, 3, { stride = 2, dilation = 2, output_padding = 1 })))
     R.assert_error(function() plain(ddp.randn(2, 3, 5, 5)) end, "expected input of shape [N, 4, H, W]")
     R.assert_error(function() nn.ConvTranspose2d(4, 6, 3, { stride = 2, output_padding = 2 }) end,
       "ConvTranspose2d: output_padding (2, 2) must be smaller than the stride (2, 2)")

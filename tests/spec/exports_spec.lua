@@ -56,7 +56,8 @@ local EXPORTS = {
   nn = {
     form = "nn.", names = {
       "Module", "Sequential", "Linear", "Conv2d", "ConvTranspose2d", "BCELoss", "BCEWithLogitsLoss", "L1Loss",
-      "SmoothL1Loss", "HuberLoss", "KLDivLoss", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "MaxPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d",
+      "SmoothL1Loss", "HuberLoss", "KLDivLoss", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "RNNCell",
+      "LSTMCell", "GRUCell", "Conv1d", "ConvTranspose1d", "MaxPool1d", "AvgPool1d", "MaxPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d",
       "SyncBatchNorm", "ReLU", "GELU", "LeakyReLU", "ELU", "SiLU", "Softplus", "Tanh", "Sigmoid", "Dropout", "Dropout2d",
       "Flatten", "Embedding", "LayerNorm", "CrossEntropyLoss", "NLLLoss", "MSELoss", "F", "init", "ModuleList",
       "ModuleDict", "Identity", "AdaptiveAvgPool2d", "RNN", "LSTM", "GRU", "MultiheadAttention",
@@ -68,7 +69,7 @@ local EXPORTS = {
       "relu", "gelu", "leaky_relu", "elu", "silu", "softplus", "tanh", "sigmoid", "softmax", "log_softmax",
       "flatten", "linear", "conv2d", "conv_transpose2d", "max_pool2d", "binary_cross_entropy",
       "binary_cross_entropy_with_logits", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "group_norm",
-      "instance_norm",
+      "instance_norm", "conv1d", "conv_transpose1d", "max_pool1d", "avg_pool1d",
       "avg_pool2d", "batch_norm", "layer_norm", "dropout", "dropout2d", "embedding", "cross_entropy", "mse_loss", "nll_loss",
       "scaled_dot_product_attention", "self_attention_qkv", "self_attention_qkv_composed", "adaptive_avg_pool2d",
     },

@@ -97,11 +97,11 @@ function ConvTranspose2d:extra_repr()
   if self.padding[1] ~= 0 or self.padding[2] ~= 0 then
     s = s .. string.format(", padding=(%d, %d)", self.padding[1], self.padding[2])
   end
+  if self.dilation[1] ~= 1 or self.dilation[2] ~= 1 then -- (PyTorch's order: dilation, then output_padding)
+    s = s .. string.format(", dilation=(%d, %d)", self.dilation[1], self.dilation[2])
+  end
   if self.output_padding[1] ~= 0 or self.output_padding[2] ~= 0 then
     s = s .. string.format(", output_padding=(%d, %d)", self.output_padding[1], self.output_padding[2])
-  end
-  if self.dilation[1] ~= 1 or self.dilation[2] ~= 1 then
-    s = s .. string.format(", dilation=(%d, %d)", self.dilation[1], self.dilation[2])
   end
   if self.groups ~= 1 then s = s .. string.format(", groups=%d", self.groups) end
   if self.bias == nil then s = s .. ", bias=False" end
