@@ -71,6 +71,25 @@ local function epochs(out, cmd)
   return list
 end
 
+-- ours and the peer's command alternated c.train_reps times, each output read by rate(out, cmd): the two rows of a
+-- training figure (the rate against a goal of `ratio`x, then the peak RSS against 1/2), medians
+local function rate_rows(c, name, cmd, peer_cmd, rate, ratio)
+  local ours, theirs = c.repeat_n(c.train_reps, function()
+    local out, rss = timed(c, cmd)
+    return { v = rate(out, cmd), rss = rss }
+  end, function()
+    local out, rss = timed(c, peer_cmd)
+    return { v = rate(out, peer_cmd), rss = rss }
+  end)
+  local a, b, ra, rb = c.median(ours.v), c.median(theirs.v), c.median(ours.rss), c.median(theirs.rss)
+  return {
+    { name = name, ours = a, theirs = b, fmt = "%.0f", ratio = a / b, goal = string.format(">= %.2fx", ratio),
+      pass = a / b >= ratio },
+    { name = "  peak RSS of a process, MiB", ours = ra, theirs = rb, fmt = "%.0f", ratio = ra / rb, goal = "<= 0.50x",
+      pass = ra / rb <= 0.5 },
+  }
+end
+
 -- Fashion-MNIST example rows for one model and process count.
 -- The CNN runs with sync_bn=false beside the peer: PyTorch's SyncBatchNorm
 -- runs on GPUs only, so the peer's ranks normalise over their own batch;
@@ -258,18 +277,9 @@ M[#M + 1] = { group = "models", run = function(c)
       nproc > 1 and ("--nproc " .. nproc .. " ") or "", c.root, dir, limit, nproc > 1 and " sync_bn=false" or "")
     local peer_cmd = string.format("%s %s/bench/torch_resnet.py data=%s epochs=3 width=16 limit=%d threads=%d " ..
       "nproc=%d", c.python_for(c.cores), c.root, dir, limit, c.cores, nproc)
-    local ours, theirs = c.repeat_n(c.train_reps, function()
-      local out, rss = timed(c, cmd)
-      return { ips = ips(out, cmd), rss = rss }
-    end, function()
-      local out, rss = timed(c, peer_cmd)
-      return { ips = ips(out, peer_cmd), rss = rss }
-    end)
-    local a, b, ra, rb = c.median(ours.ips), c.median(theirs.ips), c.median(ours.rss), c.median(theirs.rss)
-    rows[#rows + 1] = { name = string.format("ResNet-18 w16 %d proc, images/s", nproc), ours = a, theirs = b,
-      fmt = "%.0f", ratio = a / b, goal = ">= 2.00x", pass = a / b >= 2 }
-    rows[#rows + 1] = { name = "  peak RSS of a process, MiB", ours = ra, theirs = rb, fmt = "%.0f", ratio = ra / rb,
-      goal = "<= 0.50x", pass = ra / rb <= 0.5 }
+    for _, r in ipairs(rate_rows(c, string.format("ResNet-18 w16 %d proc, images/s", nproc), cmd, peer_cmd, ips, 2)) do
+      rows[#rows + 1] = r
+    end
   end
   return rows
 end }
@@ -288,20 +298,7 @@ M[#M + 1] = { group = "models", run = function(c)
     c.root, n)
   local peer_cmd = string.format("%s %s/examples/dcgan/torch_dcgan.py epochs=1 train_samples=%d threads=%d",
     c.python_for(c.cores), c.root, n, c.cores)
-  local ours, theirs = c.repeat_n(c.train_reps, function()
-    local out, rss = timed(c, cmd)
-    return { ips = ips(out, cmd), rss = rss }
-  end, function()
-    local out, rss = timed(c, peer_cmd)
-    return { ips = ips(out, peer_cmd), rss = rss }
-  end)
-  local a, b, ra, rb = c.median(ours.ips), c.median(theirs.ips), c.median(ours.rss), c.median(theirs.rss)
-  return {
-    { name = "DCGAN 1 proc, images/s", ours = a, theirs = b, fmt = "%.0f", ratio = a / b, goal = ">= 2.00x",
-      pass = a / b >= 2 },
-    { name = "  peak RSS of a process, MiB", ours = ra, theirs = rb, fmt = "%.0f", ratio = ra / rb, goal = "<= 0.50x",
-      pass = ra / rb <= 0.5 },
-  }
+  return rate_rows(c, "DCGAN 1 proc, images/s", cmd, peer_cmd, ips, 2)
 end }
 
 return M

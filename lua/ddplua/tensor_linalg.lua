@@ -9,13 +9,8 @@ local E = require "ddplua.errors"
 local T = core.Tensor
 local M = package.loaded["ddplua"]
 
-local FLOATS = { float32 = true, float64 = true, bfloat16 = true, float16 = true }
-
-local function check_tensor(who, x, what)
-  if not core.is_tensor(x) then E.raise(string.format("%s: expected a tensor%s, got %s", who, what or "", type(x))) end
-end
-
-local function shape(t) return "[" .. table.concat(t:size(), ", ") .. "]" end
+local checks = require "ddplua.tensor_checks"
+local FLOATS, check_tensor, shape = checks.FLOATS, checks.check_tensor, checks.shape
 
 --- ddp.dot(a, b): the inner product of two 1-D tensors of one size and dtype (0-dim)
 function T.dot(a, b)

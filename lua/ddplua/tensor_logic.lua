@@ -9,11 +9,8 @@ local E = require "ddplua.errors"
 local T = core.Tensor
 local M = package.loaded["ddplua"]
 
-local FLOATS = { float32 = true, float64 = true, bfloat16 = true, float16 = true }
-
-local function check_tensor(who, x, what)
-  if not core.is_tensor(x) then E.raise(string.format("%s: expected a tensor%s, got %s", who, what or "", type(x))) end
-end
+local checks = require "ddplua.tensor_checks"
+local FLOATS, check_tensor = checks.FLOATS, checks.check_tensor
 
 --- t:isnan(): true where t is NaN (never for integers)
 function T.isnan(t)

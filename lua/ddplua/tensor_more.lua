@@ -15,13 +15,8 @@ local E = require "ddplua.errors"
 local T = core.Tensor
 local M = package.loaded["ddplua"]
 
-local FLOATS = { float32 = true, float64 = true, bfloat16 = true, float16 = true }
-
-local function check_tensor(who, x, what)
-  if not core.is_tensor(x) then E.raise(string.format("%s: expected a tensor%s, got %s", who, what or "", type(x))) end
-end
-
-local function shape(t) return "[" .. table.concat(t:size(), ", ") .. "]" end
+local checks = require "ddplua.tensor_checks"
+local FLOATS, check_tensor, shape = checks.FLOATS, checks.check_tensor, checks.shape
 
 -- a 1-based dim of t (a 0-dim tensor takes 1 and -1, as PyTorch takes 0 and -1)
 local function norm_dim(who, t, d)

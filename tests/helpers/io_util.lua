@@ -80,6 +80,18 @@ function M.run_ddplua(script, args, env, cwd)
   return M.run(table.concat(parts, " "))
 end
 
+--- Runs `ddplua --nproc nproc script args...` in dir (an example writing runs/ there); its output, or an error
+--- with the command and the output when it fails.
+function M.run_example(dir, nproc, script, args)
+  local parts = { "cd", M.quote(dir), "&&", M.quote(M.abspath(M.ddplua)), "--nproc", tostring(nproc),
+    M.quote(M.abspath(script)) }
+  for _, a in ipairs(args) do parts[#parts + 1] = M.quote(a) end
+  local cmd = table.concat(parts, " ")
+  local ok, out = M.run(cmd)
+  assert(ok, cmd .. "\n" .. out)
+  return out
+end
+
 function M.abspath(p)
   if p:match("^/") then return p end
   local pwd = os.getenv("PWD") or io.popen("pwd"):read("l")

@@ -4,15 +4,7 @@
 -- and saves both models.
 local U = require "helpers.io_util"
 
-local function run(dir, nproc, args)
-  local parts = { "cd", U.quote(dir), "&&", U.quote(U.abspath(U.ddplua)), "--nproc", tostring(nproc),
-    U.quote(U.abspath("examples/dcgan/train.lua")) }
-  for _, a in ipairs(args) do parts[#parts + 1] = U.quote(a) end
-  local cmd = table.concat(parts, " ")
-  local ok, out = U.run(cmd)
-  assert(ok, cmd .. "\n" .. out)
-  return out
-end
+local function run(dir, nproc, args) return U.run_example(dir, nproc, "examples/dcgan/train.lua", args) end
 
 local function finite(v) return v ~= nil and v == v and v > -math.huge and v < math.huge end
 local NUM = "([%d.naif%-]+)"

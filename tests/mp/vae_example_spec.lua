@@ -3,15 +3,7 @@
 -- stays finite, the test loss is finite, and rank 0 saves the model.
 local U = require "helpers.io_util"
 
-local function run(dir, nproc, args)
-  local parts = { "cd", U.quote(dir), "&&", U.quote(U.abspath(U.ddplua)), "--nproc", tostring(nproc),
-    U.quote(U.abspath("examples/vae/train.lua")) }
-  for _, a in ipairs(args) do parts[#parts + 1] = U.quote(a) end
-  local cmd = table.concat(parts, " ")
-  local ok, out = U.run(cmd)
-  assert(ok, cmd .. "\n" .. out)
-  return out
-end
+local function run(dir, nproc, args) return U.run_example(dir, nproc, "examples/vae/train.lua", args) end
 
 local function finite(v) return v ~= nil and v == v and v > -math.huge and v < math.huge end
 

@@ -31,33 +31,11 @@ function BatchNorm:__init(num_features, ...)
   self.affine = opts.affine ~= false
   self.track_running_stats = opts.track_running_stats ~= false
   local topts = util.tensor_opts(opts)
-  if self.affine then
-    self:register_parameter("weight", util.parameter(function() return ddp.ones(num_features, topts) end))
-    self:register_parameter("bias", util.parameter(function() return ddp.zeros(num_features, topts) end))
-  else
-    self:register_parameter("weight", nil)
-    self:register_parameter("bias", nil)
-  end
-  if self.track_running_stats then
-    self:register_buffer("running_mean", ddp.zeros(num_features, topts))
-    self:register_buffer("running_var", ddp.ones(num_features, topts))
-    self:register_buffer("num_batches_tracked", ddp.tensor(0, { dtype = "int64", device = opts.device }))
-  else
-    self:register_buffer("running_mean", nil)
-    self:register_buffer("running_var", nil)
-    self:register_buffer("num_batches_tracked", nil)
-  end
+  util.norm_affine(self, num_features, self.affine, topts)
+  util.norm_running_stats(self, num_features, self.track_running_stats, topts)
 end
 
-function BatchNorm:reset_running_stats()
-  if self.track_running_stats then
-    ddp.no_grad(function()
-      self.running_mean:zero_()
-      self.running_var:fill_(1)
-      self.num_batches_tracked:zero_()
-    end)
-  end
-end
+BatchNorm.reset_running_stats = util.norm_reset
 
 --- Checks x's channel count and, in training with running statistics,
 --- counts the batch; returns the running statistics' update factor

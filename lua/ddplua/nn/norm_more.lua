@@ -166,14 +166,7 @@ function GroupNorm:__init(num_groups, num_channels, ...)
   end
   self.eps = check_eps("GroupNorm", opts.eps or 1e-5)
   self.affine = opts.affine ~= false
-  local topts = util.tensor_opts(opts)
-  if self.affine then
-    self:register_parameter("weight", util.parameter(function() return ddp.ones(num_channels, topts) end))
-    self:register_parameter("bias", util.parameter(function() return ddp.zeros(num_channels, topts) end))
-  else
-    self:register_parameter("weight", nil)
-    self:register_parameter("bias", nil)
-  end
+  util.norm_affine(self, num_channels, self.affine, util.tensor_opts(opts))
 end
 
 function GroupNorm:forward(x)
@@ -208,33 +201,11 @@ function InstanceNorm:__init(num_features, ...)
   self.affine = opts.affine == true
   self.track_running_stats = opts.track_running_stats == true
   local topts = util.tensor_opts(opts)
-  if self.affine then
-    self:register_parameter("weight", util.parameter(function() return ddp.ones(num_features, topts) end))
-    self:register_parameter("bias", util.parameter(function() return ddp.zeros(num_features, topts) end))
-  else
-    self:register_parameter("weight", nil)
-    self:register_parameter("bias", nil)
-  end
-  if self.track_running_stats then
-    self:register_buffer("running_mean", ddp.zeros(num_features, topts))
-    self:register_buffer("running_var", ddp.ones(num_features, topts))
-    self:register_buffer("num_batches_tracked", ddp.tensor(0, { dtype = "int64", device = opts.device }))
-  else
-    self:register_buffer("running_mean", nil)
-    self:register_buffer("running_var", nil)
-    self:register_buffer("num_batches_tracked", nil)
-  end
+  util.norm_affine(self, num_features, self.affine, topts)
+  util.norm_running_stats(self, num_features, self.track_running_stats, topts)
 end
 
-function InstanceNorm:reset_running_stats()
-  if self.track_running_stats then
-    ddp.no_grad(function()
-      self.running_mean:zero_()
-      self.running_var:fill_(1)
-      self.num_batches_tracked:zero_()
-    end)
-  end
-end
+InstanceNorm.reset_running_stats = util.norm_reset
 
 local warned = {}
 

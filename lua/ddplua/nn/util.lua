@@ -113,4 +113,28 @@ function M.parameter(make)
   return t:requires_grad_()
 end
 
+--- A normalisation's affine parameters: weight (ones) and bias (zeros) of n, or both registered as nil.
+function M.norm_affine(m, n, on, topts)
+  m:register_parameter("weight", on and M.parameter(function() return ddp.ones(n, topts) end) or nil)
+  m:register_parameter("bias", on and M.parameter(function() return ddp.zeros(n, topts) end) or nil)
+end
+
+--- A normalisation's running statistics: running_mean (zeros), running_var (ones) of n and num_batches_tracked
+--- (an int64 0), or the three registered as nil; m:reset_running_stats() resets them (norm_reset).
+function M.norm_running_stats(m, n, on, topts)
+  m:register_buffer("running_mean", on and ddp.zeros(n, topts) or nil)
+  m:register_buffer("running_var", on and ddp.ones(n, topts) or nil)
+  m:register_buffer("num_batches_tracked", on and ddp.tensor(0, { dtype = "int64", device = topts.device }) or nil)
+end
+
+function M.norm_reset(m)
+  if m.track_running_stats then
+    ddp.no_grad(function()
+      m.running_mean:zero_()
+      m.running_var:fill_(1)
+      m.num_batches_tracked:zero_()
+    end)
+  end
+end
+
 return M
