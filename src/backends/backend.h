@@ -325,6 +325,16 @@ typedef struct dp_backend {
   int (*index_select)(dp_tensor *out, const dp_tensor *src, const dp_tensor *idx, int64_t base);
   /* dst[idx[i] - base, :] += src[i, :] */
   int (*index_add)(dp_tensor *dst, const dp_tensor *idx, const dp_tensor *src, int64_t base);
+  /* Along a dim that is not the first: out [outer, k, inner] = x [outer, n,
+   * inner] at the k positions idx - base of its middle dim (x and out
+   * contiguous; an index out of range is an error naming it), and the
+   * gradient gx [outer, n, inner] = 0 + gy's rows added at those positions
+   * (float32 / float64). NULL: the op layer moves the dim to the front for
+   * index_select / index_add. */
+  int (*index_select_dim)(dp_tensor *out, const dp_tensor *x, const dp_tensor *idx, int64_t outer, int64_t n,
+                          int64_t inner, int64_t base);
+  int (*index_add_dim)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, int64_t outer, int64_t n,
+                       int64_t inner, int64_t base);
 
   /* ---- indexing, sorting, scans (ops/index_ops.c); index tensors int64 ---- */
   /* out = cond ? a : b; cond uint8 (nonzero: true), a, b in out's dtype,

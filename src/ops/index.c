@@ -1,13 +1,37 @@
 /* index_select along a dimension (gather of rows by position), with its
- * gradient (index_add into zeros). Positions are 1-based from Lua. */
+ * gradient (index_add into zeros). Positions are 1-based from Lua. Along
+ * a dim past the first, a backend with index_select_dim / index_add_dim
+ * reads the tensor as [outer, n, inner] in place; the others move the dim
+ * to the front and back (two copies of the whole tensor each way). */
 #include <string.h>
 
 #include "ops/op_util.h"
+
+/* outer and inner sizes around dim */
+static void around(int nd, const int64_t *shape, int dim, int64_t *outer, int64_t *inner) {
+  *outer = 1, *inner = 1;
+  for (int d = 0; d < nd; d++) {
+    if (d < dim) *outer *= shape[d];
+    if (d > dim) *inner *= shape[d];
+  }
+}
 
 static int index_select_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   int dim = (int)n->i[0];
   int64_t base = n->i[1];
   dp_tensor *idx = dp_node_saved(n, 0);
+  const dp_backend *be = dp_backend_of(gout[0]);
+  if (dim > 0 && be->index_add_dim && (n->in_dtype[0] == DP_F32 || n->in_dtype[0] == DP_F64) &&
+      gout[0]->dtype == n->in_dtype[0]) {
+    int64_t outer, inner;
+    around(n->in_ndim[0], n->in_shape[0], dim, &outer, &inner);
+    DP_SCOPE(s);
+    dp_tensor *gy = dp_scope_add(&s, dp_contiguous_raw(gout[0]));
+    dp_tensor *gx = gy ? dp_scope_add(&s, dp_empty(n->in_dtype[0], n->in_ndim[0], n->in_shape[0], dp_dev(gy))) : NULL;
+    if (!gx || be->index_add_dim(gx, gy, idx, outer, n->in_shape[0][dim], inner, base)) return -1;
+    gin[0] = dp_scope_keep(&s, gx);
+    return 0;
+  }
   /* move dim first, accumulate rows, move back */
   int nd = n->in_ndim[0];
   int64_t sh[DP_MAXDIM];
@@ -35,11 +59,22 @@ dp_tensor *dp_index_select(dp_tensor *x, int dim, dp_tensor *idx, int64_t base) 
   if (dp_check_same_device("index_select", x, idx)) return NULL;
   DP_SCOPE(s);
   bool prev = dp_set_grad_enabled(false);
-  dp_tensor *xt = dp_scope_add(&s, dp_transpose(x, 0, dim));
-  dp_tensor *src = xt ? dp_scope_add(&s, dp_contiguous_raw(xt)) : NULL;
+  const dp_backend *be = dp_backend_of(x);
+  bool in_place = dim > 0 && be->index_select_dim;
+  dp_tensor *xt = in_place ? NULL : dp_scope_add(&s, dp_transpose(x, 0, dim));
+  dp_tensor *src = in_place ? dp_scope_add(&s, dp_contiguous_raw(x))
+                   : xt     ? dp_scope_add(&s, dp_contiguous_raw(xt))
+                            : NULL;
   dp_tensor *ic = dp_scope_add(&s, dp_contiguous_raw(idx));
   dp_tensor *out = NULL;
-  if (src && ic) {
+  if (in_place && src && ic) {
+    int64_t sh[DP_MAXDIM], outer, inner;
+    memcpy(sh, x->shape, sizeof sh);
+    sh[dim] = dp_numel(ic);
+    around(x->ndim, x->shape, dim, &outer, &inner);
+    out = dp_scope_add(&s, dp_empty(x->dtype, x->ndim, sh, dp_dev(x)));
+    if (out && be->index_select_dim(out, src, ic, outer, x->shape[dim], inner, base)) out = NULL;
+  } else if (src && ic) {
     int64_t sh[DP_MAXDIM];
     memcpy(sh, src->shape, sizeof sh);
     sh[0] = dp_numel(ic);

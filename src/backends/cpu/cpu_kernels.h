@@ -69,6 +69,10 @@ int dp_cpu_bn_stats(dp_tensor *mean, dp_tensor *var, const dp_bn_args *a);
 /* cpu_moments.c */
 int dp_cpu_moments(dp_tensor *mean, dp_tensor *m2, const dp_tensor *x, int64_t p, int64_t r, int64_t q);
 int dp_cpu_sum_squares(dp_tensor *out, const dp_tensor *x, const dp_tensor *y, int64_t p, int64_t r, int64_t q);
+int dp_cpu_index_select_dim(dp_tensor *out, const dp_tensor *x, const dp_tensor *idx, int64_t outer, int64_t n,
+                            int64_t inner, int64_t base);
+int dp_cpu_index_add_dim(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, int64_t outer, int64_t n,
+                         int64_t inner, int64_t base);
 int dp_cpu_bn_forward(dp_tensor *y, const dp_bn_args *a);
 int dp_cpu_bn_backward_reduce(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_bn_args *a);
 int dp_cpu_bn_backward_elemt(dp_tensor *gx, const dp_bn_args *a);
