@@ -81,8 +81,8 @@ static int64_t *positions(const dp_tensor *idx, int64_t n, int64_t base, const c
   }
   for (int64_t j = 0; j < k; j++) {
     if (ip[j] < base || ip[j] - base >= n) { /* ip[j] >= base first: no overflow */
-      dp_error("index %" PRId64 " at position %" PRId64 " is out of range %" PRId64 "..%" PRId64, ip[j], j + base,
-               base, n - 1 + base);
+      dp_error("index %" PRId64 " at position %" PRId64 " is out of range %" PRId64 "..%" PRId64, ip[j], j + base, base,
+               n - 1 + base);
       free(pos);
       return NULL;
     }
