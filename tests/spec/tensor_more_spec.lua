@@ -348,6 +348,8 @@ describe("dot, mv, outer, addmm, baddbmm, trace and diag", function()
       dgv3 = ddp.diag(a, -1), dgvn = m:select(2, 1):diag(1), dgi = i:diag(-1), dge = z0:diag(1), dgc = m:diag(7),
       dgneg = m:diag(-5), dgnan = f:diag(), dgu = u:diag(1),
     }
+    -- am3 and bb3 (a NaN input with beta 0) are held to PyTorch's documented rule, the product alone ("nan and
+    -- inf in input will not be propagated"): PyTorch 1.13's baddbmm broke it for one element in one CI run
     local ref = TR.run([[
 a, b, m, mt, q, inp, b1, b2, i, j, u = (T[k] for k in ("a", "b", "m", "mt", "q", "inp", "b1", "b2", "i", "j", "u"))
 in35, m23, bbi, bb2i, bbti, bbtb, f = (T[k] for k in ("in35", "m23", "bbi", "bb2i", "bbti", "bbtb", "f"))
@@ -357,12 +359,12 @@ OUT.update(d=a.dot(b), dn=a[2:7].dot(mt[:, 1]), de=z0.dot(z0), di=i[0].dot(j[:, 
            mve2=torch.zeros(2, 0, dtype=torch.float64).mv(z0), mvi=i.mv(j[:, 1]), ou=torch.outer(a, b[1:5]),
            oun=torch.outer(mt[:, 0], a), oi=torch.outer(i[1], a), oe=torch.outer(z0, a),
            am=torch.addmm(inp, m, q), am2=torch.addmm(inp[0], m, q, beta=0.5, alpha=-2),
-           am3=torch.addmm(torch.full((5, 3), nan, dtype=torch.float64), m, q, beta=0),
+           am3=torch.mm(m, q),
            am4=torch.addmm(inp[:, 0:1], mt, q, alpha=3), amt=torch.addmm(in35.t(), mt, q),
            ami=torch.addmm(i[0][0:3], i, j, beta=2, alpha=3),
            ame=torch.addmm(torch.zeros(2, 0, dtype=torch.float64), m23, torch.zeros(3, 0, dtype=torch.float64)),
            bb=torch.baddbmm(bbi, b1, b2), bb2=torch.baddbmm(bb2i, b1, b2, beta=2, alpha=0.25),
-           bb3=torch.baddbmm(torch.full((2, 3, 5), nan, dtype=torch.float64), b1, b2, beta=0),
+           bb3=torch.bmm(b1, b2),
            bbt=torch.baddbmm(bbti, b1, bbtb.transpose(1, 2)),
            tr=m.trace(), trt=mt.trace(), tri=i.trace(), tre=torch.zeros(0, 3, dtype=torch.float64).trace(), tru=u.trace(),
            dg=m.diag(), dg1=m.diag(2), dgm=m.diag(-3), dgt=mt.diag(1), dgv=a.diag(), dgv2=a.diag(2), dgv3=a.diag(-1),
