@@ -15,7 +15,7 @@ ddp.manual_seed(0)
 local F = ddp.nn.F
 local x, y, p = ddp.randn(1024, 1024), ddp.randn(1024, 1024), ddp.rand(1024, 1024)
 local xg = ddp.randn(1024, 1024):requires_grad_()
-local perm = ddp.randperm(1024) + 1 -- 1-based positions (PyTorch's side: perm - 1)
+local perm = ddp.randperm(1024) -- 1-based positions (PyTorch's side: perm - 1)
 local img = ddp.randn(8, 16, 64, 64)
 local zt, wt = ddp.randn(64, 128, 8, 8), ddp.randn(128, 64, 4, 4)
 
