@@ -325,7 +325,7 @@ typedef struct dp_backend {
   int (*index_select)(dp_tensor *out, const dp_tensor *src, const dp_tensor *idx, int64_t base);
   /* dst[idx[i] - base, :] += src[i, :] */
   int (*index_add)(dp_tensor *dst, const dp_tensor *idx, const dp_tensor *src, int64_t base);
-  /* Along a dim that is not the first: out [outer, k, inner] = x [outer, n,
+  /* Along any dim: out [outer, k, inner] = x [outer, n,
    * inner] at the k positions idx - base of its middle dim (x and out
    * contiguous; an index out of range is an error naming it), and the
    * gradient gx [outer, n, inner] = 0 + gy's rows added at those positions

@@ -1,8 +1,8 @@
 /* index_select along a dimension (gather of rows by position), with its
- * gradient (index_add into zeros). Positions are 1-based from Lua. Along
- * a dim past the first, a backend with index_select_dim / index_add_dim
- * reads the tensor as [outer, n, inner] in place; the others move the dim
- * to the front and back (two copies of the whole tensor each way). */
+ * gradient (index_add into zeros). Positions are 1-based from Lua. A
+ * backend with index_select_dim / index_add_dim reads the tensor as
+ * [outer, n, inner] in place along any dim; the others move the dim to the
+ * front and back (two copies of the whole tensor each way past the first). */
 #include <string.h>
 
 #include "ops/op_util.h"
@@ -21,8 +21,7 @@ static int index_select_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) 
   int64_t base = n->i[1];
   dp_tensor *idx = dp_node_saved(n, 0);
   const dp_backend *be = dp_backend_of(gout[0]);
-  if (dim > 0 && be->index_add_dim && (n->in_dtype[0] == DP_F32 || n->in_dtype[0] == DP_F64) &&
-      gout[0]->dtype == n->in_dtype[0]) {
+  if (be->index_add_dim && (n->in_dtype[0] == DP_F32 || n->in_dtype[0] == DP_F64) && gout[0]->dtype == n->in_dtype[0]) {
     int64_t outer, inner;
     around(n->in_ndim[0], n->in_shape[0], dim, &outer, &inner);
     DP_SCOPE(s);
@@ -60,7 +59,7 @@ dp_tensor *dp_index_select(dp_tensor *x, int dim, dp_tensor *idx, int64_t base) 
   DP_SCOPE(s);
   bool prev = dp_set_grad_enabled(false);
   const dp_backend *be = dp_backend_of(x);
-  bool in_place = dim > 0 && be->index_select_dim;
+  bool in_place = be->index_select_dim != NULL;
   dp_tensor *xt = in_place ? NULL : dp_scope_add(&s, dp_transpose(x, 0, dim));
   dp_tensor *src = in_place ? dp_scope_add(&s, dp_contiguous_raw(x))
                    : xt     ? dp_scope_add(&s, dp_contiguous_raw(xt))

@@ -245,10 +245,8 @@ dp_tensor *dp_mse_loss(dp_tensor *a, dp_tensor *b, dp_reduction red) {
   return dp_autocast_done(&ac, mse_impl(a, b, red));
 }
 
-/* a reduced mse_loss of two float32 CPU tensors of one shape: the sum of
- * squared differences in one pass (dp_sum_squares_raw), no [N] temporaries;
- * its gradient scale * g * (a - b) for a and the negation for b, as the
- * composition's. NULL with *failed unset where it does not apply. */
+/* the fused mse_loss's gradient: scale * g * (a - b) for a and its
+ * negation for b, as the composition's */
 static int mse_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   DP_SCOPE(s);
   dp_tensor *a = dp_node_saved(n, 0), *b = dp_node_saved(n, 1);
@@ -261,6 +259,9 @@ static int mse_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   return 0;
 }
 
+/* a reduced mse_loss of two float32 CPU tensors of one shape: the sum of
+ * squared differences in one pass (dp_sum_squares_raw), no [N]
+ * temporaries. NULL with *failed unset where it does not apply. */
 static dp_tensor *mse_fused(dp_tensor *a, dp_tensor *b, dp_reduction red, bool *failed) {
   bool mask[DP_MAXDIM];
   for (int d = 0; d < DP_MAXDIM; d++) mask[d] = d < a->ndim;
