@@ -96,13 +96,19 @@ def run(k, s, p, op, g, d):
     assert.are.equal(0, bg.grad:abs():max():item())
   end)
 
-  it("runs in bfloat16 under autocast, close to float32", function()
+  it("runs in bfloat16 under autocast, close to float32, gradients too", function()
     ddp.manual_seed(9)
     local x, w = ddp.randn(2, 8, 6, 6), ddp.randn(8, 4, 4, 4) * 0.1
-    local ref = ddp.conv_transpose2d(x, w, nil, 2, 1)
-    local y = ddp.autocast("bfloat16", function() return ddp.conv_transpose2d(x, w, nil, 2, 1) end)
+    local xr, wr = x:clone():requires_grad_(), w:clone():requires_grad_()
+    local ref = ddp.conv_transpose2d(xr, wr, nil, 2, 1)
+    ref:sum():backward()
+    local xg, wg = x:clone():requires_grad_(), w:clone():requires_grad_()
+    local y = ddp.autocast("bfloat16", function() return ddp.conv_transpose2d(xg, wg, nil, 2, 1) end)
     assert.are.equal("bfloat16", y:dtype())
     assert.is_true(maxdiff(y, ref) <= 0.03 * ref:abs():max():item())
+    y:float():sum():backward()
+    assert.is_true(maxdiff(xg.grad, xr.grad) <= 0.03 * xr.grad:abs():max():item(), "input gradient")
+    assert.is_true(maxdiff(wg.grad, wr.grad) <= 0.03 * wr.grad:abs():max():item(), "weight gradient")
   end)
 
   it("names the argument that is wrong", function()

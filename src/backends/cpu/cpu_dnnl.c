@@ -267,6 +267,14 @@ static dp_tensor *widened(const dp_tensor *t, bool *fail) {
   return f;
 }
 
+/* a float32 tensor of t's shape for an output the primitive writes whole (nothing to widen) */
+static dp_tensor *blank(const dp_tensor *t, bool *fail) {
+  if (!t || *fail) return NULL;
+  dp_tensor *f = dp_empty(DP_F32, t->ndim, t->shape, dp_dev(t));
+  if (!f) *fail = true;
+  return f;
+}
+
 static int narrowed(dp_tensor *dst, dp_tensor *src) {
   if (!dst) return 0;
   int rc = dp_cpu_copy(dst, src);
@@ -326,7 +334,7 @@ int dp_dnnl_conv2d(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const d
     if (native) return native;
   }
   bool fail = false;
-  dp_tensor *y32 = widened(y, &fail), *x32 = widened(x, &fail), *w32 = widened(w, &fail), *b32 = widened(b, &fail);
+  dp_tensor *y32 = blank(y, &fail), *x32 = widened(x, &fail), *w32 = widened(w, &fail), *b32 = widened(b, &fail);
   int rc = fail ? dp_error("conv2d: out of memory for the float32 operands of a bfloat16 convolution")
                 : conv2d_run(y32, x32, w32, b32, g, false);
   if (rc > 0 && narrowed(y, y32)) rc = -1;
@@ -348,10 +356,11 @@ int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const d
     if (native) return native;
   }
   bool fail = false;
-  dp_tensor *gy32 = widened(gy, &fail), *x32 = widened(x, &fail), *w32 = widened(w, &fail);
-  dp_tensor *gx32 = widened(gx, &fail), *gw32 = widened(gw, &fail), *gb32 = widened(gb, &fail);
+  /* x is read for the weights' gradient only (conv_transpose2d's forward passes its output there as x) */
+  dp_tensor *gy32 = widened(gy, &fail), *x32 = gw ? widened(x, &fail) : NULL, *w32 = widened(w, &fail);
+  dp_tensor *gx32 = blank(gx, &fail), *gw32 = blank(gw, &fail), *gb32 = blank(gb, &fail);
   int rc = fail ? dp_error("conv2d: out of memory for the float32 operands of a bfloat16 convolution")
-                : conv2d_backward_run(gx32, gw32, gb32, gy32, x32, w32, g, false);
+                : conv2d_backward_run(gx32, gw32, gb32, gy32, x32 ? x32 : gx32, w32, g, false);
   if (rc > 0 && (narrowed(gx, gx32) || narrowed(gw, gw32) || narrowed(gb, gb32))) rc = -1;
   dp_tensor *all[6] = {gy32, x32, w32, gx32, gw32, gb32};
   for (int i = 0; i < 6; i++)
