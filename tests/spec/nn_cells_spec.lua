@@ -520,6 +520,11 @@ describe("nn.Conv1d, nn.ConvTranspose1d, nn.MaxPool1d, nn.AvgPool1d and their fu
     R.assert_error(function() nn.ConvTranspose1d(4, 6, 3)(ddp.randn(6, 5)) end, "ConvTranspose1d(4, 6", "[6, 5]")
     R.assert_error(function() nn.ConvTranspose1d(2, 4, 3, 3)(ddp.randn(1, 2, 5), { 20 }) end, "ConvTranspose1d",
       "valid sizes range from 15 to 17")
+    local ct = nn.ConvTranspose1d(2, 4, 3, 3)
+    local xs = ddp.randn(1, 2, 5)
+    assert.are.same({ 1, 4, 17 }, ct(xs, 17):size()) -- a plain length, or it after the leading dims
+    assert.are.same({ 1, 4, 16 }, ct(xs, { 1, 4, 16 }):size())
+    R.assert_error(function() ct(xs, { 4, 16 }) end, "output_size must be {L} or 3 sizes")
     R.assert_error(function() nn.MaxPool1d(3)(ddp.randn(1, 2, 3, 4)) end, "MaxPool1d(kernel_size=3", "[1, 2, 3, 4]")
     R.assert_error(function() nn.AvgPool1d(4)(ddp.randn(2, 3)) end, "AvgPool1d(kernel_size=(4,)",
       "does not fit the input length 3")

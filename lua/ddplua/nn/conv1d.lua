@@ -306,30 +306,10 @@ function ConvTranspose1d:__init(in_channels, out_channels, kernel_size, ...)
     util.tensor_opts(o))
 end
 
--- output_padding for a wanted output length (PyTorch's _output_padding): {L}, L's with the leading dims, or L
-function ConvTranspose1d:_output_padding(x, output_size)
-  if output_size == nil then return self.output_padding[1] end
-  local want = output_size
-  if type(output_size) == "table" then
-    if #output_size ~= 1 and #output_size ~= x:dim() then
-      E.raise(string.format("%s: output_size must be {L} or %d sizes, got %s", tostring(self), x:dim(),
-        util.value_str(output_size)))
-    end
-    want = output_size[#output_size]
-  end
-  local s = self.stride[1]
-  local small = (x:size(-1) - 1) * s - 2 * self.padding[1] + self.dilation[1] * (self.kernel_size[1] - 1) + 1
-  if math.type(want) ~= "integer" or want < small or want >= small + s then
-    E.raise(string.format("%s: requested an output size of %s, but valid sizes range from %d to %d (for an input " ..
-      "of %s)", tostring(self), util.value_str(output_size), small, small + s - 1, util.shape_str(x)))
-  end
-  return want - small
-end
-
 function ConvTranspose1d:forward(x, output_size)
   check_module_input(self, x)
   return F.conv_transpose1d(x, self.weight, self.bias, self.stride[1], self.padding[1],
-    self:_output_padding(x, output_size), self.groups, self.dilation[1])
+    util.transposed_output_padding(self, x, output_size, 1)[1], self.groups, self.dilation[1])
 end
 
 ConvTranspose1d.extra_repr = conv_repr

@@ -58,34 +58,12 @@ function ConvTranspose2d:__init(in_channels, out_channels, kernel_size, ...)
   end
 end
 
--- output_padding for a wanted output size (PyTorch's _output_padding): each side between the smallest size and
--- that plus stride - 1
-function ConvTranspose2d:_output_padding(x, output_size)
-  if output_size == nil then return self.output_padding end
-  if type(output_size) ~= "table" or (#output_size ~= 2 and #output_size ~= x:dim()) then
-    E.raise(string.format("%s: output_size must be {h, w} or %d sizes, got %s", tostring(self), x:dim(),
-      util.value_str(output_size)))
-  end
-  local op = {}
-  for d = 1, 2 do
-    local want = output_size[#output_size - 2 + d]
-    local small = (x:size(x:dim() - 2 + d) - 1) * self.stride[d] - 2 * self.padding[d] +
-        self.dilation[d] * (self.kernel_size[d] - 1) + 1
-    if math.type(want) ~= "integer" or want < small or want >= small + self.stride[d] then
-      E.raise(string.format("%s: requested an output size of %s, but valid sizes range from %d to %d (for an input "
-        .. "of %s)", tostring(self), util.value_str(output_size), small, small + self.stride[d] - 1, util.shape_str(x)))
-    end
-    op[d] = want - small
-  end
-  return op
-end
-
 function ConvTranspose2d:forward(x, output_size)
   if (x:dim() ~= 4 and x:dim() ~= 3) or x:size(-3) ~= self.in_channels then
     E.raise(string.format("%s: expected input of shape [N, %d, H, W] or [%d, H, W], got %s", tostring(self),
       self.in_channels, self.in_channels, util.shape_str(x)))
   end
-  local op = self:_output_padding(x, output_size)
+  local op = util.transposed_output_padding(self, x, output_size, 2)
   return ddp.conv_transpose2d(x, self.weight, self.bias, util.pair_arg(self.stride[1], self.stride[2]),
     util.pair_arg(self.padding[1], self.padding[2]), util.pair_arg(op[1], op[2]), self.groups,
     util.pair_arg(self.dilation[1], self.dilation[2]))

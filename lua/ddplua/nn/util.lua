@@ -113,6 +113,33 @@ function M.parameter(make)
   return t:requires_grad_()
 end
 
+--- A transposed convolution's output_padding for a wanted output size (PyTorch's _output_padding): m has
+--- stride, padding, dilation, kernel_size and output_padding as lists of k (1 or 2) sizes; output_size is nil (m's
+--- own output_padding), the k sizes, or them after the leading dims (x:dim() sizes), or for k = 1 a plain integer.
+--- Each side must lie between the smallest size and that plus stride - 1. Returns the list of k paddings.
+function M.transposed_output_padding(m, x, output_size, k)
+  if output_size == nil then return m.output_padding end
+  local sizes = output_size
+  if k == 1 and math.type(output_size) == "integer" then sizes = { output_size } end
+  local form = k == 1 and "{L}" or "{h, w}"
+  if type(sizes) ~= "table" or (#sizes ~= k and #sizes ~= x:dim()) then
+    E.raise(string.format("%s: output_size must be %s or %d sizes, got %s", tostring(m), form, x:dim(),
+      M.value_str(output_size)))
+  end
+  local op = {}
+  for d = 1, k do
+    local want = sizes[#sizes - k + d]
+    local small = (x:size(x:dim() - k + d) - 1) * m.stride[d] - 2 * m.padding[d] +
+        m.dilation[d] * (m.kernel_size[d] - 1) + 1
+    if math.type(want) ~= "integer" or want < small or want >= small + m.stride[d] then
+      E.raise(string.format("%s: requested an output size of %s, but valid sizes range from %d to %d (for an input "
+        .. "of %s)", tostring(m), M.value_str(output_size), small, small + m.stride[d] - 1, M.shape_str(x)))
+    end
+    op[d] = want - small
+  end
+  return op
+end
+
 --- A normalisation's affine parameters: weight (ones) and bias (zeros) of n, or both registered as nil.
 function M.norm_affine(m, n, on, topts)
   m:register_parameter("weight", on and M.parameter(function() return ddp.ones(n, topts) end) or nil)
