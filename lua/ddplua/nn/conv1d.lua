@@ -70,8 +70,8 @@ local function padding_of(who, padding, k, stride, dilation)
   return single(who, "padding", padding or 0, true), 0
 end
 
--- [N, C, L] -> [N, C, 1, L]; an unbatched [C, L] -> [1, C, 1, L] (conv_transpose2d's backward takes no unbatched
--- input, so no 2-d op is given one); back with from4d
+-- [N, C, L] -> [N, C, 1, L]; an unbatched [C, L] -> [1, C, 1, L] (every 2-d op gets a batch dim); back with
+-- from4d
 local function to4d(x) return x:dim() == 2 and x:unsqueeze(1):unsqueeze(-2) or x:unsqueeze(-2) end
 local function from4d(y, x) return x:dim() == 2 and y:squeeze(-2):squeeze(1) or y:squeeze(-2) end
 
