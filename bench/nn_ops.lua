@@ -68,6 +68,11 @@ do -- convolutions, norms, pooling at the Fashion-MNIST CNN's shapes (batch 64)
   local block = ddp.nn.Sequential(ddp.nn.BatchNorm2d(32), ddp.nn.ReLU(), ddp.nn.MaxPool2d(2))
   case("batch_norm+relu+max_pool2d 32ch 28x28", function() return block(xb) end, { bytes = 2 * nb + nb // 4 })
   case("avg_pool2d 2x2 32ch 28x28", function() return ddp.avg_pool2d(xb, 2) end, { bytes = nb + nb // 4 })
+  -- the DCGAN example's strided 4x4 layers (batch 64, ngf = ndf = 32, no bias)
+  local zg, wg2 = leaf(64, 128, 7, 7), leaf(128, 64, 4, 4)
+  case("conv_transpose2d 128->64 4x4 s2 pad 1, 7x7 (DCGAN)", function() return ddp.conv_transpose2d(zg, wg2, nil, 2, 1) end)
+  local xd, wd = leaf(64, 32, 14, 14), leaf(64, 32, 4, 4)
+  case("conv2d 32->64 4x4 s2 pad 1, 14x14 (DCGAN)", function() return ddp.conv2d(xd, wd, nil, 2, 1) end)
   local xl, wl, bl = leaf(64, 3136), leaf(3136), leaf(3136)
   case("layer_norm 64x3136", function() return ddp.layer_norm(xl, 3136, wl, bl) end, { bytes = 2 * 64 * 3136 * 4 })
   local xg, wg, bg = leaf(2048, 128), leaf(128), leaf(128)
@@ -88,6 +93,10 @@ do -- softmax family and losses
   case("cross_entropy 2048x256 (GPT)", function() return F.cross_entropy(lg, tg) end, { bytes = 2048 * 256 * 4 })
   local lm, tm = leaf(64, 10), (ddp.rand(64) * 10):long() + 1
   case("cross_entropy 64x10 (MLP)", function() return F.cross_entropy(lm, tm) end)
+  -- the VAE example's reconstruction loss (sum over the batch's pixels)
+  local pb, tb = ddp.rand(64, 784):requires_grad_(), ddp.rand(64, 784)
+  case("binary_cross_entropy 64x784 (VAE)", function() return F.binary_cross_entropy(pb, tb, nil, "sum") end,
+    { bytes = 2 * 64 * 784 * 4 })
 end
 
 do -- elementwise: activations, broadcasting, reductions, copies
@@ -96,6 +105,7 @@ do -- elementwise: activations, broadcasting, reductions, copies
     local fn = F[name]
     case(name .. " 1024x1024", function() return fn(x) end, { bytes = 2 * 4 * MB })
   end
+  case("leaky_relu 0.2 1024x1024 (DCGAN)", function() return F.leaky_relu(x, 0.2) end, { bytes = 2 * 4 * MB })
   local a, b = leaf(4096, 1024), leaf(1024)
   case("add broadcast 4096x1024 + 1024", function() return a + b end, { bytes = 2 * 16 * MB })
   local m1, m2 = leaf(1024, 1024), leaf(1024, 1024)

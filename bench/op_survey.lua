@@ -18,6 +18,7 @@ local xg = ddp.randn(1024, 1024):requires_grad_()
 local perm = ddp.randperm(1024) -- 1-based positions (PyTorch's side: perm - 1)
 local img = ddp.randn(8, 16, 64, 64)
 local zt, wt = ddp.randn(64, 128, 8, 8), ddp.randn(128, 64, 4, 4)
+local gw, gb = ddp.randn(16), ddp.randn(16)
 
 -- name, ddplua, PyTorch (x, y, p, xg as here; torch and F imported)
 local cases = {
@@ -63,13 +64,16 @@ local cases = {
     "F.interpolate(img, scale_factor=2, mode='bilinear')" },
   { "conv_transpose2d 4x4 s2", function() return ddp.conv_transpose2d(zt, wt, nil, 2, 1) end,
     "F.conv_transpose2d(zt, wt, None, 2, 1)" },
+  { "group_norm 4 groups", function() return F.group_norm(img, 4, gw, gb) end, "F.group_norm(img, 4, gw, gb)" },
+  { "instance_norm", function() return F.instance_norm(img) end, "F.instance_norm(img)" },
 }
 
 local py = { "import time, torch", "import torch.nn.functional as F", "torch.set_num_threads(1)",
   "torch.manual_seed(0)", "x, y, p = torch.randn(1024, 1024), torch.randn(1024, 1024), torch.rand(1024, 1024)",
   "xg = torch.randn(1024, 1024, requires_grad=True)",
   "perm, img = torch.randperm(1024) + 1, torch.randn(8, 16, 64, 64)",
-  "zt, wt = torch.randn(64, 128, 8, 8), torch.randn(128, 64, 4, 4)", "def med(f):",
+  "zt, wt = torch.randn(64, 128, 8, 8), torch.randn(128, 64, 4, 4)", "gw, gb = torch.randn(16), torch.randn(16)",
+  "def med(f):",
   "    for _ in range(3): f()", "    t = []", "    for _ in range(" .. cfg.runs .. "):",
   "        t0 = time.perf_counter(); f(); t.append((time.perf_counter() - t0) * 1e3)",
   "    t.sort(); return t[(len(t) - 1) // 2]" }

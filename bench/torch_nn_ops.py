@@ -84,6 +84,10 @@ case("max_pool2d 2x2 32ch 28x28", lambda: F.max_pool2d(xb, 2), nbytes=nb + nb //
 block = torch.nn.Sequential(torch.nn.BatchNorm2d(32), torch.nn.ReLU(), torch.nn.MaxPool2d(2))
 case("batch_norm+relu+max_pool2d 32ch 28x28", lambda: block(xb), nbytes=2 * nb + nb // 4)
 case("avg_pool2d 2x2 32ch 28x28", lambda: F.avg_pool2d(xb, 2), nbytes=nb + nb // 4)
+zg, wg2 = leaf(64, 128, 7, 7), leaf(128, 64, 4, 4)
+case("conv_transpose2d 128->64 4x4 s2 pad 1, 7x7 (DCGAN)", lambda: F.conv_transpose2d(zg, wg2, None, 2, 1))
+xd, wd = leaf(64, 32, 14, 14), leaf(64, 32, 4, 4)
+case("conv2d 32->64 4x4 s2 pad 1, 14x14 (DCGAN)", lambda: F.conv2d(xd, wd, None, 2, 1))
 xl, wl, bl = leaf(64, 3136), leaf(3136), leaf(3136)
 case("layer_norm 64x3136", lambda: F.layer_norm(xl, (3136,), wl, bl), nbytes=2 * 64 * 3136 * 4)
 xg, wg, bg = leaf(2048, 128), leaf(128), leaf(128)
@@ -101,12 +105,16 @@ lg, tg = leaf(2048, 256), (torch.rand(2048) * 256).long()
 case("cross_entropy 2048x256 (GPT)", lambda: F.cross_entropy(lg, tg), nbytes=2048 * 256 * 4)
 lm, tm = leaf(64, 10), (torch.rand(64) * 10).long()
 case("cross_entropy 64x10 (MLP)", lambda: F.cross_entropy(lm, tm))
+pb, tb = torch.rand(64, 784).requires_grad_(), torch.rand(64, 784)
+case("binary_cross_entropy 64x784 (VAE)", lambda: F.binary_cross_entropy(pb, tb, reduction="sum"),
+     nbytes=2 * 64 * 784 * 4)
 
 # elementwise: activations, broadcasting, reductions, copies
 xe = leaf(1024, 1024)
 for name in ("relu", "gelu", "tanh", "sigmoid"):
     fn = getattr(torch, name) if name in ("tanh", "sigmoid") else getattr(F, name)
     case(f"{name} 1024x1024", (lambda fn=fn: fn(xe)), nbytes=2 * 4 * MB)
+case("leaky_relu 0.2 1024x1024 (DCGAN)", lambda: F.leaky_relu(xe, 0.2), nbytes=2 * 4 * MB)
 aa, bv = leaf(4096, 1024), leaf(1024)
 case("add broadcast 4096x1024 + 1024", lambda: aa + bv, nbytes=2 * 16 * MB)
 m1, m2 = leaf(1024, 1024), leaf(1024, 1024)

@@ -93,7 +93,9 @@ enum { ALL, DEVICE, OPTIONAL };
   X(moments, OPTIONAL)                                                                                                 \
   X(sum_squares, OPTIONAL)                                                                                             \
   X(index_select_dim, OPTIONAL)                                                                                        \
-  X(index_add_dim, OPTIONAL)
+  X(index_add_dim, OPTIONAL)                                                                                           \
+  X(resample_dim, OPTIONAL)                                                                                            \
+  X(resample_dim_backward, OPTIONAL)
 #define DP_COUNT_ENTRY(field, who) +1
 /* every member is a pointer: a member added to dp_backend but not listed here fails to compile */
 _Static_assert(sizeof(dp_backend) == sizeof(void *) * (0 DP_BACKEND_ENTRIES(DP_COUNT_ENTRY)),

@@ -335,6 +335,17 @@ typedef struct dp_backend {
                           int64_t inner, int64_t base);
   int (*index_add_dim)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, int64_t outer, int64_t n,
                        int64_t inner, int64_t base);
+  /* T weighted taps along a dim (F.interpolate's linear modes): x
+   * contiguous [outer, n, inner], out [outer, k, inner], idx int64 and w
+   * (x's dtype) contiguous [T, k]: out[o, j, :] = w[0, j] * x[o, idx[0, j]
+   * - base, :] + ... + w[T-1, j] * x[o, idx[T-1, j] - base, :], summed in
+   * tap order; the gradient gx = 0 + w[t, j] * gy[o, j, :] added at those
+   * positions (float32 / float64; an index out of range is an error naming
+   * it). NULL: the op layer composes index_select, mul and add. */
+  int (*resample_dim)(dp_tensor *out, const dp_tensor *x, const dp_tensor *idx, const dp_tensor *w, int64_t outer,
+                      int64_t n, int64_t inner, int64_t base);
+  int (*resample_dim_backward)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, const dp_tensor *w,
+                               int64_t outer, int64_t n, int64_t inner, int64_t base);
 
   /* ---- indexing, sorting, scans (ops/index_ops.c); index tensors int64 ---- */
   /* out = cond ? a : b; cond uint8 (nonzero: true), a, b in out's dtype,

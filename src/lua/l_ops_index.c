@@ -55,6 +55,14 @@ static bool field_bool(lua_State *L, int idx, const char *key, const char *op, b
   return v;
 }
 
+/* core.resample_dim(x, dim, idx, w): T weighted taps along dim (nn/resample.lua's linear modes): idx an int64
+ * tensor [T, k] of 1-based positions, w [T, k] in x's dtype; out[.., j, ..] = sum_t w[t, j] * x[.., idx[t, j], ..] */
+static int l_resample_dim(lua_State *L) {
+  dp_tensor *x = lt_check(L, 1);
+  int d = lt_check_dim(L, 2, x->ndim, 0);
+  return lt_push(L, dp_resample_dim(x, d, lt_check(L, 3), lt_check(L, 4), 1));
+}
+
 /* ---- where / masked_fill / tril / triu ---- */
 static int l_where(lua_State *L) {
   dp_tensor *cond = lt_check(L, 1);
@@ -435,7 +443,8 @@ void lt_open_model_ops(lua_State *L, int module, int methods) {
                                   {NULL, NULL}};
   static const luaL_Reg meths[] = {
       {"repeat_", l_repeat}, {"scatter_", l_scatter_i}, {"scatter_add_", l_scatter_add_i}, {NULL, NULL}};
-  static const luaL_Reg funcs[] = {{"where", l_where}, {"randint", l_randint}, {NULL, NULL}};
+  static const luaL_Reg funcs[] = {
+      {"where", l_where}, {"randint", l_randint}, {"resample_dim", l_resample_dim}, {NULL, NULL}};
   lua_pushvalue(L, methods);
   luaL_setfuncs(L, both, 0);
   luaL_setfuncs(L, meths, 0);

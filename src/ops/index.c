@@ -2,7 +2,13 @@
  * gradient (index_add into zeros). Positions are 1-based from Lua. A
  * backend with index_select_dim / index_add_dim reads the tensor as
  * [outer, n, inner] in place along any dim; the others move the dim to the
- * front and back (two copies of the whole tensor each way past the first). */
+ * front and back (two copies of the whole tensor each way past the first).
+ *
+ * resample_dim: T weighted taps along a dim (F.interpolate's linear modes,
+ * one call per spatial dim): out[.., j, ..] = sum_t w[t, j] * x[.., idx[t,
+ * j], ..], the gradient for x only (the weights are constants of the
+ * sizes). Backends without resample_dim compose it from index_select, mul
+ * and add, autograd running through the composition. */
 #include <string.h>
 
 #include "ops/op_util.h"
@@ -92,6 +98,84 @@ dp_tensor *dp_index_select(dp_tensor *x, int dim, dp_tensor *idx, int64_t base) 
     n->i[0] = dim;
     n->i[1] = base;
     dp_node_save(n, ic);
+    dp_node_attach(n, out, 0);
+    dp_node_release(n);
+  }
+  return out;
+}
+
+static int resample_dim_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  int dim = (int)n->i[0];
+  int64_t base = n->i[1], outer, inner;
+  dp_tensor *idx = dp_node_saved(n, 0), *w = dp_node_saved(n, 1);
+  around(n->in_ndim[0], n->in_shape[0], dim, &outer, &inner);
+  DP_SCOPE(s);
+  dp_tensor *gy = dp_scope_add(&s, dp_contiguous_raw(gout[0]));
+  dp_tensor *gx = gy ? dp_scope_add(&s, dp_empty(n->in_dtype[0], n->in_ndim[0], n->in_shape[0], dp_dev(gy))) : NULL;
+  if (!gx || dp_backend_of(gy)->resample_dim_backward(gx, gy, idx, w, outer, n->in_shape[0][dim], inner, base))
+    return -1;
+  gin[0] = dp_scope_keep(&s, gx);
+  return 0;
+}
+
+/* sum_t index_select(x, dim, idx[t]) * w[t] (shaped along dim), autograd through the ops */
+static dp_tensor *resample_composed(dp_tensor *x, int dim, dp_tensor *idx, dp_tensor *w, int64_t base) {
+  DP_SCOPE(s);
+  dp_tensor *y = NULL;
+  int64_t sh[DP_MAXDIM];
+  for (int d = 0; d < x->ndim; d++) sh[d] = 1;
+  sh[dim] = idx->shape[1];
+  for (int64_t t = 0; t < idx->shape[0]; t++) {
+    dp_tensor *it = dp_scope_add(&s, dp_select(idx, 0, t));
+    dp_tensor *wt = dp_scope_add(&s, dp_select(w, 0, t));
+    dp_tensor *wv = wt ? dp_scope_add(&s, dp_reshape(wt, x->ndim, sh)) : NULL;
+    dp_tensor *xs = it && wv ? dp_scope_add(&s, dp_index_select(x, dim, it, base)) : NULL;
+    dp_tensor *term = xs ? dp_scope_add(&s, dp_mul(xs, wv)) : NULL;
+    if (!term) return NULL;
+    y = y ? dp_scope_add(&s, dp_add(y, term)) : term;
+    if (!y) return NULL;
+  }
+  return dp_scope_keep(&s, y);
+}
+
+dp_tensor *dp_resample_dim(dp_tensor *x, int dim, dp_tensor *idx, dp_tensor *w, int64_t base) {
+  if (dp_check_dim("resample", x, dim)) return NULL;
+  if (!dp_dtype_is_float(x->dtype)) {
+    dp_error("resample: expected a floating-point input, got %s", dp_dtype_name(x->dtype));
+    return NULL;
+  }
+  if (idx->dtype != DP_I64 || idx->ndim != 2 || idx->shape[0] < 1) {
+    dp_error("resample: the positions must be a 2-d int64 tensor [taps >= 1, k], got %s of shape %s",
+             dp_dtype_name(idx->dtype), SHAPE(idx));
+    return NULL;
+  }
+  if (w->dtype != x->dtype || w->ndim != 2 || w->shape[0] != idx->shape[0] || w->shape[1] != idx->shape[1]) {
+    dp_error("resample: the weights must be a %s tensor of the positions' shape %s, got %s of shape %s",
+             dp_dtype_name(x->dtype), SHAPE(idx), dp_dtype_name(w->dtype), SHAPE(w));
+    return NULL;
+  }
+  if (dp_check_same_device("resample", x, idx) || dp_check_same_device("resample", x, w)) return NULL;
+  const dp_backend *be = dp_backend_of(x);
+  if (!be->resample_dim || !be->resample_dim_backward || (x->dtype != DP_F32 && x->dtype != DP_F64))
+    return resample_composed(x, dim, idx, w, base);
+  DP_SCOPE(s);
+  dp_tensor *xc = dp_scope_add(&s, dp_contiguous_raw(x));
+  dp_tensor *ic = xc ? dp_scope_add(&s, dp_contiguous_raw(idx)) : NULL;
+  dp_tensor *wc = ic ? dp_scope_add(&s, dp_contiguous_raw(w)) : NULL;
+  if (!wc) return NULL;
+  int64_t sh[DP_MAXDIM], outer, inner;
+  memcpy(sh, x->shape, sizeof sh);
+  sh[dim] = idx->shape[1];
+  around(x->ndim, x->shape, dim, &outer, &inner);
+  dp_tensor *out = dp_scope_add(&s, dp_empty(x->dtype, x->ndim, sh, dp_dev(x)));
+  if (!out || be->resample_dim(out, xc, ic, wc, outer, x->shape[dim], inner, base)) return NULL;
+  dp_scope_keep(&s, out);
+  if (dp_any_requires_grad(1, &x)) {
+    dp_node *n = dp_node_new("ResampleBackward", resample_dim_backward, 1, &x, 1);
+    n->i[0] = dim;
+    n->i[1] = base;
+    dp_node_save(n, ic);
+    dp_node_save(n, wc);
     dp_node_attach(n, out, 0);
     dp_node_release(n);
   }

@@ -262,9 +262,10 @@ static int batch_norm_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   if (dp_node_needs(n, 0)) {
     if (training) {
       gin[0] = bn_backward_elemt(gout[0], x, mean, invstd, w, b, relu, sum_dy, sum_dy_xhat, count);
-    } else { /* running statistics are constants: gx = gy * w * invstd */
+    } else { /* running statistics are constants: gx = gy * w * invstd (the count unused: an empty batch's 0
+              * would be refused) */
       dp_tensor *z = dp_scope_add(&s, dp_zeros_like(sum_dy));
-      gin[0] = z ? bn_backward_elemt(gout[0], x, mean, invstd, w, b, relu, z, z, count) : NULL;
+      gin[0] = z ? bn_backward_elemt(gout[0], x, mean, invstd, w, b, relu, z, z, count > 0 ? count : 1) : NULL;
     }
     if (!gin[0]) return -1;
   }

@@ -130,6 +130,9 @@ dp_tensor *dp_squeeze(dp_tensor *t, int dim); /* dim < 0: all size-1 dims */
 dp_tensor *dp_cat(int n, dp_tensor *const *ts, int dim);
 /* Rows of x along dim at positions idx (1-d int64, + base) (ops/index.c). */
 dp_tensor *dp_index_select(dp_tensor *x, int dim, dp_tensor *idx, int64_t base);
+/* T weighted taps along dim: out[.., j, ..] = sum_t w[t, j] * x[.., idx[t, j] - base, ..] (idx int64 [T, k], w
+ * x's dtype [T, k]; ops/index.c) */
+dp_tensor *dp_resample_dim(dp_tensor *x, int dim, dp_tensor *idx, dp_tensor *w, int64_t base);
 
 /* ---- reductions (ops/reduce.c) ---- */
 /* dims: list of 0-based dims (n = 0 means all). */

@@ -107,6 +107,14 @@ K.entries = {
     end,
   },
   {
+    id = "interpolate_nonfinite",
+    ops = { "interpolate_linear" },
+    explains = function(case, _, detail)
+      local a, b = pair(detail)
+      return case.n_special > 0 and a ~= nil and b ~= nil and (nonfinite(a) or nonfinite(b))
+    end,
+  },
+  {
     id = "winograd_rounding",
     ops = { "conv2d_winograd" },
     explains = function(case, _, detail)

@@ -460,6 +460,32 @@ add({ name = "index_select", lua = "x:index_select(A.dim, idx)", torch = "torch.
     return { dim = dim }
   end })
 
+-- F.interpolate's linear modes (core.resample_dim per spatial dim); nearest is index_select, checked above
+add({ name = "interpolate_linear",
+  lua = "ddp.nn.F.interpolate(x, {size = A.size, scale_factor = A.scale_factor, mode = A.mode, " ..
+    "align_corners = A.align_corners})",
+  torch = "F.interpolate(x, size=A['size'], scale_factor=A['scale_factor'], mode=A['mode'], " ..
+    "align_corners=A['align_corners'])",
+  gen = function(g)
+    local ns = g:pick({ 1, 2 })
+    local spatial, size, sf = {}, nil, nil
+    for i = 1, ns do spatial[i] = g:int(1, 7) end
+    if g:chance(0.5) then
+      size = {}
+      for i = 1, ns do size[i] = g:int(1, 9) end
+    else
+      sf = {}
+      for i = 1, ns do
+        repeat sf[i] = g:pick({ 0.5, 0.75, 1.5, 2, 3, 1.3 }) until math.floor(spatial[i] * sf[i]) >= 1
+      end
+    end
+    local shape = { g:pick({ 1, 2, 0 }), g:int(1, 3) }
+    for i = 1, ns do shape[2 + i] = spatial[i] end
+    g:tensor("x", shape, g:pick(FLOATS))
+    return { size = size, scale_factor = sf, mode = ns == 1 and "linear" or "bilinear",
+      align_corners = g:pick({ true, false }) }
+  end, tol = { float32 = { 1e-5, 1e-6 } } })
+
 -- ---- optimizers: a few steps with given gradients (helpers.lua's optim_steps; torch.optim on the other side) ----
 for _, opt in ipairs({ "SGD", "Adam", "AdamW" }) do
   add({ name = "optim_" .. opt:lower(), lua = "optim_steps(p, g, A)", torch = "optim_steps(p, g, A)", grad = false,

@@ -179,9 +179,13 @@ describe("nn.GroupNorm / F.group_norm", function()
               { "b", b4, grad = true } },
             lua = function(I) return F.group_norm(I.x, 2, I.w, I.b, 0.5) end,
             py = "out = F.group_norm(I['x'], 2, I['w'], I['b'], 0.5)" },
+          { "group_norm G=2 on an empty batch [0, 4, 3] (zero weight and bias gradients)",
+            inputs = { { "x", ddp.zeros(0, 4, 3), grad = true }, { "w", w4, grad = true }, { "b", b4, grad = true } },
+            lua = function(I) return F.group_norm(I.x, 2, I.w, I.b) end,
+            py = "out = F.group_norm(I['x'], 2, I['w'], I['b'])" },
         }
       end))
-      assert.are.equal(14, n)
+      assert.are.equal(16, n)
     end)
 
   it("match a plain-Lua float64 reference (no PyTorch needed)", function()

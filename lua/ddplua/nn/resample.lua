@@ -7,8 +7,8 @@
 --     [N, C, H, W]. The source positions are PyTorch 1.13's CPU kernels': nearest takes floor(dst * scale), linear
 --     the two neighbours of scale * (dst + 0.5) - 0.5 (clamped at 0; scale * dst with align_corners), with scale =
 --     1 / scale_factor when a scale factor is given (and recompute_scale_factor is not true), else in / out, computed
---     in float32 for float32 inputs as PyTorch's kernels do. Bilinear is two separable 1-d passes (H, then W), each
---     the two neighbours' index_select times their weights.
+--     in float32 for float32 inputs as PyTorch's kernels do. Bilinear is two separable 1-d passes (W, then H), each
+--     one core.resample_dim (src/ops/index.c: the two neighbours times their weights, in one kernel).
 --   nn.Upsample(size, scale_factor, mode, align_corners, recompute_scale_factor), nn.UpsamplingNearest2d(size,
 --     scale_factor), nn.UpsamplingBilinear2d(size, scale_factor) (align_corners=true, as PyTorch's).
 --   F.pixel_shuffle(x, r), F.pixel_unshuffle(x, r), nn.PixelShuffle(r), nn.PixelUnshuffle(r): reshape and permute.
@@ -83,13 +83,9 @@ local function is_list(v) return type(v) == "table" and getmetatable(v) == nil e
 local function f32(v) return (string.unpack("<f", string.pack("<f", v))) end
 local function rounding(x) if x:dtype() == "float64" then return function(v) return v end end return f32 end
 
--- a [1, ..., n, ..., 1] tensor of x's dtype and device holding `values` along dim d of a rank-nd tensor
-local function along(values, d, nd, x)
-  local shape = {}
-  for i = 1, nd do shape[i] = 1 end
-  shape[d] = #values
-  return ddp.tensor(values, { dtype = x:dtype(), device = x:device() }):view(shape)
-end
+-- the [T, k] tensor of dtype dt on x's device holding T lists of k values (the taps of core.resample_dim)
+local function taps(lists, dt, x) return ddp.tensor(lists, { dtype = dt, device = x:device() }) end
+local resample_dim = ddp.core.resample_dim
 
 -- ---- interpolate ---------------------------------------------------------------------------------------------
 
@@ -234,14 +230,16 @@ local function interpolate(who, x, size, scale_factor, mode, align_corners, reco
   end
   local rnd = rounding(x)
   local y = x
-  for i = 1, ns do
+  -- the last dim first: PyTorch's kernels sum the last dim's taps innermost, and the gather along it runs on the
+  -- smaller tensor when upsampling
+  for i = ns, 1, -1 do
     local d, n_in, n_out = i + 2, x:size(i + 2), out_size[i]
     if mode == "nearest" then
       local idx, identity = nearest_indices(n_in, n_out, scales[i], rnd)
       if not identity then y = y:index_select(d, idx) end
     else
       local i0, i1, w0, w1 = linear_weights(n_in, n_out, align_corners or false, scales[i], rnd)
-      if i0 then y = y:index_select(d, i0) * along(w0, d, nd, x) + y:index_select(d, i1) * along(w1, d, nd, x) end
+      if i0 then y = resample_dim(y, d, taps({ i0, i1 }, "int64", x), taps({ w0, w1 }, x:dtype(), x)) end
     end
   end
   if y == x then y = x:clone() end -- PyTorch returns a new tensor even when nothing changes

@@ -73,6 +73,10 @@ int dp_cpu_index_select_dim(dp_tensor *out, const dp_tensor *x, const dp_tensor 
                             int64_t inner, int64_t base);
 int dp_cpu_index_add_dim(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, int64_t outer, int64_t n,
                          int64_t inner, int64_t base);
+int dp_cpu_resample_dim(dp_tensor *out, const dp_tensor *x, const dp_tensor *idx, const dp_tensor *w, int64_t outer,
+                        int64_t n, int64_t inner, int64_t base);
+int dp_cpu_resample_dim_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, const dp_tensor *w,
+                                 int64_t outer, int64_t n, int64_t inner, int64_t base);
 int dp_cpu_bn_forward(dp_tensor *y, const dp_bn_args *a);
 int dp_cpu_bn_backward_reduce(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_bn_args *a);
 int dp_cpu_bn_backward_elemt(dp_tensor *gx, const dp_bn_args *a);
