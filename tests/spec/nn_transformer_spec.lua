@@ -162,6 +162,21 @@ for i, (nf, act) in enumerate([(False, "relu"), (True, "gelu")]):
     end
   end)
 
+  it("take settings positionally, then the rest by name, as PyTorch's keywords follow its positional ones", function()
+    local layer = nn.TransformerEncoderLayer(8, 2, 16, 0.0, { batch_first = true, norm_first = true })
+    assert.are.same({ 16, 8 }, layer.linear1.weight:size())
+    assert.is_true(layer.batch_first and layer.norm_first and layer.self_attn.batch_first)
+    assert.are.equal(0, layer.dropout.p)
+    assert.are.same({ 3, 5, 8 }, layer(ddp.randn(3, 5, 8)):size())
+    local mha = nn.MultiheadAttention(8, 2, 0.25, { batch_first = true })
+    assert.are.equal(0.25, mha.dropout)
+    assert.is_true(mha.batch_first)
+    R.assert_error(function() nn.TransformerEncoderLayer(8, 2, 16, { dim_feedforward = 32 }) end,
+      "dim_feedforward is given twice")
+    R.assert_error(function() nn.MultiheadAttention(8, 2, 0.0, { heads = 2 }) end, "unknown option 'heads'")
+    R.assert_error(function() nn.MultiheadAttention(8, 2, { batch_first = true }, 0.0) end,
+      "an options table must come last")
+  end)
   it("rejects bad arguments", function()
     R.assert_error(function() nn.TransformerEncoderLayer(8, 2, { activation = "tanh" }) end,
       "activation should be \"relu\", \"gelu\" or a function")

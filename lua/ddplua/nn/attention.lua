@@ -1,5 +1,5 @@
--- nn.MultiheadAttention(embed_dim, num_heads [, dropout [, bias]] | {dropout=0, bias=true, batch_first=false,
--- dtype=, device=}) with PyTorch's parameters (in_proj_weight [3E, E], xavier-uniform; in_proj_bias [3E], zero;
+-- nn.MultiheadAttention(embed_dim, num_heads [, dropout [, bias ...]] [, {dropout=0, bias=true, batch_first=false,
+-- dtype=, device=}]) (positional settings, then the rest by name) with PyTorch's parameters (in_proj_weight [3E, E], xavier-uniform; in_proj_bias [3E], zero;
 -- out_proj.weight, out_proj.bias, zero), so its state_dicts load:
 --
 --   out, weights = mha(query, key, value [, {key_padding_mask=, need_weights=true, attn_mask=,
@@ -25,15 +25,7 @@ local MHA = Module:extend("MultiheadAttention")
 local OPTIONS = { "dropout", "bias", "add_bias_kv", "add_zero_attn", "kdim", "vdim", "batch_first", "dtype", "device" }
 
 function MHA:__init(embed_dim, num_heads, ...)
-  local n, first = select("#", ...), ...
-  local o
-  if n == 1 and type(first) == "table" then
-    o = util.check_opts("MultiheadAttention", first, OPTIONS)
-  else
-    if n > 6 then error("MultiheadAttention: too many arguments", 3) end
-    o = {}
-    for i = 1, n do o[OPTIONS[i]] = select(i, ...) end
-  end
+  local o = util.args("MultiheadAttention", OPTIONS, ...) -- positional settings, then the rest by name
   self.embed_dim = util.check_int("MultiheadAttention", "embed_dim", embed_dim)
   self.num_heads = util.check_int("MultiheadAttention", "num_heads", num_heads)
   if embed_dim % num_heads ~= 0 then

@@ -2,9 +2,9 @@
 -- structure and parameter names (self_attn.*, linear1, linear2, norm1,
 -- norm2; layers.0...., norm), so their state_dicts load:
 --
---   nn.TransformerEncoderLayer(d_model, nhead [, dim_feedforward [, dropout [, activation]]] |
+--   nn.TransformerEncoderLayer(d_model, nhead [, dim_feedforward [, dropout [, activation ...]]] [,
 --       {dim_feedforward=2048, dropout=0.1, activation="relu"|"gelu"|function, layer_norm_eps=1e-5,
---        batch_first=false, norm_first=false, dtype=, device=})
+--        batch_first=false, norm_first=false, dtype=, device=}])   (positional settings, then the rest by name)
 --   layer(src [, {src_mask=, src_key_padding_mask=, is_causal=}])
 --   nn.TransformerEncoder(layer, num_layers [, {norm=}])   -- num_layers copies of layer (PyTorch's deepcopy)
 --   encoder(src [, {mask=, src_key_padding_mask=, is_causal=}])
@@ -29,15 +29,7 @@ local LAYER_OPTIONS = { "dim_feedforward", "dropout", "activation", "layer_norm_
   "dtype", "device" }
 
 function Layer:__init(d_model, nhead, ...)
-  local n, first = select("#", ...), ...
-  local o
-  if n == 1 and type(first) == "table" then
-    o = util.check_opts("TransformerEncoderLayer", first, LAYER_OPTIONS)
-  else
-    if n > 7 then error("TransformerEncoderLayer: too many arguments", 3) end
-    o = {}
-    for i = 1, n do o[LAYER_OPTIONS[i]] = select(i, ...) end
-  end
+  local o = util.args("TransformerEncoderLayer", LAYER_OPTIONS, ...)
   local dff = o.dim_feedforward or 2048
   local p = o.dropout == nil and 0.1 or o.dropout
   local act = o.activation or "relu"
