@@ -63,7 +63,8 @@ local EXPORTS = {
       "SyncBatchNorm", "ReLU", "GELU", "LeakyReLU", "ELU", "SiLU", "Softplus", "Tanh", "Sigmoid", "Dropout", "Dropout2d",
       "Flatten", "Embedding", "LayerNorm", "CrossEntropyLoss", "NLLLoss", "MSELoss", "F", "init", "ModuleList",
       "ModuleDict", "Identity", "AdaptiveAvgPool2d", "RNN", "LSTM", "GRU", "MultiheadAttention",
-      "TransformerEncoderLayer", "TransformerEncoder", "utils",
+      "TransformerEncoderLayer", "TransformerEncoder", "utils", "Softmax", "LogSoftmax", "Softmin", "GLU", "PReLU",
+      "Unflatten", "CosineSimilarity", "PairwiseDistance", "Parameter",
     },
   },
   F = {
@@ -75,6 +76,7 @@ local EXPORTS = {
       "pixel_unshuffle", "pad",
       "avg_pool2d", "batch_norm", "layer_norm", "dropout", "dropout2d", "embedding", "cross_entropy", "mse_loss", "nll_loss",
       "scaled_dot_product_attention", "self_attention_qkv", "self_attention_qkv_composed", "adaptive_avg_pool2d",
+      "softmin", "glu", "prelu", "cosine_similarity", "pairwise_distance", "normalize", "one_hot",
     },
   },
   optim = { form = "optim.", names = { "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Optimizer", "lr_scheduler" } },

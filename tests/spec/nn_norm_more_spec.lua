@@ -8,10 +8,11 @@ local gc = require "helpers.gradcheck"
 local R = require "helpers.ref"
 local TR = require "helpers.torch_ref"
 local U = require "helpers.io_util"
+local TC = require "helpers.torch_cases"
 local nn, F = ddp.nn, ddp.nn.F
 
 local NO_TORCH = "skipped: /usr/bin/python3 cannot import torch"
-local TOL = { float64 = { 1e-12, 1e-10 }, float32 = { 2e-5, 1e-5 } }
+local TOL = TC.TOL
 
 local function t34(t) return t:transpose(3, 4) end
 local function t23(t) return t:transpose(2, 3) end
@@ -23,73 +24,6 @@ local function params(m, w, b)
     if b then m.bias:copy_(b) end
   end)
   return m
-end
-
--- Runs every case in ddplua and, in one PyTorch body, in PyTorch; compares the output and the gradients of
--- sum(out * G) (G fixed random weights). A case: { label, dtype =, inputs = { { name, tensor (float64), view = fn,
--- grad = true }, ... }, lua = function(I) -> out [, {name = tensor whose .grad is name's gradient}], py = "<Python
--- lines that set out, and P[name] where name's gradient is another tensor's (a module's parameter)>" }. The op sees
--- view(leaf) (a transpose: non-contiguous); PyTorch gets its values as I[name] (with requires_grad where grad).
-local function check_cases(cases)
-  local inputs, runs, body = {}, {}, { "import torch.nn as nn, torch.nn.functional as F" }
-  for i, c in ipairs(cases) do
-    local dt = c.dtype
-    local key = string.format("c%02d", i)
-    local I, leaves, grads = {}, {}, {}
-    body[#body + 1] = "I, P = {}, {}"
-    for _, inp in ipairs(c.inputs) do
-      local name = inp[1]
-      local leaf = inp[2]:to(dt):clone()
-      if inp.grad then leaf:requires_grad_(); grads[#grads + 1] = name end
-      leaves[name] = leaf
-      I[name] = inp.view and inp.view(leaf) or leaf
-      inputs[key .. "." .. name] = I[name]:detach():contiguous()
-      body[#body + 1] = string.format("I[%q] = T[%q].clone().requires_grad_(%s)", name, key .. "." .. name,
-        inp.grad and "True" or "False")
-    end
-    local out, P = c.lua(I)
-    assert(out:dtype() == dt, c[1] .. ": a " .. dt .. " input gave a " .. out:dtype() .. " output")
-    local G = R.randn(out:size(), 100 + i):to(dt)
-    inputs[key .. ".G"] = G
-    if #grads > 0 then (out * G):sum():backward() end
-    body[#body + 1] = c.py
-    body[#body + 1] = string.format("OUT[%q] = out", key .. ".out")
-    if #grads > 0 then
-      body[#body + 1] = string.format("(out * T[%q]).sum().backward()", key .. ".G")
-      for _, name in ipairs(grads) do
-        body[#body + 1] = string.format("OUT[%q] = P.get(%q, I[%q]).grad", key .. ".grad_" .. name, name, name)
-      end
-    end
-    runs[#runs + 1] = { key = key, case = c, out = out, leaves = leaves, P = P or {} }
-  end
-  local ref = TR.run(table.concat(body, "\n") .. "\n", inputs)
-  for _, r in ipairs(runs) do
-    local dt = r.case.dtype
-    local tol, what = TOL[dt], r.case[1] .. " (" .. dt .. ")"
-    R.assert_close(r.out:detach(), R.from(ref[r.key .. ".out"]), tol[1], tol[2], what .. ": output")
-    for _, inp in ipairs(r.case.inputs) do
-      if inp.grad then
-        local name = inp[1]
-        local g = (r.P[name] or r.leaves[name]).grad
-        assert(g ~= nil, what .. ": no gradient for " .. name)
-        if inp.view and not r.P[name] then g = inp.view(g) end
-        R.assert_close(g, R.from(ref[r.key .. ".grad_" .. name]), tol[1], tol[2], what .. ": gradient of " .. name)
-      end
-    end
-  end
-  return #runs
-end
-
--- the cases of make(dtype) for float32 and float64
-local function both_dtypes(make)
-  local all = {}
-  for _, dt in ipairs({ "float32", "float64" }) do
-    for _, c in ipairs(make(dt)) do
-      c.dtype = dt
-      all[#all + 1] = c
-    end
-  end
-  return all
 end
 
 -- a string as a uint8 tensor, and back (for PyTorch's reprs and key lists)
@@ -131,7 +65,7 @@ describe("nn.GroupNorm / F.group_norm", function()
       if not TR.available() then return pending(NO_TORCH) end
       local w6, b6 = R.uniform({ 6 }, 0.5, 2, 11), R.randn({ 6 }, 12)
       local w4, b4 = R.uniform({ 4 }, 0.5, 2, 13), R.randn({ 4 }, 14)
-      local n = check_cases(both_dtypes(function(dt)
+      local n = TC.check_cases(TC.both_dtypes(function(dt)
         return {
           { "GroupNorm(2, 6) on [3, 6, 5, 7]",
             inputs = { { "x", R.randn({ 3, 6, 5, 7 }, 1, 2) + 1, grad = true }, { "w", w6, grad = true },
@@ -272,7 +206,7 @@ describe("nn.InstanceNorm1d / nn.InstanceNorm2d / F.instance_norm", function()
           return m(I.x)
         end }
     end
-    local n = check_cases(both_dtypes(function()
+    local n = TC.check_cases(TC.both_dtypes(function()
       return {
         module_case("InstanceNorm2d(4, affine) on [3, 4, 5, 7]", R.randn({ 3, 4, 5, 7 }, 51, 2) - 1, nil,
           function() return nn.InstanceNorm2d(4, { affine = true }) end, "nn.InstanceNorm2d(4, affine=True)", w4, b4),

@@ -1,0 +1,137 @@
+-- The smaller layers of lua/ddplua/nn/layers_more.lua against PyTorch 1.13 (values and gradients, float32 and
+-- float64, transposed inputs, broadcasting, zero rows, values at 0): nn.Softmax / LogSoftmax / Softmin (given and
+-- implicit dims), GLU, PReLU (one weight and per channel), Unflatten, CosineSimilarity, PairwiseDistance,
+-- F.normalize, F.one_hot, nn.Parameter, and their errors.
+local ddp = require "ddplua"
+local R = require "helpers.ref"
+local TR = require "helpers.torch_ref"
+local TC = require "helpers.torch_cases"
+local nn, F = ddp.nn, ddp.nn.F
+
+local NO_TORCH = "skipped: /usr/bin/python3 cannot import torch"
+
+local function t12(t) return t:transpose(1, 2) end
+local function t23(t) return t:transpose(2, 3) end
+
+-- values with exact zeros in them (PReLU's and the norms' kinks)
+local function with_zeros(shape, seed)
+  local x = R.randn(shape, seed)
+  return x * (x:abs():gt(0.3):double())
+end
+
+describe("nn's smaller layers (layers_more.lua)", function()
+  it("match PyTorch: values and gradients", function()
+    if not TR.available() then return pending(NO_TORCH) end
+    local n = TC.check_cases(TC.both_dtypes(function(dt)
+      return {
+        { "Softmax(2) on a transposed [3, 5]", inputs = { { "x", R.randn({ 5, 3 }, 1, 3), view = t12, grad = true } },
+          lua = function(I) return nn.Softmax(2)(I.x) end, py = "out = nn.Softmax(1)(I['x'])" },
+        { "LogSoftmax(-1) on [2, 3, 4]", inputs = { { "x", R.randn({ 2, 3, 4 }, 2, 2), grad = true } },
+          lua = function(I) return nn.LogSoftmax(-1)(I.x) end, py = "out = nn.LogSoftmax(-1)(I['x'])" },
+        { "Softmin{dim = 1} on [4, 3]", inputs = { { "x", R.randn({ 4, 3 }, 3), grad = true } },
+          lua = function(I) return nn.Softmin({ dim = 1 })(I.x) end, py = "out = nn.Softmin(0)(I['x'])" },
+        { "Softmax() on [2, 3, 4] (implicit dim 1)", inputs = { { "x", R.randn({ 2, 3, 4 }, 4), grad = true } },
+          lua = function(I) return nn.Softmax()(I.x) end, py = "out = nn.Softmax()(I['x'])" },
+        { "GLU() on [3, 6]", inputs = { { "x", R.randn({ 3, 6 }, 5, 2), grad = true } },
+          lua = function(I) return nn.GLU()(I.x) end, py = "out = nn.GLU()(I['x'])" },
+        { "F.glu(x, 2) on a transposed [2, 4, 3]", inputs = { { "x", R.randn({ 2, 3, 4 }, 6), view = t23, grad = true } },
+          lua = function(I) return F.glu(I.x, 2) end, py = "out = F.glu(I['x'], 1)" },
+        { "PReLU() on [3, 5] with zeros",
+          inputs = { { "x", with_zeros({ 3, 5 }, 7), grad = true }, { "w", ddp.tensor({ 0.3 }, { dtype = "float64" }) } },
+          lua = function(I)
+            local m = nn.PReLU({ dtype = dt })
+            ddp.no_grad(function() m.weight:copy_(I.w) end)
+            return m(I.x), { w = m.weight }
+          end,
+          py = "m = nn.PReLU().to(I['x'].dtype)\nwith torch.no_grad(): m.weight.copy_(I['w'])\n" ..
+            "out = m(I['x'])\nP = {'w': m.weight}" },
+        { "PReLU(4) on a transposed [2, 4, 3]",
+          inputs = { { "x", with_zeros({ 2, 3, 4 }, 8), view = t23, grad = true },
+            { "w", R.randn({ 4 }, 9) } },
+          lua = function(I)
+            local m = nn.PReLU(4, { dtype = dt })
+            ddp.no_grad(function() m.weight:copy_(I.w) end)
+            return m(I.x), { w = m.weight }
+          end,
+          py = "m = nn.PReLU(4).to(I['x'].dtype)\nwith torch.no_grad(): m.weight.copy_(I['w'])\n" ..
+            "out = m(I['x'])\nP = {'w': m.weight}" },
+        { "F.prelu(x, w) on [5]", inputs = { { "x", with_zeros({ 5 }, 10), grad = true },
+          { "w", ddp.tensor({ 0.1 }, { dtype = "float64" }), grad = true } },
+          lua = function(I) return F.prelu(I.x, I.w) end, py = "out = F.prelu(I['x'], I['w'])" },
+        { "Unflatten(2, {2, -1}) on [4, 6]", inputs = { { "x", R.randn({ 4, 6 }, 11), grad = true } },
+          lua = function(I) return nn.Unflatten(2, { 2, -1 })(I.x) end, py = "out = nn.Unflatten(1, (2, -1))(I['x'])" },
+        { "CosineSimilarity() on [3, 5] with a zero row",
+          inputs = { { "a", R.randn({ 3, 5 }, 12) * ddp.tensor({ { 1 }, { 0 }, { 1 } }, { dtype = "float64" }), grad = true },
+            { "b", R.randn({ 3, 5 }, 13), grad = true } },
+          lua = function(I) return nn.CosineSimilarity()(I.a, I.b) end, py = "out = nn.CosineSimilarity()(I['a'], I['b'])" },
+        { "F.cosine_similarity broadcast [2, 3, 4] and [1, 3, 4], dim 3, eps 0.5",
+          inputs = { { "a", R.randn({ 2, 3, 4 }, 14), grad = true }, { "b", R.randn({ 1, 3, 4 }, 15), grad = true } },
+          lua = function(I) return F.cosine_similarity(I.a, I.b, 3, 0.5) end,
+          py = "out = F.cosine_similarity(I['a'], I['b'], 2, 0.5)" },
+        { "F.cosine_similarity of vectors, dim 1", inputs = { { "a", R.randn({ 6 }, 16), grad = true },
+          { "b", R.randn({ 6 }, 17), grad = true } },
+          lua = function(I) return F.cosine_similarity(I.a, I.b, { dim = 1 }) end,
+          py = "out = F.cosine_similarity(I['a'], I['b'], dim=0)" },
+        { "PairwiseDistance() on [3, 5]", inputs = { { "a", R.randn({ 3, 5 }, 18), grad = true },
+          { "b", R.randn({ 3, 5 }, 19), grad = true } },
+          lua = function(I) return nn.PairwiseDistance()(I.a, I.b) end, py = "out = nn.PairwiseDistance()(I['a'], I['b'])" },
+        { "F.pairwise_distance p=1 keepdim on [4, 3]", inputs = { { "a", R.randn({ 4, 3 }, 20), grad = true },
+          { "b", R.randn({ 4, 3 }, 21), grad = true } },
+          lua = function(I) return F.pairwise_distance(I.a, I.b, 1, 1e-6, true) end,
+          py = "out = F.pairwise_distance(I['a'], I['b'], 1, 1e-6, True)" },
+        { "F.normalize on a transposed [3, 5] with a zero row",
+          inputs = { { "x", R.randn({ 5, 3 }, 22) * ddp.tensor({ { 1, 0, 1 } }, { dtype = "float64" }), view = t12,
+            grad = true } },
+          lua = function(I) return F.normalize(I.x) end, py = "out = F.normalize(I['x'])" },
+        { "F.normalize p=1 dim 1 eps 0.1 on [4, 3]", inputs = { { "x", R.randn({ 4, 3 }, 23), grad = true } },
+          lua = function(I) return F.normalize(I.x, { p = 1, dim = 1, eps = 0.1 }) end,
+          py = "out = F.normalize(I['x'], p=1, dim=0, eps=0.1)" },
+      }
+    end))
+    assert.are.equal(34, n)
+  end)
+
+  it("F.one_hot matches PyTorch's with 1-based class positions", function()
+    if not TR.available() then return pending(NO_TORCH) end
+    local idx = ddp.tensor({ { 1, 4, 2 }, { 3, 3, 1 } }, { dtype = "int64" })
+    local ref = TR.run("import torch.nn.functional as F\nOUT['a'] = F.one_hot(T['i'] - 1)\nOUT['b'] = F.one_hot(T['i'] - 1, 6)\n", { i = idx })
+    assert.is_true(F.one_hot(idx):equal(ref.a))
+    assert.is_true(F.one_hot(idx, 6):equal(ref.b))
+    assert.are.same({ 0, 5 }, F.one_hot(ddp.zeros(0, { dtype = "int64" }), 5):size())
+    assert.are.equal("int64", F.one_hot(idx):dtype())
+  end)
+
+  it("nn.Parameter makes a leaf that a module registers, sharing the data's storage", function()
+    local data = ddp.zeros(3)
+    local p = nn.Parameter(data)
+    assert.is_true(p.requires_grad and p.is_leaf)
+    local m = nn.Module()
+    m.scale = p
+    assert.are.equal(1, #m:parameters())
+    ddp.no_grad(function() p:fill_(2) end)
+    assert.are.same({ 2, 2, 2 }, data:totable())
+    assert.is_false(nn.Parameter(ddp.ones(2), false).requires_grad)
+  end)
+
+  it("refuse bad arguments, naming what is wrong", function()
+    local x = ddp.randn(2, 3)
+    R.assert_error(function() nn.Softmax(0) end, "Softmax", "dim must be a nonzero integer")
+    R.assert_error(function() nn.GLU()(x) end, "GLU", "halving dimension must be even", "size 3")
+    R.assert_error(function() F.glu(x, 3) end, "glu", "dim must be an integer in 1..2")
+    R.assert_error(function() nn.PReLU(4)(x) end, "PReLU", "4 weights", "3 channels")
+    R.assert_error(function() nn.PReLU({ init = "a" }) end, "PReLU", "init must be a number")
+    R.assert_error(function() nn.Unflatten(2, { 2, 2 })(x) end, "Unflatten", "does not multiply to the size 3")
+    R.assert_error(function() nn.Unflatten(2, { -1, -1 }) end, "only one size")
+    R.assert_error(function() nn.Unflatten(0, { 3 }) end, "dim must be a nonzero integer")
+    R.assert_error(function() F.cosine_similarity(x, "y") end, "cosine_similarity", "expected a tensor x2")
+    R.assert_error(function() F.cosine_similarity(x, ddp.randn(2, 4)) end)
+    R.assert_error(function() F.pairwise_distance(ddp.tensor(1.0), ddp.tensor(2.0)) end, "at least 1 dimension")
+    R.assert_error(function() F.normalize(x, { p = "fro" }) end, "normalize", "p must be a number")
+    R.assert_error(function() F.one_hot(ddp.tensor({ 1.0 })) end, "one_hot", "int64", "float32")
+    R.assert_error(function() F.one_hot(ddp.tensor({ 0, 2 }, { dtype = "int64" })) end, "in 1..2", "got 0..2")
+    R.assert_error(function() F.one_hot(ddp.tensor({ 3 }, { dtype = "int64" }), 2) end, "in 1..2", "got 3..3")
+    R.assert_error(function() F.one_hot(ddp.zeros(0, { dtype = "int64" })) end, "empty tensor")
+    R.assert_error(function() nn.Parameter(ddp.ones(2, { dtype = "int64" })) end, "Parameter", "floating-point")
+    R.assert_error(function() nn.Parameter({ 1, 2 }) end, "Parameter", "expected a tensor data")
+  end)
+end)
