@@ -528,8 +528,8 @@ describe("nn.Conv1d, nn.ConvTranspose1d, nn.MaxPool1d, nn.AvgPool1d and their fu
     R.assert_error(function() nn.MaxPool1d(3)(ddp.randn(1, 2, 3, 4)) end, "MaxPool1d(kernel_size=3", "[1, 2, 3, 4]")
     R.assert_error(function() nn.AvgPool1d(4)(ddp.randn(2, 3)) end, "AvgPool1d(kernel_size=(4,)",
       "does not fit the input length 3")
-    R.assert_error(function() nn.Conv1d(4, 6, 3, { padding_mode = "reflect" }) end,
-      "Conv1d: padding_mode=reflect is not supported yet")
+    R.assert_error(function() nn.Conv1d(4, 6, 3, { padding_mode = "wrap" }) end,
+      "Conv1d: padding_mode must be 'zeros', 'reflect', 'replicate' or 'circular', got 'wrap'")
     R.assert_error(function() nn.ConvTranspose1d(4, 6, 3, { padding_mode = "circular" }) end,
       "ConvTranspose1d: padding_mode=circular is not supported yet")
     R.assert_error(function() nn.MaxPool1d(3, 1, 1, 2) end, "MaxPool1d: dilation=2 is not supported yet")

@@ -318,7 +318,8 @@ describe("PyTorch's positional constructor arguments", function()
 
   it("settings the ops do not have yet are errors saying so; unknown ones list the valid ones", function()
     fails("Conv2d: in_channels 2 and out_channels 3 must both be divisible by groups 2", nn.Conv2d, 2, 3, 3, 1, 0, 2, 2)
-    fails("Conv2d: padding_mode=reflect is not supported yet", nn.Conv2d, 1, 2, 3, { padding_mode = "reflect" })
+    fails("Conv2d: padding_mode must be 'zeros', 'reflect', 'replicate' or 'circular', got 'wrap'", nn.Conv2d, 1, 2, 3,
+      { padding_mode = "wrap" })
     fails('Conv2d: padding="same" needs stride 1 and an even dilation %* %(kernel_size %- 1%)', nn.Conv2d, 1, 2, 4, 1,
       "same")
     fails("Conv2d: padding must be an integer, {h, w}, \"valid\" or \"same\", got \"full\"", nn.Conv2d, 1, 2, 3, 1,

@@ -91,6 +91,47 @@ describe("nn's smaller layers (layers_more.lua)", function()
     assert.are.equal(34, n)
   end)
 
+  it("Conv2d / Conv1d padding_mode and F.pad's circular mode match PyTorch", function()
+    if not TR.available() then return pending(NO_TORCH) end
+    local function conv_case(label, make, py_make, x, wshape)
+      return { label, inputs = { { "x", x, grad = true }, { "w", R.randn(wshape, 40) }, { "b", R.randn({ wshape[1] }, 41) } },
+        lua = function(I)
+          local m = make():to(I.x:dtype())
+          ddp.no_grad(function()
+            m.weight:copy_(I.w)
+            m.bias:copy_(I.b)
+          end)
+          return m(I.x), { w = m.weight, b = m.bias }
+        end,
+        py = "m = " .. py_make .. ".to(I['x'].dtype)\nwith torch.no_grad(): m.weight.copy_(I['w']); m.bias.copy_(I['b'])\n" ..
+          "out = m(I['x'])\nP = {'w': m.weight, 'b': m.bias}" }
+    end
+    local n = TC.check_cases(TC.both_dtypes(function()
+      local cases = {}
+      for _, mode in ipairs({ "reflect", "replicate", "circular" }) do
+        cases[#cases + 1] = conv_case("Conv2d padding (1, 2) " .. mode,
+          function() return nn.Conv2d(2, 3, 3, { padding = { 1, 2 }, padding_mode = mode }) end,
+          "nn.Conv2d(2, 3, 3, padding=(1, 2), padding_mode='" .. mode .. "')", R.randn({ 2, 2, 5, 6 }, 42), { 3, 2, 3, 3 })
+        cases[#cases + 1] = conv_case("Conv1d padding same " .. mode,
+          function() return nn.Conv1d(2, 3, 4, { padding = "same", padding_mode = mode }) end,
+          "nn.Conv1d(2, 3, 4, padding='same', padding_mode='" .. mode .. "')", R.randn({ 2, 2, 9 }, 43), { 3, 2, 4 })
+      end
+      cases[#cases + 1] = { "F.pad circular (-1, 2) on [1, 2, 5]", inputs = { { "x", R.randn({ 1, 2, 5 }, 44), grad = true } },
+        lua = function(I) return F.pad(I.x, { -1, 2 }, "circular") end, py = "out = F.pad(I['x'], (-1, 2), 'circular')" }
+      cases[#cases + 1] = { "F.pad circular (1, 3, 2, 0) on [2, 1, 3, 4]",
+        inputs = { { "x", R.randn({ 2, 1, 3, 4 }, 45), grad = true } },
+        lua = function(I) return F.pad(I.x, { 1, 3, 2, 0 }, "circular") end,
+        py = "out = F.pad(I['x'], (1, 3, 2, 0), 'circular')" }
+      return cases
+    end))
+    assert.are.equal(16, n)
+    R.assert_error(function() F.pad(ddp.randn(1, 1, 3), { 4, 0 }, "circular") end, "wraps around more than once")
+    R.assert_error(function() F.pad(ddp.randn(1, 3), { 1, 1 }, "circular") end, "batched input")
+    R.assert_error(function() nn.Conv2d(1, 1, 3, { padding_mode = "wrap" }) end, "padding_mode must be")
+    assert.are.equal("Conv2d(1, 1, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), padding_mode=reflect)",
+      tostring(nn.Conv2d(1, 1, 3, 1, 1, 1, 1, true, "reflect")))
+  end)
+
   it("F.one_hot matches PyTorch's with 1-based class positions", function()
     if not TR.available() then return pending(NO_TORCH) end
     local idx = ddp.tensor({ { 1, 4, 2 }, { 3, 3, 1 } }, { dtype = "int64" })

@@ -470,7 +470,8 @@ describe("F.pad and the padding modules", function()
       "got 4 pad values for the input [5, 7]")
     R.assert_error(function() F.pad(x, { 1, 1, 1, 1, 1, 1 }, "replicate") end, "got 6 pad values")
     R.assert_error(function() F.pad(x, { 1, 1 }, "bogus") end, "unknown padding mode 'bogus'")
-    R.assert_error(function() F.pad(x, { 1, 1 }, "circular") end, "'circular' is not supported yet")
+    R.assert_error(function() F.pad(x, { 1, 1 }, "circular") end, "mode 'circular' pads the spatial dimensions of a batched",
+      "got 2 pad values for the input [2, 3, 5, 7]")
     R.assert_error(function() F.pad(x, { -4, -4 }) end,
       "input size 7 plus the padding -4 and -4 gives a negative output size in dimension 4")
     R.assert_error(function() F.pad(ddp.randn(1, 1, 5), { -3, -3 }, "reflect") end,

@@ -6,7 +6,7 @@
 -- init (U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in/groups * kh * kw).
 -- kernel_size, stride, padding and dilation are integers or {h, w}; padding
 -- may also be "valid" (0) or "same" (stride 1, an even dilation * (kernel -
--- 1)). A padding_mode other than "zeros" is an error saying so.
+-- 1)). padding_mode "reflect", "replicate" or "circular" pads with F.pad first and convolves unpadded, as PyTorch.
 local ddp = require "ddplua"
 local Module = require "ddplua.nn.module"
 local util = require "ddplua.nn.util"
@@ -49,7 +49,7 @@ function Conv2d:__init(in_channels, out_channels, kernel_size, ...)
     E.raise(string.format("Conv2d: in_channels %d and out_channels %d must both be divisible by groups %d",
       in_channels, out_channels, self.groups))
   end
-  util.unsupported("Conv2d", "padding_mode", opts.padding_mode, "zeros", "only zero padding is implemented")
+  self.padding_mode = util.check_padding_mode("Conv2d", opts.padding_mode)
   if opts.bias ~= nil and type(opts.bias) ~= "boolean" then
     E.raise("Conv2d: bias must be true or false, got " .. tostring(opts.bias))
   end
@@ -77,6 +77,11 @@ function Conv2d:forward(x)
     E.raise(string.format("%s: expected input of shape [N, %d, H, W] or [%d, H, W], got %s", tostring(self),
       self.in_channels, self.in_channels, util.shape_str(x)))
   end
+  if self.padding_mode ~= "zeros" and (self.padding[1] > 0 or self.padding[2] > 0) then
+    local ph, pw = self.padding[1], self.padding[2]
+    x = util.conv_mode_pad(x, { pw, pw, ph, ph }, self.padding_mode, x:dim() == 4)
+    return ddp.conv2d(x, self.weight, self.bias, self._stride_arg, 0, self._dilation_arg, self.groups)
+  end
   return ddp.conv2d(x, self.weight, self.bias, self._stride_arg, self._padding_arg, self._dilation_arg, self.groups)
 end
 
@@ -91,6 +96,7 @@ function Conv2d:extra_repr()
   end
   if self.groups ~= 1 then s = s .. string.format(", groups=%d", self.groups) end
   if self.bias == nil then s = s .. ", bias=False" end
+  if self.padding_mode ~= "zeros" then s = s .. ", padding_mode=" .. self.padding_mode end
   return s
 end
 

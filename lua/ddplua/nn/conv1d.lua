@@ -17,8 +17,9 @@
 -- are stored 3-D as PyTorch's (Conv1d [out, in/groups, k], ConvTranspose1d [in, out/groups, k]) with PyTorch's
 -- init: kaiming_uniform(a = sqrt(5)) and a bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)). Conv1d's padding may be
 -- "valid" or "same" (stride 1; an odd dilation * (kernel - 1) pads the extra zero on the right, as PyTorch). What
--- the 2-d ops lack (padding_mode other than "zeros", pool dilation, return_indices, count_include_pad=false) is an
--- error saying so.
+-- the 2-d ops lack (ConvTranspose1d's padding_mode other than "zeros", pool dilation, return_indices,
+-- count_include_pad=false) is an error saying so; Conv1d's padding_mode "reflect", "replicate" or "circular" pads
+-- with F.pad first and convolves unpadded, as PyTorch.
 local ddp = require "ddplua"
 local Module = require "ddplua.nn.module"
 local util = require "ddplua.nn.util"
@@ -243,6 +244,7 @@ local function conv_repr(self)
   end
   if self.groups ~= 1 then s = s .. ", groups=" .. self.groups end
   if self.bias == nil then s = s .. ", bias=False" end
+  if self.padding_mode and self.padding_mode ~= "zeros" then s = s .. ", padding_mode=" .. self.padding_mode end
   return s
 end
 
@@ -263,8 +265,8 @@ function Conv1d:__init(in_channels, out_channels, kernel_size, ...)
   self.padding = (o.padding == "valid" or o.padding == "same") and o.padding or { p }
   self.groups = util.check_int(who, "groups", o.groups or 1)
   check_groups(who, in_channels, out_channels, self.groups)
-  util.unsupported(who, "padding_mode", o.padding_mode, "zeros", "only zero padding is implemented")
-  self.padding_mode = "zeros"
+  self.padding_mode = util.check_padding_mode(who, o.padding_mode)
+  self._mode_pads = { p, p + (o.padding == "same" and (self.dilation[1] * (self.kernel_size[1] - 1)) % 2 or 0) }
   check_bias(who, o.bias)
   register_weights(self, { out_channels, in_channels // self.groups, self.kernel_size[1] }, out_channels, o.bias,
     util.tensor_opts(o))
@@ -272,6 +274,11 @@ end
 
 function Conv1d:forward(x)
   check_module_input(self, x)
+  if self.padding_mode ~= "zeros" and (self._mode_pads[1] > 0 or self._mode_pads[2] > 0) then
+    -- PyTorch's order: pad in the mode ("same": the odd extra on the right), then convolve unpadded
+    x = util.conv_mode_pad(x, self._mode_pads, self.padding_mode, x:dim() == 3)
+    return F.conv1d(x, self.weight, self.bias, self.stride[1], 0, self.dilation[1], self.groups)
+  end
   local p = type(self.padding) == "string" and self.padding or self.padding[1]
   return F.conv1d(x, self.weight, self.bias, self.stride[1], p, self.dilation[1], self.groups)
 end

@@ -14,7 +14,8 @@
 --   F.pixel_shuffle(x, r), F.pixel_unshuffle(x, r), nn.PixelShuffle(r), nn.PixelUnshuffle(r): reshape and permute.
 --   F.pad(x, pad, mode, value): pad = {left, right [, top, bottom [, front, back]]} (the last dim first, as
 --     PyTorch's); "constant" (any rank; negative pads crop) through narrow and cat, "reflect" and "replicate" (the
---     last dim of a 2-D/3-D input, or the last two of a 3-D/4-D one, as PyTorch 1.13) through index_select.
+--     last dim of a 2-D/3-D input, or the last two of a 3-D/4-D one, as PyTorch 1.13) through index_select;
+--     "circular" (the spatial dims of a batched [N, C, ...] input, as PyTorch 1.13; negative pads crop first).
 --     nn.ZeroPad2d, nn.ConstantPad1d/2d(padding, value), nn.ReflectionPad1d/2d, nn.ReplicationPad1d/2d.
 --
 -- Differences from PyTorch: nearest interpolation, reflect and replicate padding also take integer tensors
@@ -400,7 +401,7 @@ M.modules.PixelUnshuffle = PixelUnshuffle
 
 -- ---- pad -----------------------------------------------------------------------------------------------------
 
-local PAD_MODES = { constant = true, reflect = true, replicate = true }
+local PAD_MODES = { constant = true, reflect = true, replicate = true, circular = true }
 
 -- constant padding of dim d by (l, r); negative amounts crop
 local function constant_pad_dim(who, x, d, l, r, value)
@@ -450,13 +451,36 @@ local function index_pad_dim(who, x, d, l, r, mode)
   return x:index_select(d, idx)
 end
 
+-- circular padding of dim d by (l, r): negative amounts crop first, then each side wraps around the rest once at
+-- most (PyTorch 1.13's order: [0 1 2 3 4] by (-1, 2) is [1 2 3 4 1 2])
+local function circular_pad_dim(who, x, d, l, r)
+  if l < 0 or r < 0 then
+    local n = x:size(d)
+    local keep = n - math.max(0, -l) - math.max(0, -r)
+    if keep < 1 then
+      E.raise(string.format("%s: the padding (%d, %d) crops all of dimension %d of the input %s", who, l, r, d,
+        shape_str(x)))
+    end
+    x = x:narrow(d, math.max(0, -l) + 1, keep)
+    l, r = math.max(l, 0), math.max(r, 0)
+  end
+  local n = x:size(d)
+  if l > n or r > n then
+    E.raise(string.format("%s: circular padding (%d, %d) wraps around more than once: at most the size %d of " ..
+      "dimension %d of the input %s", who, l, r, n, d, shape_str(x)))
+  end
+  if l == 0 and r == 0 then return x end
+  local idx = {}
+  for j = 0, n + l + r - 1 do idx[j + 1] = (j - l) % n + 1 end
+  return x:index_select(d, idx)
+end
+
 local function pad(who, x, p, mode, value)
   check_tensor(who, x)
   mode = mode == nil and "constant" or mode
   if not PAD_MODES[mode] then
-    E.raise(string.format("%s: unknown padding mode %s (expected 'constant', 'reflect' or 'replicate'%s)", who,
-      type(mode) == "string" and ("'" .. mode .. "'") or tostring(mode),
-      mode == "circular" and "; 'circular' is not supported yet" or ""))
+    E.raise(string.format("%s: unknown padding mode %s (expected 'constant', 'reflect', 'replicate' or " ..
+      "'circular')", who, type(mode) == "string" and ("'" .. mode .. "'") or tostring(mode)))
   end
   if not is_list(p) then
     E.raise(string.format("%s: pad must be a list {left, right [, top, bottom [, front, back]]}, got %s", who,
@@ -484,6 +508,16 @@ local function pad(who, x, p, mode, value)
   else
     if value ~= nil and value ~= 0 then
       E.raise(string.format("%s: padding mode '%s' does not take a value", who, mode))
+    end
+    if mode == "circular" then
+      if np ~= 2 * (nd - 2) or np == 0 then
+        E.raise(string.format("%s: mode 'circular' pads the spatial dimensions of a batched input: 2 pad values for " ..
+          "[N, C, L], 4 for [N, C, H, W], 6 for [N, C, D, H, W]; got %d pad values for the input %s", who, np,
+          shape_str(x)))
+      end
+      for k = 1, np // 2 do y = circular_pad_dim(who, y, nd - k + 1, p[2 * k - 1], p[2 * k]) end
+      if y == x then y = x:clone() end
+      return y
     end
     if not ((np == 2 and (nd == 2 or nd == 3)) or (np == 4 and (nd == 3 or nd == 4))) then
       E.raise(string.format("%s: mode '%s' pads the last dimension of a 2-D or 3-D input (2 pad values) or the " ..

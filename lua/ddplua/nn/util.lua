@@ -68,6 +68,27 @@ function M.unsupported(who, name, value, default, why)
   end
 end
 
+local PADDING_MODES = { zeros = true, reflect = true, replicate = true, circular = true }
+
+--- A convolution's padding_mode: "zeros" (nil), "reflect", "replicate" or "circular".
+function M.check_padding_mode(who, mode)
+  if mode == nil then return "zeros" end
+  if not PADDING_MODES[mode] then
+    E.raise(string.format("%s: padding_mode must be 'zeros', 'reflect', 'replicate' or 'circular', got %s", who,
+      type(mode) == "string" and ("'" .. mode .. "'") or tostring(mode)))
+  end
+  return mode
+end
+
+--- x padded by pads ({left, right [, top, bottom]}, F.pad's order) in a convolution's padding_mode, the convolution
+--- then running unpadded (PyTorch's order of the two); an unbatched input ([C, L] or [C, H, W]) gets a batch dim
+--- for the pad (circular pads batched inputs only).
+function M.conv_mode_pad(x, pads, mode, batched)
+  local pad = require("ddplua.nn.functional").pad
+  if batched then return pad(x, pads, mode) end
+  return pad(x:unsqueeze(1), pads, mode):squeeze(1)
+end
+
 --- A positive (or, with allow_zero, non-negative) integer.
 function M.check_int(who, what, v, allow_zero)
   if math.type(v) ~= "integer" or v < 0 or (v == 0 and not allow_zero) then
