@@ -132,6 +132,36 @@ describe("nn's smaller layers (layers_more.lua)", function()
       tostring(nn.Conv2d(1, 1, 3, 1, 1, 1, 1, true, "reflect")))
   end)
 
+  it("the adaptive pools match PyTorch: even tiles, overlapping windows, 1-d, unbatched", function()
+    if not TR.available() then return pending(NO_TORCH) end
+    local n = TC.check_cases(TC.both_dtypes(function()
+      return {
+        { "AdaptiveMaxPool2d({3, 4}) on [2, 3, 7, 9] (overlapping windows)",
+          inputs = { { "x", R.randn({ 2, 3, 7, 9 }, 50), grad = true } },
+          lua = function(I) return nn.AdaptiveMaxPool2d({ 3, 4 })(I.x) end,
+          py = "out = nn.AdaptiveMaxPool2d((3, 4))(I['x'])" },
+        { "AdaptiveMaxPool2d(2) on a transposed [2, 3, 8, 6] (even tiles)",
+          inputs = { { "x", R.randn({ 2, 3, 6, 8 }, 51), view = function(t) return t:transpose(3, 4) end, grad = true } },
+          lua = function(I) return nn.AdaptiveMaxPool2d(2)(I.x) end, py = "out = nn.AdaptiveMaxPool2d(2)(I['x'])" },
+        { "F.adaptive_max_pool2d({nil, 5}) on [3, 4, 7] (unbatched)",
+          inputs = { { "x", R.randn({ 3, 4, 7 }, 52), grad = true } },
+          lua = function(I) return F.adaptive_max_pool2d(I.x, { nil, 5 }) end,
+          py = "out = F.adaptive_max_pool2d(I['x'], (None, 5))" },
+        { "AdaptiveMaxPool1d(4) on [2, 3, 10]", inputs = { { "x", R.randn({ 2, 3, 10 }, 53), grad = true } },
+          lua = function(I) return nn.AdaptiveMaxPool1d(4)(I.x) end, py = "out = nn.AdaptiveMaxPool1d(4)(I['x'])" },
+        { "AdaptiveAvgPool1d(3) on [2, 3, 10]", inputs = { { "x", R.randn({ 2, 3, 10 }, 54), grad = true } },
+          lua = function(I) return nn.AdaptiveAvgPool1d(3)(I.x) end, py = "out = nn.AdaptiveAvgPool1d(3)(I['x'])" },
+        { "F.adaptive_avg_pool1d(x, 4) on [3, 9] (unbatched)", inputs = { { "x", R.randn({ 3, 9 }, 55), grad = true } },
+          lua = function(I) return F.adaptive_avg_pool1d(I.x, 4) end, py = "out = F.adaptive_avg_pool1d(I['x'], 4)" },
+      }
+    end))
+    assert.are.equal(12, n)
+    R.assert_error(function() nn.AdaptiveMaxPool2d(2, true) end, "return_indices=true is not supported")
+    R.assert_error(function() F.adaptive_max_pool2d(ddp.randn(2, 3), 1) end, "expected a 4-D or 3-D input")
+    R.assert_error(function() nn.AdaptiveAvgPool1d(0) end, "output_size must be a positive integer")
+    R.assert_error(function() F.adaptive_max_pool1d(ddp.randn(2, 3, 0), 1) end, "non-empty input")
+  end)
+
   it("F.one_hot matches PyTorch's with 1-based class positions", function()
     if not TR.available() then return pending(NO_TORCH) end
     local idx = ddp.tensor({ { 1, 4, 2 }, { 3, 3, 1 } }, { dtype = "int64" })
