@@ -65,7 +65,7 @@ local EXPORTS = {
       "ModuleDict", "Identity", "AdaptiveAvgPool2d", "RNN", "LSTM", "GRU", "MultiheadAttention",
       "TransformerEncoderLayer", "TransformerEncoder", "utils", "Softmax", "LogSoftmax", "Softmin", "GLU", "PReLU",
       "Unflatten", "CosineSimilarity", "PairwiseDistance", "Parameter", "AdaptiveMaxPool2d", "AdaptiveMaxPool1d",
-      "AdaptiveAvgPool1d",
+      "AdaptiveAvgPool1d", "TransformerDecoderLayer", "TransformerDecoder", "Transformer",
     },
   },
   F = {

@@ -1,4 +1,5 @@
--- nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder
+-- nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder, nn.TransformerDecoderLayer,
+-- nn.TransformerDecoder and nn.Transformer
 -- with PyTorch's weights give PyTorch's outputs and gradients (self- and
 -- cross-attention, attn_mask and key_padding_mask in PyTorch's convention,
 -- batch_first, the returned weights, post- and pre-norm layers, relu and
@@ -183,5 +184,81 @@ for i, (nf, act) in enumerate([(False, "relu"), (True, "gelu")]):
     R.assert_error(function() nn.TransformerEncoder("layer", 2) end, "encoder_layer must be a module")
     R.assert_error(function() nn.TransformerEncoderLayer(8, 2)(ddp.randn(3, 2, 8), { mask = 1 }) end,
       "unknown option 'mask'")
+  end)
+end)
+
+describe("nn.TransformerDecoderLayer, nn.TransformerDecoder and nn.Transformer", function()
+  it("have PyTorch's state_dict keys", function()
+    if not TR.available() then return pending("skipped: /usr/bin/python3 cannot import torch") end
+    local ref = TR.run([[
+m = torch.nn.Transformer(16, 4, 2, 3, 32)
+keys = "\n".join(m.state_dict().keys())
+OUT["keys"] = torch.tensor(list(keys.encode()), dtype=torch.uint8)
+]], {})
+    local want = {}
+    for k in string.char(table.unpack(ref.keys:totable())):gmatch("[^\n]+") do want[#want + 1] = k end
+    local got = names(nn.Transformer(16, 4, 2, 3, 32))
+    table.sort(want)
+    table.sort(got)
+    assert.are.same(want, got)
+  end)
+
+  it("give PyTorch's outputs and gradients with PyTorch's weights (masks, batch_first or not, pre-norm, gelu)", function()
+    if not TR.available() then return pending("skipped: /usr/bin/python3 cannot import torch") end
+    local src, tgt = R.randn({ 2, 7, 16 }, 31):float(), R.randn({ 2, 5, 16 }, 32):float() -- batch-first
+    local src_kpm = ddp.tensor({ { 0, 0, 0, 0, 0, 1, 1 }, { 0, 0, 0, 0, 0, 0, 0 } }):byte()
+    local tgt_kpm = ddp.tensor({ { 0, 0, 0, 0, 1 }, { 0, 0, 0, 0, 0 } }):byte()
+    local ref = TR.run([[
+torch.manual_seed(0)
+for i, (bf, nf, act) in enumerate([(True, False, "relu"), (False, True, "gelu")]):
+    m = torch.nn.Transformer(16, 4, 2, 2, 32, dropout=0.0, activation=act, batch_first=bf, norm_first=nf)
+    m.eval()
+    for k, v in m.state_dict().items(): OUT["w%d.%s" % (i, k)] = v
+    s, t = T["src"].clone(), T["tgt"].clone()
+    if not bf: s, t = s.transpose(0, 1).contiguous(), t.transpose(0, 1).contiguous()
+    s.requires_grad_(); t.requires_grad_()
+    y = m(s, t, tgt_mask=m.generate_square_subsequent_mask(5), src_key_padding_mask=T["skpm"].bool(),
+          tgt_key_padding_mask=T["tkpm"].bool(), memory_key_padding_mask=T["skpm"].bool())
+    ((y ** 2).sum()).backward()
+    OUT["y%d" % i], OUT["gs%d" % i], OUT["gt%d" % i] = y, s.grad, t.grad
+    for k, v in m.named_parameters(): OUT["g%d.%s" % (i, k)] = v.grad
+]], { src = src, tgt = tgt, skpm = src_kpm, tkpm = tgt_kpm })
+    for i, cfg in ipairs({ { true, false, "relu" }, { false, true, "gelu" } }) do
+      local m = nn.Transformer(16, 4, 2, 2, 32, 0.0, cfg[3], { batch_first = cfg[1], norm_first = cfg[2] })
+      load_from(m, ref, string.format("w%d.", i - 1))
+      m:eval()
+      local s, t = src:clone(), tgt:clone()
+      if not cfg[1] then s, t = s:transpose(1, 2):contiguous(), t:transpose(1, 2):contiguous() end
+      s:requires_grad_()
+      t:requires_grad_()
+      local y = m(s, t, { tgt_mask = nn.Transformer.generate_square_subsequent_mask(5), src_key_padding_mask = src_kpm,
+        tgt_key_padding_mask = tgt_kpm, memory_key_padding_mask = src_kpm })
+      ;(y ^ 2):sum():backward()
+      local k = i - 1
+      R.assert_close(y, R.from(ref["y" .. k]), 1e-5, 1e-4, "output " .. i)
+      R.assert_close(s.grad, R.from(ref["gs" .. k]), 1e-4, 1e-3, "src gradient " .. i)
+      R.assert_close(t.grad, R.from(ref["gt" .. k]), 1e-4, 1e-3, "tgt gradient " .. i)
+      for name, p in m:named_parameters() do
+        R.assert_close(p.grad, R.from(ref[string.format("g%d.%s", k, name)]), 1e-4, 1e-3, name)
+      end
+    end
+  end)
+
+  it("initialise every weight matrix xavier-uniform, and refuse bad arguments", function()
+    ddp.manual_seed(2)
+    local m = nn.Transformer({ d_model = 16, nhead = 4, num_encoder_layers = 1, num_decoder_layers = 1,
+      dim_feedforward = 64 })
+    local w = m.decoder.layers[1].linear1.weight -- [64, 16]: bound sqrt(6 / 80)
+    assert.is_true(w:abs():max():item() <= math.sqrt(6 / 80) and w:abs():max():item() > 0.9 * math.sqrt(6 / 80))
+    local layer = nn.TransformerDecoderLayer(8, 2, 16, 0.0, { batch_first = true })
+    assert.are.same({ 3, 4, 8 }, nn.TransformerDecoder(layer, 2)(ddp.randn(3, 4, 8), ddp.randn(3, 6, 8)):size())
+    R.assert_error(function() nn.TransformerDecoderLayer(8, 2, { activation = "tanh" }) end,
+      "TransformerDecoderLayer", "activation should be")
+    R.assert_error(function() nn.TransformerDecoder("layer", 2) end, "decoder_layer must be a module")
+    R.assert_error(function() layer(ddp.randn(3, 4, 8)) end, "expected tensors tgt and memory")
+    R.assert_error(function() layer(ddp.randn(3, 4, 8), ddp.randn(3, 6, 8), { mask = 1 }) end, "unknown option 'mask'")
+    R.assert_error(function() m(ddp.randn(5, 2, 16), ddp.randn(4, 3, 16)) end, "batch number of src (2) and tgt (3)")
+    R.assert_error(function() m(ddp.randn(5, 2, 8), ddp.randn(4, 2, 8)) end, "must be equal to d_model (16)")
+    R.assert_error(function() nn.Transformer.generate_square_subsequent_mask(-1) end, "sz")
   end)
 end)

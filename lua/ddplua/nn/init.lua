@@ -49,6 +49,8 @@ local nn = {
   utils = require "ddplua.nn.utils",
 }
 for name, cls in pairs(activation.modules) do nn[name] = cls end -- ReLU, GELU, ... (activation.lua)
+-- TransformerDecoderLayer, TransformerDecoder, Transformer (not a family: they need nn.F loaded first)
+for name, cls in pairs(require("ddplua.nn.transformer_decoder").modules) do nn[name] = cls end
 -- the families that bring their modules in a table (nn/families.lua; their functional forms are in nn.F)
 for _, family in ipairs(require "ddplua.nn.families") do
   for name, cls in pairs(require(family).modules) do nn[name] = cls end
