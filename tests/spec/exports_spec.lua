@@ -66,6 +66,7 @@ local EXPORTS = {
       "TransformerEncoderLayer", "TransformerEncoder", "utils", "Softmax", "LogSoftmax", "Softmin", "GLU", "PReLU",
       "Unflatten", "CosineSimilarity", "PairwiseDistance", "Parameter", "AdaptiveMaxPool2d", "AdaptiveMaxPool1d",
       "AdaptiveAvgPool1d", "TransformerDecoderLayer", "TransformerDecoder", "Transformer",
+      "EmbeddingBag",
     },
   },
   F = {
@@ -78,7 +79,7 @@ local EXPORTS = {
       "avg_pool2d", "batch_norm", "layer_norm", "dropout", "dropout2d", "embedding", "cross_entropy", "mse_loss", "nll_loss",
       "scaled_dot_product_attention", "self_attention_qkv", "self_attention_qkv_composed", "adaptive_avg_pool2d",
       "softmin", "glu", "prelu", "cosine_similarity", "pairwise_distance", "normalize", "one_hot", "adaptive_max_pool2d",
-      "adaptive_max_pool1d", "adaptive_avg_pool1d",
+      "adaptive_max_pool1d", "adaptive_avg_pool1d", "embedding_bag",
     },
   },
   optim = { form = "optim.", names = { "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Optimizer", "lr_scheduler" } },

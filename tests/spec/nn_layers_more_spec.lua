@@ -162,6 +162,55 @@ describe("nn's smaller layers (layers_more.lua)", function()
     R.assert_error(function() F.adaptive_max_pool1d(ddp.randn(2, 3, 0), 1) end, "non-empty input")
   end)
 
+  it("EmbeddingBag matches PyTorch: sum with per-sample weights, mean, max, padding, empty bags, 2-D input", function()
+    if not TR.available() then return pending(NO_TORCH) end
+    local W = R.randn({ 10, 3 }, 60)
+    local ids = ddp.tensor({ 1, 2, 4, 5, 4, 3, 2, 9, 2 }, { dtype = "int64" })
+    local psw = R.randn({ 9 }, 61)
+    local cases = {
+      { lua = { offsets = { 1, 5 }, mode = "sum", psw = true }, py = "offsets=torch.tensor([0, 4]), mode='sum', " ..
+        "per_sample_weights=psw" },
+      { lua = { offsets = { 1, 3, 3, 8 }, mode = "mean", padding_idx = 2 }, py = "offsets=torch.tensor([0, 2, 2, 7]), " ..
+        "mode='mean', padding_idx=1" },
+      { lua = { offsets = { 1, 3, 3, 10 }, mode = "max", padding_idx = 2, include_last_offset = true },
+        py = "offsets=torch.tensor([0, 2, 2, 9]), mode='max', padding_idx=1, include_last_offset=True" },
+      { lua = { mode = "mean", rows = true }, py = "mode='mean'" },
+    }
+    local body = { "import torch.nn.functional as F" }
+    for i, c in ipairs(cases) do
+      body[#body + 1] = "w = T['W'].clone().requires_grad_(); psw = T['psw'].clone().requires_grad_()"
+      body[#body + 1] = string.format("y = F.embedding_bag(%s, w, %s)", c.lua.rows and "T['ids'][:8].view(2, 4) - 1" or
+        "T['ids'] - 1", c.py)
+      body[#body + 1] = string.format("(y * torch.arange(1., y.numel() + 1).view(y.shape).double()).sum().backward()")
+      body[#body + 1] = string.format("OUT['y%d'], OUT['gw%d'] = y, w.grad", i, i)
+      if c.lua.psw then body[#body + 1] = string.format("OUT['gp%d'] = psw.grad", i) end
+    end
+    local ref = TR.run(table.concat(body, "\n") .. "\n", { W = W, ids = ids, psw = psw })
+    for i, c in ipairs(cases) do
+      local w, p = W:clone():requires_grad_(), psw:clone():requires_grad_()
+      local input = c.lua.rows and ids:narrow(1, 1, 8):view(2, 4) or ids
+      local offsets = c.lua.offsets and ddp.tensor(c.lua.offsets, { dtype = "int64" }) or nil
+      local y = F.embedding_bag(input, w, offsets, { mode = c.lua.mode, per_sample_weights = c.lua.psw and p or nil,
+        padding_idx = c.lua.padding_idx, include_last_offset = c.lua.include_last_offset })
+      ;(y * ddp.arange(1, y:numel() + 1, { dtype = "float64" }):view(y:size())):sum():backward()
+      R.assert_close(y, R.from(ref["y" .. i]), 1e-12, 1e-12, "embedding_bag " .. i .. ": output")
+      R.assert_close(w.grad, R.from(ref["gw" .. i]), 1e-12, 1e-12, "embedding_bag " .. i .. ": weight gradient")
+      if c.lua.psw then R.assert_close(p.grad, R.from(ref["gp" .. i]), 1e-12, 1e-12, "per_sample_weights gradient") end
+    end
+    local bag = nn.EmbeddingBag(10, 3, { mode = "sum", padding_idx = -1 })
+    assert.are.equal(10, bag.padding_idx)
+    assert.are.same({ 0, 0, 0 }, bag.weight[10]:totable())
+    assert.are.same({ 2, 3 }, bag(ids:narrow(1, 1, 6):view(2, 3)):size())
+    R.assert_error(function() F.embedding_bag(ids, W, ddp.tensor({ 2 }, { dtype = "int64" })) end, "beginning at 1")
+    R.assert_error(function() F.embedding_bag(ids, W, nil) end, "expected a tensor offsets")
+    R.assert_error(function() F.embedding_bag(ids:view(3, 3), W, ddp.tensor({ 1 }, { dtype = "int64" })) end,
+      "offsets must be nil for a 2-D input")
+    R.assert_error(function() F.embedding_bag(ids:view(3, 3), W, nil, { mode = "mean", per_sample_weights = psw:view(3, 3) })
+    end, "only supported with mode \"sum\"")
+    R.assert_error(function() nn.EmbeddingBag(10, 3, { mode = "median" }) end, "mode must be")
+    R.assert_error(function() nn.EmbeddingBag(10, 3, { sparse = true }) end, "sparse=true is not supported")
+  end)
+
   it("F.one_hot matches PyTorch's with 1-based class positions", function()
     if not TR.available() then return pending(NO_TORCH) end
     local idx = ddp.tensor({ { 1, 4, 2 }, { 3, 3, 1 } }, { dtype = "int64" })

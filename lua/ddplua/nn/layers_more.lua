@@ -15,6 +15,10 @@
 --   F.normalize(x, p = 2, dim = 2, eps = 1e-12): x / max(norm_p(x, dim), eps).
 --   F.one_hot(idx, num_classes = -1): int64 class positions, 1-based as every class index here (cross_entropy's
 --     targets), to int64 rows [..., num_classes] with a 1 at each position; -1 takes the largest position.
+--   nn.EmbeddingBag(num_embeddings, dim [, ..., mode = "mean", ..., include_last_offset, padding_idx]),
+--     bag(input [, offsets [, per_sample_weights]]), F.embedding_bag(input, weight, offsets, ...): each bag's rows
+--     summed, averaged or maxed ("sum", "mean", "max"); a 2-D input is a bag a row, a 1-D one is cut at offsets,
+--     1-based starts (the first is 1; PyTorch's are 0-based); padding_idx rows left out; an empty bag gives zeros.
 --   nn.Parameter(t [, requires_grad = true]): t's storage as a leaf that requires grad (a module registers any
 --     leaf that requires grad as a parameter when assigned, so this is PyTorch's spelling of that).
 -- Every setting also by name in an options table after the positional ones (nn.Softmax({dim = 2})).
@@ -293,6 +297,145 @@ function F.one_hot(idx, num_classes)
   if idx:numel() == 0 or num_classes == 0 then return out end
   return out:scatter(#shape, idx:unsqueeze(-1), 1)
 end
+
+-- ---- EmbeddingBag --------------------------------------------------------------------------------------------
+
+-- bags: ids [B, N] (a bag a row, offsets nil) or ids [N] cut at offsets (1-based starts, the first 1; with
+-- include_last_offset one more entry, N + 1); each bag reduced by mode over its rows of weight, padding_idx rows
+-- left out (an empty bag gives zeros), per_sample_weights (ids' shape, mode "sum") scaling each row
+local function embedding_bag(who, ids, weight, offsets, mode, per_sample_weights, include_last_offset, padding_idx)
+  check_tensor(who, "input", ids)
+  check_tensor(who, "weight", weight)
+  if ids:dtype() ~= "int64" then E.raise(who .. ": expected an int64 tensor of ids, got " .. ids:dtype()) end
+  if weight:dim() ~= 2 then E.raise(who .. ": weight must be 2-D [num_embeddings, dim], got " .. util.shape_str(weight)) end
+  mode = mode == nil and "mean" or mode
+  if mode ~= "mean" and mode ~= "sum" and mode ~= "max" then
+    E.raise(string.format("%s: mode must be \"mean\", \"sum\" or \"max\", got %s", who, tostring(mode)))
+  end
+  if per_sample_weights ~= nil then
+    check_tensor(who, "per_sample_weights", per_sample_weights)
+    if mode ~= "sum" then
+      E.raise(string.format("%s: per_sample_weights are only supported with mode \"sum\", got mode \"%s\"", who, mode))
+    end
+    if table.concat(per_sample_weights:size(), ",") ~= table.concat(ids:size(), ",") then
+      E.raise(string.format("%s: per_sample_weights of shape %s must have the input's shape %s", who,
+        util.shape_str(per_sample_weights), util.shape_str(ids)))
+    end
+  end
+  local N, B, starts = ids:numel(), nil, nil
+  if ids:dim() == 2 then
+    if offsets ~= nil then E.raise(who .. ": offsets must be nil for a 2-D input (each row is a bag)") end
+    B = ids:size(1)
+    starts = {}
+    for b = 1, B do starts[b] = (b - 1) * ids:size(2) + 1 end
+  elseif ids:dim() == 1 then
+    check_tensor(who, "offsets", offsets)
+    if offsets:dtype() ~= "int64" or offsets:dim() ~= 1 then
+      E.raise(string.format("%s: offsets must be a 1-D int64 tensor, got %s of shape %s", who, offsets:dtype(),
+        util.shape_str(offsets)))
+    end
+    starts = offsets:totable()
+    if include_last_offset then
+      if #starts == 0 then E.raise(who .. ": include_last_offset needs at least one offset") end
+      starts[#starts] = nil
+    end
+    B = #starts
+    for b = 1, B do
+      local nxt = starts[b + 1] or N + 1
+      if starts[b] < 1 or starts[b] > N + 1 or nxt < starts[b] or (b == 1 and starts[b] ~= 1) then
+        E.raise(string.format("%s: offsets must be non-decreasing 1-based starts in 1..%d beginning at 1, got %d at " ..
+          "position %d", who, N + 1, starts[b], b))
+      end
+    end
+  else
+    E.raise(who .. ": expected a 1-D (with offsets) or 2-D input, got shape " .. util.shape_str(ids))
+  end
+  local D = weight:size(2)
+  local flat = ids:reshape(N)
+  local rows = ddp.embedding(flat, weight) -- [N, D]
+  local keep = padding_idx and flat:ne(padding_idx) or nil -- uint8 [N]
+  local opts = { dtype = weight:dtype(), device = weight:device() }
+  if mode == "max" then
+    if keep then rows = ddp.where(keep:view(N, 1), rows, ddp.full({ 1, 1 }, -math.huge, opts)) end
+    local out = {}
+    for b = 1, B do
+      local n = (starts[b + 1] or N + 1) - starts[b]
+      local m = n > 0 and (rows:narrow(1, starts[b], n):max(1, true)) or ddp.full({ 1, D }, -math.huge, opts)
+      out[b] = ddp.where(m:eq(-math.huge), ddp.zeros(1, 1, opts), m) -- an empty (or all-padding) bag: zeros
+    end
+    return B > 0 and ddp.cat(out, 1) or ddp.zeros(0, D, opts)
+  end
+  local bag = {}
+  for b = 1, B do
+    for _ = starts[b], (starts[b + 1] or N + 1) - 1 do bag[#bag + 1] = b end
+  end
+  local bag_t = ddp.tensor(bag, { dtype = "int64", device = ids:device() }):view(N, 1)
+  local scale = per_sample_weights and per_sample_weights:reshape(N, 1):to(weight:dtype()) or nil
+  if keep then
+    local k = keep:to(weight:dtype()):view(N, 1)
+    scale = scale and scale * k or k
+  end
+  if scale then rows = rows * scale end
+  local sum = ddp.zeros(B, D, opts):scatter_add(1, bag_t:expand(N, D), rows)
+  if mode == "sum" then return sum end
+  local count = ddp.zeros(B, 1, opts):scatter_add(1, bag_t, keep and keep:to(weight:dtype()):view(N, 1) or
+    ddp.ones(N, 1, opts))
+  return sum / count:clamp_min(1)
+end
+
+--- F.embedding_bag(input, weight, offsets, max_norm, norm_type, scale_grad_by_freq, mode, sparse,
+--- per_sample_weights, include_last_offset, padding_idx) (PyTorch's order), or an options table after weight
+--- (and offsets).
+local BAG_ARGS = { "offsets", "max_norm", "norm_type", "scale_grad_by_freq", "mode", "sparse", "per_sample_weights",
+  "include_last_offset", "padding_idx" }
+function F.embedding_bag(input, weight, ...)
+  local o = util.args("embedding_bag", BAG_ARGS, ...)
+  util.unsupported("embedding_bag", "max_norm", o.max_norm, nil, "rows are never renormalised")
+  util.unsupported("embedding_bag", "scale_grad_by_freq", o.scale_grad_by_freq, false, "gradients are not rescaled")
+  util.unsupported("embedding_bag", "sparse", o.sparse, false, "gradients are dense")
+  return embedding_bag("embedding_bag", input, weight, o.offsets, o.mode, o.per_sample_weights,
+    o.include_last_offset, o.padding_idx)
+end
+
+local EmbeddingBag = Module:extend("EmbeddingBag")
+function EmbeddingBag:__init(num_embeddings, embedding_dim, ...)
+  local who = "EmbeddingBag"
+  local o = util.args(who, { "max_norm", "norm_type", "scale_grad_by_freq", "mode", "sparse", "_weight",
+    "include_last_offset", "padding_idx", "device", "dtype" }, ...)
+  util.unsupported(who, "max_norm", o.max_norm, nil, "rows are never renormalised")
+  util.unsupported(who, "scale_grad_by_freq", o.scale_grad_by_freq, false, "gradients are not rescaled")
+  util.unsupported(who, "sparse", o.sparse, false, "gradients are dense")
+  util.unsupported(who, "_weight", o._weight, nil, "assign m.weight after construction")
+  self.num_embeddings = util.check_int(who, "num_embeddings", num_embeddings)
+  self.embedding_dim = util.check_int(who, "embedding_dim", embedding_dim)
+  self.mode = o.mode or "mean"
+  if self.mode ~= "mean" and self.mode ~= "sum" and self.mode ~= "max" then
+    E.raise(string.format("%s: mode must be \"mean\", \"sum\" or \"max\", got %s", who, tostring(self.mode)))
+  end
+  local pad = o.padding_idx
+  if pad ~= nil then
+    if math.type(pad) ~= "integer" or pad == 0 or pad > num_embeddings or pad < -num_embeddings then
+      E.raise(string.format("%s: padding_idx must be an integer in 1..%d or -%d..-1, got %s", who, num_embeddings,
+        num_embeddings, tostring(pad)))
+    end
+    if pad < 0 then pad = num_embeddings + 1 + pad end
+  end
+  self.padding_idx, self.include_last_offset = pad, o.include_last_offset == true
+  self:register_parameter("weight", util.parameter(function()
+    local w = ddp.randn(num_embeddings, embedding_dim, util.tensor_opts(o))
+    if pad then w[pad]:zero_() end
+    return w
+  end))
+end
+function EmbeddingBag:forward(input, offsets, per_sample_weights)
+  return embedding_bag(tostring(self), input, self.weight, offsets, self.mode, per_sample_weights,
+    self.include_last_offset, self.padding_idx)
+end
+function EmbeddingBag:extra_repr()
+  local s = string.format("%d, %d, mode='%s'", self.num_embeddings, self.embedding_dim, self.mode)
+  return self.padding_idx and s .. string.format(", padding_idx=%d", self.padding_idx) or s
+end
+M.modules.EmbeddingBag = EmbeddingBag
 
 -- ---- Parameter -----------------------------------------------------------------------------------------------
 
