@@ -365,11 +365,15 @@ local function embedding_bag(who, ids, weight, offsets, mode, per_sample_weights
     end
     return B > 0 and ddp.cat(out, 1) or ddp.zeros(0, D, opts)
   end
-  local bag = {}
-  for b = 1, B do
-    for _ = starts[b], (starts[b + 1] or N + 1) - 1 do bag[#bag + 1] = b end
+  -- each row's bag (1-based): the 2-D input's row, or the count of starts at or before it
+  local iopts = { dtype = "int64", device = ids:device() }
+  local bag_t
+  if ids:dim() == 2 then
+    bag_t = ddp.arange(1, B + 1, iopts):view(B, 1):expand(B, ids:size(2)):reshape(N, 1)
+  else
+    local st = ddp.tensor(starts, iopts)
+    bag_t = ddp.zeros(N + 1, iopts):scatter_add(1, st, ddp.ones(B, iopts)):narrow(1, 1, N):cumsum(1):view(N, 1)
   end
-  local bag_t = ddp.tensor(bag, { dtype = "int64", device = ids:device() }):view(N, 1)
   local scale = per_sample_weights and per_sample_weights:reshape(N, 1):to(weight:dtype()) or nil
   if keep then
     local k = keep:to(weight:dtype()):view(N, 1)

@@ -136,6 +136,21 @@ static void index_plan(dp_index_plan *p, const dp_tensor *idx, const dp_tensor *
   dp_index_plan_init(p, idx->ndim, idx->shape, 3, st);
 }
 
+/* The plan's last dim as an inner loop: a row's offsets once (dp_index_offsets divides per dim), then the three
+ * operands step by their strides. Per element, the offsets took 22 of 30 ns of a gather of [3200, 64] rows (the
+ * expanded-index gather and scatter_add that nn.EmbeddingBag and ported `x.gather(1, i.expand(...))` run). */
+#define FOR_EACH_ROW(p, body)                                                                                          \
+  {                                                                                                                    \
+    int last = (p).ndim > 0 ? (p).ndim - 1 : 0;                                                                        \
+    int64_t inner = (p).ndim > 0 ? (p).shape[last] : 1;                                                                \
+    int64_t s0 = (p).stride[0][last], s1 = (p).stride[1][last], s2 = (p).stride[2][last];                              \
+    for (int64_t row = 0; inner > 0 && row < (p).numel / inner; row++) {                                               \
+      int64_t off[DP_IDX_MAXOPS];                                                                                      \
+      dp_index_offsets(&(p), row *inner, off);                                                                         \
+      for (int64_t q = 0; q < inner; q++, off[0] += s0, off[1] += s1, off[2] += s2) body                               \
+    }                                                                                                                  \
+  }
+
 int dp_cpu_gather(dp_tensor *out, const dp_tensor *src, const dp_tensor *idx, int dim, int64_t base) {
   dp_index_plan p;
   index_plan(&p, idx, src, dim, out);
@@ -144,13 +159,12 @@ int dp_cpu_gather(dp_tensor *out, const dp_tensor *src, const dp_tensor *idx, in
   const char *sp = dp_data(src);
   char *op = dp_data(out);
   int64_t size = src->shape[dim], sd = src->stride[dim];
-  for (int64_t i = 0; i < p.numel; i++) {
-    int64_t off[DP_IDX_MAXOPS];
-    dp_index_offsets(&p, i, off);
+  FOR_EACH_ROW(p, {
     int64_t j = ip[off[0]] - base;
-    if (j < 0 || j >= size) return index_error("gather", idx, i, j + base, dim, size, base);
-    memcpy(op + (size_t)off[2] * es, sp + (size_t)(off[1] + j * sd) * es, es);
-  }
+    if (j < 0 || j >= size) return index_error("gather", idx, row * inner + q, j + base, dim, size, base);
+    if (es == 4) ((uint32_t *)(void *)op)[off[2]] = ((const uint32_t *)(const void *)sp)[off[1] + j * sd];
+    else memcpy(op + (size_t)off[2] * es, sp + (size_t)(off[1] + j * sd) * es, es);
+  })
   return 0;
 }
 
@@ -164,26 +178,24 @@ int dp_cpu_scatter(dp_tensor *dst, const dp_tensor *idx, const dp_tensor *src, i
   int64_t size = dst->shape[dim], sd = dst->stride[dim];
   const char *op = accumulate ? "scatter_add" : "scatter";
   /* every index is checked before anything is written, so a bad one leaves dst as it was */
-  for (int64_t i = 0; i < p.numel; i++) {
-    int64_t off[DP_IDX_MAXOPS];
-    dp_index_offsets(&p, i, off);
+  FOR_EACH_ROW(p, {
     int64_t j = ip[off[0]] - base;
-    if (j < 0 || j >= size) return index_error(op, idx, i, j + base, dim, size, base);
-  }
-  for (int64_t i = 0; i < p.numel; i++) {
-    int64_t off[DP_IDX_MAXOPS];
-    dp_index_offsets(&p, i, off);
+    if (j < 0 || j >= size) return index_error(op, idx, row * inner + q, j + base, dim, size, base);
+  })
+  FOR_EACH_ROW(p, {
     char *d = dp_ + (size_t)(off[1] + (ip[off[0]] - base) * sd) * es;
     const char *s = sp + (size_t)off[2] * es;
     if (!accumulate) memcpy(d, s, es);
     else if (dst->dtype == DP_F32) *(float *)d += *(const float *)s;
+    else if (dst->dtype == DP_F64) *(double *)d += *(const double *)s;
     else if (dst->dtype == DP_I64)
       *(int64_t *)d = (int64_t)((uint64_t) * (int64_t *)d + (uint64_t) * (const int64_t *)s);
     else if (dst->dtype == DP_U8) *(uint8_t *)d = (uint8_t)(*(uint8_t *)d + *(const uint8_t *)s);
     else dp_store_d(d, dst->dtype, dp_load_d(d, dst->dtype) + dp_load_d(s, dst->dtype));
-  }
+  })
   return 0;
 }
+#undef FOR_EACH_ROW
 
 /* ---- topk: a heap of the k best seen so far, worst on top ---- */
 typedef struct {
