@@ -5,4 +5,4 @@
 -- (adaptive_more.lua). nn/init.lua merges their modules into nn,
 -- nn/functional.lua their functional forms into nn.F.
 return { "ddplua.nn.norm_more", "ddplua.nn.resample", "ddplua.nn.cells", "ddplua.nn.layers_more",
-  "ddplua.nn.adaptive_more" }
+  "ddplua.nn.adaptive_more", "ddplua.nn.loss_pairs" }
