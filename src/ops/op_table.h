@@ -34,44 +34,78 @@
 
 /* X(ID, name, autograd node, grad, ints, epilogue) */
 // clang-format off
-#define DP_UNARY_OPS(X)                                                                      \
-  X(NEG,        neg,        "NegBackward",        GRAD_NONE, INT_KEEP,          NO_EPILOGUE) \
-  X(EXP,        exp,        "ExpBackward",        GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE) \
-  X(LOG,        log,        "LogBackward",        GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
-  X(RELU,       relu,       "ReluBackward",       GRAD_Y,    INT_KEEP,          EPILOGUE)    \
-  X(GELU,       gelu,       "GeluBackward",       GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
-  X(TANH,       tanh,       "TanhBackward",       GRAD_Y,    INT_TO_FLOAT,      EPILOGUE)    \
-  X(SIGMOID,    sigmoid,    "SigmoidBackward",    GRAD_Y,    INT_TO_FLOAT,      EPILOGUE)    \
-  X(SQRT,       sqrt,       "SqrtBackward",       GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE) \
-  X(RSQRT,      rsqrt,      "RsqrtBackward",      GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE) \
-  X(ABS,        abs,        "AbsBackward",        GRAD_X,    INT_KEEP,          NO_EPILOGUE) \
-  X(SQUARE,     square,     "SquareBackward",     GRAD_X,    INT_KEEP,          NO_EPILOGUE) \
-  X(RECIP,      reciprocal, "ReciprocalBackward", GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE) \
-  X(SIGN,       sign,       "SignBackward",       GRAD_NONE, INT_KEEP,          NO_EPILOGUE) \
-  X(CLAMP,      clamp,      "ClampBackward",      GRAD_X,    INT_KEEP_IF_WHOLE, NO_EPILOGUE) \
-  X(LEAKY_RELU, leaky_relu, "LeakyReluBackward",  GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
-  X(ELU,        elu,        "EluBackward",        GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
-  X(SILU,       silu,       "SiluBackward",       GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
-  X(SOFTPLUS,   softplus,   "SoftplusBackward",   GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
-  X(SIN,        sin,        "SinBackward",        GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
-  X(COS,        cos,        "CosBackward",        GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
-  X(ERF,        erf,        "ErfBackward",        GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
-  X(LOG1P,      log1p,      "Log1pBackward",      GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
-  X(EXPM1,      expm1,      "Expm1Backward",      GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE) \
-  X(FLOOR,      floor,      "FloorBackward",      GRAD_NONE, INT_KEEP,          NO_EPILOGUE) \
-  X(CEIL,       ceil,       "CeilBackward",       GRAD_NONE, INT_KEEP,          NO_EPILOGUE) \
-  X(ROUND,      round,      "RoundBackward",      GRAD_NONE, INT_KEEP,          NO_EPILOGUE) \
-  X(TRUNC,      trunc,      "TruncBackward",      GRAD_NONE, INT_KEEP,          NO_EPILOGUE)
+#define DP_UNARY_OPS(X)                                                                         \
+  X(NEG,         neg,         "NegBackward",         GRAD_NONE, INT_KEEP,          NO_EPILOGUE) \
+  X(EXP,         exp,         "ExpBackward",         GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(LOG,         log,         "LogBackward",         GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(RELU,        relu,        "ReluBackward",        GRAD_Y,    INT_KEEP,          EPILOGUE)    \
+  X(GELU,        gelu,        "GeluBackward",        GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
+  X(TANH,        tanh,        "TanhBackward",        GRAD_Y,    INT_TO_FLOAT,      EPILOGUE)    \
+  X(SIGMOID,     sigmoid,     "SigmoidBackward",     GRAD_Y,    INT_TO_FLOAT,      EPILOGUE)    \
+  X(SQRT,        sqrt,        "SqrtBackward",        GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(RSQRT,       rsqrt,       "RsqrtBackward",       GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(ABS,         abs,         "AbsBackward",         GRAD_X,    INT_KEEP,          NO_EPILOGUE) \
+  X(SQUARE,      square,      "SquareBackward",      GRAD_X,    INT_KEEP,          NO_EPILOGUE) \
+  X(RECIP,       reciprocal,  "ReciprocalBackward",  GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(SIGN,        sign,        "SignBackward",        GRAD_NONE, INT_KEEP,          NO_EPILOGUE) \
+  X(CLAMP,       clamp,       "ClampBackward",       GRAD_X,    INT_KEEP_IF_WHOLE, NO_EPILOGUE) \
+  X(LEAKY_RELU,  leaky_relu,  "LeakyReluBackward",   GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
+  X(ELU,         elu,         "EluBackward",         GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
+  X(SILU,        silu,        "SiluBackward",        GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
+  X(SOFTPLUS,    softplus,    "SoftplusBackward",    GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
+  X(SIN,         sin,         "SinBackward",         GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(COS,         cos,         "CosBackward",         GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(ERF,         erf,         "ErfBackward",         GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(LOG1P,       log1p,       "Log1pBackward",       GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(EXPM1,       expm1,       "Expm1Backward",       GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(FLOOR,       floor,       "FloorBackward",       GRAD_NONE, INT_KEEP,          NO_EPILOGUE) \
+  X(CEIL,        ceil,        "CeilBackward",        GRAD_NONE, INT_KEEP,          NO_EPILOGUE) \
+  X(ROUND,       round,       "RoundBackward",       GRAD_NONE, INT_KEEP,          NO_EPILOGUE) \
+  X(TRUNC,       trunc,       "TruncBackward",       GRAD_NONE, INT_KEEP,          NO_EPILOGUE) \
+  X(HARDTANH,    hardtanh,    "HardtanhBackward",    GRAD_X,    INT_KEEP_IF_WHOLE, NO_EPILOGUE) \
+  X(HARDSIGMOID, hardsigmoid, "HardsigmoidBackward", GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
+  X(HARDSWISH,   hardswish,   "HardswishBackward",   GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
+  X(MISH,        mish,        "MishBackward",        GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
+  X(SELU,        selu,        "EluBackward",         GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
+  X(CELU,        celu,        "CeluBackward",        GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
+  X(LOGSIGMOID,  logsigmoid,  "LogSigmoidBackward",  GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
+  X(SOFTSIGN,    softsign,    "SoftsignBackward",    GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(TANHSHRINK,  tanhshrink,  "TanhshrinkBackward",  GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(SOFTSHRINK,  softshrink,  "SoftshrinkBackward",  GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
+  X(HARDSHRINK,  hardshrink,  "HardshrinkBackward",  GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
+  X(THRESHOLD,   threshold,   "ThresholdBackward",   GRAD_X,    INT_KEEP_IF_WHOLE, NO_EPILOGUE) \
+  X(GELU_TANH,   gelu_tanh,   "GeluBackward",        GRAD_X,    INT_ERROR,         NO_EPILOGUE)
 
 /* The parameters of the unary ops that take some, in Lua argument order
- * (ddp.clamp(x, min, max)): P(ID, field of dp_unary_params, Lua default). */
+ * (ddp.clamp(x, min, max)): P(ID, field of dp_unary_params, Lua default).
+ * A NaN default marks a parameter PyTorch requires (threshold's): the nn
+ * forms refuse a missing one (nn/activation.lua). */
 #define DP_UNARY_PARAMS(P)                 \
   P(CLAMP,      min,            -INFINITY) \
   P(CLAMP,      max,            INFINITY)  \
   P(LEAKY_RELU, negative_slope, 0.01)      \
   P(ELU,        alpha,          1.0)       \
   P(SOFTPLUS,   beta,           1.0)       \
-  P(SOFTPLUS,   threshold,      20.0)
+  P(SOFTPLUS,   threshold,      20.0)      \
+  P(HARDTANH,   min_val,        -1.0)      \
+  P(HARDTANH,   max_val,        1.0)       \
+  P(CELU,       alpha,          1.0)       \
+  P(SOFTSHRINK, lambd,          0.5)       \
+  P(HARDSHRINK, lambd,          0.5)       \
+  P(THRESHOLD,  threshold,      NAN)       \
+  P(THRESHOLD,  value,          NAN)
+
+/* Where the fields live: F(field, slot). An autograd node keeps the
+ * parameters in 8 doubles, fewer than all the ops' fields together, so
+ * the fields of different ops share DP_UNARY_PARAM_SLOTS slots: each field
+ * is declared once here, in a slot that no other field of the same op
+ * uses (tests/c/test_scalar_math.c checks it); ops whose parameters have
+ * the same name share the field (elu's and celu's alpha, softplus's and
+ * threshold's threshold). A parameter with a new name needs its line. */
+#define DP_UNARY_PARAM_FIELDS(F)                                                                 \
+  F(min, 0) F(max, 1) F(negative_slope, 0) F(alpha, 0) F(beta, 0) F(threshold, 1) F(min_val, 0) \
+  F(max_val, 1) F(lambd, 0) F(value, 0)
+#define DP_UNARY_PARAM_SLOTS 2
 
 /* X(ID, name, autograd node (NULL: no gradient), out, saves, scalar_f32)
  * out:        the result dtype: OUT_PROMOTE (PyTorch's result type of the operands, dp_result_type), OUT_FLOAT
@@ -144,12 +178,31 @@ typedef enum { DP_SAVES_NONE, DP_SAVES_AB, DP_SAVES_ABY } dp_saves;
 enum { DP_NO_EPILOGUE = 0, DP_EPILOGUE = 1 };
 
 /* ---- parameters: one struct for every parameterised unary op (the
- * fields of DP_UNARY_PARAMS), passed by pointer like dp_gemm_args ---- */
+ * fields of DP_UNARY_PARAM_FIELDS, each in its slot's union), passed by
+ * pointer like dp_gemm_args ---- */
+#define DP_PARAM_IN_SLOT_0_0(field) double field;
+#define DP_PARAM_IN_SLOT_0_1(field)
+#define DP_PARAM_IN_SLOT_1_0(field)
+#define DP_PARAM_IN_SLOT_1_1(field) double field;
+#define DP_PARAM_SLOT_0(field, slot) DP_PARAM_IN_SLOT_0_##slot(field)
+#define DP_PARAM_SLOT_1(field, slot) DP_PARAM_IN_SLOT_1_##slot(field)
 typedef struct {
-#define DP_PARAM_FIELD(ID, field, dflt) double field;
-  DP_UNARY_PARAMS(DP_PARAM_FIELD)
-#undef DP_PARAM_FIELD
+  union {
+    double slot0_;
+    DP_UNARY_PARAM_FIELDS(DP_PARAM_SLOT_0)
+  };
+  union {
+    double slot1_;
+    DP_UNARY_PARAM_FIELDS(DP_PARAM_SLOT_1)
+  };
 } dp_unary_params;
+#undef DP_PARAM_SLOT_0
+#undef DP_PARAM_SLOT_1
+#undef DP_PARAM_IN_SLOT_0_0
+#undef DP_PARAM_IN_SLOT_0_1
+#undef DP_PARAM_IN_SLOT_1_0
+#undef DP_PARAM_IN_SLOT_1_1
+DP_STATIC_ASSERT(sizeof(dp_unary_params) == DP_UNARY_PARAM_SLOTS * sizeof(double), "one double a slot");
 
 /* An op and its parameters: what the backends' unary entries take. */
 typedef struct {
@@ -157,11 +210,15 @@ typedef struct {
   dp_unary_params p;
 } dp_unary_args;
 
-/* The Lua defaults of every parameter. */
+/* The op with the Lua defaults of its parameters (the slots it does not
+ * use are 0). */
 static inline dp_unary_args dp_unary_args_of(dp_unary_op op) {
   dp_unary_args a;
   a.op = op;
-#define DP_PARAM_DEFAULT(ID, field, dflt) a.p.field = dflt;
+  a.p.slot0_ = 0;
+  a.p.slot1_ = 0;
+#define DP_PARAM_DEFAULT(ID, field, dflt)                                                                              \
+  if (op == DP_U_##ID) a.p.field = dflt;
   DP_UNARY_PARAMS(DP_PARAM_DEFAULT)
 #undef DP_PARAM_DEFAULT
   return a;

@@ -15,7 +15,11 @@
 #include "tensor/half.h" /* DP_HD */
 
 #define DP_SQRT1_2 0.70710678118654752440
+#define DP_SQRT2 1.41421356237309504880
 #define DP_2_SQRTPI 1.12837916709551257390
+/* SELU's constants (PyTorch's, from Klambauer et al.) */
+#define DP_SELU_ALPHA 1.6732632423543772848170429916717
+#define DP_SELU_SCALE 1.0507009873554804934193349852946
 
 #if defined(__GNUC__)
 #define DP_UNUSED __attribute__((unused))

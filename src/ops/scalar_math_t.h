@@ -186,6 +186,138 @@ FWD(trunc) { return TRUNC(x); }
 BWD(trunc) { return 0; }
 INT(trunc) { return x; }
 
+/* Where PyTorch 1.13's vectorised loop and its scalar tail differ at NaN
+ * (or at a bound), so that its result depends on the element's place in
+ * the tensor, the formulas below take the vectorised loop's answer, as elu
+ * does (docs/pytorch_differences.md, pytorch_elu_nan_grad). */
+
+/* clamp(x, min_val, max_val) as PyTorch's hardtanh (NaN stays NaN,
+ * min_val > max_val gives max_val everywhere); unlike clamp's, the
+ * gradient flows only strictly inside (min_val, max_val): 0 at the bounds,
+ * and 0 at NaN */
+FWD(hardtanh) {
+  T t = x < (T)p->min_val ? (T)p->min_val : x;
+  return t > (T)p->max_val ? (T)p->max_val : t;
+}
+BWD(hardtanh) { return x > (T)p->min_val && x < (T)p->max_val ? gy : 0; }
+INT(hardtanh) {
+  int64_t lo = dp_i64_bound(p->min_val), hi = dp_i64_bound(p->max_val), t = x < lo ? lo : x;
+  return t > hi ? hi : t;
+}
+
+/* min(max(x + 3, 0), 6) / 6 (NaN stays NaN); the gradient gy / 6 strictly
+ * inside (-3, 3), with PyTorch's float32 one sixth (1.0f / 6.0f, in
+ * float64 too) */
+FWD(hardsigmoid) {
+  T t = x + 3;
+  t = t < 0 ? 0 : t;
+  return (t > 6 ? 6 : t) / C(6);
+}
+BWD(hardsigmoid) { return x > -3 && x < 3 ? gy * C(1.0f / 6.0f) : 0; }
+
+/* x * min(max(x + 3, 0), 6) / 6 (-inf gives NaN there, as PyTorch); the
+ * gradient 0 below -3, gy from 3 on, gy * (x / 3 + 0.5) between (NaN at
+ * NaN) */
+FWD(hardswish) {
+  T t = x + 3;
+  t = t < 0 ? 0 : t;
+  t = t > 6 ? 6 : t;
+  return x * t / C(6);
+}
+BWD(hardswish) { return x < -3 ? 0 : x >= 3 ? gy : gy * (x / 3 + C(0.5)); }
+
+/* x * tanh(softplus(x)), softplus as log1p(exp(x)) (-inf gives NaN, as
+ * PyTorch); the gradient tanh(sp) + x * sigmoid(x) * (1 - tanh(sp)^2) */
+FWD(mish) { return x * TANH(LOG1P(EXP(x))); }
+BWD(mish) {
+  T s = 1 / (1 + EXP(-x));
+  T t = TANH(LOG1P(EXP(x)));
+  return gy * (t + x * s * (1 - t * t));
+}
+
+/* scale * x where x > 0, else scale * alpha * (exp(x) - 1), PyTorch's elu
+ * kernel with its constants (exp(x) - 1 as it computes it; the
+ * coefficient scale * alpha rounded to T); the gradient gy * scale * alpha
+ * * exp(x) there (NaN at NaN) */
+FWD(selu) { return x <= 0 ? (EXP(x) - 1) * (C(DP_SELU_ALPHA) * C(DP_SELU_SCALE)) : x * C(DP_SELU_SCALE); }
+BWD(selu) { return x > 0 ? gy * C(DP_SELU_SCALE) : gy * (C(DP_SELU_ALPHA) * C(DP_SELU_SCALE)) * EXP(x); }
+
+/* x where x > 0, else alpha * (exp(x / alpha) - 1), as PyTorch's elu
+ * kernel computes it (x times 1 / alpha, the reciprocal in double then
+ * rounded to T); the gradient gy * (1 / alpha) * alpha * exp(x / alpha)
+ * there (NaN at NaN), with PyTorch's 1 / alpha of the backward: 1.0 /
+ * alpha.toFloat() (derivatives.yaml), alpha rounded to float32 first */
+FWD(celu) { return x <= 0 ? (EXP(x * (T)(1.0 / p->alpha)) - 1) * (T)p->alpha : x; }
+BWD(celu) {
+  T inv = (T)(1.0 / (double)(float)p->alpha);
+  return x > 0 ? gy : gy * inv * (T)p->alpha * EXP(x * inv);
+}
+
+/* log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)) (NaN propagates through
+ * the min); the gradient (1 - b / (1 + b)) gy below 0, b / (1 + b) gy
+ * from 0 on, b = exp(-|x|) (PyTorch's saved buffer) */
+FWD(logsigmoid) { return (x > 0 ? 0 : x) - LOG1P(EXP(-FABS(x))); }
+BWD(logsigmoid) {
+  T b = EXP(-FABS(x));
+  T q = b / (1 + b);
+  return (x < 0 ? 1 - q : q) * gy;
+}
+
+/* x / (|x| + 1) (inf gives NaN, as PyTorch); the gradient as PyTorch's
+ * autograd composes it through div and abs: gy / d - gy * (x / d / d) *
+ * sign(x), d = |x| + 1 (for large |x| the two terms cancel to 0 or a
+ * rounding residue where 1 / d^2 would be smaller still) */
+FWD(softsign) { return x / (FABS(x) + 1); }
+BWD(softsign) {
+  T d = FABS(x) + 1;
+  T through_abs = (-gy * (x / d / d)) * (T)((x > 0) - (x < 0));
+  return gy / d + through_abs;
+}
+
+/* x - tanh(x); the gradient as PyTorch's autograd composes it: gy - gy *
+ * (1 - tanh(x)^2) */
+FWD(tanhshrink) { return x - TANH(x); }
+BWD(tanhshrink) {
+  T t = TANH(x);
+  return gy + -gy * (1 - t * t);
+}
+
+/* x - lambd above lambd, x + lambd below -lambd, else 0 (NaN gives 0, as
+ * PyTorch); the gradient gy outside [-lambd, lambd], 0 inside and at NaN */
+FWD(softshrink) { return x > (T)p->lambd ? x - (T)p->lambd : x < -(T)p->lambd ? x + (T)p->lambd : 0; }
+BWD(softshrink) { return x < -(T)p->lambd || x > (T)p->lambd ? gy : 0; }
+
+/* 0 inside [-lambd, lambd], x elsewhere (NaN stays NaN); the gradient as
+ * softshrink's */
+FWD(hardshrink) { return x >= -(T)p->lambd && x <= (T)p->lambd ? 0 : x; }
+BWD(hardshrink) { return x < -(T)p->lambd || x > (T)p->lambd ? gy : 0; }
+
+/* value where x <= threshold, else x (NaN stays NaN); the gradient 0
+ * there, gy elsewhere (NaN included) */
+FWD(threshold) { return x <= (T)p->threshold ? (T)p->value : x; }
+BWD(threshold) { return x <= (T)p->threshold ? 0 : gy; }
+INT(threshold) { return x <= dp_i64_bound(p->threshold) ? dp_i64_bound(p->value) : x; }
+
+/* GELU's tanh approximation (approximate='tanh'), 0.5 x (1 + tanh(inner)),
+ * inner = sqrt(2 / pi) (x + 0.044715 x^3), and its gradient, both in
+ * PyTorch's order of operations (-inf gives NaN, as there) */
+FWD(gelu_tanh) {
+  T x_cube = x * x * x;
+  T inner = C(DP_SQRT2 * DP_2_SQRTPI * 0.5) * (x + C(0.044715) * x_cube);
+  return C(0.5) * x * (1 + TANH(inner));
+}
+BWD(gelu_tanh) {
+  const T beta = C(DP_SQRT2 * DP_2_SQRTPI * 0.5), kappa = C(0.044715);
+  T x_sq = x * x, x_cube = x_sq * x;
+  T t = TANH(beta * (x + kappa * x_cube));
+  T left = C(0.5) * x, right = 1 + t;
+  T left_derivative = C(0.5) * right;
+  T tanh_derivative = 1 - t * t;
+  T inner_derivative = beta * (1 + C(3) * kappa * x_sq);
+  T right_derivative = left * tanh_derivative * inner_derivative;
+  return gy * (left_derivative + right_derivative);
+}
+
 /* ---- binary ops (gradients: ops/elementwise.c composes them) ---- */
 
 BIN(add) { return a + b; }

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops/scalar_math.h"
 #include "tensor/dtype_conv.h"
@@ -70,6 +71,59 @@ static void test_unary(void) {
   cl.min = -1, cl.max = INFINITY;
   CHECK(isnan(dp_unary_f(DP_U_CLAMP, NAN, &cl)) && dp_unary_i64(DP_U_CLAMP, big, &cl) == big);
   CHECK(dp_unary_i64(DP_U_CLAMP, -big, &cl) == -1);
+}
+
+/* The parameters share slots across ops (op_table.h's DP_UNARY_PARAM_FIELDS): one op's parameters never share one,
+ * and each reads back its default. */
+static void test_param_slots(void) {
+  for (size_t i = 0; i < DP_UNARY_NPARAMS; i++) {
+    const dp_param_info *a = &dp_unary_param_list[i];
+    CHECK(a->offset + sizeof(double) <= sizeof(dp_unary_params));
+    for (size_t j = i + 1; j < DP_UNARY_NPARAMS; j++)
+      if (dp_unary_param_list[j].op == a->op) {
+        if (dp_unary_param_list[j].offset == a->offset)
+          fprintf(stderr, "%s: %s and %s share a slot\n", dp_unary_name(a->op), a->name, dp_unary_param_list[j].name);
+        CHECK(dp_unary_param_list[j].offset != a->offset);
+      }
+    dp_unary_args args = dp_unary_args_of(a->op);
+    double v;
+    memcpy(&v, (const char *)&args.p + a->offset, sizeof v);
+    CHECK(v == a->dflt || (isnan(v) && isnan(a->dflt)));
+  }
+}
+
+/* The activations' edges, as PyTorch's vectorised loops give them: the gradient of hardtanh and the shrinks only
+ * strictly inside / outside their bounds, 0 at NaN; selu's and celu's NaN at NaN; softshrink(NaN) = 0. */
+static void test_activation_edges(void) {
+  dp_unary_params ht = dp_unary_args_of(DP_U_HARDTANH).p;
+  CHECK(dp_unary_grad_d(DP_U_HARDTANH, 2.0, -1.0, 0.0, &ht) == 0 &&
+        dp_unary_grad_f(DP_U_HARDTANH, 2.f, 1.f, 0.f, &ht) == 0);
+  CHECK(dp_unary_grad_d(DP_U_HARDTANH, 2.0, 0.5, 0.0, &ht) == 2 &&
+        dp_unary_grad_f(DP_U_HARDTANH, 2.f, NAN, 0.f, &ht) == 0);
+  CHECK(isnan(dp_unary_d(DP_U_HARDTANH, NAN, &ht)) && dp_unary_f(DP_U_HARDTANH, 5.f, &ht) == 1.f);
+  ht.min_val = 0, ht.max_val = 6; /* relu6 */
+  CHECK(dp_unary_d(DP_U_HARDTANH, 7.0, &ht) == 6 && dp_unary_i64(DP_U_HARDTANH, -9, &ht) == 0);
+  CHECK(dp_unary_grad_d(DP_U_HARDTANH, 1.0, 0.0, 0.0, &ht) == 0);
+  dp_unary_params sh = dp_unary_args_of(DP_U_SOFTSHRINK).p;
+  CHECK(dp_unary_d(DP_U_SOFTSHRINK, NAN, &sh) == 0 && isnan(dp_unary_f(DP_U_HARDSHRINK, NAN, &sh)));
+  CHECK(dp_unary_grad_f(DP_U_SOFTSHRINK, 1.f, NAN, 0.f, &sh) == 0 &&
+        dp_unary_grad_d(DP_U_HARDSHRINK, 1.0, 0.5, 0, &sh) == 0);
+  CHECK(dp_unary_d(DP_U_SOFTSHRINK, -2.0, &sh) == -1.5 && dp_unary_d(DP_U_HARDSHRINK, 0.5, &sh) == 0);
+  dp_unary_params none = dp_unary_args_of(DP_U_SELU).p, ce = dp_unary_args_of(DP_U_CELU).p;
+  CHECK(isnan(dp_unary_grad_d(DP_U_SELU, 1.0, NAN, 0, &none)) && isnan(dp_unary_grad_f(DP_U_CELU, 1.f, NAN, 0, &ce)));
+  CHECK(dp_unary_grad_d(DP_U_HARDSIGMOID, 1.0, 0.0, 0, &none) == (double)(1.0f / 6.0f));
+  CHECK(dp_unary_grad_d(DP_U_HARDSWISH, 1.0, 3.0, 0, &none) == 1 &&
+        isnan(dp_unary_grad_f(DP_U_HARDSWISH, 1.f, NAN, 0, &none)));
+  CHECK(isnan(dp_unary_d(DP_U_MISH, -INFINITY, &none)) && isnan(dp_unary_f(DP_U_GELU_TANH, -INFINITY, &none)));
+  CHECK(dp_unary_d(DP_U_LOGSIGMOID, -INFINITY, &none) == -INFINITY &&
+        dp_unary_f(DP_U_LOGSIGMOID, INFINITY, &none) == 0);
+  dp_unary_params th = dp_unary_args_of(DP_U_THRESHOLD).p;
+  th.threshold = 0.5, th.value = -2;
+  CHECK(dp_unary_d(DP_U_THRESHOLD, 0.5, &th) == -2 && isnan(dp_unary_f(DP_U_THRESHOLD, NAN, &th)));
+  CHECK(dp_unary_grad_d(DP_U_THRESHOLD, 3.0, NAN, 0, &th) == 3 &&
+        dp_unary_grad_f(DP_U_THRESHOLD, 3.f, 0.5f, 0, &th) == 0);
+  th.threshold = 1; /* int64 keeps the dtype for whole parameters */
+  CHECK(dp_unary_i64(DP_U_THRESHOLD, 1, &th) == -2 && dp_unary_i64(DP_U_THRESHOLD, 2, &th) == 2);
 }
 
 static void test_binary(void) {
@@ -261,6 +315,8 @@ static void test_conversions(void) {
 
 int main(void) {
   test_unary();
+  test_param_slots();
+  test_activation_edges();
   test_binary();
   test_lse_and_welford();
   test_cross_entropy();

@@ -94,6 +94,50 @@ unary("elu", "x:elu(A.alpha)", "F.elu(x, A['alpha'])", { args = function(g) retu
 unary("silu", "x:silu()", "F.silu(x)", { conditioning = true })
 unary("softplus", "x:softplus(A.beta, A.threshold)", "F.softplus(x, A['beta'], A['threshold'])",
   { args = function(g) return { beta = g:pick({ 1.0, 2.0 }), threshold = g:pick({ 20.0, 1.0 }) } end })
+-- PyTorch through its vectorised loop: x flattened and followed by 64 zeros, so that none of its elements falls in
+-- the scalar tail (the last n % 16 float32, n % 8 float64 elements of a contiguous loop), then cut back. Where the
+-- two loops answer differently (the gradient at NaN of hardtanh, the shrinks, selu, celu and hardswish, and
+-- hardswish's at 3) ddplua follows the vectorised loop, as for elu (docs/pytorch_differences.md,
+-- pytorch_elu_nan_grad): which one PyTorch runs for an element depends on the element's place in the tensor.
+local function vectorised(call) -- call: a Python expression of the padded input v
+  return "(lambda v: " .. call .. ")(torch.cat([x.reshape(-1), x.new_zeros(64)]))[:x.numel()].reshape(x.shape)"
+end
+-- hardtanh and threshold keep int64 for whole parameters, as PyTorch (which truncates fractional ones to int64,
+-- where ddplua gives float32, as clamp; uint8: PyTorch refuses negative parameters)
+local function int_keeping(name, lua, torch, args)
+  add({ name = name, lua = lua, torch = vectorised(torch), gen = function(g)
+    local dt = g:pick({ "float32", "float64", "int64" })
+    g:tensor("x", g:shape(), dt)
+    return args(g, dt == "int64")
+  end })
+end
+int_keeping("hardtanh", "x:hardtanh(A.lo, A.hi)", "F.hardtanh(v, A['lo'], A['hi'])", function(g, int)
+  local b = g:pick(int and { { -1.0, 1.0 }, { 0.0, 6.0 }, { -3.0, 2.0 }, { 2.0, 1.0 } } or
+    { { -1.0, 1.0 }, { 0.0, 6.0 }, { -0.5, 0.75 }, { 2.0, 1.0 }, { -math.huge, 0.5 }, { -1e30, 1e30 } })
+  return { lo = b[1], hi = b[2] }
+end)
+int_keeping("relu6", "ddp.nn.F.relu6(x)", "F.relu6(v)", function() return {} end)
+int_keeping("threshold", "x:threshold(A.th, A.value)", "F.threshold(v, A['th'], A['value'])", function(g, int)
+  local th = g:pick(int and { 0.0, -1.0, 2.0 } or { 0.0, 0.5, 0.1, -1.0, 3.0, 1e30, -math.huge })
+  return { th = th, value = g:pick(int and { 0.0, -2.0, 20.0 } or { 0.0, -2.0, 20.0, 0.5, math.huge }) }
+end)
+unary("hardsigmoid", "x:hardsigmoid()", "F.hardsigmoid(x)")
+unary("hardswish", "x:hardswish()", vectorised("F.hardswish(v)"))
+unary("mish", "x:mish()", "F.mish(x)", { conditioning = true })
+unary("selu", "x:selu()", vectorised("F.selu(v)"))
+unary("celu", "x:celu(A.alpha)", vectorised("F.celu(v, A['alpha'])"),
+  { args = function(g) return { alpha = g:pick({ 1.0, 0.5, 2.0, 0.7 }) } end })
+unary("logsigmoid", "x:logsigmoid()", "F.logsigmoid(x)", { conditioning = true })
+-- (floats only: PyTorch's composite x / (|x| + 1) computes |x| + 1 in an integer dtype, where it wraps: uint8 255
+-- gives inf, int64's smallest value +1 where ddplua gives -1)
+unary("softsign", "x:softsign()", "F.softsign(x)", { conditioning = true, dtypes = FLOATS })
+unary("tanhshrink", "x:tanhshrink()", "F.tanhshrink(x)", { conditioning = true })
+unary("softshrink", "x:softshrink(A.lambd)", vectorised("F.softshrink(v, A['lambd'])"),
+  { args = function(g) return { lambd = g:pick({ 0.5, 0.0, 1.5, 0.3 }) } end })
+unary("hardshrink", "x:hardshrink(A.lambd)", vectorised("F.hardshrink(v, A['lambd'])"),
+  { args = function(g) return { lambd = g:pick({ 0.5, 0.0, 1.5, 0.3 }) } end })
+unary("gelu_tanh", "ddp.nn.F.gelu(x, { approximate = 'tanh' })", "F.gelu(x, approximate='tanh')",
+  { conditioning = true })
 
 -- ---- binary, with broadcasting and type promotion ----
 binary("add", "a + b", "a + b", { conditioning = true })

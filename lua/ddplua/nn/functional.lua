@@ -4,10 +4,8 @@ local ddp = require "ddplua"
 
 local F = {}
 
--- the activations (activation.lua's ops): F.relu(x), F.leaky_relu(x, negative_slope), ...
-for _, op in ipairs(require("ddplua.nn.activation").ops) do
-  F[op] = function(x, ...) return x[op](x, ...) end
-end
+-- the activations (activation.lua's ops and F): F.relu(x), F.leaky_relu(x, negative_slope), F.gelu(x, "tanh"), ...
+for name, fn in pairs(require("ddplua.nn.activation").F) do F[name] = fn end
 function F.softmax(x, dim) return ddp.softmax(x, dim) end
 function F.log_softmax(x, dim) return ddp.log_softmax(x, dim) end
 function F.flatten(x, start_dim, end_dim) return x:flatten(start_dim, end_dim) end
