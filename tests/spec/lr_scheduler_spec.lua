@@ -9,6 +9,7 @@ local ddp = require "ddplua"
 local optim = ddp.optim
 local S = optim.lr_scheduler
 local U = require "helpers.io_util"
+local R = require "helpers.ref"
 
 local function sgd(momentum)
   return optim.SGD({ { params = { ddp.zeros(1):requires_grad_() }, lr = 0.1 },
@@ -69,6 +70,31 @@ local CASES = {
   { name = "ReduceLROnPlateau max abs", steps = #PLATEAU_METRICS, opt = sgd, metrics = PLATEAU_METRICS,
     make = function(o) return S.ReduceLROnPlateau(o, "max", 0.3, 1, 0.05, "abs") end,
     torch = "S.ReduceLROnPlateau(o, 'max', 0.3, 1, 0.05, 'abs')" },
+  { name = "MultiStepLR", steps = 10, opt = sgd,
+    make = function(o) return S.MultiStepLR(o, { 5, 2, 5 }, 0.5) end,
+    torch = "S.MultiStepLR(o, [5, 2, 5], 0.5)" },
+  { name = "ExponentialLR", steps = 8, opt = sgd,
+    make = function(o) return S.ExponentialLR(o, { gamma = 0.9 }) end,
+    torch = "S.ExponentialLR(o, gamma=0.9)" },
+  { name = "ConstantLR", steps = 6, opt = sgd,
+    make = function(o) return S.ConstantLR(o, 0.5, 3) end,
+    torch = "S.ConstantLR(o, 0.5, 3)" },
+  { name = "ConstantLR defaults", steps = 7, opt = sgd,
+    make = function(o) return S.ConstantLR(o) end,
+    torch = "S.ConstantLR(o)" },
+  { name = "MultiplicativeLR per group", steps = 8, opt = sgd,
+    make = function(o) return S.MultiplicativeLR(o, { function() return 0.95 end, function(t) return 1 - t / 20 end })
+    end,
+    torch = "S.MultiplicativeLR(o, [lambda t: 0.95, lambda t: 1 - t / 20])" },
+  { name = "PolynomialLR", steps = 7, opt = sgd,
+    make = function(o) return S.PolynomialLR(o, { total_iters = 4, power = 2.0 }) end,
+    torch = "S.PolynomialLR(o, total_iters=4, power=2.0)" },
+  { name = "CosineAnnealingWarmRestarts T_mult 2", steps = 16, opt = sgd,
+    make = function(o) return S.CosineAnnealingWarmRestarts(o, 3, 2, 0.001) end,
+    torch = "S.CosineAnnealingWarmRestarts(o, 3, 2, 0.001)" },
+  { name = "CosineAnnealingWarmRestarts", steps = 9, opt = sgd,
+    make = function(o) return S.CosineAnnealingWarmRestarts(o, { T_0 = 4 }) end,
+    torch = "S.CosineAnnealingWarmRestarts(o, T_0=4)" },
 }
 
 local function record(case, o, s, from, to, out)
@@ -180,6 +206,40 @@ describe("learning-rate schedulers", function()
       assert.are.same({ row[1], row[1 + stride] }, s1:get_last_lr(), c.name)
     end
     U.rm_rf(dir)
+  end)
+
+  it("CosineAnnealingWarmRestarts takes fractional epochs as torch 1.13's (step(epoch + i / iters))", function()
+    if not U.have_torch() then
+      pending("/usr/bin/python3 cannot import torch: the sequences were not compared with PyTorch's")
+      return
+    end
+    local epochs = { 0.25, 0.5, 1.75, 3, 4.5, 9.25, 10, 21.5, 2 }
+    local dir = U.tmpdir()
+    U.write(dir .. "/warm.py", table.concat({
+      "import json, torch",
+      "p = torch.zeros(1, requires_grad=True)",
+      "o = torch.optim.SGD([p], lr=0.1)",
+      "s = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, 3, 2, 0.001)",
+      "out = []",
+      "for e in " .. ddp.core.json_encode(epochs) .. ":",
+      "    s.step(e)",
+      "    out.append(o.param_groups[0]['lr'])",
+      "print(json.dumps(out))" }, "\n") .. "\n")
+    local ok, out = U.run("PYTHONWARNINGS=ignore " .. U.python .. " " .. U.quote(dir .. "/warm.py"))
+    U.rm_rf(dir)
+    assert.is_true(ok, out)
+    local want = ddp.core.json_decode(out:match("[^\n]*%[[^\n]*"))
+    local o = ddp.optim.SGD({ ddp.zeros(1):requires_grad_() }, { lr = 0.1 })
+    local s = S.CosineAnnealingWarmRestarts(o, 3, 2, 0.001)
+    for i, e in ipairs(epochs) do
+      s:step(e)
+      assert.are.equal(want[i], o.param_groups[1].lr, string.format("epoch %g: torch %.17g", e, want[i]))
+    end
+    R.assert_error(function() s:step(-1) end, "expected a non-negative epoch")
+    R.assert_error(function() S.MultiStepLR(o, { 1.5 }) end, "milestones[1] must be an integer")
+    R.assert_error(function() S.ConstantLR(o, 2) end, "factor must be a number in [0, 1]")
+    R.assert_error(function() S.ExponentialLR(o) end, "gamma must be a number")
+    R.assert_error(function() S.CosineAnnealingWarmRestarts(o, 0) end, "T_0 must be a positive integer")
   end)
 
   it("keep their state in plain values; LambdaLR leaves its functions out", function()

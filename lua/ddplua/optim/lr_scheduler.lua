@@ -10,6 +10,8 @@
 --              cycle_momentum=true, base_momentum=0.85, max_momentum=0.95, div_factor=25,
 --              final_div_factor=1e4, three_phase=false)
 --   SequentialLR(o, schedulers, milestones)    each scheduler in turn, switching at the milestones
+--   MultiStepLR, ExponentialLR, ConstantLR, MultiplicativeLR, PolynomialLR, CosineAnnealingWarmRestarts
+--                                              (lr_more.lua)
 --   ReduceLROnPlateau(o, mode="min", factor=0.1, patience=10, threshold=1e-4, threshold_mode="rel",
 --                     cooldown=0, min_lr=0, eps=1e-8)   step(metric) after each validation
 -- Each takes last_epoch= (-1: a new schedule) and has step(), get_last_lr(),
@@ -406,9 +408,11 @@ function M.SequentialLR:load_state_dict(sd)
   for i, s in ipairs(self._schedulers) do s:load_state_dict(list[i]) end
 end
 
--- OneCycleLR and ReduceLROnPlateau (lua/ddplua/optim/onecycle_plateau.lua)
-require("ddplua.optim.onecycle_plateau")(M, {
-  check_optimizer = check_optimizer, number = number, positive_int = positive_int, per_group = per_group,
-})
+-- OneCycleLR and ReduceLROnPlateau (lua/ddplua/optim/onecycle_plateau.lua); MultiStepLR, ExponentialLR,
+-- ConstantLR, MultiplicativeLR, PolynomialLR and CosineAnnealingWarmRestarts (lua/ddplua/optim/lr_more.lua)
+local helpers = { check_optimizer = check_optimizer, number = number, positive_int = positive_int,
+  per_group = per_group }
+require("ddplua.optim.onecycle_plateau")(M, helpers)
+require("ddplua.optim.lr_more")(M, helpers)
 
 return M
