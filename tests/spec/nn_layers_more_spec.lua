@@ -211,6 +211,33 @@ describe("nn's smaller layers (layers_more.lua)", function()
     R.assert_error(function() nn.EmbeddingBag(10, 3, { sparse = true }) end, "sparse=true is not supported")
   end)
 
+  it("nn.utils.rnn.pad_sequence matches PyTorch's; parameters_to_vector and back", function()
+    if not TR.available() then return pending(NO_TORCH) end
+    local n = TC.check_cases(TC.both_dtypes(function()
+      return {
+        { "pad_sequence of [3, 2], [5, 2], [1, 2]", inputs = { { "a", R.randn({ 3, 2 }, 70), grad = true },
+          { "b", R.randn({ 5, 2 }, 71), grad = true }, { "c", R.randn({ 1, 2 }, 72), grad = true } },
+          lua = function(I) return nn.utils.rnn.pad_sequence({ I.a, I.b, I.c }) end,
+          py = "out = torch.nn.utils.rnn.pad_sequence([I['a'], I['b'], I['c']])" },
+        { "pad_sequence batch_first, padding -1, of [4], [2]", inputs = { { "a", R.randn({ 4 }, 73), grad = true },
+          { "b", R.randn({ 2 }, 74), grad = true } },
+          lua = function(I) return nn.utils.rnn.pad_sequence({ I.a, I.b }, { batch_first = true, padding_value = -1 }) end,
+          py = "out = torch.nn.utils.rnn.pad_sequence([I['a'], I['b']], batch_first=True, padding_value=-1)" },
+      }
+    end))
+    assert.are.equal(4, n)
+    local m = nn.Linear(3, 2)
+    local v = nn.utils.parameters_to_vector(m)
+    assert.is_true(v:equal(ddp.cat({ m.weight:reshape(-1), m.bias })))
+    nn.utils.vector_to_parameters(ddp.arange(8, { dtype = "float32" }), m)
+    assert.are.same({ { 0, 1, 2 }, { 3, 4, 5 } }, m.weight:totable())
+    assert.are.same({ 6, 7 }, m.bias:totable())
+    R.assert_error(function() nn.utils.vector_to_parameters(ddp.zeros(7), m) end, "vec has 7 values, the parameters 8")
+    R.assert_error(function() nn.utils.rnn.pad_sequence({ ddp.zeros(2, 3), ddp.zeros(2, 4) }) end,
+      "sequence 2 has trailing dims [4], sequence 1 [3]")
+    R.assert_error(function() nn.utils.rnn.pad_sequence({}) end, "non-empty list")
+  end)
+
   it("F.one_hot matches PyTorch's with 1-based class positions", function()
     if not TR.available() then return pending(NO_TORCH) end
     local idx = ddp.tensor({ { 1, 4, 2 }, { 3, 3, 1 } }, { dtype = "int64" })
