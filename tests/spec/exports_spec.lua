@@ -88,7 +88,8 @@ local EXPORTS = {
       "mish", "selu", "celu", "logsigmoid", "softsign", "tanhshrink", "softshrink", "hardshrink", "threshold",
     },
   },
-  optim = { form = "optim.", names = { "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Optimizer", "lr_scheduler" } },
+  optim = { form = "optim.", names = { "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Optimizer", "lr_scheduler",
+    "Adamax", "NAdam", "RAdam" } },
   data = {
     form = "data.", names = {
       "TensorDataset", "Subset", "random_split", "FashionMNIST", "SequentialSampler", "RandomSampler",

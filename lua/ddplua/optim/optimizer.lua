@@ -224,6 +224,8 @@ function Optimizer:load_state_dict(sd)
         copy[k] = ddp.no_grad(function() return v:detach():to(p:dtype(), p:device()):clone() end)
       elseif math.type(v) == "integer" and v >= 0 and k == "step" then
         copy[k] = v
+      elseif self.scalar_state and self.scalar_state[k] and type(v) == "number" and v == v then
+        copy[k] = v -- a per-parameter number of the optimizer's own (NAdam's mu_product)
       else
         fail("state[%s].%s is %s, expected %s", tostring(pos), tostring(k), type_name(v) == "string" and
           string.format("the string %q", v) or tostring(v), k == "step" and "a non-negative integer step count" or

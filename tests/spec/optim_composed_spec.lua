@@ -1,0 +1,135 @@
+-- optim.Adamax, optim.NAdam and optim.RAdam (lua/ddplua/optim/composed.lua) against PyTorch's on the same
+-- parameters and gradient sequences (float64 and float32, weight decay and other settings, RAdam through its
+-- unrectified first steps), NAdam against PyTorch 2.0's formula (1.13 multiplies mu_t twice), their state in a state
+-- dict (a resumed run continues bitwise), parameters without a gradient left alone, and bad hyperparameters.
+local ddp = require "ddplua"
+local gc = require "helpers.gradcheck"
+local R = require "helpers.ref"
+local TR = require "helpers.torch_ref"
+local optim = ddp.optim
+
+local STEPS = 8
+
+local function run(cls, opts, p0, gs, dt)
+  local p = p0:to(dt):clone():requires_grad_()
+  local opt = optim[cls](opts.groups and { { params = { p } } } or { p }, opts)
+  for s = 1, STEPS do
+    p.grad = gs[s]:to(dt):clone()
+    opt:step()
+  end
+  return p, opt
+end
+
+local function py_opts(opts)
+  local parts = {}
+  for k, v in pairs(opts) do
+    local s = type(v) == "table" and string.format("(%s, %s)", v[1], v[2]) or tostring(v)
+    parts[#parts + 1] = string.format("%s=%s", k, s)
+  end
+  return table.concat(parts, ", ")
+end
+
+-- PyTorch 2.0's NAdam step (1.13's with mu_product_next = mu_product * mu_next), for the reference
+local NADAM_20 = [[
+class NAdam20(torch.optim.NAdam):
+    @torch.no_grad()
+    def step(self):
+        for g in self.param_groups:
+            b1, b2 = g["betas"]
+            for p in g["params"]:
+                st = self.state[p]
+                if not st:
+                    st["step"], st["mu_product"] = 0, torch.tensor(1.)
+                    st["exp_avg"], st["exp_avg_sq"] = torch.zeros_like(p), torch.zeros_like(p)
+                st["step"] += 1
+                t, grad = st["step"], p.grad
+                if g["weight_decay"] != 0:
+                    grad = grad.add(p, alpha=g["weight_decay"])
+                mu = b1 * (1. - 0.5 * (0.96 ** (t * g["momentum_decay"])))
+                mu_next = b1 * (1. - 0.5 * (0.96 ** ((t + 1) * g["momentum_decay"])))
+                st["mu_product"] *= mu
+                mu_product_next = st["mu_product"] * mu_next
+                st["exp_avg"].mul_(b1).add_(grad, alpha=1 - b1)
+                st["exp_avg_sq"].mul_(b2).addcmul_(grad, grad, value=1 - b2)
+                denom = st["exp_avg_sq"].div(1 - b2 ** t).sqrt().add_(g["eps"])
+                p.addcdiv_(grad, denom, value=-g["lr"] * (1. - mu) / (1. - st["mu_product"].item()))
+                p.addcdiv_(st["exp_avg"], denom, value=-g["lr"] * mu_next / (1. - mu_product_next.item()))
+]]
+
+describe("optim.Adamax, optim.NAdam and optim.RAdam", function()
+  local p0 = R.randn({ 3, 4 }, 1)
+  local gs = {}
+  for s = 1, STEPS do gs[s] = R.randn({ 3, 4 }, 20 + s) end
+  local cases = {
+    { "Adamax", {}, "torch.optim.Adamax" },
+    { "Adamax", { lr = 0.05, betas = { 0.8, 0.99 }, eps = 1e-4, weight_decay = 0.1 }, "torch.optim.Adamax" },
+    { "NAdam", {}, "NAdam20" },
+    { "NAdam", { lr = 0.01, betas = { 0.85, 0.95 }, momentum_decay = 0.01, weight_decay = 0.05 }, "NAdam20" },
+    { "RAdam", {}, "torch.optim.RAdam" },
+    { "RAdam", { lr = 0.02, betas = { 0.5, 0.6 }, eps = 1e-6, weight_decay = 0.2 }, "torch.optim.RAdam" },
+  }
+
+  it("follow PyTorch's updates in float64 and float32", function()
+    if not TR.available() then return pending("skipped: /usr/bin/python3 cannot import torch") end
+    local inputs = { p0 = p0 }
+    for s = 1, STEPS do inputs["g" .. s] = gs[s] end
+    local body = { NADAM_20, "for c, (cls, kw) in enumerate([" }
+    for _, case in ipairs(cases) do body[#body + 1] = string.format("    (%s, dict(%s)),", case[3], py_opts(case[2])) end
+    body[#body + 1] = string.format([[]):
+    for dt in (torch.float64, torch.float32):
+        p = T["p0"].to(dt).clone().requires_grad_()
+        opt = cls([p], **kw)
+        for s in range(1, %d):
+            p.grad = T["g%%d" %% s].to(dt).clone()
+            opt.step()
+        OUT["p%%d_%%s" %% (c + 1, str(dt)[-2:])] = p]], STEPS + 1)
+    local ref = TR.run(table.concat(body, "\n"), inputs)
+    for c, case in ipairs(cases) do
+      for _, dt in ipairs({ "float64", "float32" }) do
+        local p = run(case[1], case[2], p0, gs, dt)
+        local tol = dt == "float64" and { 1e-13, 1e-12 } or { 1e-6, 1e-5 }
+        R.assert_close(p, R.from(ref[string.format("p%d_%s", c, dt:sub(-2))]), tol[1], tol[2],
+          string.format("%s case %d %s", case[1], c, dt))
+      end
+    end
+  end)
+
+  it("keep PyTorch's state names, skip parameters without a gradient, and resume bitwise from a state dict", function()
+    local want = { Adamax = { "exp_avg", "exp_inf", "step" }, NAdam = { "exp_avg", "exp_avg_sq", "mu_product", "step" },
+      RAdam = { "exp_avg", "exp_avg_sq", "step" } }
+    for _, case in ipairs(cases) do
+      local full = run(case[1], case[2], p0, gs, "float64")
+      local p, q = p0:clone():requires_grad_(), p0:clone():requires_grad_() -- q never gets a gradient
+      local opt = optim[case[1]]({ p, q }, case[2])
+      for s = 1, 3 do
+        p.grad = gs[s]:clone()
+        opt:step()
+      end
+      assert.are.same(gc.flat_values(p0), gc.flat_values(q))
+      local sd = opt:state_dict()
+      assert.are.equal(3, sd.state[1].step)
+      assert.is_nil(sd.state[2])
+      local names = {}
+      for k in pairs(sd.state[1]) do names[#names + 1] = k end
+      table.sort(names)
+      assert.are.same(want[case[1]], names)
+      local p2 = p:detach():clone():requires_grad_()
+      local opt2 = optim[case[1]]({ p2, q:detach():clone():requires_grad_() }, case[2])
+      opt2:load_state_dict(sd)
+      for s = 4, STEPS do
+        p2.grad = gs[s]:clone()
+        opt2:step()
+      end
+      assert.are.same(gc.flat_values(full), gc.flat_values(p2))
+    end
+  end)
+
+  it("reject bad hyperparameters, naming the optimizer", function()
+    local p = ddp.zeros(2):requires_grad_()
+    R.assert_error(function() optim.Adamax({ p }, { lr = -1 }):step() end, "Adamax: invalid lr -1")
+    R.assert_error(function() optim.NAdam({ p }, { betas = { 0.9, 1.0 } }):step() end,
+      "NAdam: invalid beta parameter at index 2")
+    R.assert_error(function() optim.NAdam({ p }, { momentum_decay = -1 }):step() end, "invalid momentum_decay")
+    R.assert_error(function() optim.RAdam({ p }, { amsgrad = true }) end, "RAdam: unknown option 'amsgrad'")
+  end)
+end)
