@@ -20,6 +20,23 @@ describe("regressions", function()
     assert(gc.gradcheck(function(a, b) return a:matmul(b:view(1, 7)) end, { w, v }))
   end)
 
+  it("keeps the sign of -0: ddp.full(shape, -0.0) and a broadcast value in + - * / over long rows", function()
+    local function neg_zero(v) return v == 0 and 1 / v == -math.huge end
+    assert.is_true(neg_zero(ddp.full({ 3 }, -0.0)[1]:item()), "full(-0.0) was +0 (a memset)")
+    for _, n in ipairs({ 3, 16, 17, 40 }) do
+      local s = {}
+      for i = 1, n do s[i] = 1.0 end
+      s[2] = -0.0
+      local col = ddp.tensor(s):view(n, 1) -- each row's value broadcast along the row
+      local what = string.format("n = %d", n)
+      -- the vector kernel made the value's lanes as 0 + v: -0 became +0 from 16 elements on
+      assert.is_true(neg_zero((col * ddp.ones(n))[2][n]:item()), "-0 * 1, " .. what)
+      assert.is_true(neg_zero((col / ddp.ones(n))[2][n]:item()), "-0 / 1, " .. what)
+      assert.is_true(neg_zero((col + ddp.full({ n }, -0.0))[2][n]:item()), "-0 + -0, " .. what)
+      assert.is_true(neg_zero((col - ddp.zeros(n))[2][n]:item()), "-0 - 0, " .. what)
+    end
+  end)
+
   it("batch_norm in evaluation mode has a gradient on an empty batch (its count of 0 was refused)", function()
     local x = ddp.zeros(0, 4, 3):requires_grad_()
     local w, b = ddp.randn(4):requires_grad_(), ddp.randn(4):requires_grad_()

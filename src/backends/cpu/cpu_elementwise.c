@@ -248,7 +248,7 @@ static void fill_row(char **p, const int64_t *s, int64_t n, void *vctx) {
 }
 
 int dp_cpu_fill(dp_tensor *t, double v) {
-  if (v == 0.0 && dp_is_contiguous(t)) {
+  if (v == 0.0 && !signbit(v) && dp_is_contiguous(t)) { /* (-0.0 keeps its sign: the row loop writes it) */
     memset(dp_data(t), 0, (size_t)dp_numel(t) * dp_elsize(t));
     return 0;
   }

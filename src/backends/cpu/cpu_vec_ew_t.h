@@ -158,7 +158,8 @@ typedef float dp_blk_vf __attribute__((vector_size(DP_BLK_W * 4), aligned(4), ma
 static int64_t blocked_arith(dp_binary_op op, float *o, const float *a, const float *b, float v, bool value_first,
                              int64_t n) {
   int64_t i = 0;
-  const dp_blk_vf vv = (dp_blk_vf){0} + v;
+  dp_blk_vf vv; /* v in every lane (not {0} + v: 0 + -0 is +0, and -0 * 1 came out +0) */
+  for (int k = 0; k < DP_BLK_W; k++) vv[k] = v;
   if (value_first && op == DP_B_SUB) DP_BLOCKED(y_[k_] - x_[k_]) /* v - a */
   else if (value_first && op == DP_B_DIV) DP_BLOCKED(y_[k_] / x_[k_])
   else if (op == DP_B_ADD) DP_BLOCKED(x_[k_] + y_[k_]) /* the value's side does not matter: + and * commute exactly */

@@ -94,7 +94,7 @@ __global__ void k_fill(const __grid_constant__ dp_index_plan p, char *dst, int e
 
 int dp_cu_fill(dp_tensor *t, double v) {
   DP_CU_ENTER(c, t);
-  if (v == 0.0 && dp_cu_contig(t)) {
+  if (v == 0.0 && !signbit(v) && dp_cu_contig(t)) { /* -0.0 keeps its sign */
     size_t bytes = (size_t)dp_cu_numel(t) * dp_dtype_bytes(t->dtype);
     return bytes ? dp_cu_check(cudaMemsetAsync(dp_cu_ptr(t), 0, bytes, c->stream), "fill", c->device) : 0;
   }
