@@ -25,6 +25,7 @@ local CORE_EXPORTS = {
   "sin", "cos", "erf", "log1p", "expm1", "where", "masked_fill", "tril", "triu", "gather", "scatter", "scatter_add",
   "topk", "split", "chunk", "cumsum", "flip", "tile", "norm", "var", "std", "randint", "multinomial", "bernoulli",
   "floor", "ceil", "round", "trunc",
+  "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10", "exp2",
   -- autograd mode, random numbers
   "set_grad_enabled", "is_grad_enabled", "manual_seed", "initial_seed", "get_rng_state", "set_rng_state",
   -- safetensors
@@ -171,4 +172,7 @@ require "ddplua.tensor"
 require "ddplua.tensor_logic"
 require "ddplua.tensor_more"
 require "ddplua.tensor_linalg"
+require "ddplua.tensor_math"
+require "ddplua.tensor_shape"
+require "ddplua.tensor_reduce_more"
 return M

@@ -74,7 +74,19 @@
   X(SOFTSHRINK,  softshrink,  "SoftshrinkBackward",  GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
   X(HARDSHRINK,  hardshrink,  "HardshrinkBackward",  GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
   X(THRESHOLD,   threshold,   "ThresholdBackward",   GRAD_X,    INT_KEEP_IF_WHOLE, NO_EPILOGUE) \
-  X(GELU_TANH,   gelu_tanh,   "GeluBackward",        GRAD_X,    INT_ERROR,         NO_EPILOGUE)
+  X(GELU_TANH,   gelu_tanh,   "GeluBackward",        GRAD_X,    INT_ERROR,         NO_EPILOGUE) \
+  X(TAN,         tan,         "TanBackward",         GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(ASIN,        asin,        "AsinBackward",        GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(ACOS,        acos,        "AcosBackward",        GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(ATAN,        atan,        "AtanBackward",        GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(SINH,        sinh,        "SinhBackward",        GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(COSH,        cosh,        "CoshBackward",        GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(ASINH,       asinh,       "AsinhBackward",       GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(ACOSH,       acosh,       "AcoshBackward",       GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(ATANH,       atanh,       "AtanhBackward",       GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(LOG2,        log2,        "Log2Backward",        GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(LOG10,       log10,       "Log10Backward",       GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  X(EXP2,        exp2,        "Exp2Backward",        GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE)
 
 /* The parameters of the unary ops that take some, in Lua argument order
  * (ddp.clamp(x, min, max)): P(ID, field of dp_unary_params, Lua default).

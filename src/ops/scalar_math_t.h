@@ -22,6 +22,18 @@
 #define FABS(v) DP_T_MATH(fabs)(v)
 #define SIN(v) DP_T_MATH(sin)(v)
 #define COS(v) DP_T_MATH(cos)(v)
+#define TAN(v) DP_T_MATH(tan)(v)
+#define ASIN(v) DP_T_MATH(asin)(v)
+#define ACOS(v) DP_T_MATH(acos)(v)
+#define ATAN(v) DP_T_MATH(atan)(v)
+#define SINH(v) DP_T_MATH(sinh)(v)
+#define COSH(v) DP_T_MATH(cosh)(v)
+#define ASINH(v) DP_T_MATH(asinh)(v)
+#define ACOSH(v) DP_T_MATH(acosh)(v)
+#define ATANH(v) DP_T_MATH(atanh)(v)
+#define LOG2(v) DP_T_MATH(log2)(v)
+#define LOG10(v) DP_T_MATH(log10)(v)
+#define EXP2(v) DP_T_MATH(exp2)(v)
 #define POW(a, b) DP_T_MATH(pow)(a, b)
 #define FLOOR(v) DP_T_MATH(floor)(v)
 #define CEIL(v) DP_T_MATH(ceil)(v)
@@ -318,6 +330,53 @@ BWD(gelu_tanh) {
   return gy * (left_derivative + right_derivative);
 }
 
+/* Trigonometric, hyperbolic, base-2 and base-10 functions (libm's; outside
+ * the domain NaN, atanh(+-1) = +-inf, log2(0) = -inf). The gradients are
+ * PyTorch's formulas (derivatives.yaml) in its order of operations, so the
+ * domain edges give what it gives: asin' and acos' at +-1 and acosh' at 1
+ * are +-inf (a rsqrt of 0), atanh' at +-1 is inf, NaN outside. */
+FWD(tan) { return TAN(x); }
+BWD(tan) { return gy * (1 + y * y); }
+
+/* rsqrt(-x * x + 1) */
+FWD(asin) { return ASIN(x); }
+BWD(asin) { return gy * (1 / SQRT(-x * x + 1)); }
+
+FWD(acos) { return ACOS(x); }
+BWD(acos) { return gy * -(1 / SQRT(-x * x + 1)); }
+
+FWD(atan) { return ATAN(x); }
+BWD(atan) { return gy / (x * x + 1); }
+
+FWD(sinh) { return SINH(x); }
+BWD(sinh) { return gy * COSH(x); }
+
+FWD(cosh) { return COSH(x); }
+BWD(cosh) { return gy * SINH(x); }
+
+/* rsqrt(x^2 + 1) and rsqrt(x^2 - 1) */
+FWD(asinh) { return ASINH(x); }
+BWD(asinh) { return gy * (1 / SQRT(x * x + 1)); }
+
+FWD(acosh) { return ACOSH(x); }
+BWD(acosh) { return gy * (1 / SQRT(x * x - 1)); }
+
+/* grad * 1 / (1 - x^2) */
+FWD(atanh) { return ATANH(x); }
+BWD(atanh) { return gy / (1 - x * x); }
+
+/* grad / (x * ln 2), grad / (x * ln 10), with PyTorch's constants rounded
+ * to T */
+FWD(log2) { return LOG2(x); }
+BWD(log2) { return gy / (x * C(0.6931471805599453)); }
+
+FWD(log10) { return LOG10(x); }
+BWD(log10) { return gy / (x * C(2.3025850929940456)); }
+
+/* grad * y * ln 2 */
+FWD(exp2) { return EXP2(x); }
+BWD(exp2) { return gy * y * C(0.6931471805599453); }
+
 /* ---- binary ops (gradients: ops/elementwise.c composes them) ---- */
 
 BIN(add) { return a + b; }
@@ -478,6 +537,18 @@ static inline DP_HD void DP_TN(dp_adam_update)(T *p, T g, T *m, T *v, T *vmax, c
 #undef FABS
 #undef SIN
 #undef COS
+#undef TAN
+#undef ASIN
+#undef ACOS
+#undef ATAN
+#undef SINH
+#undef COSH
+#undef ASINH
+#undef ACOSH
+#undef ATANH
+#undef LOG2
+#undef LOG10
+#undef EXP2
 #undef POW
 #undef FLOOR
 #undef CEIL

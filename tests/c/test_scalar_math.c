@@ -24,11 +24,15 @@ static void test_unary(void) {
   for (int op = 0; op < DP_U_COUNT; op++) {
     dp_unary_args a = dp_unary_args_of((dp_unary_op)op);
     const dp_unary_params *p = &a.p;
-    bool positive = op == DP_U_LOG || op == DP_U_SQRT || op == DP_U_RSQRT || op == DP_U_RECIP;
+    bool positive = op == DP_U_LOG || op == DP_U_SQRT || op == DP_U_RSQRT || op == DP_U_RECIP || op == DP_U_LOG2 ||
+                    op == DP_U_LOG10;
+    bool unit = op == DP_U_ASIN || op == DP_U_ACOS || op == DP_U_ATANH; /* their domain (-1, 1) */
     double worst = 0, worst_grad = 0;
     for (int i = 0; i < 2000; i++) {
-      double x = positive ? frand(&s, 0.05, 6.0) : frand(&s, -6.0, 6.0);
-      if (fabs(x) < 1e-3) continue; /* sign/abs/relu kinks */
+      double x = positive ? frand(&s, 0.05, 6.0) : unit ? frand(&s, -0.95, 0.95) : frand(&s, -6.0, 6.0);
+      if (op == DP_U_ACOSH) x = frand(&s, 1.05, 6.0);
+      if (op == DP_U_TAN && fabs(cos(x)) < 0.05) continue; /* tan's poles: finite differences lose there */
+      if (fabs(x) < 1e-3) continue;                        /* sign/abs/relu kinks */
       float xf = (float)x;
       double yd = dp_unary_d((dp_unary_op)op, xf, p), yf = dp_unary_f((dp_unary_op)op, xf, p);
       double e = fabs(yf - yd) / (1 + fabs(yd)); /* float cancels near zero (gelu's tail): relative to 1 + |y| */
@@ -71,6 +75,21 @@ static void test_unary(void) {
   cl.min = -1, cl.max = INFINITY;
   CHECK(isnan(dp_unary_f(DP_U_CLAMP, NAN, &cl)) && dp_unary_i64(DP_U_CLAMP, big, &cl) == big);
   CHECK(dp_unary_i64(DP_U_CLAMP, -big, &cl) == -1);
+  /* the trigonometric ops' domain edges, as PyTorch: NaN outside, inf at atanh(+-1), and the gradients' rsqrt of 0 */
+  CHECK(isnan(dp_unary_d(DP_U_ASIN, 1.5, &none)) && isnan(dp_unary_f(DP_U_ACOS, -1.5f, &none)));
+  CHECK(isnan(dp_unary_d(DP_U_ACOSH, 0.5, &none)) && isnan(dp_unary_f(DP_U_ATANH, 2.f, &none)));
+  CHECK(dp_unary_d(DP_U_ATANH, 1.0, &none) == INFINITY && dp_unary_f(DP_U_ATANH, -1.f, &none) == -INFINITY);
+  CHECK(dp_unary_grad_d(DP_U_ASIN, 1.0, -1.0, 0, &none) == INFINITY);
+  CHECK(dp_unary_grad_f(DP_U_ACOS, 1.f, 1.f, 0, &none) == -INFINITY);
+  CHECK(dp_unary_grad_d(DP_U_ACOSH, 1.0, 1.0, 0, &none) == INFINITY &&
+        isnan(dp_unary_grad_d(DP_U_ACOSH, 1, 0.5, 0, &none)));
+  CHECK(dp_unary_grad_f(DP_U_ATANH, 1.f, 1.f, 0, &none) == INFINITY &&
+        isnan(dp_unary_grad_d(DP_U_ASIN, 1, 2, 0, &none)));
+  CHECK(dp_unary_d(DP_U_LOG2, 8.0, &none) == 3 && dp_unary_f(DP_U_LOG10, 1000.f, &none) == 3.f);
+  CHECK(dp_unary_d(DP_U_LOG2, 0.0, &none) == -INFINITY && isnan(dp_unary_f(DP_U_LOG10, -1.f, &none)));
+  CHECK(dp_unary_d(DP_U_EXP2, 10.0, &none) == 1024 && dp_unary_f(DP_U_EXP2, -INFINITY, &none) == 0);
+  CHECK(dp_unary_grad_d(DP_U_ATAN, 1.0, INFINITY, 0, &none) == 0 &&
+        dp_unary_d(DP_U_COSH, -INFINITY, &none) == INFINITY);
 }
 
 /* The parameters share slots across ops (op_table.h's DP_UNARY_PARAM_FIELDS): one op's parameters never share one,

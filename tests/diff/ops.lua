@@ -138,6 +138,11 @@ unary("hardshrink", "x:hardshrink(A.lambd)", vectorised("F.hardshrink(v, A['lamb
   { args = function(g) return { lambd = g:pick({ 0.5, 0.0, 1.5, 0.3 }) } end })
 unary("gelu_tanh", "ddp.nn.F.gelu(x, { approximate = 'tanh' })", "F.gelu(x, approximate='tanh')",
   { conditioning = true })
+-- trigonometric, hyperbolic, log2 / log10 / exp2: libm's against PyTorch's (SLEEF's) functions, each within an ulp
+for _, op in ipairs({ "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10",
+  "exp2" }) do
+  unary(op, "x:" .. op .. "()", "torch." .. op .. "(x)", { conditioning = true })
+end
 
 -- ---- binary, with broadcasting and type promotion ----
 binary("add", "a + b", "a + b", { conditioning = true })

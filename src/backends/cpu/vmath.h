@@ -243,6 +243,20 @@ DP_VM float dp_vgelu_phif(float x, float *pdf) {
  * reduction in double, libm's exact one from |x| >= 2^19). */
 #define dp_vsinf(x) sinf(x)
 #define dp_vcosf(x) cosf(x)
+/* the other trigonometric, hyperbolic, base-2 and base-10 functions: libm's
+ * (rare ops; their loops are not vectorised) */
+#define dp_vtanf(x) tanf(x)
+#define dp_vasinf(x) asinf(x)
+#define dp_vacosf(x) acosf(x)
+#define dp_vatanf(x) atanf(x)
+#define dp_vsinhf(x) sinhf(x)
+#define dp_vcoshf(x) coshf(x)
+#define dp_vasinhf(x) asinhf(x)
+#define dp_vacoshf(x) acoshf(x)
+#define dp_vatanhf(x) atanhf(x)
+#define dp_vlog2f(x) log2f(x)
+#define dp_vlog10f(x) log10f(x)
+#define dp_vexp2f(x) exp2f(x)
 /* rounding: the builtins, one vroundps each where the target has SSE4.1 */
 #define dp_vfloorf(x) __builtin_floorf(x)
 #define dp_vceilf(x) __builtin_ceilf(x)
