@@ -1,6 +1,6 @@
 -- The argument checks the Lua-composed tensor functions share (tensor_logic.lua, tensor_more.lua,
--- tensor_linalg.lua): the floating dtypes, a tensor argument (the error names the function and which argument),
--- a shape as "[2, 3]" for messages.
+-- tensor_linalg.lua, tensor_reduce_more.lua, ...): the floating dtypes, a tensor argument (the error names the
+-- function and which argument), a shape as "[2, 3]" for messages, a 1-based dim, two shapes broadcast.
 local core = require "ddplua.core"
 local E = require "ddplua.errors"
 
@@ -13,5 +13,29 @@ function M.check_tensor(who, x, what)
 end
 
 function M.shape(t) return "[" .. table.concat(t:size(), ", ") .. "]" end
+
+--- A 1-based dim of t, negative from the end (a 0-dim tensor takes 1 and -1, as PyTorch takes 0 and -1).
+function M.norm_dim(who, t, d)
+  if math.type(d) ~= "integer" then E.raise(who .. ": dim must be an integer (1-based), got " .. tostring(d)) end
+  local nd = t:dim()
+  local n = math.max(nd, 1)
+  local r = d < 0 and d + n + 1 or d
+  if r < 1 or r > n then E.raise(string.format("%s: dim %d is out of range for a %d-dimensional tensor", who, d, nd)) end
+  return r
+end
+
+--- The shape a and b broadcast to (an error naming both shapes when they do not).
+function M.broadcast_shape(who, a, b)
+  local sa, sb = a:size(), b:size()
+  local n, out = math.max(#sa, #sb), {}
+  for k = 1, n do
+    local x, y = sa[#sa - n + k] or 1, sb[#sb - n + k] or 1
+    if x ~= y and x ~= 1 and y ~= 1 then
+      E.raise(string.format("%s: the shapes %s and %s do not broadcast", who, M.shape(a), M.shape(b)))
+    end
+    out[k] = x == 1 and y or x
+  end
+  return out
+end
 
 return M

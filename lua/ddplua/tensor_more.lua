@@ -19,14 +19,7 @@ local checks = require "ddplua.tensor_checks"
 local FLOATS, check_tensor, shape = checks.FLOATS, checks.check_tensor, checks.shape
 
 -- a 1-based dim of t (a 0-dim tensor takes 1 and -1, as PyTorch takes 0 and -1)
-local function norm_dim(who, t, d)
-  if math.type(d) ~= "integer" then E.raise(who .. ": dim must be an integer (1-based), got " .. tostring(d)) end
-  local nd = t:dim()
-  local n = math.max(nd, 1)
-  local r = d < 0 and d + n + 1 or d
-  if r < 1 or r > n then E.raise(string.format("%s: dim %d is out of range for a %d-dimensional tensor", who, d, nd)) end
-  return r
-end
+local norm_dim = checks.norm_dim
 
 -- an integer or a table of integers as a list (what = "dim", "shift", ...)
 local function int_list(who, v, what)
@@ -249,18 +242,7 @@ function T.nonzero(t)
   return core.stack(cols, 2)
 end
 
-local function broadcast_shape(who, a, b)
-  local sa, sb = a:size(), b:size()
-  local n, out = math.max(#sa, #sb), {}
-  for k = 1, n do
-    local x, y = sa[#sa - n + k] or 1, sb[#sb - n + k] or 1
-    if x ~= y and x ~= 1 and y ~= 1 then
-      E.raise(string.format("%s: the shapes %s and %s do not broadcast", who, shape(a), shape(b)))
-    end
-    out[k] = x == 1 and y or x
-  end
-  return out
-end
+local broadcast_shape = checks.broadcast_shape
 
 --- t:masked_select(mask) -> 1-D: the values of t where the uint8 mask is non-zero (both broadcast), in order;
 --- the gradient goes back to t

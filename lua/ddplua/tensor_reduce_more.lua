@@ -53,14 +53,7 @@ local FLOATS, check_tensor, shape = checks.FLOATS, checks.check_tensor, checks.s
 local NAN, INF = 0 / 0, math.huge
 
 -- a 1-based dim of t (a 0-dim tensor takes 1 and -1, as PyTorch takes 0 and -1)
-local function norm_dim(who, t, d)
-  if math.type(d) ~= "integer" then E.raise(who .. ": dim must be an integer (1-based), got " .. tostring(d)) end
-  local nd = t:dim()
-  local n = math.max(nd, 1)
-  local r = d < 0 and d + n + 1 or d
-  if r < 1 or r > n then E.raise(string.format("%s: dim %d is out of range for a %d-dimensional tensor", who, d, nd)) end
-  return r
-end
+local norm_dim = checks.norm_dim
 
 -- dims as an integer or a table of integers, checked; nil stays nil (every dim)
 local function dims_arg(who, t, dim)
@@ -765,18 +758,7 @@ end
 function T.index_fill(t, dim, index, value) return index_fill("index_fill", t, dim, index, value, false) end
 function T.index_fill_(t, dim, index, value) return index_fill("index_fill_", t, dim, index, value, true) end
 
-local function broadcast_shape(who, a, b)
-  local sa, sb = a:size(), b:size()
-  local n, out = math.max(#sa, #sb), {}
-  for k = 1, n do
-    local x, y = sa[#sa - n + k] or 1, sb[#sb - n + k] or 1
-    if x ~= y and x ~= 1 and y ~= 1 then
-      E.raise(string.format("%s: the shapes %s and %s do not broadcast", who, shape(a), shape(b)))
-    end
-    out[k] = x == 1 and y or x
-  end
-  return out
-end
+local broadcast_shape = checks.broadcast_shape
 
 --- t:masked_scatter(mask, source): t (broadcast with the uint8 mask) with the values where mask is set taken from
 --- source's values in order; gradients to t and to source's first values

@@ -7,9 +7,9 @@
 local core = require "ddplua.core"
 local Optimizer = require "ddplua.optim.optimizer"
 
-local function check_group(g, fail)
-  Optimizer.check_numbers(g, { "lr", "eps", "weight_decay" }, fail)
-  if type(g.amsgrad) ~= "boolean" then fail("amsgrad must be a boolean, got " .. tostring(g.amsgrad)) end
+-- lr, eps, weight_decay (and `numbers`, when given, instead) and the betas pair: shared with optim/composed.lua
+local function check_betas(g, fail, numbers)
+  Optimizer.check_numbers(g, numbers or { "lr", "eps", "weight_decay" }, fail)
   local b = g.betas
   if type(b) ~= "table" or #b ~= 2 then fail("betas must be a pair {beta1, beta2}") end
   for i = 1, 2 do
@@ -19,7 +19,12 @@ local function check_group(g, fail)
   end
 end
 
-local M = {}
+local function check_group(g, fail)
+  check_betas(g, fail)
+  if type(g.amsgrad) ~= "boolean" then fail("amsgrad must be a boolean, got " .. tostring(g.amsgrad)) end
+end
+
+local M = { check_betas = check_betas }
 
 M.Adam = Optimizer:extend("Adam", { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 0, amsgrad = false },
   check_group,

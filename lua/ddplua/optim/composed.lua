@@ -19,16 +19,7 @@ local Optimizer = require "ddplua.optim.optimizer"
 
 local M = {}
 
-local function check_group(g, fail, extra)
-  Optimizer.check_numbers(g, extra or { "lr", "eps", "weight_decay" }, fail)
-  local b = g.betas
-  if type(b) ~= "table" or #b ~= 2 then fail("betas must be a pair {beta1, beta2}") end
-  for i = 1, 2 do
-    if type(b[i]) ~= "number" or b[i] < 0 or b[i] >= 1 then
-      fail(string.format("invalid beta parameter at index %d: %s (expected 0 <= beta < 1)", i, tostring(b[i])))
-    end
-  end
-end
+local check_group = require("ddplua.optim.adam").check_betas -- (g, fail [, the numbers to check])
 
 -- each parameter with a gradient: fn(p, grad with weight decay added, its state (made by init(p) at first))
 local function each_param(g, state, init, fn)

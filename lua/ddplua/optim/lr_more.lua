@@ -126,21 +126,8 @@ return function(M, h)
   function MultiplicativeLR.new(optimizer, ...)
     h.check_optimizer("MultiplicativeLR", optimizer)
     local o = util.args("MultiplicativeLR", { "lr_lambda", "last_epoch" }, ...)
-    local f, n = o.lr_lambda, #optimizer.param_groups
-    local lambdas = {}
-    if type(f) == "function" then
-      for i = 1, n do lambdas[i] = f end
-    elseif type(f) == "table" and #f == n then
-      for i = 1, n do
-        if type(f[i]) ~= "function" then E.raisef("MultiplicativeLR: lr_lambda[%d] must be a function, got %s", i,
-            type(f[i])) end
-        lambdas[i] = f[i]
-      end
-    else
-      E.raisef("MultiplicativeLR: lr_lambda must be a function of the step (or a list of %d, one per group), got %s",
-        n, type(f) == "table" and ("a list of " .. #f) or type(f))
-    end
-    local self = setmetatable({ lr_lambdas = lambdas }, MultiplicativeLR)
+    local self = setmetatable({ lr_lambdas = h.lambdas_of("MultiplicativeLR", o.lr_lambda, optimizer) },
+      MultiplicativeLR)
     return self:_start(optimizer, o.last_epoch)
   end
 

@@ -265,28 +265,32 @@ end
 
 -- LambdaLR ------------------------------------------------------------------------
 
+-- lr_lambda: one function of the step for every group, or a list with one per group
+local function lambdas_of(name, f, optimizer)
+  local n, lambdas = #optimizer.param_groups, {}
+  if type(f) == "function" then
+    for i = 1, n do lambdas[i] = f end
+  elseif type(f) == "table" and #f == n then
+    for i = 1, n do
+      if type(f[i]) ~= "function" then E.raisef("%s: lr_lambda[%d] must be a function, got %s", name, i,
+          type(f[i])) end
+      lambdas[i] = f[i]
+    end
+  elseif type(f) == "table" then
+    E.raisef("%s: expected %d lr_lambdas (one per parameter group), got %d", name, n, #f)
+  else
+    E.raisef("%s: lr_lambda must be a function of the step (or a list, one per group), got %s", name, type(f))
+  end
+  return lambdas
+end
+
 M.LambdaLR = scheduler_class("LambdaLR")
 M.LambdaLR._not_state = { optimizer = true, lr_lambdas = true }
 
 function M.LambdaLR.new(optimizer, ...)
   check_optimizer("LambdaLR", optimizer)
   local o = util.args("LambdaLR", { "lr_lambda", "last_epoch" }, ...)
-  local f, n = o.lr_lambda, #optimizer.param_groups
-  local lambdas = {}
-  if type(f) == "function" then
-    for i = 1, n do lambdas[i] = f end
-  elseif type(f) == "table" and #f == n then
-    for i = 1, n do
-      if type(f[i]) ~= "function" then E.raisef("LambdaLR: lr_lambda[%d] must be a function, got %s", i,
-          type(f[i])) end
-      lambdas[i] = f[i]
-    end
-  elseif type(f) == "table" then
-    E.raisef("LambdaLR: expected %d lr_lambdas (one per parameter group), got %d", n, #f)
-  else
-    E.raisef("LambdaLR: lr_lambda must be a function of the step (or a list, one per group), got %s", type(f))
-  end
-  local self = setmetatable({ lr_lambdas = lambdas }, M.LambdaLR)
+  local self = setmetatable({ lr_lambdas = lambdas_of("LambdaLR", o.lr_lambda, optimizer) }, M.LambdaLR)
   return self:_start(optimizer, o.last_epoch)
 end
 
@@ -411,7 +415,7 @@ end
 -- OneCycleLR and ReduceLROnPlateau (lua/ddplua/optim/onecycle_plateau.lua); MultiStepLR, ExponentialLR,
 -- ConstantLR, MultiplicativeLR, PolynomialLR and CosineAnnealingWarmRestarts (lua/ddplua/optim/lr_more.lua)
 local helpers = { check_optimizer = check_optimizer, number = number, positive_int = positive_int,
-  per_group = per_group }
+  per_group = per_group, lambdas_of = lambdas_of }
 require("ddplua.optim.onecycle_plateau")(M, helpers)
 require("ddplua.optim.lr_more")(M, helpers)
 
