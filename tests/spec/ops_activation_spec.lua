@@ -10,7 +10,8 @@ local gc = require "helpers.gradcheck"
 local R = require "helpers.ref"
 local nn = ddp.nn
 
-local has_torch = os.execute("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1")
+local TR = require "helpers.torch_ref"
+local has_torch = TR.available()
 
 local function tanh(v) -- (Lua 5.4 has none)
   local e = math.exp(-2 * math.abs(v))
@@ -377,42 +378,18 @@ for _, case in ipairs(cases) do
         if v == -math.huge then return "float('-inf')" end
         return string.format("%.17g", v)
       end
-      local function list(t)
-        local out = {}
-        for i, v in ipairs(t) do out[i] = lit(v) end
-        return "[" .. table.concat(out, ", ") .. "]"
-      end
       local pargs = {}
       for i = 1, #p do pargs[i] = lit(p[i]) end
       local expr = string.format(case.torch, table.unpack(pargs))
-      local script = table.concat({
-        "import torch",
+      -- the shared PyTorch process (tests/helpers/torch_ref.lua): one python per spec run, not one per op
+      local ref = TR.run(table.concat({
         "for dt in (torch.float64, torch.float32):",
-        "    x = torch.tensor(" .. list(xs) .. ", dtype=dt, requires_grad=True)",
+        "    x = T['x'].detach().to(dt).clone().requires_grad_()",
         "    y = " .. expr,
-        "    y.backward(torch.tensor(" .. list(gys) .. ", dtype=dt))",
-        "    print(' '.join(repr(v) for v in y.tolist()))",
-        "    print(' '.join(repr(v) for v in x.grad.tolist()))",
-      }, "\n")
-      local src = os.tmpname()
-      local f = assert(io.open(src, "w"))
-      f:write(script)
-      f:close()
-      local pipe = io.popen("/usr/bin/python3 " .. src .. " 2>&1")
-      local out = pipe:read("a")
-      local ok = pipe:close()
-      os.remove(src)
-      assert(ok, out)
-      local rows = {}
-      for line in out:gmatch("[^\n]+") do
-        local row = {}
-        for w in line:gmatch("%S+") do
-          row[#row + 1] = w == "nan" and 0 / 0 or w == "inf" and math.huge or w == "-inf" and -math.huge
-            or assert(tonumber(w), w)
-        end
-        rows[#rows + 1] = row
-      end
-      assert.are.equal(4, #rows, out)
+        "    y.backward(T['gy'].to(dt))",
+        "    OUT['y' + str(dt)[-2:]], OUT['g' + str(dt)[-2:]] = y, x.grad",
+      }, "\n") .. "\n", { x = ddp.tensor(xs, { dtype = "float64" }), gy = ddp.tensor(gys, { dtype = "float64" }) })
+      local rows = { R.from(ref.y64).v, R.from(ref.g64).v, R.from(ref.y32).v, R.from(ref.g32).v }
       for k, dt in ipairs({ "float64", "float32" }) do
         local x = ddp.tensor(xs, { dtype = dt }):requires_grad_()
         local y = functional(case, x, p)
