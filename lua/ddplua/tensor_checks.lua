@@ -14,6 +14,20 @@ end
 
 function M.shape(t) return "[" .. table.concat(t:size(), ", ") .. "]" end
 
+--- opts: nil (-> {}) or a table whose keys are all in `valid` (a list); errors name the function and the keys.
+function M.check_opts(who, opts, valid)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then E.raise(string.format("%s: options must be a table, got %s", who, type(opts))) end
+  for k in pairs(opts) do
+    local ok = false
+    for _, v in ipairs(valid) do ok = ok or k == v end
+    if not ok then
+      E.raise(string.format("%s: unknown option '%s' (valid options: %s)", who, tostring(k), table.concat(valid, ", ")))
+    end
+  end
+  return opts
+end
+
 --- A 1-based dim of t, negative from the end (a 0-dim tensor takes 1 and -1, as PyTorch takes 0 and -1).
 function M.norm_dim(who, t, d)
   if math.type(d) ~= "integer" then E.raise(who .. ": dim must be an integer (1-based), got " .. tostring(d)) end

@@ -203,15 +203,16 @@ function T.addcmul(input, t1, t2, value)
   check_tensor("addcmul", t1, " as tensor1")
   check_tensor("addcmul", t2, " as tensor2")
   local v = value_arg("addcmul", value)
-  local p = t1 * t2
-  local dt = result_dtype(input, p)
+  -- the dtype of input + t1 * t2 from stand-ins (the product itself is computed once, below)
+  local prod = core.zeros((t1:dim() == 0 and t2:dim() == 0) and {} or { 1 }, { dtype = result_dtype(t1, t2) })
+  local dt = result_dtype(input, prod)
   -- an integer result takes value as an integer, truncated (as PyTorch casts it)
   if not FLOATS[dt] and math.type(v) ~= "integer" then
     local i = math.tointeger(v < 0 and math.ceil(v) or math.floor(v))
     if not i then E.raise("addcmul: value " .. tostring(v) .. " does not fit an integer tensor") end
     v = i
   end
-  if v == 1 then return input + p end
+  if v == 1 then return input + t1 * t2 end
   return input + (t1 * v) * t2
 end
 

@@ -75,21 +75,7 @@ local function dims_arg(who, t, dim)
 end
 
 -- an options table with only the keys in `valid` (a list); nil is {}
-local function options(who, o, valid)
-  if o == nil then return {} end
-  if type(o) ~= "table" or core.is_tensor(o) then
-    E.raise(string.format("%s: expected an options table {%s=...}, got %s", who, table.concat(valid, "=, "),
-      core.is_tensor(o) and "a tensor" or type(o)))
-  end
-  for k in pairs(o) do
-    local ok = false
-    for _, v in ipairs(valid) do ok = ok or v == k end
-    if not ok then
-      E.raise(string.format("%s: unknown option '%s' (expected %s)", who, tostring(k), table.concat(valid, ", ")))
-    end
-  end
-  return o
-end
+local options = checks.check_opts
 
 local function bool_opt(who, v, name, dflt)
   if v == nil then return dflt end

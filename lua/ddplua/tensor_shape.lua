@@ -72,19 +72,8 @@ local function check_shape(who, s, what, allow_minus1)
   return s
 end
 
--- the options table {dtype=, device=} (nil: none), its keys checked
-local function check_opts(who, opts, allowed)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" or core.is_tensor(opts) then
-    E.raise(string.format("%s: expected an options table {dtype=, device=}, got %s", who, type(opts)))
-  end
-  for k in pairs(opts) do
-    if not (allowed or { dtype = true, device = true })[k] then
-      E.raise(string.format("%s: unknown option '%s'", who, tostring(k)))
-    end
-  end
-  return opts
-end
+-- the options table {dtype=, device=} (nil: none), its keys checked (or those of `valid`)
+local function check_opts(who, opts, valid) return checks.check_opts(who, opts, valid or { "dtype", "device" }) end
 
 -- the dtype and device of a new tensor made like t: t's unless opts say otherwise
 local function like(t, opts)
@@ -310,7 +299,7 @@ function M.meshgrid(...)
     and (args.n > 1 or next(last) ~= nil) then
     opts, args.n = last, args.n - 1
   end
-  opts = check_opts("meshgrid", opts, { indexing = true })
+  opts = check_opts("meshgrid", opts, { "indexing" })
   local list, n, as_list = tensor_args("meshgrid", table.unpack(args, 1, args.n))
   if n == 0 then E.raise("meshgrid: expected at least one tensor") end
   local indexing = opts.indexing

@@ -5,19 +5,9 @@ local E = require "ddplua.errors"
 
 local M = {}
 
---- Checks that opts is nil or a table whose keys are all in `valid`.
-function M.check_opts(who, opts, valid)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then E.raise(string.format("%s: options must be a table, got %s", who, type(opts))) end
-  for k in pairs(opts) do
-    local ok = false
-    for _, v in ipairs(valid) do ok = ok or k == v end
-    if not ok then
-      E.raise(string.format("%s: unknown option '%s' (valid options: %s)", who, tostring(k), table.concat(valid, ", ")))
-    end
-  end
-  return opts
-end
+--- Checks that opts is nil or a table whose keys are all in `valid` (tensor_checks.lua's, shared with the tensor
+--- functions).
+M.check_opts = require("ddplua.tensor_checks").check_opts
 
 local function is_options(v) return type(v) == "table" and rawget(v, 1) == nil and getmetatable(v) == nil end
 
