@@ -1,6 +1,6 @@
 -- nn.MultiheadAttention(embed_dim, num_heads [, dropout [, bias ...]] [, {dropout=0, bias=true, batch_first=false,
--- dtype=, device=}]) (positional settings, then the rest by name) with PyTorch's parameters (in_proj_weight [3E, E], xavier-uniform; in_proj_bias [3E], zero;
--- out_proj.weight, out_proj.bias, zero), so its state_dicts load:
+-- dtype=, device=}]) (positional settings, then the rest by name) with PyTorch's parameters (in_proj_weight [3E, E],
+-- xavier-uniform; in_proj_bias [3E], zero; out_proj.weight, out_proj.bias, zero), so its state_dicts load:
 --
 --   out, weights = mha(query, key, value [, {key_padding_mask=, need_weights=true, attn_mask=,
 --                                            average_attn_weights=true, is_causal=false}])

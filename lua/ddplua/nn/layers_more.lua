@@ -125,7 +125,9 @@ local function prelu(who, x, w)
   check_tensor(who, "input", x)
   check_tensor(who, "weight", w)
   local C = w:numel()
-  if w:dim() > 1 then E.raise(string.format("%s: weight must be 1-D (or a scalar), got shape %s", who, util.shape_str(w))) end
+  if w:dim() > 1 then
+    E.raise(string.format("%s: weight must be 1-D (or a scalar), got shape %s", who, util.shape_str(w)))
+  end
   if C ~= 1 then
     local channels = x:dim() >= 2 and x:size(2) or 1
     if channels ~= C then
@@ -307,7 +309,9 @@ local function embedding_bag(who, ids, weight, offsets, mode, per_sample_weights
   check_tensor(who, "input", ids)
   check_tensor(who, "weight", weight)
   if ids:dtype() ~= "int64" then E.raise(who .. ": expected an int64 tensor of ids, got " .. ids:dtype()) end
-  if weight:dim() ~= 2 then E.raise(who .. ": weight must be 2-D [num_embeddings, dim], got " .. util.shape_str(weight)) end
+  if weight:dim() ~= 2 then
+    E.raise(who .. ": weight must be 2-D [num_embeddings, dim], got " .. util.shape_str(weight))
+  end
   mode = mode == nil and "mean" or mode
   if mode ~= "mean" and mode ~= "sum" and mode ~= "max" then
     E.raise(string.format("%s: mode must be \"mean\", \"sum\" or \"max\", got %s", who, tostring(mode)))
