@@ -19,6 +19,7 @@ local perm = ddp.randperm(1024) -- 1-based positions (PyTorch's side: perm - 1)
 local img = ddp.randn(8, 16, 64, 64)
 local zt, wt = ddp.randn(64, 128, 8, 8), ddp.randn(128, 64, 4, 4)
 local gw, gb = ddp.randn(16), ddp.randn(16)
+local ints, bnd = (p * 1000):long(), ddp.randn(1024):sort()
 
 -- name, ddplua, PyTorch (x, y, p, xg as here; torch and F imported)
 local cases = {
@@ -66,6 +67,16 @@ local cases = {
     "F.conv_transpose2d(zt, wt, None, 2, 1)" },
   { "group_norm 4 groups", function() return F.group_norm(img, 4, gw, gb) end, "F.group_norm(img, 4, gw, gb)" },
   { "instance_norm", function() return F.instance_norm(img) end, "F.instance_norm(img)" },
+  { "sort 1M", function() return x:reshape(-1):sort() end, "x.reshape(-1).sort()" },
+  { "sort dim 2", function() return x:sort(2) end, "x.sort(1)" },
+  { "cummax dim 2", function() return x:cummax(2) end, "x.cummax(1)" },
+  { "median dim 2", function() return x:median(2) end, "x.median(1)" },
+  { "quantile 0.3 dim 2", function() return x:quantile(0.3, 2) end, "x.quantile(0.3, 1)" },
+  { "mode dim 2 (1000 values)", function() return ints:mode(2) end, "ints.mode(1)" },
+  { "unique 1M (1000 values)", function() return ints:unique() end, "ints.unique()" },
+  { "searchsorted 1M in 1024", function() return ddp.searchsorted(bnd, x) end, "torch.searchsorted(bnd, x)" },
+  { "histogram 100 bins", function() return x:histogram(100) end, "x.histogram(100)" },
+  { "bincount 1M (1000 values)", function() return ints:reshape(-1):bincount() end, "ints.reshape(-1).bincount()" },
 }
 
 local py = { "import time, torch", "import torch.nn.functional as F", "torch.set_num_threads(1)",
@@ -73,6 +84,7 @@ local py = { "import time, torch", "import torch.nn.functional as F", "torch.set
   "xg = torch.randn(1024, 1024, requires_grad=True)",
   "perm, img = torch.randperm(1024) + 1, torch.randn(8, 16, 64, 64)",
   "zt, wt = torch.randn(64, 128, 8, 8), torch.randn(128, 64, 4, 4)", "gw, gb = torch.randn(16), torch.randn(16)",
+  "ints, bnd = (p * 1000).long(), torch.randn(1024).sort()[0]",
   "def med(f):",
   "    for _ in range(3): f()", "    t = []", "    for _ in range(" .. cfg.runs .. "):",
   "        t0 = time.perf_counter(); f(); t.append((time.perf_counter() - t0) * 1e3)",

@@ -175,4 +175,5 @@ require "ddplua.tensor_linalg"
 require "ddplua.tensor_math"
 require "ddplua.tensor_shape"
 require "ddplua.tensor_reduce_more"
+require "ddplua.tensor_order"
 return M

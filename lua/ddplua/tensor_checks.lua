@@ -1,6 +1,7 @@
 -- The argument checks the Lua-composed tensor functions share (tensor_logic.lua, tensor_more.lua,
 -- tensor_linalg.lua, tensor_reduce_more.lua, ...): the floating dtypes, a tensor argument (the error names the
--- function and which argument), a shape as "[2, 3]" for messages, a 1-based dim, two shapes broadcast.
+-- function and which argument), a shape as "[2, 3]" for messages, a 1-based dim, two shapes broadcast, a boolean
+-- option, a floating tensor, keepdim's squeeze.
 local core = require "ddplua.core"
 local E = require "ddplua.errors"
 
@@ -50,6 +51,25 @@ function M.broadcast_shape(who, a, b)
     out[k] = x == 1 and y or x
   end
   return out
+end
+
+--- opts[name] as a boolean (nil: dflt); the error names the function and the option.
+function M.bool_opt(who, v, name, dflt)
+  if v == nil then return dflt end
+  if type(v) ~= "boolean" then E.raise(string.format("%s: %s must be a boolean, got %s", who, name, type(v))) end
+  return v
+end
+
+function M.check_float(who, t)
+  if not M.FLOATS[t:dtype()] then
+    E.raise(string.format("%s: expected a floating-point tensor, got %s", who, t:dtype()))
+  end
+end
+
+--- r without its dim d unless keepdim.
+function M.squeeze_if(r, d, keepdim)
+  if keepdim then return r end
+  return r:squeeze(d)
 end
 
 return M

@@ -165,28 +165,46 @@ function T.xlogy(x, y)
   return core.where(isnan(y), 0 / 0, out)
 end
 
---- lerp(start, end, weight): start + weight * (end - start) where weight < 0.5, else end - (end - start) * (1 -
---- weight) (PyTorch 1.13's two forms and its condition: weight < 0.5, not |weight| < 0.5, so that lerp(0, -inf, -1)
---- is inf); weight a number or a tensor; start, end and a weight tensor of one float dtype
+--- lerp(start, end, weight): start + weight * d where weight < 0.5, else end + (weight - 1) * d, d = end - start
+--- (PyTorch 1.13's kernel: its condition weight < 0.5, not |weight| < 0.5, so that lerp(0, -inf, -1) is inf; each
+--- form one fused multiply-add); weight a number or a tensor; start, end and a weight tensor of one float dtype
 function T.lerp(start, stop, weight)
   check_tensor("lerp", start)
   check_tensor("lerp", stop, " as end")
   local dt = start:dtype()
   float_only("lerp", dt)
   if stop:dtype() ~= dt then E.raise(string.format("lerp: expected dtype %s for end, got %s", dt, stop:dtype())) end
+  if type(weight) ~= "number" then
+    if not core.is_tensor(weight) then
+      E.raise("lerp: expected a number or a tensor as weight, got " .. type(weight))
+    end
+    if weight:dtype() ~= dt then
+      E.raise(string.format("lerp: expected dtype %s for weight, got %s", dt, weight:dtype()))
+    end
+  end
+  if dt == "float64" then -- the product and the sum rounded apiece (no fused multiply-add here)
+    local d = stop - start
+    if type(weight) == "number" then
+      if weight < 0.5 then return start + d * weight end
+      return stop + d * (weight - 1)
+    end
+    return core.where(weight:lt(0.5), start + weight * d, stop + (weight - 1) * d)
+  end
+  -- float32 and the half types compute in float32 as PyTorch's: d and weight - 1 rounded to float32, the fused
+  -- multiply-add emulated in float64 (a product of two floats is exact there, so only the sum rounds before the
+  -- rounding to float32: PyTorch's result bit for bit but in rare double roundings)
+  local s, e = start:float(), stop:float()
+  local d = (e - s):double()
+  local r
   if type(weight) == "number" then
     local w = opmath(weight, dt)
-    if w < 0.5 then return start + (stop - start) * w end
-    return stop - (stop - start) * opmath(1 - w, dt)
+    r = w < 0.5 and s:double() + d * w or e:double() + d * opmath(w - 1, dt)
+  else
+    local w = weight:float()
+    r = core.where(w:lt(0.5), s:double() + d * w:double(), e:double() + d * (w - 1):double())
   end
-  if not core.is_tensor(weight) then
-    E.raise("lerp: expected a number or a tensor as weight, got " .. type(weight))
-  end
-  if weight:dtype() ~= dt then
-    E.raise(string.format("lerp: expected dtype %s for weight, got %s", dt, weight:dtype()))
-  end
-  local diff = stop - start
-  return core.where(weight:lt(0.5), start + weight * diff, stop - diff * (1 - weight))
+  r = r:float()
+  return dt == "float32" and r or r:to(dt)
 end
 
 -- value as positional argument or {value = v}, default 1

@@ -1,46 +1,30 @@
 -- PyTorch's remaining reductions, scans and indexing functions, composed from ddplua's ops with PyTorch's argument
--- order and 1-based dims (negative from the end) and 1-based positions:
+-- order and 1-based dims (negative from the end) and 1-based positions (the sort-based ones, mode, unique,
+-- searchsorted, quantile, histograms, live in tensor_order.lua):
 --   t:nansum([dim [, keepdim]]), t:nanmean(...)       NaN left out (nanmean: floating tensors only)
 --   ddp.std_mean(t [, dim] [, {unbiased=, correction=, keepdim=}]), ddp.var_mean(...) -> std (var), mean
 --   t:aminmax([{dim=, keepdim=}]) -> min, max         (the gradient of amin / amax, split evenly among ties)
---   t:mode([dim [, keepdim]]) -> values, positions    the most frequent value (the smallest among equally frequent
---                                                     ones) and the last position that holds it
---   t:cummax(dim), t:cummin(dim) -> values, positions  on ties the later position, NaN sticks (as PyTorch's)
+--   t:cummax(dim), t:cummin(dim) -> values, positions  on ties the later position, NaN sticks (as PyTorch's); the
+--                                                     positions from core.cum_extreme, one pass in C
 --   t:logcumsumexp(dim)                               a log-step scan of stable log-add-exps
 --   t:diff([n [, dim [, prepend [, append]]]]) or t:diff({n=, dim=, prepend=, append=})
---   ddp.unique(t [, {sorted=, return_inverse=, return_counts=, dim=}]) -> values [, inverse] [, counts]
---   ddp.unique_consecutive(t [, {return_inverse=, return_counts=, dim=}]) (both also methods)
---   ddp.searchsorted(seq, values [, {right=, side=, sorter=, out_int32=}]), ddp.bucketize(x, boundaries [, {right=}])
---   ddp.histc(t [, bins [, min [, max]]])  (also t:histc)
 --   ddp.cdist(x1, x2 [, p | {p=, compute_mode=}])    [B..,] P, M and [B..,] R, M -> [B..,] P, R
 --   t:index_add(dim, index, source [, alpha | {alpha=}]), t:index_copy(dim, index, source), t:index_fill(dim, index,
 --   value) and their in-place forms index_add_, index_copy_, index_fill_ (no autograd, as scatter_: an error on a
 --   tensor that requires grad while grad mode is on); t:masked_scatter(mask, source); t:argwhere(); ddp.cross(a, b
 --   [, dim]) (also t:cross)
--- All are methods but std_mean, var_mean, searchsorted, bucketize and cdist (ddp. functions only); all are ddp.
--- functions but the in-place forms (methods only). Gradients flow through the compositions where PyTorch has one
--- (nansum, nanmean, std_mean, var_mean, mode, cummax, cummin, logcumsumexp, diff, cdist, index_add / index_copy /
--- index_fill, masked_scatter, cross); unique, searchsorted, bucketize and histc give results without a gradient, as
--- PyTorch's. cdist follows PyTorch's compute modes: for p=2 the matmul identity where P or R is over 25 (or with
+-- All are methods but std_mean, var_mean and cdist (ddp. functions only); all are ddp. functions but the in-place
+-- forms (methods only). Gradients flow through every composition (aminmax included, which PyTorch 1.13 lacks).
+-- cdist follows PyTorch's compute modes: for p=2 the matmul identity where P or R is over 25 (or with
 -- compute_mode="use_mm_for_euclid_dist"; zero distances then read about 1e-15, as PyTorch's), else the differences;
 -- at zero distance the gradient is 0, as PyTorch's.
 --
 -- Deliberate differences from PyTorch:
---  * positions are 1-based: mode's, cummax's and cummin's positions, unique's inverse, argwhere's rows, and
---    searchsorted / bucketize's insertion positions, which run 1..N+1 (PyTorch's 0..N, plus 1); index arguments are
---    1-based int64 positions;
---  * mode: NaNs of a slice count as one value, larger than all others (PyTorch 1.13's answer with NaN depends on its
---    unstable std::sort); on longer slices (over 16 values) PyTorch's position among equal values can be another one
---    of them, ddplua's is always the last;
+--  * positions are 1-based: cummax's and cummin's positions, argwhere's rows; index arguments are 1-based int64
+--    positions;
 --  * aminmax has a gradient (amin's and amax's), where PyTorch 1.13 has none;
---  * unique: sorted=false still sorts (a valid order; PyTorch's CPU order is a hash table's); each NaN is a value of
---    its own, and its inverse and counts are right (PyTorch 1.13 gives broken ones next to NaN); unique with dim
---    sorts the slices with one stable sort per column (cost: as many sorts as a slice has values);
---  * searchsorted: out_int32=true is an error (ddplua has no int32 dtype); NaN values go after every boundary (as
---    PyTorch's); NaN in the sequence counts as larger than every value (PyTorch's binary search gives no meaning);
 --  * diff: a negative n is an error (PyTorch 1.13 returns the input); uint8 is subtracted as unsigned bytes, as
 --    torch.uint8 (PyTorch's bool diff is a logical xor: ddplua has no separate bool);
---  * histc leaves NaN out (PyTorch 1.13's CPU kernel counts it in the first bin when min and max are given);
 --  * index_add on an integer tensor with a fractional alpha is an error (as ddplua's add_; PyTorch truncates).
 local core = require "ddplua.core"
 local E = require "ddplua.errors"
@@ -50,7 +34,7 @@ local M = package.loaded["ddplua"]
 local checks = require "ddplua.tensor_checks"
 local FLOATS, check_tensor, shape = checks.FLOATS, checks.check_tensor, checks.shape
 
-local NAN, INF = 0 / 0, math.huge
+local INF = math.huge
 
 -- a 1-based dim of t (a 0-dim tensor takes 1 and -1, as PyTorch takes 0 and -1)
 local norm_dim = checks.norm_dim
@@ -77,30 +61,7 @@ end
 -- an options table with only the keys in `valid` (a list); nil is {}
 local options = checks.check_opts
 
-local function bool_opt(who, v, name, dflt)
-  if v == nil then return dflt end
-  if type(v) ~= "boolean" then E.raise(string.format("%s: %s must be a boolean, got %s", who, name, type(v))) end
-  return v
-end
-
-local function check_float(who, t)
-  if not FLOATS[t:dtype()] then
-    E.raise(string.format("%s: expected a floating-point tensor, got %s", who, t:dtype()))
-  end
-end
-
--- 1..n along dim d of a tensor of size sz (int64, expanded to sz)
-local function positions(sz, d, device)
-  local n = sz[d]
-  local view = {}
-  for k = 1, #sz do view[k] = k == d and n or 1 end
-  return core.arange(1, n + 1, { dtype = "int64", device = device }):view(view):expand(sz)
-end
-
-local function squeeze_if(r, d, keepdim)
-  if keepdim then return r end
-  return r:squeeze(d)
-end
+local bool_opt, check_float, squeeze_if = checks.bool_opt, checks.check_float, checks.squeeze_if
 
 -- ---- NaN-ignoring reductions, std_mean / var_mean, aminmax ------------------------------------------------------
 
@@ -170,35 +131,13 @@ end
 
 -- ---- scans: cummax / cummin / logcumsumexp, diff -------------------------------------------------------------------
 
--- the running maximum (is_max) or minimum of the detached values of t along d, and its 1-based positions: a
--- Hillis-Steele scan (log2(n) steps) over (value, position) pairs, the later pair taken where it is NaN or at least
--- (at most) the earlier one, which keeps NaN once seen and the latest of equal values, as PyTorch's
-local function running_extreme(t, d, is_max)
-  local v = t:detach()
-  local sz = v:size()
-  local n = sz[d]
-  local i = positions(sz, d, t:device()):contiguous()
-  local float = FLOATS[t:dtype()]
-  local s = 1
-  while s < n do
-    local lv, li = v:narrow(d, 1, n - s), i:narrow(d, 1, n - s)
-    local rv, ri = v:narrow(d, s + 1, n - s), i:narrow(d, s + 1, n - s)
-    local take = is_max and rv:ge(lv) or rv:le(lv)
-    if float then take = take:logical_or(rv:isnan()) end
-    v = core.cat({ v:narrow(d, 1, s), core.where(take, rv, lv) }, d)
-    i = core.cat({ i:narrow(d, 1, s), core.where(take, ri, li) }, d)
-    s = s * 2
-  end
-  return v, i
-end
-
 local function cum_extreme(who, t, dim, is_max)
   check_tensor(who, t)
   if dim == nil then E.raise(who .. ": expected dim (an integer, 1-based), as torch." .. who) end
   local d = norm_dim(who, t, dim)
   if t:dim() == 0 then return t:clone(), core.ones({}, { dtype = "int64", device = t:device() }) end
   if t:numel() == 0 then return t:clone(), core.zeros(t:size(), { dtype = "int64", device = t:device() }) end
-  local _, i = running_extreme(t, d, is_max)
+  local i = core.cum_extreme(t:detach(), d, is_max)
   return t:gather(d, i), i -- the gradient goes to the positions, as PyTorch's
 end
 
@@ -271,258 +210,6 @@ function T.diff(t, n, dim, prepend, append)
   end
   if rawequal(x, t) then x = t:clone() end
   return x
-end
-
--- ---- mode, unique, unique_consecutive --------------------------------------------------------------------------
-
--- uint8: where consecutive values along d differ (NaN equals NaN when nan_equal), the first always true
-local function run_starts(s, d, nan_equal)
-  local n = s:size(d)
-  local first = core.ones(s:narrow(d, 1, 1):size(), { dtype = "uint8", device = s:device() })
-  if n == 1 then return first end
-  local prev, cur = s:narrow(d, 1, n - 1), s:narrow(d, 2, n - 1)
-  local neq = cur:ne(prev)
-  if nan_equal and FLOATS[s:dtype()] then neq = neq:logical_and(cur:isnan():logical_and(prev:isnan()):logical_not()) end
-  return core.cat({ first, neq }, d)
-end
-
---- t:mode([dim=-1 [, keepdim]]) -> the most frequent value along dim (the smallest of equally frequent ones; NaNs
---- count as one value, the largest) and its 1-based position (the last that holds it); the gradient goes there
-function T.mode(t, dim, keepdim)
-  check_tensor("mode", t)
-  local d = norm_dim("mode", t, dim or -1)
-  if t:dim() == 0 then return t:clone(), core.ones({}, { dtype = "int64", device = t:device() }) end
-  local n = t:size(d)
-  if n == 0 then E.raise(string.format("mode: cannot reduce over dim %d of size 0 (shape %s)", d, shape(t))) end
-  if t:numel() == 0 then
-    local sz = t:size()
-    sz[d] = 1
-    local v, i = core.zeros(sz, { dtype = t:dtype(), device = t:device() }), core.zeros(sz, { dtype = "int64", device = t:device() })
-    return squeeze_if(v, d, keepdim), squeeze_if(i, d, keepdim)
-  end
-  local s, perm = t:detach():sort(d) -- stable: equal values keep their order, NaN last
-  local sz = s:size()
-  local pos = positions(sz, d, t:device())
-  local starts = core.where(run_starts(s, d, true), pos, 0)
-  local run_start = running_extreme(starts, d, true) -- the running max of the run starts: each value's run's start
-  local count = pos - run_start + 1 -- how many equal values so far in this run
-  local best = count:argmax(d, true) -- the first longest run's last value: the smallest most frequent value
-  local idx = perm:gather(d, best)
-  local v = t:gather(d, idx)
-  return squeeze_if(v, d, keepdim), squeeze_if(idx, d, keepdim)
-end
-
--- values, inverse, counts of the slices of x (rows of a [n, k] tensor, or the values of a 1-D one) in order
--- (sort_first: sorted first, the inverse put back in the input's order)
-local function unique_rows(x, sort_first)
-  local n = x:size(1)
-  local opts = { dtype = "int64", device = x:device() }
-  if n == 0 then return x:clone(), core.zeros({ 0 }, opts), core.zeros({ 0 }, opts) end
-  local perm
-  if sort_first then
-    if x:dim() == 1 then
-      x, perm = x:sort(1)
-    else
-      perm = core.arange(1, n + 1, opts)
-      for c = x:size(2), 1, -1 do -- least significant column first: stable sorts make the order lexicographic
-        local _, p = x:select(2, c):index_select(1, perm):sort(1)
-        perm = perm:index_select(1, p)
-      end
-      x = x:index_select(1, perm)
-    end
-  end
-  local starts
-  if x:dim() == 1 then
-    starts = run_starts(x, 1, false)
-  else
-    local diff = x:narrow(1, 2, n - 1):ne(x:narrow(1, 1, n - 1)):any(2)
-    starts = core.cat({ core.ones({ 1 }, { dtype = "uint8", device = x:device() }), diff }, 1)
-  end
-  local where = starts:nonzero():select(2, 1)
-  local values = x:index_select(1, where)
-  local group = starts:long():cumsum(1)
-  local inverse = perm and core.zeros({ n }, opts):scatter(1, perm, group) or group
-  local ends = core.cat({ where:narrow(1, 2, where:size(1) - 1), core.full({ 1 }, n + 1, opts) }, 1)
-  return values, inverse, ends - where
-end
-
-local function unique_impl(who, t, opts, consecutive)
-  check_tensor(who, t)
-  local o = options(who, opts, consecutive and { "return_inverse", "return_counts", "dim" } or
-    { "sorted", "return_inverse", "return_counts", "dim" })
-  bool_opt(who, o.sorted, "sorted", true)
-  local want_inv = bool_opt(who, o.return_inverse, "return_inverse", false)
-  local want_counts = bool_opt(who, o.return_counts, "return_counts", false)
-  local x = t:detach()
-  local values, inverse, counts
-  if o.dim == nil then
-    values, inverse, counts = unique_rows(x:reshape(-1), not consecutive)
-    inverse = inverse:reshape(t:size())
-  else
-    if t:dim() == 0 then E.raise(who .. ": dim needs a tensor of at least one dimension, got a 0-dimensional one") end
-    local d = norm_dim(who, t, o.dim)
-    local m = x:movedim(d, 1)
-    local sz = m:size()
-    if m:numel() == 0 and sz[1] > 0 then
-      E.raise(string.format("%s: the slices along dim %d of a %s tensor are empty: there is nothing to compare", who,
-        d, shape(t)))
-    end
-    local rows = m:reshape({ sz[1], m:numel() // math.max(sz[1], 1) })
-    values, inverse, counts = unique_rows(rows, not consecutive)
-    sz[1] = values:size(1)
-    values = values:reshape(sz):movedim(1, d)
-  end
-  local out = { values }
-  if want_inv then out[#out + 1] = inverse end
-  if want_counts then out[#out + 1] = counts end
-  return table.unpack(out)
-end
-
---- ddp.unique(t [, {sorted=true, return_inverse=false, return_counts=false, dim=}]) -> the distinct values
---- (sorted; of the flattened tensor, or the distinct slices along dim) [, for each value (slice) of t its 1-based
---- position among them] [, how many times each occurs]; no gradient
-function T.unique(t, opts) return unique_impl("unique", t, opts, false) end
---- ddp.unique_consecutive(t [, {return_inverse=, return_counts=, dim=}]): as unique, for runs of equal neighbours
-function T.unique_consecutive(t, opts) return unique_impl("unique_consecutive", t, opts, true) end
-
--- ---- searchsorted, bucketize, histc ----------------------------------------------------------------------------
-
--- common dtype of the sequence and the values: the floating one's where one is floating
-local function common(a, b)
-  if a:dtype() == b:dtype() then return a, b end
-  if FLOATS[a:dtype()] and not FLOATS[b:dtype()] then return a, b:to(a:dtype()) end
-  if FLOATS[b:dtype()] and not FLOATS[a:dtype()] then return a:to(b:dtype()), b end
-  return a:double(), b:double()
-end
-
--- 1-based insertion positions of v (a tensor) in the rows of seq ([B, N]; v [B, V]): each value's count of
--- boundaries before it (strictly smaller, or not larger with right) plus 1, from one stable sort of the boundaries
--- and values together, the values placed before equal boundaries (left) or after them (right)
-local function insertion(seq, v, right)
-  local B, N, V = seq:size(1), seq:size(2), v:size(2)
-  local io = { dtype = "int64", device = v:device() }
-  if V == 0 then return core.zeros({ B, 0 }, io) end
-  if N == 0 then return core.ones({ B, V }, io) end
-  local keys, isb
-  if right then
-    keys = core.cat({ seq, v }, 2)
-    isb = core.cat({ core.ones({ B, N }, io), core.zeros({ B, V }, io) }, 2)
-  else
-    keys = core.cat({ v, seq }, 2)
-    isb = core.cat({ core.zeros({ B, V }, io), core.ones({ B, N }, io) }, 2)
-  end
-  local _, perm = keys:sort(2)
-  local before = isb:gather(2, perm):cumsum(2)
-  local at = core.zeros({ B, N + V }, io):scatter(2, perm, before)
-  local r = (right and at:narrow(2, N + 1, V) or at:narrow(2, 1, V)) + 1
-  if FLOATS[v:dtype()] then r = core.where(v:isnan(), N + 1, r) end
-  return r
-end
-
-local function search(who, seq, values, right)
-  local v = values
-  if type(values) == "number" then
-    local dt = (math.type(values) == "integer" and not FLOATS[seq:dtype()]) and "int64" or
-      (FLOATS[seq:dtype()] and seq:dtype() or "float32")
-    v = core.full({}, values, { dtype = dt, device = seq:device() })
-  else
-    check_tensor(who, values, " or a number as the values")
-  end
-  local s
-  s, v = common(seq:detach(), v:detach())
-  local N = s:size(s:dim())
-  local out_size = v:size()
-  local S, Vr
-  if s:dim() == 1 then
-    S, Vr = s:reshape({ 1, N }), v:reshape({ 1, v:numel() })
-  else
-    local ok = v:dim() == s:dim()
-    for k = 1, s:dim() - 1 do ok = ok and v:size(k) == s:size(k) end
-    if not ok then
-      E.raise(string.format("%s: the sorted sequence must be 1-D or share all dims but the last with the values, got %s and %s",
-        who, shape(s), shape(v)))
-    end
-    local B = s:numel() // math.max(N, 1)
-    if N == 0 then B = 1; for k = 1, s:dim() - 1 do B = B * s:size(k) end end
-    S, Vr = s:reshape({ B, N }), v:reshape({ B, v:size(v:dim()) })
-  end
-  return insertion(S, Vr, right):reshape(out_size)
-end
-
---- ddp.searchsorted(sorted_sequence, values [, {right=false, side="left"|"right", sorter=, out_int32=false}]):
---- int64 1-based insertion positions (1..N+1) of values (a tensor or a number) in the last dim of the sequence
---- (1-D, or sharing the values' leading dims): before equal boundaries, or after them with right / side="right";
---- sorter: 1-based positions that sort an unsorted sequence
-function M.searchsorted(seq, values, opts)
-  check_tensor("searchsorted", seq, " as the sorted sequence")
-  local o = options("searchsorted", opts, { "right", "side", "sorter", "out_int32" })
-  local right = bool_opt("searchsorted", o.right, "right", false)
-  if o.side ~= nil then
-    if o.side ~= "left" and o.side ~= "right" then
-      E.raise("searchsorted: side must be \"left\" or \"right\", got " .. tostring(o.side))
-    end
-    if o.right ~= nil and right ~= (o.side == "right") then
-      E.raise("searchsorted: side and right can't be set to opposites, got side=" .. o.side .. " and right=" ..
-        tostring(right))
-    end
-    right = o.side == "right"
-  end
-  if bool_opt("searchsorted", o.out_int32, "out_int32", false) then
-    E.raise("searchsorted: out_int32=true is not supported (ddplua has no int32 dtype; positions are int64)")
-  end
-  if seq:dim() == 0 then E.raise("searchsorted: the sorted sequence must have at least one dimension, got a 0-dimensional one") end
-  if o.sorter ~= nil then
-    check_tensor("searchsorted", o.sorter, " as sorter")
-    if o.sorter:dtype() ~= "int64" or shape(o.sorter) ~= shape(seq) then
-      E.raise(string.format("searchsorted: sorter must be an int64 tensor of the sequence's shape %s, got %s %s",
-        shape(seq), o.sorter:dtype(), shape(o.sorter)))
-    end
-    seq = seq:gather(seq:dim(), o.sorter)
-  end
-  return search("searchsorted", seq, values, right)
-end
-
---- ddp.bucketize(input, boundaries [, {right=false}]): for each value the 1-based bucket (1..N+1) among the 1-D
---- boundaries: boundaries[i-1] < x <= boundaries[i], or boundaries[i-1] <= x < boundaries[i] with right
-function M.bucketize(input, boundaries, opts)
-  if type(input) ~= "number" then check_tensor("bucketize", input, " or a number as the input") end
-  check_tensor("bucketize", boundaries, " as the boundaries")
-  local o = options("bucketize", opts, { "right", "out_int32" })
-  if bool_opt("bucketize", o.out_int32, "out_int32", false) then
-    E.raise("bucketize: out_int32=true is not supported (ddplua has no int32 dtype; positions are int64)")
-  end
-  if boundaries:dim() ~= 1 then
-    E.raise("bucketize: the boundaries must be a 1-D tensor, got " .. shape(boundaries))
-  end
-  return search("bucketize", boundaries, input, bool_opt("bucketize", o.right, "right", false))
-end
-
---- ddp.histc(t [, bins=100 [, min=0 [, max=0]]]): counts of the values in bins equal-width bins over [min, max]
---- (min = max: the values' own range; still equal: widened by 1 each way), values outside (and NaN) left out, the
---- last bin closed; t's dtype, floats only, no gradient
-function T.histc(t, bins, min, max)
-  check_tensor("histc", t)
-  check_float("histc", t)
-  bins = bins == nil and 100 or bins
-  if math.type(bins) ~= "integer" or bins < 1 then E.raise("histc: bins must be a positive integer, got " .. tostring(bins)) end
-  min, max = min == nil and 0 or min, max == nil and 0 or max
-  if type(min) ~= "number" or type(max) ~= "number" then E.raise("histc: min and max must be numbers") end
-  local x = t:detach():reshape(-1)
-  local dt = t:dtype()
-  local function as_dtype(v) return core.full({}, v, { dtype = dt }):item() end
-  local lo, hi = as_dtype(min), as_dtype(max)
-  if lo == hi and x:numel() > 0 then lo, hi = x:min():item(), x:max():item() end
-  if lo == hi then lo, hi = lo - 1, hi + 1 end
-  if lo ~= lo or hi ~= hi or lo == -INF or hi == INF or lo == INF or hi == -INF then
-    E.raise(string.format("histc: the range [%s, %s] is not finite", tostring(lo), tostring(hi)))
-  end
-  if lo > hi then E.raise(string.format("histc: max must be larger than min, got min %s and max %s", tostring(min), tostring(max))) end
-  local opts = { dtype = dt, device = t:device() }
-  if x:numel() == 0 then return core.zeros({ bins }, opts) end
-  local inside = x:ge(lo):logical_and(x:le(hi))
-  local b = ((x - lo) * bins / (hi - lo)):floor():clamp(0, bins - 1)
-  local slot = core.where(inside, b:long() + 1, bins + 1)
-  return core.zeros({ bins + 1 }, opts):scatter_add(1, slot, core.ones({ x:numel() }, opts)):narrow(1, 1, bins)
 end
 
 -- ---- cdist ------------------------------------------------------------------------------------------------------
@@ -804,8 +491,8 @@ function T.cross(a, b, dim)
     c(x, 1) * c(y, 2) - c(x, 2) * c(y, 1) }, d)
 end
 
-for _, name in ipairs({ "nansum", "nanmean", "aminmax", "mode", "cummax", "cummin", "logcumsumexp", "diff", "unique",
-  "unique_consecutive", "histc", "index_add", "index_copy", "index_fill", "masked_scatter", "argwhere", "cross" }) do
+for _, name in ipairs({ "nansum", "nanmean", "aminmax", "cummax", "cummin", "logcumsumexp", "diff", "index_add",
+  "index_copy", "index_fill", "masked_scatter", "argwhere", "cross" }) do
   M[name] = T[name]
 end
 

@@ -66,6 +66,8 @@ enum { ALL, DEVICE, OPTIONAL };
   X(scatter, ALL)                                                                                                      \
   X(topk, ALL)                                                                                                         \
   X(cumsum, ALL)                                                                                                       \
+  X(cum_extreme, ALL)                                                                                                  \
+  X(searchsorted, ALL)                                                                                                 \
   X(multinomial, ALL)                                                                                                  \
   X(attention, ALL)                                                                                                    \
   X(attention_backward, ALL)                                                                                           \

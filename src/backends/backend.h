@@ -372,6 +372,17 @@ typedef struct dp_backend {
    * (contiguous; from the end when reverse), accumulated in double (int64
    * exactly). */
   int (*cumsum)(dp_tensor *out, const dp_tensor *x, const dp_reduce_args *a, bool reverse);
+  /* idx int64 [outer, a->k, inner]: the position (+ a->base) along the
+   * middle axis of x (contiguous) of the running maximum (minimum) so far,
+   * by dp_cum_extreme_takes (ops/model_math.h). */
+  int (*cum_extreme)(dp_tensor *idx, const dp_tensor *x, const dp_reduce_args *a, bool is_max);
+  /* out int64 [rows, m]: for each value v[r, j] (contiguous [rows, m]) the
+   * count (+ base) of the boundaries of seq's row r (contiguous [rows, n],
+   * or [1, n] shared by every row; sorted ascending, NaN last) that come
+   * before it by dp_boundary_before (ops/model_math.h), n for a NaN value;
+   * seq and v of one dtype. */
+  int (*searchsorted)(dp_tensor *out, const dp_tensor *seq, const dp_tensor *v, int64_t rows, int64_t n, int64_t m,
+                      bool right, int64_t base);
   /* out int64 [rows, n] from the float64 weights w [rows, cats] (consumed)
    * and float64 uniforms u [rows, n], all contiguous (dp_multinomial_row). */
   int (*multinomial)(dp_tensor *out, dp_tensor *w, const dp_tensor *u, int64_t rows, int64_t cats, int64_t n,

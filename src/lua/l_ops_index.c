@@ -63,6 +63,18 @@ static int l_resample_dim(lua_State *L) {
   return lt_push(L, dp_resample_dim(x, d, lt_check(L, 3), lt_check(L, 4), 1));
 }
 
+/* core.cum_extreme(x, dim, is_max): the 1-based positions of cummax (cummin) */
+static int l_cum_extreme(lua_State *L) {
+  dp_tensor *x = lt_check(L, 1);
+  int d = lt_check_dim(L, 2, x->ndim ? x->ndim : 1, 0);
+  return lt_push(L, dp_cum_extreme_index(x, d, lua_toboolean(L, 3), 1));
+}
+
+/* core.searchsorted(seq [rows or 1, n], v [rows, m], right): 1-based insertion positions, int64 [rows, m] */
+static int l_searchsorted(lua_State *L) {
+  return lt_push(L, dp_searchsorted(lt_check(L, 1), lt_check(L, 2), lua_toboolean(L, 3), 1));
+}
+
 /* ---- where / masked_fill / tril / triu ---- */
 static int l_where(lua_State *L) {
   dp_tensor *cond = lt_check(L, 1);
@@ -443,8 +455,12 @@ void lt_open_model_ops(lua_State *L, int module, int methods) {
                                   {NULL, NULL}};
   static const luaL_Reg meths[] = {
       {"repeat_", l_repeat}, {"scatter_", l_scatter_i}, {"scatter_add_", l_scatter_add_i}, {NULL, NULL}};
-  static const luaL_Reg funcs[] = {
-      {"where", l_where}, {"randint", l_randint}, {"resample_dim", l_resample_dim}, {NULL, NULL}};
+  static const luaL_Reg funcs[] = {{"where", l_where},
+                                   {"randint", l_randint},
+                                   {"resample_dim", l_resample_dim},
+                                   {"cum_extreme", l_cum_extreme},
+                                   {"searchsorted", l_searchsorted},
+                                   {NULL, NULL}};
   lua_pushvalue(L, methods);
   luaL_setfuncs(L, both, 0);
   luaL_setfuncs(L, meths, 0);

@@ -334,6 +334,45 @@ dp_tensor *dp_cumsum(dp_tensor *x, int dim) {
   return out;
 }
 
+/* ---- cummax / cummin positions (no gradient: the Lua side gathers the values, which carries it) ---- */
+dp_tensor *dp_cum_extreme_index(dp_tensor *x, int dim, bool is_max, int64_t base) {
+  if (x->ndim > 0 && dp_check_dim("cum_extreme", x, dim)) return NULL;
+  DP_SCOPE(s);
+  dp_tensor *xc = dp_scope_add(&s, dp_contiguous_raw(x));
+  dp_tensor *out = xc ? dp_scope_add(&s, dp_empty(DP_I64, x->ndim, x->shape, dp_dev(x))) : NULL;
+  if (!out) return NULL;
+  int64_t outer = 1, inner = 1, n = x->ndim ? x->shape[dim] : 1;
+  for (int d = 0; d < x->ndim; d++) {
+    if (d < dim) outer *= x->shape[d];
+    if (d > dim) inner *= x->shape[d];
+  }
+  dp_reduce_args ra = {DP_R_MAX, outer, n, inner, base};
+  if (dp_backend_of(x)->cum_extreme(out, xc, &ra, is_max)) return NULL;
+  return dp_scope_keep(&s, out);
+}
+
+/* ---- searchsorted: seq [rows or 1, n], v [rows, m], one dtype and device (the Lua side casts) ---- */
+dp_tensor *dp_searchsorted(dp_tensor *seq, dp_tensor *v, bool right, int64_t base) {
+  if (seq->ndim != 2 || v->ndim != 2 || (seq->shape[0] != v->shape[0] && seq->shape[0] != 1)) {
+    dp_error("searchsorted: expected boundaries [rows or 1, n] and values [rows, m], got %dD and %dD", seq->ndim,
+             v->ndim);
+    return NULL;
+  }
+  if (seq->dtype != v->dtype) {
+    dp_error("searchsorted: the boundaries are %s and the values %s: expected one dtype", dp_dtype_name(seq->dtype),
+             dp_dtype_name(v->dtype));
+    return NULL;
+  }
+  if (dp_check_same_device("searchsorted", seq, v)) return NULL;
+  DP_SCOPE(s);
+  dp_tensor *sc = dp_scope_add(&s, dp_contiguous_raw(seq));
+  dp_tensor *vc = sc ? dp_scope_add(&s, dp_contiguous_raw(v)) : NULL;
+  dp_tensor *out = vc ? dp_scope_add(&s, dp_empty(DP_I64, 2, v->shape, dp_dev(v))) : NULL;
+  if (!out) return NULL;
+  if (dp_backend_of(v)->searchsorted(out, sc, vc, v->shape[0], seq->shape[1], v->shape[1], right, base)) return NULL;
+  return dp_scope_keep(&s, out);
+}
+
 /* ---- flip: a copy from a view that walks the flipped dims backwards ----
  * The view (negative strides, offset at each flipped dim's last element)
  * lives only inside this function: the backend's strided copy reads it,

@@ -133,6 +133,18 @@ static inline DP_HD bool dp_topk_before(double a, int64_t ia, double b, int64_t 
   return ia < ib;
 }
 
+/* cummax / cummin: does the value v at a later position replace the running
+ * extreme cur? Ties move to the later position, a NaN takes over and stays
+ * until the next NaN (PyTorch's order). */
+static inline DP_HD bool dp_cum_extreme_takes(double v, double cur, bool is_max) {
+  return v != v || (is_max ? v >= cur : v <= cur);
+}
+
+/* searchsorted: does boundary b come before value x (b < x, or b <= x when
+ * right)? A NaN boundary (sorted last) never does; a NaN value goes after
+ * every boundary, which the kernels test before calling this. */
+static inline DP_HD bool dp_boundary_before(double b, double x, bool right) { return right ? b <= x : b < x; }
+
 /* ---- multinomial, one row: w holds the row's cats weights (consumed:
  * turned into cumulative sums with replacement, drawn ones zeroed without),
  * u the row's n uniforms in [0, 1), out its n category positions + base.

@@ -31,6 +31,10 @@ int dp_scatter_(dp_tensor *x, int dim, dp_tensor *idx, dp_tensor *src, int64_t b
 dp_tensor *dp_topk(dp_tensor *x, int64_t k, int dim, bool largest, int64_t base, dp_tensor **indices);
 /* Inclusive prefix sums along dim; integers give int64. */
 dp_tensor *dp_cumsum(dp_tensor *x, int dim);
+/* int64 positions (+ base) of the running maximum (minimum) along dim */
+dp_tensor *dp_cum_extreme_index(dp_tensor *x, int dim, bool is_max, int64_t base);
+/* int64 [rows, m] insertion counts (+ base) of v [rows, m] in the sorted rows of seq [rows or 1, n] */
+dp_tensor *dp_searchsorted(dp_tensor *seq, dp_tensor *v, bool right, int64_t base);
 /* x reversed along each of the n dims. */
 dp_tensor *dp_flip(dp_tensor *x, int n, const int *dims);
 

@@ -402,4 +402,28 @@ add({ name = "randint_one_value", lua = "ddp.randint(A.lo, A.lo + 1, A.shape)",
     return { lo = g:pick({ 0, -5, 7, 4611686018427387903 }), shape = g:shape({ max_rank = 3 }) }
   end })
 
+-- ---- order statistics: the stable sort (ties in position order, on both sides of the radix sort's 48), cummax /
+-- cummin, searchsorted (its boundaries without NaN: PyTorch's binary search gives NaN boundaries no fixed place)
+add({ name = "sort_stable", lua = "return x:sort(A.dim, A.desc)",
+  torch = "ix1(torch.sort(x, dim=D(A['dim']), descending=A['desc'], stable=True))", gen = function(g)
+    local s = g:shape({ min_rank = 1, max_rank = 2, max_size = 120 })
+    g:tensor("x", s, g:pick(ALL))
+    return { dim = g:int(-#s, -1) + #s + 1, desc = g:chance(0.5) }
+  end })
+for _, op in ipairs({ "cummax", "cummin" }) do
+  add({ name = op, lua = "return x:" .. op .. "(A.dim)", torch = "ix1(torch." .. op .. "(x, D(A['dim'])))",
+    gen = function(g)
+      local s = g:shape({ min_rank = 1, max_rank = 2, max_size = 70 })
+      g:tensor("x", s, g:pick(ALL))
+      return { dim = g:int(1, #s) }
+    end })
+end
+add({ name = "searchsorted", lua = "return ddp.searchsorted(b:sort(), x, { right = A.right })",
+  torch = "torch.searchsorted(b.sort()[0], x, right=A['right']) + 1", gen = function(g)
+    local dt = g:pick({ "float32", "float64", "int64" })
+    g:tensor("b", { g:int(0, 90) }, dt, { specials = false, grad = false })
+    g:tensor("x", g:shape({ max_size = 30 }), dt, { grad = false })
+    return { right = g:chance(0.5) }
+  end })
+
 return M

@@ -336,6 +336,53 @@ H.describe("cuda linear algebra and nn functions", function()
   end)
 end)
 
+H.describe("cuda sorting and scans", function()
+  -- rows long enough for the CPU's radix sort (48 and up), with ties, both zeros and NaN: the GPU's selection
+  -- kernel must give the same values and positions
+  local function hostile(rows, n, seed)
+    ddp.manual_seed(seed)
+    local x = (ddp.rand(rows, n) * 20):floor() - 10
+    x[1][3], x[1][5], x[2][7] = 0 / 0, -0.0, 0 / 0
+    return x
+  end
+  for _, dt in ipairs({ "float32", "float64", "int64" }) do
+    it("sort, topk, cumsum, searchsorted, cummax and cummin give the CPU's values and positions, " .. dt, function()
+      local x = hostile(3, 600, 21)
+      if dt == "int64" then x = x:nan_to_num(0):long() else x = x:to(dt) end
+      local g = x:to(H.device)
+      for _, desc in ipairs({ false, true }) do
+        local v, i = x:sort(2, desc)
+        local gv, gi = g:sort(2, desc)
+        H.assert_equal(gv, v, "sort values")
+        H.assert_equal(gi, i, "sort positions")
+      end
+      local tv, ti = x:t():topk(5, 1)
+      local gtv, gti = g:t():topk(5, 1)
+      H.assert_equal(gtv, tv, "topk values")
+      H.assert_equal(gti, ti, "topk positions")
+      local finite = dt == "int64" and x or x:nan_to_num(0)
+      H.assert_close(finite:to(H.device):cumsum(2), finite:cumsum(2), 1e-6, "cumsum")
+      local bounds = x:narrow(2, 1, 100):sort(2)
+      for _, right in ipairs({ false, true }) do
+        local want = ddp.searchsorted(bounds, x, { right = right })
+        H.assert_equal(ddp.searchsorted(bounds:to(H.device), g, { right = right }), want, "searchsorted")
+        H.assert_equal(ddp.searchsorted(bounds[1]:to(H.device), g, { right = right }),
+          ddp.searchsorted(bounds[1], x, { right = right }), "searchsorted, one row of boundaries")
+      end
+      for _, name in ipairs({ "cummax", "cummin" }) do
+        local cv, ci = x[name](x, 2)
+        local gcv, gci = g[name](g, 2)
+        H.assert_equal(gcv, cv, name .. " values")
+        H.assert_equal(gci, ci, name .. " positions")
+      end
+    end)
+  end
+  it("cummax's gradient reaches the positions it chose", function()
+    ddp.manual_seed(22)
+    check("cummax", function(a) return (a:cummax(1)) end, { leaf(ddp.randn(70, 3)) }, 1e-6)
+  end)
+end)
+
 H.describe("cuda mixed precision", function()
   it("autocast runs linear and matmul in bfloat16 with float32 master weights", function()
     ddp.manual_seed(14)

@@ -47,7 +47,8 @@ local EXPORTS = {
       "nan_to_num", "nanmean", "nansum", "numel", "rad2deg", "randint_like", "ravel", "remainder",
       "repeat_interleave", "rsub", "searchsorted", "sgn", "sinh", "std_mean", "swapaxes", "swapdims", "take",
       "take_along_dim", "tan", "tril_indices", "triu_indices", "true_divide", "unflatten", "unique",
-      "unique_consecutive", "var_mean", "vstack", "xlogy",
+      "unique_consecutive", "var_mean", "vstack", "xlogy", "quantile", "nanquantile", "nanmedian", "msort", "bincount",
+      "histogram",
       -- autograd, random numbers
       "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "manual_seed", "initial_seed",
       "seed_everything", "get_rng_state", "set_rng_state",
@@ -134,7 +135,7 @@ local EXPORTS = {
       "logaddexp", "logaddexp2", "logcumsumexp", "logit", "masked_scatter", "mode", "nan_to_num", "nanmean",
       "nansum", "new_empty", "new_tensor", "rad2deg", "ravel", "remainder", "repeat_interleave", "rsub", "sgn",
       "sinh", "swapaxes", "swapdims", "take", "take_along_dim", "tan", "true_divide", "unflatten", "unique",
-      "unique_consecutive", "xlogy",
+      "unique_consecutive", "xlogy", "quantile", "nanquantile", "nanmedian", "msort", "bincount", "histogram",
       "le", "gt", "ge", "matmul", "mm", "index_select",
       "sin", "cos", "erf", "log1p", "expm1", "masked_fill", "tril", "triu", "gather", "scatter", "scatter_add",
       "scatter_", "scatter_add_", "topk", "split", "chunk", "cumsum", "flip", "repeat_", "tile", "norm", "var", "std",

@@ -221,6 +221,77 @@ int dp_cu_cumsum(dp_tensor *out, const dp_tensor *x, const dp_reduce_args *a, bo
   return dp_cu_after_launch(c, "cumsum");
 }
 
+/* ---- cummax / cummin positions: one thread per line, int64 compared exactly ---- */
+__global__ void k_cum_extreme(int64_t *idx, const char *x, dp_dtype xdt, int64_t outer, int64_t n, int64_t inner,
+                              bool is_max, int64_t base) {
+  DP_CU_LOOP(line, outer * inner) {
+    int64_t o, in;
+    dp_cu_divmod(line, inner, &o, &in);
+    int64_t at = o * n * inner + in, best = 0;
+    double cur = dp_cu_ld(x, at, xdt);
+    long long icur = xdt == DP_I64 ? ((const long long *)x)[at] : 0;
+    idx[at] = base;
+    for (int64_t j = 1; j < n; j++) {
+      at += inner;
+      bool takes;
+      if (xdt == DP_I64) {
+        long long v = ((const long long *)x)[at];
+        takes = is_max ? v >= icur : v <= icur;
+        if (takes) icur = v;
+      } else {
+        double v = dp_cu_ld(x, at, xdt);
+        takes = dp_cum_extreme_takes(v, cur, is_max);
+        if (takes) cur = v;
+      }
+      if (takes) best = j;
+      idx[at] = best + base;
+    }
+  }
+}
+
+int dp_cu_cum_extreme(dp_tensor *idx, const dp_tensor *x, const dp_reduce_args *a, bool is_max) {
+  DP_CU_ENTER(c, x);
+  int64_t lines = a->outer * a->inner;
+  if (lines == 0 || a->k == 0) return 0;
+  k_cum_extreme<<<dp_cu_blocks(c, lines, 128), 128, 0, c->stream>>>(
+      (int64_t *)dp_cu_ptr(idx), (const char *)dp_cu_ptr(x), x->dtype, a->outer, a->k, a->inner, is_max, a->base);
+  return dp_cu_after_launch(c, "cum_extreme");
+}
+
+/* ---- searchsorted: one thread per value, a binary search over its row; int64 compared exactly ---- */
+__global__ void k_searchsorted(int64_t *out, const char *seq, const char *v, dp_dtype dt, int64_t rows, int64_t n,
+                               int64_t m, bool shared, bool right, int64_t base) {
+  DP_CU_LOOP(i, rows * m) {
+    int64_t row_at = shared ? 0 : (i / m) * n, at = 0, len = n;
+    double x = dp_cu_ld(v, i, dt);
+    long long xi = dt == DP_I64 ? ((const long long *)v)[i] : 0;
+    while (len > 0) {
+      int64_t half = len >> 1;
+      bool go;
+      if (dt == DP_I64) {
+        long long b = ((const long long *)seq)[row_at + at + half];
+        go = right ? b <= xi : b < xi;
+      } else {
+        go = x != x || dp_boundary_before(dp_cu_ld(seq, row_at + at + half, dt), x, right);
+      }
+      at = go ? at + half + 1 : at;
+      len = go ? len - half - 1 : half;
+    }
+    out[i] = at + base;
+  }
+}
+
+int dp_cu_searchsorted(dp_tensor *out, const dp_tensor *seq, const dp_tensor *v, int64_t rows, int64_t n, int64_t m,
+                       bool right, int64_t base) {
+  DP_CU_ENTER(c, v);
+  if (rows * m == 0) return 0;
+  bool shared = seq->shape[0] == 1 && rows > 1;
+  k_searchsorted<<<dp_cu_blocks(c, rows * m, 128), 128, 0, c->stream>>>(
+      (int64_t *)dp_cu_ptr(out), (const char *)dp_cu_ptr(seq), (const char *)dp_cu_ptr(v), v->dtype, rows, n, m, shared,
+      right, base);
+  return dp_cu_after_launch(c, "searchsorted");
+}
+
 /* ---- multinomial: one thread per row ---- */
 __global__ void k_multinomial(int64_t *out, double *w, const double *u, int64_t rows, int64_t cats, int64_t n,
                               bool replacement, int64_t base) {

@@ -1,0 +1,29 @@
+/* A row's stable order by LSD radix sort: the whole-row path of sort and of
+ * topk with a large k (cpu_index.c). The order is dp_topk_before's
+ * (ops/model_math.h) for every value a double holds exactly: ascending
+ * (descending when largest), NaN after every number (before, descending),
+ * -0 equal to +0, equal values in position order. int64 keys are ordered
+ * exactly (the merge sort compares them as doubles). */
+#ifndef DP_CPU_RADIX_SORT_H
+#define DP_CPU_RADIX_SORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensor/dtype.h"
+
+/* Rows shorter than this take the merge sort: below it the 256-bucket
+ * histograms cost more than the comparisons (bench/sort_rows.lua). */
+enum { DP_RADIX_MIN_ROW = 48 };
+
+/* Bytes of scratch dp_cpu_radix_order needs for a row of n. */
+size_t dp_cpu_radix_scratch_bytes(int64_t n);
+
+/* order[r] = the position (0-based) of the row's r-th value, for the n
+ * values at x + j * stride elements of dtype dt (0 < n < 2^32). scratch:
+ * dp_cpu_radix_scratch_bytes(n) bytes, 8-aligned. */
+void dp_cpu_radix_order(const void *x, dp_dtype dt, int64_t n, int64_t stride, bool largest, uint32_t *order,
+                        void *scratch);
+
+#endif
