@@ -210,13 +210,14 @@ function T.median(t, dim, keepdim)
   return v:squeeze(d), i:squeeze(d)
 end
 
--- The 1-based positions of the non-zero values of the flat uint8 tensor m, int64, ascending, without a loop:
--- each selected value's rank is the running count (cumsum), every value is scattered to its rank (the others to
--- one slot past the last) and the ranks are kept.
+-- The 1-based positions of the non-zero values of the flat uint8 tensor m, int64, ascending: one pass in C on the
+-- CPU (core.nonzero); elsewhere without a loop: each selected value's rank is the running count (cumsum), every
+-- value is scattered to its rank (the others to one slot past the last) and the ranks are kept.
 local function flat_positions(m)
   local n = m:numel()
   local opts = { dtype = "int64", device = m:device() }
   if n == 0 then return core.zeros({ 0 }, opts) end
+  if m:device() == "cpu" then return core.nonzero(m, m:sum():item(), true) end
   local rank = m:cumsum(1)
   local count = rank[n]:item()
   if count == n then return core.arange(1, n + 1, opts) end
@@ -228,7 +229,9 @@ end
 --- t:nonzero() -> int64 [n, t:dim()]: the 1-based positions of the non-zero values (NaN included), in order
 function T.nonzero(t)
   check_tensor("nonzero", t)
-  local flat = flat_positions(t:ne(0):reshape(-1))
+  local mask = t:ne(0)
+  if t:device() == "cpu" then return core.nonzero(mask, mask:sum():item(), false) end
+  local flat = flat_positions(mask:reshape(-1))
   local nd, count = t:dim(), flat:size(1)
   if nd == 0 or count == 0 then return core.zeros({ count, nd }, { dtype = "int64", device = t:device() }) end
   local rem, cols = flat - 1, {} -- 0-based flat positions, split into each dim's position from the last dim

@@ -68,6 +68,7 @@ enum { ALL, DEVICE, OPTIONAL };
   X(cumsum, ALL)                                                                                                       \
   X(cum_extreme, ALL)                                                                                                  \
   X(searchsorted, ALL)                                                                                                 \
+  X(nonzero, OPTIONAL)                                                                                                 \
   X(multinomial, ALL)                                                                                                  \
   X(attention, ALL)                                                                                                    \
   X(attention_backward, ALL)                                                                                           \

@@ -383,6 +383,12 @@ typedef struct dp_backend {
    * seq and v of one dtype. */
   int (*searchsorted)(dp_tensor *out, const dp_tensor *seq, const dp_tensor *v, int64_t rows, int64_t n, int64_t m,
                       bool right, int64_t base);
+  /* m uint8 contiguous with out->shape[0] non-zero bytes (counted by the
+   * caller): out int64 [count, m->ndim] their coordinates (+ base) in
+   * order, or [count] their flat positions (+ base) when flat. A count
+   * that does not match is an error. NULL: the Lua side composes it from
+   * cumsum and scatter. */
+  int (*nonzero)(dp_tensor *out, const dp_tensor *m, bool flat, int64_t base);
   /* out int64 [rows, n] from the float64 weights w [rows, cats] (consumed)
    * and float64 uniforms u [rows, n], all contiguous (dp_multinomial_row). */
   int (*multinomial)(dp_tensor *out, dp_tensor *w, const dp_tensor *u, int64_t rows, int64_t cats, int64_t n,

@@ -75,6 +75,12 @@ static int l_searchsorted(lua_State *L) {
   return lt_push(L, dp_searchsorted(lt_check(L, 1), lt_check(L, 2), lua_toboolean(L, 3), 1));
 }
 
+/* core.nonzero(m, count, flat): the 1-based coordinates [count, ndim] (flat: positions [count]) of m's non-zero
+ * bytes; an error on a backend without the kernel (tensor_more.lua composes it there) */
+static int l_nonzero(lua_State *L) {
+  return lt_push(L, dp_nonzero_native(lt_check(L, 1), luaL_checkinteger(L, 2), lua_toboolean(L, 3), 1));
+}
+
 /* ---- where / masked_fill / tril / triu ---- */
 static int l_where(lua_State *L) {
   dp_tensor *cond = lt_check(L, 1);
@@ -460,6 +466,7 @@ void lt_open_model_ops(lua_State *L, int module, int methods) {
                                    {"resample_dim", l_resample_dim},
                                    {"cum_extreme", l_cum_extreme},
                                    {"searchsorted", l_searchsorted},
+                                   {"nonzero", l_nonzero},
                                    {NULL, NULL}};
   lua_pushvalue(L, methods);
   luaL_setfuncs(L, both, 0);

@@ -6,6 +6,7 @@
  * scatter's the gathered gradient (and the rest of it, the written
  * positions zeroed), topk's a scatter of the values' gradient, cumsum's a
  * cumsum from the end, flip's a flip. */
+#include <inttypes.h>
 #include <math.h>
 #include <string.h>
 
@@ -370,6 +371,26 @@ dp_tensor *dp_searchsorted(dp_tensor *seq, dp_tensor *v, bool right, int64_t bas
   dp_tensor *out = vc ? dp_scope_add(&s, dp_empty(DP_I64, 2, v->shape, dp_dev(v))) : NULL;
   if (!out) return NULL;
   if (dp_backend_of(v)->searchsorted(out, sc, vc, v->shape[0], seq->shape[1], v->shape[1], right, base)) return NULL;
+  return dp_scope_keep(&s, out);
+}
+
+/* ---- nonzero: m uint8 with count non-zero bytes; NULL with an error on a backend without the kernel ---- */
+dp_tensor *dp_nonzero_native(dp_tensor *m, int64_t count, bool flat, int64_t base) {
+  const dp_backend *be = dp_backend_of(m);
+  if (!be->nonzero) {
+    dp_error("nonzero: the %s backend has no nonzero kernel", be->name);
+    return NULL;
+  }
+  if (m->dtype != DP_U8 || count < 0 || count > dp_numel(m)) {
+    dp_error("nonzero: expected a uint8 mask and a count in [0, %" PRId64 "], got %s and %" PRId64, dp_numel(m),
+             dp_dtype_name(m->dtype), count);
+    return NULL;
+  }
+  DP_SCOPE(s);
+  dp_tensor *mc = dp_scope_add(&s, dp_contiguous_raw(m));
+  int64_t shape[2] = {count, m->ndim};
+  dp_tensor *out = mc ? dp_scope_add(&s, dp_empty(DP_I64, flat ? 1 : 2, shape, dp_dev(m))) : NULL;
+  if (!out || be->nonzero(out, mc, flat, base)) return NULL;
   return dp_scope_keep(&s, out);
 }
 

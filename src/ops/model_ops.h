@@ -34,6 +34,8 @@ dp_tensor *dp_cumsum(dp_tensor *x, int dim);
 /* int64 positions (+ base) of the running maximum (minimum) along dim */
 dp_tensor *dp_cum_extreme_index(dp_tensor *x, int dim, bool is_max, int64_t base);
 /* int64 [rows, m] insertion counts (+ base) of v [rows, m] in the sorted rows of seq [rows or 1, n] */
+/* int64 [count, ndim] coordinates (or [count] flat positions) + base of m's non-zero bytes (uint8, count of them) */
+dp_tensor *dp_nonzero_native(dp_tensor *m, int64_t count, bool flat, int64_t base);
 dp_tensor *dp_searchsorted(dp_tensor *seq, dp_tensor *v, bool right, int64_t base);
 /* x reversed along each of the n dims. */
 dp_tensor *dp_flip(dp_tensor *x, int n, const int *dims);

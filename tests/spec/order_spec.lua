@@ -360,4 +360,28 @@ OUT["hz"], OUT["hze"] = torch.histogram(torch.full((3,), 2.0), 4)
     R.assert_error(function() ddp.core.searchsorted(ddp.zeros(1, 3), ddp.zeros(1, 2):double()) end,
       "expected one dtype")
   end)
+
+  it("nonzero and masked_select on the CPU (core.nonzero) give a scan's positions: rows around a word of 8", function()
+    for _, n in ipairs({ 1, 7, 8, 9, 17, 64, 131 }) do
+      for _, density in ipairs({ 0, 0.03, 0.5, 1 }) do
+        local x = R.uniform({ 3, 2, n }, 0, 1, 90 + n):lt(density):to("float32") * R.uniform({ 3, 2, n }, 1, 2, 91)
+        local want, k = {}, 0
+        for a = 1, 3 do for b = 1, 2 do for c = 1, n do
+          if x[a][b][c]:item() ~= 0 then k = k + 1; want[k] = { a, b, c } end
+        end end end
+        local got = x:nonzero()
+        assert.are.same({ k, 3 }, got:size(), "n=" .. n .. " density " .. density)
+        if k > 0 then assert.are.same(want, got:totable(), "n=" .. n .. " density " .. density) end
+        local flat = x:masked_select(x:ne(0))
+        assert.are.equal(k, flat:numel())
+        for j = 1, k do assert.are.equal(x[want[j][1]][want[j][2]][want[j][3]]:item(), flat[j]:item()) end
+        local t = x:transpose(1, 3) -- a strided mask: read through a contiguous copy
+        assert.are.equal(k, t:nonzero():size(1))
+      end
+    end
+    R.assert_error(function() ddp.core.nonzero(ddp.ones(3, { dtype = "uint8" }), 2, true) end,
+      "more than the 2 non-zero values counted")
+    R.assert_error(function() ddp.core.nonzero(ddp.ones(3, { dtype = "uint8" }), 4, true) end, "a count in [0, 3]")
+    R.assert_error(function() ddp.core.nonzero(ddp.ones(3), 3, true) end, "expected a uint8 mask")
+  end)
 end)

@@ -77,6 +77,7 @@ const dp_backend dp_cpu_backend = {
     .cumsum = dp_cpu_cumsum,
     .cum_extreme = dp_cpu_cum_extreme,
     .searchsorted = dp_cpu_searchsorted,
+    .nonzero = dp_cpu_nonzero,
     .multinomial = dp_cpu_multinomial,
     .attention = dp_cpu_attention,
     .attention_backward = dp_cpu_attention_backward,

@@ -1,14 +1,17 @@
-/* searchsorted on the CPU: one binary search per value over its row of
+/* searchsorted and nonzero on the CPU. searchsorted: one binary search per value over its row of
  * boundaries (contract in backends/backend.h), the values split among the
  * pool's threads. Typed loops for float32, float64, int64 (compared exactly)
  * and uint8; the half types through double. Why not the sort of both that
  * the Lua side composed before: a million values against 1024 boundaries
  * took 34 ms that way (PyTorch's binary search 58), here a few. */
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backends/cpu/cpu_model_kernels.h"
 #include "backends/cpu/cpu_parallel.h"
+#include "core/error.h"
 #include "ops/model_math.h"
 
 typedef struct {
@@ -24,9 +27,9 @@ typedef struct {
  * either way), so 8 run in lockstep and their loads overlap; one step is a load, a compare and a select. The
  * last range of one boundary is settled by comparing it. */
 #define DP_SEARCH_FN(name, T, BEFORE)                                                                                  \
-  static void name(const search_ctx *c, int64_t lo_i, int64_t hi_i) {                                              \
+  static void name(const search_ctx *c, int64_t lo_i, int64_t hi_i) {                                                  \
     enum { LANES = 8 };                                                                                                \
-    const T *seq = (const T *)c->seq, *vs = (const T *)c->v;                                                         \
+    const T *seq = (const T *)c->seq, *vs = (const T *)c->v;                                                           \
     int64_t n = c->n, m = c->m, base = c->base, *out = c->out;                                                         \
     bool shared = c->shared, right = c->right;                                                                         \
     (void)right;                                                                                                       \
@@ -106,5 +109,45 @@ int dp_cpu_searchsorted(dp_tensor *out, const dp_tensor *seq, const dp_tensor *v
   if (total == 0) return 0;
   /* a search reads log2(n) scattered boundaries: a few hundred values a part pay for a thread */
   dp_cpu_parallel_for(total, DP_GRAIN_COMPUTE / 16, 1, search_range, &c);
+  return 0;
+}
+
+/* ---- nonzero: the positions of a uint8 mask's non-zero bytes, row by row of its last dim, skipping zero words
+ * eight bytes at a time; the coordinates of the other dims kept as an odometer (no division per element) ---- */
+int dp_cpu_nonzero(dp_tensor *out, const dp_tensor *m, bool flat, int64_t base) {
+  const uint8_t *mp = dp_data(m);
+  int64_t *op = dp_data(out), count = out->shape[0];
+  int nd = m->ndim;
+  int64_t row_len = nd ? m->shape[nd - 1] : 1, rows = row_len ? dp_numel(m) / row_len : 0, at = 0;
+  int64_t coord[DP_MAXDIM] = {0};
+  for (int64_t r = 0; r < rows; r++) {
+    const uint8_t *row = mp + r * row_len;
+    for (int64_t j = 0; j < row_len;) {
+      if (j + 8 <= row_len) {
+        uint64_t w;
+        memcpy(&w, row + j, sizeof w);
+        if (w == 0) {
+          j += 8;
+          continue;
+        }
+      }
+      if (row[j]) {
+        if (at == count)
+          return dp_error("nonzero: the mask has more than the %" PRId64 " non-zero values counted", count);
+        if (flat) op[at] = r * row_len + j + base;
+        else if (nd > 0) { /* (a 0-dim mask's coordinates are empty rows) */ int64_t *o = op + at * nd;
+          for (int d = 0; d < nd - 1; d++) o[d] = coord[d] + base;
+          o[nd - 1] = j + base;
+        }
+        at++;
+      }
+      j++;
+    }
+    for (int d = nd - 2; d >= 0; d--) { /* the next row's coordinates */
+      if (++coord[d] < m->shape[d]) break;
+      coord[d] = 0;
+    }
+  }
+  if (at != count) return dp_error("nonzero: counted %" PRId64 " non-zero values, found %" PRId64, count, at);
   return 0;
 }
