@@ -137,8 +137,12 @@ local function cum_extreme(who, t, dim, is_max)
   local d = norm_dim(who, t, dim)
   if t:dim() == 0 then return t:clone(), core.ones({}, { dtype = "int64", device = t:device() }) end
   if t:numel() == 0 then return t:clone(), core.zeros(t:size(), { dtype = "int64", device = t:device() }) end
-  local i = core.cum_extreme(t:detach(), d, is_max)
-  return t:gather(d, i), i -- the gradient goes to the positions, as PyTorch's
+  if core.is_grad_enabled() and t.requires_grad then
+    local i = core.cum_extreme(t:detach(), d, is_max)
+    return t:gather(d, i), i -- the gradient goes to the positions, as PyTorch's
+  end
+  local i, v = core.cum_extreme(t, d, is_max, true)
+  return v, i
 end
 
 --- t:cummax(dim) -> the running maxima along dim and their 1-based positions (the latest among equal values; NaN
@@ -377,6 +381,9 @@ local function index_add(who, t, dim, index, source, alpha, inplace)
   alpha = alpha_arg(who, t, alpha)
   local ei, src = source_index(who, t, d, idx, source)
   if alpha ~= 1 then src = src * alpha end
+  if not inplace and t:dim() > 0 and t:device() == "cpu" and (t:dtype() == "float32" or t:dtype() == "float64") then
+    return core.index_add(t, d, idx, src) -- rows added in place along the dim: one pass, not a scatter per element
+  end
   if inplace then
     no_inplace_grad(who, t)
     return t:scatter_add_(d, ei, src)

@@ -374,8 +374,9 @@ typedef struct dp_backend {
   int (*cumsum)(dp_tensor *out, const dp_tensor *x, const dp_reduce_args *a, bool reverse);
   /* idx int64 [outer, a->k, inner]: the position (+ a->base) along the
    * middle axis of x (contiguous) of the running maximum (minimum) so far,
-   * by dp_cum_extreme_takes (ops/model_math.h). */
-  int (*cum_extreme)(dp_tensor *idx, const dp_tensor *x, const dp_reduce_args *a, bool is_max);
+   * by dp_cum_extreme_takes (ops/model_math.h); values (x's dtype and
+   * shape, or NULL) the value there. */
+  int (*cum_extreme)(dp_tensor *values, dp_tensor *idx, const dp_tensor *x, const dp_reduce_args *a, bool is_max);
   /* out int64 [rows, m]: for each value v[r, j] (contiguous [rows, m]) the
    * count (+ base) of the boundaries of seq's row r (contiguous [rows, n],
    * or [1, n] shared by every row; sorted ascending, NaN last) that come

@@ -63,11 +63,16 @@ static int l_resample_dim(lua_State *L) {
   return lt_push(L, dp_resample_dim(x, d, lt_check(L, 3), lt_check(L, 4), 1));
 }
 
-/* core.cum_extreme(x, dim, is_max): the 1-based positions of cummax (cummin) */
+/* core.cum_extreme(x, dim, is_max [, with_values]) -> the 1-based positions of cummax (cummin) [, its values] */
 static int l_cum_extreme(lua_State *L) {
   dp_tensor *x = lt_check(L, 1);
   int d = lt_check_dim(L, 2, x->ndim ? x->ndim : 1, 0);
-  return lt_push(L, dp_cum_extreme_index(x, d, lua_toboolean(L, 3), 1));
+  dp_tensor *values = NULL;
+  bool with_values = lua_toboolean(L, 4);
+  dp_tensor *idx = dp_cum_extreme(x, d, lua_toboolean(L, 3), 1, with_values ? &values : NULL);
+  lt_push(L, idx);
+  if (!with_values) return 1;
+  return lt_push(L, values) + 1;
 }
 
 /* core.searchsorted(seq [rows or 1, n], v [rows, m], right): 1-based insertion positions, int64 [rows, m] */
@@ -79,6 +84,14 @@ static int l_searchsorted(lua_State *L) {
  * bytes; an error on a backend without the kernel (tensor_more.lua composes it there) */
 static int l_nonzero(lua_State *L) {
   return lt_push(L, dp_nonzero_native(lt_check(L, 1), luaL_checkinteger(L, 2), lua_toboolean(L, 3), 1));
+}
+
+/* core.index_add(t, dim, index, source): t + source's slices at the 1-based index along dim (float32 / float64 on
+ * the CPU; tensor_reduce_more.lua checks the arguments and composes scatter_add elsewhere) */
+static int l_index_add(lua_State *L) {
+  dp_tensor *t = lt_check(L, 1);
+  int d = lt_check_dim(L, 2, t->ndim ? t->ndim : 1, 0);
+  return lt_push(L, dp_index_add(t, d, lt_check(L, 3), lt_check(L, 4), 1));
 }
 
 /* ---- where / masked_fill / tril / triu ---- */
@@ -467,6 +480,7 @@ void lt_open_model_ops(lua_State *L, int module, int methods) {
                                    {"cum_extreme", l_cum_extreme},
                                    {"searchsorted", l_searchsorted},
                                    {"nonzero", l_nonzero},
+                                   {"index_add", l_index_add},
                                    {NULL, NULL}};
   lua_pushvalue(L, methods);
   luaL_setfuncs(L, both, 0);

@@ -335,20 +335,23 @@ dp_tensor *dp_cumsum(dp_tensor *x, int dim) {
   return out;
 }
 
-/* ---- cummax / cummin positions (no gradient: the Lua side gathers the values, which carries it) ---- */
-dp_tensor *dp_cum_extreme_index(dp_tensor *x, int dim, bool is_max, int64_t base) {
+/* ---- cummax / cummin positions and (values != NULL) values, no gradient: the Lua side gathers the values when
+ * one is needed ---- */
+dp_tensor *dp_cum_extreme(dp_tensor *x, int dim, bool is_max, int64_t base, dp_tensor **values) {
   if (x->ndim > 0 && dp_check_dim("cum_extreme", x, dim)) return NULL;
   DP_SCOPE(s);
   dp_tensor *xc = dp_scope_add(&s, dp_contiguous_raw(x));
   dp_tensor *out = xc ? dp_scope_add(&s, dp_empty(DP_I64, x->ndim, x->shape, dp_dev(x))) : NULL;
-  if (!out) return NULL;
+  dp_tensor *v = out && values ? dp_scope_add(&s, dp_empty(x->dtype, x->ndim, x->shape, dp_dev(x))) : NULL;
+  if (!out || (values && !v)) return NULL;
   int64_t outer = 1, inner = 1, n = x->ndim ? x->shape[dim] : 1;
   for (int d = 0; d < x->ndim; d++) {
     if (d < dim) outer *= x->shape[d];
     if (d > dim) inner *= x->shape[d];
   }
   dp_reduce_args ra = {DP_R_MAX, outer, n, inner, base};
-  if (dp_backend_of(x)->cum_extreme(out, xc, &ra, is_max)) return NULL;
+  if (dp_backend_of(x)->cum_extreme(v, out, xc, &ra, is_max)) return NULL;
+  if (values) *values = dp_scope_keep(&s, v);
   return dp_scope_keep(&s, out);
 }
 

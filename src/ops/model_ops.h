@@ -31,9 +31,11 @@ int dp_scatter_(dp_tensor *x, int dim, dp_tensor *idx, dp_tensor *src, int64_t b
 dp_tensor *dp_topk(dp_tensor *x, int64_t k, int dim, bool largest, int64_t base, dp_tensor **indices);
 /* Inclusive prefix sums along dim; integers give int64. */
 dp_tensor *dp_cumsum(dp_tensor *x, int dim);
-/* int64 positions (+ base) of the running maximum (minimum) along dim */
-dp_tensor *dp_cum_extreme_index(dp_tensor *x, int dim, bool is_max, int64_t base);
+/* int64 positions (+ base) of the running maximum (minimum) along dim, and its values when values != NULL */
+dp_tensor *dp_cum_extreme(dp_tensor *x, int dim, bool is_max, int64_t base, dp_tensor **values);
 /* int64 [rows, m] insertion counts (+ base) of v [rows, m] in the sorted rows of seq [rows or 1, n] */
+/* t with src's slices along dim added at idx - base (float32/64, backends with index_add_dim), with autograd */
+dp_tensor *dp_index_add(dp_tensor *t, int dim, dp_tensor *idx, dp_tensor *src, int64_t base);
 /* int64 [count, ndim] coordinates (or [count] flat positions) + base of m's non-zero bytes (uint8, count of them) */
 dp_tensor *dp_nonzero_native(dp_tensor *m, int64_t count, bool flat, int64_t base);
 dp_tensor *dp_searchsorted(dp_tensor *seq, dp_tensor *v, bool right, int64_t base);

@@ -389,25 +389,29 @@ int dp_cpu_cumsum(dp_tensor *out, const dp_tensor *x, const dp_reduce_args *a, b
   return 0;
 }
 
-/* ---- cummax / cummin positions: int64 compared exactly, float32 without widening, the rest as doubles ---- */
-#define DP_CUM_EXTREME_LINE(T, LOAD)                                                                                   \
+/* ---- cummax / cummin: int64 compared exactly, float32 without widening, the rest as doubles ---- */
+#define DP_CUM_EXTREME_LINE(T, TAKES)                                                                                  \
   {                                                                                                                    \
     const T *xs = (const T *)(const void *)xp;                                                                         \
+    T *vs = (T *)vp;                                                                                                   \
     size_t at = (size_t)(o * n * inner + in);                                                                          \
     T cur = xs[at];                                                                                                    \
     int64_t best = 0;                                                                                                  \
     ip[at] = base;                                                                                                     \
+    if (vs) vs[at] = cur;                                                                                              \
     for (int64_t j = 1; j < n; j++) {                                                                                  \
       at += (size_t)inner;                                                                                             \
       T v = xs[at];                                                                                                    \
-      if (LOAD) cur = v, best = j;                                                                                     \
+      if (TAKES) cur = v, best = j;                                                                                    \
       ip[at] = best + base;                                                                                            \
+      if (vs) vs[at] = cur;                                                                                            \
     }                                                                                                                  \
   }
 
-int dp_cpu_cum_extreme(dp_tensor *idx, const dp_tensor *x, const dp_reduce_args *a, bool is_max) {
+int dp_cpu_cum_extreme(dp_tensor *values, dp_tensor *idx, const dp_tensor *x, const dp_reduce_args *a, bool is_max) {
   int64_t outer = a->outer, n = a->k, inner = a->inner, base = a->base;
   const char *xp = dp_data(x);
+  void *vp = values ? dp_data(values) : NULL;
   int64_t *ip = dp_data(idx);
   size_t es = dp_elsize(x);
   if (n == 0) return 0;
@@ -416,15 +420,17 @@ int dp_cpu_cum_extreme(dp_tensor *idx, const dp_tensor *x, const dp_reduce_args 
       if (x->dtype == DP_I64) DP_CUM_EXTREME_LINE(int64_t, is_max ? v >= cur : v <= cur)
       else if (x->dtype == DP_F32) DP_CUM_EXTREME_LINE(float, dp_cum_extreme_takes(v, cur, is_max))
       else {
-        size_t at = (size_t)(o * n * inner + in);
+        size_t at = (size_t)(o * n * inner + in), best_at = at;
         double cur = dp_load_d(xp + at * es, x->dtype);
         int64_t best = 0;
         ip[at] = base;
+        if (vp) memcpy((char *)vp + at * es, xp + at * es, es);
         for (int64_t j = 1; j < n; j++) {
           at += (size_t)inner;
           double v = dp_load_d(xp + at * es, x->dtype);
-          if (dp_cum_extreme_takes(v, cur, is_max)) cur = v, best = j;
+          if (dp_cum_extreme_takes(v, cur, is_max)) cur = v, best = j, best_at = at;
           ip[at] = best + base;
+          if (vp) memcpy((char *)vp + at * es, xp + best_at * es, es);
         }
       }
     }

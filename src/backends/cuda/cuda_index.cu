@@ -221,9 +221,9 @@ int dp_cu_cumsum(dp_tensor *out, const dp_tensor *x, const dp_reduce_args *a, bo
   return dp_cu_after_launch(c, "cumsum");
 }
 
-/* ---- cummax / cummin positions: one thread per line, int64 compared exactly ---- */
-__global__ void k_cum_extreme(int64_t *idx, const char *x, dp_dtype xdt, int64_t outer, int64_t n, int64_t inner,
-                              bool is_max, int64_t base) {
+/* ---- cummax / cummin: one thread per line, int64 compared exactly; values (when asked) the element there ---- */
+__global__ void k_cum_extreme(char *values, int64_t *idx, const char *x, dp_dtype xdt, int64_t outer, int64_t n,
+                              int64_t inner, bool is_max, int64_t base) {
   DP_CU_LOOP(line, outer * inner) {
     int64_t o, in;
     dp_cu_divmod(line, inner, &o, &in);
@@ -231,6 +231,10 @@ __global__ void k_cum_extreme(int64_t *idx, const char *x, dp_dtype xdt, int64_t
     double cur = dp_cu_ld(x, at, xdt);
     long long icur = xdt == DP_I64 ? ((const long long *)x)[at] : 0;
     idx[at] = base;
+    if (values) {
+      if (xdt == DP_I64) ((long long *)values)[at] = icur;
+      else dp_cu_st(values, at, xdt, cur);
+    }
     for (int64_t j = 1; j < n; j++) {
       at += inner;
       bool takes;
@@ -245,16 +249,21 @@ __global__ void k_cum_extreme(int64_t *idx, const char *x, dp_dtype xdt, int64_t
       }
       if (takes) best = j;
       idx[at] = best + base;
+      if (values) {
+        if (xdt == DP_I64) ((long long *)values)[at] = icur;
+        else dp_cu_st(values, at, xdt, cur);
+      }
     }
   }
 }
 
-int dp_cu_cum_extreme(dp_tensor *idx, const dp_tensor *x, const dp_reduce_args *a, bool is_max) {
+int dp_cu_cum_extreme(dp_tensor *values, dp_tensor *idx, const dp_tensor *x, const dp_reduce_args *a, bool is_max) {
   DP_CU_ENTER(c, x);
   int64_t lines = a->outer * a->inner;
   if (lines == 0 || a->k == 0) return 0;
   k_cum_extreme<<<dp_cu_blocks(c, lines, 128), 128, 0, c->stream>>>(
-      (int64_t *)dp_cu_ptr(idx), (const char *)dp_cu_ptr(x), x->dtype, a->outer, a->k, a->inner, is_max, a->base);
+      values ? (char *)dp_cu_ptr(values) : NULL, (int64_t *)dp_cu_ptr(idx), (const char *)dp_cu_ptr(x), x->dtype,
+      a->outer, a->k, a->inner, is_max, a->base);
   return dp_cu_after_launch(c, "cum_extreme");
 }
 
