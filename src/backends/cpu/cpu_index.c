@@ -310,6 +310,16 @@ static void topk_rows(void *vctx, int64_t lo, int64_t hi) {
       }
       continue;
     }
+    if (x->dtype == DP_F32 && inner == 1 && !whole && fits) { /* integer keys, blocks skipped: cpu_topk_f32.c */
+      uint64_t *keys = (uint64_t *)(void *)h;
+      int64_t *order = (int64_t *)(void *)(keys + k); /* (the k vi of the heap hold both) */
+      dp_cpu_topk_f32_row((const float *)(const void *)xp + o * n, n, k, largest, keys, order);
+      for (int64_t r = 0; r < k; r++) {
+        ((float *)(void *)vp)[o * k + r] = ((const float *)(const void *)xp)[o * n + order[r]];
+        ip[o * k + r] = order[r] + c->a->base;
+      }
+      continue;
+    }
     if (whole) {
       for (int64_t j = 0; j < n; j++) {
         size_t at = (size_t)((o * n + j) * inner + in) * es;

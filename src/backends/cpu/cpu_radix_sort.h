@@ -26,4 +26,10 @@ size_t dp_cpu_radix_scratch_bytes(int64_t n);
 void dp_cpu_radix_order(const void *x, dp_dtype dt, int64_t n, int64_t stride, bool largest, uint32_t *order,
                         void *scratch);
 
+/* The k (0 < k <= n < 2^32) best of the contiguous float32 row x in
+ * dp_topk_before's order (largest: descending, NaN first; else ascending,
+ * NaN last; ties by position): their positions, best first, into order.
+ * h: k words of scratch (cpu_topk_f32.c). */
+void dp_cpu_topk_f32_row(const float *x, int64_t n, int64_t k, bool largest, uint64_t *h, int64_t *order);
+
 #endif
