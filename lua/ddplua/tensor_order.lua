@@ -46,6 +46,19 @@ local options, bool_opt, check_float, squeeze_if = checks.check_opts, checks.boo
 
 local INF = math.huge
 
+-- [size] counts (int64) of the 0-based int64 slots, or with weights their sums (the weights' dtype): one pass in C
+-- on the CPU (core.bincount), scatter_add elsewhere
+local function counts_of(slots, weights, size)
+  local dev = slots:device()
+  if dev == "cpu" then
+    local wdt = weights and weights:dtype()
+    if wdt and wdt ~= "float32" and wdt ~= "float64" then return core.bincount(slots, weights:float(), size):to(wdt) end
+    return core.bincount(slots, weights, size)
+  end
+  local src = weights or core.ones({ slots:numel() }, { dtype = "int64", device = dev })
+  return core.zeros({ size }, { dtype = src:dtype(), device = dev }):scatter_add(1, slots + 1, src)
+end
+
 -- ---- mode, unique, unique_consecutive --------------------------------------------------------------------------
 
 -- uint8: where consecutive values along d differ (NaN equals NaN when nan_equal), the first always true
@@ -124,12 +137,11 @@ local function unique_counting(x, want_inverse)
   local n = x:numel()
   local lo, hi = x:min():item(), x:max():item()
   if (hi + 0.0) - lo >= 2 * n + 1024 then return nil end -- (in floats: hi - lo may not fit an int64)
-  local opts = { dtype = "int64", device = x:device() }
-  local slot = x:long() + (1 - lo) -- 1-based within the span
-  local counts = core.zeros({ hi - lo + 1 }, opts):scatter_add(1, slot, core.ones({ n }, opts))
+  local slot = x:long() - lo -- 0-based within the span
+  local counts = counts_of(slot, nil, hi - lo + 1)
   local present = counts:gt(0)
   local at = present:nonzero():select(2, 1)
-  local inverse = want_inverse and present:long():cumsum(1):index_select(1, slot) or slot
+  local inverse = want_inverse and present:long():cumsum(1):index_select(1, slot + 1) or slot
   return (at + (lo - 1)):to(x:dtype()), inverse, counts:index_select(1, at)
 end
 
@@ -288,8 +300,8 @@ function T.histc(t, bins, min, max)
   if x:numel() == 0 then return core.zeros({ bins }, opts) end
   local inside = x:ge(lo):logical_and(x:le(hi))
   local b = ((x - lo) * bins / (hi - lo)):floor():clamp(0, bins - 1)
-  local slot = core.where(inside, b:long() + 1, bins + 1)
-  return core.zeros({ bins + 1 }, opts):scatter_add(1, slot, core.ones({ x:numel() }, opts)):narrow(1, 1, bins)
+  local slot = core.where(inside, b:long(), bins) -- 0-based; the values outside in one more
+  return counts_of(slot, nil, bins + 1):narrow(1, 1, bins):to(dt)
 end
 
 -- ---- quantile, nanquantile, nanmedian, msort ---------------------------------------------------------------------
@@ -452,19 +464,16 @@ function T.bincount(t, a2, a3)
     size = math.max(size, x:max():item() + 1)
   end
   local dev = t:device()
-  local src, dt
+  local src
   if weights ~= nil then
     check_tensor("bincount", weights, " as weights")
     if weights:dim() ~= 1 or weights:numel() ~= n then
       E.raise(string.format("bincount: weights must be 1-D with the input's %d values, got shape %s", n,
         shape(weights)))
     end
-    dt = weights:dtype() == "float32" and "float32" or "float64"
-    src = weights:detach():to(dt)
-  else
-    dt, src = "int64", core.ones({ n }, { dtype = "int64", device = dev })
+    src = weights:detach():to(weights:dtype() == "float32" and "float32" or "float64")
   end
-  return core.zeros({ size }, { dtype = dt, device = dev }):scatter_add(1, x + 1, src)
+  return counts_of(x, src, size)
 end
 
 -- the range {min, max} of histogram's option, checked
@@ -529,8 +538,8 @@ function T.histogram(t, bins, opts)
   -- the 1-based bin of each value: how many edges are at or below it; the last edge closes the last bin
   local b = M.searchsorted(edges, x, { right = true }) - 1
   b = core.where(x:eq(edges:narrow(1, nb + 1, 1)), nb, b)
-  local slot = core.where(b:ge(1):logical_and(b:le(nb)), b, nb + 1)
-  local hist = core.zeros({ nb + 1 }, { dtype = dt, device = dev }):scatter_add(1, slot, w):narrow(1, 1, nb)
+  local slot = core.where(b:ge(1):logical_and(b:le(nb)), b - 1, nb) -- 0-based; the values outside in one more
+  local hist = counts_of(slot, w, nb + 1):narrow(1, 1, nb)
   if density then hist = hist / (hist:sum() * (edges:narrow(1, 2, nb) - edges:narrow(1, 1, nb))) end
   return hist, edges
 end

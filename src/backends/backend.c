@@ -69,6 +69,7 @@ enum { ALL, DEVICE, OPTIONAL };
   X(cum_extreme, ALL)                                                                                                  \
   X(searchsorted, ALL)                                                                                                 \
   X(nonzero, OPTIONAL)                                                                                                 \
+  X(bincount, OPTIONAL)                                                                                                \
   X(multinomial, ALL)                                                                                                  \
   X(attention, ALL)                                                                                                    \
   X(attention_backward, ALL)                                                                                           \

@@ -390,6 +390,11 @@ typedef struct dp_backend {
    * that does not match is an error. NULL: the Lua side composes it from
    * cumsum and scatter. */
   int (*nonzero)(dp_tensor *out, const dp_tensor *m, bool flat, int64_t base);
+  /* out contiguous [size] = how often each of 0..size-1 occurs in idx
+   * (contiguous int64; out int64), or the sums of the weights w
+   * (contiguous, out's dtype float32 / float64) at them; a value outside is
+   * an error naming it. NULL: the Lua side composes scatter_add. */
+  int (*bincount)(dp_tensor *out, const dp_tensor *idx, const dp_tensor *w);
   /* out int64 [rows, n] from the float64 weights w [rows, cats] (consumed)
    * and float64 uniforms u [rows, n], all contiguous (dp_multinomial_row). */
   int (*multinomial)(dp_tensor *out, dp_tensor *w, const dp_tensor *u, int64_t rows, int64_t cats, int64_t n,

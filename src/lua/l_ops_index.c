@@ -94,6 +94,11 @@ static int l_index_add(lua_State *L) {
   return lt_push(L, dp_index_add(t, d, lt_check(L, 3), lt_check(L, 4), 1));
 }
 
+/* core.bincount(values, weights or nil, size): 0-based values' counts (CPU; tensor_order.lua checks and composes) */
+static int l_bincount(lua_State *L) {
+  return lt_push(L, dp_bincount_native(lt_check(L, 1), lt_test(L, 2), luaL_checkinteger(L, 3)));
+}
+
 /* ---- where / masked_fill / tril / triu ---- */
 static int l_where(lua_State *L) {
   dp_tensor *cond = lt_check(L, 1);
@@ -481,6 +486,7 @@ void lt_open_model_ops(lua_State *L, int module, int methods) {
                                    {"searchsorted", l_searchsorted},
                                    {"nonzero", l_nonzero},
                                    {"index_add", l_index_add},
+                                   {"bincount", l_bincount},
                                    {NULL, NULL}};
   lua_pushvalue(L, methods);
   luaL_setfuncs(L, both, 0);

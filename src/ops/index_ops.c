@@ -397,6 +397,27 @@ dp_tensor *dp_nonzero_native(dp_tensor *m, int64_t count, bool flat, int64_t bas
   return dp_scope_keep(&s, out);
 }
 
+/* ---- bincount: idx int64 1-D with values in [0, size), w NULL or 1-D float32 / float64 of idx's length ---- */
+dp_tensor *dp_bincount_native(dp_tensor *idx, dp_tensor *w, int64_t size) {
+  const dp_backend *be = dp_backend_of(idx);
+  if (!be->bincount) {
+    dp_error("bincount: the %s backend has no bincount kernel", be->name);
+    return NULL;
+  }
+  if (idx->dtype != DP_I64 || idx->ndim != 1 || size < 0 ||
+      (w && (w->ndim != 1 || w->shape[0] != idx->shape[0] || (w->dtype != DP_F32 && w->dtype != DP_F64)))) {
+    dp_error("bincount: expected 1-d int64 values, float32 or float64 weights of their length and a size >= 0");
+    return NULL;
+  }
+  if (w && dp_check_same_device("bincount", idx, w)) return NULL;
+  DP_SCOPE(s);
+  dp_tensor *ic = dp_scope_add(&s, dp_contiguous_raw(idx));
+  dp_tensor *wc = ic && w ? dp_scope_add(&s, dp_contiguous_raw(w)) : NULL;
+  dp_tensor *out = ic && (wc || !w) ? dp_scope_add(&s, dp_empty(w ? w->dtype : DP_I64, 1, &size, dp_dev(idx))) : NULL;
+  if (!out || be->bincount(out, ic, wc)) return NULL;
+  return dp_scope_keep(&s, out);
+}
+
 /* ---- flip: a copy from a view that walks the flipped dims backwards ----
  * The view (negative strides, offset at each flipped dim's last element)
  * lives only inside this function: the backend's strided copy reads it,

@@ -36,6 +36,8 @@ dp_tensor *dp_cum_extreme(dp_tensor *x, int dim, bool is_max, int64_t base, dp_t
 /* int64 [rows, m] insertion counts (+ base) of v [rows, m] in the sorted rows of seq [rows or 1, n] */
 /* t with src's slices along dim added at idx - base (float32/64, backends with index_add_dim), with autograd */
 dp_tensor *dp_index_add(dp_tensor *t, int dim, dp_tensor *idx, dp_tensor *src, int64_t base);
+/* counts (int64) or weight sums (w's dtype) [size] of idx's values in [0, size) (backends with bincount) */
+dp_tensor *dp_bincount_native(dp_tensor *idx, dp_tensor *w, int64_t size);
 /* int64 [count, ndim] coordinates (or [count] flat positions) + base of m's non-zero bytes (uint8, count of them) */
 dp_tensor *dp_nonzero_native(dp_tensor *m, int64_t count, bool flat, int64_t base);
 dp_tensor *dp_searchsorted(dp_tensor *seq, dp_tensor *v, bool right, int64_t base);

@@ -376,7 +376,7 @@ OUT["hz"], OUT["hze"] = torch.histogram(torch.full((3,), 2.0), 4)
       "expected one dtype")
   end)
 
-  it("nonzero and masked_select on the CPU (core.nonzero) give a scan's positions: rows around a word of 8", function()
+  it("nonzero and masked_select on the CPU (core.nonzero) give a scan's positions: rows around a word of 8; and the bad input of core.nonzero and core.bincount", function()
     for _, n in ipairs({ 1, 7, 8, 9, 17, 64, 131 }) do
       for _, density in ipairs({ 0, 0.03, 0.5, 1 }) do
         local x = R.uniform({ 3, 2, n }, 0, 1, 90 + n):lt(density):to("float32") * R.uniform({ 3, 2, n }, 1, 2, 91)
@@ -398,5 +398,8 @@ OUT["hz"], OUT["hze"] = torch.histogram(torch.full((3,), 2.0), 4)
       "more than the 2 non-zero values counted")
     R.assert_error(function() ddp.core.nonzero(ddp.ones(3, { dtype = "uint8" }), 4, true) end, "a count in [0, 3]")
     R.assert_error(function() ddp.core.nonzero(ddp.ones(3), 3, true) end, "expected a uint8 mask")
+    R.assert_error(function() ddp.core.bincount(ddp.tensor({ 1, 5 }), nil, 3) end,
+      "value 5 at position 2 is outside [0, 3)")
+    R.assert_error(function() ddp.core.bincount(ddp.tensor({ 1 }), ddp.ones(2), 3) end, "weights of their length")
   end)
 end)

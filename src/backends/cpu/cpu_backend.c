@@ -78,6 +78,7 @@ const dp_backend dp_cpu_backend = {
     .cum_extreme = dp_cpu_cum_extreme,
     .searchsorted = dp_cpu_searchsorted,
     .nonzero = dp_cpu_nonzero,
+    .bincount = dp_cpu_bincount,
     .multinomial = dp_cpu_multinomial,
     .attention = dp_cpu_attention,
     .attention_backward = dp_cpu_attention_backward,

@@ -151,3 +151,32 @@ int dp_cpu_nonzero(dp_tensor *out, const dp_tensor *m, bool flat, int64_t base) 
   if (at != count) return dp_error("nonzero: counted %" PRId64 " non-zero values, found %" PRId64, count, at);
   return 0;
 }
+
+/* ---- bincount: one pass; counts (int64) or weight sums (float32 / float64, added in the values' order, as
+ * PyTorch's CPU kernel adds them) into out; every value checked before anything is written ---- */
+int dp_cpu_bincount(dp_tensor *out, const dp_tensor *idx, const dp_tensor *w) {
+  const int64_t *ip = dp_data(idx);
+  int64_t n = dp_numel(idx), size = dp_numel(out);
+  for (int64_t j = 0; j < n; j++)
+    if (ip[j] < 0 || ip[j] >= size)
+      return dp_error("bincount: value %" PRId64 " at position %" PRId64 " is outside [0, %" PRId64 ")", ip[j], j + 1,
+                      size);
+  if (!w) {
+    int64_t *c = dp_data(out);
+    memset(c, 0, sizeof *c * (size_t)size);
+    for (int64_t j = 0; j < n; j++) c[ip[j]]++;
+    return 0;
+  }
+  if (out->dtype == DP_F64) {
+    double *c = dp_data(out);
+    const double *wp = dp_data(w);
+    memset(c, 0, sizeof *c * (size_t)size);
+    for (int64_t j = 0; j < n; j++) c[ip[j]] += wp[j];
+    return 0;
+  }
+  float *c = dp_data(out);
+  const float *wp = dp_data(w);
+  memset(c, 0, sizeof *c * (size_t)size);
+  for (int64_t j = 0; j < n; j++) c[ip[j]] += wp[j];
+  return 0;
+}
