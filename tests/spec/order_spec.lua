@@ -376,7 +376,7 @@ OUT["hz"], OUT["hze"] = torch.histogram(torch.full((3,), 2.0), 4)
       "expected one dtype")
   end)
 
-  it("nonzero and masked_select on the CPU (core.nonzero) give a scan's positions: rows around a word of 8; and the bad input of core.nonzero and core.bincount", function()
+  it("nonzero, masked_select (core.nonzero) and core.bincount: a scan's positions, rows around 8, bad input", function()
     for _, n in ipairs({ 1, 7, 8, 9, 17, 64, 131 }) do
       for _, density in ipairs({ 0, 0.03, 0.5, 1 }) do
         local x = R.uniform({ 3, 2, n }, 0, 1, 90 + n):lt(density):to("float32") * R.uniform({ 3, 2, n }, 1, 2, 91)
