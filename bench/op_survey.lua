@@ -77,6 +77,9 @@ local cases = {
   { "searchsorted 1M in 1024", function() return ddp.searchsorted(bnd, x) end, "torch.searchsorted(bnd, x)" },
   { "histogram 100 bins", function() return x:histogram(100) end, "x.histogram(100)" },
   { "bincount 1M (1000 values)", function() return ints:reshape(-1):bincount() end, "ints.reshape(-1).bincount()" },
+  { "nonzero", function() return x:gt(0):nonzero() end, "(x > 0).nonzero()" },
+  { "masked_select", function() return x:masked_select(x:gt(0)) end, "x.masked_select(x > 0)" },
+  { "index_add dim 1", function() return x:index_add(1, perm, y) end, "x.index_add(0, perm - 1, y)" },
 }
 
 local py = { "import time, torch", "import torch.nn.functional as F", "torch.set_num_threads(1)",
