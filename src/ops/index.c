@@ -25,6 +25,18 @@ static void around(int nd, const int64_t *shape, int dim, int64_t *outer, int64_
   }
 }
 
+/* out's backward node over ins (when one requires grad), keeping dim, base and the index for it */
+static void attach_indexed(const char *name, dp_backward_fn fn, int n_in, dp_tensor *const *ins, dp_tensor *out,
+                           int dim, int64_t base, dp_tensor *idx) {
+  if (!dp_any_requires_grad(n_in, ins)) return;
+  dp_node *n = dp_node_new(name, fn, n_in, ins, 1);
+  n->i[0] = dim;
+  n->i[1] = base;
+  dp_node_save(n, idx);
+  dp_node_attach(n, out, 0);
+  dp_node_release(n);
+}
+
 static int index_select_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   int dim = (int)n->i[0];
   int64_t base = n->i[1];
@@ -96,14 +108,7 @@ dp_tensor *dp_index_select(dp_tensor *x, int dim, dp_tensor *idx, int64_t base) 
   dp_set_grad_enabled(prev);
   if (!out) return NULL;
   dp_scope_keep(&s, out);
-  if (dp_any_requires_grad(1, &x)) {
-    dp_node *n = dp_node_new("IndexSelectBackward", index_select_backward, 1, &x, 1);
-    n->i[0] = dim;
-    n->i[1] = base;
-    dp_node_save(n, ic);
-    dp_node_attach(n, out, 0);
-    dp_node_release(n);
-  }
+  attach_indexed("IndexSelectBackward", index_select_backward, 1, &x, out, dim, base, ic);
   return out;
 }
 
@@ -224,13 +229,6 @@ dp_tensor *dp_index_add(dp_tensor *t, int dim, dp_tensor *idx, dp_tensor *src, i
   if (!out) return NULL;
   dp_scope_keep(&s, out);
   dp_tensor *ins[2] = {t, src};
-  if (dp_any_requires_grad(2, ins)) {
-    dp_node *n = dp_node_new("IndexAddBackward", index_add_backward, 2, ins, 1);
-    n->i[0] = dim;
-    n->i[1] = base;
-    dp_node_save(n, ic);
-    dp_node_attach(n, out, 0);
-    dp_node_release(n);
-  }
+  attach_indexed("IndexAddBackward", index_add_backward, 2, ins, out, dim, base, ic);
   return out;
 }
