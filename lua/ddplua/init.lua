@@ -176,4 +176,5 @@ require "ddplua.tensor_math"
 require "ddplua.tensor_shape"
 require "ddplua.tensor_reduce_more"
 require "ddplua.tensor_order"
+require "ddplua.tensor_forms"
 return M
