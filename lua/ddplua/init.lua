@@ -177,4 +177,5 @@ require "ddplua.tensor_shape"
 require "ddplua.tensor_reduce_more"
 require "ddplua.tensor_order"
 require "ddplua.tensor_forms"
+require "ddplua.tensor_stats"
 return M

@@ -51,7 +51,8 @@ local EXPORTS = {
       "histogram", "flatten", "reshape", "transpose", "permute", "squeeze", "unsqueeze", "narrow", "select", "t",
       "clone", "detach", "is_floating_point", "tensor_split", "hsplit", "vsplit", "dsplit", "rot90", "kron", "inner",
       "tensordot", "vdot", "addmv", "addr", "logical_xor", "isneginf", "isposinf", "signbit", "copysign", "fmax",
-      "fmin", "erfinv", "sinc",
+      "fmin", "erfinv", "sinc", "cov", "corrcoef", "trapezoid", "trapz", "cumulative_trapezoid", "isin", "diagflat",
+      "vander", "combinations", "lgamma", "digamma", "float_power", "normal",
       -- autograd, random numbers
       "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "manual_seed", "initial_seed",
       "seed_everything", "get_rng_state", "set_rng_state",
@@ -145,7 +146,7 @@ local EXPORTS = {
       "triu_", "uniform_", "normal_", "bernoulli_", "exponential_", "fill_diagonal_", "unfold", "tensor_split",
       "hsplit", "vsplit", "dsplit", "rot90", "fliplr", "flipud", "kron", "inner", "vdot", "addmv", "addr",
       "logical_xor", "isneginf", "isposinf", "signbit", "copysign", "fmax", "fmin", "erfinv", "sinc", "reshape_as",
-      "ndimension",
+      "ndimension", "isin", "diagflat", "lgamma", "digamma", "float_power",
       "le", "gt", "ge", "matmul", "mm", "index_select",
       "sin", "cos", "erf", "log1p", "expm1", "masked_fill", "tril", "triu", "gather", "scatter", "scatter_add",
       "scatter_", "scatter_add_", "topk", "split", "chunk", "cumsum", "flip", "repeat_", "tile", "norm", "var", "std",
