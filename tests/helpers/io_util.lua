@@ -40,6 +40,29 @@ function M.write(path, s)
   f:close()
 end
 
+--- The fenced code blocks of a markdown text: each {lang=, fence= (the opening line), lines=, code=}; an unclosed
+--- block is an error naming `what` and its line.
+function M.code_blocks(text, what)
+  local blocks, line, open = {}, 0, nil
+  for l in (text .. "\n"):gmatch("([^\n]*)\n") do
+    line = line + 1
+    if open then
+      if l:match("^```%s*$") then
+        blocks[#blocks + 1] = open
+        open = nil
+      else
+        open.lines[#open.lines + 1] = l
+      end
+    elseif l:match("^```") then
+      open = { lang = l:match("^```(%w*)"), fence = line, lines = {} }
+    end
+  end
+  assert(open == nil, (what or "the text") .. ": a code block opened at line " .. (open and open.fence or 0) ..
+    " is not closed")
+  for _, b in ipairs(blocks) do b.code = table.concat(b.lines, "\n") end
+  return blocks
+end
+
 function M.exists(path) return core.file_type(path) ~= nil end
 
 --- Runs a shell command; returns ok (exit status 0), its combined output.

@@ -5,28 +5,12 @@ local U = require "helpers.io_util"
 
 local PAGE = "docs/tensor_functions.md"
 
-local function lua_blocks(text)
-  local blocks, line, open = {}, 0, nil
-  for l in (text .. "\n"):gmatch("([^\n]*)\n") do
-    line = line + 1
-    if open then
-      if l:match("^```%s*$") then
-        blocks[#blocks + 1] = open
-        open = nil
-      else
-        open.lines[#open.lines + 1] = l
-      end
-    elseif l:match("^```lua") then
-      open = { fence = line, lines = {} }
-    end
-  end
-  assert(open == nil, PAGE .. ": a code block opened at line " .. (open and open.fence or 0) .. " is not closed")
-  return blocks
-end
-
 describe(PAGE, function()
   it("runs every Lua block", function()
-    local blocks = lua_blocks(U.read(PAGE))
+    local blocks = {}
+    for _, b in ipairs(U.code_blocks(U.read(PAGE), PAGE)) do
+      if b.lang == "lua" then blocks[#blocks + 1] = b end
+    end
     assert(#blocks >= 5, PAGE .. ": expected its Lua blocks, found " .. #blocks)
     -- one chunk whose line numbers are the page's: blank lines stand for the prose between the blocks
     local lines, at = { 'local ddp = require "ddplua"; local x = ddp.rand(3, 4)' }, 1

@@ -6,28 +6,8 @@
 -- after"). An error names README.md and the line.
 local U = require "helpers.io_util"
 
-local function read_blocks(text)
-  local blocks, line, open = {}, 0, nil
-  for l in (text .. "\n"):gmatch("([^\n]*)\n") do
-    line = line + 1
-    if open then
-      if l:match("^```%s*$") then
-        blocks[#blocks + 1] = open
-        open = nil
-      else
-        open.lines[#open.lines + 1] = l
-      end
-    elseif l:match("^```") then
-      open = { lang = l:match("^```(%w*)"), fence = line, lines = {} }
-    end
-  end
-  assert(open == nil, "README.md: a code block opened at line " .. (open and open.fence or 0) .. " is not closed")
-  for _, b in ipairs(blocks) do b.code = table.concat(b.lines, "\n") end
-  return blocks
-end
-
 local readme = U.read("README.md")
-local blocks = read_blocks(readme)
+local blocks = U.code_blocks(readme, "README.md")
 local lua_blocks = {}
 for _, b in ipairs(blocks) do
   if b.lang == "lua" then lua_blocks[#lua_blocks + 1] = b end
