@@ -329,12 +329,13 @@ typedef struct dp_backend {
    * inner] at the k positions idx - base of its middle dim (x and out
    * contiguous; an index out of range is an error naming it), and the
    * gradient gx [outer, n, inner] = 0 + gy's rows added at those positions
-   * (float32 / float64). NULL: the op layer moves the dim to the front for
+   * (float32 / float64; accumulate: added to gx's values instead, the op
+   * index_add). NULL: the op layer moves the dim to the front for
    * index_select / index_add. */
   int (*index_select_dim)(dp_tensor *out, const dp_tensor *x, const dp_tensor *idx, int64_t outer, int64_t n,
                           int64_t inner, int64_t base);
   int (*index_add_dim)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, int64_t outer, int64_t n,
-                       int64_t inner, int64_t base);
+                       int64_t inner, int64_t base, bool accumulate);
   /* T weighted taps along a dim (F.interpolate's linear modes): x
    * contiguous [outer, n, inner], out [outer, k, inner], idx int64 and w
    * (x's dtype) contiguous [T, k]: out[o, j, :] = w[0, j] * x[o, idx[0, j]

@@ -48,7 +48,7 @@ static int index_select_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) 
     DP_SCOPE(s);
     dp_tensor *gy = dp_scope_add(&s, dp_contiguous_raw(gout[0]));
     dp_tensor *gx = gy ? dp_scope_add(&s, dp_empty(n->in_dtype[0], n->in_ndim[0], n->in_shape[0], dp_dev(gy))) : NULL;
-    if (!gx || be->index_add_dim(gx, gy, idx, outer, n->in_shape[0][dim], inner, base)) return -1;
+    if (!gx || be->index_add_dim(gx, gy, idx, outer, n->in_shape[0][dim], inner, base, false)) return -1;
     gin[0] = dp_scope_keep(&s, gx);
     return 0;
   }
@@ -192,7 +192,7 @@ dp_tensor *dp_resample_dim(dp_tensor *x, int dim, dp_tensor *idx, dp_tensor *w, 
 
 /* ---- index_add (out of place): t with src's slices along dim added at idx - base, repeats adding up; the
  * gradient t's unchanged, src's the index_select of it. Backends with index_add_dim only (the Lua side
- * composes scatter_add elsewhere): src's rows go into zeros along the dim in place, then one add. Through
+ * composes scatter_add elsewhere): a copy of t, src's rows added into it along the dim in place. Through
  * scatter_add with the index expanded to src's shape it took 2.1 ms for [1024, 1024] (PyTorch 0.22). */
 static int index_add_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
   if (dp_node_needs(n, 0) && !(gin[0] = dp_grad_for_input(n, 0, (dp_retain(gout[0]), gout[0])))) return -1;
@@ -222,9 +222,8 @@ dp_tensor *dp_index_add(dp_tensor *t, int dim, dp_tensor *idx, dp_tensor *src, i
   around(t->ndim, t->shape, dim, &outer, &inner);
   dp_tensor *sc = dp_scope_add(&s, dp_contiguous_raw(src));
   dp_tensor *ic = sc ? dp_scope_add(&s, dp_contiguous_raw(idx)) : NULL;
-  dp_tensor *z = ic ? dp_scope_add(&s, dp_empty(t->dtype, t->ndim, t->shape, dp_dev(t))) : NULL;
-  dp_tensor *out = NULL;
-  if (z && !be->index_add_dim(z, sc, ic, outer, t->shape[dim], inner, base)) out = dp_scope_add(&s, dp_add(t, z));
+  dp_tensor *out = ic ? dp_scope_add(&s, dp_copy_raw(t)) : NULL; /* a contiguous copy of t, src's rows added */
+  if (out && be->index_add_dim(out, sc, ic, outer, t->shape[dim], inner, base, true)) out = NULL;
   dp_set_grad_enabled(prev);
   if (!out) return NULL;
   dp_scope_keep(&s, out);

@@ -111,14 +111,14 @@ int dp_cpu_index_select_dim(dp_tensor *out, const dp_tensor *x, const dp_tensor 
 }
 
 int dp_cpu_index_add_dim(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, int64_t outer, int64_t n,
-                         int64_t inner, int64_t base) {
+                         int64_t inner, int64_t base, bool accumulate) {
   if ((gx->dtype != DP_F32 && gx->dtype != DP_F64) || gy->dtype != gx->dtype)
     return dp_error("index_add_dim: expected float32 or float64 tensors of one dtype, got %s and %s",
                     dp_dtype_name(gx->dtype), dp_dtype_name(gy->dtype));
   int64_t *pos = positions(idx, n, base, "index_select backward");
   if (!pos) return -1;
   int64_t k = dp_numel(idx);
-  memset(dp_data(gx), 0, (size_t)dp_numel(gx) * dp_elsize(gx));
+  if (!accumulate) memset(dp_data(gx), 0, (size_t)dp_numel(gx) * dp_elsize(gx));
   dim_ctx c = {dp_data(gx), dp_data(gy), pos, n, k, inner, dp_elsize(gx)};
   if (outer > 0 && k > 0 && inner > 0)
     dp_cpu_parallel_for(outer, DP_GRAIN_MEMORY / (k * inner + 1) + 1, 1, add_rows, &c);

@@ -72,7 +72,7 @@ int dp_cpu_sum_squares(dp_tensor *out, const dp_tensor *x, const dp_tensor *y, i
 int dp_cpu_index_select_dim(dp_tensor *out, const dp_tensor *x, const dp_tensor *idx, int64_t outer, int64_t n,
                             int64_t inner, int64_t base);
 int dp_cpu_index_add_dim(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, int64_t outer, int64_t n,
-                         int64_t inner, int64_t base);
+                         int64_t inner, int64_t base, bool accumulate);
 int dp_cpu_resample_dim(dp_tensor *out, const dp_tensor *x, const dp_tensor *idx, const dp_tensor *w, int64_t outer,
                         int64_t n, int64_t inner, int64_t base);
 int dp_cpu_resample_dim_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, const dp_tensor *w,
