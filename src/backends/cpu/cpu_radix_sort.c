@@ -18,12 +18,6 @@
 
 size_t dp_cpu_radix_scratch_bytes(int64_t n) { return (size_t)n * (2 * sizeof(uint64_t) + sizeof(uint32_t)) + 8; }
 
-static inline uint32_t f32_key(uint32_t u) {
-  if ((u & 0x7fffffffu) > 0x7f800000u) u = 0x7fc00000u; /* every NaN one value, above +inf */
-  if (u == 0x80000000u) u = 0;                          /* -0 ties with +0 */
-  return (u & 0x80000000u) ? ~u : u | 0x80000000u;
-}
-
 static inline uint64_t f64_key(uint64_t u) {
   const uint64_t sign = (uint64_t)1 << 63;
   if ((u & ~sign) > 0x7ff0000000000000ull) u = 0x7ff8000000000000ull;
@@ -97,7 +91,7 @@ void dp_cpu_radix_order(const void *x, dp_dtype dt, int64_t n, int64_t stride, b
   uint32_t flip = largest ? ~(uint32_t)0 : 0;
   if (dt == DP_F32) {
     const uint32_t *u = x;
-    for (int64_t j = 0; j < n; j++) a[j] = (uint64_t)(f32_key(u[j * stride]) ^ flip) << 32 | (uint64_t)j;
+    for (int64_t j = 0; j < n; j++) a[j] = (uint64_t)(dp_f32_order_key(u[j * stride]) ^ flip) << 32 | (uint64_t)j;
   } else if (dt == DP_U8) {
     const uint8_t *u = x;
     for (int64_t j = 0; j < n; j++) a[j] = (uint64_t)((uint32_t)u[j * stride] ^ flip) << 32 | (uint64_t)j;
@@ -108,7 +102,7 @@ void dp_cpu_radix_order(const void *x, dp_dtype dt, int64_t n, int64_t stride, b
       float f = (float)dp_load_d((const char *)x + (size_t)(j * stride) * es, dt);
       uint32_t u;
       memcpy(&u, &f, sizeof u);
-      a[j] = (uint64_t)((f32_key(u) >> low) ^ flip) << 32 | (uint64_t)j;
+      a[j] = (uint64_t)((dp_f32_order_key(u) >> low) ^ flip) << 32 | (uint64_t)j;
     }
   }
   const uint64_t *r = passes_packed(a, b, n);

@@ -13,6 +13,16 @@
 
 #include "tensor/dtype.h"
 
+/* A float32's bits as an unsigned key in the values' order: the sign
+ * folded (negatives inverted, positives given the top bit), every NaN one
+ * key above +inf, -0 made +0 (it ties with +0, as in a comparison). The
+ * radix sort's keys and the small-k topk's (cpu_topk_f32.c). */
+static inline uint32_t dp_f32_order_key(uint32_t u) {
+  if ((u & 0x7fffffffu) > 0x7f800000u) u = 0x7fc00000u;
+  if (u == 0x80000000u) u = 0;
+  return (u & 0x80000000u) ? ~u : u | 0x80000000u;
+}
+
 /* Rows shorter than this take the merge sort: below it the 256-bucket
  * histograms cost more than the comparisons (bench/sort_rows.lua). */
 enum { DP_RADIX_MIN_ROW = 48 };

@@ -20,9 +20,7 @@
 static inline uint64_t key_of(float v, int64_t j, bool largest) {
   uint32_t u;
   memcpy(&u, &v, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) u = 0x7fc00000u; /* every NaN one value, above +inf */
-  if (u == 0x80000000u) u = 0;                          /* -0 ties with +0 */
-  uint32_t k = (u & 0x80000000u) ? ~u : u | 0x80000000u;
+  uint32_t k = dp_f32_order_key(u);
   if (!largest) k = ~k;
   return (uint64_t)k << 32 | (uint64_t)(0xffffffffu - (uint32_t)j);
 }
