@@ -37,7 +37,7 @@ local M = package.loaded["ddplua"]
 
 local checks = require "ddplua.tensor_checks"
 local FLOATS, check_tensor, shape, norm_dim = checks.FLOATS, checks.check_tensor, checks.shape, checks.norm_dim
-local options = checks.check_opts
+local options, check_float = checks.check_opts, checks.check_float
 
 -- ---- functions of the view and copy methods ---------------------------------------------------------------------
 
@@ -50,6 +50,15 @@ for _, name in ipairs({ "flatten", "reshape", "transpose", "permute", "squeeze",
 end
 
 -- ---- in place ---------------------------------------------------------------------------------------------------
+
+local function same_size(a, b)
+  local n = a:dim()
+  if n ~= b:dim() then return false end
+  for d = 1, n do
+    if a:size(d) ~= b:size(d) then return false end
+  end
+  return true
+end
 
 -- x:name(...) = x:copy_(f(x, ...)); f reads a copy of x where x takes part in a graph, so that the saved tensors of
 -- f's backward are not the ones overwritten
@@ -65,7 +74,7 @@ local function inplace(name, f)
     if FLOATS[r:dtype()] and not FLOATS[t:dtype()] then
       E.raise(string.format("%s: result type %s can't be cast to the tensor's dtype %s", name, r:dtype(), t:dtype()))
     end
-    if shape(r) ~= shape(t) then
+    if not same_size(r, t) then
       E.raise(string.format("%s: the result's shape %s does not match the tensor's %s (in place, the tensor's shape " ..
         "must be the broadcast shape)", name, shape(r), shape(t)))
     end
@@ -79,10 +88,6 @@ for _, name in ipairs({ "clamp", "clamp_min", "clamp_max", "masked_fill", "relu"
   inplace(name .. "_", function(t, ...) return t[name](t, ...) end)
 end
 
-local function float_only(who, t)
-  if not FLOATS[t:dtype()] then E.raise(string.format("%s: expected a floating-point tensor, got %s", who, t:dtype())) end
-end
-
 local function number_arg(who, v, dflt, what)
   if v == nil then return dflt end
   if type(v) ~= "number" or v ~= v then E.raise(string.format("%s: %s must be a number, got %s", who, what, tostring(v))) end
@@ -92,14 +97,14 @@ end
 local function like(t) return { dtype = t:dtype(), device = t:device() } end
 
 inplace("uniform_", function(t, from, to)
-  float_only("uniform_", t)
+  check_float("uniform_", t)
   from, to = number_arg("uniform_", from, 0, "from"), number_arg("uniform_", to, 1, "to")
   if from > to then E.raise(string.format("uniform_: expects from <= to, got from=%s and to=%s", from, to)) end
   return core.rand(t:size(), like(t)) * (to - from) + from
 end)
 
 inplace("normal_", function(t, mean, std)
-  float_only("normal_", t)
+  check_float("normal_", t)
   mean, std = number_arg("normal_", mean, 0, "mean"), number_arg("normal_", std, 1, "std")
   if std < 0 then E.raise("normal_: std must be >= 0, got " .. std) end
   return core.randn(t:size(), like(t)) * std + mean
@@ -112,7 +117,7 @@ inplace("bernoulli_", function(t, p)
 end)
 
 inplace("exponential_", function(t, lambd)
-  float_only("exponential_", t)
+  check_float("exponential_", t)
   lambd = number_arg("exponential_", lambd, 1, "lambd")
   if lambd <= 0 then E.raise("exponential_: lambd must be > 0, got " .. lambd) end
   -- -log(1 - u) / lambd for u in [0, 1): never inf
@@ -396,7 +401,7 @@ T.fmin = nan_ignoring("fmin", function(a, b) return core.minimum(a, b) end)
 --- x:erfinv(): the inverse of erf on (-1, 1) (+-inf at +-1, NaN outside); the gradient sqrt(pi)/2 * exp(y^2)
 function T.erfinv(t)
   check_tensor("erfinv", t)
-  float_only("erfinv", t)
+  check_float("erfinv", t)
   local dt = t:dtype()
   local x = t:double()
   -- Giles' single-precision approximation, then two Newton steps on erf in float64
