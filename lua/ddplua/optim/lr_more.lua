@@ -230,11 +230,6 @@ return function(M, h)
       end
     end
     self.last_epoch = math.floor(epoch)
-    local values, last = self:get_lr(), {}
-    for i, g in ipairs(self.optimizer.param_groups) do
-      g.lr = values[i]
-      last[i] = g.lr
-    end
-    self._last_lr = last
+    self:_set_lrs(self:get_lr())
   end
 end

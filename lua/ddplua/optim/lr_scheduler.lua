@@ -117,6 +117,11 @@ function Scheduler:step(epoch)
     self.last_epoch = epoch
     values = self._get_closed_form_lr and self:_get_closed_form_lr() or self:get_lr()
   end
+  self:_set_lrs(values)
+end
+
+-- every group's lr set to values[i], and remembered as the last lrs
+function Scheduler:_set_lrs(values)
   local last = {}
   for i, g in ipairs(self.optimizer.param_groups) do
     g.lr = values[i]
