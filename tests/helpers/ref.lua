@@ -348,6 +348,31 @@ end
 
 -- Asserts tensor t equals reference array a (shape and values) within
 -- |t - a| <= atol + rtol * |a|; NaN must match NaN.
+--- Every result in got (a table of tensors) has its PyTorch counterpart in ref (and the other way round), of the
+--- same dtype and shape, with the same values: NaN where NaN, exactly for integers and within rtol (relative, at
+--- least 1) for floats. An error names the result and the element.
+function R.assert_same_results(got, ref, rtol)
+  local gc = require "helpers.gradcheck"
+  local n, m = 0, 0
+  for k, v in pairs(got) do
+    n = n + 1
+    local r = ref[k]
+    assert(r ~= nil, k .. ": PyTorch gave no result")
+    assert(r:dtype() == v:dtype(), string.format("%s: dtype %s, PyTorch %s", k, v:dtype(), r:dtype()))
+    local sv, sr = table.concat(v:size(), ", "), table.concat(r:size(), ", ")
+    assert(sv == sr and v:dim() == r:dim(), string.format("%s: shape [%s], PyTorch [%s]", k, sv, sr))
+    local a, b = gc.flat_values(v:double()), gc.flat_values(r:double())
+    for j = 1, #b do
+      local x, y = a[j], b[j]
+      local ok = x == y or (x ~= x and y ~= y) or
+        (rtol ~= nil and y == y and math.abs(x - y) <= rtol * math.max(1, math.abs(y)))
+      assert(ok, string.format("%s[%d]: %s, PyTorch %s", k, j, tostring(x), tostring(y)))
+    end
+  end
+  for _ in pairs(ref) do m = m + 1 end
+  assert(m == n, string.format("%d results, PyTorch %d", n, m))
+end
+
 function R.assert_close(t, a, atol, rtol, what)
   what = what or "result"
   local got = R.from(t)

@@ -10,27 +10,7 @@ local gc = require "helpers.gradcheck"
 
 local NAN = 0 / 0
 
--- every result in got has its PyTorch counterpart in ref (and the other way round), of the same dtype and shape,
--- with the same values: NaN where NaN, exactly for integers and within rtol (relative, at least 1) for floats
-local function same(got, ref, rtol)
-  local n, m = 0, 0
-  for k, v in pairs(got) do
-    n = n + 1
-    local r = ref[k]
-    assert.is_not_nil(r, k .. ": PyTorch gave no result")
-    assert.are.equal(r:dtype(), v:dtype(), k .. ": dtype")
-    assert.are.same(r:size(), v:size(), k .. ": shape")
-    local a, b = gc.flat_values(v:double()), gc.flat_values(r:double())
-    for j = 1, #b do
-      local x, y = a[j], b[j]
-      local ok = x == y or (x ~= x and y ~= y) or
-        (rtol ~= nil and y == y and math.abs(x - y) <= rtol * math.max(1, math.abs(y)))
-      assert.is_true(ok, string.format("%s[%d]: %s, PyTorch %s", k, j, tostring(x), tostring(y)))
-    end
-  end
-  for _ in pairs(ref) do m = m + 1 end
-  assert.are.equal(m, n, "as many results as PyTorch's")
-end
+local same = R.assert_same_results
 
 -- shared inputs: random values of an odd shape, zeros, NaN, integers, bytes, an empty tensor
 local function inputs()
