@@ -11,22 +11,8 @@ local nn, optim = ddp.nn, ddp.optim
 
 local STEPS = 6
 
--- runs `steps` updates of opt on p with the gradient sequence gs[1..]
-local function run(cls, opts, p0, gs, dt)
-  local p = p0:to(dt):clone():requires_grad_()
-  local opt = optim[cls]({ p }, opts)
-  for s = 1, STEPS do
-    p.grad = gs[s]:to(dt):clone()
-    opt:step()
-  end
-  return p, opt
-end
-
-local function py_opts(opts)
-  local parts = {}
-  for k, v in pairs(opts) do parts[#parts + 1] = string.format("%s=%s", k, type(v) == "boolean" and (v and "True" or "False") or tostring(v)) end
-  return table.concat(parts, ", ")
-end
+local OC = require "helpers.optim_cases"
+local function run(cls, opts, p0, gs, dt) return OC.run(cls, opts, p0, gs, dt, STEPS) end
 
 describe("optim.RMSprop, optim.Adagrad and optim.Adadelta", function()
   local p0 = R.randn({ 3, 4 }, 1)
@@ -46,27 +32,7 @@ describe("optim.RMSprop, optim.Adagrad and optim.Adadelta", function()
 
   it("follow PyTorch's updates in float64 and float32", function()
     if not TR.available() then return pending("skipped: /usr/bin/python3 cannot import torch") end
-    local inputs = { p0 = p0 }
-    for s = 1, STEPS do inputs["g" .. s] = gs[s] end
-    local body = { "for c, (cls, kw) in enumerate([" }
-    for _, case in ipairs(cases) do body[#body + 1] = string.format("    (torch.optim.%s, dict(%s)),", case[1], py_opts(case[2])) end
-    body[#body + 1] = string.format([[]):
-    for dt in (torch.float64, torch.float32):
-        p = T["p0"].to(dt).clone().requires_grad_()
-        opt = cls([p], **kw)
-        for s in range(1, %d):
-            p.grad = T["g%%d" %% s].to(dt).clone()
-            opt.step()
-        OUT["p%%d_%%s" %% (c + 1, str(dt)[-2:])] = p]], STEPS + 1)
-    local ref = TR.run(table.concat(body, "\n"), inputs)
-    for c, case in ipairs(cases) do
-      for _, dt in ipairs({ "float64", "float32" }) do
-        local p = run(case[1], case[2], p0, gs, dt)
-        local tol = dt == "float64" and { 1e-14, 1e-12 } or { 1e-6, 1e-5 }
-        R.assert_close(p, R.from(ref[string.format("p%d_%s", c, dt:sub(-2))]), tol[1], tol[2],
-          string.format("%s case %d %s", case[1], c, dt))
-      end
-    end
+    OC.check_against_torch(cases, p0, gs, STEPS, 1e-14)
   end)
 
   it("keep PyTorch's state names, skip parameters without a gradient, and resume bitwise from a state dict", function()
