@@ -56,4 +56,44 @@ function M.check_against_torch(cases, p0, gs, steps, atol64, prelude)
   end
 end
 
+local function same_values(a, b, what)
+  local gc = require "helpers.gradcheck"
+  local x, y = gc.flat_values(a), gc.flat_values(b)
+  assert(#x == #y, what .. ": sizes differ")
+  for i = 1, #x do assert(x[i] == y[i], string.format("%s: element %d is %s, want %s", what, i, x[i], y[i])) end
+end
+
+--- case {cls, opts}: 3 steps with a second parameter that never gets a gradient (left as it was, no state), the
+--- state dict's entries for the first (exactly want_names, sorted), and a fresh optimizer loaded from it that
+--- continues to `steps` bitwise as one run of them
+function M.check_state_resume(case, p0, gs, steps, want_names)
+  local optim = ddp.optim
+  local full = M.run(case[1], case[2], p0, gs, "float64", steps)
+  local p, q = p0:clone():requires_grad_(), p0:clone():requires_grad_() -- q never gets a gradient
+  local opt = optim[case[1]]({ p, q }, case[2])
+  for s = 1, 3 do
+    p.grad = gs[s]:clone()
+    opt:step()
+  end
+  same_values(q, p0, case[1] .. ": the parameter without a gradient")
+  local sd = opt:state_dict()
+  assert(sd.state[1].step == 3, case[1] .. ": step is " .. tostring(sd.state[1].step) .. ", want 3")
+  assert(sd.state[2] == nil, case[1] .. ": state for the parameter without a gradient")
+  local names = {}
+  for k in pairs(sd.state[1]) do names[#names + 1] = k end
+  table.sort(names)
+  local want = { table.unpack(want_names) }
+  table.sort(want)
+  assert(table.concat(names, ",") == table.concat(want, ","),
+    string.format("%s: state %s, want %s", case[1], table.concat(names, ","), table.concat(want, ",")))
+  local p2 = p:detach():clone():requires_grad_()
+  local opt2 = optim[case[1]]({ p2, q:detach():clone():requires_grad_() }, case[2])
+  opt2:load_state_dict(sd)
+  for s = 4, steps do
+    p2.grad = gs[s]:clone()
+    opt2:step()
+  end
+  same_values(p2, full, case[1] .. ": resumed from the state dict")
+end
+
 return M

@@ -11,7 +11,6 @@ local optim = ddp.optim
 local STEPS = 8
 
 local OC = require "helpers.optim_cases"
-local function run(cls, opts, p0, gs, dt) return OC.run(cls, opts, p0, gs, dt, STEPS) end
 
 -- PyTorch 2.0's NAdam step (1.13's with mu_product_next = mu_product * mu_next), for the reference
 local NADAM_20 = [[
@@ -61,31 +60,7 @@ describe("optim.Adamax, optim.NAdam and optim.RAdam", function()
   it("keep PyTorch's state names, skip parameters without a gradient, and resume bitwise from a state dict", function()
     local want = { Adamax = { "exp_avg", "exp_inf", "step" }, NAdam = { "exp_avg", "exp_avg_sq", "mu_product", "step" },
       RAdam = { "exp_avg", "exp_avg_sq", "step" } }
-    for _, case in ipairs(cases) do
-      local full = run(case[1], case[2], p0, gs, "float64")
-      local p, q = p0:clone():requires_grad_(), p0:clone():requires_grad_() -- q never gets a gradient
-      local opt = optim[case[1]]({ p, q }, case[2])
-      for s = 1, 3 do
-        p.grad = gs[s]:clone()
-        opt:step()
-      end
-      assert.are.same(gc.flat_values(p0), gc.flat_values(q))
-      local sd = opt:state_dict()
-      assert.are.equal(3, sd.state[1].step)
-      assert.is_nil(sd.state[2])
-      local names = {}
-      for k in pairs(sd.state[1]) do names[#names + 1] = k end
-      table.sort(names)
-      assert.are.same(want[case[1]], names)
-      local p2 = p:detach():clone():requires_grad_()
-      local opt2 = optim[case[1]]({ p2, q:detach():clone():requires_grad_() }, case[2])
-      opt2:load_state_dict(sd)
-      for s = 4, STEPS do
-        p2.grad = gs[s]:clone()
-        opt2:step()
-      end
-      assert.are.same(gc.flat_values(full), gc.flat_values(p2))
-    end
+    for _, case in ipairs(cases) do OC.check_state_resume(case, p0, gs, STEPS, want[case[1]]) end
   end)
 
   it("reject bad hyperparameters, naming the optimizer", function()
