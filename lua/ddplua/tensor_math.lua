@@ -207,8 +207,11 @@ function T.lerp(start, stop, weight)
   return dt == "float32" and r or r:to(dt)
 end
 
--- value as positional argument or {value = v}, default 1
-local function value_arg(who, v)
+-- addcmul / addcdiv's operands checked, and value (positional or {value = v}, default 1)
+local function addc_args(who, input, t1, t2, v)
+  check_tensor(who, input)
+  check_tensor(who, t1, " as tensor1")
+  check_tensor(who, t2, " as tensor2")
   if type(v) == "table" and not core.is_tensor(v) then v = v.value end
   if v == nil then return 1 end
   check_number(who, v, "value")
@@ -217,10 +220,7 @@ end
 
 --- addcmul(input, t1, t2 [, value]): input + value * t1 * t2
 function T.addcmul(input, t1, t2, value)
-  check_tensor("addcmul", input)
-  check_tensor("addcmul", t1, " as tensor1")
-  check_tensor("addcmul", t2, " as tensor2")
-  local v = value_arg("addcmul", value)
+  local v = addc_args("addcmul", input, t1, t2, value)
   -- the dtype of input + t1 * t2 from stand-ins (the product itself is computed once, below)
   local prod = core.zeros((t1:dim() == 0 and t2:dim() == 0) and {} or { 1 }, { dtype = result_dtype(t1, t2) })
   local dt = result_dtype(input, prod)
@@ -236,10 +236,7 @@ end
 
 --- addcdiv(input, t1, t2 [, value]): input + value * t1 / t2 (not for two integer tensors, as PyTorch)
 function T.addcdiv(input, t1, t2, value)
-  check_tensor("addcdiv", input)
-  check_tensor("addcdiv", t1, " as tensor1")
-  check_tensor("addcdiv", t2, " as tensor2")
-  local v = value_arg("addcdiv", value)
+  local v = addc_args("addcdiv", input, t1, t2, value)
   if not FLOATS[t1:dtype()] and not FLOATS[t2:dtype()] then
     E.raise("addcdiv: integer division of tensor1 by tensor2 is not supported (as PyTorch); convert them to float")
   end
