@@ -249,3 +249,56 @@ OUT.update(s3=sz(torch.tensor_split(x, 3)), s5=sz(torch.tensor_split(x, 5)), si=
     R.assert_error(function() ddp.tensor({ 1 }):erfinv() end, "erfinv: expected a floating-point tensor")
   end)
 end)
+
+describe("ported PyTorch code", function()
+  -- pytorch/examples imagenet/main.py's accuracy(output, target, topk), line for line
+  local function accuracy(output, target, topk)
+    return ddp.no_grad(function()
+      local maxk = math.max(table.unpack(topk))
+      local batch_size = target:size(1)
+      local _, pred = output:topk(maxk, 2, true, true)
+      pred = pred:t()
+      local correct = pred:eq(target:view(1, -1):expand_as(pred))
+      local res = {}
+      for _, k in ipairs(topk) do
+        local correct_k = correct:narrow(1, 1, k):reshape(-1):float():sum(1, true)
+        res[#res + 1] = correct_k:mul_(100.0 / batch_size)
+      end
+      return res
+    end)
+  end
+
+  it("imagenet's accuracy(output, target, topk=(1, 5)) gives PyTorch's figures", function()
+    if not TR.available() then return pending("skipped: /usr/bin/python3 cannot import torch") end
+    local out = R.randn({ 64, 100 }, 50):float()
+    local target = R.uniform({ 64 }, 1, 101, 51):long()
+    target:narrow(1, 1, 16):copy_(out:narrow(1, 1, 16):argmax(2)) -- some right at top-1
+    local acc = accuracy(out, target, { 1, 5 })
+    local ref = TR.run([[
+output, target = T["out"], T["target"] - 1
+_, pred = output.topk(5, 1, True, True)
+pred = pred.t()
+correct = pred.eq(target.view(1, -1).expand_as(pred))
+OUT["a1"] = correct[:1].reshape(-1).float().sum(0, keepdim=True).mul_(100.0 / 64)
+OUT["a5"] = correct[:5].reshape(-1).float().sum(0, keepdim=True).mul_(100.0 / 64)
+]], { out = out, target = target })
+    R.assert_close(acc[1], R.from(ref.a1), 0, 0, "top-1")
+    R.assert_close(acc[2], R.from(ref.a5), 0, 0, "top-5")
+  end)
+
+  it("DCGAN's weights_init: normal_ and fill_ through the parameters' detached views", function()
+    ddp.manual_seed(4)
+    local conv = ddp.nn.Conv2d(3, 16, 4)
+    local bn = ddp.nn.BatchNorm2d(16)
+    ddp.no_grad(function()
+      conv.weight:normal_(0.0, 0.02)
+      bn.weight:detach():normal_(1.0, 0.02)
+      bn.bias:detach():fill_(0)
+    end)
+    local w = conv.weight
+    assert(math.abs(w:mean():item()) < 0.005 and math.abs(w:std():item() - 0.02) < 0.003, "conv weight ~ N(0, 0.02)")
+    assert(math.abs(bn.weight:mean():item() - 1) < 0.02, "the detached view wrote into the parameter")
+    assert.are.equal(0, bn.bias:abs():sum():item())
+    assert.is_true(conv.weight.requires_grad)
+  end)
+end)
