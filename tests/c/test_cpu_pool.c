@@ -147,11 +147,13 @@ int main(void) {
     double parked, spinning;
     spin_child("0", &parked);
     spin_child("1000000", &spinning);
-    /* 0: the worker parks at once; 1 s: it spins through the pause (where it has a CPU of its own) */
-    if (parked > 0.1 || (two_cpus && spinning < 0.15))
+    /* 0: the worker parks at once; 1 s: it spins through the pause (where it has a CPU of its own). The spinning
+     * bound is a third of the pause, not half: `make test` runs this beside the specs, and a worker sharing its
+     * CPU with them got exactly half (0.150 s, failing a >= 0.15 bound once); parking stays near 0 either way. */
+    if (parked > 0.05 || (two_cpus && spinning < 0.1))
       fprintf(stderr, "CPU time during a 300 ms pause: %.3f s (spin 0), %.3f s (spin 1 s)\n", parked, spinning);
-    CHECK(parked <= 0.1);
-    CHECK(two_cpus ? spinning >= 0.15 : spinning <= 0.1);
+    CHECK(parked <= 0.05);
+    CHECK(two_cpus ? spinning >= 0.1 : spinning <= 0.1);
   }
   /* 2 parts first (on 2 or more CPUs the worker spins), then more (on 2 CPUs these only sleep: some 80 us a call) */
   suite(2, 20000);
