@@ -5,10 +5,10 @@
 -- square's backward 11x slower than PyTorch (docs/performance.md, sixth session); the per-op table
 -- (bench/nn_ops.lua) holds the examples' ops to their goal.
 --
---   ddplua bench/op_survey.lua [runs=15]
+--   ddplua bench/op_survey.lua [runs=15] [first=N] [last=N]   (rows first..last of the table below: all by default)
 local ddp = require "ddplua"
 local here = (arg and arg[0] or "bench/x.lua"):gsub("[^/]*$", "")
-local cfg = dofile(here .. "int_args.lua")("bench/op_survey.lua", { runs = 15 })
+local cfg = dofile(here .. "int_args.lua")("bench/op_survey.lua", { runs = 15, first = 1, last = 1000 })
 local median_of = dofile(here .. "median_ms.lua")
 ddp.set_num_threads(1)
 ddp.manual_seed(0)
@@ -70,6 +70,13 @@ local cases = {
   { "sort 1M", function() return x:reshape(-1):sort() end, "x.reshape(-1).sort()" },
   { "sort dim 2", function() return x:sort(2) end, "x.sort(1)" },
   { "cummax dim 2", function() return x:cummax(2) end, "x.cummax(1)" },
+  { "cumprod dim 2", function() return x:cumprod(2) end, "x.cumprod(1)" },
+  { "cumprod dim 1", function() return x:cumprod(1) end, "x.cumprod(0)" },
+  { "cumsum dim 1", function() return x:cumsum(1) end, "x.cumsum(0)" },
+  { "logcumsumexp dim 2", function() return x:logcumsumexp(2) end, "x.logcumsumexp(1)" },
+  { "logcumsumexp fwd+bwd", function() xg:logcumsumexp(2):sum():backward() end,
+    "xg.logcumsumexp(1).sum().backward()" },
+  { "cumprod fwd+bwd", function() xg:cumprod(2):sum():backward() end, "xg.cumprod(1).sum().backward()" },
   { "median dim 2", function() return x:median(2) end, "x.median(1)" },
   { "quantile 0.3 dim 2", function() return x:quantile(0.3, 2) end, "x.quantile(0.3, 1)" },
   { "mode dim 2 (1000 values)", function() return ints:mode(2) end, "ints.mode(1)" },
@@ -81,6 +88,12 @@ local cases = {
   { "masked_select", function() return x:masked_select(x:gt(0)) end, "x.masked_select(x > 0)" },
   { "index_add dim 1", function() return x:index_add(1, perm, y) end, "x.index_add(0, perm - 1, y)" },
 }
+
+do -- the rows asked for
+  local some = {}
+  for i = cfg.first, math.min(cfg.last, #cases) do some[#some + 1] = cases[i] end
+  cases = some
+end
 
 local py = { "import time, torch", "import torch.nn.functional as F", "torch.set_num_threads(1)",
   "torch.manual_seed(0)", "x, y, p = torch.randn(1024, 1024), torch.randn(1024, 1024), torch.rand(1024, 1024)",

@@ -103,20 +103,13 @@ function T.prod(t, dim, keepdim)
   return keepdim and r or r:squeeze(d)
 end
 
---- t:cumprod(dim): running products along dim (a log-step scan of multiplies: exact with zeros); integers in int64
+--- t:cumprod(dim): running products along dim (one pass in C, in double; the gradient exact with zeros);
+--- integers in int64
 function T.cumprod(t, dim)
   check_tensor("cumprod", t)
   if dim == nil then E.raise("cumprod: expected dim (an integer, 1-based), as torch.cumprod") end
   local x = prod_dtype(t)
-  local d = norm_dim("cumprod", x, dim)
-  local n = x:dim() == 0 and 1 or x:size(d)
-  if n <= 1 then return rawequal(x, t) and t:clone() or x end
-  local s = 1
-  while s < n do -- Hillis-Steele: after the step for s, each value is the product of the 2s values up to it
-    x = core.cat({ x:narrow(d, 1, s), x:narrow(d, s + 1, n - s) * x:narrow(d, 1, n - s) }, d)
-    s = s * 2
-  end
-  return x
+  return core.cumprod(x, norm_dim("cumprod", x, dim))
 end
 
 -- The value v (the reduced dims kept, detached) as a function of t whose gradient is split evenly over the

@@ -6,7 +6,7 @@
 --   t:aminmax([{dim=, keepdim=}]) -> min, max         (the gradient of amin / amax, split evenly among ties)
 --   t:cummax(dim), t:cummin(dim) -> values, positions  on ties the later position, NaN sticks (as PyTorch's); the
 --                                                     positions from core.cum_extreme, one pass in C
---   t:logcumsumexp(dim)                               a log-step scan of stable log-add-exps
+--   t:logcumsumexp(dim)                               core.logcumsumexp: one pass of log-add-exps in C
 --   t:diff([n [, dim [, prepend [, append]]]]) or t:diff({n=, dim=, prepend=, append=})
 --   ddp.cdist(x1, x2 [, p | {p=, compute_mode=}])    [B..,] P, M and [B..,] R, M -> [B..,] P, R
 --   t:index_add(dim, index, source [, alpha | {alpha=}]), t:index_copy(dim, index, source), t:index_fill(dim, index,
@@ -151,27 +151,13 @@ function T.cummax(t, dim) return cum_extreme("cummax", t, dim, true) end
 --- t:cummin(dim) -> the running minima and their positions (as cummax)
 function T.cummin(t, dim) return cum_extreme("cummin", t, dim, false) end
 
---- t:logcumsumexp(dim): log(cumsum(exp(t))) along dim without overflow or underflow: a log-step scan of
---- hi + log1p(exp(lo - hi)) (hi, lo the larger and smaller of each pair); floats only
+--- t:logcumsumexp(dim): log(cumsum(exp(t))) along dim without overflow or underflow (one pass in C of
+--- log-add-exps in double); floats only
 function T.logcumsumexp(t, dim)
   check_tensor("logcumsumexp", t)
   check_float("logcumsumexp", t)
   if dim == nil then E.raise("logcumsumexp: expected dim (an integer, 1-based), as torch.logcumsumexp") end
-  local d = norm_dim("logcumsumexp", t, dim)
-  if t:dim() == 0 or t:numel() == 0 then return t:clone() end
-  local n = t:size(d)
-  local x, s = t, 1
-  while s < n do
-    local a, b = x:narrow(d, 1, n - s), x:narrow(d, s + 1, n - s)
-    local b_hi = b:detach():gt(a:detach())
-    local hi, lo = core.where(b_hi, b, a), core.where(b_hi, a, b)
-    local same_inf = hi:detach():eq(lo:detach()):logical_and(hi:detach():isinf()) -- inf - inf would be NaN
-    local gap = core.where(same_inf, -INF, lo - hi)
-    x = core.cat({ x:narrow(d, 1, s), hi + gap:exp():log1p() }, d)
-    s = s * 2
-  end
-  if rawequal(x, t) then x = t:clone() end
-  return x
+  return core.logcumsumexp(t, norm_dim("logcumsumexp", t, dim))
 end
 
 --- t:diff([n=1 [, dim=-1 [, prepend [, append]]]]) or t:diff({n=, dim=, prepend=, append=}): the n-th forward

@@ -67,6 +67,7 @@ enum { ALL, DEVICE, OPTIONAL };
   X(topk, ALL)                                                                                                         \
   X(cumsum, ALL)                                                                                                       \
   X(cum_extreme, ALL)                                                                                                  \
+  X(cum_scan, ALL)                                                                                                     \
   X(searchsorted, ALL)                                                                                                 \
   X(nonzero, OPTIONAL)                                                                                                 \
   X(bincount, OPTIONAL)                                                                                                \

@@ -378,6 +378,13 @@ typedef struct dp_backend {
    * by dp_cum_extreme_takes (ops/model_math.h); values (x's dtype and
    * shape, or NULL) the value there. */
   int (*cum_extreme)(dp_tensor *values, dp_tensor *idx, const dp_tensor *x, const dp_reduce_args *a, bool is_max);
+  /* out = the running sum (DP_SCAN_SUM: float types), product
+   * (DP_SCAN_PROD: float types, int64 exactly) or log-add-exp (DP_SCAN_LOGADDEXP: float types) along the middle axis
+   * of x [outer, a->k, inner], folded in double (dp_scan_fold); the
+   * _GRAD kinds write the gradient of x's scan for the upstream gradient g
+   * instead (dp_scan_grad_carry, dp_scan_grad_value). out, x and g (NULL
+   * unless _GRAD) contiguous, of one dtype. */
+  int (*cum_scan)(dp_tensor *out, const dp_tensor *x, const dp_tensor *g, const dp_reduce_args *a, dp_scan_kind kind);
   /* out int64 [rows, m]: for each value v[r, j] (contiguous [rows, m]) the
    * count (+ base) of the boundaries of seq's row r (contiguous [rows, n],
    * or [1, n] shared by every row; sorted ascending, NaN last) that come

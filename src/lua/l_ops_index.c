@@ -75,6 +75,16 @@ static int l_cum_extreme(lua_State *L) {
   return lt_push(L, values) + 1;
 }
 
+/* core.cumprod(x, dim), core.logcumsumexp(x, dim): the running scans, with autograd (x already of a type they take) */
+static int l_cumprod(lua_State *L) {
+  dp_tensor *x = lt_check(L, 1);
+  return lt_push(L, dp_cumprod(x, lt_check_dim(L, 2, x->ndim ? x->ndim : 1, 0)));
+}
+static int l_logcumsumexp(lua_State *L) {
+  dp_tensor *x = lt_check(L, 1);
+  return lt_push(L, dp_logcumsumexp(x, lt_check_dim(L, 2, x->ndim ? x->ndim : 1, 0)));
+}
+
 /* core.searchsorted(seq [rows or 1, n], v [rows, m], right): 1-based insertion positions, int64 [rows, m] */
 static int l_searchsorted(lua_State *L) {
   return lt_push(L, dp_searchsorted(lt_check(L, 1), lt_check(L, 2), lua_toboolean(L, 3), 1));
@@ -483,6 +493,8 @@ void lt_open_model_ops(lua_State *L, int module, int methods) {
                                    {"randint", l_randint},
                                    {"resample_dim", l_resample_dim},
                                    {"cum_extreme", l_cum_extreme},
+                                   {"cumprod", l_cumprod},
+                                   {"logcumsumexp", l_logcumsumexp},
                                    {"searchsorted", l_searchsorted},
                                    {"nonzero", l_nonzero},
                                    {"index_add", l_index_add},

@@ -140,6 +140,57 @@ static inline DP_HD bool dp_cum_extreme_takes(double v, double cur, bool is_max)
   return v != v || (is_max ? v >= cur : v <= cur);
 }
 
+/* Running scans (backend cum_scan): the sum (the CPU's float cumsum runs
+ * through it), the product, the log-add-exp, and the gradients of the last
+ * two, computed per line in two passes (see the kernels). A scan starts
+ * from dp_scan_start and folds each value in with dp_scan_fold, in double. */
+typedef enum {
+  DP_SCAN_SUM,
+  DP_SCAN_PROD,
+  DP_SCAN_PROD_GRAD,
+  DP_SCAN_LOGADDEXP,
+  DP_SCAN_LOGADDEXP_GRAD,
+  DP_SCAN_KINDS
+} dp_scan_kind;
+
+/* log(exp(a) + exp(b)) without overflow: NaN stays NaN, two equal infinities
+ * give themselves (inf - inf would be NaN), -inf is the identity. */
+static inline DP_HD double dp_log_add_exp(double a, double b) {
+  if (a != a || b != b) return a + b;
+  double hi = a > b ? a : b, lo = a > b ? b : a;
+  if (lo == -INFINITY || hi == INFINITY) return hi;
+  return hi + log1p(exp(lo - hi));
+}
+static inline DP_HD bool dp_scan_is_lse(dp_scan_kind k) {
+  return k == DP_SCAN_LOGADDEXP || k == DP_SCAN_LOGADDEXP_GRAD;
+}
+static inline DP_HD double dp_scan_start(dp_scan_kind k) {
+  return dp_scan_is_lse(k) ? -INFINITY : k == DP_SCAN_SUM ? 0.0 : 1.0;
+}
+static inline DP_HD double dp_scan_fold(dp_scan_kind k, double acc, double v) {
+  return dp_scan_is_lse(k) ? dp_log_add_exp(acc, v) : k == DP_SCAN_SUM ? acc + v : acc * v;
+}
+/* The backward passes, from the end of a line. The product's: with E the
+ * exclusive product before the position (the first pass stores it) and s
+ * the sum over later positions i of g_i times the x between, s_j = g_j +
+ * x_(j+1) s_(j+1) and dx_j = E_j s_j: no division, exact with zeros. The
+ * log-add-exp's: y is non-decreasing, so a_j = g_j + exp(y_j - y_(j+1))
+ * a_(j+1) never overflows, and dx_j = exp(x_j - y_j) a_j; a factor of 0
+ * (y_(j+1) = +inf) drops the later carry, NaN or not, as the terms it stands
+ * for are 0 (PyTorch's gradient, which divides by exp(y) in log space, is
+ * the same; both are NaN where x_j = y_j = -inf). `next` is x_(j+1)
+ * (product) or y_(j+1), and `last` says j is the line's end. */
+static inline DP_HD double dp_scan_grad_carry(dp_scan_kind k, double g, double here, double next, double carry,
+                                              bool last) {
+  if (last) return g;
+  if (k == DP_SCAN_PROD_GRAD) return g + next * carry;
+  double f = exp(here - next);
+  return f == 0 ? g : g + f * carry;
+}
+static inline DP_HD double dp_scan_grad_value(dp_scan_kind k, double x, double stored, double carry) {
+  return k == DP_SCAN_PROD_GRAD ? stored * carry : exp(x - stored) * carry;
+}
+
 /* searchsorted: does boundary b come before value x (b < x, or b <= x when
  * right)? A NaN boundary (sorted last) never does; a NaN value goes after
  * every boundary, which the kernels test before calling this. */

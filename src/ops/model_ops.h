@@ -33,6 +33,9 @@ dp_tensor *dp_topk(dp_tensor *x, int64_t k, int dim, bool largest, int64_t base,
 dp_tensor *dp_cumsum(dp_tensor *x, int dim);
 /* int64 positions (+ base) of the running maximum (minimum) along dim, and its values when values != NULL */
 dp_tensor *dp_cum_extreme(dp_tensor *x, int dim, bool is_max, int64_t base, dp_tensor **values);
+/* Running products (float types, int64) and log-sum-exps (float types) along dim, with autograd (scan_ops.c) */
+dp_tensor *dp_cumprod(dp_tensor *x, int dim);
+dp_tensor *dp_logcumsumexp(dp_tensor *x, int dim);
 /* int64 [rows, m] insertion counts (+ base) of v [rows, m] in the sorted rows of seq [rows or 1, n] */
 /* t with src's slices along dim added at idx - base (float32/64, backends with index_add_dim), with autograd */
 dp_tensor *dp_index_add(dp_tensor *t, int dim, dp_tensor *idx, dp_tensor *src, int64_t base);

@@ -418,6 +418,19 @@ for _, op in ipairs({ "cummax", "cummin" }) do
       return { dim = g:int(1, #s) }
     end })
 end
+-- cumprod and logcumsumexp (core.cum_scan) with their gradients; cumprod's inputs without infinities or NaN, where
+-- PyTorch's gradient (a division by x) gives NaN for the whole line (docs/pytorch_differences.md)
+add({ name = "cumprod", lua = "return x:cumprod(A.dim)", torch = "torch.cumprod(x, D(A['dim']))", gen = function(g)
+  local s = g:shape({ min_rank = 1, max_rank = 3, max_size = 70 })
+  g:tensor("x", s, g:pick(ALL), { specials = false })
+  return { dim = g:int(1, #s) }
+end })
+add({ name = "logcumsumexp", lua = "return x:logcumsumexp(A.dim)", torch = "torch.logcumsumexp(x, D(A['dim']))",
+  gen = function(g)
+    local s = g:shape({ min_rank = 1, max_rank = 3, max_size = 70 })
+    g:tensor("x", s, g:pick(FLOATS))
+    return { dim = g:int(1, #s) }
+  end })
 add({ name = "searchsorted", lua = "return ddp.searchsorted(b:sort(), x, { right = A.right })",
   torch = "torch.searchsorted(b.sort()[0], x, right=A['right']) + 1", gen = function(g)
     local dt = g:pick({ "float32", "float64", "int64" })

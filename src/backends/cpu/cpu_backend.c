@@ -76,6 +76,7 @@ const dp_backend dp_cpu_backend = {
     .topk = dp_cpu_topk,
     .cumsum = dp_cpu_cumsum,
     .cum_extreme = dp_cpu_cum_extreme,
+    .cum_scan = dp_cpu_cum_scan,
     .searchsorted = dp_cpu_searchsorted,
     .nonzero = dp_cpu_nonzero,
     .bincount = dp_cpu_bincount,

@@ -369,36 +369,6 @@ int dp_cpu_topk(dp_tensor *values, dp_tensor *indices, const dp_tensor *x, const
   return atomic_load(&c.failed) ? dp_error("topk: out of memory for the %lld values of a row", (long long)a->k) : 0;
 }
 
-/* ---- cumsum ---- */
-int dp_cpu_cumsum(dp_tensor *out, const dp_tensor *x, const dp_reduce_args *a, bool reverse) {
-  int64_t outer = a->outer, n = a->k, inner = a->inner;
-  const char *xp = dp_data(x);
-  char *op = dp_data(out);
-  size_t xs = dp_elsize(x), os = dp_elsize(out);
-  bool integer = !dp_dtype_is_float(out->dtype);
-  for (int64_t o = 0; o < outer; o++)
-    for (int64_t in = 0; in < inner; in++) {
-      double acc = 0;
-      int64_t iacc = 0;
-      for (int64_t s = 0; s < n; s++) {
-        int64_t j = reverse ? n - 1 - s : s;
-        size_t at = (size_t)((o * n + j) * inner + in);
-        if (integer) {
-          int64_t v = x->dtype == DP_I64 ? ((const int64_t *)xp)[at] : (int64_t)dp_load_d(xp + at * xs, x->dtype);
-          iacc = (int64_t)((uint64_t)iacc + (uint64_t)v);
-          ((int64_t *)op)[at] = iacc;
-        } else if (x->dtype == DP_F32) {
-          acc += ((const float *)xp)[at];
-          ((float *)op)[at] = (float)acc;
-        } else {
-          acc += dp_load_d(xp + at * xs, x->dtype);
-          dp_store_d(op + at * os, out->dtype, acc);
-        }
-      }
-    }
-  return 0;
-}
-
 /* ---- cummax / cummin: int64 compared exactly, float32 without widening, the rest as doubles ---- */
 #define DP_CUM_EXTREME_LINE(T, TAKES)                                                                                  \
   {                                                                                                                    \

@@ -91,6 +91,7 @@ const dp_backend dp_cu_backend = {
     .topk = dp_cu_topk,
     .cumsum = dp_cu_cumsum,
     .cum_extreme = dp_cu_cum_extreme,
+    .cum_scan = dp_cu_cum_scan,
     .searchsorted = dp_cu_searchsorted,
     .multinomial = dp_cu_multinomial,
     .attention = dp_cu_attention,

@@ -267,6 +267,51 @@ int dp_cu_cum_extreme(dp_tensor *values, dp_tensor *idx, const dp_tensor *x, con
   return dp_cu_after_launch(c, "cum_extreme");
 }
 
+/* ---- cumprod / logcumsumexp and their gradients: one thread per line, folded in double (int64 products
+ * exactly), the math of ops/model_math.h; the gradients' two passes as the CPU kernel's (cpu_scan.c) ---- */
+__global__ void k_cum_scan(char *out, const char *x, const char *g, dp_dtype dt, int64_t outer, int64_t n,
+                           int64_t inner, dp_scan_kind k) {
+  DP_CU_LOOP(line, outer * inner) {
+    int64_t o, in;
+    dp_cu_divmod(line, inner, &o, &in);
+    int64_t first = o * n * inner + in;
+    if (dt == DP_I64) {
+      unsigned long long acc = 1;
+      for (int64_t j = 0; j < n; j++) {
+        acc *= (unsigned long long)((const long long *)x)[first + j * inner];
+        ((long long *)out)[first + j * inner] = (long long)acc;
+      }
+      continue;
+    }
+    double acc = dp_scan_start(k);
+    for (int64_t j = 0; j < n; j++) {
+      int64_t at = first + j * inner;
+      double folded = dp_scan_fold(k, acc, dp_cu_ld(x, at, dt));
+      dp_cu_st(out, at, dt, k == DP_SCAN_PROD_GRAD ? acc : folded);
+      acc = folded;
+    }
+    if (k == DP_SCAN_PROD || k == DP_SCAN_LOGADDEXP) continue;
+    double carry = 0, next = 0;
+    for (int64_t j = n - 1; j >= 0; j--) {
+      int64_t at = first + j * inner;
+      double xv = dp_cu_ld(x, at, dt), stored = dp_cu_ld(out, at, dt);
+      carry = dp_scan_grad_carry(k, dp_cu_ld(g, at, dt), stored, next, carry, j == n - 1);
+      dp_cu_st(out, at, dt, dp_scan_grad_value(k, xv, stored, carry));
+      next = k == DP_SCAN_PROD_GRAD ? xv : stored;
+    }
+  }
+}
+
+int dp_cu_cum_scan(dp_tensor *out, const dp_tensor *x, const dp_tensor *g, const dp_reduce_args *a, dp_scan_kind kind) {
+  DP_CU_ENTER(c, x);
+  int64_t lines = a->outer * a->inner;
+  if (lines == 0 || a->k == 0) return 0;
+  k_cum_scan<<<dp_cu_blocks(c, lines, 128), 128, 0, c->stream>>>((char *)dp_cu_ptr(out), (const char *)dp_cu_ptr(x),
+                                                                 g ? (const char *)dp_cu_ptr(g) : NULL, x->dtype,
+                                                                 a->outer, a->k, a->inner, kind);
+  return dp_cu_after_launch(c, "cum_scan");
+}
+
 /* ---- searchsorted: one thread per value, a binary search over its row; int64 compared exactly ---- */
 __global__ void k_searchsorted(int64_t *out, const char *seq, const char *v, dp_dtype dt, int64_t rows, int64_t n,
                                int64_t m, bool shared, bool right, int64_t base) {

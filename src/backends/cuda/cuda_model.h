@@ -21,6 +21,7 @@ int dp_cu_topk(dp_tensor *values, dp_tensor *indices, const dp_tensor *x, const 
                bool largest);
 int dp_cu_cumsum(dp_tensor *out, const dp_tensor *x, const dp_reduce_args *a, bool reverse);
 int dp_cu_cum_extreme(dp_tensor *values, dp_tensor *idx, const dp_tensor *x, const dp_reduce_args *a, bool is_max);
+int dp_cu_cum_scan(dp_tensor *out, const dp_tensor *x, const dp_tensor *g, const dp_reduce_args *a, dp_scan_kind kind);
 int dp_cu_searchsorted(dp_tensor *out, const dp_tensor *seq, const dp_tensor *v, int64_t rows, int64_t n, int64_t m,
                        bool right, int64_t base);
 int dp_cu_multinomial(dp_tensor *out, dp_tensor *w, const dp_tensor *u, int64_t rows, int64_t cats, int64_t n,
