@@ -71,6 +71,7 @@ enum { ALL, DEVICE, OPTIONAL };
   X(searchsorted, ALL)                                                                                                 \
   X(nonzero, OPTIONAL)                                                                                                 \
   X(bincount, OPTIONAL)                                                                                                \
+  X(histogram, OPTIONAL)                                                                                               \
   X(multinomial, ALL)                                                                                                  \
   X(attention, ALL)                                                                                                    \
   X(attention_backward, ALL)                                                                                           \

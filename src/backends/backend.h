@@ -403,6 +403,14 @@ typedef struct dp_backend {
    * (contiguous, out's dtype float32 / float64) at them; a value outside is
    * an error naming it. NULL: the Lua side composes scatter_add. */
   int (*bincount)(dp_tensor *out, const dp_tensor *idx, const dp_tensor *w);
+  /* out [nb] = the values of x (contiguous, float32 / float64) counted (or
+   * their weights w, x's shape and dtype, summed) in the bins between the
+   * nb + 1 increasing edges (contiguous, x's dtype): the last edge at or
+   * below a value is its bin's, the last bin closed, values outside and
+   * NaN left out; uniform says the edges are equally spaced (a hint for
+   * the first guess, not a trust). NULL: the Lua side composes searchsorted
+   * and bincount. */
+  int (*histogram)(dp_tensor *out, const dp_tensor *x, const dp_tensor *w, const dp_tensor *edges, bool uniform);
   /* out int64 [rows, n] from the float64 weights w [rows, cats] (consumed)
    * and float64 uniforms u [rows, n], all contiguous (dp_multinomial_row). */
   int (*multinomial)(dp_tensor *out, dp_tensor *w, const dp_tensor *u, int64_t rows, int64_t cats, int64_t n,

@@ -104,6 +104,12 @@ static int l_index_add(lua_State *L) {
   return lt_push(L, dp_index_add(t, d, lt_check(L, 3), lt_check(L, 4), 1));
 }
 
+/* core.histogram(values, weights or nil, edges, uniform): counts or weight sums between the edges (CPU;
+ * tensor_order.lua checks the edges and composes elsewhere) */
+static int l_histogram(lua_State *L) {
+  return lt_push(L, dp_histogram_native(lt_check(L, 1), lt_test(L, 2), lt_check(L, 3), lua_toboolean(L, 4)));
+}
+
 /* core.bincount(values, weights or nil, size): 0-based values' counts (CPU; tensor_order.lua checks and composes) */
 static int l_bincount(lua_State *L) {
   return lt_push(L, dp_bincount_native(lt_check(L, 1), lt_test(L, 2), luaL_checkinteger(L, 3)));
@@ -494,6 +500,7 @@ void lt_open_model_ops(lua_State *L, int module, int methods) {
                                    {"resample_dim", l_resample_dim},
                                    {"cum_extreme", l_cum_extreme},
                                    {"cumprod", l_cumprod},
+                                   {"histogram", l_histogram},
                                    {"logcumsumexp", l_logcumsumexp},
                                    {"searchsorted", l_searchsorted},
                                    {"nonzero", l_nonzero},

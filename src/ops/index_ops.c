@@ -418,6 +418,30 @@ dp_tensor *dp_bincount_native(dp_tensor *idx, dp_tensor *w, int64_t size) {
   return dp_scope_keep(&s, out);
 }
 
+dp_tensor *dp_histogram_native(dp_tensor *x, dp_tensor *w, dp_tensor *edges, bool uniform) {
+  const dp_backend *be = dp_backend_of(x);
+  if (!be->histogram) {
+    dp_error("histogram: the %s backend has no histogram kernel", be->name);
+    return NULL;
+  }
+  bool fdt = x->dtype == DP_F32 || x->dtype == DP_F64;
+  if (!fdt || x->ndim != 1 || edges->ndim != 1 || edges->shape[0] < 2 || edges->dtype != x->dtype ||
+      (w && (w->ndim != 1 || w->shape[0] != x->shape[0] || w->dtype != x->dtype))) {
+    dp_error("histogram: expected 1-d float32 or float64 values, weights of their length and dtype, and at least 2 "
+             "edges of their dtype");
+    return NULL;
+  }
+  if (dp_check_same_device("histogram", x, edges) || (w && dp_check_same_device("histogram", x, w))) return NULL;
+  DP_SCOPE(s);
+  dp_tensor *xc = dp_scope_add(&s, dp_contiguous_raw(x));
+  dp_tensor *ec = xc ? dp_scope_add(&s, dp_contiguous_raw(edges)) : NULL;
+  dp_tensor *wc = ec && w ? dp_scope_add(&s, dp_contiguous_raw(w)) : NULL;
+  int64_t nb = edges->shape[0] - 1;
+  dp_tensor *out = ec && (wc || !w) ? dp_scope_add(&s, dp_empty(x->dtype, 1, &nb, dp_dev(x))) : NULL;
+  if (!out || be->histogram(out, xc, wc, ec, uniform)) return NULL;
+  return dp_scope_keep(&s, out);
+}
+
 /* ---- flip: a copy from a view that walks the flipped dims backwards ----
  * The view (negative strides, offset at each flipped dim's last element)
  * lives only inside this function: the backend's strided copy reads it,

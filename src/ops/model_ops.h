@@ -41,6 +41,9 @@ dp_tensor *dp_logcumsumexp(dp_tensor *x, int dim);
 dp_tensor *dp_index_add(dp_tensor *t, int dim, dp_tensor *idx, dp_tensor *src, int64_t base);
 /* counts (int64) or weight sums (w's dtype) [size] of idx's values in [0, size) (backends with bincount) */
 dp_tensor *dp_bincount_native(dp_tensor *idx, dp_tensor *w, int64_t size);
+/* counts (or weight sums) [nb] of x's values between nb + 1 increasing edges, the last bin closed (float32/64,
+ * backends with histogram); the edges' order is the caller's to check */
+dp_tensor *dp_histogram_native(dp_tensor *x, dp_tensor *w, dp_tensor *edges, bool uniform);
 /* int64 [count, ndim] coordinates (or [count] flat positions) + base of m's non-zero bytes (uint8, count of them) */
 dp_tensor *dp_nonzero_native(dp_tensor *m, int64_t count, bool flat, int64_t base);
 dp_tensor *dp_searchsorted(dp_tensor *seq, dp_tensor *v, bool right, int64_t base);

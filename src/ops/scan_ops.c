@@ -44,8 +44,8 @@ static dp_tensor *scan(dp_tensor *x, int dim, dp_scan_kind kind, dp_scan_kind gr
   if (x->ndim > 0 && dp_check_dim(who, x, dim)) return NULL;
   dp_tensor *out = scan_raw(x, NULL, dim, kind);
   if (out && dp_any_requires_grad(1, &x)) {
-    dp_node *n = dp_node_new(kind == DP_SCAN_PROD ? "CumprodBackward" : "LogcumsumexpBackward", scan_backward, 1, &x,
-                             1);
+    dp_node *n =
+        dp_node_new(kind == DP_SCAN_PROD ? "CumprodBackward" : "LogcumsumexpBackward", scan_backward, 1, &x, 1);
     n->i[0] = dim;
     n->i[1] = grad_kind;
     dp_node_save(n, x);

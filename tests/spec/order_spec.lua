@@ -267,6 +267,76 @@ OUT["hz"], OUT["hze"] = torch.histogram(torch.full((3,), 2.0), 4)
     end
   end)
 
+  it("histogram's kernel (core.histogram) counts as a loop in Lua: edges hit, the last closed, NaN, inf, outside",
+    function()
+      -- the bin of v: the last edge at or below it, the last bin closed; nil outside or NaN
+      local function ref_hist(vals, wts, e)
+        local nb, h = #e - 1, {}
+        for b = 1, nb do h[b] = 0 end
+        for j, v in ipairs(vals) do
+          if v >= e[1] and v <= e[nb + 1] then
+            local b = 1
+            for k = 1, nb do if e[k] <= v then b = k end end
+            h[b] = h[b] + (wts and wts[j] or 1)
+          end
+        end
+        return h
+      end
+      for _, dt in ipairs({ "float32", "float64" }) do
+        for _, case in ipairs({ { 13, { -2.5, 2.5 } }, { 100, { -3, 3.3 } }, { 7, { -1, 1.5 } }, { 1, { 0, 1 } } }) do
+          local v = R.randn({ 3001 }, 70 + case[1]):to(dt)
+          local _, edges = v:histogram(case[1], { range = case[2] })
+          local e = edges:to("float64"):totable()
+          v[1], v[2], v[3], v[4] = 0 / 0, math.huge, -math.huge, 5
+          v[5], v[6], v[7] = e[1], e[#e], e[math.max(2, #e // 2)] -- the first, the last and a middle edge
+          for j = 8, 3001, 97 do v[j] = e[1 + j % #e] end -- more values exactly on edges
+          local vals = v:to("float64"):totable()
+          local what = dt .. " " .. case[1] .. " bins"
+          assert.are.same(ref_hist(vals, nil, e), v:histogram(case[1], { range = case[2] }):to("float64"):totable(),
+            what .. " (uniform edges)")
+          assert.are.same(ref_hist(vals, nil, e), v:histogram(edges):to("float64"):totable(), what .. " (edges)")
+          local w = R.uniform({ 3001 }, -1, 2, 80):to(dt)
+          R.assert_close(v:histogram(case[1], { weight = w, range = case[2] }),
+            { shape = { case[1] }, v = ref_hist(vals, w:to("float64"):totable(), e) },
+            dt == "float32" and 2e-5 or 1e-12, 1e-6, what .. " weighted")
+        end
+        -- uneven edges with a repeated one (the binary search), and values that are the edges
+        local e = ddp.tensor({ -3, -1, -1, -0.2, 0, 0, 0.7, 4 }, { dtype = dt })
+        local v = ddp.cat({ R.randn({ 500 }, 90):to(dt) * 2, e, e })
+        assert.are.same(ref_hist(v:to("float64"):totable(), nil, e:to("float64"):totable()),
+          v:histogram(e):to("float64"):totable(), dt .. " uneven edges")
+      end
+    end)
+
+  it("histogram's tables: many chunks, one and two threads give the same counts, and hostile calls", function()
+    local v = R.randn({ 300001 }, 91):float()
+    local w = R.uniform({ 300001 }, 0, 1, 92):float()
+    local h1, e1 = v:histogram(64, { weight = w })
+    local c1 = v:histogram(64)
+    ddp.set_num_threads(2)
+    local h2 = v:histogram(64, { weight = w })
+    local c2 = v:histogram(64)
+    ddp.set_num_threads(1)
+    assert.are.same(h1:totable(), h2:totable())
+    assert.are.same(c1:totable(), c2:totable())
+    assert.are.equal(300001, c1:sum():item()) -- every value is inside its own range
+    -- against the composition that runs on other devices: searchsorted, then the counts
+    local b = (ddp.searchsorted(e1, v, { right = true }) - 1):clamp(1, 64) -- (1-based insertion positions)
+    local want = ddp.zeros({ 64 }, { dtype = "int64" }):scatter_add(1, b, ddp.ones({ 300001 }, { dtype = "int64" }))
+    assert.are.same(want:totable(), c1:long():totable())
+    -- core.histogram trusts no edge order: any edges are safe, only the result is meaningless
+    local bad = ddp.tensor({ 3, -1, 2, 0 / 0, 1 })
+    assert.are.equal(4, ddp.core.histogram(v:narrow(1, 1, 1000), nil, bad, true):numel())
+    assert.are.equal(4, ddp.core.histogram(v:narrow(1, 1, 1000), nil, bad, false):numel())
+    R.assert_error(function() ddp.core.histogram(v, nil, ddp.tensor({ 1 }), true) end, "at least 2 edges")
+    R.assert_error(function() ddp.core.histogram(v, nil, ddp.tensor({ 1, 2 }, { dtype = "float64" }), true) end,
+      "edges of their dtype")
+    R.assert_error(function() ddp.core.histogram(v, w:narrow(1, 1, 5), ddp.tensor({ 1, 2 }), true) end,
+      "weights of their length")
+    R.assert_error(function() ddp.core.histogram(v:long(), nil, ddp.tensor({ 1, 2 }), true) end,
+      "float32 or float64 values")
+  end)
+
   it("has the finite-difference gradient: quantile, nanquantile, nanmedian, msort", function()
     local q = ddp.tensor({ 0.2, 0.5, 0.95 }, { dtype = "float64" })
     gc.assert_gradcheck(function(t) return t:quantile(q, 2) end, { gc.smooth_input({ 3, 9 }, 64) })

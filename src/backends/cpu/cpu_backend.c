@@ -80,6 +80,7 @@ const dp_backend dp_cpu_backend = {
     .searchsorted = dp_cpu_searchsorted,
     .nonzero = dp_cpu_nonzero,
     .bincount = dp_cpu_bincount,
+    .histogram = dp_cpu_histogram,
     .multinomial = dp_cpu_multinomial,
     .attention = dp_cpu_attention,
     .attention_backward = dp_cpu_attention_backward,

@@ -133,6 +133,30 @@ static int reduce_sum(dp_reduce_op op, dp_tensor *out, const dp_tensor *x, int64
   char *op_ = dp_data(out);
   size_t xs = dp_elsize(x), os = dp_elsize(out);
   bool integer = !dp_dtype_is_float(out->dtype);
+  if (integer && inner == 1 && op != DP_R_PROD && (x->dtype == DP_I64 || x->dtype == DP_U8)) {
+    /* contiguous rows of int64 or uint8 summed exactly (wrapping) in a loop the compiler vectorises: the general
+     * loop below took 0.9 ms for a million int64 values */
+    for (int64_t o = 0; o < outer; o++) {
+      uint64_t acc = 0;
+      if (x->dtype == DP_I64) {
+        const uint64_t *r = (const uint64_t *)(const void *)xp + o * k;
+        uint64_t lane[8] = {0};
+        int64_t j = 0;
+        for (; j + 8 <= k; j += 8)
+          for (int l = 0; l < 8; l++) lane[l] += r[j + l];
+        for (; j < k; j++) acc += r[j];
+        for (int l = 0; l < 8; l++) acc += lane[l];
+      } else /* chunks whose sums fit 32 bits: the compiler widens bytes to 32-bit lanes */
+        for (int64_t j0 = 0; j0 < k; j0 += 1 << 16) {
+          const uint8_t *r = (const uint8_t *)xp + o * k + j0;
+          uint32_t part = 0;
+          for (int64_t j = 0, m = k - j0 < (1 << 16) ? k - j0 : (1 << 16); j < m; j++) part += r[j];
+          acc += part;
+        }
+      ((int64_t *)(void *)op_)[o] = (int64_t)acc;
+    }
+    return 0;
+  }
   if (integer) {
     for (int64_t o = 0; o < outer; o++)
       for (int64_t i = 0; i < inner; i++) {
@@ -201,6 +225,24 @@ static int reduce_sum(dp_reduce_op op, dp_tensor *out, const dp_tensor *x, int64
 /* Index of the extreme of k int64 values spaced by inner: compared as
  * integers (a double would merge values beyond 2^53); the first wins. */
 static int64_t extreme_i64(const int64_t *p, int64_t k, int64_t inner, bool want_max) {
+  if (inner == 1 && k >= 64) {
+    /* a contiguous row: the extreme value in 8 independent chains of selects (no branch to mispredict), then
+     * its first position (0.6-0.9 ms a million values with one chain of branches, PyTorch 0.1) */
+    int64_t lane[8], bv;
+    for (int l = 0; l < 8; l++) lane[l] = p[0];
+    int64_t j = 0;
+    if (want_max)
+      for (; j + 8 <= k; j += 8)
+        for (int l = 0; l < 8; l++) lane[l] = p[j + l] > lane[l] ? p[j + l] : lane[l];
+    else
+      for (; j + 8 <= k; j += 8)
+        for (int l = 0; l < 8; l++) lane[l] = p[j + l] < lane[l] ? p[j + l] : lane[l];
+    for (; j < k; j++) lane[0] = (want_max ? p[j] > lane[0] : p[j] < lane[0]) ? p[j] : lane[0];
+    bv = lane[0];
+    for (int l = 1; l < 8; l++) bv = (want_max ? lane[l] > bv : lane[l] < bv) ? lane[l] : bv;
+    for (j = 0; p[j] != bv; j++) {}
+    return j;
+  }
   int64_t best = 0, bv = p[0];
   for (int64_t j = 1; j < k; j++) {
     int64_t v = p[j * inner];
