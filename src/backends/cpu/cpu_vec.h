@@ -44,6 +44,8 @@ typedef struct dp_cpu_vec {
    * write 1.0 / 0.0 */
   void (*binary)(dp_binary_op op, float *o, const float *a, const float *b, int64_t n);
   void (*binary_value)(dp_binary_op op, float *o, const float *a, float v, bool value_first, int64_t n);
+  /* o = a^y for a finite y (powf's special cases where a is not positive and finite) */
+  void (*pow_value)(float *o, const float *a, float y, int64_t n);
   /* comparisons into uint8 0/1 */
   void (*compare)(dp_binary_op op, uint8_t *o, const float *a, const float *b, int64_t n);
   void (*compare_value)(dp_binary_op op, uint8_t *o, const float *a, float v, bool value_first, int64_t n);

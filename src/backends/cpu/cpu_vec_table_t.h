@@ -9,6 +9,7 @@ const dp_cpu_vec DP_VEC_TABLE = {
     .gelu_with_grad = v_gelu_with_grad,
     .binary = v_binary,
     .binary_value = v_binary_value,
+    .pow_value = v_pow_value,
     .compare = v_compare,
     .compare_value = v_compare_value,
     .cast = v_cast,
