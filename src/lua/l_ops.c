@@ -88,7 +88,8 @@ static int l_unary(lua_State *L) {
   return lt_push(L, dp_unary_with(&a, x));
 }
 
-/* t[name] = ddp[name] = the op's closure, for every op of the table; and
+/* t[name] = core[name] = the op's closure, for every op of the table (core
+ * only for a name with a leading _); and
  * core._unary_params = {name = {{param, default}, ...}} for the ops that
  * take parameters (the nn activation modules read their defaults there). */
 static void open_unary_ops(lua_State *L, int module, int methods) {
@@ -96,8 +97,10 @@ static void open_unary_ops(lua_State *L, int module, int methods) {
   for (int op = 0; op < DP_U_COUNT; op++) {
     lua_pushinteger(L, op);
     lua_pushcclosure(L, l_unary, 1);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, methods, dp_unary_ops[op].name);
+    if (dp_unary_ops[op].name[0] != '_') { /* internal ops (a leading _) are core._name only, no method */
+      lua_pushvalue(L, -1);
+      lua_setfield(L, methods, dp_unary_ops[op].name);
+    }
     lua_setfield(L, module, dp_unary_ops[op].name);
     int n = 0;
     for (size_t k = 0; k < DP_UNARY_NPARAMS; k++) {

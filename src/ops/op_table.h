@@ -86,7 +86,10 @@
   X(ATANH,       atanh,       "AtanhBackward",       GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
   X(LOG2,        log2,        "Log2Backward",        GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
   X(LOG10,       log10,       "Log10Backward",       GRAD_X,    INT_TO_FLOAT,      NO_EPILOGUE) \
-  X(EXP2,        exp2,        "Exp2Backward",        GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE)
+  X(EXP2,        exp2,        "Exp2Backward",        GRAD_Y,    INT_TO_FLOAT,      NO_EPILOGUE) \
+  /* internal (a leading _: core only, no method): the losses' elementwise forms on d = input - target */ \
+  X(SMOOTH_L1,   _smooth_l1,  "SmoothL1LossBackward", GRAD_X,   INT_ERROR,         NO_EPILOGUE) \
+  X(HUBER,       _huber,      "HuberLossBackward",   GRAD_X,    INT_ERROR,         NO_EPILOGUE)
 
 /* The parameters of the unary ops that take some, in Lua argument order
  * (ddp.clamp(x, min, max)): P(ID, field of dp_unary_params, Lua default).
@@ -105,7 +108,9 @@
   P(SOFTSHRINK, lambd,          0.5)       \
   P(HARDSHRINK, lambd,          0.5)       \
   P(THRESHOLD,  threshold,      NAN)       \
-  P(THRESHOLD,  value,          NAN)
+  P(THRESHOLD,  value,          NAN)       \
+  P(SMOOTH_L1,  beta,           1.0)       \
+  P(HUBER,      delta,          1.0)
 
 /* Where the fields live: F(field, slot). An autograd node keeps the
  * parameters in 8 doubles, fewer than all the ops' fields together, so
@@ -116,7 +121,7 @@
  * threshold's threshold). A parameter with a new name needs its line. */
 #define DP_UNARY_PARAM_FIELDS(F)                                                                 \
   F(min, 0) F(max, 1) F(negative_slope, 0) F(alpha, 0) F(beta, 0) F(threshold, 1) F(min_val, 0) \
-  F(max_val, 1) F(lambd, 0) F(value, 0)
+  F(max_val, 1) F(lambd, 0) F(value, 0) F(delta, 0)
 #define DP_UNARY_PARAM_SLOTS 2
 
 /* X(ID, name, autograd node (NULL: no gradient), out, saves, scalar_f32)

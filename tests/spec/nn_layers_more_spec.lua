@@ -175,6 +175,13 @@ describe("nn's smaller layers (layers_more.lua)", function()
       { lua = { offsets = { 1, 3, 3, 10 }, mode = "max", padding_idx = 2, include_last_offset = true },
         py = "offsets=torch.tensor([0, 2, 2, 9]), mode='max', padding_idx=1, include_last_offset=True" },
       { lua = { mode = "mean", rows = true }, py = "mode='mean'" },
+      -- bags of one length: a view of [B, L, D] (offsets in steps, or a 2-D input)
+      { lua = { offsets = { 1, 4, 7 }, mode = "max", padding_idx = 5 }, py = "offsets=torch.tensor([0, 3, 6]), " ..
+        "mode='max', padding_idx=4" },
+      { lua = { offsets = { 1, 4, 7 }, mode = "mean", padding_idx = 3 }, py = "offsets=torch.tensor([0, 3, 6]), " ..
+        "mode='mean', padding_idx=2" },
+      { lua = { mode = "max", rows = true, padding_idx = 3 }, py = "mode='max', padding_idx=2" },
+      { lua = { offsets = { 1, 2, 9 }, mode = "max" }, py = "offsets=torch.tensor([0, 1, 8]), mode='max'" },
     }
     local body = { "import torch.nn.functional as F" }
     for i, c in ipairs(cases) do
@@ -197,6 +204,22 @@ describe("nn's smaller layers (layers_more.lua)", function()
       R.assert_close(w.grad, R.from(ref["gw" .. i]), 1e-12, 1e-12, "embedding_bag " .. i .. ": weight gradient")
       if c.lua.psw then R.assert_close(p.grad, R.from(ref["gp" .. i]), 1e-12, 1e-12, "per_sample_weights gradient") end
     end
+    -- bags too uneven to pad (one of 3000 rows beside 500 of one): each bag's own max, against the same bags padded
+    local many = R.uniform({ 3500 }, 0, 10, 62):floor():long() + 1
+    local offs = {}
+    for b = 1, 500 do offs[b] = b end
+    offs[501] = 501
+    local ref2 = TR.run([[
+w = T['W'].clone().requires_grad_()
+y = torch.nn.functional.embedding_bag(T['many'] - 1, w, T['offs'] - 1, mode='max')
+(y * torch.arange(1., y.numel() + 1).view(y.shape).double()).sum().backward()
+OUT['y'], OUT['gw'] = y, w.grad
+]], { W = W, many = many, offs = ddp.tensor(offs, { dtype = "int64" }) })
+    local w = W:clone():requires_grad_()
+    local y = F.embedding_bag(many, w, ddp.tensor(offs, { dtype = "int64" }), { mode = "max" })
+    ;(y * ddp.arange(1, y:numel() + 1, { dtype = "float64" }):view(y:size())):sum():backward()
+    R.assert_close(y, R.from(ref2.y), 1e-12, 1e-12, "uneven bags: output")
+    R.assert_close(w.grad, R.from(ref2.gw), 1e-12, 1e-12, "uneven bags: weight gradient")
     local bag = nn.EmbeddingBag(10, 3, { mode = "sum", padding_idx = -1 })
     assert.are.equal(10, bag.padding_idx)
     assert.are.same({ 0, 0, 0 }, bag.weight[10]:totable())

@@ -60,9 +60,11 @@ describe("training memory", function()
 
   it("frees short-lived tensors within a few MiB (generational young collections)", function()
     assert.are.equal("generational", collectgarbage("generational"))
-    local peak = churn(200, 0, 1)
+    local peak = churn(200, 0, 10)
     -- young window 4 MiB + the tensor being made; a full-collection-only
-    -- pacer lets 16 MiB or more pile up
+    -- pacer lets 16 MiB or more pile up. (From round 10: the garbage an
+    -- earlier spec left in the young generation is collected by then; from
+    -- round 1 the whole suite once measured 6.0 MiB.)
     assert.is_true(peak <= 6 * MiB, string.format("garbage peaked at %.1f MiB", peak / MiB))
   end)
 

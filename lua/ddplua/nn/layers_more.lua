@@ -302,6 +302,16 @@ end
 
 -- ---- EmbeddingBag --------------------------------------------------------------------------------------------
 
+-- [n, d] zeros with the rows of src [N, d] added at the 1-based positions idx [N] (core.index_add: rows added in one
+-- pass, with its gradient a gather; the tensor method elsewhere)
+local function index_rows(n, d, idx, src, opts)
+  local z = ddp.zeros(n, d, opts)
+  if opts.device == "cpu" and (opts.dtype == "float32" or opts.dtype == "float64") then
+    return ddp.core.index_add(z, 1, idx, src)
+  end
+  return z:index_add(1, idx, src)
+end
+
 -- bags: ids [B, N] (a bag a row, offsets nil) or ids [N] cut at offsets (1-based starts, the first 1; with
 -- include_last_offset one more entry, N + 1); each bag reduced by mode over its rows of weight, padding_idx rows
 -- left out (an empty bag gives zeros), per_sample_weights (ids' shape, mode "sum") scaling each row
@@ -359,35 +369,65 @@ local function embedding_bag(who, ids, weight, offsets, mode, per_sample_weights
   local rows = ddp.embedding(flat, weight) -- [N, D]
   local keep = padding_idx and flat:ne(padding_idx) or nil -- uint8 [N]
   local opts = { dtype = weight:dtype(), device = weight:device() }
-  if mode == "max" then
-    if keep then rows = ddp.where(keep:view(N, 1), rows, ddp.full({ 1, 1 }, -math.huge, opts)) end
-    local out = {}
+  if B == 0 then return ddp.zeros(0, D, opts) end
+  local scale = per_sample_weights and per_sample_weights:reshape(N, 1):to(weight:dtype()) or nil
+  -- L: the longest bag; equal: every bag L rows (a 2-D input, or offsets in steps of L), then [B, L, D] is a view;
+  -- otherwise bag_t: the bag (1-based) of each row and pos its place in a padded [B, L]
+  local L, equal, bag_t, pos
+  if ids:dim() == 2 then
+    L, equal = ids:size(2), true
+  else
+    L, equal = 0, true
     for b = 1, B do
       local n = (starts[b + 1] or N + 1) - starts[b]
-      local m = n > 0 and (rows:narrow(1, starts[b], n):max(1, true)) or ddp.full({ 1, D }, -math.huge, opts)
-      out[b] = ddp.where(m:eq(-math.huge), ddp.zeros(1, 1, opts), m) -- an empty (or all-padding) bag: zeros
+      L, equal = math.max(L, n), equal and (b == 1 or n == L)
     end
-    return B > 0 and ddp.cat(out, 1) or ddp.zeros(0, D, opts)
   end
-  -- each row's bag (1-based): the 2-D input's row, or the count of starts at or before it
-  local iopts = { dtype = "int64", device = ids:device() }
-  local bag_t
-  if ids:dim() == 2 then
-    bag_t = ddp.arange(1, B + 1, iopts):view(B, 1):expand(B, ids:size(2)):reshape(N, 1)
-  else
+  if not equal then
+    local iopts = { dtype = "int64", device = ids:device() }
     local st = ddp.tensor(starts, iopts)
-    bag_t = ddp.zeros(N + 1, iopts):scatter_add(1, st, ddp.ones(B, iopts)):narrow(1, 1, N):cumsum(1):view(N, 1)
+    -- the count of starts at or before each row
+    bag_t = ddp.zeros(N + 1, iopts):scatter_add(1, st, ddp.ones(B, iopts)):narrow(1, 1, N):cumsum(1)
+    pos = (bag_t - 1) * L + ddp.arange(1, N + 1, iopts) - st:index_select(1, bag_t) + 1
   end
-  local scale = per_sample_weights and per_sample_weights:reshape(N, 1):to(weight:dtype()) or nil
+  if mode == "max" then
+    local inf = ddp.full({ 1, 1 }, -math.huge, opts)
+    if keep then rows = ddp.where(keep:view(N, 1), rows, inf) end -- padding rows never win
+    local padded = rows
+    if not equal then
+      if B * L > 4 * N + 4096 then -- bags too uneven to pad: each its own max
+        local out = {}
+        for b = 1, B do
+          local n = (starts[b + 1] or N + 1) - starts[b]
+          out[b] = n > 0 and rows:narrow(1, starts[b], n):max(1, true) or inf:expand(1, D)
+        end
+        local m = ddp.cat(out, 1)
+        return ddp.where(m:eq(-math.huge), ddp.zeros(1, 1, opts), m)
+      end
+      -- the rows at their places in [B, L]; the places no row fills at -inf (index_add: each place once)
+      local filled = ddp.zeros(B * L, opts):index_add(1, pos, ddp.ones(N, opts)):view(B * L, 1):gt(0)
+      padded = ddp.where(filled, index_rows(B * L, D, pos, rows, opts), inf)
+    end
+    local m = L > 0 and (padded:view(B, L, D):max(2)) or inf:expand(B, D)
+    return ddp.where(m:eq(-math.huge), ddp.zeros(1, 1, opts), m) -- an empty (or all-padding) bag: zeros
+  end
   if keep then
     local k = keep:to(weight:dtype()):view(N, 1)
     scale = scale and scale * k or k
   end
   if scale then rows = rows * scale end
-  local sum = ddp.zeros(B, D, opts):scatter_add(1, bag_t:expand(N, D), rows)
+  local sum, count
+  if equal then -- a sum along each bag
+    sum = rows:view(B, L, D):sum(2)
+    count = keep and keep:view(B, L):to(weight:dtype()):sum(2, true) or L
+  else
+    sum = index_rows(B, D, bag_t, rows, opts)
+    if mode == "mean" then
+      count = ddp.zeros(B, opts):index_add(1, bag_t, keep and keep:to(weight:dtype()) or ddp.ones(N, opts)):view(B, 1)
+    end
+  end
   if mode == "sum" then return sum end
-  local count = ddp.zeros(B, 1, opts):scatter_add(1, bag_t, keep and keep:to(weight:dtype()):view(N, 1) or
-    ddp.ones(N, 1, opts))
+  if type(count) == "number" then return sum / math.max(count, 1) end
   return sum / count:clamp_min(1)
 end
 

@@ -419,7 +419,12 @@ int dp_cpu_index_add(dp_tensor *dst, const dp_tensor *idx, const dp_tensor *src,
       return dp_error("index %" PRId64 " at position %" PRId64 " is out of range %" PRId64 "..%" PRId64, ip[i],
                       i + base, base, rows - 1 + base);
     int64_t k = ip[i] - base;
-    if (dst->dtype == DP_F32 && src->dtype == DP_F32) {
+    if (dst->dtype == DP_F32 && src->dtype == DP_F32 && d < 256) { /* short rows (an embedding's gradient): a loop
+                                                                        here, not a kernel call per row */
+      float *o = (float *)dp + k * d;
+      const float *s = (const float *)sp + i * d;
+      for (int64_t j = 0; j < d; j++) o[j] += s[j];
+    } else if (dst->dtype == DP_F32 && src->dtype == DP_F32) {
       float *o = (float *)dp + k * d;
       dp_cpu_vec_get()->binary(DP_B_ADD, o, o, (const float *)sp + i * d, d);
     } else {

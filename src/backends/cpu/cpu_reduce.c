@@ -312,6 +312,7 @@ int dp_cpu_scatter_add_dim(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *
   const char *y = dp_data(gy);
   const int64_t *ix = dp_data(idx);
   size_t es = dp_elsize(gx);
+  bool f32 = gx->dtype == DP_F32 && gy->dtype == DP_F32; /* a typed add (dp_load_d per element: 18% of a step) */
   for (int64_t o = 0; o < outer; o++)
     for (int64_t i = 0; i < inner; i++) {
       int64_t v = ix[o * inner + i];
@@ -320,7 +321,9 @@ int dp_cpu_scatter_add_dim(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *
                         (long long)(k - 1 + base));
       int64_t j = v - base;
       char *dst = g + (size_t)((o * k + j) * inner + i) * es;
-      dp_store_d(dst, gx->dtype, dp_load_d(dst, gx->dtype) + dp_load_d(y + (size_t)(o * inner + i) * es, gy->dtype));
+      if (f32) *(float *)(void *)dst += ((const float *)(const void *)y)[o * inner + i];
+      else
+        dp_store_d(dst, gx->dtype, dp_load_d(dst, gx->dtype) + dp_load_d(y + (size_t)(o * inner + i) * es, gy->dtype));
     }
   return 0;
 }

@@ -1,10 +1,11 @@
 /* CPU kernels for one step of a recurrent layer (the fused gate kernels of
  * nn.RNN / nn.LSTM / nn.GRU: everything between the step's hidden GEMM and
- * the next, in one pass over the rows) and adaptive average pooling. The
+ * the next, in one pass over the rows). The
  * cell formulas are ops/model_math.h's, shared with the CUDA kernels;
  * float64 runs them here in double (the reference the specs hold float32
  * against), float32 runs the vectorised per-ISA cells of cpu_rnn_vec.h,
- * the set matching the float32 kernels in use (cpu_vec.h). */
+ * the set matching the float32 kernels in use (cpu_vec.h). (Adaptive
+ * average pooling, once here, is cpu_adaptive_pool.c.) */
 #include <math.h>
 #include <stdlib.h>
 
@@ -116,95 +117,5 @@ int dp_cpu_rnn_cell_backward(const dp_rnn_cell_args *a) {
   if (check_dtype(a->gxp)) return -1;
   if (a->gxp->dtype == DP_F32) f32_cells()->backward(a);
   else cell_backward_d(a);
-  return 0;
-}
-
-/* ---- adaptive average pooling over [planes, h, w] ---- */
-#define LD(t, i) dp_load_d((const char *)dp_data(t) + (size_t)(i)*dp_elsize(t), (t)->dtype)
-#define ST(t, i, v) dp_store_d((char *)dp_data(t) + (size_t)(i)*dp_elsize(t), (t)->dtype, (v))
-
-/* A plane's values as float32: in place, or bfloat16 widened into buf
- * (exact); NULL for other dtypes (the loops load each value as double). */
-static const float *plane_f32(const dp_tensor *t, int64_t off, int64_t n, float *buf) {
-  if (t->dtype == DP_F32) return (const float *)dp_data(t) + off;
-  if (t->dtype != DP_BF16 || !buf) return NULL;
-  dp_cpu_vec_get()->cast(buf, DP_F32, (const uint16_t *)dp_data(t) + off, DP_BF16, n);
-  return buf;
-}
-
-int dp_cpu_adaptive_avg_pool2d(dp_tensor *y, const dp_tensor *x, int64_t planes, int64_t h, int64_t w, int64_t oh,
-                               int64_t ow) {
-  float *buf = x->dtype == DP_BF16 ? malloc(sizeof(float) * (size_t)(h * w > 0 ? h * w : 1)) : NULL;
-  for (int64_t p = 0; p < planes; p++) {
-    const float *xp = plane_f32(x, p * h * w, h * w, buf);
-    for (int64_t oy = 0; oy < oh; oy++) {
-      int64_t y0 = dp_adaptive_start(oy, h, oh), y1 = dp_adaptive_end(oy, h, oh);
-      for (int64_t ox = 0; ox < ow; ox++) {
-        int64_t x0 = dp_adaptive_start(ox, w, ow), x1 = dp_adaptive_end(ox, w, ow);
-        double s = 0;
-        if (xp) {
-          for (int64_t iy = y0; iy < y1; iy++)
-            for (int64_t ix = x0; ix < x1; ix++) s += xp[iy * w + ix];
-        } else {
-          for (int64_t iy = y0; iy < y1; iy++)
-            for (int64_t ix = x0; ix < x1; ix++) s += LD(x, (p * h + iy) * w + ix);
-        }
-        ST(y, (p * oh + oy) * ow + ox, s / (double)((y1 - y0) * (x1 - x0)));
-      }
-    }
-  }
-  free(buf);
-  return 0;
-}
-
-/* per input element: the outputs whose windows hold it (windows of
- * neighbouring outputs may overlap), summed in double in output order, as
- * the CUDA kernel does. Each output's share gy / area is computed once per
- * plane (q) and each input row's and column's output range and each
- * window's end and size once per call (rng: [lo, hi) for the h rows, the w
- * columns, then the oh and ow ends and sizes), so the loop over the
- * input is a sum of usually one term (the per-element range search and
- * divisions made a global pooling's backward 17x its forward). */
-int dp_cpu_adaptive_avg_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, int64_t planes, int64_t h, int64_t w,
-                                        int64_t oh, int64_t ow) {
-  double *q = malloc(sizeof(double) * (size_t)(oh * ow > 0 ? oh * ow : 1));
-  int64_t *rng = malloc(sizeof(int64_t) * (size_t)(2 * (h + w) + 2 * (oh + ow) + 1));
-  if (!q || !rng) {
-    free(q), free(rng);
-    return dp_error("adaptive_avg_pool2d backward: out of memory for a plane of %lld outputs", (long long)(oh * ow));
-  }
-  /* ey, ex: the windows' ends; ny, nx: their heights and widths */
-  int64_t *ry = rng, *rx = rng + 2 * h, *ey = rx + 2 * w, *ex = ey + oh, *ny = ex + ow, *nx = ny + oh;
-  for (int64_t o = 0; o < oh; o++) ey[o] = dp_adaptive_end(o, h, oh), ny[o] = ey[o] - dp_adaptive_start(o, h, oh);
-  for (int64_t o = 0; o < ow; o++) ex[o] = dp_adaptive_end(o, w, ow), nx[o] = ex[o] - dp_adaptive_start(o, w, ow);
-  for (int64_t i = 0; i < h; i++) {
-    int64_t o = i * oh / h;
-    ry[2 * i] = o;
-    while (o < oh && dp_adaptive_start(o, h, oh) <= i) o++;
-    ry[2 * i + 1] = o;
-  }
-  for (int64_t i = 0; i < w; i++) {
-    int64_t o = i * ow / w;
-    rx[2 * i] = o;
-    while (o < ow && dp_adaptive_start(o, w, ow) <= i) o++;
-    rx[2 * i + 1] = o;
-  }
-  for (int64_t p = 0; p < planes; p++) {
-    for (int64_t oy = 0; oy < oh; oy++)
-      for (int64_t ox = 0; ox < ow; ox++) q[oy * ow + ox] = LD(gy, (p * oh + oy) * ow + ox) / (double)(ny[oy] * nx[ox]);
-    for (int64_t iy = 0; iy < h; iy++)
-      for (int64_t ix = 0; ix < w; ix++) {
-        double s = 0;
-        for (int64_t oy = ry[2 * iy]; oy < ry[2 * iy + 1]; oy++) {
-          if (iy >= ey[oy]) continue;
-          for (int64_t ox = rx[2 * ix]; ox < rx[2 * ix + 1]; ox++)
-            if (ix < ex[ox]) s += q[oy * ow + ox];
-        }
-        int64_t e = (p * h + iy) * w + ix;
-        if (gx->dtype == DP_F32) ((float *)dp_data(gx))[e] = (float)s;
-        else ST(gx, e, s);
-      }
-  }
-  free(q), free(rng);
   return 0;
 }
