@@ -57,6 +57,8 @@ enum { ALL, DEVICE, OPTIONAL };
   X(bn_relu_pool_backward, OPTIONAL)                                                                                   \
   X(layer_norm, ALL)                                                                                                   \
   X(layer_norm_backward, ALL)                                                                                          \
+  X(group_norm, OPTIONAL)                                                                                              \
+  X(group_norm_backward, OPTIONAL)                                                                                     \
   X(dropout, ALL)                                                                                                      \
   X(index_select, ALL)                                                                                                 \
   X(index_add, ALL)                                                                                                    \

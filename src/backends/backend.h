@@ -112,6 +112,18 @@ typedef struct {
   double eps;                   /* forward */
 } dp_ln_args;
 
+/* Group norm of x [n, c, hw] (contiguous) in `groups` groups of c / groups
+ * channels: each group's (c / groups) * hw values normalised by their mean
+ * and biased variance, then y = xhat * w[c] + b[c] (w, b [c] in x's dtype
+ * or NULL); mean and rstd [n * groups] float64. */
+typedef struct {
+  int64_t n, c, hw, groups;
+  const dp_tensor *x, *w, *b;
+  const dp_tensor *mean, *rstd; /* backward: the forward's statistics */
+  const dp_tensor *gy;          /* backward */
+  double eps;                   /* forward */
+} dp_gn_args;
+
 /* Optimizer hyper-parameters (PyTorch's names and semantics). */
 typedef struct {
   double lr, momentum, dampening, weight_decay;
@@ -317,6 +329,11 @@ typedef struct dp_backend {
   int (*layer_norm)(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_ln_args *a);
   /* gw, gb may be NULL (no affine); they are overwritten, not accumulated. */
   int (*layer_norm_backward)(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_ln_args *a);
+  /* Group norm (dp_gn_args; float32 / float64): y and the statistics, and
+   * the backward's gx, gw, gb (gw, gb NULL when not wanted). NULL: the Lua
+   * side composes layer_norm over the groups and the channels' affine map. */
+  int (*group_norm)(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_gn_args *a);
+  int (*group_norm_backward)(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_gn_args *a);
   /* out = x * keep / (1 - p), keep = Philox-uniform(seed, offset + i) >= p.
    * Same call on gy gives the backward (the mask is recomputed). */
   int (*dropout)(dp_tensor *out, const dp_tensor *x, double p, uint64_t seed, uint64_t offset);

@@ -228,6 +228,13 @@ static int l_batch_norm_backward_elemt(lua_State *L) {
 }
 
 /* normalized_shape: an integer or a table; it must equal x's last dims */
+/* core.group_norm(x, groups, weight or nil, bias or nil, eps): the fused kernel (CPU; nn/norm_more.lua checks the
+ * arguments and composes elsewhere) */
+static int l_group_norm(lua_State *L) {
+  return lt_push(
+      L, dp_group_norm(lt_check(L, 1), luaL_checkinteger(L, 2), lt_test(L, 3), lt_test(L, 4), luaL_checknumber(L, 5)));
+}
+
 static int l_layer_norm(lua_State *L) {
   dp_tensor *x = lt_check(L, 1);
   int64_t shape[DP_MAXDIM];
@@ -285,6 +292,7 @@ void lt_open_nn_layers(lua_State *L, int module, int methods) {
                                    {"batch_norm_backward_reduce", l_batch_norm_backward_reduce},
                                    {"batch_norm_backward_elemt", l_batch_norm_backward_elemt},
                                    {"layer_norm", l_layer_norm},
+                                   {"group_norm", l_group_norm},
                                    {"dropout", l_dropout},
                                    {"embedding", l_embedding},
                                    {NULL, NULL}};

@@ -266,6 +266,9 @@ dp_tensor *dp_batch_norm_backward_elemt(dp_tensor *gy, dp_tensor *x, dp_tensor *
                                         dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, double count);
 /* Normalises over the last n_norm_dims dims; w, b (or NULL) have their shape. */
 dp_tensor *dp_layer_norm(dp_tensor *x, int n_norm_dims, dp_tensor *w, dp_tensor *b, double eps);
+/* group_norm of x [N, C, *] in groups of C / groups channels, weight and bias [C] or NULL, with autograd (backends
+ * with group_norm: group_norm.c) */
+dp_tensor *dp_group_norm(dp_tensor *x, int64_t groups, dp_tensor *w, dp_tensor *b, double eps);
 /* p in [0, 1]; the identity when !training or p == 0; zeros when p == 1. */
 dp_tensor *dp_dropout(dp_tensor *x, double p, bool training);
 /* weight [num, dim]; idx int64 any shape, positions + base; the result is

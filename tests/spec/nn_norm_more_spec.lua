@@ -139,6 +139,55 @@ describe("nn.GroupNorm / F.group_norm", function()
     R.assert_close(y:var(3, { correction = 0 }), R.from(v / (v + 1e-5)), 1e-13, 1e-13, "group variance")
   end)
 
+  it("the CPU kernel (core.group_norm) against the composition it replaces, on 1 and 2 threads; hostile calls",
+    function()
+      -- the composition (layer_norm over the groups' rows, then the channels' affine map), in float64
+      local function composed(x, G, w, b, eps)
+        local N, C = x:size(1), x:size(2)
+        local y = ddp.layer_norm(x:reshape(N, G, -1), x:numel() // (N * G), nil, nil, eps):view(x:size())
+        local shape = { C }
+        for d = 3, x:dim() do shape[d - 1] = 1 end
+        return y * w:view(shape) + b:view(shape)
+      end
+      local x, g = R.randn({ 5, 12, 9, 7 }, 61, 3) + 2, R.randn({ 5, 12, 9, 7 }, 62)
+      local w, b = R.uniform({ 12 }, 0.5, 2, 63), R.randn({ 12 }, 64)
+      local want = {}
+      for k, v in pairs({ x = x, w = w, b = b }) do want[k] = v:clone():requires_grad_() end
+      local wy = composed(want.x, 4, want.w, want.b, 1e-5)
+      wy:backward(g)
+      for _, threads in ipairs({ 1, 2 }) do
+        ddp.set_num_threads(threads)
+        for _, dt in ipairs({ "float64", "float32" }) do
+          local got = {}
+          for k, v in pairs({ x = x, w = w, b = b }) do got[k] = v:to(dt):clone():requires_grad_() end
+          local y = F.group_norm(got.x, 4, got.w, got.b, 1e-5)
+          y:backward(g:to(dt))
+          local tol = dt == "float64" and 1e-12 or 2e-5
+          local what = dt .. ", " .. threads .. " thread(s)"
+          R.assert_close(y, R.from(wy), tol, tol, what .. ": output")
+          R.assert_close(got.x.grad, R.from(want.x.grad), tol, tol, what .. ": input gradient")
+          R.assert_close(got.w.grad, R.from(want.w.grad), tol * 10, tol, what .. ": weight gradient")
+          R.assert_close(got.b.grad, R.from(want.b.grad), tol * 10, tol, what .. ": bias gradient")
+        end
+      end
+      ddp.set_num_threads(1)
+      -- no values in the trailing dims: an empty output, zero weight and bias gradients
+      local e, ew, eb = ddp.zeros(2, 4, 0):requires_grad_(), w:narrow(1, 1, 4):clone():requires_grad_(),
+        b:narrow(1, 1, 4):clone():requires_grad_()
+      local ey = F.group_norm(e, 2, ew, eb)
+      assert.are.same({ 2, 4, 0 }, ey:size())
+      ey:sum():backward()
+      assert.are.same({ 0, 0, 0, 0 }, ew.grad:totable())
+      assert.are.same({ 0, 0, 0, 0 }, eb.grad:totable())
+      R.assert_error(function() ddp.core.group_norm(x, 5, nil, nil, 1e-5) end, "group_norm", "divisible by groups")
+      R.assert_error(function() ddp.core.group_norm(x, 0, nil, nil, 1e-5) end, "group_norm", "0 groups")
+      R.assert_error(function() ddp.core.group_norm(x:long(), 4, nil, nil, 1e-5) end, "float32 or float64", "int64")
+      R.assert_error(function() ddp.core.group_norm(x, 4, w:float(), nil, 1e-5) end, "weight must be a float64 tensor")
+      R.assert_error(function() ddp.core.group_norm(x, 4, nil, b:narrow(1, 1, 3), 1e-5) end, "bias", "[12]")
+      R.assert_error(function() ddp.core.group_norm(x, 4, nil, nil, -1) end, "eps must be >= 0")
+      R.assert_error(function() ddp.core.group_norm(ddp.randn(3), 1, nil, nil, 1e-5) end, "[N, C, *]")
+    end)
+
   it("have finite-difference gradients for input (transposed, no trailing dims), weight and bias", function()
     gc.assert_gradcheck(function(x, w, b) return F.group_norm(t34(x), 2, w, b) end,
       { R.randn({ 2, 4, 3, 2 }, 31):requires_grad_(), R.uniform({ 4 }, 0.5, 2, 32):requires_grad_(),

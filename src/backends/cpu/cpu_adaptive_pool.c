@@ -72,7 +72,9 @@ int dp_cpu_adaptive_avg_pool2d(dp_tensor *y, const dp_tensor *x, int64_t planes,
   pool_ctx c = {.out = y, .in = x, .h = h, .w = w, .oh = oh, .ow = ow};
   atomic_init(&c.failed, false);
   dp_cpu_parallel_for(planes, DP_GRAIN_MEMORY / (h * w + 1) + 1, 1, forward_planes, &c);
-  return atomic_load(&c.failed) ? dp_error("adaptive_avg_pool2d: out of memory for a plane of %lld values", (long long)(h * w)) : 0;
+  return atomic_load(&c.failed)
+             ? dp_error("adaptive_avg_pool2d: out of memory for a plane of %lld values", (long long)(h * w))
+             : 0;
 }
 
 /* Exact tiles: each input of a kh x kw window gets its output's gy / area (float32 stores where gx is float32). */
@@ -137,7 +139,8 @@ static void backward_planes(void *vctx, int64_t lo, int64_t hi) {
 int dp_cpu_adaptive_avg_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, int64_t planes, int64_t h, int64_t w,
                                         int64_t oh, int64_t ow) {
   int64_t *rng = malloc(sizeof(int64_t) * (size_t)(2 * (h + w) + 2 * (oh + ow) + 1));
-  if (!rng) return dp_error("adaptive_avg_pool2d backward: out of memory for a plane of %lld outputs", (long long)(oh * ow));
+  if (!rng)
+    return dp_error("adaptive_avg_pool2d backward: out of memory for a plane of %lld outputs", (long long)(oh * ow));
   int64_t *ry = rng, *rx = rng + 2 * h, *ey = rx + 2 * w, *ex = ey + oh, *ny = ex + ow, *nx = ny + oh;
   for (int64_t o = 0; o < oh; o++) ey[o] = dp_adaptive_end(o, h, oh), ny[o] = ey[o] - dp_adaptive_start(o, h, oh);
   for (int64_t o = 0; o < ow; o++) ex[o] = dp_adaptive_end(o, w, ow), nx[o] = ex[o] - dp_adaptive_start(o, w, ow);
@@ -157,7 +160,7 @@ int dp_cpu_adaptive_avg_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, int6
   atomic_init(&c.failed, false);
   dp_cpu_parallel_for(planes, DP_GRAIN_MEMORY / (h * w + 1) + 1, 1, backward_planes, &c);
   free(rng);
-  return atomic_load(&c.failed) ? dp_error("adaptive_avg_pool2d backward: out of memory for a plane of %lld outputs",
-                             (long long)(oh * ow))
-                  : 0;
+  return atomic_load(&c.failed)
+             ? dp_error("adaptive_avg_pool2d backward: out of memory for a plane of %lld outputs", (long long)(oh * ow))
+             : 0;
 }

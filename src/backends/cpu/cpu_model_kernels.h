@@ -16,6 +16,8 @@ int dp_cpu_topk(dp_tensor *values, dp_tensor *indices, const dp_tensor *x, const
                 bool largest);
 int dp_cpu_cumsum(dp_tensor *out, const dp_tensor *x, const dp_reduce_args *a, bool reverse);
 int dp_cpu_cum_extreme(dp_tensor *values, dp_tensor *idx, const dp_tensor *x, const dp_reduce_args *a, bool is_max);
+int dp_cpu_group_norm(dp_tensor *y, dp_tensor *mean, dp_tensor *rstd, const dp_gn_args *a);
+int dp_cpu_group_norm_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_gn_args *a);
 int dp_cpu_histogram(dp_tensor *out, const dp_tensor *x, const dp_tensor *w, const dp_tensor *edges, bool uniform);
 int dp_cpu_cum_scan(dp_tensor *out, const dp_tensor *x, const dp_tensor *g, const dp_reduce_args *a, dp_scan_kind kind);
 int dp_cpu_bincount(dp_tensor *out, const dp_tensor *idx, const dp_tensor *w);
