@@ -8,7 +8,6 @@
 local ddp = require "ddplua"
 local here = (arg and arg[0] or "bench/x.lua"):gsub("[^/]*$", "")
 local cfg = dofile(here .. "int_args.lua")("bench/module_survey.lua", { runs = 9, first = 1, last = 1000 })
-local median_of = dofile(here .. "median_ms.lua")
 ddp.set_num_threads(1)
 ddp.manual_seed(0)
 local nn = ddp.nn
@@ -104,41 +103,16 @@ local cases = {
   { "LogSigmoid [1024,1024]", function() return step(nn.LogSigmoid(), leaf(1024, 1024)) end,
     "m = nn.LogSigmoid(); x = leaf(1024, 1024); f = step(m, x)" },
 }
-do -- the rows asked for
-  local some = {}
-  for i = cfg.first, math.min(cfg.last, #cases) do some[#some + 1] = cases[i] end
-  cases = some
-end
-
-local py = { "import time, torch", "import torch.nn as nn", "torch.set_num_threads(1)", "torch.manual_seed(0)",
-  "def leaf(*s): return torch.randn(*s).requires_grad_()",
-  "def step(m, x):", "    def f(): m(x).sum().backward()", "    return f",
-  "def med(f):", "    for _ in range(3): f()", "    t = []", "    for _ in range(" .. cfg.runs .. "):",
-  "        t0 = time.perf_counter(); f(); t.append((time.perf_counter() - t0) * 1e3)",
-  "    t.sort(); return t[(len(t) - 1) // 2]" }
-for i, c in ipairs(cases) do
-  py[#py + 1] = "def case" .. i .. "():"
-  for line in (c[3] .. "\n"):gmatch("(.-)\n") do py[#py + 1] = "    " .. line end
-  py[#py + 1] = "    return f"
-  py[#py + 1] = string.format("print(%d, med(case%d()), flush=True)", i, i)
-end
-local path = os.tmpname()
-local fh = assert(io.open(path, "w"))
-fh:write(table.concat(py, "\n"), "\n")
-fh:close()
-local pipe = assert(io.popen("/usr/bin/python3 " .. path .. " 2>&1"))
-local out = pipe:read("a")
-pipe:close()
-os.remove(path)
-local theirs = {}
-for i, v in out:gmatch("(%d+) ([%d.e+-]+)") do theirs[tonumber(i)] = tonumber(v) end
-
-print("cpu: " .. ddp.core.cpu_info())
-print(string.format("%-38s %10s %10s %8s", "module, forward + backward (1 thread)", "ddplua ms", "torch ms", "speed"))
-for i, c in ipairs(cases) do
-  local ms = median_of(ddp, cfg.runs, c[2]())
-  local t = theirs[i]
-  print(string.format("%-38s %10.3f %10s %8s", c[1], ms, t and string.format("%.3f", t) or "-",
-    t and string.format("%.2fx", t / ms) or "-"))
-end
-if not next(theirs) then print("PyTorch side failed:\n" .. out) end
+dofile(here .. "survey_table.lua")(ddp, {
+  cfg = cfg, cases = cases, title = "module, forward + backward (1 thread)", width = 38,
+  py_setup = { "import torch.nn as nn", "def leaf(*s): return torch.randn(*s).requires_grad_()",
+    "def step(m, x):", "    def f(): m(x).sum().backward()", "    return f" },
+  py_row = function(i, c)
+    local lines = { "def case" .. i .. "():" }
+    for line in (c[3] .. "\n"):gmatch("(.-)\n") do lines[#lines + 1] = "    " .. line end
+    lines[#lines + 1] = "    return f"
+    lines[#lines + 1] = string.format("print(%d, med(case%d()), flush=True)", i, i)
+    return lines
+  end,
+  fn_of = function(c) return c[2]() end,
+})

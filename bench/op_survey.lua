@@ -9,7 +9,6 @@
 local ddp = require "ddplua"
 local here = (arg and arg[0] or "bench/x.lua"):gsub("[^/]*$", "")
 local cfg = dofile(here .. "int_args.lua")("bench/op_survey.lua", { runs = 15, first = 1, last = 1000 })
-local median_of = dofile(here .. "median_ms.lua")
 ddp.set_num_threads(1)
 ddp.manual_seed(0)
 local F = ddp.nn.F
@@ -89,40 +88,14 @@ local cases = {
   { "index_add dim 1", function() return x:index_add(1, perm, y) end, "x.index_add(0, perm - 1, y)" },
 }
 
-do -- the rows asked for
-  local some = {}
-  for i = cfg.first, math.min(cfg.last, #cases) do some[#some + 1] = cases[i] end
-  cases = some
-end
-
-local py = { "import time, torch", "import torch.nn.functional as F", "torch.set_num_threads(1)",
-  "torch.manual_seed(0)", "x, y, p = torch.randn(1024, 1024), torch.randn(1024, 1024), torch.rand(1024, 1024)",
-  "xg = torch.randn(1024, 1024, requires_grad=True)",
-  "perm, img = torch.randperm(1024) + 1, torch.randn(8, 16, 64, 64)",
-  "zt, wt = torch.randn(64, 128, 8, 8), torch.randn(128, 64, 4, 4)", "gw, gb = torch.randn(16), torch.randn(16)",
-  "ints, bnd = (p * 1000).long(), torch.randn(1024).sort()[0]",
-  "def med(f):",
-  "    for _ in range(3): f()", "    t = []", "    for _ in range(" .. cfg.runs .. "):",
-  "        t0 = time.perf_counter(); f(); t.append((time.perf_counter() - t0) * 1e3)",
-  "    t.sort(); return t[(len(t) - 1) // 2]" }
-for i, c in ipairs(cases) do py[#py + 1] = string.format("print(%d, med(lambda: %s))", i, c[3]) end
-local path = os.tmpname()
-local f = assert(io.open(path, "w"))
-f:write(table.concat(py, "\n"), "\n")
-f:close()
-local pipe = assert(io.popen("/usr/bin/python3 " .. path .. " 2>&1"))
-local out = pipe:read("a")
-pipe:close()
-os.remove(path)
-local theirs = {}
-for i, v in out:gmatch("(%d+) ([%d.e+-]+)") do theirs[tonumber(i)] = tonumber(v) end
-
-print("cpu: " .. ddp.core.cpu_info())
-print(string.format("%-26s %10s %10s %8s", "op (float32, 1 thread)", "ddplua ms", "torch ms", "speed"))
-for i, c in ipairs(cases) do
-  local ms = median_of(ddp, cfg.runs, c[2])
-  local t = theirs[i]
-  print(string.format("%-26s %10.3f %10s %8s", c[1], ms, t and string.format("%.3f", t) or "-",
-    t and string.format("%.2fx", t / ms) or "-"))
-end
-if not next(theirs) then print("PyTorch side failed:\n" .. out) end
+dofile(here .. "survey_table.lua")(ddp, {
+  cfg = cfg, cases = cases, title = "op (float32, 1 thread)", width = 26,
+  py_setup = { "import torch.nn.functional as F",
+    "x, y, p = torch.randn(1024, 1024), torch.randn(1024, 1024), torch.rand(1024, 1024)",
+    "xg = torch.randn(1024, 1024, requires_grad=True)",
+    "perm, img = torch.randperm(1024) + 1, torch.randn(8, 16, 64, 64)",
+    "zt, wt = torch.randn(64, 128, 8, 8), torch.randn(128, 64, 4, 4)", "gw, gb = torch.randn(16), torch.randn(16)",
+    "ints, bnd = (p * 1000).long(), torch.randn(1024).sort()[0]" },
+  py_row = function(i, c) return { string.format("print(%d, med(lambda: %s))", i, c[3]) } end,
+  fn_of = function(c) return c[2] end,
+})

@@ -308,12 +308,7 @@ static dp_tensor *cumsum_raw(dp_tensor *x, int dim, bool reverse) {
   dp_dtype odt = dp_dtype_is_float(x->dtype) ? x->dtype : DP_I64;
   dp_tensor *out = xc ? dp_scope_add(&s, dp_empty(odt, x->ndim, x->shape, dp_dev(x))) : NULL;
   if (!out) return NULL;
-  int64_t outer = 1, inner = 1, n = x->ndim ? x->shape[dim] : 1;
-  for (int d = 0; d < x->ndim; d++) {
-    if (d < dim) outer *= x->shape[d];
-    if (d > dim) inner *= x->shape[d];
-  }
-  dp_reduce_args ra = {DP_R_SUM, outer, n, inner, 0};
+  dp_reduce_args ra = dp_around_dim(x, dim, DP_R_SUM, 0);
   if (dp_backend_of(x)->cumsum(out, xc, &ra, reverse)) return NULL;
   return dp_scope_keep(&s, out);
 }
@@ -344,12 +339,7 @@ dp_tensor *dp_cum_extreme(dp_tensor *x, int dim, bool is_max, int64_t base, dp_t
   dp_tensor *out = xc ? dp_scope_add(&s, dp_empty(DP_I64, x->ndim, x->shape, dp_dev(x))) : NULL;
   dp_tensor *v = out && values ? dp_scope_add(&s, dp_empty(x->dtype, x->ndim, x->shape, dp_dev(x))) : NULL;
   if (!out || (values && !v)) return NULL;
-  int64_t outer = 1, inner = 1, n = x->ndim ? x->shape[dim] : 1;
-  for (int d = 0; d < x->ndim; d++) {
-    if (d < dim) outer *= x->shape[d];
-    if (d > dim) inner *= x->shape[d];
-  }
-  dp_reduce_args ra = {DP_R_MAX, outer, n, inner, base};
+  dp_reduce_args ra = dp_around_dim(x, dim, DP_R_MAX, base);
   if (dp_backend_of(x)->cum_extreme(v, out, xc, &ra, is_max)) return NULL;
   if (values) *values = dp_scope_keep(&s, v);
   return dp_scope_keep(&s, out);

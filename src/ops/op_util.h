@@ -38,6 +38,16 @@ dp_tensor *dp_contiguous_raw(dp_tensor *t); /* contiguous copy without autograd 
 dp_tensor *dp_copy_raw(dp_tensor *t);
 /* 0-based dim check: error naming the dim in the user's 1-based terms. */
 int dp_check_dim(const char *op, const dp_tensor *t, int dim);
+/* x (contiguous) seen as [outer, k, inner] around dim (a 0-dim x: [1, 1, 1]), for the scans, topk and
+ * cum_extreme's backend calls. */
+static inline dp_reduce_args dp_around_dim(const dp_tensor *x, int dim, dp_reduce_op op, int64_t base) {
+  dp_reduce_args ra = {op, 1, x->ndim ? x->shape[dim] : 1, 1, base};
+  for (int d = 0; d < x->ndim; d++) {
+    if (d < dim) ra.outer *= x->shape[d];
+    if (d > dim) ra.inner *= x->shape[d];
+  }
+  return ra;
+}
 /* Output size of a sliding window of k inputs spaced by dilation d, with
  * stride s over n inputs padded by p on both sides (PyTorch's formula,
  * floor or ceil mode; in ceil mode a last window that would start past the

@@ -18,12 +18,7 @@ static dp_tensor *scan_raw(dp_tensor *x, dp_tensor *g, int dim, dp_scan_kind kin
   dp_tensor *gc = gt ? dp_scope_add(&s, dp_contiguous_raw(gt)) : NULL;
   dp_tensor *out = xc && (!g || gc) ? dp_scope_add(&s, dp_empty(x->dtype, x->ndim, x->shape, dp_dev(x))) : NULL;
   if (!out) return NULL;
-  int64_t outer = 1, inner = 1, n = x->ndim ? x->shape[dim] : 1;
-  for (int d = 0; d < x->ndim; d++) {
-    if (d < dim) outer *= x->shape[d];
-    if (d > dim) inner *= x->shape[d];
-  }
-  dp_reduce_args ra = {DP_R_SUM, outer, n, inner, 0};
+  dp_reduce_args ra = dp_around_dim(x, dim, DP_R_SUM, 0);
   if (dp_backend_of(x)->cum_scan(out, xc, gc, &ra, kind)) return NULL;
   return dp_scope_keep(&s, out);
 }

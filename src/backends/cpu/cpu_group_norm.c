@@ -30,6 +30,21 @@ typedef struct {
 
 #define GN_W(T, w, ch) ((w) ? (double)((const T *)dp_data(w))[ch] : 1.0)
 
+/* gx = rstd w_c gy + c2 x + c3 over group q (of sample n, first channel ch0): its c2 and c3 from the channel sums */
+static void group_coefs(const gn_ctx *c, int64_t q, int64_t n, int64_t ch0, double *c2, double *c3) {
+  const dp_gn_args *a = c->a;
+  int64_t cg = a->c / a->groups;
+  double s1 = 0, s2 = 0, m = c->mean[q], r = c->rstd[q], d = (double)(cg * a->hw);
+  for (int64_t k = 0; k < cg; k++) {
+    double w = !a->w                   ? 1.0
+               : a->w->dtype == DP_F32 ? ((const float *)dp_data(a->w))[ch0 + k]
+                                       : ((const double *)dp_data(a->w))[ch0 + k];
+    s1 += c->ds[n * a->c + ch0 + k] * w, s2 += c->db[n * a->c + ch0 + k] * w;
+  }
+  *c2 = (s2 * m - s1) * r * r * r / d;
+  *c3 = -*c2 * m - s2 * r / d;
+}
+
 /* float64: plain loops (the reference), in double throughout */
 #define GN_KERNELS(T, S)                                                                                               \
   static void forward_groups_##S(void *vctx, int64_t lo, int64_t hi) {                                                 \
@@ -84,12 +99,8 @@ typedef struct {
     int64_t cg = a->c / a->groups, d = cg * a->hw;                                                                     \
     for (int64_t q = lo; q < hi; q++) {                                                                                \
       int64_t n = q / a->groups, ch0 = (q % a->groups) * cg;                                                           \
-      double s1 = 0, s2 = 0, m = c->mean[q], r = c->rstd[q];                                                           \
-      for (int64_t k = 0; k < cg; k++) {                                                                               \
-        double w = GN_W(T, a->w, ch0 + k);                                                                             \
-        s1 += c->ds[n * a->c + ch0 + k] * w, s2 += c->db[n * a->c + ch0 + k] * w;                                      \
-      }                                                                                                                \
-      double c2 = (s2 * m - s1) * r * r * r / (double)d, c3 = -c2 * m - s2 * r / (double)d;                            \
+      double r = c->rstd[q], c2, c3;                                                                                   \
+      group_coefs(c, q, n, ch0, &c2, &c3);                                                                             \
       const T *x = (const T *)dp_data(a->x) + q * d, *g = (const T *)dp_data(a->gy) + q * d;                           \
       T *gx = (T *)dp_data(c->gx) + q * d, tc2 = (T)c2, tc3 = (T)c3;                                                   \
       for (int64_t k = 0; k < cg; k++) {                                                                               \
@@ -138,12 +149,8 @@ static void grad_groups_f32(void *vctx, int64_t lo, int64_t hi) {
   int64_t cg = a->c / a->groups, d = cg * a->hw;
   for (int64_t q = lo; q < hi; q++) {
     int64_t n = q / a->groups, ch0 = (q % a->groups) * cg;
-    double s1 = 0, s2 = 0, m = c->mean[q], r = c->rstd[q];
-    for (int64_t k = 0; k < cg; k++) {
-      double w = GN_W(float, a->w, ch0 + k);
-      s1 += c->ds[n * a->c + ch0 + k] * w, s2 += c->db[n * a->c + ch0 + k] * w;
-    }
-    double c2 = (s2 * m - s1) * r * r * r / (double)d, c3 = -c2 * m - s2 * r / (double)d;
+    double r = c->rstd[q], c2, c3;
+    group_coefs(c, q, n, ch0, &c2, &c3);
     for (int64_t k = 0; k < cg; k++) {
       int64_t o = q * d + k * a->hw;
       v->bn_grad((float *)dp_data(c->gx) + o, (const float *)dp_data(a->gy) + o, (const float *)dp_data(a->x) + o,
