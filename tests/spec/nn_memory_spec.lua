@@ -61,11 +61,13 @@ describe("training memory", function()
   it("frees short-lived tensors within a few MiB (generational young collections)", function()
     assert.are.equal("generational", collectgarbage("generational"))
     local peak = churn(200, 0, 10)
-    -- young window 4 MiB + the tensor being made; a full-collection-only
-    -- pacer lets 16 MiB or more pile up. (From round 10: the garbage an
-    -- earlier spec left in the young generation is collected by then; from
-    -- round 1 the whole suite once measured 6.0 MiB.)
-    assert.is_true(peak <= 6 * MiB, string.format("garbage peaked at %.1f MiB", peak / MiB))
+    -- young window 4 MiB + the tensor being made + the one that was being
+    -- made at the last young collection (live then, it survives one more:
+    -- Lua's minor collections age objects), 6 MiB, and the bytes of small
+    -- tensors made meanwhile; a full-collection-only pacer lets 16 MiB or
+    -- more pile up. (The whole suite measured 6.0 MiB, a few bytes over 6,
+    -- twice on 2026-12-07; this file alone measures just under.)
+    assert.is_true(peak <= 7 * MiB, string.format("garbage peaked at %.1f MiB", peak / MiB))
   end)
 
   it("still reclaims tensors that grew old before dying, and in incremental mode", function()
