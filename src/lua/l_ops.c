@@ -43,6 +43,7 @@ static int l_div(lua_State *L) { return binary(L, DP_B_DIV); }
 static int l_pow(lua_State *L) { return binary(L, DP_B_POW); }
 static int l_maximum(lua_State *L) { return binary(L, DP_B_MAX); }
 static int l_minimum(lua_State *L) { return binary(L, DP_B_MIN); }
+static int l_bce_logits(lua_State *L) { return binary(L, DP_B_BCE_LOGITS); } /* core._bce_logits (internal) */
 static int l_eq(lua_State *L) { return binary(L, DP_B_EQ); }
 static int l_ne(lua_State *L) { return binary(L, DP_B_NE); }
 static int l_lt(lua_State *L) { return binary(L, DP_B_LT); }
@@ -341,6 +342,8 @@ void lt_open_tensor_ops(lua_State *L, int module, int methods) {
   /* module-level functional forms: ddp.add(a, b), ddp.cat{...}, ... */
   lua_pushvalue(L, module);
   luaL_setfuncs(L, meths, 0);
+  lua_pushcfunction(L, l_bce_logits); /* internal: core only */
+  lua_setfield(L, -2, "_bce_logits");
   static const luaL_Reg funcs[] = {{"cat", l_cat}, {"stack", l_stack}, {NULL, NULL}};
   luaL_setfuncs(L, funcs, 0);
   lua_pop(L, 1);

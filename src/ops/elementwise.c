@@ -256,6 +256,17 @@ static int binary_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
       gb = t ? dp_mul(gy, t) : NULL;
     }
     break;
+  case DP_B_BCE_LOGITS: /* gy (sigmoid(a) - b), gy * -a */
+    if (na) {
+      dp_tensor *sg = dp_scope_add(&s, dp_unary(DP_U_SIGMOID, a));
+      dp_tensor *d = sg ? dp_scope_add(&s, dp_sub(sg, b)) : NULL;
+      ga = d ? dp_mul(gy, d) : NULL;
+    }
+    if (nb) {
+      dp_tensor *na_ = dp_scope_add(&s, dp_neg(a));
+      gb = na_ ? dp_mul(gy, na_) : NULL;
+    }
+    break;
   default: return dp_error("%s has no gradient", dp_binary_name(op));
   }
   (void)y;

@@ -149,7 +149,9 @@
   X(POW_DBASE, pow_grad_base, NULL,  OUT_FLOAT,   SAVES_NONE, 0) \
   X(POW_DEXP,  pow_grad_exp,  NULL,  OUT_FLOAT,   SAVES_NONE, 0) \
   /* a where b != 0, else 0 (PyTorch's where(b == 0, 0, a): no 0 * inf) */ \
-  X(KEEP_NZ,   keep_where_nonzero, NULL, OUT_FLOAT, SAVES_NONE, 0)
+  X(KEEP_NZ,   keep_where_nonzero, NULL, OUT_FLOAT, SAVES_NONE, 0) \
+  /* binary_cross_entropy_with_logits' elementwise loss of logits a and targets b (core._bce_logits) */ \
+  X(BCE_LOGITS, _bce_logits, "BinaryCrossEntropyWithLogitsBackward", OUT_FLOAT, SAVES_AB, 0)
 
 /* Reductions over the middle axis of [outer, k, inner] (backend.h's reduce):
  * X(ID, name). ARGMAX/ARGMIN write int64 positions. */

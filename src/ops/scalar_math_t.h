@@ -428,6 +428,12 @@ BIN(ge) { return a >= b; }
 BIN(pow_grad_base) { return b == 0 ? (T)0 : b * POW(a, b - 1); }
 BIN(pow_grad_exp) { return (a == 0 && b >= 0) ? (T)0 : POW(a, b) * LOG(a); }
 BIN(keep_where_nonzero) { return b == 0 ? (T)0 : a; }
+/* (1 - b) a + log(1 + exp(-a)), the log as log1p(exp(-|a|)) + max(-a, 0): finite for any a (the gradient,
+ * elementwise.c: sigmoid(a) - b for a, -a for b) */
+BIN(_bce_logits) {
+  T m = a < 0 ? -a : 0;
+  return (1 - b) * a + (LOG1P(EXP(-a - m - m)) + m);
+}
 /* exact in int64, wrapping; div promotes integers to float */
 BIN_INT(add) { return (int64_t)((uint64_t)a + (uint64_t)b); }
 BIN_INT(sub) { return (int64_t)((uint64_t)a - (uint64_t)b); }

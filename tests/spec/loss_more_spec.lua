@@ -246,6 +246,19 @@ describe("binary_cross_entropy_with_logits / nn.BCEWithLogitsLoss", function()
       R.assert_close(l, { shape = { 4 }, v = { math.log(2), 1000, 1000, 3 * math.log(2) } }, 1e-13, 1e-15)
     end)
 
+  it("float32 (the op of the table, core._bce_logits, in vector lanes) within float32's rounding of float64", function()
+    local x = R.randn({ 10007 }, 931, 8)
+    x[1], x[2], x[3] = 100, -100, 0
+    local y = R.uniform({ 10007 }, 0, 1, 932)
+    local want = F.binary_cross_entropy_with_logits(x, y, { reduction = "none" })
+    local xf = x:float():requires_grad_()
+    local got = F.binary_cross_entropy_with_logits(xf, y:float(), { reduction = "none" })
+    R.assert_close(got, R.from(want), 2e-6, 2e-6, "loss")
+    got:sum():backward()
+    R.assert_close(xf.grad, R.from(x:sigmoid() - y), 1e-6, 1e-6, "gradient: sigmoid(x) - y")
+    assert.is_nil(x._bce_logits, "an internal op, not a method")
+  end)
+
   it("has finite-difference gradients for input (transposed), target, weight and pos_weight", function()
     for _, red in ipairs(REDS) do
       gc.assert_gradcheck(function(x, y, w, pw)

@@ -185,12 +185,16 @@ local function bce_logits(who, x, y, w, pw, reduction)
   check_pair(who, x, y, true)
   same_shape(who, x, y)
   w, pw = fit_weight(who, "weight", w, x), fit_weight(who, "pos_weight", pw, x)
-  -- log(1 + exp(-x)) = log1p(exp(-|x|)) + max(-x, 0), with -|x| = -x - 2 max(-x, 0): the gradient is right at 0 too
-  local nx = x:neg()
-  local m = nx:relu()
-  local sp = (nx - m * 2):exp():log1p() + m
-  if pw then sp = ((pw - 1) * y + 1) * sp end
-  local loss = (1 - y) * x + sp
+  local loss
+  if pw then
+    -- log(1 + exp(-x)) = log1p(exp(-|x|)) + max(-x, 0), with -|x| = -x - 2 max(-x, 0): the gradient is right at 0
+    local nx = x:neg()
+    local m = nx:relu()
+    local sp = (nx - m * 2):exp():log1p() + m
+    loss = (1 - y) * x + ((pw - 1) * y + 1) * sp
+  else -- the same formula as one op of the table (six passes composed, 0.7-0.8x PyTorch's speed)
+    loss = core._bce_logits(x, y)
+  end
   if w then loss = loss * w end
   return reduce(loss, reduction, x)
 end
