@@ -1,5 +1,5 @@
 -- The table of bench/op_survey.lua and bench/module_survey.lua: rows first..last of `cases` ({name, ddplua,
--- PyTorch}), PyTorch's side run first in one Python process (its set-up lines, then per row the lines py_row gives,
+-- PyTorch}), PyTorch's side run first in one Python process on one thread (OPENBLAS_NUM_THREADS=1 as well) (its set-up lines, then per row the lines py_row gives,
 -- each printing "i median_ms"), then ddplua's side timed by bench/median_ms.lua (fn_of(case): the function timed),
 -- one line a row with both figures and the speed-up, after the CPU's line.
 --
@@ -26,7 +26,9 @@ return function(ddp, o)
   local f = assert(io.open(path, "w"))
   f:write(table.concat(py, "\n"), "\n")
   f:close()
-  local pipe = assert(io.popen("/usr/bin/python3 " .. path .. " 2>&1"))
+  -- one thread on PyTorch's side too: torch.set_num_threads(1) leaves OpenBLAS's own threads (its GEMMs ran on both
+  -- cores here, 172 against 93 GFLOP/s, until this)
+  local pipe = assert(io.popen("OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /usr/bin/python3 " .. path .. " 2>&1"))
   local out = pipe:read("a")
   pipe:close()
   os.remove(path)
