@@ -372,23 +372,21 @@ local function embedding_bag(who, ids, weight, offsets, mode, per_sample_weights
   if B == 0 then return ddp.zeros(0, D, opts) end
   local scale = per_sample_weights and per_sample_weights:reshape(N, 1):to(weight:dtype()) or nil
   -- L: the longest bag; equal: every bag L rows (a 2-D input, or offsets in steps of L), then [B, L, D] is a view;
-  -- otherwise bag_t: the bag (1-based) of each row and pos its place in a padded [B, L]
-  local L, equal, bag_t, pos
+  -- otherwise bag_t: the bag (1-based) of each row (the count of starts at or before it)
+  local L, equal, lengths, bag_t, st = nil, true, {}, nil, nil
+  local iopts = { dtype = "int64", device = ids:device() }
   if ids:dim() == 2 then
-    L, equal = ids:size(2), true
+    L = ids:size(2)
   else
-    L, equal = 0, true
+    L = 0
     for b = 1, B do
-      local n = (starts[b + 1] or N + 1) - starts[b]
-      L, equal = math.max(L, n), equal and (b == 1 or n == L)
+      lengths[b] = (starts[b + 1] or N + 1) - starts[b]
+      L, equal = math.max(L, lengths[b]), equal and (b == 1 or lengths[b] == L)
     end
   end
   if not equal then
-    local iopts = { dtype = "int64", device = ids:device() }
-    local st = ddp.tensor(starts, iopts)
-    -- the count of starts at or before each row
+    st = ddp.tensor(starts, iopts)
     bag_t = ddp.zeros(N + 1, iopts):scatter_add(1, st, ddp.ones(B, iopts)):narrow(1, 1, N):cumsum(1)
-    pos = (bag_t - 1) * L + ddp.arange(1, N + 1, iopts) - st:index_select(1, bag_t) + 1
   end
   if mode == "max" then
     local inf = ddp.full({ 1, 1 }, -math.huge, opts)
@@ -398,14 +396,14 @@ local function embedding_bag(who, ids, weight, offsets, mode, per_sample_weights
       if B * L > 4 * N + 4096 then -- bags too uneven to pad: each its own max
         local out = {}
         for b = 1, B do
-          local n = (starts[b + 1] or N + 1) - starts[b]
-          out[b] = n > 0 and rows:narrow(1, starts[b], n):max(1, true) or inf:expand(1, D)
+          out[b] = lengths[b] > 0 and rows:narrow(1, starts[b], lengths[b]):max(1, true) or inf:expand(1, D)
         end
         local m = ddp.cat(out, 1)
         return ddp.where(m:eq(-math.huge), ddp.zeros(1, 1, opts), m)
       end
-      -- the rows at their places in [B, L]; the places no row fills at -inf (index_add: each place once)
-      local filled = ddp.zeros(B * L, opts):index_add(1, pos, ddp.ones(N, opts)):view(B * L, 1):gt(0)
+      -- the rows at their places in [B, L] (index_add: each place once); the places past a bag's length at -inf
+      local pos = (bag_t - 1) * L + ddp.arange(1, N + 1, iopts) - st:index_select(1, bag_t) + 1
+      local filled = ddp.arange(0, L, iopts):view(1, L):lt(ddp.tensor(lengths, iopts):view(B, 1)):view(B * L, 1)
       padded = ddp.where(filled, index_rows(B * L, D, pos, rows, opts), inf)
     end
     local m = L > 0 and (padded:view(B, L, D):max(2)) or inf:expand(B, D)
