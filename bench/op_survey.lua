@@ -86,6 +86,16 @@ local cases = {
   { "nonzero", function() return x:gt(0):nonzero() end, "(x > 0).nonzero()" },
   { "masked_select", function() return x:masked_select(x:gt(0)) end, "x.masked_select(x > 0)" },
   { "index_add dim 1", function() return x:index_add(1, perm, y) end, "x.index_add(0, perm - 1, y)" },
+  { "transpose contiguous", function() return x:t():contiguous() end, "x.t().contiguous()" },
+  { "permute to channels-last", function() return img:permute(1, 3, 4, 2):contiguous() end,
+    "img.permute(0, 2, 3, 1).contiguous()" },
+  { "pixel_shuffle 2", function() return F.pixel_shuffle(img, 2) end, "F.pixel_shuffle(img, 2)" },
+  { "pixel_unshuffle 2", function() return F.pixel_unshuffle(img, 2) end, "F.pixel_unshuffle(img, 2)" },
+  { "interpolate nearest x2", function() return F.interpolate(img, { scale_factor = 2 }) end,
+    "F.interpolate(img, scale_factor=2)" },
+  { "pad reflect 2", function() return F.pad(img, { 2, 2, 2, 2 }, "reflect") end,
+    "F.pad(img, (2, 2, 2, 2), 'reflect')" },
+  { "pad constant 2", function() return F.pad(img, { 2, 2, 2, 2 }) end, "F.pad(img, (2, 2, 2, 2))" },
 }
 
 dofile(here .. "survey_table.lua")(ddp, {

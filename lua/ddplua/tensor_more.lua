@@ -105,9 +105,10 @@ end
 
 --- t:cumprod(dim): running products along dim (one pass in C, in double; the gradient exact with zeros);
 --- integers in int64
-function T.cumprod(t, dim)
+function T.cumprod(t, dim, ...)
   check_tensor("cumprod", t)
   if dim == nil then E.raise("cumprod: expected dim (an integer, 1-based), as torch.cumprod") end
+  if select("#", ...) > 0 then E.raise("cumprod: expected only dim, got " .. (select("#", ...) + 2) .. " arguments") end
   local x = prod_dtype(t)
   return core.cumprod(x, norm_dim("cumprod", x, dim))
 end

@@ -153,10 +153,13 @@ function T.cummin(t, dim) return cum_extreme("cummin", t, dim, false) end
 
 --- t:logcumsumexp(dim): log(cumsum(exp(t))) along dim without overflow or underflow (one pass in C of
 --- log-add-exps in double); floats only
-function T.logcumsumexp(t, dim)
+function T.logcumsumexp(t, dim, ...)
   check_tensor("logcumsumexp", t)
   check_float("logcumsumexp", t)
   if dim == nil then E.raise("logcumsumexp: expected dim (an integer, 1-based), as torch.logcumsumexp") end
+  if select("#", ...) > 0 then
+    E.raise("logcumsumexp: expected only dim, got " .. (select("#", ...) + 2) .. " arguments")
+  end
   return core.logcumsumexp(t, norm_dim("logcumsumexp", t, dim))
 end
 

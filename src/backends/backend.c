@@ -103,6 +103,8 @@ enum { ALL, DEVICE, OPTIONAL };
   X(index_select_dim, OPTIONAL)                                                                                        \
   X(index_add_dim, OPTIONAL)                                                                                           \
   X(resample_dim, OPTIONAL)                                                                                            \
+  X(plane_gather, OPTIONAL)                                                                                            \
+  X(plane_gather_backward, OPTIONAL)                                                                                   \
   X(resample_dim_backward, OPTIONAL)
 #define DP_COUNT_ENTRY(field, who) +1
 /* every member is a pointer: a member added to dp_backend but not listed here fails to compile */

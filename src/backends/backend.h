@@ -353,6 +353,16 @@ typedef struct dp_backend {
                           int64_t inner, int64_t base);
   int (*index_add_dim)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, int64_t outer, int64_t n,
                        int64_t inner, int64_t base, bool accumulate);
+  /* The last two dims read through index maps (the paddings' reflect, replicate, circular, constant and crops;
+   * nearest interpolation): x contiguous [outer, h, w] (any dtype), out [outer, oh, ow], ih / iw contiguous int64
+   * [oh] / [ow] of positions + base, base - 1 for `value`: out[o, i, j] = x[o, ih[i] - base, iw[j] - base], value
+   * where either map holds base - 1; a map value outside base - 1 .. base + h - 1 (w) is an error naming it. The
+   * gradient gx [outer, h, w] = 0 + gy[o, i, j] added at those places (float32 / float64). NULL: the Lua side
+   * composes index_select / cat per dim. */
+  int (*plane_gather)(dp_tensor *out, const dp_tensor *x, const dp_tensor *ih, const dp_tensor *iw, double value,
+                      int64_t base);
+  int (*plane_gather_backward)(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *ih, const dp_tensor *iw,
+                               int64_t base);
   /* T weighted taps along a dim (F.interpolate's linear modes): x
    * contiguous [outer, n, inner], out [outer, k, inner], idx int64 and w
    * (x's dtype) contiguous [T, k]: out[o, j, :] = w[0, j] * x[o, idx[0, j]

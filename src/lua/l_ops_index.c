@@ -63,6 +63,13 @@ static int l_resample_dim(lua_State *L) {
   return lt_push(L, dp_resample_dim(x, d, lt_check(L, 3), lt_check(L, 4), 1));
 }
 
+/* core.plane_gather(x, rows, cols [, value = 0]): x's last two dims read through the int64 maps of 1-based
+ * positions, 0 giving value (out[.., i, j] = x[.., rows[i], cols[j]]), with autograd (float32 / float64) */
+static int l_plane_gather(lua_State *L) {
+  dp_tensor *x = lt_check(L, 1), *rows = lt_check(L, 2), *cols = lt_check(L, 3);
+  return lt_push(L, dp_plane_gather(x, rows, cols, luaL_optnumber(L, 4, 0), 1));
+}
+
 /* core.cum_extreme(x, dim, is_max [, with_values]) -> the 1-based positions of cummax (cummin) [, its values] */
 static int l_cum_extreme(lua_State *L) {
   dp_tensor *x = lt_check(L, 1);
@@ -272,6 +279,7 @@ static int l_chunk(lua_State *L) {
 static int l_cumsum(lua_State *L) {
   dp_tensor *x = lt_check(L, 1);
   if (lua_isnoneornil(L, 2)) return luaL_error(L, "cumsum: the dimension is required (t:cumsum(dim))");
+  if (lua_gettop(L) > 2) return luaL_error(L, "cumsum: expected only dim, got %d arguments", lua_gettop(L));
   return lt_push(L, dp_cumsum(x, lt_check_dim(L, 2, x->ndim ? x->ndim : 1, 0)));
 }
 
@@ -498,6 +506,7 @@ void lt_open_model_ops(lua_State *L, int module, int methods) {
   static const luaL_Reg funcs[] = {{"where", l_where},
                                    {"randint", l_randint},
                                    {"resample_dim", l_resample_dim},
+                                   {"plane_gather", l_plane_gather},
                                    {"cum_extreme", l_cum_extreme},
                                    {"cumprod", l_cumprod},
                                    {"histogram", l_histogram},

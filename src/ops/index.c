@@ -11,7 +11,12 @@
  * and add, autograd running through the composition.
  *
  * index_add: t plus src's slices added at positions along dim, through
- * index_add_dim (the Lua side composes scatter_add on other backends). */
+ * index_add_dim (the Lua side composes scatter_add on other backends).
+ *
+ * plane_gather: the last two dims through a row map and a column map at
+ * once (-1: a fill value), the paddings' and nearest interpolation's one
+ * pass each way; backends without it are not called (nn/resample.lua
+ * composes index_select and cat there). */
 #include <string.h>
 
 #include "ops/op_util.h"
@@ -183,6 +188,64 @@ dp_tensor *dp_resample_dim(dp_tensor *x, int dim, dp_tensor *idx, dp_tensor *w, 
     n->i[0] = dim;
     n->i[1] = base;
     dp_node_save(n, ic);
+    dp_node_save(n, wc);
+    dp_node_attach(n, out, 0);
+    dp_node_release(n);
+  }
+  return out;
+}
+
+/* ---- plane_gather ---- */
+static int plane_gather_backward(dp_node *n, dp_tensor **gout, dp_tensor **gin) {
+  dp_tensor *ih = dp_node_saved(n, 0), *iw = dp_node_saved(n, 1);
+  DP_SCOPE(s);
+  dp_tensor *gy = dp_scope_add(&s, dp_contiguous_raw(gout[0]));
+  dp_tensor *gyt = gy && gy->dtype != n->in_dtype[0] ? dp_scope_add(&s, dp_to(gy, n->in_dtype[0], dp_dev(gy))) : gy;
+  dp_tensor *gx = gyt ? dp_scope_add(&s, dp_empty(n->in_dtype[0], n->in_ndim[0], n->in_shape[0], dp_dev(gyt))) : NULL;
+  if (!gx || dp_backend_of(gx)->plane_gather_backward(gx, gyt, ih, iw, n->i[0])) return -1;
+  gin[0] = dp_scope_keep(&s, gx);
+  return 0;
+}
+
+dp_tensor *dp_plane_gather(dp_tensor *x, dp_tensor *ih, dp_tensor *iw, double value, int64_t base) {
+  const char *op = "plane_gather";
+  const dp_backend *be = dp_backend_of(x);
+  if (!be->plane_gather || !be->plane_gather_backward) {
+    dp_error("%s: the %s backend has no plane_gather kernel", op, be->name);
+    return NULL;
+  }
+  if (x->ndim < 2) {
+    dp_error("%s: expected an input of at least 2 dimensions, got shape %s", op, SHAPE(x));
+    return NULL;
+  }
+  dp_tensor *maps[2] = {ih, iw};
+  for (int k = 0; k < 2; k++)
+    if (maps[k]->dtype != DP_I64 || maps[k]->ndim != 1 || dp_check_same_device(op, x, maps[k])) {
+      dp_error("%s: the %s map must be a 1-d int64 tensor, got %s of shape %s", op, k ? "column" : "row",
+               dp_dtype_name(maps[k]->dtype), SHAPE(maps[k]));
+      return NULL;
+    }
+  bool grad = dp_any_requires_grad(1, &x);
+  if (grad && x->dtype != DP_F32 && x->dtype != DP_F64) {
+    dp_error("%s: the gradient is float32 / float64 only, got an input of %s that requires grad", op,
+             dp_dtype_name(x->dtype));
+    return NULL;
+  }
+  DP_SCOPE(s);
+  dp_tensor *xc = dp_scope_add(&s, dp_contiguous_raw(x));
+  dp_tensor *hc = xc ? dp_scope_add(&s, dp_contiguous_raw(ih)) : NULL;
+  dp_tensor *wc = hc ? dp_scope_add(&s, dp_contiguous_raw(iw)) : NULL;
+  if (!wc) return NULL;
+  int64_t sh[DP_MAXDIM];
+  memcpy(sh, x->shape, sizeof sh);
+  sh[x->ndim - 2] = dp_numel(hc), sh[x->ndim - 1] = dp_numel(wc);
+  dp_tensor *out = dp_scope_add(&s, dp_empty(x->dtype, x->ndim, sh, dp_dev(x)));
+  if (!out || be->plane_gather(out, xc, hc, wc, value, base)) return NULL;
+  dp_scope_keep(&s, out);
+  if (grad) {
+    dp_node *n = dp_node_new("PlaneGatherBackward", plane_gather_backward, 1, &x, 1);
+    n->i[0] = base;
+    dp_node_save(n, hc);
     dp_node_save(n, wc);
     dp_node_attach(n, out, 0);
     dp_node_release(n);

@@ -133,6 +133,9 @@ dp_tensor *dp_index_select(dp_tensor *x, int dim, dp_tensor *idx, int64_t base);
 /* T weighted taps along dim: out[.., j, ..] = sum_t w[t, j] * x[.., idx[t, j] - base, ..] (idx int64 [T, k], w
  * x's dtype [T, k]; ops/index.c) */
 dp_tensor *dp_resample_dim(dp_tensor *x, int dim, dp_tensor *idx, dp_tensor *w, int64_t base);
+/* The last two dims of x through the maps ih [oh], iw [ow] (int64 positions + base, base - 1: value): out [.., oh,
+ * ow] (backend.h's plane_gather; ops/index.c) */
+dp_tensor *dp_plane_gather(dp_tensor *x, dp_tensor *ih, dp_tensor *iw, double value, int64_t base);
 
 /* ---- reductions (ops/reduce.c) ---- */
 /* dims: list of 0-based dims (n = 0 means all). */

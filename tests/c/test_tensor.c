@@ -133,7 +133,7 @@ typedef struct {
   int64_t total;
 } iter_log;
 
-static void add_rows(char **p, const int64_t *s, int64_t n, void *ctx) {
+static void add_rows(char *const *p, const int64_t *s, int64_t n, void *ctx) {
   iter_log *log = ctx;
   log->calls++;
   log->total += n;

@@ -373,6 +373,38 @@ for _, op in ipairs({ "max_pool2d", "avg_pool2d" }) do
       return { k = k, stride = st, padding = pad, ceil = g:chance(0.5) }
     end })
 end
+-- F.pad in every mode (the last one or two dims: one core.plane_gather on the CPU) and nearest interpolation of
+-- [N, C, H, W] (the same kernel), on strided and expanded layouts
+add({ name = "pad", lua = "ddp.nn.F.pad(x, A.pad, A.mode, A.value)",
+  torch = "F.pad(x, A['pad'], A['mode'], A['value'])",
+  gen = function(g)
+    local mode = g:pick({ "constant", "reflect", "replicate", "circular" })
+    local rank = g:pick({ 3, 4, 4 })
+    local xs = { g:int(1, 2), g:int(1, 3), g:int(1, 6), g:int(1, 7) }
+    if rank == 3 then table.remove(xs, 3) end
+    local pairs_n = g:int(1, 2) -- reflect and replicate pad 1 dim of a 3-D input, 2 of a 3-D or 4-D one (PyTorch 1.13)
+    if mode == "circular" then pairs_n = rank - 2 elseif mode ~= "constant" and rank == 4 then pairs_n = 2 end
+    local pad = {}
+    for k = 1, pairs_n do
+      local n = xs[rank - k + 1]
+      local l, r
+      if mode == "reflect" then l, r = g:int(0, n - 1), g:int(0, n - 1)
+      elseif mode == "replicate" then l, r = g:int(0, 3), g:int(0, 3)
+      elseif mode == "circular" then l, r = g:int(0, n), g:int(0, n)
+      else
+        l, r = g:int(-1, 3), g:int(-1, 3)
+        if n + l + r < 0 then r = 0 end
+      end
+      pad[#pad + 1], pad[#pad + 2] = l, r
+    end
+    g:tensor("x", xs, g:pick(FLOATS))
+    return { pad = pad, mode = mode, value = mode == "constant" and g:pick({ 0.0, 1.5, -2.0 }) or 0.0 }
+  end })
+add({ name = "interpolate_nearest", lua = "ddp.nn.F.interpolate(x, A.size)", torch = "F.interpolate(x, A['size'])",
+  gen = function(g)
+    g:tensor("x", { g:int(1, 2), g:int(1, 3), g:int(1, 6), g:int(1, 6) }, g:pick(FLOATS))
+    return { size = { g:int(1, 13), g:int(1, 13) } }
+  end })
 add({ name = "batch_norm", lua = "bn(x, rm, rv, w, b, A)", torch = "bn(x, rm, rv, w, b, A)", conditioning = true,
   gen = function(g)
   local s = g:shape({ min_rank = 2, max_rank = 4, no_zero = true })

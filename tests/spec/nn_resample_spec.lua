@@ -474,6 +474,13 @@ describe("F.pad and the padding modules", function()
       "got 2 pad values for the input [2, 3, 5, 7]")
     R.assert_error(function() F.pad(x, { -4, -4 }) end,
       "input size 7 plus the padding -4 and -4 gives a negative output size in dimension 4")
+    R.assert_error(function() F.pad(x, { -4, -3, 1, 0 }) end, -- PyTorch 1.13: an empty result only from crops alone
+      "input size 7 plus the padding -4 and -3 gives an empty output size in dimension 4",
+      "only where no pad is positive")
+    assert.same({ 2, 0, 5 }, F.pad(ddp.zeros(2, 0, 3), { 1, 1 }):size())
+    R.assert_error(function() F.pad(ddp.zeros(2, 0, 3), { 1, 1, 0, 0 }) end, "input size 0 plus the padding 0 and 0",
+      "empty output size in dimension 2")
+    assert.same({ 2, 3, 5, 0 }, F.pad(x, { -4, -3 }):size())
     R.assert_error(function() F.pad(ddp.randn(1, 1, 5), { -3, -3 }, "reflect") end,
       "the output size would be -1")
     R.assert_error(function() F.pad(ddp.randn(1, 1, 5), { -3, -2 }, "replicate") end,

@@ -227,4 +227,8 @@ it("empty and 0-dim tensors, and the errors", function()
     "floating-point tensor or int64", "uint8")
   R.assert_error(function() ddp.zeros({ 3, 4 }):cumprod(3) end, "cumprod", "dim 3")
   R.assert_error(function() ddp.zeros({ 3, 4 }):logcumsumexp(-3) end, "logcumsumexp", "dim -3")
+  -- a second argument (torch's dtype= has no place here) is an error, not silently dropped
+  R.assert_error(function() ddp.zeros({ 3, 4 }):cumprod(1, "float64") end, "cumprod", "only dim", "3 arguments")
+  R.assert_error(function() ddp.zeros({ 3, 4 }):logcumsumexp(1, 2) end, "logcumsumexp", "only dim")
+  R.assert_error(function() ddp.zeros({ 3, 4 }):cumsum(1, true) end, "cumsum", "only dim", "3 arguments")
 end)

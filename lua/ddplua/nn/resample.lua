@@ -8,14 +8,17 @@
 --     the two neighbours of scale * (dst + 0.5) - 0.5 (clamped at 0; scale * dst with align_corners), with scale =
 --     1 / scale_factor when a scale factor is given (and recompute_scale_factor is not true), else in / out, computed
 --     in float32 for float32 inputs as PyTorch's kernels do. Bilinear is two separable 1-d passes (W, then H), each
---     one core.resample_dim (src/ops/index.c: the two neighbours times their weights, in one kernel).
+--     one core.resample_dim (src/ops/index.c: the two neighbours times their weights, in one kernel); nearest of
+--     [N, C, H, W] on the CPU in float32 / float64 is one core.plane_gather (both dims in one pass each way).
 --   nn.Upsample(size, scale_factor, mode, align_corners, recompute_scale_factor), nn.UpsamplingNearest2d(size,
 --     scale_factor), nn.UpsamplingBilinear2d(size, scale_factor) (align_corners=true, as PyTorch's).
 --   F.pixel_shuffle(x, r), F.pixel_unshuffle(x, r), nn.PixelShuffle(r), nn.PixelUnshuffle(r): reshape and permute.
 --   F.pad(x, pad, mode, value): pad = {left, right [, top, bottom [, front, back]]} (the last dim first, as
---     PyTorch's); "constant" (any rank; negative pads crop) through narrow and cat, "reflect" and "replicate" (the
---     last dim of a 2-D/3-D input, or the last two of a 3-D/4-D one, as PyTorch 1.13) through index_select;
---     "circular" (the spatial dims of a batched [N, C, ...] input, as PyTorch 1.13; negative pads crop first).
+--     PyTorch's); "constant" (any rank; negative pads crop), "reflect" and "replicate" (the last dim of a 2-D/3-D
+--     input, or the last two of a 3-D/4-D one, as PyTorch 1.13), "circular" (the spatial dims of a batched [N, C,
+--     ...] input, as PyTorch 1.13; negative pads crop first). Each padded dim becomes a map of source positions;
+--     the last two dims go through one core.plane_gather on the CPU in float32 / float64 (one pass each way), other
+--     cases through narrow and cat (constant) or index_select (the rest) per dim.
 --     nn.ZeroPad2d, nn.ConstantPad1d/2d(padding, value), nn.ReflectionPad1d/2d, nn.ReplicationPad1d/2d.
 --
 -- Differences from PyTorch: nearest interpolation, reflect and replicate padding also take integer tensors
@@ -233,6 +236,12 @@ local function interpolate(who, x, size, scale_factor, mode, align_corners, reco
   local y = x
   -- the last dim first: PyTorch's kernels sum the last dim's taps innermost, and the gather along it runs on the
   -- smaller tensor when upsampling
+  if mode == "nearest" and ns == 2 and x:device() == "cpu" and (x:dtype() == "float32" or x:dtype() == "float64") then
+    -- both dims in one pass each way (core.plane_gather), as the paddings
+    local ih = nearest_indices(x:size(3), out_size[1], scales[1], rnd)
+    local iw = nearest_indices(x:size(4), out_size[2], scales[2], rnd)
+    return ddp.core.plane_gather(x, ddp.tensor(ih, { dtype = "int64" }), ddp.tensor(iw, { dtype = "int64" }))
+  end
   for i = ns, 1, -1 do
     local d, n_in, n_out = i + 2, x:size(i + 2), out_size[i]
     if mode == "nearest" then
@@ -403,30 +412,12 @@ M.modules.PixelUnshuffle = PixelUnshuffle
 
 local PAD_MODES = { constant = true, reflect = true, replicate = true, circular = true }
 
--- constant padding of dim d by (l, r); negative amounts crop
-local function constant_pad_dim(who, x, d, l, r, value)
-  local n = x:size(d)
-  local keep = n - math.max(0, -l) - math.max(0, -r)
-  if n + l + r < 0 or keep < 0 then
-    E.raise(string.format("%s: the input size %d plus the padding %d and %d gives a negative output size in " ..
-      "dimension %d of the input %s", who, n, l, r, d, shape_str(x)))
-  end
-  if l < 0 or r < 0 then x = x:narrow(d, math.max(0, -l) + 1, keep) end
-  if l <= 0 and r <= 0 then return x end
-  local parts = {}
-  local function block(k)
-    local s = x:size()
-    s[d] = k
-    parts[#parts + 1] = ddp.full(s, value, { dtype = x:dtype(), device = x:device() })
-  end
-  if l > 0 then block(l) end
-  parts[#parts + 1] = x
-  if r > 0 then block(r) end
-  return ddp.cat(parts, d)
-end
+-- Each padding mode as a map of dim d: the list of 1-based positions of x along d for the output's positions, 0
+-- where the fill value goes (constant); nil when the dim is unchanged. The maps drive one index_select per dim, or
+-- core.plane_gather for the last two dims at once (src/backends/cpu/cpu_plane_gather.c: one pass each way).
 
--- reflect / replicate padding of dim d by (l, r) through one index_select
-local function index_pad_dim(who, x, d, l, r, mode)
+-- reflect / replicate padding of dim d by (l, r)
+local function index_pad_map(who, x, d, l, r, mode)
   local n = x:size(d)
   local out = n + l + r
   if mode == "reflect" and (l >= n or r >= n) then
@@ -437,7 +428,7 @@ local function index_pad_dim(who, x, d, l, r, mode)
     E.raise(string.format("%s: the input size %d in dimension %d of the input %s is too small for the padding " ..
       "(%d, %d): the output size would be %d", who, n, d, shape_str(x), l, r, out))
   end
-  if l == 0 and r == 0 then return x end
+  if l == 0 and r == 0 then return nil end
   local idx = {}
   for j = 0, out - 1 do
     local p = j - l
@@ -448,31 +439,101 @@ local function index_pad_dim(who, x, d, l, r, mode)
     end
     idx[j + 1] = p + 1
   end
-  return x:index_select(d, idx)
+  return idx
 end
 
 -- circular padding of dim d by (l, r): negative amounts crop first, then each side wraps around the rest once at
 -- most (PyTorch 1.13's order: [0 1 2 3 4] by (-1, 2) is [1 2 3 4 1 2])
-local function circular_pad_dim(who, x, d, l, r)
+local function circular_map(who, x, d, l, r)
+  local n, start = x:size(d), 0
   if l < 0 or r < 0 then
-    local n = x:size(d)
     local keep = n - math.max(0, -l) - math.max(0, -r)
     if keep < 1 then
       E.raise(string.format("%s: the padding (%d, %d) crops all of dimension %d of the input %s", who, l, r, d,
         shape_str(x)))
     end
-    x = x:narrow(d, math.max(0, -l) + 1, keep)
+    start, n = math.max(0, -l), keep
     l, r = math.max(l, 0), math.max(r, 0)
   end
-  local n = x:size(d)
   if l > n or r > n then
     E.raise(string.format("%s: circular padding (%d, %d) wraps around more than once: at most the size %d of " ..
       "dimension %d of the input %s", who, l, r, n, d, shape_str(x)))
   end
-  if l == 0 and r == 0 then return x end
+  if l == 0 and r == 0 and start == 0 and n == x:size(d) then return nil end
   local idx = {}
-  for j = 0, n + l + r - 1 do idx[j + 1] = (j - l) % n + 1 end
-  return x:index_select(d, idx)
+  for j = 0, n + l + r - 1 do idx[j + 1] = start + (j - l) % n + 1 end
+  return idx
+end
+
+-- constant padding of dim d by (l, r); negative amounts crop. grows: some pad of the call is positive, where
+-- PyTorch 1.13 refuses any padded dim whose result is empty (a crop alone may empty one)
+local function constant_map(who, x, d, l, r, grows)
+  local n = x:size(d)
+  local keep = n - math.max(0, -l) - math.max(0, -r)
+  if n + l + r < 0 or keep < 0 or (grows and n + l + r == 0) then
+    E.raise(string.format("%s: the input size %d plus the padding %d and %d gives a%s output size in " ..
+      "dimension %d of the input %s", who, n, l, r, n + l + r < 0 and " negative" or "n empty", d, shape_str(x)) ..
+      (n + l + r == 0 and " (an empty result only where no pad is positive, as PyTorch 1.13)" or ""))
+  end
+  if l == 0 and r == 0 then return nil end
+  local idx = {}
+  for j = 0, n + l + r - 1 do
+    local p = j - l
+    idx[j + 1] = (p >= 0 and p < n) and p + 1 or 0
+  end
+  return idx
+end
+
+-- a map applied along dim d without plane_gather: index_select, or for a constant map the kept range and the
+-- fill blocks around it joined by cat
+local function apply_map(x, d, idx, value)
+  local first, last = nil, nil
+  for j, p in ipairs(idx) do
+    if p ~= 0 then
+      first = first or j
+      last = j
+    end
+  end
+  if value == nil or (first and idx[1] ~= 0 and idx[#idx] ~= 0) then return x:index_select(d, idx) end
+  local parts = {}
+  local function block(k)
+    local s = x:size()
+    s[d] = k
+    parts[#parts + 1] = ddp.full(s, value, { dtype = x:dtype(), device = x:device() })
+  end
+  if not first then
+    block(#idx)
+    return #idx > 0 and ddp.cat(parts, d) or x:narrow(d, 1, 0)
+  end
+  if first > 1 then block(first - 1) end
+  parts[#parts + 1] = x:narrow(d, idx[first], last - first + 1)
+  if last < #idx then block(#idx - last) end
+  return ddp.cat(parts, d)
+end
+
+local plane_gather = ddp.core.plane_gather
+local function positions(list, n)
+  if not list then
+    list = {}
+    for j = 1, n do list[j] = j end
+  end
+  return ddp.tensor(list, { dtype = "int64" })
+end
+
+-- x with the maps of its last dims applied (maps[k] for dim nd - k + 1; value: the constant fill, nil for the
+-- index modes): one core.plane_gather for the last two on the CPU in float32 / float64, else one op per dim
+local function apply_maps(x, maps, k_dims, value)
+  local nd, dt = x:dim(), x:dtype()
+  if k_dims <= 2 and nd >= 2 and x:device() == "cpu" and (dt == "float32" or dt == "float64") then
+    if not maps[1] and not maps[2] then return x:clone() end
+    return plane_gather(x, positions(maps[2], x:size(nd - 1)), positions(maps[1], x:size(nd)), value or 0)
+  end
+  local y = x
+  for k = 1, k_dims do
+    if maps[k] then y = apply_map(y, nd - k + 1, maps[k], value) end
+  end
+  if y == x then y = x:clone() end -- PyTorch returns a new tensor even when nothing changes
+  return y
 end
 
 local function pad(who, x, p, mode, value)
@@ -502,32 +563,32 @@ local function pad(who, x, p, mode, value)
   if value ~= nil and type(value) ~= "number" then
     E.raise(string.format("%s: value must be a number, got %s", who, tostring(value)))
   end
-  local y = x
+  local maps, k_dims = {}, np // 2
   if mode == "constant" then
-    for k = 1, np // 2 do y = constant_pad_dim(who, y, nd - k + 1, p[2 * k - 1], p[2 * k], value or 0) end
-  else
-    if value ~= nil and value ~= 0 then
-      E.raise(string.format("%s: padding mode '%s' does not take a value", who, mode))
-    end
-    if mode == "circular" then
-      if np ~= 2 * (nd - 2) or np == 0 then
-        E.raise(string.format("%s: mode 'circular' pads the spatial dimensions of a batched input: 2 pad values for " ..
-          "[N, C, L], 4 for [N, C, H, W], 6 for [N, C, D, H, W]; got %d pad values for the input %s", who, np,
-          shape_str(x)))
-      end
-      for k = 1, np // 2 do y = circular_pad_dim(who, y, nd - k + 1, p[2 * k - 1], p[2 * k]) end
-      if y == x then y = x:clone() end
-      return y
-    end
-    if not ((np == 2 and (nd == 2 or nd == 3)) or (np == 4 and (nd == 3 or nd == 4))) then
-      E.raise(string.format("%s: mode '%s' pads the last dimension of a 2-D or 3-D input (2 pad values) or the " ..
-        "last two of a 3-D or 4-D input (4 pad values); got %d pad values for the input %s", who, mode, np,
+    local grows = false
+    for i = 1, np do grows = grows or p[i] > 0 end
+    for k = 1, k_dims do maps[k] = constant_map(who, x, nd - k + 1, p[2 * k - 1], p[2 * k], grows) end
+    return apply_maps(x, maps, k_dims, value or 0)
+  end
+  if value ~= nil and value ~= 0 then
+    E.raise(string.format("%s: padding mode '%s' does not take a value", who, mode))
+  end
+  if mode == "circular" then
+    if np ~= 2 * (nd - 2) or np == 0 then
+      E.raise(string.format("%s: mode 'circular' pads the spatial dimensions of a batched input: 2 pad values for " ..
+        "[N, C, L], 4 for [N, C, H, W], 6 for [N, C, D, H, W]; got %d pad values for the input %s", who, np,
         shape_str(x)))
     end
-    for k = 1, np // 2 do y = index_pad_dim(who, y, nd - k + 1, p[2 * k - 1], p[2 * k], mode) end
+    for k = 1, k_dims do maps[k] = circular_map(who, x, nd - k + 1, p[2 * k - 1], p[2 * k]) end
+    return apply_maps(x, maps, k_dims)
   end
-  if y == x then y = x:clone() end
-  return y
+  if not ((np == 2 and (nd == 2 or nd == 3)) or (np == 4 and (nd == 3 or nd == 4))) then
+    E.raise(string.format("%s: mode '%s' pads the last dimension of a 2-D or 3-D input (2 pad values) or the " ..
+      "last two of a 3-D or 4-D input (4 pad values); got %d pad values for the input %s", who, mode, np,
+      shape_str(x)))
+  end
+  for k = 1, k_dims do maps[k] = index_pad_map(who, x, nd - k + 1, p[2 * k - 1], p[2 * k], mode) end
+  return apply_maps(x, maps, k_dims)
 end
 
 --- F.pad(x, pad, mode = "constant", value = 0), or F.pad(x, pad, {mode =, value =}).

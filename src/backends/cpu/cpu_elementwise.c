@@ -17,7 +17,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "backends/cpu/cpu_attn_gemm.h"
 #include "backends/cpu/cpu_iter.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_parallel.h"
@@ -119,7 +118,7 @@ static void copy_bytes(char *d, const char *s, size_t n) {
     for (int64_t i = 0; i < n; i++) d_[i] = s_[-i];                                                                    \
   }
 
-static void copy_row(char **p, const int64_t *s, int64_t n, void *vctx) {
+static void copy_row(char *const *p, const int64_t *s, int64_t n, void *vctx) {
   cast_ctx *c = vctx;
   size_t es = dp_dtype_size(c->to);
   if (c->to == c->from) {
@@ -157,83 +156,15 @@ static void copy_row(char **p, const int64_t *s, int64_t n, void *vctx) {
 #undef COPY_WITH
 #undef COPY_REVERSED
 
-/* dst [r, c] contiguous = src with unit stride along its rows' dim (a
- * transposed view), in tiles of 16 x 16: each tile reads 16 source lines
- * whole into a local block and writes 16 destination lines whole from it,
- * so every cache line is touched once per tile. (A direct loop over the
- * tile touches one element per line per step: with a power-of-two row
- * pitch those lines share a cache set and evict each other, 2048 x 2048
- * ran at a tenth of memcpy's speed.) With AVX-512, 32-bit elements go
- * through the attention code's 16 x 16 register transpose instead (bit
- * exact: loads, shuffles and stores only): 2048 x 2048 float32 took
- * 5.2-6.6 ms against the local block's 10.3-10.6 on an AMD EPYC core
- * (bench/nn_ops.lua: 2.7-4.5 ms, PyTorch 1.13 7.3-7.9 in the same run).
- * There a strip is STRIP = 64 destination rows: each 16-row band of the
- * source is read 256 bytes a row instead of 64, so the source's pages are
- * walked a quarter as often (a 2048-pitch column walk touches a page per
- * row, and on a VM every TLB miss is a nested page walk): on a Zen 5 core
- * 2.39-3.36 ms -> 1.71-2.15 with 16-row strips before and after,
- * alternated three times; strips of 32 / 128 / 256 rows measured 2.6-4.9
- * / 2.3-2.6 / 2.7-2.8. */
-#define TRANSPOSE_TILE(T)                                                                                              \
-  static void transpose_tile_##T(T *o, const T *x, int64_t Cc, int64_t scs, int64_t ni, int64_t nj) {                  \
-    T blk[16][16];                                                                                                     \
-    for (int64_t j = 0; j < nj; j++)                                                                                   \
-      for (int64_t i = 0; i < ni; i++) blk[j][i] = x[i + j * scs];                                                     \
-    for (int64_t i = 0; i < ni; i++)                                                                                   \
-      for (int64_t j = 0; j < nj; j++) o[i * Cc + j] = blk[j][i];                                                      \
-  }
-TRANSPOSE_TILE(uint32_t)
-TRANSPOSE_TILE(uint64_t)
-TRANSPOSE_TILE(uint16_t)
-
-static void transpose_tiles(void *vctx, int64_t lo, int64_t hi) {
-  const dp_tensor *const *t = vctx;
-  const dp_tensor *dst = t[0], *src = t[1];
-  int64_t R = dst->shape[0], Cc = dst->shape[1], scs = src->stride[1];
-  size_t es = dp_elsize(dst);
-  char *o = dp_data(dst);
-  const char *x = dp_data(src);
-  enum { TB = 16, STRIP = 64 };
-  if (es == 4 && dp_cpu_vec_get()->width == 16) { /* the AVX-512 table: a register transpose per 16 x 16 tile */
-    int64_t end = hi * TB < R ? hi * TB : R;
-    for (int64_t i0 = lo * TB; i0 < end; i0 += STRIP)
-      dp_attn_transpose_avx512((const float *)x + i0, scs, Cc, i0 + STRIP < end ? STRIP : end - i0,
-                               (float *)o + i0 * Cc, Cc);
-    return;
-  }
-  for (int64_t i0 = lo * TB; i0 < hi * TB && i0 < R; i0 += TB)
-    for (int64_t j0 = 0; j0 < Cc; j0 += TB) {
-      int64_t ni = i0 + TB < R ? TB : R - i0, nj = j0 + TB < Cc ? TB : Cc - j0;
-      size_t at_o = (size_t)(i0 * Cc + j0) * es, at_x = (size_t)(i0 + j0 * scs) * es;
-      if (es == 4) transpose_tile_uint32_t((uint32_t *)(o + at_o), (const uint32_t *)(x + at_x), Cc, scs, ni, nj);
-      else if (es == 8) transpose_tile_uint64_t((uint64_t *)(o + at_o), (const uint64_t *)(x + at_x), Cc, scs, ni, nj);
-      else if (es == 2) transpose_tile_uint16_t((uint16_t *)(o + at_o), (const uint16_t *)(x + at_x), Cc, scs, ni, nj);
-      else
-        for (int64_t i = 0; i < ni; i++)
-          for (int64_t j = 0; j < nj; j++)
-            memcpy(o + at_o + (size_t)(i * Cc + j) * es, x + at_x + (size_t)(i + j * scs) * es, es);
-    }
-}
-
-static bool transpose_2d(dp_tensor *dst, const dp_tensor *src) {
-  if (src->stride[0] != 1 || src->stride[1] == 1 || dst->shape[0] < 16 || dst->shape[1] < 16) return false;
-  const dp_tensor *t[2] = {dst, src};
-  int64_t blocks = (dst->shape[0] + 15) / 16;
-  dp_cpu_parallel_for(blocks, (DP_GRAIN_MEMORY / 16 + dst->shape[1] - 1) / dst->shape[1] + 1, 1, transpose_tiles,
-                      (void *)t);
-  return true;
-}
-
 int dp_cpu_copy(dp_tensor *dst, const dp_tensor *src) {
   cast_ctx c = {dst->dtype, src->dtype};
   const dp_tensor *ops[2] = {dst, src};
-  if (dst->ndim == 2 && dst->dtype == src->dtype && dp_is_contiguous(dst) && transpose_2d(dst, src)) return 0;
+  if (dp_cpu_copy_permuted(dst, src)) return 0; /* a transposed or permuted view: cpu_copy_permute.c */
   dp_cpu_foreach_par(2, ops, copy_row, &c, DP_GRAIN_MEMORY);
   return 0;
 }
 
-static void fill_row(char **p, const int64_t *s, int64_t n, void *vctx) {
+static void fill_row(char *const *p, const int64_t *s, int64_t n, void *vctx) {
   const dp_tensor *t = ((const dp_tensor **)vctx)[0];
   double v = *((const double **)vctx)[1];
   size_t es = dp_elsize(t);
@@ -330,7 +261,7 @@ typedef struct {
 
 void dp_cpu_unary_f32_(const dp_unary_args *a, float *o, int64_t n) { dp_cpu_vec_get()->unary(a, o, o, n); }
 
-static void unary_row(char **p, const int64_t *s, int64_t n, void *vctx) {
+static void unary_row(char *const *p, const int64_t *s, int64_t n, void *vctx) {
   unary_ctx *c = vctx;
   if (c->to == DP_F32 && c->from == DP_F32 && s[0] == 4 && s[1] == 4) {
     dp_cpu_vec_get()->unary(c->a, (float *)p[0], (const float *)p[1], n);
@@ -371,7 +302,7 @@ typedef struct {
   bool has_x, has_y;
 } ugrad_ctx;
 
-static void ugrad_row(char **p, const int64_t *s, int64_t n, void *vctx) {
+static void ugrad_row(char *const *p, const int64_t *s, int64_t n, void *vctx) {
   ugrad_ctx *c = vctx;
   /* operands: gx, gy, [x], [y] (in that order, absent ones skipped) */
   int kx = c->has_x ? 2 : -1, ky = c->has_y ? (c->has_x ? 3 : 2) : -1;
@@ -428,7 +359,7 @@ int dp_cpu_unary_backward(const dp_unary_args *a, dp_tensor *gx, const dp_tensor
 }
 
 /* GELU with its derivative (backend.h unary_with_grad): float32 or 16-bit x and out, float32 d */
-static void unary_grad_row(char **p, const int64_t *s, int64_t n, void *vctx) {
+static void unary_grad_row(char *const *p, const int64_t *s, int64_t n, void *vctx) {
   const unary_ctx *c = vctx;
   const dp_cpu_vec *v = dp_cpu_vec_get();
   if (c->from == DP_F32 && s[0] == 4 && s[1] == 4 && s[2] == 4) {
@@ -510,7 +441,7 @@ static bool int_rows(dp_binary_op op, dp_dtype to, dp_dtype ab, char *o, int64_t
   return false;
 }
 
-static void binary_row(char **p, const int64_t *s, int64_t n, void *vctx) {
+static void binary_row(char *const *p, const int64_t *s, int64_t n, void *vctx) {
   binary_ctx *c = vctx;
   const dp_cpu_vec *v = dp_cpu_vec_get();
   if (c->a == DP_F32 && c->b == DP_F32 && (s[1] == 4 || s[1] == 0) && (s[2] == 4 || s[2] == 0) &&
@@ -589,7 +520,7 @@ int dp_cpu_binary(dp_binary_op op, dp_tensor *out, const dp_tensor *a, const dp_
   return 0;
 }
 
-static void binary_scalar_row(char **p, const int64_t *s, int64_t n, void *vctx) {
+static void binary_scalar_row(char *const *p, const int64_t *s, int64_t n, void *vctx) {
   binary_ctx *c = vctx;
   if (c->to == DP_F32 && c->a == DP_F32 && s[0] == 4 && s[1] == 4 && dp_binary_ops[c->op].scalar_f32) {
     dp_cpu_vec_get()->binary_value(c->op, (float *)p[0], (const float *)p[1], (float)c->s, c->scalar_first, n);

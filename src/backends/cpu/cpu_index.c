@@ -47,7 +47,7 @@ DP_SELECT_FN(select_u32, uint32_t)
 DP_SELECT_FN(select_u64, uint64_t)
 #undef DP_SELECT_FN
 
-static void where_row(char **p, const int64_t *st, int64_t n, void *ctx) {
+static void where_row(char *const *p, const int64_t *st, int64_t n, void *ctx) {
   size_t es = *(const size_t *)ctx;
   char *o = p[0];
   const char *c = p[1], *a = p[2], *b = p[3];

@@ -70,15 +70,21 @@ static void run_rows(const iter_plan *it, int64_t r0, int64_t r1) {
     r /= it->shape[d];
   }
   char *p[DP_ITER_MAX_OPS];
+  for (int k = 0; k < nops; k++) {
+    p[k] = it->base[k];
+    for (int d = 0; d < m - 1; d++) p[k] += idx[d] * it->st[k][d];
+  }
   for (int64_t row = r0; row < r1; row++) {
-    for (int k = 0; k < nops; k++) {
-      p[k] = it->base[k];
-      for (int d = 0; d < m - 1; d++) p[k] += idx[d] * it->st[k][d];
-    }
     it->fn(p, istr, inner, it->ctx);
+    /* the next row's pointers stepped from this one's: one add per operand, a carry into the outer dims only at
+     * the end of a dim (recomputing every pointer from the multi-index cost a multiply per dim per row) */
     for (int d = m - 2; d >= 0; d--) {
-      if (++idx[d] < it->shape[d]) break;
+      if (++idx[d] < it->shape[d]) {
+        for (int k = 0; k < nops; k++) p[k] += it->st[k][d];
+        break;
+      }
       idx[d] = 0;
+      for (int k = 0; k < nops; k++) p[k] -= (it->shape[d] - 1) * it->st[k][d];
     }
   }
 }

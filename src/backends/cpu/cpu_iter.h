@@ -4,7 +4,8 @@
  * inputs carry stride 0). Dimensions that are contiguous with each other in
  * every operand are merged, then `fn` is called once per innermost row with
  * byte strides, so kernels write one tight loop and test for the
- * unit-stride case to take their vectorised path. */
+ * unit-stride case to take their vectorised path. `fn` gets the row's
+ * pointers read-only (the iteration steps them from row to row). */
 #ifndef DP_CPU_ITER_H
 #define DP_CPU_ITER_H
 
@@ -14,7 +15,7 @@
 
 #define DP_ITER_MAX_OPS 4
 
-typedef void (*dp_row_fn)(char **ptrs, const int64_t *strides, int64_t n, void *ctx);
+typedef void (*dp_row_fn)(char *const *ptrs, const int64_t *strides, int64_t n, void *ctx);
 
 /* ops[0] is written. Each operand's dtype may differ (kernels read them
  * from ctx). */

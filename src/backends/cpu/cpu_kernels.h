@@ -13,6 +13,9 @@ const char *dp_blas_info(void); /* "OpenBLAS 0.3.21 ... SkylakeX" or the load er
 
 /* cpu_elementwise.c */
 int dp_cpu_copy(dp_tensor *dst, const dp_tensor *src);
+/* cpu_copy_permute.c: dst (contiguous) = src when src's unit-stride dim is not its last, as tiled 2-D transposes;
+ * false (nothing written) when the copy is not of that kind or too small to gain */
+bool dp_cpu_copy_permuted(dp_tensor *dst, const dp_tensor *src);
 int dp_cpu_fill(dp_tensor *t, double v);
 int dp_cpu_arange(dp_tensor *out, double start, double step);
 int dp_cpu_rand(dp_tensor *out, dp_rand_kind kind, uint64_t seed, uint64_t offset, double a, double b);
@@ -77,6 +80,11 @@ int dp_cpu_resample_dim(dp_tensor *out, const dp_tensor *x, const dp_tensor *idx
                         int64_t n, int64_t inner, int64_t base);
 int dp_cpu_resample_dim_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, const dp_tensor *w,
                                  int64_t outer, int64_t n, int64_t inner, int64_t base);
+/* cpu_plane_gather.c */
+int dp_cpu_plane_gather(dp_tensor *out, const dp_tensor *x, const dp_tensor *ih, const dp_tensor *iw, double value,
+                        int64_t base);
+int dp_cpu_plane_gather_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *ih, const dp_tensor *iw,
+                                 int64_t base);
 int dp_cpu_bn_forward(dp_tensor *y, const dp_bn_args *a);
 int dp_cpu_bn_backward_reduce(dp_tensor *sum_dy, dp_tensor *sum_dy_xhat, const dp_bn_args *a);
 int dp_cpu_bn_backward_elemt(dp_tensor *gx, const dp_bn_args *a);
