@@ -416,6 +416,19 @@ local PAD_MODES = { constant = true, reflect = true, replicate = true, circular 
 -- where the fill value goes (constant); nil when the dim is unchanged. The maps drive one index_select per dim, or
 -- core.plane_gather for the last two dims at once (src/backends/cpu/cpu_plane_gather.c: one pass each way).
 
+-- The maps of the settings seen last (a model pads the same sizes every step), each built once: at most 256, then
+-- the cache starts over. A map is never changed once built; its int64 tensor is kept beside it.
+local MAPS, n_maps = {}, 0
+local function memo_map(key, build)
+  local m = MAPS[key]
+  if not m then
+    if n_maps >= 256 then MAPS, n_maps = {}, 0 end
+    m = build()
+    MAPS[key], n_maps = m, n_maps + 1
+  end
+  return m
+end
+
 -- reflect / replicate padding of dim d by (l, r)
 local function index_pad_map(who, x, d, l, r, mode)
   local n = x:size(d)
@@ -429,17 +442,19 @@ local function index_pad_map(who, x, d, l, r, mode)
       "(%d, %d): the output size would be %d", who, n, d, shape_str(x), l, r, out))
   end
   if l == 0 and r == 0 then return nil end
-  local idx = {}
-  for j = 0, out - 1 do
-    local p = j - l
-    if mode == "reflect" then
-      if p < 0 then p = -p elseif p >= n then p = 2 * (n - 1) - p end
-    else
-      p = math.min(math.max(p, 0), n - 1)
+  return memo_map(string.format("%s %d %d %d", mode, n, l, r), function()
+    local idx = {}
+    for j = 0, out - 1 do
+      local p = j - l
+      if mode == "reflect" then
+        if p < 0 then p = -p elseif p >= n then p = 2 * (n - 1) - p end
+      else
+        p = math.min(math.max(p, 0), n - 1)
+      end
+      idx[j + 1] = p + 1
     end
-    idx[j + 1] = p + 1
-  end
-  return idx
+    return idx
+  end)
 end
 
 -- circular padding of dim d by (l, r): negative amounts crop first, then each side wraps around the rest once at
@@ -460,9 +475,11 @@ local function circular_map(who, x, d, l, r)
       "dimension %d of the input %s", who, l, r, n, d, shape_str(x)))
   end
   if l == 0 and r == 0 and start == 0 and n == x:size(d) then return nil end
-  local idx = {}
-  for j = 0, n + l + r - 1 do idx[j + 1] = start + (j - l) % n + 1 end
-  return idx
+  return memo_map(string.format("circular %d %d %d %d", start, n, l, r), function()
+    local idx = {}
+    for j = 0, n + l + r - 1 do idx[j + 1] = start + (j - l) % n + 1 end
+    return idx
+  end)
 end
 
 -- constant padding of dim d by (l, r); negative amounts crop. grows: some pad of the call is positive, where
@@ -476,12 +493,14 @@ local function constant_map(who, x, d, l, r, grows)
       (n + l + r == 0 and " (an empty result only where no pad is positive, as PyTorch 1.13)" or ""))
   end
   if l == 0 and r == 0 then return nil end
-  local idx = {}
-  for j = 0, n + l + r - 1 do
-    local p = j - l
-    idx[j + 1] = (p >= 0 and p < n) and p + 1 or 0
-  end
-  return idx
+  return memo_map(string.format("constant %d %d %d", n, l, r), function()
+    local idx = {}
+    for j = 0, n + l + r - 1 do
+      local p = j - l
+      idx[j + 1] = (p >= 0 and p < n) and p + 1 or 0
+    end
+    return idx
+  end)
 end
 
 -- a map applied along dim d without plane_gather: index_select, or for a constant map the kept range and the
@@ -512,12 +531,22 @@ local function apply_map(x, d, idx, value)
 end
 
 local plane_gather = ddp.core.plane_gather
+local TENSORS = setmetatable({}, { __mode = "k" }) -- a map's int64 tensor, as long as the map is cached
+-- the int64 tensor of a map (nil: the identity of n positions)
 local function positions(list, n)
   if not list then
-    list = {}
-    for j = 1, n do list[j] = j end
+    list = memo_map("identity " .. n, function()
+      local id = {}
+      for j = 1, n do id[j] = j end
+      return id
+    end)
   end
-  return ddp.tensor(list, { dtype = "int64" })
+  local t = TENSORS[list]
+  if not t then
+    t = ddp.tensor(list, { dtype = "int64" })
+    TENSORS[list] = t
+  end
+  return t
 end
 
 -- x with the maps of its last dims applied (maps[k] for dim nd - k + 1; value: the constant fill, nil for the
