@@ -311,6 +311,39 @@ static int l_collectgarbage_paced(lua_State *L) {
   return 0;
 }
 
+/* Lua's collectgarbage (upvalue 1) with every argument and result as they
+ * are; a full collection (no option, or "collect") also resets the tensor
+ * pacer (lt_gc_collected), which would otherwise run its own soon after. */
+static int l_collectgarbage_wrapped(lua_State *L) {
+  int n = lua_gettop(L);
+  bool full = lua_isnoneornil(L, 1) || (lua_type(L, 1) == LUA_TSTRING && strcmp(lua_tostring(L, 1), "collect") == 0);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, n, LUA_MULTRET);
+  if (full) lt_gc_collected();
+  return lua_gettop(L);
+}
+
+/* core._gc_counts() -> the full and the young collections the tensor pacer ran itself (internal) */
+static int l_gc_counts(lua_State *L) {
+  int64_t full, young;
+  lt_gc_counts(&full, &young);
+  lua_pushinteger(L, (lua_Integer)full);
+  lua_pushinteger(L, (lua_Integer)young);
+  return 2;
+}
+
+/* _G.collectgarbage wrapped once (a second load of the module finds it done) */
+static void wrap_collectgarbage(lua_State *L) {
+  lua_getglobal(L, "collectgarbage");
+  if (lua_iscfunction(L, -1) && lua_tocfunction(L, -1) != l_collectgarbage_wrapped) {
+    lua_pushcclosure(L, l_collectgarbage_wrapped, 1);
+    lua_setglobal(L, "collectgarbage");
+  } else {
+    lua_pop(L, 1);
+  }
+}
+
 /* ---- ddp.keep and the runtime between reruns (l_rerun.h) ---- */
 
 /* The kept values live in the registry, which outlives the fresh global
@@ -426,12 +459,14 @@ int luaopen_ddplua_core(lua_State *L) {
                                    {"cuda_device_count", l_cuda_device_count},
                                    {"synchronize", l_synchronize},
                                    {"gc_pace", l_collectgarbage_paced},
+                                   {"_gc_counts", l_gc_counts},
                                    {"keep", l_keep},
                                    {NULL, NULL}};
   /* flush denormals on the thread that runs the Lua state (cpu_fpu.h) */
   dp_fpu_sync();
   /* young collections free each step's tensors cheaply (see lt_gc_pace) */
   lua_gc(L, LUA_GCGEN, 0, 0);
+  wrap_collectgarbage(L);
   lua_newtable(L); /* module */
   int module = lua_gettop(L);
   luaL_setfuncs(L, funcs, 0);

@@ -56,7 +56,7 @@ static int l_reducer_new(lua_State *L) {
    * may still hold the 16 post-backward hook slots. Collect them first, as
    * a program that wraps models in a loop expects (PyTorch frees by
    * reference count). */
-  if (dp_post_backward_hooks_free() == 0) lua_gc(L, LUA_GCCOLLECT);
+  if (dp_post_backward_hooks_free() == 0) lt_gc_full(L);
   dp_reducer *r = dp_reducer_new(pg, ps, names, n, cap, first < cap ? first : cap, find_unused);
   if (!r) return lt_error(L);
   reducer_box *b = lua_newuserdatauv(L, sizeof *b, 1);

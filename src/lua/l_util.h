@@ -75,6 +75,12 @@ void lt_read_pool2d(lua_State *L, int idx, const char *op, struct dp_pool2d_args
 
 /* Tells the GC pacer that tensors were allocated (called by lt_push). */
 void lt_gc_pace(lua_State *L);
+/* A full collection, counted as the pacer's own (its counters start over). */
+void lt_gc_full(lua_State *L);
+/* Tells the pacer that a full collection just ran (Lua's collectgarbage(), wrapped by ddplua.core). */
+void lt_gc_collected(void);
+/* The full and young collections the pacer ran itself so far. */
+void lt_gc_counts(int64_t *full, int64_t *young);
 
 /* Registration of the binding files: each adds its functions to the module
  * table at stack index `module` and its tensor methods to the method table

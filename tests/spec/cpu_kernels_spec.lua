@@ -65,6 +65,28 @@ describe("float32 CPU kernels", function()
       end
     end)
 
+    it("a broadcast value over many chunks gives what the same values in memory give, bit for bit", function()
+      -- a stride-0 operand fills its chunk buffer once a row and reuses it (rows of 1500: three chunks)
+      local x = inputs(3 * 1500, 12):float():view(3, 1500)
+      for _, name in ipairs({ "tanh", "leaky_relu", "gelu", "sigmoid" }) do
+        for _, dt in ipairs({ "float32", "bfloat16" }) do
+          local a, b = x:to(dt):clone():requires_grad_(), x:to(dt):clone():requires_grad_()
+          ddp[name](a):backward(ddp.full({}, 0.75, { dtype = dt }):expand(3, 1500))
+          ddp[name](b):backward(ddp.full({ 3, 1500 }, 0.75, { dtype = dt }))
+          -- (NaN inputs give NaN gradients in the same places: ne counts each of them once)
+          local nan = a.grad:isnan():sum():item()
+          assert.equal(nan, b.grad:isnan():sum():item(), name .. " " .. dt .. ": NaN places")
+          assert.equal(nan, a.grad:ne(b.grad):sum():item(), name .. " " .. dt)
+        end
+      end
+      local v = ddp.full({}, -1.25):expand(1500)
+      for _, op in ipairs({ "add", "mul", "div", "maximum" }) do
+        local y = x[2]
+        assert.equal(0, ddp[op](y, v):ne(ddp[op](y, v:contiguous())):sum():item(), op .. " with a broadcast operand")
+        assert.equal(0, ddp[op](v, y):ne(ddp[op](v:contiguous(), y)):sum():item(), op .. " with it first")
+      end
+    end)
+
     it("unary and binary ops on strided views and expanded gradients match float64", function()
       -- the rows of a transposed view and the stride-0 gradient of a sum
       -- go through the vector kernels in gathered chunks

@@ -255,7 +255,7 @@ describe("the Lua surface", function()
   it("keeps internals under ddp.core, and ddp a plain table for unknown keys", function()
     assert.are.equal(require "ddplua.core", ddp.core)
     assert.are.equal(ddp.core.Tensor, ddp.Tensor)
-    for _, internal in ipairs { "_adam_step", "_sgd_step", "_zero_grads", "_set_data", "ddp_reducer", "gc_pace",
+    for _, internal in ipairs { "_adam_step", "_sgd_step", "_zero_grads", "_set_data", "ddp_reducer", "gc_pace", "_gc_counts",
       "getpid", "mkdir", "batch_norm_stats", "sync_batch_norm", "yaml_load", "json_encode", "image",
       "keep_grad_buf" } do
       assert.is_not_nil(ddp.core[internal], "ddp.core." .. internal)

@@ -234,6 +234,9 @@ static bool vec_float(dp_dtype t) { return t == DP_F32 || t == DP_BF16 || t == D
 static const float *f32_chunk(const char *p, int64_t s, dp_dtype t, int64_t i, int64_t m, float *buf) {
   if (t == DP_F32 && s == 4) return (const float *)p + i;
   if (s == 0) {
+    /* a broadcast value (a sum's gradient): the row's first chunk filled the buffer whole (every caller keeps
+     * one buffer per operand across its chunks and writes its results elsewhere), later ones reuse it */
+    if (i > 0) return buf;
     float v = dp_conv_load_f(p, t);
     for (int64_t k = 0; k < m; k++) buf[k] = v;
     return buf;
