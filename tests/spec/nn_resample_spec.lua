@@ -1,5 +1,5 @@
--- Resampling and padding (lua/ddplua/nn/resample.lua): F.interpolate (nearest, linear, bilinear), nn.Upsample,
--- nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d, F.pixel_shuffle / F.pixel_unshuffle and their modules, F.pad
+-- Resampling and padding (lua/ddplua/nn/resample.lua, lua/ddplua/nn/padding.lua): F.interpolate (nearest, linear,
+-- bilinear), nn.Upsample, nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d, F.pixel_shuffle / F.pixel_unshuffle and their modules, F.pad
 -- (constant, reflect, replicate) and the padding modules. Values and input gradients against PyTorch 1.13 on the same
 -- inputs (odd sizes, scale factors 2, 1.5, 0.5 and others, align_corners both ways, non-contiguous inputs), in
 -- float64 and float32, all in one PyTorch run; finite-difference gradients; hand-checked small values; reprs; errors.

@@ -175,4 +175,51 @@ function M.norm_reset(m)
   end
 end
 
+--- Python's repr of a number: integers as they are, floats shortest round-trip with ".0" when integral.
+function M.py_num(v)
+  if math.type(v) == "integer" then return tostring(v) end
+  if v ~= v then return "nan" end
+  if v == math.huge then return "inf" elseif v == -math.huge then return "-inf" end
+  local s
+  for p = 1, 17 do
+    s = string.format("%." .. p .. "g", v)
+    if tonumber(s) == v then break end
+  end
+  local mant, ex = s:match("^(-?[%d.]+)e([-+]%d+)$")
+  if mant then
+    local e = tonumber(ex)
+    if e >= -4 and e < 16 then -- Python writes these positionally
+      local digits = #mant:gsub("[-.]", "") - 1
+      s = string.format("%." .. math.max(0, digits - e) .. "f", v)
+    else
+      return mant .. "e" .. (ex:sub(1, 1) == "-" and "-" or "+") .. string.format("%02d", math.abs(e))
+    end
+  end
+  if not s:find("[.e]") then s = s .. ".0" end
+  return s
+end
+
+--- Python's repr of a tuple of numbers: (1, 2), (5,).
+function M.py_tuple(list)
+  local parts = {}
+  for i, v in ipairs(list) do parts[i] = M.py_num(v) end
+  if #parts == 1 then return "(" .. parts[1] .. ",)" end
+  return "(" .. table.concat(parts, ", ") .. ")"
+end
+
+--- A Lua list as [1, 2, 3] for messages.
+function M.list_str(list)
+  local parts = {}
+  for i, v in ipairs(list) do parts[i] = tostring(v) end
+  return "[" .. table.concat(parts, ", ") .. "]"
+end
+
+--- Raises "<who>: expected a tensor input, got <type>" unless x is a tensor.
+function M.check_tensor(who, x)
+  if not ddp.is_tensor(x) then E.raise(string.format("%s: expected a tensor input, got %s", who, type(x))) end
+end
+
+--- A plain Lua list (a table without a metatable).
+function M.is_list(v) return type(v) == "table" and getmetatable(v) == nil end
+
 return M
