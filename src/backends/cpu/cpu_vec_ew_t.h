@@ -439,15 +439,23 @@ static inline void sincos_block(float *o, const float *x, bool want_cos) {
       if (big[l]) y[l] = want_cos ? cosf(xs[l]) : sinf(xs[l]);
   memcpy(o, &y, sizeof y);
 }
+/* o = block(o, x, arg) over n values in blocks of STEP, the tail padded with zeros in a local block: every value
+ * through the same lanes, so its result does not depend on its position (sin, cos and pow below) */
+#ifndef PH_BY_BLOCKS
+#define PH_BY_BLOCKS(STEP, block, o, x, n, arg)                                                                        \
+  do {                                                                                                                 \
+    int64_t i_ = 0;                                                                                                    \
+    for (; i_ + (STEP) <= (n); i_ += (STEP)) block((o) + i_, (x) + i_, arg);                                           \
+    if (i_ < (n)) {                                                                                                    \
+      float t_[STEP] = {0};                                                                                            \
+      memcpy(t_, (x) + i_, (size_t)((n)-i_) * sizeof(float));                                                          \
+      block(t_, t_, arg);                                                                                              \
+      memcpy((o) + i_, t_, (size_t)((n)-i_) * sizeof(float));                                                          \
+    }                                                                                                                  \
+  } while (0)
+#endif
 static void v_sincos(float *o, const float *x, int64_t n, bool want_cos) {
-  int64_t i = 0;
-  for (; i + PH_LANES <= n; i += PH_LANES) sincos_block(o + i, x + i, want_cos);
-  if (i < n) { /* the tail padded: every value through the same lanes */
-    float t[PH_LANES] = {0};
-    memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
-    sincos_block(t, t, want_cos);
-    memcpy(o + i, t, (size_t)(n - i) * sizeof(float));
-  }
+  PH_BY_BLOCKS(PH_LANES, sincos_block, o, x, n, want_cos);
 }
 
 /* ---- pow of float32 values to one float32 power: x^y = exp(y log x) in
@@ -502,13 +510,4 @@ static inline void pow_block(float *o, const float *x, float y) {
         if (odd[k][l]) r[k][l] = powf(xs[k][l], y);
   memcpy(o, r, sizeof r);
 }
-static void v_pow_value(float *o, const float *x, float y, int64_t n) {
-  int64_t i = 0;
-  for (; i + PH_STEP <= n; i += PH_STEP) pow_block(o + i, x + i, y);
-  if (i < n) { /* the tail padded: every value through the same lanes */
-    float t[PH_STEP] = {0};
-    memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
-    pow_block(t, t, y);
-    memcpy(o + i, t, (size_t)(n - i) * sizeof(float));
-  }
-}
+static void v_pow_value(float *o, const float *x, float y, int64_t n) { PH_BY_BLOCKS(PH_STEP, pow_block, o, x, n, y); }
