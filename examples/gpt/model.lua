@@ -8,6 +8,8 @@
 --
 --   local GPT = dofile("examples/gpt/model.lua")
 --   local model = GPT { n_layer = 4, n_head = 4, n_embd = 128, block_size = 128, vocab_size = 256, dropout = 0 }
+--   (attention = "manual": the attention written op by op as the peer writes it: split, view, transpose, q @ k^T,
+--   a causal mask buffer, softmax, @ v, transpose back and contiguous; the same function, more ops)
 --   local loss = model(idx, targets)     -- idx, targets int64 [B, T], 1-based token ids
 --   local logits = model(idx)            -- [B, T, vocab]
 local ddp = require "ddplua"
@@ -25,13 +27,34 @@ function Block:__init(c)
   self.proj = nn.Linear(c.n_embd, c.n_embd)
   self.fc = nn.Linear(c.n_embd, 4 * c.n_embd)
   self.out = nn.Linear(4 * c.n_embd, c.n_embd)
+  self.manual = c.attention == "manual"
+  if self.manual then -- not in the state_dict (the peer's "mask" buffers are skipped when it loads)
+    self:register_buffer("mask", ddp.ones(c.block_size, c.block_size):tril():view(1, 1, c.block_size, c.block_size),
+      false)
+  end
+end
+
+-- nanoGPT's attention line by line (the peer's Block.forward)
+function Block:attention(x)
+  local B, T, C = x:size(1), x:size(2), x:size(3)
+  local H = self.n_head
+  local q, k, v = self.qkv(x):split(C, 3)
+  q = q:view(B, T, H, C // H):transpose(2, 3)
+  k = k:view(B, T, H, C // H):transpose(2, 3)
+  v = v:view(B, T, H, C // H):transpose(2, 3)
+  local att = (q:matmul(k:transpose(-2, -1))) * (1.0 / math.sqrt(C // H))
+  local mask = self.mask:narrow(3, 1, T):narrow(4, 1, T)
+  att = F.softmax(att:masked_fill(mask:eq(0), -math.huge), -1)
+  att = F.dropout(att, self.training and self.dropout or 0, self.training)
+  return att:matmul(v):transpose(2, 3):contiguous():view(B, T, C)
 end
 
 function Block:forward(x)
   local p = self.training and self.dropout or 0
   -- the split of qkv into heads, the causal scaled_dot_product_attention and the heads' merge back to [B, T, C]
   -- as one op (the peer's q, k, v = qkv.split(...); ...; y.transpose(1, 2).contiguous() without the copies)
-  local y = F.self_attention_qkv(self.qkv(self.ln1(x)), self.n_head, { is_causal = true, dropout_p = p })
+  local y = self.manual and self:attention(self.ln1(x))
+    or F.self_attention_qkv(self.qkv(self.ln1(x)), self.n_head, { is_causal = true, dropout_p = p })
   x = x + F.dropout(self.proj(y), p, self.training)
   return x + F.dropout(self.out(F.gelu(self.fc(self.ln2(x)))), p, self.training)
 end

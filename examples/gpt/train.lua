@@ -28,6 +28,7 @@ local cfg = ddp.config {
   lr = 1e-3, min_lr = 1e-4, warmup = 50, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, clip = 1.0,
   seed = 0,
   eval_batches = 20,
+  attention = "fused", -- fused (F.self_attention_qkv) | manual (the peer's ops one by one)
   autocast = "none",  -- none | bfloat16 (matmul/linear in bf16, float32 master weights)
   out = "runs/gpt",
   ckpt_every = 0,     -- > 0: a checkpoint every so many steps (and one at the end when > 0 or resuming)
@@ -59,7 +60,7 @@ local function batch(data, g)
 end
 
 local model = GPT { n_layer = cfg.n_layer, n_head = cfg.n_head, n_embd = cfg.n_embd, block_size = T,
-  vocab_size = 256, dropout = cfg.dropout }:to(device)
+  vocab_size = 256, dropout = cfg.dropout, attention = cfg.attention }:to(device)
 local ddp_model = dist.DistributedDataParallel(model)
 local opt = optim.AdamW(model:param_groups(cfg.weight_decay), { lr = cfg.lr, betas = { cfg.beta1, cfg.beta2 } })
 local g = ddp.Generator(1 + rank)

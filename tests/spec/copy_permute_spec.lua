@@ -2,7 +2,8 @@
 -- of the block between the source's unit-stride dim and the last dim, for every index of the other dims; a
 -- short last dim interleaved directly), held element by element against the index arithmetic written here:
 -- PixelShuffle's two permutations, channels-last, batches of transposes, narrowed views whose dims do not merge,
--- strips and tiles cut at both edges, 2-, 4- and 8-byte elements (bit for bit: NaN and -0 keep their bits), on
+-- strips and tiles cut at both edges, whole rows moved when the last dim is kept (the attention heads' merge;
+-- expanded, flipped and narrowed sources), 2-, 4- and 8-byte elements (bit for bit: NaN and -0 keep their bits), on
 -- every kernel set with one thread and two.
 local ddp = require "ddplua"
 local R = require "helpers.ref"
@@ -56,6 +57,12 @@ local CASES = { -- base shape, permutation, narrowing of the permuted view
   { { 6, 10, 48 }, { 1, 3, 2 }, { 1, 2, 4 } }, -- narrowed outer dim
   { { 8, 12, 70 }, { 3, 1, 2 }, { 3, 2, 9 } }, -- narrowed last dim (9: one partial tile)
   { { 12, 10 }, { 2, 1 } }, -- below the kernel's size: the row loop, the same answer
+  -- the last dim kept: whole rows gathered by an odometer (attention heads merged back)
+  { { 3, 4, 20, 8 }, { 1, 3, 2, 4 } }, -- [B, H, T, D] -> [B, T, H, D]
+  { { 2, 5, 3, 7, 16 }, { 4, 2, 1, 3, 5 } }, -- several outer dims wrapping at once
+  { { 6, 5, 9, 12 }, { 2, 1, 3, 4 }, { 4, 3, 5 } }, -- narrowed last dim: rows shorter than their pitch
+  { { 6, 5, 9, 12 }, { 2, 1, 3, 4 }, { 1, 2, 3 } }, -- narrowed outer dim
+  { { 3, 2, 300 }, { 2, 1, 3 } }, -- rows of 600-2400 bytes: the kernel's (2 bytes) and the row loop's (8)
 }
 
 local DTYPES = { "float32", "float64", "bfloat16", "float16", "int64", "uint8" } -- uint8: the row loop
@@ -111,6 +118,23 @@ describe("copies of permuted views", function()
       local un = ps:reshape({ 8, 16, 40, 2, 40, 2 }):permute(1, 2, 4, 6, 3, 5):contiguous():reshape({ 8, 64, 40, 40 })
       assert.equal(0, un:ne(x):sum():item(), "PixelShuffle there and back")
     end)
+  end)
+
+  it("copies rows of expanded, flipped and strided sources with the last dim kept as the cast's row loop does", function()
+    -- a copy into another dtype takes the row loop; float32 -> float64 is exact, so both must agree bit for bit
+    local base = R.randn({ 1, 6, 9, 24 }, 11, 1):float()
+    local views = {
+      base:expand(4, 6, 9, 24):permute(3, 1, 2, 4), -- an outer dim of stride 0
+      base:flip(3):permute(1, 3, 2, 4), -- a negative outer stride
+      base:flip(2):transpose(2, 3), -- both outer dims stepping backwards
+      base:expand(5, 6, 9, 24):narrow(4, 3, 17):transpose(1, 3), -- expanded, narrowed rows
+    }
+    for i, v in ipairs(views) do
+      local got = v:contiguous()
+      assert.is_true(got:is_contiguous())
+      assert.same(v:size(), got:size())
+      assert.equal(0, got:double():ne(v:double()):sum():item(), "view " .. i)
+    end
   end)
 
   it("matches PixelShuffle and its gradient in PyTorch", function()

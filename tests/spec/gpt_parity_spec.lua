@@ -1,7 +1,7 @@
 -- examples/gpt/model.lua against ../shared/peers/torch_gpt.py's GPT (the
 -- peer imported by /usr/bin/python3): with the peer's weights, the same
 -- loss and the same gradient for every parameter (the tied head included),
--- in float32. Skips, saying why, without torch or the peer script
+-- in float32, with the attention fused and written op by op as the peer writes it. Skips, saying why, without torch or the peer script
 -- (DDPLUA_PEERS names its directory; else ../shared/peers and
 -- ../../shared/peers from the tree, then /work/shared/peers).
 local ddp = require "ddplua"
@@ -19,7 +19,8 @@ local function peers()
 end
 
 describe("the GPT of examples/gpt", function()
-  it("gives torch_gpt.py's loss and gradients with its weights", function()
+  for _, attention in ipairs({ "fused", "manual" }) do
+  it("gives torch_gpt.py's loss and gradients with its weights, attention " .. attention, function()
     local dir = peers()
     if not dir then return pending("skipped: ../shared/peers/torch_gpt.py not found (set DDPLUA_PEERS)") end
     if not TR.available() then return pending("skipped: /usr/bin/python3 cannot import torch") end
@@ -40,7 +41,8 @@ loss.backward()
 OUT["loss"] = loss
 for k, v in m.named_parameters(): OUT["g." + k] = v.grad
 ]], dir .. "/torch_gpt.py"), { idx = idx, tgt = tgt })
-    local model = GPT { n_layer = 4, n_head = 4, n_embd = 128, block_size = 128, vocab_size = 256 }
+    local model = GPT { n_layer = 4, n_head = 4, n_embd = 128, block_size = 128, vocab_size = 256,
+      attention = attention }
     local sd = {}
     for k, v in pairs(ref) do if k:sub(1, 2) == "w." then sd[k:sub(3)] = v end end
     model:load_state_dict(sd)
@@ -55,5 +57,8 @@ for k, v in m.named_parameters(): OUT["g." + k] = v.grad
       n = n + 1
     end
     assert.are.equal(52, n) -- the tied head counted once, as in PyTorch
+    -- the manual path's causal masks are buffers outside the state_dict (persistent = false), as the loading shows
+    assert.are.equal(attention == "manual" and 4 or 0, #model:buffers())
   end)
+  end
 end)

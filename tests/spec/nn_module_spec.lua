@@ -51,6 +51,35 @@ describe("nn.Module", function()
     assert.are.same({ "stat" }, names_of(m:named_buffers()))
   end)
 
+  it("keeps a non-persistent buffer out of state_dict but moves and lists it (persistent=False)", function()
+    local M = nn.Module:extend("NP")
+    function M:__init()
+      self:register_buffer("kept", ddp.ones(2))
+      self:register_buffer("mask", ddp.ones(3, 3):tril(), false)
+      self:register_buffer("scratch", ddp.zeros(1), { persistent = false })
+    end
+    local outer = nn.Sequential { M() }
+    assert.are.same({ "0.kept", "0.mask", "0.scratch" }, names_of(outer:named_buffers()))
+    local sd = outer:state_dict()
+    assert.is_not_nil(sd["0.kept"])
+    assert.is_nil(sd["0.mask"])
+    assert.is_nil(sd["0.scratch"])
+    -- strict loading neither misses nor refuses them
+    outer:load_state_dict({ ["0.kept"] = ddp.full({ 2 }, 5) })
+    assert.are.same({ 5, 5 }, outer[1].kept:totable())
+    local ok, err = pcall(function() outer:load_state_dict({ ["0.kept"] = ddp.ones(2), ["0.mask"] = ddp.ones(3, 3) }) end)
+    assert.is_false(ok)
+    assert.matches('Unexpected key%(s%) in state_dict: "0.mask"', err)
+    -- registering it again as persistent puts it back
+    outer[1]:register_buffer("mask", outer[1].mask, true)
+    assert.is_not_nil(outer:state_dict()["0.mask"])
+    outer[1]:to("float64")
+    assert.are.equal("float64", outer[1].scratch:dtype())
+    ok, err = pcall(function() outer[1]:register_buffer("x", ddp.ones(1), "no") end)
+    assert.is_false(ok)
+    assert.matches("register_buffer 'x': persistent must be a boolean, got string", err)
+  end)
+
   it("lists a parameter shared by two modules once", function()
     local a, b = nn.Linear(2, 2), nn.Linear(2, 2)
     b.weight = a.weight

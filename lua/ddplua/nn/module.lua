@@ -143,12 +143,30 @@ function Module:register_parameter(name, t)
   register(self, "parameter", rawget(self, "_param_names"), name, t)
 end
 
-function Module:register_buffer(name, t)
+--- register_buffer(name, t [, persistent = true]): a tensor the module owns that is not a parameter (moved by :to(),
+--- broadcast by DDP); a non-persistent one (false, or {persistent = false}, PyTorch's persistent=False) stays out
+--- of state_dict, as a causal mask built in __init would.
+function Module:register_buffer(name, t, persistent)
   if t ~= nil and not ddp.is_tensor(t) then
     E.raise(string.format("%s: buffer '%s' must be a tensor or nil, got %s", self:_class_name(), tostring(name),
       type(t)))
   end
+  if type(persistent) == "table" then persistent = persistent.persistent end
+  if persistent ~= nil and type(persistent) ~= "boolean" then
+    E.raise(string.format("%s: register_buffer '%s': persistent must be a boolean, got %s", self:_class_name(),
+      tostring(name), type(persistent)))
+  end
   register(self, "buffer", rawget(self, "_buffer_names"), name, t)
+  local np = rawget(self, "_nonpersistent")
+  if persistent == false then
+    if not np then
+      np = {}
+      rawset(self, "_nonpersistent", np)
+    end
+    np[name] = true
+  elseif np then
+    np[name] = nil
+  end
 end
 
 function Module:add_module(name, m)
@@ -384,9 +402,10 @@ function Module:state_dict(prefix)
       local t = rawget(m, n)
       if t ~= nil then ordered_set(sd, base .. n, t:detach()) end
     end
+    local np = rawget(m, "_nonpersistent")
     for _, n in ipairs(rawget(m, "_buffer_names")) do
       local t = rawget(m, n)
-      if t ~= nil then ordered_set(sd, base .. n, t:detach()) end
+      if t ~= nil and not (np and np[n]) then ordered_set(sd, base .. n, t:detach()) end
     end
   end
   return sd
