@@ -102,6 +102,38 @@ local cases = {
     "m = nn.PReLU(64); x = leaf(32, 64, 28, 28); f = step(m, x)" },
   { "LogSigmoid [1024,1024]", function() return step(nn.LogSigmoid(), leaf(1024, 1024)) end,
     "m = nn.LogSigmoid(); x = leaf(1024, 1024); f = step(m, x)" },
+  -- building blocks of model families beyond the examples: MobileNet's depthwise and pointwise convolutions,
+  -- ResNeXt's grouped one, a dilated one (DeepLab), ViT's patch embedding, BERT's padded encoder layer
+  { "Conv2d depthwise 3x3 [32,64,56,56]", function()
+    return step(nn.Conv2d(64, 64, 3, { padding = 1, groups = 64 }), leaf(32, 64, 56, 56))
+  end, "m = nn.Conv2d(64, 64, 3, padding=1, groups=64); x = leaf(32, 64, 56, 56); f = step(m, x)" },
+  { "Conv2d depthwise 7x7 [32,96,28,28]", function()
+    return step(nn.Conv2d(96, 96, 7, { padding = 3, groups = 96 }), leaf(32, 96, 28, 28))
+  end, "m = nn.Conv2d(96, 96, 7, padding=3, groups=96); x = leaf(32, 96, 28, 28); f = step(m, x)" },
+  { "Conv2d 1x1 64->128 [32,64,28,28]", function() return step(nn.Conv2d(64, 128, 1), leaf(32, 64, 28, 28)) end,
+    "m = nn.Conv2d(64, 128, 1); x = leaf(32, 64, 28, 28); f = step(m, x)" },
+  { "Conv2d groups=32 3x3 128 [16,128,28,28]", function()
+    return step(nn.Conv2d(128, 128, 3, { padding = 1, groups = 32 }), leaf(16, 128, 28, 28))
+  end, "m = nn.Conv2d(128, 128, 3, padding=1, groups=32); x = leaf(16, 128, 28, 28); f = step(m, x)" },
+  { "Conv2d dilation 2 64 [16,64,28,28]", function()
+    return step(nn.Conv2d(64, 64, 3, { padding = 2, dilation = 2 }), leaf(16, 64, 28, 28))
+  end, "m = nn.Conv2d(64, 64, 3, padding=2, dilation=2); x = leaf(16, 64, 28, 28); f = step(m, x)" },
+  { "ViT patches Conv2d 3->192 k4 s4 [64,3,32,32]", function()
+    return step(nn.Conv2d(3, 192, 4, { stride = 4 }), leaf(64, 3, 32, 32))
+  end, "m = nn.Conv2d(3, 192, 4, stride=4); x = leaf(64, 3, 32, 32); f = step(m, x)" },
+  { "TransformerEncoderLayer 256, key padding", function()
+    local m, x = nn.TransformerEncoderLayer(256, 8, 1024, 0.0, { batch_first = true }), leaf(32, 64, 256)
+    local pad = ddp.arange(1, 65):view(1, 64):expand(32, 64):gt(ddp.randint(32, 65, { 32, 1 }))
+    return function() m(x, nil, pad):sum():backward() end
+  end, "m = nn.TransformerEncoderLayer(256, 8, 1024, 0.0, batch_first=True); x = leaf(32, 64, 256)\n" ..
+    "pad = torch.arange(64).view(1, 64).expand(32, 64) >= torch.randint(32, 65, (32, 1))\n" ..
+    "def f(): m(x, src_key_padding_mask=pad).sum().backward()" },
+  { "BatchNorm1d 512 [256,512]", function() return step(nn.BatchNorm1d(512), leaf(256, 512)) end,
+    "m = nn.BatchNorm1d(512); x = leaf(256, 512); f = step(m, x)" },
+  { "Embedding 50000x256 [32,128] ids", function()
+    local m, ids = nn.Embedding(50000, 256), ddp.randint(1, 50001, { 32, 128 })
+    return function() m(ids):sum():backward() end
+  end, "m = nn.Embedding(50000, 256); ids = torch.randint(0, 50000, (32, 128))\ndef f(): m(ids).sum().backward()" },
 }
 dofile(here .. "survey_table.lua")(ddp, {
   cfg = cfg, cases = cases, title = "module, forward + backward (1 thread)", width = 38,

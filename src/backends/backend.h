@@ -51,6 +51,7 @@ typedef struct {
   int64_t kh, kw, sh, sw, ph, pw;
   int64_t dh, dw; /* dilation */
   int64_t oh, ow; /* output spatial size */
+  int64_t groups; /* convolution groups (0 or 1: dense; c and the output channels divide by it) */
 } dp_window2d;
 
 /* Reductions over the middle axis of x seen as [outer, k, inner]; index
@@ -503,7 +504,8 @@ typedef struct dp_backend {
 
   /* ---- optional direct convolution (the CPU's oneDNN, cpu_dnnl.h): 1 when
    * computed, 0 when the backend leaves the case to im2col + GEMM, -1 after
-   * dp_error. Contiguous NCHW / OIHW tensors. ---- */
+   * dp_error. Contiguous NCHW / OIHW tensors; g->groups and the dilation
+   * may be anything (a backend declines what it does not run). ---- */
   /* y = conv(x, w) + b (b may be NULL) */
   int (*conv2d)(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g);
   /* gx, gw, gb (each may be NULL; gb only with gw), overwritten */

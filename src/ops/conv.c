@@ -36,6 +36,7 @@ static int window_of(dp_window2d *g, const int64_t nchw[4], const dp_tensor *w, 
   g->kh = w->shape[2], g->kw = w->shape[3];
   g->sh = a->stride[0], g->sw = a->stride[1], g->ph = a->padding[0], g->pw = a->padding[1];
   g->dh = a->dilation[0], g->dw = a->dilation[1];
+  g->groups = a->groups;
   if (dp_window_size(g->h, g->kh, g->sh, g->ph, g->dh, false, &g->oh) ||
       dp_window_size(g->w, g->kw, g->sw, g->pw, g->dw, false, &g->ow) || g->oh < 1 || g->ow < 1)
     return -1;
@@ -354,10 +355,10 @@ static int unrolled_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gy, dp_ten
   return 0;
 }
 
-/* The backends' direct convolutions (oneDNN) take dense groups = 1,
- * dilation 1 convolutions; the rest is im2col + GEMM. */
-static bool backend_direct_ok(const conv_geom *cg) { return cg->groups == 1 && cg->g.dh == 1 && cg->g.dw == 1; }
-#define backend_takes(cg, entry) ((entry) != NULL && backend_direct_ok(cg))
+/* The backends' direct convolutions (oneDNN) are offered every case (groups
+ * and dilation included: oneDNN's depthwise and grouped kernels) and
+ * decline what they do not run; the rest is im2col + GEMM. */
+#define backend_takes(cg, entry) ((void)(cg), (entry) != NULL)
 
 static dp_conv2d_args load_args(const dp_node *n) {
   dp_conv2d_args a = {{n->i[0], n->i[1]}, {n->i[2], n->i[3]}, {n->i[4], n->i[5]}, n->i[6]};

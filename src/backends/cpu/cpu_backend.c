@@ -7,6 +7,21 @@
 #include "tensor/storage.h"
 
 static int cpu_device_count(void) { return 1; }
+/* The convolutions' gradients: oneDNN's (cpu_dnnl.c), except a depthwise layer's weight gradient where ddplua's
+ * dot products run it (cpu_conv_depthwise.c); the input gradient then still goes to oneDNN, and when oneDNN
+ * declines it the whole call is declined (ops/conv.c asks again for the weights alone). */
+static int cpu_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
+                               const dp_tensor *w, const dp_window2d *g) {
+  if (!gw || !dp_cpu_conv2d_dw_grad_w_takes(g, gy) || x->dtype != DP_F32 || gw->dtype != DP_F32 ||
+      (gb && gb->dtype != DP_F32))
+    return dp_dnnl_conv2d_backward(gx, gw, gb, gy, x, w, g);
+  if (gx) {
+    int r = dp_dnnl_conv2d_backward(gx, NULL, NULL, gy, x, w, g);
+    if (r <= 0) return r;
+  }
+  return dp_cpu_conv2d_dw_grad_w(gw, gb, gy, x, g) ? -1 : 1;
+}
+
 static void *cpu_alloc(int device, size_t n) {
   (void)device;
   return dp_cpu_alloc(n);
@@ -100,6 +115,6 @@ const dp_backend dp_cpu_backend = {
     .pow_sum_list = dp_cpu_pow_sum_list,
     .unscale = dp_cpu_unscale,
     .conv2d = dp_dnnl_conv2d,
-    .conv2d_backward = dp_dnnl_conv2d_backward,
+    .conv2d_backward = cpu_conv2d_backward,
     .conv2d_bf16_pays = dp_dnnl_conv2d_bf16_pays,
 };

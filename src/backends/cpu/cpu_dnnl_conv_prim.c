@@ -37,6 +37,27 @@ static void md4(dnnl_memory_desc_t *m, int64_t a, int64_t b, int64_t c, int64_t 
   dnnl_memory_desc_init_by_tag(m, 4, dims, dt, tag);
 }
 
+/* the weights' descriptor: [o, c / groups, kh, kw] dense (OIHW), or with groups [groups, o / groups, c / groups,
+ * kh, kw] (GOIHW: the same bytes) */
+static void wei_md(dnnl_memory_desc_t *m, const conv_key *k, bool user, dnnl_data_type_t dt) {
+  if (k->groups <= 1) {
+    md4(m, k->o, k->c, k->kh, k->kw, user ? dnnl_oihw : dnnl_format_tag_any, dt);
+    return;
+  }
+  dnnl_dims_t dims = {k->groups, k->o / k->groups, k->c / k->groups, k->kh, k->kw};
+  dnnl_memory_desc_init_by_tag(m, 5, dims, dt, user ? dnnl_goihw : dnnl_format_tag_any);
+}
+
+/* strides, dilations (oneDNN counts the gaps: dilation - 1) and the two paddings of a key; the far side's is
+ * whatever the last window leaves over */
+static void window_dims(const conv_key *k, dnnl_dims_t s, dnnl_dims_t d, dnnl_dims_t pl, dnnl_dims_t pr) {
+  s[0] = k->sh, s[1] = k->sw;
+  d[0] = k->dh - 1, d[1] = k->dw - 1;
+  pl[0] = k->ph, pl[1] = k->pw;
+  pr[0] = (k->oh - 1) * k->sh + (k->kh - 1) * k->dh + 1 - k->h - k->ph;
+  pr[1] = (k->ow - 1) * k->sw + (k->kw - 1) * k->dw + 1 - k->w - k->pw;
+}
+
 void dp_dnnl_conv_entry_free(conv_entry *e) {
   if (!e) return;
   if (e->prim) dnnl_primitive_destroy(e->prim);
@@ -52,16 +73,15 @@ static dnnl_primitive_desc_t fwd_pd(const conv_key *k, dnnl_alg_kind_t alg, bool
   dnnl_memory_desc_t src, wei, dst, b;
   dnnl_data_type_t dt = k->bf16 ? dnnl_bf16 : dnnl_f32; /* the forward of every kind: its hint */
   md4(&src, k->n, k->c, k->h, k->w, dnnl_format_tag_any, dt);
-  md4(&wei, k->o, k->c, k->kh, k->kw, dnnl_format_tag_any, dt);
+  wei_md(&wei, k, false, dt);
   md4(&dst, k->n, k->o, k->oh, k->ow, dnnl_format_tag_any, dt);
   dnnl_dims_t bd = {k->o};
   dnnl_memory_desc_init_by_tag(&b, 1, bd, dt, dnnl_x);
-  dnnl_dims_t s = {k->sh, k->sw}, pl = {k->ph, k->pw};
-  /* the padding on the far side: whatever the last window leaves over */
-  dnnl_dims_t pr = {(k->oh - 1) * k->sh + k->kh - k->h - k->ph, (k->ow - 1) * k->sw + k->kw - k->w - k->pw};
+  dnnl_dims_t s, d, pl, pr;
+  window_dims(k, s, d, pl, pr);
   dnnl_convolution_desc_t cd;
-  if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, alg, &src, &wei, bias ? &b : NULL, &dst, s, pl,
-                                         pr) != dnnl_success)
+  if (dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training, alg, &src, &wei, bias ? &b : NULL, &dst, s,
+                                                 d, pl, pr) != dnnl_success)
     return NULL;
   dnnl_primitive_desc_t pd = NULL;
   if (dnnl_primitive_desc_create(&pd, &cd, attr, dp_dnnl_engine(), NULL) != dnnl_success) return NULL;
@@ -90,18 +110,18 @@ static int entry_make_alg(const conv_key *k, dnnl_alg_kind_t alg, conv_entry **o
                              *dst = dnnl_primitive_desc_query_md(hint, dnnl_query_dst_md, 0);
     dnnl_memory_desc_t sa, wa, da, b;
     md4(&sa, k->n, k->c, k->h, k->w, dnnl_format_tag_any, key_dt(k, 0));
-    md4(&wa, k->o, k->c, k->kh, k->kw, dnnl_format_tag_any, key_dt(k, 1));
+    wei_md(&wa, k, false, key_dt(k, 1));
     md4(&da, k->n, k->o, k->oh, k->ow, dnnl_format_tag_any, key_dt(k, 2));
     (void)src, (void)wei, (void)dst;
     dnnl_dims_t bd = {k->o};
     dnnl_memory_desc_init_by_tag(&b, 1, bd, key_dt(k, 3), dnnl_x);
-    dnnl_dims_t s = {k->sh, k->sw}, pl = {k->ph, k->pw};
-    dnnl_dims_t pr = {(k->oh - 1) * k->sh + k->kh - k->h - k->ph, (k->ow - 1) * k->sw + k->kw - k->w - k->pw};
+    dnnl_dims_t s, d, pl, pr;
+    window_dims(k, s, d, pl, pr);
     dnnl_convolution_desc_t cd;
-    dnnl_status_t st =
-        k->kind == K_BWD_DATA
-            ? dnnl_convolution_backward_data_desc_init(&cd, alg, &sa, &wa, &da, s, pl, pr)
-            : dnnl_convolution_backward_weights_desc_init(&cd, alg, &sa, &wa, bias ? &b : NULL, &da, s, pl, pr);
+    dnnl_status_t st = k->kind == K_BWD_DATA
+                           ? dnnl_dilated_convolution_backward_data_desc_init(&cd, alg, &sa, &wa, &da, s, d, pl, pr)
+                           : dnnl_dilated_convolution_backward_weights_desc_init(&cd, alg, &sa, &wa, bias ? &b : NULL,
+                                                                                 &da, s, d, pl, pr);
     pd = NULL;
     if (st == dnnl_success && dnnl_primitive_desc_create(&pd, &cd, attr, dp_dnnl_engine(), hint) != dnnl_success)
       pd = NULL;
@@ -113,17 +133,17 @@ static int entry_make_alg(const conv_key *k, dnnl_alg_kind_t alg, conv_entry **o
     if (k->kind == K_BWD_DATA) { /* in: diff_dst, weights; out: diff_src */
       q[0] = dnnl_query_diff_dst_md, q[1] = dnnl_query_weights_md, q[2] = dnnl_query_diff_src_md;
       md4(&user[0], k->n, k->o, k->oh, k->ow, dnnl_nchw, key_dt(k, 2));
-      md4(&user[1], k->o, k->c, k->kh, k->kw, dnnl_oihw, key_dt(k, 1));
+      wei_md(&user[1], k, true, key_dt(k, 1));
       md4(&user[2], k->n, k->c, k->h, k->w, dnnl_nchw, key_dt(k, 0));
     } else { /* in: src, diff_dst; out: diff_weights */
       q[0] = dnnl_query_src_md, q[1] = dnnl_query_diff_dst_md, q[2] = dnnl_query_diff_weights_md;
       md4(&user[0], k->n, k->c, k->h, k->w, dnnl_nchw, key_dt(k, 0));
       md4(&user[1], k->n, k->o, k->oh, k->ow, dnnl_nchw, key_dt(k, 2));
-      md4(&user[2], k->o, k->c, k->kh, k->kw, dnnl_oihw, key_dt(k, 1));
+      wei_md(&user[2], k, true, key_dt(k, 1));
     }
   } else {
     md4(&user[0], k->n, k->c, k->h, k->w, dnnl_nchw, key_dt(k, 0));
-    md4(&user[1], k->o, k->c, k->kh, k->kw, dnnl_oihw, key_dt(k, 1));
+    wei_md(&user[1], k, true, key_dt(k, 1));
     md4(&user[2], k->n, k->o, k->oh, k->ow, dnnl_nchw, key_dt(k, 2));
   }
   dnnl_primitive_attr_destroy(attr);
@@ -189,8 +209,8 @@ void dp_dnnl_conv_count_winograd(const conv_entry *e) {
 }
 
 static bool use_winograd(const conv_key *k) {
-  return dp_dnnl_winograd_enabled() && k->kh == 3 && k->kw == 3 && k->sh == 1 && k->sw == 1 && k->c >= 32 &&
-         k->o >= 32 && k->c % 16 == 0 && k->o % 16 == 0;
+  return dp_dnnl_winograd_enabled() && k->groups == 1 && k->dh == 1 && k->dw == 1 && k->kh == 3 && k->kw == 3 &&
+         k->sh == 1 && k->sw == 1 && k->c >= 32 && k->o >= 32 && k->c % 16 == 0 && k->o % 16 == 0;
 }
 
 /* A Winograd primitive's scratchpad holds the transformed tiles of its
@@ -242,7 +262,10 @@ int dp_dnnl_conv_entry_get(const conv_key *k, conv_entry **out, bool *temp) {
 }
 
 conv_key dp_dnnl_conv_key(int kind, int64_t n, const dp_window2d *g, int64_t o, bool bf16) {
-  conv_key k = {kind, n, g->c, g->h, g->w, o, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, g->oh, g->ow, 0, bf16};
+  conv_key k = {kind,  n,     g->c,  g->h,  g->w,
+                o,     g->kh, g->kw, g->sh, g->sw,
+                g->ph, g->pw, g->oh, g->ow, g->groups > 1 ? g->groups : 1,
+                g->dh, g->dw, 0,     bf16};
   k.winograd = !bf16 && use_winograd(&k); /* oneDNN's Winograd kernels are float32 */
   return k;
 }

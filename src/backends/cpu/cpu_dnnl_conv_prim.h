@@ -16,8 +16,9 @@ typedef enum { K_FWD, K_FWD_BIAS, K_BWD_DATA, K_BWD_WEIGHTS, K_BWD_WEIGHTS_BIAS 
 
 typedef struct { /* all int64: no padding bytes, compared with memcmp */
   int64_t kind, n, c, h, w, o, kh, kw, sh, sw, ph, pw, oh, ow;
-  int64_t winograd; /* 1: try oneDNN's Winograd kernels first (use_winograd) */
-  int64_t bf16;     /* 1: bfloat16 data, float32 weight and bias gradients (key_dt) */
+  int64_t groups, dh, dw; /* groups (>= 1; weights [groups, o / groups, c / groups, kh, kw]); dilation */
+  int64_t winograd;       /* 1: try oneDNN's Winograd kernels first (use_winograd) */
+  int64_t bf16;           /* 1: bfloat16 data, float32 weight and bias gradients (key_dt) */
 } conv_key;
 
 /* a primitive and the layouts it wants: the two inputs (a, b) and the
