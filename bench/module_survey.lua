@@ -47,6 +47,11 @@ local cases = {
     "f = step(m, x)" },
   { "GRU 128 [50,32,128]", function() return function() local y = nn.GRU(128, 128)(leaf(50, 32, 128)); y:sum():backward() end end,
     "m = nn.GRU(128, 128); x = leaf(50, 32, 128)\ndef f(): m(x)[0].sum().backward()" },
+  { "LSTM 2 layers bidirectional 256 [35,20,128]", function()
+    local m, x = nn.LSTM(128, 256, { num_layers = 2, bidirectional = true }), leaf(35, 20, 128)
+    return function() local y = m(x); y:sum():backward() end
+  end, "m = nn.LSTM(128, 256, num_layers=2, bidirectional=True); x = leaf(35, 20, 128)\n" ..
+    "def f(): m(x)[0].sum().backward()" },
   { "MultiheadAttention 256/8 [32,64]", function()
     local m, x = nn.MultiheadAttention(256, 8, { batch_first = true }), leaf(32, 64, 256)
     return function() local y = m(x, x, x); y:sum():backward() end

@@ -115,6 +115,31 @@ static int pool(lua_State *L, bool is_max) {
 static int l_max_pool2d(lua_State *L) { return pool(L, true); }
 static int l_avg_pool2d(lua_State *L) { return pool(L, false); }
 
+/* core.unfold2d(x, kernel_size [, dilation [, padding [, stride]]]) and core.fold2d(cols, output_size,
+ * kernel_size [, dilation [, padding [, stride]]]): F.unfold and F.fold, PyTorch's order; pairs n or {h, w} */
+static void read_unfold(lua_State *L, int idx, const char *op, dp_unfold_args *a) {
+  if (lua_isnoneornil(L, idx)) luaL_error(L, "%s: kernel_size is required", op);
+  read_pair(L, idx, op, "kernel_size", NULL, a->kernel);
+  read_pair(L, idx + 1, op, "dilation", (int64_t[]){1, 1}, a->dilation);
+  read_pair(L, idx + 2, op, "padding", (int64_t[]){0, 0}, a->padding);
+  read_pair(L, idx + 3, op, "stride", (int64_t[]){1, 1}, a->stride);
+}
+static int l_unfold2d(lua_State *L) {
+  dp_tensor *x = lt_check(L, 1);
+  dp_unfold_args a;
+  read_unfold(L, 2, "unfold", &a);
+  return lt_push(L, dp_unfold2d(x, &a));
+}
+static int l_fold2d(lua_State *L) {
+  dp_tensor *cols = lt_check(L, 1);
+  int64_t out[2];
+  if (lua_isnoneornil(L, 2)) return luaL_error(L, "fold: output_size is required");
+  read_pair(L, 2, "fold", "output_size", NULL, out);
+  dp_unfold_args a;
+  read_unfold(L, 3, "fold", &a);
+  return lt_push(L, dp_fold2d(cols, out, &a));
+}
+
 static int l_batch_norm(lua_State *L) {
   dp_tensor *x = lt_check(L, 1), *rm = opt_tensor(L, 2), *rv = opt_tensor(L, 3), *w = opt_tensor(L, 4);
   dp_tensor *b = opt_tensor(L, 5);
@@ -295,6 +320,8 @@ void lt_open_nn_layers(lua_State *L, int module, int methods) {
                                    {"group_norm", l_group_norm},
                                    {"dropout", l_dropout},
                                    {"embedding", l_embedding},
+                                   {"unfold2d", l_unfold2d},
+                                   {"fold2d", l_fold2d},
                                    {NULL, NULL}};
   lua_pushvalue(L, module);
   luaL_setfuncs(L, funcs, 0);

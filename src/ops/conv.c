@@ -40,6 +40,7 @@ static int window_of(dp_window2d *g, const int64_t nchw[4], const dp_tensor *w, 
   if (dp_window_size(g->h, g->kh, g->sh, g->ph, g->dh, false, &g->oh) ||
       dp_window_size(g->w, g->kw, g->sw, g->pw, g->dw, false, &g->ow) || g->oh < 1 || g->ow < 1)
     return -1;
+  dp_window_one_step(g);
   return 0;
 }
 

@@ -54,5 +54,12 @@ static inline dp_reduce_args dp_around_dim(const dp_tensor *x, int dim, dp_reduc
  * padded input is dropped), in checked arithmetic (ops/pool.c). *out < 1
  * when the window does not fit; -1 (no message) on overflow. */
 int dp_window_size(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode, int64_t *out);
+/* A stride along an axis with one output position never multiplies anything: set it to 1, so that a hostile
+ * stride (math.maxinteger) cannot overflow the kernels' index arithmetic (ceil divisions by it). The results are
+ * the same. */
+static inline void dp_window_one_step(dp_window2d *g) {
+  if (g->oh == 1) g->sh = 1;
+  if (g->ow == 1) g->sw = 1;
+}
 
 #endif

@@ -205,6 +205,13 @@ typedef struct dp_pool2d_args {
   int64_t kernel[2], stride[2], padding[2];
   bool ceil_mode;
 } dp_pool2d_args;
+/* F.unfold / F.fold (ops/unfold.c): x [N, C, H, W] or [C, H, W] -> [N, C * kh * kw, L] or [C * kh * kw, L], the
+ * L = oh * ow sliding blocks as columns (im2col), and back, overlaps summed (col2im); each the other's gradient */
+typedef struct dp_unfold_args {
+  int64_t kernel[2], dilation[2], padding[2], stride[2];
+} dp_unfold_args;
+dp_tensor *dp_unfold2d(dp_tensor *x, const dp_unfold_args *a);
+dp_tensor *dp_fold2d(dp_tensor *cols, const int64_t output_size[2], const dp_unfold_args *a);
 dp_tensor *dp_max_pool2d(dp_tensor *x, const dp_pool2d_args *a);
 dp_tensor *dp_avg_pool2d(dp_tensor *x, const dp_pool2d_args *a);
 /* x [N, C, ...]; running stats updated in place when training (may be

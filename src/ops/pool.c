@@ -59,6 +59,7 @@ dp_tensor *dp_pool2d_input(const char *op, dp_tensor *x, const dp_pool2d_args *a
              op, k[0], k[1], g->h, g->w, p[0], p[1], SHAPE(x));
     return NULL;
   }
+  dp_window_one_step(g);
   return dp_contiguous_raw(x);
 }
 

@@ -67,6 +67,16 @@ H.describe("cuda nn layers", function()
     end, x, 1e-4)
   end)
 
+  it("Unfold and Fold (the convolutions' im2col and col2im), and grouped, dilated and depthwise Conv2d", function()
+    ddp.manual_seed(37)
+    local x = ddp.randn(2, 4, 9, 8)
+    check_module("Unfold 3x2 dilation 2 padding 1 stride 2", function() return nn.Unfold({ 3, 2 }, 2, 1, 2) end, x, 1e-6)
+    check_module("Fold 2x2 stride 1", function() return nn.Fold({ 5, 6 }, 2) end, ddp.randn(2, 12, 20), 1e-6)
+    check_module("Conv2d groups 2 dilation 2", function() return nn.Conv2d(4, 6, 3, { padding = 2, dilation = 2,
+      groups = 2 }) end, x, 1e-4)
+    check_module("Conv2d depthwise 5x5", function() return nn.Conv2d(4, 4, 5, { padding = 2, groups = 4 }) end, x, 1e-4)
+  end)
+
   it("MaxPool2d and AvgPool2d", function()
     ddp.manual_seed(31)
     local x = ddp.randn(2, 3, 12, 10)

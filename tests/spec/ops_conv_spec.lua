@@ -260,3 +260,28 @@ describe("max_pool2d specifics", function()
     assert.are.equal(4, t.grad:sum():item())
   end)
 end)
+
+describe("a stride past the input", function()
+  it("gives the one window a stride of the input's size gives, forward and backward, in every window op", function()
+    -- a stride of math.maxinteger once overflowed the kernels' index arithmetic (max_pool2d saved an index outside
+    -- its plane, and its backward failed); along an axis with one output position the stride takes no part
+    local big = math.maxinteger
+    local x = R.randn({ 2, 4, 5, 6 }, 3, 1):float()
+    local w = R.randn({ 4, 2, 3, 3 }, 4, 1):float()
+    local ops = {
+      { "conv2d", function(t, s) return ddp.conv2d(t, w, nil, s, 1, 1, 2) end },
+      { "conv2d dense", function(t, s) return ddp.conv2d(t, w:repeat_(1, 2, 1, 1), nil, { 1, s }, 1) end },
+      { "max_pool2d", function(t, s) return ddp.max_pool2d(t, 2, { s, 2 }) end },
+      { "avg_pool2d", function(t, s) return ddp.avg_pool2d(t, 3, s, 1) end },
+      { "unfold", function(t, s) return ddp.nn.F.unfold(t, 2, 1, 0, s) end },
+    }
+    for _, op in ipairs(ops) do
+      local a, b = x:clone():requires_grad_(), x:clone():requires_grad_()
+      local ya, yb = op[2](a, big), op[2](b, 100)
+      R.assert_close(ya, R.from(yb), 0, 0, op[1])
+      ya:sum():backward()
+      yb:sum():backward()
+      R.assert_close(a.grad, R.from(b.grad), 0, 0, op[1] .. " gradient")
+    end
+  end)
+end)
