@@ -241,16 +241,21 @@ static int l_split(lua_State *L) {
       sizes[i] = lua_tointegerx(L, -1, &ok);
       lua_pop(L, 1);
       if (!ok || sizes[i] < 0) return luaL_error(L, "split: section %d must be a non-negative integer", i + 1);
+      if (sizes[i] > len - sum) /* (checked before the add: huge sections cannot overflow it) */
+        return luaL_error(L, "split: the sections up to %d sum to more than dimension %d's size %I", i + 1, d + 1,
+                          (lua_Integer)len);
       sum += sizes[i];
     }
     if (sum != len)
-      return luaL_error(L, "split: the sections sum to %d but dimension %d has size %d", (int)sum, d + 1, (int)len);
+      return luaL_error(L, "split: the sections sum to %I but dimension %d has size %I", (lua_Integer)sum, d + 1,
+                        (lua_Integer)len);
     return push_parts(L, x, d, n, sizes);
   }
   lua_Integer size = luaL_checkinteger(L, 2);
-  if (size < 0 || (size == 0 && len > 0))
-    return luaL_error(L, "split: the split size must be positive, got %d", (int)size);
-  int n = len == 0 ? 1 : (int)((len + size - 1) / size);
+  if (size < 0 || (size == 0 && len > 0)) return luaL_error(L, "split: the split size must be positive, got %I", size);
+  int64_t parts = len == 0 ? 1 : len / size + (len % size != 0); /* ceil, no overflow */
+  if (parts > 1000000) return luaL_error(L, "split: %I parts are too many", (lua_Integer)parts);
+  int n = (int)parts;
   int64_t *sizes = lua_newuserdatauv(L, sizeof(int64_t) * (size_t)n, 0);
   for (int i = 0; i < n; i++) sizes[i] = len - (int64_t)i * size < size ? len - (int64_t)i * size : size;
   return push_parts(L, x, d, n, sizes);
@@ -259,12 +264,12 @@ static int l_split(lua_State *L) {
 static int l_chunk(lua_State *L) {
   dp_tensor *x = lt_check(L, 1);
   lua_Integer chunks = luaL_checkinteger(L, 2);
-  if (chunks < 1) return luaL_error(L, "chunk: the number of chunks must be positive, got %d", (int)chunks);
+  if (chunks < 1) return luaL_error(L, "chunk: the number of chunks must be positive, got %I", chunks);
   if (x->ndim == 0) return luaL_error(L, "chunk: cannot chunk a 0-dimensional tensor");
   int d = lua_isnoneornil(L, 3) ? 0 : lt_check_dim(L, 3, x->ndim, 0);
-  int64_t len = x->shape[d], size = (len + chunks - 1) / chunks;
-  if (len == 0) { /* PyTorch's: `chunks` empty parts */
-    if (chunks > 1000000) return luaL_error(L, "chunk: %d empty parts are too many", (int)chunks);
+  int64_t len = x->shape[d], size = len / chunks + (len % chunks != 0); /* ceil(len / chunks), no overflow */
+  if (len == 0) {                                                       /* PyTorch's: `chunks` empty parts */
+    if (chunks > 1000000) return luaL_error(L, "chunk: %I empty parts are too many", chunks);
     int64_t *sizes = lua_newuserdatauv(L, sizeof(int64_t) * (size_t)chunks, 0);
     memset(sizes, 0, sizeof(int64_t) * (size_t)chunks);
     return push_parts(L, x, d, (int)chunks, sizes);

@@ -115,6 +115,9 @@ dp_tensor *dp_tri(dp_tensor *x, int64_t k, bool upper) {
     dp_error("%s: expected a tensor with at least 2 dimensions, got shape %s", upper ? "triu" : "tril", SHAPE(x));
     return NULL;
   }
+  /* a diagonal past the matrix keeps or clears all of it: clamped, the kernels' i + k cannot overflow */
+  int64_t rows = x->shape[x->ndim - 2], cols = x->shape[x->ndim - 1];
+  k = k < -rows ? -rows : k > cols ? cols : k;
   dp_tensor *out = tri_raw(x, k, upper);
   if (out && dp_any_requires_grad(1, &x)) {
     dp_node *n = dp_node_new(upper ? "TriuBackward" : "TrilBackward", tri_backward, 1, &x, 1);

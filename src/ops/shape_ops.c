@@ -7,6 +7,7 @@
 
 #include "ops/model_ops.h"
 #include "ops/op_util.h"
+#include "tensor/checked.h"
 
 /* x repeated r times along dim d */
 static dp_tensor *repeat_one(dp_scope *s, dp_tensor *x, int d, int64_t r) {
@@ -19,7 +20,11 @@ static dp_tensor *repeat_one(dp_scope *s, dp_tensor *x, int d, int64_t r) {
   for (int k = 0, j = 0; k < nd; k++) {
     if (k == d) sh[j] = 1, ex[j] = r, j++;
     sh[j] = x->shape[k], ex[j] = x->shape[k], j++;
-    out[k] = k == d ? r * x->shape[k] : x->shape[k];
+    out[k] = x->shape[k];
+    if (k == d && dp_mul_overflow(r, x->shape[k], &out[k])) { /* the expand below would refuse it, after UB here */
+      dp_error("repeat: %" PRId64 " repeats of dim %d of size %" PRId64 " is too large", r, d + 1, x->shape[k]);
+      return NULL;
+    }
   }
   dp_tensor *v = dp_scope_add(s, dp_reshape(x, nd + 1, sh));
   dp_tensor *e = v ? dp_scope_add(s, dp_expand(v, nd + 1, ex)) : NULL;

@@ -40,9 +40,11 @@ static int geometry(const char *op, dp_window2d *g, int64_t n, int64_t c, int64_
   return 0;
 }
 
-static void save_args(dp_node *n, const dp_window2d *g) {
-  n->i[0] = g->kh, n->i[1] = g->kw, n->i[2] = g->dh, n->i[3] = g->dw;
-  n->i[4] = g->ph, n->i[5] = g->pw, n->i[6] = g->sh, n->i[7] = g->sw;
+/* the call's arguments as given (the backward recomputes the window from them: a geometry's stride may have been
+ * set to 1 along an axis of one block, which with the input's size would give more blocks) */
+static void save_args(dp_node *n, const dp_unfold_args *a) {
+  n->i[0] = a->kernel[0], n->i[1] = a->kernel[1], n->i[2] = a->dilation[0], n->i[3] = a->dilation[1];
+  n->i[4] = a->padding[0], n->i[5] = a->padding[1], n->i[6] = a->stride[0], n->i[7] = a->stride[1];
 }
 
 static dp_unfold_args load_args(const dp_node *n) {
@@ -51,7 +53,13 @@ static dp_unfold_args load_args(const dp_node *n) {
 
 /* cols [N, C*kh*kw, L] = im2col(x [N, C, H, W]); x contiguous */
 static dp_tensor *unfold_raw(dp_tensor *x, const dp_window2d *g, int ndim_out) {
-  int64_t sh[3] = {g->n, g->c * g->kh * g->kw, g->oh * g->ow};
+  int64_t sh[3] = {g->n, 0, 0};
+  if (dp_mul_overflow(g->c, g->kh, &sh[1]) || dp_mul_overflow(sh[1], g->kw, &sh[1]) ||
+      dp_mul_overflow(g->oh, g->ow, &sh[2])) {
+    dp_error("unfold: the columns of kernel_size (%" PRId64 ", %" PRId64 ") over %" PRId64 " channels are too many",
+             g->kh, g->kw, g->c);
+    return NULL;
+  }
   dp_tensor *cols = dp_empty(x->dtype, ndim_out, ndim_out == 3 ? sh : sh + 1, dp_dev(x));
   if (cols && g->n > 0 && dp_numel(cols) > 0 && dp_backend_of(x)->im2col(cols, x, g, 0, g->n)) {
     dp_release(cols);
@@ -100,7 +108,7 @@ dp_tensor *dp_unfold2d(dp_tensor *x, const dp_unfold_args *a) {
   dp_scope_keep(&s, y);
   if (dp_any_requires_grad(1, &x)) {
     dp_node *n = dp_node_new("Im2ColBackward", unfold_backward, 1, &x, 1);
-    save_args(n, &g);
+    save_args(n, a);
     dp_node_attach(n, y, 0);
     dp_node_release(n);
   }
@@ -123,13 +131,16 @@ static int fold_geometry(dp_window2d *g, const dp_tensor *cols, const int64_t ou
                     "got input.size(%d)=%" PRId64 " and kernel_size=(%" PRId64 ", %" PRId64 ")",
                     lead + 1, lead + 1, rows, a->kernel[0], a->kernel[1]);
   if (geometry("fold", g, lead < 0 ? 1 : cols->shape[0], rows / kk, out[0], out[1], a)) return -1;
-  if (g->oh * g->ow != L)
+  int64_t blocks;
+  if (dp_mul_overflow(g->oh, g->ow, &blocks))
+    return dp_error("fold: output_size (%" PRId64 ", %" PRId64 ") gives too many sliding blocks", out[0], out[1]);
+  if (blocks != L)
     return dp_error("fold: given output_size=(%" PRId64 ", %" PRId64 "), kernel_size=(%" PRId64 ", %" PRId64
                     "), dilation=(%" PRId64 ", %" PRId64 "), padding=(%" PRId64 ", %" PRId64 "), stride=(%" PRId64
                     ", %" PRId64 "), expected size of input's dimension %d to match the calculated number of sliding "
                     "blocks %" PRId64 " * %" PRId64 " = %" PRId64 ", but got input.size(%d)=%" PRId64,
                     out[0], out[1], a->kernel[0], a->kernel[1], a->dilation[0], a->dilation[1], a->padding[0],
-                    a->padding[1], a->stride[0], a->stride[1], lead + 2, g->oh, g->ow, g->oh * g->ow, lead + 2, L);
+                    a->padding[1], a->stride[0], a->stride[1], lead + 2, g->oh, g->ow, blocks, lead + 2, L);
   return 0;
 }
 
@@ -164,7 +175,7 @@ dp_tensor *dp_fold2d(dp_tensor *cols, const int64_t output_size[2], const dp_unf
   dp_scope_keep(&s, y);
   if (dp_any_requires_grad(1, &cols)) {
     dp_node *n = dp_node_new("Col2ImBackward", fold_backward, 1, &cols, 1);
-    save_args(n, &g);
+    save_args(n, a);
     dp_node_attach(n, y, 0);
     dp_node_release(n);
   }

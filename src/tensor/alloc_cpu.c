@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/sysinfo.h>
 
 #include "core/error.h"
 #include "tensor/storage.h"
@@ -108,7 +109,22 @@ static void read_hugepages(void) {
   hugepages = v && strcmp(v, "1") == 0;
 }
 
+/* The most one block can be: the machine's memory and swap. A larger request could only fail later, after
+ * populating pages until the kernel kills the process (or, under ASan, abort in its allocator); it fails here,
+ * and the caller reports the bytes it asked for. */
+static pthread_once_t limit_once = PTHREAD_ONCE_INIT;
+static size_t block_limit = SIZE_MAX;
+static void read_block_limit(void) {
+  struct sysinfo si;
+  if (sysinfo(&si) == 0 && si.mem_unit > 0) {
+    unsigned long long total = ((unsigned long long)si.totalram + si.totalswap) * si.mem_unit;
+    if (total > 0 && total < SIZE_MAX) block_limit = (size_t)total;
+  }
+}
+
 static void *sys_alloc(size_t size) {
+  pthread_once(&limit_once, read_block_limit);
+  if (size > block_limit) return NULL;
   if (size < DP_HUGE_MIN) return aligned_alloc(64, size);
   size_t len = huge_len(size);
   uint8_t *raw = mmap(NULL, len + HUGE_ALIGN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

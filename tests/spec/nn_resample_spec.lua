@@ -498,3 +498,24 @@ describe("F.pad and the padding modules", function()
       "ReflectionPad2d((1, 1, 1, 1)): mode 'reflect' pads")
   end)
 end)
+
+describe("outputs that cannot exist", function()
+  it("are refused at once by interpolate and the adaptive max pools, naming the output", function()
+    -- these once looped over math.maxinteger positions (index lists, a narrow per window) until killed
+    local x = ddp.randn(2, 3, 6, 6)
+    local F = ddp.nn.F
+    R.assert_error(function() F.interpolate(x, { size = { math.maxinteger, 2 } }) end,
+      "F.interpolate: the output [2, 3, 9223372036854775807, 2] cannot be made")
+    R.assert_error(function() F.interpolate(x, { size = { 1 << 40, 2 } }) end, "F.interpolate: the output")
+    R.assert_error(function() F.interpolate(x, { scale_factor = 1e300 }) end,
+      "F.interpolate: output size 6e+300 in spatial dim 1 is not an integer")
+    R.assert_error(function() F.interpolate(x, { scale_factor = 1e300, mode = "bilinear" }) end, "not an integer")
+    R.assert_error(function() nn.Upsample({ size = math.maxinteger })(x) end, "Upsample: the output")
+    R.assert_error(function() F.adaptive_max_pool2d(x, { math.maxinteger, 2 }) end,
+      "adaptive_max_pool2d: the output [2, 3, 9223372036854775807, 2] cannot be made")
+    R.assert_error(function() F.adaptive_max_pool1d(ddp.randn(1, 2, 9), math.maxinteger) end, "cannot be made")
+    -- and sizes that can exist still work
+    assert.same({ 2, 3, 12, 7 }, F.interpolate(x, { size = { 12, 7 } }):size())
+    assert.same({ 2, 3, 9, 4 }, F.adaptive_max_pool2d(x, { 9, 4 }):size())
+  end)
+end)

@@ -65,6 +65,7 @@ local function adaptive_max_pool2d(who, x, output_size, return_indices)
   util.unsupported(who, "return_indices", return_indices, false, "the pool returns its values only")
   check_input(who, x, 3)
   local s = sizes_of(who, output_size, x, 2)
+  util.check_output_alloc(who, x, s)
   local H, W = x:size(-2), x:size(-1)
   if H % s[1] == 0 and W % s[2] == 0 then -- even tiles: one max_pool2d
     local k = { H // s[1], W // s[2] }

@@ -183,6 +183,7 @@ local function interpolate(who, x, size, scale_factor, mode, align_corners, reco
         list_str(ins), list_str(out_size)))
     end
   end
+  util.check_output_alloc(who, x, out_size)
   local rnd = rounding(x)
   if mode == "nearest" and ns == 2 and x:device() == "cpu" and (x:dtype() == "float32" or x:dtype() == "float64") then
     -- both dims in one pass each way (core.plane_gather), as the paddings

@@ -162,8 +162,10 @@ int dp_cpu_gather(dp_tensor *out, const dp_tensor *src, const dp_tensor *idx, in
   char *op = dp_data(out);
   int64_t size = src->shape[dim], sd = src->stride[dim];
   FOR_EACH_ROW(p, {
-    int64_t j = ip[off[0]] - base;
-    if (j < 0 || j >= size) return index_error("gather", idx, row * inner + q, j + base, dim, size, base);
+    int64_t v = ip[off[0]];
+    if (v < base || v - base >= size) /* v >= base first: no overflow */
+      return index_error("gather", idx, row * inner + q, v, dim, size, base);
+    int64_t j = v - base;
     if (es == 4) ((uint32_t *)(void *)op)[off[2]] = ((const uint32_t *)(const void *)sp)[off[1] + j * sd];
     else memcpy(op + (size_t)off[2] * es, sp + (size_t)(off[1] + j * sd) * es, es);
   })
@@ -181,8 +183,8 @@ int dp_cpu_scatter(dp_tensor *dst, const dp_tensor *idx, const dp_tensor *src, i
   const char *op = accumulate ? "scatter_add" : "scatter";
   /* every index is checked before anything is written, so a bad one leaves dst as it was */
   FOR_EACH_ROW(p, {
-    int64_t j = ip[off[0]] - base;
-    if (j < 0 || j >= size) return index_error(op, idx, row * inner + q, j + base, dim, size, base);
+    int64_t v = ip[off[0]];
+    if (v < base || v - base >= size) return index_error(op, idx, row * inner + q, v, dim, size, base);
   })
   FOR_EACH_ROW(p, {
     char *d = dp_ + (size_t)(off[1] + (ip[off[0]] - base) * sd) * es;

@@ -85,11 +85,12 @@ __global__ void k_gather(const __grid_constant__ dp_index_plan p, char *out, con
   DP_CU_LOOP(i, p.numel) {
     int64_t off[DP_IDX_MAXOPS];
     dp_index_offsets(&p, i, off);
-    int64_t j = idx[off[0]] - base;
-    if (j < 0 || j >= size) {
-      dp_cu_report(c, DP_CU_FAULT_GATHER, j + base, i + 1, base, size - 1 + base);
+    const int64_t v = idx[off[0]];
+    if (v < base || v - base >= size) { /* v >= base first: no overflow */
+      dp_cu_report(c, DP_CU_FAULT_GATHER, v, i + 1, base, size - 1 + base);
       continue;
     }
+    const int64_t j = v - base;
     copy_elem(out + off[2] * es, src + (off[1] + j * sd) * es, es);
   }
 }
@@ -121,11 +122,12 @@ __global__ void k_scatter(const __grid_constant__ dp_index_plan p, char *dst, co
   DP_CU_LOOP(i, p.numel) {
     int64_t off[DP_IDX_MAXOPS];
     dp_index_offsets(&p, i, off);
-    int64_t j = idx[off[0]] - base;
-    if (j < 0 || j >= size) {
-      dp_cu_report(c, DP_CU_FAULT_SCATTER_DIM, j + base, i + 1, base, size - 1 + base);
+    const int64_t v = idx[off[0]];
+    if (v < base || v - base >= size) { /* v >= base first: no overflow */
+      dp_cu_report(c, DP_CU_FAULT_SCATTER_DIM, v, i + 1, base, size - 1 + base);
       continue;
     }
+    const int64_t j = v - base;
     char *d = dst + (off[1] + j * sd) * es;
     const char *s = src + off[2] * es;
     if (!accumulate) {
