@@ -505,4 +505,9 @@ for _, name in ipairs({ "atan2", "hypot", "logaddexp", "logaddexp2", "xlogy", "l
   M[name] = T[name]
 end
 
+-- Python's operators: a % b is remainder, a // b floor_divide (a number on either side, as + - * / take)
+local mt = debug.getregistry()["ddplua.Tensor"]
+mt.__mod = T.remainder
+mt.__idiv = T.floor_divide
+
 return T

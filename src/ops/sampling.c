@@ -22,11 +22,15 @@ dp_tensor *dp_randint(int64_t low, int64_t high, int ndim, const int64_t *shape,
   dp_tensor *t = dp_scope_add(&s, dp_empty(DP_I64, ndim, shape, dp_cpu()));
   if (!t) return NULL;
   int64_t *p = dp_data(t), n = dp_numel(t);
-  double range = (double)high - (double)low;
+  /* the span in unsigned arithmetic: exact up to PyTorch's widest [-2^63, 2^63 - 1) (2^64 - 1 values), where the
+   * signed difference overflowed; for spans below 2^53 the draws are the ones (double)high - (double)low gave */
+  uint64_t span = (uint64_t)high - (uint64_t)low;
+  double range = (double)span;
   for (int64_t i = 0; i < n; i++) {
     double u = dp_philox_uniform_d(seed, offset + (uint64_t)i);
-    int64_t v = low + (int64_t)floor(u * range);
-    p[i] = v < high ? v : high - 1; /* u * range can round up to range */
+    uint64_t k = (uint64_t)floor(u * range); /* u < 1: below 2^64 */
+    if (k >= span) k = span - 1;             /* u * range can round up to range */
+    p[i] = (int64_t)((uint64_t)low + k);     /* low + k, in [low, high) */
   }
   if (dev.type == DP_CPU) return dp_scope_keep(&s, t);
   return dp_to(t, DP_I64, dev);

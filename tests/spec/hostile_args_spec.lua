@@ -4,8 +4,10 @@
 -- UBSan in `make test`), loop over the positions of an output that cannot exist, or exhaust the process.
 -- These found, on 2026-12-07: max_pool2d with a stride of math.maxinteger saving an index outside its plane (its
 -- backward then failed), im2col's, repeat's, tril's, chunk's, split's and gather's index arithmetic overflowing,
--- interpolate and adaptive_max_pool2d looping over 2^63 output positions, and an allocation of 16 TB aborting
--- the ASan build.
+-- interpolate and adaptive_max_pool2d looping over 2^63 output positions, an allocation of 16 TB aborting the
+-- ASan build, randint's widest range overflowing, nn.LSTM wrapping its gate sizes negative or making layers until
+-- killed, DistributedSampler building a padded order of 2^63 positions, DataLoader's batch count wrapping to none,
+-- and random_split's lengths summing around math.maxinteger.
 local ddp = require "ddplua"
 local R = require "helpers.ref"
 local F = ddp.nn.F
@@ -58,6 +60,13 @@ describe("extreme arguments", function()
       { function() return F.fold(ddp.randn(1, 4, 4), { big, big }, 1) end, "fold: output_size" },
       { function() return m:quantile(0 / 0) end, "quantile" },
       { function() return m:norm(0 / 0) end, "norm" },
+      { function() return ddp.nn.LSTM(4, big) end, "LSTM: 1 layers of hidden_size 9223372036854775807" },
+      { function() return ddp.nn.LSTM(4, 4, { num_layers = big }) end, "are too many weights" },
+      { function() return ddp.nn.GRU(4, 1 << 30) end, "are too many weights" },
+      { function() return ddp.data.DistributedSampler(ddp.data.TensorDataset(m), { num_replicas = big, rank = 0 }) end,
+        "num_replicas 9223372036854775807 is more than" },
+      { function() return ddp.data.random_split(ddp.data.TensorDataset(m), { big, 1 }) end,
+        "random_split: length 1 is 9223372036854775807 but the dataset has 4 items" },
     }
     for i, c in ipairs(cases) do
       local ok, err = pcall(c[1])
@@ -85,5 +94,17 @@ describe("extreme arguments", function()
     parts = { v:split(big) }
     assert.equal(1, #parts)
     R.assert_close(ddp.roll(v, big), R.from(ddp.roll(v, big % 10)), 0, 0, "roll")
+    -- the whole dataset in one batch (the batch count once wrapped around to none)
+    local dl = ddp.data.DataLoader(ddp.data.TensorDataset(m), { batch_size = big })
+    assert.equal(1, #dl)
+    local n = 0
+    for b in dl:iter() do
+      n = n + 1
+      assert.same({ 4, 5 }, b:size())
+    end
+    assert.equal(1, n)
+    -- randint over the widest range PyTorch allows (its span overflowed a signed difference)
+    local r = ddp.randint(small, big, { 1000 })
+    assert.is_true(r:min():item() < 0 and r:max():item() > 0, "both halves of the range drawn")
   end)
 end)

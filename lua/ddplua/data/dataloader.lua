@@ -132,9 +132,10 @@ function DataLoader.new(ds, opts)
   }, DataLoader)
 end
 
+-- (n // bs plus one for a remainder: n + bs - 1 wrapped around for a batch_size near math.maxinteger)
 local function batches(n, bs, drop_last)
   if drop_last then return n // bs end
-  return (n + bs - 1) // bs
+  return n // bs + (n % bs > 0 and 1 or 0)
 end
 
 function DataLoader.__len(self) return batches(#self.sampler, self.batch_size, self.drop_last) end
@@ -157,7 +158,7 @@ local function epoch_batches(self)
   local bs, out = self.batch_size, {}
   for b = 1, batches(#idx, bs, self.drop_last) do
     local first = (b - 1) * bs + 1
-    out[b] = table.move(idx, first, math.min(first + bs - 1, #idx), 1, {})
+    out[b] = table.move(idx, first, first - 1 + math.min(bs, #idx - first + 1), 1, {})
   end
   return out
 end

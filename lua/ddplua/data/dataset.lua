@@ -146,6 +146,10 @@ function M.random_split(ds, lengths, opts)
       E.raise(string.format("random_split: length %d must be a non-negative number, got %s", i, tostring(l)))
     end
     sum = sum + l
+    -- (integer lengths past the dataset's size would wrap the sum around: math.maxinteger + 1)
+    if math.type(l) == "integer" and l > n then
+      E.raise(string.format("random_split: length %d is %d but the dataset has %d items", i, l, n))
+    end
   end
   local counts = {}
   if math.abs(sum - 1) < 1e-9 and sum <= 1 + 1e-12 then

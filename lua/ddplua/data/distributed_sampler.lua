@@ -28,6 +28,8 @@ local function dataset_len(ds)
   E.raise("DistributedSampler: the dataset has no length (#dataset)")
 end
 
+local MAX_REPLICAS = 1 << 24
+
 --- DistributedSampler(dataset, {num_replicas=, rank=, shuffle=true, seed=0, drop_last=false})
 function DistributedSampler.new(dataset, opts)
   opts = opts or {}
@@ -50,6 +52,12 @@ function DistributedSampler.new(dataset, opts)
   if math.type(R) ~= "integer" or R < 1 then
     E.raise("DistributedSampler: num_replicas must be a positive integer, got " .. tostring(R))
   end
+  -- every epoch's padded order holds at least num_replicas positions: a world past 2^24 ranks would build tables
+  -- of billions of entries (math.maxinteger looped until the process was killed)
+  if R > MAX_REPLICAS then
+    E.raise(string.format("DistributedSampler: num_replicas %d is more than the %d ranks a job can have", R,
+      MAX_REPLICAS))
+  end
   if math.type(rank) ~= "integer" or rank < 0 or rank >= R then
     E.raise(string.format("DistributedSampler: invalid rank %s, expected 0..%d", tostring(rank), R - 1))
   end
@@ -61,7 +69,7 @@ function DistributedSampler.new(dataset, opts)
   if drop_last and N % R ~= 0 then
     num_samples = (N - R) // R + (((N - R) % R ~= 0) and 1 or 0) -- ceil((N - R) / R) == floor(N / R)
   else
-    num_samples = (N + R - 1) // R
+    num_samples = N // R + (N % R > 0 and 1 or 0)
   end
   local self = setmetatable({
     dataset = dataset,
@@ -206,7 +214,9 @@ function DistributedSampler:load_state_dict(s)
   if math.type(offset) ~= "integer" or offset < 0 or offset > self.n then
     fail("offset is %s, expected an integer in 0..%d (positions of the epoch's order)", shown(offset), self.n)
   end
-  if math.type(R) ~= "integer" or R < 1 then fail("num_replicas is %s, expected a positive integer", shown(R)) end
+  if math.type(R) ~= "integer" or R < 1 or R > MAX_REPLICAS then
+    fail("num_replicas is %s, expected a positive integer up to %d", shown(R), MAX_REPLICAS)
+  end
   local most = offset == 0 and R == self.num_replicas and self.num_samples or per_rank(self.n - offset, R, self.drop_last)
   if math.type(position) ~= "integer" or position < 0 or position > most then
     fail("position is %s, expected an integer in 0..%d (this rank's samples per epoch)", shown(position), most)

@@ -80,6 +80,20 @@ local function make(name, mode_of, gates, names)
     self.nonlinearity = o.nonlinearity or (names == RNN_SETTINGS and "tanh" or nil)
     local topts = util.tensor_opts(o)
     local H, D = hidden_size, self.bidirectional and 2 or 1
+    -- all the weights at once must be possible before the layers are made one by one (hidden_size or num_layers
+    -- at math.maxinteger wrapped the gates' sizes negative, or made layers until the process was killed)
+    local per_dir = gates * H * (math.max(input_size, H * D) + H + 2)
+    if H > (1 << 40) // gates or per_dir // (gates * H) ~= math.max(input_size, H * D) + H + 2 or
+        self.num_layers > (1 << 40) // (D * per_dir) then
+      error(string.format("%s: %d layers of hidden_size %d (input_size %d) are too many weights", name,
+        self.num_layers, H, input_size), 3)
+    end
+    local ok, err = pcall(ddp.empty, { self.num_layers * D * per_dir }, topts)
+    if not ok then
+      error(string.format("%s: the weights of %d layers of hidden_size %d cannot be made: %s", name,
+        self.num_layers, H, tostring(err):gsub("^.-: ", "")), 3)
+    end
+    err:free()
     local bound = 1 / math.sqrt(H)
     local function param(...)
       local shape = { ... }
