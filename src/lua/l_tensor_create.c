@@ -37,6 +37,34 @@ static void table_shape(lua_State *L, int idx, int depth, int *ndim, int64_t *sh
   }
 }
 
+/* An integer dtype takes a number only when it fits (PyTorch's "value cannot be converted to type int64 without
+ * overflow"; storing 1e300 or NaN saturated, a float -> integer conversion C leaves undefined); checked for the
+ * whole table before the tensor is made, so an error leaves nothing behind. */
+static void check_value(lua_State *L, int idx, dp_dtype dt) {
+  if ((dt != DP_I64 && dt != DP_U8) || lua_isboolean(L, idx)) return;
+  bool ok;
+  if (lua_isinteger(L, idx)) {
+    lua_Integer v = lua_tointeger(L, idx);
+    ok = dt == DP_I64 || (v >= 0 && v <= 255);
+  } else {
+    double v = lua_tonumber(L, idx);
+    ok = dt == DP_I64 ? v >= -9223372036854775808.0 && v < 9223372036854775808.0 : v > -1.0 && v < 256.0;
+  }
+  if (!ok)
+    luaL_error(L, "tensor(): value %s cannot be converted to type %s without overflow", lua_tostring(L, idx),
+               dp_dtype_name(dt));
+}
+
+static void table_check(lua_State *L, int idx, int depth, int ndim, dp_dtype dt) {
+  int64_t n = (int64_t)luaL_len(L, idx);
+  for (int64_t i = 1; i <= n; i++) {
+    lua_geti(L, idx, i);
+    if (depth + 1 < ndim) table_check(L, lua_gettop(L), depth + 1, ndim, dt);
+    else check_value(L, -1, dt);
+    lua_pop(L, 1);
+  }
+}
+
 static void table_fill(lua_State *L, int idx, int depth, int ndim, char **p, dp_dtype dt) {
   int64_t n = (int64_t)luaL_len(L, idx);
   size_t es = dp_dtype_size(dt);
@@ -77,6 +105,8 @@ static int l_tensor(lua_State *L) {
     table_shape(L, 1, 0, &ndim, shape, &all_int, &any_bool);
   }
   lt_read_opts(L, 2, &o, any_bool ? DP_U8 : all_int ? DP_I64 : DP_F32);
+  if (ndim == 0) check_value(L, 1, o.dtype);
+  else table_check(L, 1, 0, ndim, o.dtype);
   dp_tensor *t = dp_empty(o.dtype, ndim, shape, dp_cpu());
   if (!t) return lt_error(L);
   char *p = dp_data(t);

@@ -7,7 +7,8 @@
 -- interpolate and adaptive_max_pool2d looping over 2^63 output positions, an allocation of 16 TB aborting the
 -- ASan build, randint's widest range overflowing, nn.LSTM wrapping its gate sizes negative or making layers until
 -- killed, DistributedSampler building a padded order of 2^63 positions, DataLoader's batch count wrapping to none,
--- and random_split's lengths summing around math.maxinteger.
+-- random_split's lengths summing around math.maxinteger, and tensor() storing 1e300 or NaN into int64 (C leaves that
+-- conversion undefined; PyTorch refuses it).
 local ddp = require "ddplua"
 local R = require "helpers.ref"
 local F = ddp.nn.F
@@ -65,6 +66,11 @@ describe("extreme arguments", function()
       { function() return ddp.nn.GRU(4, 1 << 30) end, "are too many weights" },
       { function() return ddp.data.DistributedSampler(ddp.data.TensorDataset(m), { num_replicas = big, rank = 0 }) end,
         "num_replicas 9223372036854775807 is more than" },
+      { function() return ddp.tensor({ 1e300 }, { dtype = "int64" }) end,
+        "tensor(): value 1e+300 cannot be converted to type int64 without overflow" },
+      { function() return ddp.tensor({ { 1, 0 / 0 } }, { dtype = "int64" }) end, "cannot be converted to type int64" },
+      { function() return ddp.tensor({ 300 }, { dtype = "uint8" }) end, "value 300 cannot be converted to type uint8" },
+      { function() return ddp.tensor(-1, { dtype = "uint8" }) end, "cannot be converted to type uint8" },
       { function() return ddp.data.random_split(ddp.data.TensorDataset(m), { big, 1 }) end,
         "random_split: length 1 is 9223372036854775807 but the dataset has 4 items" },
     }

@@ -7,9 +7,9 @@
 #include "tensor/storage.h"
 
 static int cpu_device_count(void) { return 1; }
-/* The convolutions' gradients: oneDNN's (cpu_dnnl.c), except a depthwise layer's weight gradient where ddplua's
- * dot products run it (cpu_conv_depthwise.c); the input gradient then still goes to oneDNN, and when oneDNN
- * declines it the whole call is declined (ops/conv.c asks again for the weights alone). */
+/* The convolutions' gradients: oneDNN's (cpu_dnnl.c), except the weight gradient of the depthwise and grouped
+ * layers cpu_conv_depthwise.c takes (its dot products measured faster there); the input gradient then still goes
+ * to oneDNN, and when oneDNN declines it the whole call is declined (ops/conv.c asks again for the weights alone). */
 static int cpu_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
                                const dp_tensor *w, const dp_window2d *g) {
   if (!gw || !dp_cpu_conv2d_dw_grad_w_takes(g, gy) || x->dtype != DP_F32 || gw->dtype != DP_F32 ||
