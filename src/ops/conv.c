@@ -59,7 +59,10 @@ int dp_conv_geometry(conv_geom *cg, const int64_t nchw[4], const dp_tensor *w, c
   cg->cpg = g->c / a->groups;
   cg->ck = cg->cpg * g->kh * g->kw;
   cg->L = g->oh * g->ow;
-  cg->direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
+  /* (the output plane must be the input's too: a stride past an axis of one output position is 1 here, see
+   * dp_window_one_step, and that axis keeps only its first input) */
+  cg->direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 && g->oh == g->h &&
+               g->ow == g->w;
   return 0;
 }
 
@@ -358,8 +361,7 @@ static int unrolled_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gy, dp_ten
 
 /* The backends' direct convolutions (oneDNN) are offered every case (groups
  * and dilation included: oneDNN's depthwise and grouped kernels) and
- * decline what they do not run; the rest is im2col + GEMM. */
-#define backend_takes(cg, entry) ((void)(cg), (entry) != NULL)
+ * decline what they do not run (returning 0); the rest is im2col + GEMM. */
 
 static dp_conv2d_args load_args(const dp_node *n) {
   dp_conv2d_args a = {{n->i[0], n->i[1]}, {n->i[2], n->i[3]}, {n->i[4], n->i[5]}, n->i[6]};
@@ -381,7 +383,7 @@ int dp_conv_grads(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, dp_tensor *gy, dp
   if (one && (want_x || want_w) && window1_backward(gx, gw, gy, x, w, &cg, &w1)) return -1;
   if (unroll && (want_x || want_w) && unrolled_backward(gx, gw, gy, x, w, &cg)) return -1;
   one = one || unroll; /* either: done with gx and gw */
-  if (!one && backend_takes(&cg, be->conv2d_backward) && (want_x || want_w)) {
+  if (!one && be->conv2d_backward && (want_x || want_w)) {
     direct = be->conv2d_backward(gx, gw, want_w ? gb : NULL, gy, x, w, &cg.g);
     if (direct == 0 && want_x && want_w && (direct = be->conv2d_backward(NULL, gw, gb, gy, x, w, &cg.g)) > 0)
       direct = 2;
@@ -466,7 +468,7 @@ int dp_conv_forward(dp_tensor *out, dp_tensor *xc, dp_tensor *wc, dp_tensor *bc,
   const dp_backend *be = dp_backend_of(out);
   window1 w1;
   bool one = single_window(&cg, xc, &w1), unroll = !one && unrolled_ok(&cg, xc);
-  int direct = !one && !unroll && backend_takes(&cg, be->conv2d) ? be->conv2d(out, xc, wc, bc, &cg.g) : 0;
+  int direct = !one && !unroll && be->conv2d ? be->conv2d(out, xc, wc, bc, &cg.g) : 0;
   int rc = direct < 0 ? -1
            : direct   ? 0
            : one      ? window1_forward(out, xc, wc, &cg, &w1)

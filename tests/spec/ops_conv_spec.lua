@@ -275,6 +275,16 @@ describe("a stride past the input", function()
       { "avg_pool2d", function(t, s) return ddp.avg_pool2d(t, 3, s, 1) end },
       { "unfold", function(t, s) return ddp.nn.F.unfold(t, 2, 1, 0, s) end },
     }
+    -- and against an independent reference: a 1x1 kernel with a stride past the width reads column 1 only (the
+    -- stride set to 1 there once sent it down the path that takes the whole input as its columns)
+    local w1 = R.randn({ 3, 4, 1, 1 }, 5, 1):float()
+    for _, dt in ipairs({ "float32", "float64" }) do
+      local xd, wd = x:to(dt), w1:to(dt)
+      R.assert_close(ddp.conv2d(xd, wd, nil, { 1, 3 * x:size(4) }), R.from(ddp.conv2d(xd:narrow(4, 1, 1), wd)), 1e-6,
+        1e-6, "1x1 conv2d with a stride past the width, " .. dt)
+      R.assert_close(ddp.conv2d(xd, wd, nil, { big, 1 }), R.from(ddp.conv2d(xd:narrow(3, 1, 1), wd)), 1e-6, 1e-6,
+        "1x1 conv2d with a stride past the height, " .. dt)
+    end
     for _, op in ipairs(ops) do
       local a, b = x:clone():requires_grad_(), x:clone():requires_grad_()
       local ya, yb = op[2](a, big), op[2](b, 100)
