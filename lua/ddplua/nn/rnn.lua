@@ -88,12 +88,15 @@ local function make(name, mode_of, gates, names)
       error(string.format("%s: %d layers of hidden_size %d (input_size %d) are too many weights", name,
         self.num_layers, H, input_size), 3)
     end
-    local ok, err = pcall(ddp.empty, { self.num_layers * D * per_dir }, topts)
-    if not ok then
-      error(string.format("%s: the weights of %d layers of hidden_size %d cannot be made: %s", name,
-        self.num_layers, H, tostring(err):gsub("^.-: ", "")), 3)
+    local total = self.num_layers * D * per_dir
+    if total > 1 << 26 then -- past 256 MB of float32, one trial block first (smaller sets of weights need none)
+      local ok, trial = pcall(ddp.empty, { total }, topts)
+      if not ok then
+        error(string.format("%s: the weights of %d layers of hidden_size %d cannot be made: %s", name,
+          self.num_layers, H, (tostring(trial):gsub("^.-: ", ""))), 3)
+      end
+      trial:free()
     end
-    err:free()
     local bound = 1 / math.sqrt(H)
     local function param(...)
       local shape = { ... }

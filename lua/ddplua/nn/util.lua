@@ -224,10 +224,10 @@ function M.is_list(v) return type(v) == "table" and getmetatable(v) == nil end
 
 --- Before a layer builds per-position index lists or loops for an output of x's leading dims and `sizes` (the
 --- spatial ones): an error naming who when that output could not exist (sizes not finite integers, more elements
---- than a tensor holds, more bytes than can be allocated), found by allocating it once; so a hostile size
+--- than a tensor holds, more bytes than can be allocated), found by allocating a large one once; so a hostile size
 --- (math.maxinteger, a scale of 1e300) fails at once instead of looping over the positions.
 function M.check_output_alloc(who, x, sizes)
-  local shape = {}
+  local shape, numel = {}, 1.0
   for d = 1, x:dim() - #sizes do shape[#shape + 1] = x:size(d) end
   for i, v in ipairs(sizes) do
     local n = math.tointeger(v)
@@ -236,6 +236,9 @@ function M.check_output_alloc(who, x, sizes)
     end
     shape[#shape + 1] = n
   end
+  for _, n in ipairs(shape) do numel = numel * n end
+  -- an output of up to 2^26 elements (256 MB of float32) needs no trial: every call of a training step pays for it
+  if numel <= 2 ^ 26 then return end
   local ok, t = pcall(ddp.empty, shape, { dtype = x:dtype(), device = x:device() })
   if not ok then
     E.raise(string.format("%s: the output %s cannot be made: %s", who, M.list_str(shape), (tostring(t):gsub("^.-: ", ""))))
