@@ -400,6 +400,40 @@ add({ name = "pad", lua = "ddp.nn.F.pad(x, A.pad, A.mode, A.value)",
     g:tensor("x", xs, g:pick(FLOATS))
     return { pad = pad, mode = mode, value = mode == "constant" and g:pick({ 0.0, 1.5, -2.0 }) or 0.0 }
   end })
+-- depthwise layers past 3x3 (ddplua's own weight gradient, cpu_conv_depthwise.c), stride 1 mostly
+add({ name = "conv2d_depthwise", lua = "ddp.conv2d(x, w, b, A.stride, A.padding, A.dilation, A.groups)",
+  torch = "F.conv2d(x, w, b, A['stride'], A['padding'], A['dilation'], A['groups'])",
+  weight = 2, conditioning = true, gen = function(g)
+    local c, mult = g:int(1, 4), g:pick({ 1, 1, 2 })
+    local k = { g:int(2, 7), g:int(1, 7) }
+    local dil = { g:pick({ 1, 1, 2 }), g:pick({ 1, 2 }) }
+    local pad = { g:int(0, 3), g:int(0, 3) }
+    local h, w = g:int(1, 9) + (k[1] - 1) * dil[1], g:int(1, 9) + (k[2] - 1) * dil[2]
+    local dt = g:pick(FLOATS)
+    g:tensor("x", { g:pick({ 1, 2, 3 }), c, h, w }, dt, { specials = false })
+    g:tensor("w", { c * mult, 1, k[1], k[2] }, dt, { specials = false })
+    g:tensor("b", { c * mult }, dt)
+    return { stride = { 1, g:pick({ 1, 1, 2 }) }, padding = pad, dilation = dil, groups = c }
+  end, tol = { float32 = { 1e-4, 1e-5 } } })
+add({ name = "unfold", lua = "ddp.nn.F.unfold(x, A.k, A.d, A.p, A.s)", torch = "F.unfold(x, A['k'], A['d'], A['p'], A['s'])",
+  gen = function(g)
+    local k, d = { g:int(1, 3), g:int(1, 3) }, { g:pick({ 1, 1, 2 }), g:pick({ 1, 2 }) }
+    local p, st = { g:int(0, 2), g:int(0, 2) }, { g:pick({ 1, 1, 2, 3 }), g:pick({ 1, 2 }) }
+    local h, w = g:int(1, 6) + (k[1] - 1) * d[1], g:int(1, 6) + (k[2] - 1) * d[2]
+    g:tensor("x", { g:pick({ 1, 2, 0 }), g:int(1, 3), h, w }, g:pick(FLOATS))
+    return { k = k, d = d, p = p, s = st }
+  end })
+add({ name = "fold", lua = "ddp.nn.F.fold(x, A.out, A.k, A.d, A.p, A.s)",
+  torch = "F.fold(x, A['out'], A['k'], A['d'], A['p'], A['s'])",
+  gen = function(g)
+    local k, d = { g:int(1, 3), g:int(1, 3) }, { g:pick({ 1, 1, 2 }), g:pick({ 1, 2 }) }
+    local p, st = { g:int(0, 2), g:int(0, 2) }, { g:pick({ 1, 1, 2, 3 }), g:pick({ 1, 2 }) }
+    local h, w = g:int(1, 6) + (k[1] - 1) * d[1], g:int(1, 6) + (k[2] - 1) * d[2]
+    local function blocks(n, kk, dd, pp, ss) return (n + 2 * pp - dd * (kk - 1) - 1) // ss + 1 end
+    local L = blocks(h, k[1], d[1], p[1], st[1]) * blocks(w, k[2], d[2], p[2], st[2])
+    g:tensor("x", { g:pick({ 1, 2 }), g:int(1, 3) * k[1] * k[2], L }, g:pick(FLOATS))
+    return { out = { h, w }, k = k, d = d, p = p, s = st }
+  end })
 add({ name = "interpolate_nearest", lua = "ddp.nn.F.interpolate(x, A.size)", torch = "F.interpolate(x, A['size'])",
   gen = function(g)
     g:tensor("x", { g:int(1, 2), g:int(1, 3), g:int(1, 6), g:int(1, 6) }, g:pick(FLOATS))
