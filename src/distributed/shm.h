@@ -92,10 +92,14 @@ typedef struct shm_seg {
   size_t size;
   shm_header *hdr;
   int nlocal, me;
-  /* my pool region: sorted free ranges (offsets within the region) */
+  /* my pool region: sorted free ranges (offsets within the region), and
+   * freed ranges whose pages are kept for a request of the same size */
   pthread_mutex_t pool_mu;
   pool_range *free;
   int n_free, cap_free;
+  pool_range *kept;
+  int n_kept, cap_kept;
+  size_t kept_bytes, keep_max; /* keep_max: DDPLUA_SHM_KEEP_MB (default 512) */
 } shm_seg;
 
 typedef struct {

@@ -63,6 +63,13 @@ void dp_host_report_failures(bool on);
 #define DP_REPORT_ENV "DDPLUA_REPORT_FD"
 int dp_host_main(int argc, char **argv);
 
+/* ---- chunk_cache.c ---- */
+
+/* Replaces package.searchers[2] (Lua files) with one that keeps each
+ * file's bytecode for the process's later loads of the same bytes (the
+ * runs of a --watch worker). */
+void dp_host_cache_lua_chunks(lua_State *L);
+
 /* ---- options.c ---- */
 
 /* The most processes on one node (--nproc) and nodes in a job (--nnodes);

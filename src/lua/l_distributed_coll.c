@@ -370,7 +370,9 @@ static int l_alloc_shared(lua_State *L) {
   dp_dtype dt = lua_isnoneornil(L, 2) ? DP_F32 : lt_check_dtype(L, 2);
   copts o;
   read_opts(L, 3, "alloc_shared", &o, false);
-  if (n < 0) return luaL_error(L, "alloc_shared: negative size %d", (int)n);
+  if (n < 0 || (uint64_t)n > ((uint64_t)1 << 48) / dp_dtype_size(dt))
+    return luaL_error(L, "alloc_shared: size %I elements of %s is out of range (0 to 2^48 bytes)", n,
+                      dp_dtype_name(dt));
   dp_pg *pg = o.g->pg;
   dp_storage *st = pg->ops->alloc_shared ? pg->ops->alloc_shared(pg, (size_t)n * dp_dtype_size(dt)) : NULL;
   if (!st) return 0;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -316,8 +317,54 @@ static void test_pool_layout(void) {
   shm_seg_release(s);
 }
 
+/* Freed pool ranges keep their pages for a request of the same size (a
+ * DDP reducer made again); any other request gives them back first, and
+ * no more than DDPLUA_SHM_KEEP_MB is kept. */
+static long long file_kib(shm_seg *s) {
+  struct stat st;
+  return fstat(s->fd, &st) == 0 ? (long long)st.st_blocks / 2 : -1;
+}
+
+static void test_pool_keep(void) {
+  setenv("DDPLUA_SHM_KEEP_MB", "3", 1);
+  shm_seg *s = shm_create("ddplua-pgtest-keep", 1, shm_default_sizes());
+  unsetenv("DDPLUA_SHM_KEEP_MB");
+  CHECK(s != NULL);
+  if (!s) return;
+  long long base = file_kib(s);
+  int64_t a = shm_pool_alloc(s, (size_t)2 << 20);
+  CHECK(a >= 0);
+  CHECK(file_kib(s) - base == 2048);
+  memset(shm_pool_base(s, 0) + a, 7, (size_t)2 << 20);
+  shm_pool_free(s, a, (size_t)2 << 20);
+  CHECK(file_kib(s) - base == 2048); /* kept */
+  int64_t again = shm_pool_alloc(s, (size_t)2 << 20);
+  CHECK(again == a); /* the same range, its pages still there */
+  CHECK(shm_pool_base(s, 0)[a] == 0 && shm_pool_base(s, 0)[a + ((size_t)2 << 20) - 1] == 0); /* zeroed */
+  CHECK(file_kib(s) - base == 2048);
+  shm_pool_free(s, again, (size_t)2 << 20);
+  int64_t other = shm_pool_alloc(s, (size_t)1 << 20); /* another size: the kept range goes back first */
+  CHECK(other >= 0);
+  CHECK(file_kib(s) - base == 1024);
+  int64_t big = shm_pool_alloc(s, (size_t)4 << 20);
+  CHECK(big >= 0);
+  shm_pool_free(s, big, (size_t)4 << 20); /* past the 3 MiB limit: given back at once */
+  CHECK(file_kib(s) - base == 1024);
+  shm_pool_free(s, other, (size_t)1 << 20); /* within it: kept */
+  CHECK(file_kib(s) - base == 1024);
+  /* a miss gives the kept range back into the free list, merged with its
+   * neighbours: 5 MiB fit at the pool's start again */
+  int64_t five = shm_pool_alloc(s, (size_t)5 << 20);
+  CHECK(five == 0);
+  CHECK(file_kib(s) - base == 5120);
+  shm_pool_free(s, five, (size_t)5 << 20);
+  CHECK(file_kib(s) - base == 0); /* past the limit: given back */
+  shm_seg_release(s);
+}
+
 int main(void) {
   test_pool_layout();
+  test_pool_keep();
   const int one_node[4] = {0, 0, 0, 0}, two_nodes[4] = {0, 0, 1, 1}, uneven[3] = {0, 1, 1};
   CHECK(run(2, one_node, "shm2") == 0);
   CHECK(run(4, one_node, "shm4") == 0);

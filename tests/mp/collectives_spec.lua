@@ -393,6 +393,29 @@ for _, R in ipairs { 2, 4 } do
         dist.destroy_process_group()
       end, R, R)
     end)
+
+    -- a freed pool tensor's pages are kept for the next one of its size
+    -- (shm.c): that one still reads as zeros; sizes past the pool are refused
+    it("a pool tensor reused after another was freed reads as zeros; a size past 2^48 bytes is an error", function()
+      dist.spawn(function(rank, R)
+        dist.init_process_group()
+        for round = 1, 3 do
+          local t = dist.alloc_shared(300007, "float32")
+          assert.is_not_nil(t)
+          assert.equal(0, t:abs():max():item(), "round " .. round .. ": a reused pool tensor holds old values")
+          t:fill_(rank + round)
+          t = nil
+          collectgarbage()
+          collectgarbage()
+        end
+        for _, n in ipairs { math.maxinteger, 2^62 // 1, -1 } do
+          local ok, err = pcall(dist.alloc_shared, n, "float32")
+          assert.is_false(ok)
+          assert.matches("alloc_shared: size %-?%d+ elements of float32 is out of range", tostring(err))
+        end
+        dist.destroy_process_group()
+      end, R, R)
+    end)
   end)
 end
 

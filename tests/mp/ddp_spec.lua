@@ -122,6 +122,25 @@ describe("DistributedDataParallel", function()
     end, R)
   end)
 
+  -- A reducer made again for the same shapes gets its predecessor's bucket
+  -- memory back from the group's pool (shm.c keeps freed ranges, pages and
+  -- last gradients included): nothing of the old gradients may reach the
+  -- new model's.
+  it("a model wrapped again in the same group (its buckets' memory reused) still equals 1 process", function()
+    dist.spawn(function(rank)
+      dist.init_process_group { backend = "cpu" }
+      for round = 1, 3 do
+        local model = dist.DistributedDataParallel(mlp())
+        train_rank(model, sgd(model), "mlp", rank)
+        check_against(model.module, ref_mlp, "DDP wrapped for the " .. round .. ". time")
+        model = nil
+        collectgarbage()
+        collectgarbage()
+      end
+      dist.destroy_process_group()
+    end, R)
+  end)
+
   it("1 process accumulating 2 micro-batches of 32 under no_sync equals batch 64", function()
     dist.spawn(function()
       dist.init_process_group { backend = "cpu" }

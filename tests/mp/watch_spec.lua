@@ -206,6 +206,35 @@ describe("ddplua --watch", function()
     assert.matches("ddplua: rank 1 %(pid %d+%) was killed by signal 9 %(SIGKILL%)", H.read(dir .. "/err"))
   end)
 
+  -- the worker keeps the bytecode of each required file between runs
+  -- (src/host/chunk_cache.c): a rerun must still see an edit of the same
+  -- size, report errors at the source's lines, and report a syntax error
+  -- as Lua's own loader does
+  it("reloads a required file edited to the same size, with the source's line numbers", function()
+    write(dir .. "/helper_mod.lua", "return { factor = 1,\n  boom = function() error('from helper') end }\n")
+    local script = 'local h = require "helper_mod"\nprint("FACTOR", h.factor)\nprint("ERR", select(2, pcall(h.boom)))\n'
+    write(dir .. "/watch_mod.lua", script)
+    sh(("cd %s && (%s --watch watch_mod.lua >out 2>err & echo $! >pid)"):format(q(dir), q(BIN)))
+    local pid = tonumber(H.read(dir .. "/pid"))
+    finally(function() if alive(pid) then stop(dir, pid) end end)
+    wait_for(dir, "err", "run 1 done", 1)
+    write(dir .. "/watch_mod.lua", "-- edit\n" .. script) -- not the helper: the rerun loads its kept bytecode
+    wait_for(dir, "err", "rerun 1 done", 1)
+    write(dir .. "/helper_mod.lua", "return { factor = 3,\n  boom = function() error('from helper') end }\n")
+    wait_for(dir, "err", "rerun 2 done", 1)
+    write(dir .. "/helper_mod.lua", "return { factor = 3,\n  boom = function() error('from helper') end \n")
+    wait_for(dir, "err", "rerun 3 failed", 1)
+    write(dir .. "/helper_mod.lua", "return { factor = 4,\n  boom = function() error('from helper') end }\n")
+    local err = wait_for(dir, "err", "rerun 4 done", 1)
+    local out = H.read(dir .. "/out")
+    local factors = {}
+    for f in out:gmatch("FACTOR\t(%d)") do factors[#factors + 1] = tonumber(f) end
+    assert.are.same({ 1, 1, 3, 4 }, factors)
+    assert.are.equal(4, count(out, "ERR\t[^\n]*helper_mod%.lua:2: from helper"))
+    assert.matches("error loading module 'helper_mod' from file '[^']*helper_mod%.lua':\n%[rank 0%] \t[^\n]*helper_mod%.lua:3:", err)
+    assert.is_true(stop(dir, pid))
+  end)
+
   it("keeps memory, descriptors and shared mappings flat over 50 warm reruns (every fifth one failing)", function()
     local pid = start(dir, "--nproc 2", "N=256")
     finally(function() if alive(pid) then stop(dir, pid) end end) -- a failed assertion must not leave the watch
