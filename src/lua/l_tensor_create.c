@@ -179,6 +179,15 @@ static int l_full(lua_State *L) {
   return lt_push(L, t);
 }
 
+/* _rand_fill_(t [, normal]): t's elements drawn in place as rand (randn) draws them (the caller checks
+ * autograd's rules: ddplua/tensor_forms.lua) */
+static int l_rand_fill_(lua_State *L) {
+  dp_tensor *t = lt_check(L, 1);
+  if (dp_rand_(t, lua_toboolean(L, 2))) return lt_error(L);
+  lua_settop(L, 1);
+  return 1;
+}
+
 /* arange(end) / arange(start, end [, step]) [, opts] */
 static int l_arange(lua_State *L) {
   int nnum = 0;
@@ -221,9 +230,17 @@ static int l_randperm(lua_State *L) {
 }
 
 void lt_open_tensor_create(lua_State *L, int module) {
-  static const luaL_Reg funcs[] = {
-      {"tensor", l_tensor}, {"zeros", l_zeros}, {"ones", l_ones},     {"empty", l_empty},       {"full", l_full},
-      {"rand", l_rand},     {"randn", l_randn}, {"arange", l_arange}, {"randperm", l_randperm}, {NULL, NULL}};
+  static const luaL_Reg funcs[] = {{"tensor", l_tensor},
+                                   {"zeros", l_zeros},
+                                   {"ones", l_ones},
+                                   {"empty", l_empty},
+                                   {"full", l_full},
+                                   {"rand", l_rand},
+                                   {"randn", l_randn},
+                                   {"arange", l_arange},
+                                   {"randperm", l_randperm},
+                                   {"_rand_fill_", l_rand_fill_},
+                                   {NULL, NULL}};
   lua_pushvalue(L, module);
   luaL_setfuncs(L, funcs, 0);
   lua_pop(L, 1);

@@ -303,6 +303,8 @@ void dp_rng_get_state(uint64_t *seed, uint64_t *offset);
 void dp_rng_set_state(uint64_t seed, uint64_t offset);
 dp_tensor *dp_rand(dp_dtype dt, int ndim, const int64_t *shape, dp_device dev);
 dp_tensor *dp_randn(dp_dtype dt, int ndim, const int64_t *shape, dp_device dev);
+/* t's elements drawn as dp_rand (normal: dp_randn) would draw them, in place (t contiguous, floating point) */
+int dp_rand_(dp_tensor *t, bool normal);
 /* int64 permutation of 0..n-1 (+base) on the CPU, from the generator. */
 dp_tensor *dp_randperm(int64_t n, int64_t base);
 /* Same from an explicit generator state (a Generator object, a sampler's

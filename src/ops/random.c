@@ -39,6 +39,21 @@ static dp_tensor *draw(dp_rand_kind kind, dp_dtype dt, int ndim, const int64_t *
   return dp_scope_keep(&s, t);
 }
 
+/* Draws into t itself (contiguous, floating point): the numbers dp_rand /
+ * dp_randn would have made for t's shape at this point of the generator,
+ * without a tensor of its own (nn.init's uniform_ / normal_ of a fresh
+ * weight: on a VM each page of a new block costs a fault). */
+int dp_rand_(dp_tensor *t, bool normal) {
+  const char *name = normal ? "normal_" : "uniform_";
+  if (!dp_dtype_is_float(t->dtype))
+    return dp_error("%s: expected a floating point tensor, got %s", name, dp_dtype_name(t->dtype));
+  if (!dp_is_contiguous(t)) return dp_error("%s: the tensor must be contiguous", name);
+  uint64_t off = dp_rng_reserve((uint64_t)dp_numel(t));
+  if (dp_backend_of(t)->rand(t, normal ? DP_RAND_NORMAL : DP_RAND_UNIFORM, rng_seed, off, 0.0, 1.0)) return -1;
+  dp_bump_version(t);
+  return 0;
+}
+
 dp_tensor *dp_rand(dp_dtype dt, int ndim, const int64_t *shape, dp_device dev) {
   return draw(DP_RAND_UNIFORM, dt, ndim, shape, dev, 0.0, 1.0);
 }

@@ -137,6 +137,72 @@ OUT["b"], OUT["g"] = b, a.grad
   end)
 end)
 
+-- uniform_ / normal_ draw into the tensor itself when it is contiguous and not recorded (a fresh weight's init
+-- makes no tensor of its own): the values must be the tensor formula's, rand(size) * (to - from) + from and
+-- randn(size) * std + mean, bit for bit, on every kernel set (the float32 uniform kernel is vectorised), for
+-- views, for float64 and bfloat16, and the generator must advance alike
+describe("uniform_ and normal_ in place", function()
+  R.describe_kernel_sets(_ENV, { 1, 2 }, function()
+    it("equal the tensor formula bit for bit, and continue the generator as it does", function()
+      local core = ddp.core
+      for _, dt in ipairs { "float32", "float64", "bfloat16" } do
+        for _, n in ipairs { 0, 1, 15, 16, 31, 33, 64, 1000, 70001 } do
+          for _, ab in ipairs { { 0, 1 }, { -0.3, 0.7 }, { 2, 2 }, { -1e30, 1e30 } } do
+            local a, b = ab[1], ab[2]
+            ddp.manual_seed(n + 7)
+            local u = ddp.empty(n, { dtype = dt }):uniform_(a, b)
+            local nrm = ddp.empty(n, { dtype = dt }):normal_(a, math.abs(b))
+            local after = ddp.rand(3)
+            ddp.manual_seed(n + 7)
+            local ru = core.rand({ n }, { dtype = dt }) * (b - a) + a
+            local rn = core.randn({ n }, { dtype = dt }) * math.abs(b) + a
+            local rafter = ddp.rand(3)
+            local what = string.format("%s n=%d (%g, %g)", dt, n, a, b)
+            assert.are.equal(0, u:ne(ru):sum():item(), "uniform_ " .. what)
+            assert.are.equal(0, nrm:ne(rn):sum():item(), "normal_ " .. what)
+            assert.are.equal(0, after:ne(rafter):sum():item(), "the generator after " .. what)
+          end
+        end
+      end
+    end)
+    it("the float32 uniform kernel equals the float64 draws cut to 24 bits, at every length", function()
+      for _, n in ipairs { 1, 7, 16, 17, 63, 64, 65, 4097, 100003 } do
+        ddp.manual_seed(40 + n)
+        ddp.rand(n % 5) -- an offset that does not start a vector step
+        local f = ddp.rand(n)
+        ddp.manual_seed(40 + n)
+        ddp.rand(n % 5)
+        local d = (ddp.rand(n, { dtype = "float64" }) * 16777216):floor() / 16777216
+        assert.are.equal(0, f:double():ne(d):sum():item(), "n = " .. n)
+      end
+    end)
+  end)
+
+  it("fill a non-contiguous view through the tensor formula, touching nothing else", function()
+    ddp.manual_seed(3)
+    local base = ddp.zeros(6, 8)
+    local view = base:narrow(2, 2, 5)
+    view:uniform_(-1, 1)
+    ddp.manual_seed(3)
+    local want = ddp.rand(6, 5) * 2 - 1
+    assert.are.equal(0, view:ne(want):sum():item())
+    assert.are.equal(0, base:narrow(2, 1, 1):abs():sum():item() + base:narrow(2, 7, 2):abs():sum():item())
+  end)
+
+  it("count as an in-place write for autograd, and keep its rules", function()
+    local w = ddp.randn(4, 3):requires_grad_()
+    local y = w:sigmoid() -- saves its output
+    local out = y * 1
+    ddp.no_grad(function() y:uniform_() end)
+    R.assert_error(function() out:sum():backward() y:sum():backward() end, "was modified by an in-place operation (version 1, expected 0)")
+    R.assert_error(function() w:uniform_() end, "uniform_: a leaf tensor that requires grad is being used in an in-place")
+    R.assert_error(function() w:normal_() end, "normal_: a leaf tensor that requires grad is being used in an in-place")
+    ddp.no_grad(function() w:normal_(0, 0.02) end)
+    assert.is_true(w.requires_grad and w.is_leaf)
+    assert.is_true(w:std():item() < 0.1)
+  end)
+end)
+
 describe("windows, splits, rotations, products and elementwise helpers", function()
   it("match PyTorch, gradients included", function()
     if not need_torch() then return end

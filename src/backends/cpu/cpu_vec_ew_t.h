@@ -233,9 +233,6 @@ static bool v_cast(void *dst, int to, const void *src, int from, int64_t n) {
 
 /* ---- Philox draws (ops/philox.h: the same numbers as the CUDA kernels):
  * the 10 rounds on 32-bit lanes, 32 x 32 -> 64-bit products ---- */
-static void v_uniform(float *o, int64_t n, float a, float s, uint64_t seed, uint64_t offset) {
-  for (int64_t i = 0; i < n; i++) o[i] = a + s * dp_philox_uniform_f(seed, offset + (uint64_t)i);
-}
 /* Dropout's draws DP_VEC_WIDTH at a time: Philox on 64-bit lanes, whose
  * 32 x 32 -> 64-bit products are one unsigned even-lane multiply each
  * (vpmuludq: it reads only the low 32 bits of a lane, so the high halves
@@ -311,6 +308,33 @@ static void v_dropout(float *o, const float *x, int64_t n, float p, float scale,
   for (; i < n; i++) {
     float u = dp_philox_uniform_f(seed, offset + (uint64_t)i);
     o[i] = u >= p ? x[i] * scale : 0.f;
+  }
+}
+/* Uniform draws a + s u, PH_STEP at a time, the words as dropout's: 10 ns
+ * an element scalar (a Linear(1024, 1024)'s init 10 ms), ~1 vectorised.
+ * The product and the sum are separate roundings in both paths (no FMA:
+ * the empty asm keeps the product a value of its own). */
+static void v_uniform(float *o, int64_t n, float a, float s, uint64_t seed, uint64_t offset) {
+  int64_t i = 0;
+  for (; i + PH_STEP <= n; i += PH_STEP) {
+    dp_ph_u64 r[PH_NV];
+    ph_words(r, seed, offset + (uint64_t)i);
+    for (int v = 0; v < PH_NV; v += 2) {
+      dp_ph_u32h lo = __builtin_convertvector(r[v], dp_ph_u32h), hi = __builtin_convertvector(r[v + 1], dp_ph_u32h);
+      dp_ph_u32 w;
+      memcpy(&w, &lo, sizeof lo);
+      memcpy((char *)&w + sizeof lo, &hi, sizeof hi);
+      dp_ph_f32 u = __builtin_convertvector(w >> 8, dp_ph_f32) * (1.0f / 16777216.0f); /* dp_u32_to_uniform_f */
+      dp_ph_f32 su = u * s;
+      __asm__("" : "+x"(su));
+      su = su + a;
+      memcpy(o + i + v * PH_LANES, &su, sizeof su);
+    }
+  }
+  for (; i < n; i++) {
+    float su = s * dp_philox_uniform_f(seed, offset + (uint64_t)i);
+    __asm__("" : "+x"(su));
+    o[i] = a + su;
   }
 }
 
