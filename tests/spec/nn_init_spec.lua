@@ -122,5 +122,27 @@ describe("nn.init", function()
     R.assert_error(function() init.normal_(ddp.empty(2, { dtype = "int64" })) end, "floating-point", "int64")
     R.assert_error(function() init.xavier_normal_(ddp.empty(2, 2), { gian = 1 }) end, "unknown option 'gian'")
     R.assert_error(function() init.uniform_("w") end, "uniform_", "expected a tensor")
+    -- PyTorch: "uniform_ expects to return a [from, to) range", "normal expects std >= 0.0"
+    R.assert_error(function() init.uniform_(ddp.empty(3), 3, 1) end, "uniform_: expects from <= to")
+    R.assert_error(function() init.normal_(ddp.empty(3), 0, -1) end, "normal_: std must be >= 0")
+  end)
+
+  -- uniform_ and normal_ draw into the tensor (the tensor methods' in-place path): the values of the tensor
+  -- formula rand * (b - a) + a, a parameter stays a leaf that requires grad, a view is filled in place
+  it("fills parameters and views in place with the formula's values", function()
+    local lin = ddp.nn.Linear(33, 17)
+    ddp.manual_seed(21)
+    init.uniform_(lin.weight, -0.5, 0.25)
+    init.normal_(lin.bias, 1, 0.1)
+    ddp.manual_seed(21)
+    local w = ddp.rand(17, 33) * 0.75 - 0.5
+    local b = ddp.randn(17) * 0.1 + 1
+    assert.are.equal(0, lin.weight:detach():ne(w):sum():item())
+    assert.are.equal(0, lin.bias:detach():ne(b):sum():item())
+    assert.is_true(lin.weight.requires_grad and lin.weight.is_leaf)
+    local m = ddp.zeros(4, 6)
+    init.uniform_(m:narrow(2, 2, 3), 1, 2)
+    assert.are.equal(0, m:narrow(2, 1, 1):abs():sum():item() + m:narrow(2, 5, 2):abs():sum():item())
+    assert.is_true(m:narrow(2, 2, 3):min():item() >= 1)
   end)
 end)

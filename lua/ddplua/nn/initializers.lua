@@ -40,15 +40,17 @@ local function opts_of(t) return { dtype = t:dtype(), device = t:device() } end
 function M.uniform_(t, ...)
   local o = args("uniform_", { "a", "b" }, ...)
   check_tensor("uniform_", t)
-  local a, b = o.a or 0, o.b or 1
-  return fill_from(t, ddp.rand(t:size(), opts_of(t)) * (b - a) + a)
+  -- the tensor method draws into t itself (no temporary: on a VM each page of a new block costs a fault)
+  ddp.no_grad(function() t:uniform_(o.a or 0, o.b or 1) end)
+  return t
 end
 
 --- N(mean, std^2)
 function M.normal_(t, ...)
   local o = args("normal_", { "mean", "std" }, ...)
   check_tensor("normal_", t)
-  return fill_from(t, ddp.randn(t:size(), opts_of(t)) * (o.std or 1) + (o.mean or 0))
+  ddp.no_grad(function() t:normal_(o.mean or 0, o.std or 1) end)
+  return t
 end
 
 function M.constant_(t, v)
