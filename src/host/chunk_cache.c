@@ -1,25 +1,32 @@
-/* Compiled Lua modules kept across the runs of a `ddplua --watch` worker
- * (host.h, "chunk_cache.c").
+/* Compiled Lua modules: the library's bytecode from the build, and the
+ * bytecode a `ddplua --watch` worker compiled kept across its runs (host.h,
+ * "chunk_cache.c").
  *
- * Each rerun starts with an empty package.loaded, so `require "ddplua"`
- * and the modules it loads (84 files, 16k lines) are loaded again: parsing
- * them took 19 ms of a rerun's 30 ms to its first line on the 2026-12 VM,
- * loading the same functions as bytecode 4 ms. This searcher replaces
- * package.searchers[2] (Lua files on package.path) in the worker: the
- * first load of a file parses it as Lua's own searcher does and keeps its
- * bytecode (lua_dump, debug information included, so tracebacks and
- * line numbers are the source's), keyed by the file's path and the FNV-1a
- * hash of its bytes; a later load of the same path reads the file, and
- * when its bytes hash the same, loads the kept bytecode instead of
- * parsing. An edited library file is parsed again, as are files whose
- * load failed. The bytecode is what this process dumped, never read from
- * outside it. */
+ * Parsing the library (84 files, 16k lines) took 19 ms of every process's
+ * start and of every --watch rerun's 30 ms to its first line on the
+ * 2026-12 VM; loading the same functions as bytecode 4 ms. This searcher
+ * replaces package.searchers[2] (Lua files on package.path). It finds the
+ * file as Lua's own searcher does, reads it and hashes its bytes (FNV-1a);
+ * when an entry for that path has the same hash, it loads the entry's
+ * bytecode (made by lua_dump / string.dump with debug information, so
+ * tracebacks and line numbers are the source's), else it parses the file
+ * as Lua does. So an edited file is parsed, never a stale entry loaded.
+ *
+ * Entries come from two places. The build writes build/bin/lua_bytecode.bin
+ * next to the host (tools/lua_bytecode.lua); each process reads it once,
+ * and uses it only if its checksum holds and every entry is in bounds
+ * (a damaged or foreign file is ignored whole; Lua's own loader checks
+ * that the bytecode is this Lua's). DDPLUA_LUA_BYTECODE=off reads none,
+ * another value names the file to read. And a --watch worker keeps the
+ * bytecode of what it parsed, for its next runs. */
 #include <lauxlib.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "host/host.h"
@@ -37,7 +44,7 @@ static cached_chunk *chunks;
 static int n_chunks, cap_chunks;
 
 static uint64_t fnv1a(const char *p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 14695981039346656037ull; /* FNV-1a 64: offset basis, prime */
   for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
   return h;
 }
@@ -101,32 +108,110 @@ static cached_chunk *find(const char *path) {
   return NULL;
 }
 
+/* A new entry for path (no bytecode yet), or NULL when out of memory. */
+static cached_chunk *append(const char *path) {
+  if (n_chunks == cap_chunks) {
+    int cap = cap_chunks ? 2 * cap_chunks : 128;
+    cached_chunk *more = realloc(chunks, sizeof *chunks * (size_t)cap);
+    if (!more) return NULL;
+    chunks = more;
+    cap_chunks = cap;
+  }
+  cached_chunk *c = &chunks[n_chunks++];
+  *c = (cached_chunk){.path = dp_xstrdup(path)};
+  return c;
+}
+
 /* Keeps the function on the top of the stack as path's bytecode. */
 static void keep(lua_State *L, const char *path, uint64_t hash) {
   dump_buf b = {0};
-  if (lua_dump(L, dump_writer, &b, 0) != 0) {
+  cached_chunk *c = find(path);
+  if (lua_dump(L, dump_writer, &b, 0) != 0 || (!c && !(c = append(path)))) {
     free(b.p);
     return;
-  }
-  cached_chunk *c = find(path);
-  if (!c) {
-    if (n_chunks == cap_chunks) {
-      int cap = cap_chunks ? 2 * cap_chunks : 64;
-      cached_chunk *more = realloc(chunks, sizeof *chunks * (size_t)cap);
-      if (!more) {
-        free(b.p);
-        return;
-      }
-      chunks = more;
-      cap_chunks = cap;
-    }
-    c = &chunks[n_chunks++];
-    *c = (cached_chunk){.path = dp_xstrdup(path)};
   }
   free(c->code);
   c->hash = hash;
   c->code = b.p;
   c->len = b.n;
+}
+
+static int64_t n_from_bytecode, n_parsed; /* this process's loads (the host module's chunk_stats) */
+static int n_bundled;
+
+static uint64_t get_u64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+static uint32_t get_u32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The entries of a bytecode file (format: tools/lua_bytecode.lua), all or
+ * none: 0, or -1 when the file is damaged (nothing added). */
+static int add_bundle(const unsigned char *b, size_t len) {
+  if (len < 20 || memcmp(b, "DDPLUABC", 8) != 0 || get_u64(b + 8) != fnv1a((const char *)b + 16, len - 16)) return -1;
+  size_t at = 16, n = get_u32(b + at);
+  at += 4;
+  const size_t first = (size_t)n_chunks;
+  for (size_t i = 0; i < n; i++) { /* check every bound before keeping anything */
+    if (len - at < 4) return -1;
+    size_t plen = get_u32(b + at);
+    if (plen == 0 || plen > 4096 || len - at - 4 < plen + 12) return -1;
+    size_t clen = get_u32(b + at + 4 + plen + 8);
+    if (len - at - 4 - plen - 12 < clen) return -1;
+    at += 4 + plen + 12 + clen;
+  }
+  if (at != len) return -1;
+  at = 20;
+  for (size_t i = 0; i < n; i++) {
+    size_t plen = get_u32(b + at);
+    char path[4097];
+    memcpy(path, b + at + 4, plen);
+    path[plen] = 0;
+    uint64_t hash = get_u64(b + at + 4 + plen);
+    size_t clen = get_u32(b + at + 4 + plen + 8);
+    const unsigned char *code = b + at + 4 + plen + 12;
+    at += 4 + plen + 12 + clen;
+    if (find(path)) continue;
+    char *copy = malloc(clen ? clen : 1);
+    cached_chunk *c = copy ? append(path) : NULL;
+    if (!c) {
+      free(copy);
+      break;
+    }
+    memcpy(copy, code, clen);
+    c->hash = hash;
+    c->code = copy;
+    c->len = clen;
+  }
+  n_bundled = n_chunks - (int)first;
+  return 0;
+}
+
+/* The build's bytecode file, once per process. */
+static void read_bundle(void) {
+  static bool done;
+  if (done) return;
+  done = true;
+  const char *env = getenv("DDPLUA_LUA_BYTECODE");
+  if (env && strcmp(env, "off") == 0) return;
+  char path[PATH_MAX];
+  if (env && *env) {
+    snprintf(path, sizeof path, "%s", env);
+  } else {
+    ssize_t k = readlink("/proc/self/exe", path, sizeof path - 32);
+    if (k <= 0) return;
+    path[k] = 0;
+    char *slash = strrchr(path, '/');
+    if (!slash) return;
+    strcpy(slash + 1, "lua_bytecode.bin");
+  }
+  size_t len = 0;
+  char *b = read_all(path, &len);
+  if (b) add_bundle((const unsigned char *)b, len);
+  free(b);
 }
 
 /* package.searchers[2]'s contract: (name) -> loader, path | message. */
@@ -149,27 +234,47 @@ static int cached_lua_searcher(lua_State *L) {
   cached_chunk *c = readable ? find(path) : NULL;
   char chunkname[4096];
   snprintf(chunkname, sizeof chunkname, "@%s", path);
-  if (c && c->hash == hash && luaL_loadbufferx(L, c->code, c->len, chunkname, "b") == LUA_OK) {
-    lua_pushstring(L, path);
-    return 2;
+  if (c && c->hash == hash) {
+    if (luaL_loadbufferx(L, c->code, c->len, chunkname, "b") == LUA_OK) {
+      n_from_bytecode++;
+      lua_pushstring(L, path);
+      return 2;
+    }
+    lua_pop(L, 1); /* bytecode this Lua refuses (another version's): its message goes, the file is parsed */
   }
   if (luaL_loadfilex(L, path, NULL) != LUA_OK)
     return luaL_error(L, "error loading module '%s' from file '%s':\n\t%s", name, path, lua_tostring(L, -1));
-  /* kept only if the file still holds the bytes hashed above (not edited
-   * between the two reads) */
-  size_t len2 = 0;
-  char *again = readable ? read_all(path, &len2) : NULL;
-  if (again && len2 == len && fnv1a(again, len2) == hash) keep(L, path, hash);
-  free(again);
+  n_parsed++;
+  /* kept (a --watch worker) only if the file still holds the bytes hashed
+   * above (not edited between the two reads) */
+  if (lua_toboolean(L, lua_upvalueindex(1))) {
+    size_t len2 = 0;
+    char *again = readable ? read_all(path, &len2) : NULL;
+    if (again && len2 == len && fnv1a(again, len2) == hash) keep(L, path, hash);
+    free(again);
+  }
   lua_pushstring(L, path);
   return 2;
 }
 
-void dp_host_cache_lua_chunks(lua_State *L) {
+void dp_host_cache_lua_chunks(lua_State *L, bool keep_parsed) {
+  read_bundle();
   lua_getglobal(L, "package");
   if (lua_getfield(L, -1, "searchers") == LUA_TTABLE) {
-    lua_pushcfunction(L, cached_lua_searcher);
+    lua_pushboolean(L, keep_parsed);
+    lua_pushcclosure(L, cached_lua_searcher, 1);
     lua_rawseti(L, -2, 2);
   }
   lua_pop(L, 2);
+}
+
+int dp_host_chunk_stats(lua_State *L) {
+  lua_createtable(L, 0, 3);
+  lua_pushinteger(L, n_bundled);
+  lua_setfield(L, -2, "bundled");
+  lua_pushinteger(L, (lua_Integer)n_from_bytecode);
+  lua_setfield(L, -2, "from_bytecode");
+  lua_pushinteger(L, (lua_Integer)n_parsed);
+  lua_setfield(L, -2, "parsed");
+  return 1;
 }

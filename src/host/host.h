@@ -65,10 +65,14 @@ int dp_host_main(int argc, char **argv);
 
 /* ---- chunk_cache.c ---- */
 
-/* Replaces package.searchers[2] (Lua files) with one that keeps each
- * file's bytecode for the process's later loads of the same bytes (the
- * runs of a --watch worker). */
-void dp_host_cache_lua_chunks(lua_State *L);
+/* Replaces package.searchers[2] (Lua files) with one that loads a file's
+ * bytecode instead of parsing it while the file has the bytes the
+ * bytecode was made from: the build's (bin/lua_bytecode.bin, read once per
+ * process) and, with keep_parsed (a --watch worker), what it parsed
+ * before. */
+void dp_host_cache_lua_chunks(lua_State *L, bool keep_parsed);
+/* require("ddplua.host").chunk_stats() -> {bundled=, from_bytecode=, parsed=} (this process's loads) */
+int dp_host_chunk_stats(lua_State *L);
 
 /* ---- options.c ---- */
 

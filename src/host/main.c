@@ -70,7 +70,9 @@ void dp_host_lua_dir(char *out, size_t n) {
 /* require "ddplua.host" (only under the ddplua host; the library looks
  * for it in package.preload): what a script's libraries tell the host.
  *   note_run_dir(path)   the run directory (rank 0's counts): the host
- *                        writes restarts.log there (elastic.c) */
+ *                        writes restarts.log there (elastic.c)
+ *   chunk_stats()        {bundled=, from_bytecode=, parsed=}: the Lua
+ *                        files this process loaded (chunk_cache.c) */
 static int l_note_run_dir(lua_State *L) {
   const char *dir = luaL_checkstring(L, 1);
   char abs[PATH_MAX], line[PATH_MAX + 64];
@@ -82,7 +84,7 @@ static int l_note_run_dir(lua_State *L) {
 }
 
 static int open_host_module(lua_State *L) {
-  static const luaL_Reg fs[] = {{"note_run_dir", l_note_run_dir}, {NULL, NULL}};
+  static const luaL_Reg fs[] = {{"note_run_dir", l_note_run_dir}, {"chunk_stats", dp_host_chunk_stats}, {NULL, NULL}};
   luaL_newlib(L, fs);
   return 1;
 }
@@ -113,6 +115,7 @@ void dp_host_open_libs(lua_State *L) {
   lua_pushcfunction(L, open_host_module);
   lua_setfield(L, -2, "ddplua.host");
   lua_pop(L, 2);
+  dp_host_cache_lua_chunks(L, false);
 }
 
 lua_State *dp_host_new_state(void) {

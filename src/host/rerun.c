@@ -150,7 +150,7 @@ int dp_rerun_serve(const dp_host_opts *o, char **argv, int argc, int report_fd, 
   for (int run; (run = next_command(buf, sizeof buf, &len)) > 0;) {
     if (!fresh) dp_host_open_libs(L);
     fresh = false;
-    dp_host_cache_lua_chunks(L);
+    dp_host_cache_lua_chunks(L, true);
     trace_requires(L);
     lt_rerun_reset();
     lt_dist_watch_begin(run);
