@@ -16,9 +16,27 @@ local function like(t, opts)
   return { dtype = opts and opts.dtype or t:dtype(), device = opts and opts.device or t:device() }
 end
 
---- t:new_zeros(size), t:new_ones(size), t:new_full(size, v): t's dtype and device unless opts say otherwise
-function T.new_zeros(t, size, opts) return core.zeros(size, like(t, opts)) end
-function T.new_ones(t, size, opts) return core.ones(size, like(t, opts)) end
+-- new_zeros / new_ones' size: a table, or the sizes as arguments (PyTorch's *size; a number was taken as the
+-- options table, "attempt to index a number value"), then the options
+local function size_and_opts(size, ...)
+  if math.type(size) ~= "integer" then return size, ... end
+  local s, rest, i = { size }, { ... }, 1
+  while rest[i] ~= nil and type(rest[i]) ~= "table" do
+    s[#s + 1], i = rest[i], i + 1
+  end
+  return s, rest[i]
+end
+
+--- t:new_zeros(size), t:new_ones(size) (size a table or the sizes), t:new_full(size, v): t's dtype and device
+--- unless opts say otherwise
+function T.new_zeros(t, ...)
+  local size, opts = size_and_opts(...)
+  return core.zeros(size, like(t, opts))
+end
+function T.new_ones(t, ...)
+  local size, opts = size_and_opts(...)
+  return core.ones(size, like(t, opts))
+end
 function T.new_full(t, size, v, opts) return core.full(size, v, like(t, opts)) end
 
 --- t:clamp_min(v), t:clamp_max(v): clamp with one bound (a number)

@@ -284,6 +284,7 @@ function T.histc(t, bins, min, max)
   check_float("histc", t)
   bins = bins == nil and 100 or bins
   if math.type(bins) ~= "integer" or bins < 1 then E.raise("histc: bins must be a positive integer, got " .. tostring(bins)) end
+  if bins > 1 << 59 then E.raise("histc: bins " .. bins .. " is too large (more than 2^59)") end
   min, max = min == nil and 0 or min, max == nil and 0 or max
   if type(min) ~= "number" or type(max) ~= "number" then E.raise("histc: min and max must be numbers") end
   local x = t:detach():reshape(-1)
@@ -498,6 +499,7 @@ function T.histogram(t, bins, opts)
   local edges
   if math.type(bins) == "integer" then
     if bins < 1 then E.raise("histogram: bins must be a positive integer, got " .. bins) end
+    if bins > 1 << 59 then E.raise("histogram: bins " .. bins .. " is too large (more than 2^59)") end
     local lo, hi
     if o.range ~= nil then lo, hi = range_arg(o.range)
     elseif x:numel() > 0 then lo, hi = x:min():item(), x:max():item()

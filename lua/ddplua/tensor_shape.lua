@@ -221,6 +221,9 @@ function M.eye(n, m, opts)
   if m == nil then m = n end
   check_int("eye", m, "m", 0)
   opts = check_opts("eye", opts)
+  if math.max(n, m, (n + 0.0) * m) > 2 ^ 59 then -- (n + 1 wrapped around at math.maxinteger)
+    E.raise(string.format("eye: a %d x %d matrix is too large (a side or its elements past 2^59)", n, m))
+  end
   local o = { dtype = "int64" }
   local out = core.arange(1, n + 1, o):view(n, 1):eq(core.arange(1, m + 1, o):view(1, m))
   return on_device(out:to(opts.dtype or "float32"), opts)
@@ -235,6 +238,9 @@ local function tri_indices(who, row, col, offset, opts, upper)
   opts = check_opts(who, opts)
   if opts.dtype ~= nil and opts.dtype ~= "int64" then
     E.raise(string.format("%s: expected dtype int64, got %s", who, tostring(opts.dtype)))
+  end
+  if math.max(row, col, (row + 0.0) * col) > 2 ^ 59 then
+    E.raise(string.format("%s: a %d x %d matrix is too large (a side or its elements past 2^59)", who, row, col))
   end
   local o = { dtype = "int64" }
   local d = core.arange(1, col + 1, o):view(1, col) - core.arange(1, row + 1, o):view(row, 1)
@@ -573,6 +579,10 @@ function T.diag_embed(t, offset, dim1, dim2)
   if d1 == d2 then E.raise(string.format("diag_embed: dim1 and dim2 must differ, got %d and %d", d1, d2)) end
   local x = t
   local len = x:size(-1)
+  if (len + math.abs(offset + 0.0)) ^ 2 > 2 ^ 59 then -- (math.abs(math.mininteger) wraps; n * n overflowed)
+    E.raise(string.format("diag_embed: offset %d makes matrices of %.0f x %.0f, too large (more than 2^59 elements)",
+      offset, len + math.abs(offset + 0.0), len + math.abs(offset + 0.0)))
+  end
   local n = len + math.abs(offset)
   local s = x:size()
   s[#s] = 1
@@ -633,6 +643,9 @@ function T.repeat_interleave(t, repeats, dim)
     end
     local reps = t:reshape(-1)
     if reps:numel() > 0 and reps:min():item() < 0 then E.raise("repeat_interleave: the counts must be >= 0") end
+    if reps:numel() > 0 and reps:to("float64"):sum():item() > 2 ^ 59 then
+      E.raise("repeat_interleave: the counts sum to more than 2^59")
+    end
     return repeated_positions(reps, reps:numel() > 0 and reps:sum():item() or 0)
   end
   local x, d = t, nil
@@ -663,6 +676,9 @@ function T.repeat_interleave(t, repeats, dim)
   end
   if n > 0 and reps:min():item() < 0 then E.raise("repeat_interleave: repeats must be >= 0") end
   local total = n > 0 and reps:sum():item() or 0
+  if n > 0 and reps:to("float64"):sum():item() > 2 ^ 59 then -- (the int64 sum wraps: {big, big, 2} gave nothing)
+    E.raise("repeat_interleave: the repeats sum to more than 2^59")
+  end
   return x:index_select(d, repeated_positions(reps:contiguous(), total))
 end
 

@@ -409,7 +409,7 @@ static void reserve(lua_State *L, int idx, uint64_t n, const char *op, uint64_t 
     lua_Integer s = lua_tointegerx(L, -2, &ok1), o = lua_tointegerx(L, -1, &ok2);
     if (!ok1 || !ok2) luaL_error(L, "%s: generator must have integer seed and offset", op);
     lua_pop(L, 2);
-    lua_pushinteger(L, o + (lua_Integer)n);
+    lua_pushinteger(L, (lua_Integer)((uint64_t)o + n)); /* the counter wraps, as Lua's integers do */
     lua_setfield(L, g, "offset");
     lua_pop(L, 1);
     *seed = (uint64_t)s, *offset = (uint64_t)o;
@@ -442,8 +442,9 @@ static int l_randint(lua_State *L) {
   }
   lt_opts o = {.dtype = dt, .device = dev};
   if (o.device.type != DP_CPU && !dp_backend_require(o.device.type)) return lt_error(L);
+  if (dp_check_shape(nd, shape)) return lt_error(L); /* before the count is taken from it */
   int64_t count = 1;
-  for (int d = 0; d < nd; d++) count *= shape[d] > 0 ? shape[d] : 0;
+  for (int d = 0; d < nd; d++) count *= shape[d];
   uint64_t seed, off;
   reserve(L, oi, (uint64_t)count, "randint", &seed, &off);
   dp_tensor *t = dp_randint(low, high, nd, shape, o.device, seed, off);
@@ -469,9 +470,11 @@ static int l_multinomial(lua_State *L) {
     replacement = opt_bool(L, 3, "multinomial", "replacement", false);
     if (lua_istable(L, 4)) oi = 4;
   }
-  int64_t rows = p->ndim == 2 ? p->shape[0] : 1;
+  int64_t rows = p->ndim == 2 ? p->shape[0] : 1, draws = 0;
+  if (n > 0 && __builtin_mul_overflow(rows, (int64_t)n, &draws))
+    return luaL_error(L, "multinomial: %I samples for each of %I rows is too large", n, (lua_Integer)rows);
   uint64_t seed, off;
-  reserve(L, oi ? oi : lua_gettop(L) + 1, (uint64_t)(rows * (n > 0 ? n : 0)), "multinomial", &seed, &off);
+  reserve(L, oi ? oi : lua_gettop(L) + 1, (uint64_t)draws, "multinomial", &seed, &off);
   return lt_push(L, dp_multinomial(p, n, replacement, 1, seed, off));
 }
 

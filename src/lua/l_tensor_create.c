@@ -170,11 +170,16 @@ static int l_full(lua_State *L) {
   int64_t shape[DP_MAXDIM];
   luaL_checktype(L, 1, LUA_TTABLE);
   int nd = lt_read_shape(L, 1, shape, NULL);
-  lua_Number v = luaL_checknumber(L, 2);
+  luaL_checknumber(L, 2);
   lt_opts o;
   lt_read_opts(L, 3, &o, lua_isinteger(L, 2) ? DP_I64 : DP_F32);
   if (o.device.type != DP_CPU && !dp_backend_require(o.device.type)) return lt_error(L);
-  dp_tensor *t = dp_full(o.dtype, nd, shape, v, o.device);
+  /* the value as fill_ takes it: an integer exact (a double lost 2^63 - 2), one the dtype cannot hold refused
+   * (1e300 or NaN into int64 saturated, 300 into uint8 wrapped; PyTorch refuses them) */
+  dp_number v = LT_NUMBER(L, 2);
+  if (dp_number_check("full", &v, o.dtype)) return lt_error(L);
+  dp_tensor *t = dp_empty(o.dtype, nd, shape, o.device);
+  if (t && dp_inplace_fill_(t, &v)) dp_clear(&t);
   if (t && o.requires_grad) t->requires_grad = dp_dtype_is_float(t->dtype);
   return lt_push(L, t);
 }
@@ -222,7 +227,7 @@ static int l_randperm(lua_State *L) {
     int ok1, ok2;
     lua_Integer seed = lua_tointegerx(L, -2, &ok1), off = lua_tointegerx(L, -1, &ok2);
     if (!ok1 || !ok2) return luaL_error(L, "randperm: generator must have integer seed and offset");
-    lua_pushinteger(L, off + n);
+    lua_pushinteger(L, (lua_Integer)((uint64_t)off + (uint64_t)n)); /* the counter wraps, as Lua's integers do */
     lua_setfield(L, g, "offset");
     return lt_push(L, dp_randperm_with(n, 1, (uint64_t)seed, (uint64_t)off));
   }

@@ -457,6 +457,13 @@ static int check_conv_args(const dp_tensor *x, const dp_tensor *w, const dp_tens
                       w->shape[2], w->shape[3], a->dilation[0], a->dilation[1], x->shape[2], x->shape[3], a->padding[0],
                       a->padding[1], SHAPE(x), SHAPE(w));
   }
+  int64_t osh[4] = {x->shape[0], w->shape[0], 0, 0}; /* the output before its geometry multiplies the sizes */
+  for (int d = 0; d < 2; d++)
+    dp_window_size(x->shape[2 + d], w->shape[2 + d], a->stride[d], a->padding[d], a->dilation[d], false, &osh[2 + d]);
+  if (dp_check_shape(4, osh)) {
+    dp_error_prefix("conv2d: the output: ");
+    return -1;
+  }
   return 0;
 }
 

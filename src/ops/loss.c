@@ -167,7 +167,7 @@ static dp_tensor *cross_entropy_impl(dp_tensor *logits, dp_tensor *target, dp_re
     dp_error("cross_entropy: target must be int64 class positions, got %s (use :long())", dp_dtype_name(target->dtype));
     return NULL;
   }
-  if (smoothing < 0 || smoothing > 1) {
+  if (!(smoothing >= 0 && smoothing <= 1)) { /* NaN too */
     dp_error("cross_entropy: label_smoothing must be in [0, 1], got %g", smoothing);
     return NULL;
   }

@@ -2,6 +2,7 @@
  * here records the tensor it views (view_base: the root of a chain of
  * views), so that an in-place write through it is recorded on the base's
  * history (ops/inplace.c). */
+#include <stdio.h>
 #include <string.h>
 
 #include "ops/op_util.h"
@@ -67,6 +68,12 @@ static int infer_shape(const char *op, const dp_tensor *t, int ndim, const int64
   } else if (known != n) {
     return dp_error("%s: shape %s is invalid for a tensor of %" PRId64 " elements (shape %s)", op,
                     dp_shp_n(ndim, shape), n, SHAPE(t));
+  }
+  if (dp_check_shape(ndim, out)) { /* an empty shape whose strides overflow */
+    char pre[32];
+    snprintf(pre, sizeof pre, "%s: ", op);
+    dp_error_prefix(pre);
+    return -1;
   }
   return 0;
 }

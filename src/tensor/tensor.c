@@ -51,10 +51,17 @@ int dp_check_shape(int ndim, const int64_t *shape) {
       return dp_error("invalid shape %s: sizes must be >= 0 (size %" PRId64 " at dimension %d)",
                       dp_shape_str_n(ndim, shape, buf, sizeof buf), shape[d], d + 1);
   /* at most 2^59 elements, so that numel * 16 bytes and every offset
-   * inside the tensor fit an int64 */
-  int64_t n;
+   * inside the tensor fit an int64; and the sizes past 0 too (the
+   * contiguous strides of any order of the dims: [0, 2^63 - 1, 2^63 - 1]
+   * has no element but its strides overflowed) */
+  int64_t n, span = 1;
   if (dp_numel_overflow(ndim, shape, &n) || n > INT64_MAX / 16)
     return dp_error("shape %s is too large (more than 2^59 elements)", dp_shape_str_n(ndim, shape, buf, sizeof buf));
+  for (int d = 0; d < ndim; d++)
+    if (dp_mul_overflow(span, shape[d] > 0 ? shape[d] : 1, &span) || span > INT64_MAX / 16)
+      return dp_error("shape %s is too large: its sizes other than 0 multiply to more than 2^59, so its strides "
+                      "overflow",
+                      dp_shape_str_n(ndim, shape, buf, sizeof buf));
   return 0;
 }
 

@@ -59,6 +59,10 @@ local function make(name)
       end
       self.nonlinearity = nl
     end
+    if hidden_size > (1 << 40) // G then -- (G * hidden_size wrapped negative at math.maxinteger)
+      E.raise(string.format("%s: hidden_size %d is too large (%d gates of it are more than 2^40 weights)", name,
+        hidden_size, G))
+    end
     local topts = util.tensor_opts(o)
     local bound = 1 / math.sqrt(hidden_size)
     local function param(...)

@@ -13,7 +13,7 @@ function Dropout:__init(...)
   local opts = util.args("Dropout", { "p", "inplace" }, ...)
   local p = opts.p
   if p == nil then p = 0.5 end
-  if type(p) ~= "number" or p < 0 or p > 1 then
+  if type(p) ~= "number" or not (p >= 0 and p <= 1) then -- (NaN is in no range)
     E.raise("Dropout: probability p must be a number in [0, 1], got " .. tostring(p))
   end
   self.p = p

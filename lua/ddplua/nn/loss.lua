@@ -47,7 +47,7 @@ M.CrossEntropyLoss = Module:extend("CrossEntropyLoss")
 function M.CrossEntropyLoss:__init(opts)
   opts = init_class_loss(self, "CrossEntropyLoss", opts, { "label_smoothing" })
   local ls = opts.label_smoothing
-  if ls ~= nil and (type(ls) ~= "number" or ls < 0 or ls > 1) then
+  if ls ~= nil and (type(ls) ~= "number" or not (ls >= 0 and ls <= 1)) then
     E.raise("CrossEntropyLoss: label_smoothing must be a number in [0, 1], got " .. tostring(ls))
   end
   self.label_smoothing = ls or 0

@@ -204,6 +204,20 @@ local function pad(who, x, p, mode, value)
     E.raise(string.format("%s: value must be a number, got %s", who, tostring(value)))
   end
   local maps, k_dims = {}, np // 2
+  -- the padded sizes before any map is built: a map holds a Lua entry per output position, so a pad of 2^40 looped
+  -- until killed, and one of math.maxinteger on each side wrapped the size around to a small, wrong one
+  local sizes = {}
+  for k = 1, k_dims do
+    local n, l, r = x:size(nd - k + 1), p[2 * k - 1], p[2 * k]
+    local f = n + (l + 0.0) + r
+    if f > 2 ^ 59 or f < -2 ^ 59 then
+      E.raise(string.format("%s: the input size %d plus the padding %d and %d gives a%s output size in dimension %d " ..
+        "of the input %s%s", who, n, l, r, f > 0 and "n" or " negative", nd - k + 1, shape_str(x),
+        f > 0 and " (more than 2^59)" or ""))
+    end
+    sizes[k_dims - k + 1] = math.max(n + l + r, 0) -- exact: the sum fits an integer (an overflow of l + r wraps back)
+  end
+  util.check_output_alloc(who, x, sizes)
   if mode == "constant" then
     local grows = false
     for i = 1, np do grows = grows or p[i] > 0 end

@@ -69,7 +69,7 @@ local function make(name, mode_of, gates, names)
     self.batch_first = check_bool(name, "batch_first", o.batch_first, false)
     self.bidirectional = check_bool(name, "bidirectional", o.bidirectional, false)
     self.dropout = o.dropout or 0
-    if type(self.dropout) ~= "number" or self.dropout < 0 or self.dropout > 1 then
+    if type(self.dropout) ~= "number" or not (self.dropout >= 0 and self.dropout <= 1) then
       error(string.format("%s: dropout must be a number in [0, 1], got %s", name, tostring(o.dropout)), 3)
     end
     self.mode = mode_of(o)

@@ -101,6 +101,28 @@ local function deepcopy(v, memo)
 end
 M.deepcopy = function(m) return deepcopy(m, {}) end
 
+-- Before num_layers copies of layer are made: an error naming who when all their weights at once could not exist
+-- (num_layers at math.maxinteger copied layers until the process was killed). A copy counts at least 2^10 elements
+-- (its Lua tables), so a layer without weights cannot be copied without end either.
+function M.check_copies(who, layer, num_layers)
+  local per = 0
+  for _, t in ipairs(layer:parameters()) do per = per + t:numel() end
+  for _, t in ipairs(layer:buffers()) do per = per + t:numel() end
+  per = math.max(per, 1 << 10)
+  if num_layers > (1 << 40) // per then
+    error(string.format("%s: %d copies of a layer of %d weights are too many weights", who, num_layers, per), 4)
+  end
+  local total = num_layers * per
+  if total > 1 << 26 then -- past 256 MB of float32, one trial block first (as nn.LSTM)
+    local ok, trial = pcall(ddp.empty, { total })
+    if not ok then
+      error(string.format("%s: the weights of %d copies of the layer cannot be made: %s", who, num_layers,
+        (tostring(trial):gsub("^.-: ", ""))), 4)
+    end
+    trial:free()
+  end
+end
+
 -- ---- TransformerEncoder ----
 local Encoder = Module:extend("TransformerEncoder")
 M.TransformerEncoder = Encoder
@@ -112,6 +134,7 @@ function Encoder:__init(layer, num_layers, opts)
   if type(opts) ~= "table" and opts ~= nil then opts = { norm = opts } end -- PyTorch's positional norm
   opts = util.check_opts("TransformerEncoder", opts, { "norm", "enable_nested_tensor", "mask_check" })
   self.num_layers = util.check_int("TransformerEncoder", "num_layers", num_layers)
+  M.check_copies("TransformerEncoder", layer, num_layers)
   local layers = {}
   for i = 1, num_layers do layers[i] = deepcopy(layer, {}) end
   -- children named 0, 1, ... as PyTorch's ModuleList

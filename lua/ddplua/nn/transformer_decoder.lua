@@ -118,6 +118,7 @@ function Decoder:__init(layer, num_layers, opts)
   if type(opts) ~= "table" and opts ~= nil then opts = { norm = opts } end -- PyTorch's positional norm
   opts = util.check_opts("TransformerDecoder", opts, { "norm" })
   self.num_layers = util.check_int("TransformerDecoder", "num_layers", num_layers)
+  transformer.check_copies("TransformerDecoder", layer, num_layers)
   local layers = {}
   for i = 1, num_layers do layers[i] = transformer.deepcopy(layer) end
   self.layers = require("ddplua.nn.container").ModuleList(layers) -- children named 0, 1, ... as PyTorch's
