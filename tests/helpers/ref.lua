@@ -425,6 +425,19 @@ function R.assert_error(fn, ...)
   return err
 end
 
+-- Each case {fn, piece} must fail with a string message that mentions piece
+-- and is not a Lua runtime error of the library ("attempt to ..."): the
+-- hostile-argument specs' tables.
+function R.assert_errors(cases)
+  for i, c in ipairs(cases) do
+    local ok, err = pcall(c[1])
+    assert(not ok, "case " .. i .. " succeeded")
+    assert(type(err) == "string", "case " .. i .. ": the error is a " .. type(err))
+    assert(err:find(c[2], 1, true), string.format("case %d: %q does not mention %q", i, err, c[2]))
+    assert(not err:find("attempt to", 1, true), "case " .. i .. ": " .. err)
+  end
+end
+
 -- ---- CPU kernel sets -------------------------------------------------------
 
 -- The float32 kernel sets this CPU can run ("avx512", "avx2", "base"; the
