@@ -52,6 +52,10 @@ typedef struct {
   int64_t dh, dw; /* dilation */
   int64_t oh, ow; /* output spatial size */
   int64_t groups; /* convolution groups (0 or 1: dense; c and the output channels divide by it) */
+  /* average pooling's divisor (dp_avgpool_div): 0 the window within the padded input (count_include_pad,
+   * PyTorch's default), DP_AVGPOOL_VALID its positions inside the input (count_include_pad=false), > 0 that
+   * number (divisor_override) */
+  int64_t divisor;
 } dp_window2d;
 
 /* Reductions over the middle axis of x seen as [outer, k, inner]; index

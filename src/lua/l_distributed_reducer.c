@@ -140,7 +140,7 @@ static int l_sync_batch_norm_relu_max_pool2d(lua_State *L) {
   bool training = lua_toboolean(L, 6);
   double momentum = luaL_optnumber(L, 7, 0.1), eps = luaL_optnumber(L, 8, 1e-5);
   dp_pg *pg = lt_check_pg(L, 9);
-  dp_pool2d_args a;
+  dp_pool2d_args a = {0};
   lt_read_pool2d(L, 10, op, &a);
   return lt_push(L, dp_sync_batch_norm_relu_max_pool2d(x, rm, rv, w, b, training, momentum, eps, &a, pg));
 }

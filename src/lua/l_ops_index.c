@@ -478,14 +478,26 @@ static int l_multinomial(lua_State *L) {
   return lt_push(L, dp_multinomial(p, n, replacement, 1, seed, off));
 }
 
+/* bernoulli(p [, opts]): 1 with probability p[i] at each i; bernoulli(x, prob [, opts]): x's shape, dtype and
+ * device, 1 with probability prob everywhere (PyTorch's bernoulli.p overload) */
 static int l_bernoulli(lua_State *L) {
   dp_tensor *p = lt_check(L, 1);
-  if (lua_istable(L, 2)) {
+  int oi = 2;
+  if (lua_type(L, 2) == LUA_TNUMBER) {
+    double prob = lua_tonumber(L, 2);
+    if (!(prob >= 0 && prob <= 1)) return luaL_error(L, "bernoulli: p must be in [0, 1], got %f", prob);
+    if (!dp_dtype_is_float(p->dtype))
+      return luaL_error(L, "bernoulli: expected a floating point tensor, got %s", dp_dtype_name(p->dtype));
+    lt_push(L, dp_full(p->dtype, p->ndim, p->shape, prob, dp_dev(p))); /* owned by Lua: an error below frees it */
+    p = lt_check(L, -1);
+    oi = 3;
+  }
+  if (lua_istable(L, oi)) {
     static const char *const valid[] = {"generator", NULL};
-    lt_check_keys(L, 2, "bernoulli", valid);
+    lt_check_keys(L, oi, "bernoulli", valid);
   }
   uint64_t seed, off;
-  reserve(L, 2, (uint64_t)dp_numel(p), "bernoulli", &seed, &off);
+  reserve(L, oi, (uint64_t)dp_numel(p), "bernoulli", &seed, &off);
   return lt_push(L, dp_bernoulli(p, seed, off));
 }
 

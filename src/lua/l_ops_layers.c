@@ -95,7 +95,7 @@ static int l_conv_transpose2d(lua_State *L) {
 static int pool(lua_State *L, bool is_max) {
   const char *op = is_max ? "max_pool2d" : "avg_pool2d";
   dp_tensor *x = lt_check(L, 1);
-  dp_pool2d_args a;
+  dp_pool2d_args a = {0};
   if (lua_isnoneornil(L, 2)) return luaL_error(L, "%s: kernel_size is required", op);
   read_pair(L, 2, op, "kernel_size", NULL, a.kernel);
   read_pair(L, 3, op, "stride", a.kernel, a.stride);
@@ -110,6 +110,17 @@ static int pool(lua_State *L, bool is_max) {
     ceil_arg = 6;
   }
   a.ceil_mode = opt_bool(L, ceil_arg, false);
+  if (!is_max) { /* F.avg_pool2d(x, k, stride, padding, ceil_mode, count_include_pad, divisor_override) */
+    a.exclude_pad = !opt_bool(L, 6, true);
+    if (!lua_isnoneornil(L, 7)) {
+      int ok;
+      lua_Integer d = lua_tointegerx(L, 7, &ok);
+      if (!ok || d < 1)
+        return luaL_error(L, "avg_pool2d: divisor_override must be a positive integer, got %s",
+                          luaL_tolstring(L, 7, NULL));
+      a.divisor_override = (int64_t)d;
+    }
+  }
   return lt_push(L, is_max ? dp_max_pool2d(x, &a) : dp_avg_pool2d(x, &a));
 }
 static int l_max_pool2d(lua_State *L) { return pool(L, true); }
@@ -160,7 +171,7 @@ static int l_batch_norm_relu_max_pool2d(lua_State *L) {
   dp_tensor *b = opt_tensor(L, 5);
   bool training = opt_bool(L, 6, false);
   double momentum = luaL_optnumber(L, 7, 0.1), eps = luaL_optnumber(L, 8, 1e-5);
-  dp_pool2d_args a;
+  dp_pool2d_args a = {0};
   lt_read_pool2d(L, 9, op, &a);
   return lt_push(L, dp_batch_norm_relu_max_pool2d(x, rm, rv, w, b, training, momentum, eps, &a));
 }

@@ -199,11 +199,15 @@ typedef struct {
 dp_tensor *dp_conv_transpose2d(dp_tensor *x, dp_tensor *w, dp_tensor *b, const dp_conv_transpose2d_args *a);
 /* PyTorch's F.max_pool2d / F.avg_pool2d arguments: padding at most half
  * the kernel; ceil_mode rounds the output size up (a last window must
- * start inside the padded input); avg counts the padding
- * (count_include_pad=true, PyTorch's default). */
+ * start inside the padded input); avg divides by the window within the
+ * padded input (count_include_pad=true, PyTorch's default), by its
+ * positions inside the input (exclude_pad: count_include_pad=false), or by
+ * divisor_override when it is > 0. Zeroed fields are PyTorch's defaults. */
 typedef struct dp_pool2d_args {
   int64_t kernel[2], stride[2], padding[2];
   bool ceil_mode;
+  bool exclude_pad;
+  int64_t divisor_override;
 } dp_pool2d_args;
 /* F.unfold / F.fold (ops/unfold.c): x [N, C, H, W] or [C, H, W] -> [N, C * kh * kw, L] or [C * kh * kw, L], the
  * L = oh * ow sliding blocks as columns (im2col), and back, overlaps summed (col2im); each the other's gradient */

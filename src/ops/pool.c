@@ -1,5 +1,6 @@
-/* 2-d max and average pooling (floor or ceil mode; average counts the
- * padding, as PyTorch's default), with their gradients, and the window
+/* 2-d max and average pooling (floor or ceil mode; average divides by the
+ * padded window as PyTorch's default, by the positions inside the input
+ * (count_include_pad=false), or by divisor_override), with their gradients, and the window
  * size formula convolution shares. Inputs are [N, C, H, W] or unbatched
  * [C, H, W]. Max pooling saves the winners' positions, so its backward is
  * a scatter and never compares values again. */
@@ -52,6 +53,8 @@ dp_tensor *dp_pool2d_input(const char *op, dp_tensor *x, const dp_pool2d_args *a
   g->n = lead < 0 ? 1 : x->shape[0];
   g->c = x->shape[lead + 1], g->h = x->shape[lead + 2], g->w = x->shape[lead + 3];
   g->kh = k[0], g->kw = k[1], g->sh = s[0], g->sw = s[1], g->ph = p[0], g->pw = p[1], g->dh = g->dw = 1;
+  g->groups = 0;
+  g->divisor = a->divisor_override > 0 ? a->divisor_override : a->exclude_pad ? DP_AVGPOOL_VALID : 0;
   if (dp_window_size(g->h, g->kh, g->sh, g->ph, 1, a->ceil_mode, &g->oh) ||
       dp_window_size(g->w, g->kw, g->sw, g->pw, 1, a->ceil_mode, &g->ow) || g->oh < 1 || g->ow < 1) {
     dp_error("%s: kernel size %" PRId64 "x%" PRId64 " does not fit the input %" PRId64 "x%" PRId64 " padded by %" PRId64
@@ -73,6 +76,7 @@ static void pool_out_shape(const dp_tensor *x, const dp_window2d *g, int64_t *sh
 static void save_geometry(dp_node *n, const dp_window2d *g) {
   n->i[0] = g->kh, n->i[1] = g->kw, n->i[2] = g->sh, n->i[3] = g->sw, n->i[4] = g->ph, n->i[5] = g->pw;
   n->i[6] = g->oh, n->i[7] = g->ow;
+  n->f[0] = (double)g->divisor; /* the integer slots are full; a divisor is far below 2^53 */
 }
 
 static dp_window2d load_geometry(const dp_node *n) {
@@ -91,7 +95,8 @@ static dp_window2d load_geometry(const dp_node *n) {
                    .dh = 1,
                    .dw = 1,
                    .oh = n->i[6],
-                   .ow = n->i[7]};
+                   .ow = n->i[7],
+                   .divisor = (int64_t)n->f[0]};
   return g;
 }
 

@@ -199,5 +199,12 @@ static inline DP_HD int64_t dp_avgpool_divisor(int64_t hstart, int64_t wstart, i
   int64_t wend = wstart + kw < w + pw ? wstart + kw : w + pw;
   return (hend - hstart) * (wend - wstart);
 }
+/* dp_window2d.divisor's modes: the padded window (0, above), the positions inside the input
+ * (DP_AVGPOOL_VALID: count_include_pad=false), or the number itself (> 0: divisor_override). padded is
+ * dp_avgpool_divisor's value, valid the count of the window's positions inside the input. */
+#define DP_AVGPOOL_VALID (-1)
+static inline DP_HD int64_t dp_avgpool_div(int64_t mode, int64_t padded, int64_t valid) {
+  return mode > 0 ? mode : mode == DP_AVGPOOL_VALID ? valid : padded;
+}
 
 #endif

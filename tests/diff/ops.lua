@@ -373,6 +373,19 @@ for _, op in ipairs({ "max_pool2d", "avg_pool2d" }) do
       return { k = k, stride = st, padding = pad, ceil = g:chance(0.5) }
     end })
 end
+-- avg_pool2d's other divisors: the positions inside the input (count_include_pad=false) or a fixed one
+add({ name = "avg_pool2d_divisor", lua = "ddp.nn.F.avg_pool2d(x, A.k, A.stride, A.padding, A.ceil, A.cip, A.div)",
+  torch = "F.avg_pool2d(x, A['k'], A['stride'], A['padding'], ceil_mode=A['ceil'], count_include_pad=A['cip'], " ..
+    "divisor_override=A.get('div'))",
+  gen = function(g)
+    local k = { g:int(1, 4), g:int(1, 4) }
+    local pad = { g:int(0, k[1] // 2), g:int(0, k[2] // 2) }
+    local xs = { g:pick({ 1, 2, 0 }), g:int(1, 3), g:int(1, 7), g:int(1, 7) }
+    if g:chance(0.15) then table.remove(xs, 1) end
+    g:tensor("x", xs, g:pick(FLOATS), { specials = false })
+    return { k = k, stride = { g:int(1, 3), g:int(1, 3) }, padding = pad, ceil = g:chance(0.5), cip = g:chance(0.5),
+      div = g:chance(0.4) and g:int(1, 9) or nil }
+  end })
 -- F.pad in every mode (the last one or two dims: one core.plane_gather on the CPU) and nearest interpolation of
 -- [N, C, H, W] (the same kernel), on strided and expanded layouts
 add({ name = "pad", lua = "ddp.nn.F.pad(x, A.pad, A.mode, A.value)",

@@ -141,6 +141,29 @@ describe("DistributedDataParallel", function()
     end, R)
   end)
 
+  -- Wrapping broadcasts rank 0's parameters and buffers: large contiguous ones in place, the rest coalesced
+  -- (distributed_data_parallel.lua's broadcast_tensors); a frozen weight, a non-contiguous one and a buffer too
+  it("copies rank 0's parameters and buffers to every rank (large ones in place, small ones coalesced)", function()
+    dist.spawn(function(rank)
+      dist.init_process_group { backend = "cpu" }
+      ddp.manual_seed(500 + rank) -- a different model on each rank
+      local m = nn.Sequential { nn.Linear(256, 512), nn.BatchNorm1d(512), nn.Linear(512, 300), nn.Linear(300, 7) }
+      m[3]:requires_grad_(false)                               -- frozen, 600 KB: broadcast alone
+      ddp.no_grad(function() m[2].running_mean:uniform_() end) -- a buffer that differs per rank
+      m[4].weight = nn.Parameter(ddp.randn(7, 300):t():contiguous():t()) -- a non-contiguous weight
+      local before = state_of(m):float()
+      local model = dist.DistributedDataParallel(m)
+      local after = state_of(model.module):float()
+      local all = ddp.zeros({ R, after:numel() })
+      dist.all_gather(all, after)
+      for r = 2, R do assert(max_diff(all[1], all[r]) == 0, "rank " .. (r - 1) .. " does not hold rank 0's model") end
+      if rank == 0 then assert(max_diff(before, after) == 0, "rank 0's values changed") end
+      if rank == 1 then assert(max_diff(before, after) > 0, "the ranks began alike: nothing was tested") end
+      assert(not model.module[4].weight:is_contiguous(), "the non-contiguous weight was replaced")
+      dist.destroy_process_group()
+    end, R)
+  end)
+
   it("1 process accumulating 2 micro-batches of 32 under no_sync equals batch 64", function()
     dist.spawn(function()
       dist.init_process_group { backend = "cpu" }

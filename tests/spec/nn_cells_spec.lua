@@ -535,11 +535,11 @@ describe("nn.Conv1d, nn.ConvTranspose1d, nn.MaxPool1d, nn.AvgPool1d and their fu
     R.assert_error(function() nn.MaxPool1d(3, 1, 1, 2) end, "MaxPool1d: dilation=2 is not supported yet")
     R.assert_error(function() nn.MaxPool1d(3, { return_indices = true }) end,
       "MaxPool1d: return_indices=true is not supported yet")
-    R.assert_error(function() nn.AvgPool1d(3, 1, 1, false, false) end,
-      "AvgPool1d: count_include_pad=false is not supported yet")
+    R.assert_error(function() nn.AvgPool1d(3, 1, 1, false, "no") end,
+      "AvgPool1d: count_include_pad must be a boolean, got no")
     R.assert_error(function() F.max_pool1d(ddp.randn(2, 8), 3, 1, 1, 2) end, "max_pool1d: dilation=2 is not supported")
-    R.assert_error(function() F.avg_pool1d(ddp.randn(2, 8), 3, 1, 1, false, false) end,
-      "avg_pool1d: count_include_pad=false")
+    R.assert_error(function() F.avg_pool1d(ddp.randn(2, 8), 3, 1, 1, false, 0) end,
+      "avg_pool1d: count_include_pad must be a boolean")
     R.assert_error(function() nn.MaxPool1d(3, 1, 2) end, "MaxPool1d", "at most half the kernel size 3")
     R.assert_error(function() nn.Conv1d(4, 6, 3, 2, "same") end, "Conv1d", "\"same\" needs stride 1")
     R.assert_error(function() nn.Conv1d(4, 6, 3, { padding = "full" }) end, "Conv1d", "\"full\"")

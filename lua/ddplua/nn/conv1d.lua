@@ -17,8 +17,8 @@
 -- are stored 3-D as PyTorch's (Conv1d [out, in/groups, k], ConvTranspose1d [in, out/groups, k]) with PyTorch's
 -- init: kaiming_uniform(a = sqrt(5)) and a bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)). Conv1d's padding may be
 -- "valid" or "same" (stride 1; an odd dilation * (kernel - 1) pads the extra zero on the right, as PyTorch). What
--- the 2-d ops lack (ConvTranspose1d's padding_mode other than "zeros", pool dilation, return_indices,
--- count_include_pad=false) is an error saying so; Conv1d's padding_mode "reflect", "replicate" or "circular" pads
+-- the 2-d ops lack (ConvTranspose1d's padding_mode other than "zeros", pool dilation, return_indices) is an
+-- error saying so; Conv1d's padding_mode "reflect", "replicate" or "circular" pads
 -- with F.pad first and convolves unpadded, as PyTorch.
 local ddp = require "ddplua"
 local Module = require "ddplua.nn.module"
@@ -139,7 +139,9 @@ local function pool_unsupported(who, dilation, return_indices, count_include_pad
     E.raise(who .. ": dilation=" .. util.value_str(dilation) .. " is not supported yet; leave it at 1")
   end
   util.unsupported(who, "return_indices", return_indices, false, "the op returns the values only")
-  util.unsupported(who, "count_include_pad", count_include_pad, true, "the padding is always counted")
+  if count_include_pad ~= nil and type(count_include_pad) ~= "boolean" then
+    E.raise(string.format("%s: count_include_pad must be a boolean, got %s", who, tostring(count_include_pad)))
+  end
 end
 
 -- kernel, stride, padding (checked) of a 1-d pool
@@ -160,7 +162,7 @@ local function check_ceil(who, ceil_mode)
   return ceil_mode or false
 end
 
-local function pool1d(who, op, x, k, s, p, ceil_mode)
+local function pool1d(who, op, x, k, s, p, ceil_mode, count_include_pad)
   check_input(who, x)
   local L = x:size(-1)
   if L + 2 * p < k then
@@ -171,7 +173,7 @@ local function pool1d(who, op, x, k, s, p, ceil_mode)
   if op == "max" then
     y = ddp.max_pool2d(to4d(x), { 1, k }, { 1, s }, { 0, p }, 1, ceil_mode)
   else
-    y = ddp.avg_pool2d(to4d(x), { 1, k }, { 1, s }, { 0, p }, ceil_mode)
+    y = ddp.avg_pool2d(to4d(x), { 1, k }, { 1, s }, { 0, p }, ceil_mode, count_include_pad ~= false)
   end
   return from4d(y, x)
 end
@@ -187,7 +189,7 @@ end
 function F.avg_pool1d(x, k, stride, padding, ceil_mode, count_include_pad)
   pool_unsupported("avg_pool1d", nil, nil, count_include_pad)
   local kk, s, p = pool_geometry("avg_pool1d", k, stride, padding)
-  return pool1d("avg_pool1d", "avg", x, kk, s, p, check_ceil("avg_pool1d", ceil_mode))
+  return pool1d("avg_pool1d", "avg", x, kk, s, p, check_ceil("avg_pool1d", ceil_mode), count_include_pad)
 end
 
 -- ---- modules ----------------------------------------------------------------------------------------------------
@@ -352,12 +354,13 @@ function AvgPool1d:__init(kernel_size, ...)
   pool_unsupported(who, nil, nil, o.count_include_pad)
   self.kernel_size, self.stride, self.padding = pool_geometry(who, kernel_size, o.stride, o.padding)
   self.ceil_mode = check_ceil(who, o.ceil_mode)
-  self.count_include_pad = true
+  self.count_include_pad = o.count_include_pad ~= false
 end
 
 function AvgPool1d:forward(x)
   check_input(tostring(self), x)
-  return pool1d(tostring(self), "avg", x, self.kernel_size, self.stride, self.padding, self.ceil_mode)
+  return pool1d(tostring(self), "avg", x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+    self.count_include_pad)
 end
 
 -- PyTorch's AvgPool1d shows its sizes as 1-tuples, and not ceil_mode

@@ -13,7 +13,8 @@ function F.flatten(x, start_dim, end_dim) return x:flatten(start_dim, end_dim) e
 --- linear(x, w [, b [, "relu"]]): the last argument fuses the activation.
 function F.linear(x, w, b, act) return ddp.linear(x, w, b, act) end
 --- PyTorch's positional order: conv2d(x, w, b, stride, padding, dilation, groups),
---- max_pool2d(x, k, stride, padding, dilation, ceil_mode), avg_pool2d(x, k, stride, padding, ceil_mode)
+--- max_pool2d(x, k, stride, padding, dilation, ceil_mode), avg_pool2d(x, k, stride, padding, ceil_mode,
+--- count_include_pad = true, divisor_override)
 function F.conv2d(x, w, b, stride, padding, dilation, groups)
   return ddp.conv2d(x, w, b, stride or 1, padding or 0, dilation or 1, groups or 1)
 end
@@ -25,8 +26,9 @@ end
 function F.max_pool2d(x, k, stride, padding, dilation, ceil_mode)
   return ddp.max_pool2d(x, k, stride or k, padding or 0, dilation or 1, ceil_mode or false)
 end
-function F.avg_pool2d(x, k, stride, padding, ceil_mode)
-  return ddp.avg_pool2d(x, k, stride or k, padding or 0, ceil_mode or false)
+function F.avg_pool2d(x, k, stride, padding, ceil_mode, count_include_pad, divisor_override)
+  return ddp.avg_pool2d(x, k, stride or k, padding or 0, ceil_mode or false, count_include_pad ~= false,
+    divisor_override)
 end
 
 function F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)

@@ -2,9 +2,11 @@
 -- return_indices [, ceil_mode]]]]]) and nn.AvgPool2d(kernel_size [, stride
 -- [, padding [, ceil_mode [, count_include_pad [, divisor_override]]]]]),
 -- PyTorch's positional order, or (k, {stride=, padding=, ceil_mode=, ...}).
--- stride defaults to kernel_size; each is an integer or {h, w}. The ops have
--- no dilation, return_indices or divisor_override yet (errors when set);
--- average pooling counts the padding (count_include_pad=true).
+-- stride defaults to kernel_size; each is an integer or {h, w}. Max pooling
+-- has no dilation or return_indices yet (errors when set); average pooling
+-- divides by the window within the padded input (count_include_pad=true,
+-- the default), by its positions inside the input (false), or by
+-- divisor_override.
 local ddp = require "ddplua"
 local Module = require "ddplua.nn.module"
 local util = require "ddplua.nn.util"
@@ -23,8 +25,13 @@ local function check_unsupported(name, o)
     E.raise(name .. ": dilation=" .. util.value_str(o.dilation) .. " is not supported yet; leave it at 1")
   end
   util.unsupported(name, "return_indices", o.return_indices, false, "the op returns the values only")
-  util.unsupported(name, "count_include_pad", o.count_include_pad, true, "the padding is always counted")
-  util.unsupported(name, "divisor_override", o.divisor_override, nil, "the divisor is the window size")
+  if o.count_include_pad ~= nil and type(o.count_include_pad) ~= "boolean" then
+    E.raise(string.format("%s: count_include_pad must be a boolean, got %s", name, tostring(o.count_include_pad)))
+  end
+  local d = o.divisor_override
+  if d ~= nil and (math.type(d) ~= "integer" or d < 1) then
+    E.raise(string.format("%s: divisor_override must be a positive integer, got %s", name, tostring(d)))
+  end
 end
 
 local function pool(name, op)
@@ -43,6 +50,10 @@ local function pool(name, op)
     end
     self.kernel_size, self.stride, self.padding = { kh, kw }, { sh, sw }, { ph, pw }
     self.ceil_mode = o.ceil_mode or false
+    if name == "AvgPool2d" then
+      self.count_include_pad = o.count_include_pad ~= false
+      self.divisor_override = o.divisor_override
+    end
     self._args = { util.pair_arg(kh, kw), util.pair_arg(sh, sw), util.pair_arg(ph, pw) }
   end
   function cls:forward(x)
@@ -52,13 +63,15 @@ local function pool(name, op)
     end
     local a = self._args
     if op == "max_pool2d" then return ddp.max_pool2d(x, a[1], a[2], a[3], 1, self.ceil_mode) end
-    return ddp.avg_pool2d(x, a[1], a[2], a[3], self.ceil_mode)
+    return ddp.avg_pool2d(x, a[1], a[2], a[3], self.ceil_mode, self.count_include_pad, self.divisor_override)
   end
   function cls:extra_repr()
     local k, s, p = self.kernel_size, self.stride, self.padding
     local r = string.format("kernel_size=(%d, %d), stride=(%d, %d), padding=(%d, %d)", k[1], k[2], s[1], s[2], p[1],
       p[2])
     if self.ceil_mode then r = r .. ", ceil_mode=True" end
+    if self.count_include_pad == false then r = r .. ", count_include_pad=False" end
+    if self.divisor_override then r = r .. ", divisor_override=" .. self.divisor_override end
     return r
   end
   M[name] = cls

@@ -188,6 +188,7 @@ typedef struct {
 } pool_ctx;
 
 #define POOL_GEOM(g) (g)->h, (g)->w, (g)->oh, (g)->ow, (g)->kh, (g)->kw, (g)->sh, (g)->sw, (g)->ph, (g)->pw
+#define AVG_GEOM(g) POOL_GEOM(g), (g)->divisor
 
 static void max_pool_planes(void *vctx, int64_t lo, int64_t hi) {
   const pool_ctx *k = vctx;
@@ -199,14 +200,14 @@ static void avg_pool_planes(void *vctx, int64_t lo, int64_t hi) {
   const pool_ctx *k = vctx;
   int64_t plane = k->g->h * k->g->w, L = k->g->oh * k->g->ow;
   for (int64_t pl = lo; pl < hi; pl++)
-    dp_cpu_vec_get()->avg_pool_plane(k->y + pl * L, k->x + pl * plane, POOL_GEOM(k->g));
+    dp_cpu_vec_get()->avg_pool_plane(k->y + pl * L, k->x + pl * plane, AVG_GEOM(k->g));
 }
 /* here y is gx (zeroed) and x is gy */
 static void avg_pool_bwd_planes(void *vctx, int64_t lo, int64_t hi) {
   const pool_ctx *k = vctx;
   int64_t plane = k->g->h * k->g->w, L = k->g->oh * k->g->ow;
   for (int64_t pl = lo; pl < hi; pl++)
-    dp_cpu_vec_get()->avg_pool_bwd_plane(k->y + pl * plane, k->x + pl * L, POOL_GEOM(k->g));
+    dp_cpu_vec_get()->avg_pool_bwd_plane(k->y + pl * plane, k->x + pl * L, AVG_GEOM(k->g));
 }
 static int64_t pool_grain(const dp_window2d *g) { return DP_GRAIN_MEMORY / (g->h * g->w + 1) + 1; }
 
@@ -241,8 +242,8 @@ static void half_pool_planes(void *vctx, int64_t lo, int64_t hi) {
     v->cast(in, DP_F32, k->in + pl * nin, DP_BF16, nin);
     if (bwd) memset(out, 0, sizeof(float) * (size_t)nout);
     if (k->kind == HP_MAX) v->max_pool_plane(out, k->idx + pl * L, in, POOL_GEOM(g));
-    else if (k->kind == HP_AVG) v->avg_pool_plane(out, in, POOL_GEOM(g));
-    else if (k->kind == HP_AVG_BWD) v->avg_pool_bwd_plane(out, in, POOL_GEOM(g));
+    else if (k->kind == HP_AVG) v->avg_pool_plane(out, in, AVG_GEOM(g));
+    else if (k->kind == HP_AVG_BWD) v->avg_pool_bwd_plane(out, in, AVG_GEOM(g));
     else
       for (int64_t o = 0; o < L; o++) {
         int64_t e = k->idx[pl * L + o];
@@ -348,7 +349,7 @@ int dp_cpu_max_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tens
   return 0;
 }
 
-/* ---- average pooling (count_include_pad = true) ---- */
+/* ---- average pooling (divisor: dp_window2d.divisor's mode) ---- */
 
 int dp_cpu_avg_pool2d(dp_tensor *y, const dp_tensor *x, const dp_window2d *g) {
   int64_t planes = g->n * g->c, plane = g->h * g->w, L = g->oh * g->ow;
@@ -372,7 +373,7 @@ int dp_cpu_avg_pool2d(dp_tensor *y, const dp_tensor *x, const dp_window2d *g) {
         double s = 0;
         for (int64_t iy = y0; iy < y1; iy++)
           for (int64_t ix = x0; ix < x1; ix++) s += LD(x, xp, pl * plane + iy * g->w + ix);
-        ST(y, yp, o, s / (double)(dh * dw));
+        ST(y, yp, o, s / (double)dp_avgpool_div(g->divisor, dh * dw, (y1 - y0) * (x1 - x0)));
       }
     }
   return 0;
@@ -397,7 +398,8 @@ int dp_cpu_avg_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, const dp_wind
       for (int64_t ox = 0; ox < g->ow; ox++) {
         int64_t x0, x1;
         int64_t dw = dp_window_range(ox, g->w, g->kw, g->sw, g->pw, &x0, &x1);
-        double v = LD(gy, yp, pl * L + oy * g->ow + ox) / (double)(dh * dw);
+        double v =
+            LD(gy, yp, pl * L + oy * g->ow + ox) / (double)dp_avgpool_div(g->divisor, dh * dw, (y1 - y0) * (x1 - x0));
         for (int64_t iy = y0; iy < y1; iy++)
           for (int64_t ix = x0; ix < x1; ix++) {
             int64_t e = pl * plane + iy * g->w + ix;

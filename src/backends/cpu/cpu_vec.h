@@ -115,10 +115,11 @@ typedef struct dp_cpu_vec {
    * stride sh x sw, padding ph x pw (windows never empty) */
   void (*max_pool_plane)(float *y, int64_t *idx, const float *x, int64_t h, int64_t w, int64_t oh, int64_t ow,
                          int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw);
+  /* divisor: dp_window2d.divisor's mode (dp_avgpool_div) */
   void (*avg_pool_plane)(float *y, const float *x, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t kh, int64_t kw,
-                         int64_t sh, int64_t sw, int64_t ph, int64_t pw);
+                         int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t divisor);
   void (*avg_pool_bwd_plane)(float *gx, const float *gy, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t kh,
-                             int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw);
+                             int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t divisor);
   /* one plane of max_pool2d(relu(batch_norm(x)), 2) (2x2 windows, stride 2, no padding, floor mode):
    * y [h/2, w/2] from x [h, w], the batch norm being (x - mean) * scale + bias (cpu_vec_pool2x2_t.h) */
   void (*bn_relu_max_pool2x2)(float *y, const float *x, int64_t h, int64_t w, float mean, float scale, float bias);

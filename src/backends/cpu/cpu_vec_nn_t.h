@@ -285,26 +285,41 @@ static void v_max_pool_plane(float *RESTRICT y, int64_t *RESTRICT idx, const flo
   }
 }
 
+/* Each output column's factor of the divisor along w (the padded or the
+ * valid width of its window; 1 under an override) and the row's along h:
+ * the divisor is their product (dp_avgpool_div's modes). */
+static void avg_col_counts(float *cnt, int64_t c0, int64_t nc, int64_t w, int64_t kw, int64_t sw, int64_t pw,
+                           int64_t divisor) {
+  for (int64_t ox = 0; ox < nc; ox++) {
+    int64_t x0, x1, padded = dp_window_range(c0 + ox, w, kw, sw, pw, &x0, &x1);
+    cnt[ox] = (float)dp_avgpool_div(divisor > 0 ? 1 : divisor, padded, x1 - x0);
+  }
+}
+static float avg_row_count(int64_t oy, int64_t h, int64_t kh, int64_t sh, int64_t ph, int64_t divisor, int64_t *y0,
+                           int64_t *y1) {
+  int64_t padded = dp_window_range(oy, h, kh, sh, ph, y0, y1);
+  return (float)dp_avgpool_div(divisor, padded, *y1 - *y0);
+}
+
 static void v_avg_pool_plane(float *RESTRICT y, const float *RESTRICT x, int64_t h, int64_t w, int64_t oh, int64_t ow,
-                             int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
+                             int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t divisor) {
   if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0 && 2 * oh <= h && 2 * ow <= w) {
+    const float d = divisor > 0 ? (float)divisor : 4.0f; /* whole windows: padded = valid = 4 */
     for (int64_t oy = 0; oy < oh; oy++) {
       const float *r0 = x + 2 * oy * w, *r1 = r0 + w;
       float *yo = y + oy * ow;
       for (int64_t ox = 0; ox < ow; ox++)
-        yo[ox] = (r0[2 * ox] + r0[2 * ox + 1] + r1[2 * ox] + r1[2 * ox + 1]) / 4.0f; /* the window's order */
+        yo[ox] = (r0[2 * ox] + r0[2 * ox + 1] + r1[2 * ox] + r1[2 * ox + 1]) / d; /* the window's order */
     }
     return;
   }
   float cnt[POOL_COLS_MAX];
   for (int64_t c0 = 0; c0 < ow; c0 += POOL_COLS_MAX) {
     int64_t nc = ow - c0 < POOL_COLS_MAX ? ow - c0 : POOL_COLS_MAX;
-    for (int64_t ox = 0; ox < nc; ox++) {
-      int64_t x0, x1;
-      cnt[ox] = (float)dp_window_range(c0 + ox, w, kw, sw, pw, &x0, &x1);
-    }
+    avg_col_counts(cnt, c0, nc, w, kw, sw, pw, divisor);
     for (int64_t oy = 0; oy < oh; oy++) {
-      int64_t y0, y1, dh = dp_window_range(oy, h, kh, sh, ph, &y0, &y1);
+      int64_t y0, y1;
+      float dh = avg_row_count(oy, h, kh, sh, ph, divisor, &y0, &y1);
       float *yo = y + oy * ow + c0;
       for (int64_t ox = 0; ox < nc; ox++) yo[ox] = 0.f;
       for (int64_t iy = y0; iy < y1; iy++)
@@ -315,7 +330,7 @@ static void v_avg_pool_plane(float *RESTRICT y, const float *RESTRICT x, int64_t
           const float *src = x + iy * w - pw + kj;
           for (int64_t ox = lo; ox < hi; ox++) yo[ox - c0] += src[ox * sw];
         }
-      for (int64_t ox = 0; ox < nc; ox++) yo[ox] = yo[ox] / ((float)dh * cnt[ox]);
+      for (int64_t ox = 0; ox < nc; ox++) yo[ox] = yo[ox] / (dh * cnt[ox]);
     }
   }
 }
@@ -323,13 +338,15 @@ static void v_avg_pool_plane(float *RESTRICT y, const float *RESTRICT x, int64_t
 /* gx (zeroed by the caller) += each output's gradient / its divisor over
  * its window */
 static void v_avg_pool_bwd_plane(float *RESTRICT gx, const float *RESTRICT gy, int64_t h, int64_t w, int64_t oh,
-                                 int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
+                                 int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                                 int64_t divisor) {
   if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0 && 2 * oh <= h && 2 * ow <= w) {
+    const float d = divisor > 0 ? (float)divisor : 4.0f;
     for (int64_t oy = 0; oy < oh; oy++) {
       float *r0 = gx + 2 * oy * w, *r1 = r0 + w;
       const float *go = gy + oy * ow;
       for (int64_t ox = 0; ox < ow; ox++) {
-        float v = go[ox] / 4.0f;
+        float v = go[ox] / d;
         r0[2 * ox] += v, r0[2 * ox + 1] += v, r1[2 * ox] += v, r1[2 * ox + 1] += v;
       }
     }
@@ -339,14 +356,12 @@ static void v_avg_pool_bwd_plane(float *RESTRICT gx, const float *RESTRICT gy, i
   for (int64_t c0 = 0; c0 < ow; c0 += POOL_COLS_MAX) {
     int64_t nc = ow - c0 < POOL_COLS_MAX ? ow - c0 : POOL_COLS_MAX;
     float cnt[POOL_COLS_MAX];
-    for (int64_t ox = 0; ox < nc; ox++) {
-      int64_t x0, x1;
-      cnt[ox] = (float)dp_window_range(c0 + ox, w, kw, sw, pw, &x0, &x1);
-    }
+    avg_col_counts(cnt, c0, nc, w, kw, sw, pw, divisor);
     for (int64_t oy = 0; oy < oh; oy++) {
-      int64_t y0, y1, dh = dp_window_range(oy, h, kh, sh, ph, &y0, &y1);
+      int64_t y0, y1;
+      float dh = avg_row_count(oy, h, kh, sh, ph, divisor, &y0, &y1);
       const float *go = gy + oy * ow + c0;
-      for (int64_t ox = 0; ox < nc; ox++) val[ox] = go[ox] / ((float)dh * cnt[ox]);
+      for (int64_t ox = 0; ox < nc; ox++) val[ox] = go[ox] / (dh * cnt[ox]);
       for (int64_t iy = y0; iy < y1; iy++)
         for (int64_t kj = 0; kj < kw; kj++) {
           int64_t lo, hi;

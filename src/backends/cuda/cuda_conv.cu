@@ -182,7 +182,13 @@ int dp_cu_max_pool2d_backward(dp_tensor *gx_t, const dp_tensor *gy_t, const dp_t
   return dp_cu_after_launch(c, "max_pool2d backward");
 }
 
-/* ---- average pooling (count_include_pad) ---- */
+/* ---- average pooling (dp_window2d.divisor: padded window, valid positions, or an override) ---- */
+__device__ static int64_t avg_divisor(int64_t hs, int64_t ws, const dp_window2d &g) {
+  int64_t hv = (hs + g.kh < g.h ? hs + g.kh : g.h) - (hs > 0 ? hs : 0);
+  int64_t wv = (ws + g.kw < g.w ? ws + g.kw : g.w) - (ws > 0 ? ws : 0);
+  return dp_avgpool_div(g.divisor, dp_avgpool_divisor(hs, ws, g.kh, g.kw, g.h, g.w, g.ph, g.pw), hv * wv);
+}
+
 __global__ void k_avg_pool2d(char *y, const char *x, dp_dtype dt, const dp_window2d g) {
   int64_t ohw = g.oh * g.ow, hw = g.h * g.w;
   DP_CU_LOOP(e, g.n * g.c * ohw) {
@@ -199,7 +205,7 @@ __global__ void k_avg_pool2d(char *y, const char *x, dp_dtype dt, const dp_windo
         if (xx >= 0 && xx < g.w) acc += dp_cu_ld(x, plane * hw + yy * g.w + xx, dt);
       }
     }
-    dp_cu_st(y, e, dt, acc / (double)dp_avgpool_divisor(hs, ws, g.kh, g.kw, g.h, g.w, g.ph, g.pw));
+    dp_cu_st(y, e, dt, acc / (double)avg_divisor(hs, ws, g));
   }
 }
 
@@ -229,7 +235,7 @@ __global__ void k_avg_pool2d_backward(char *gx, dp_dtype gxdt, const char *gy, d
     double acc = 0;
     for (int64_t oy = oy0; oy <= oy1; oy++)
       for (int64_t ox = ox0; ox <= ox1; ox++) {
-        int64_t div = dp_avgpool_divisor(oy * g.sh - g.ph, ox * g.sw - g.pw, g.kh, g.kw, g.h, g.w, g.ph, g.pw);
+        int64_t div = avg_divisor(oy * g.sh - g.ph, ox * g.sw - g.pw, g);
         acc += dp_cu_ld(gy, plane * ohw + oy * g.ow + ox, gydt) / (double)div;
       }
     dp_cu_st(gx, e, gxdt, acc);
