@@ -185,7 +185,7 @@ function M.init_process_group(opts, ...)
   local backend, auto_nccl, note = pick_backend(opts.backend, opts.rank or tonumber(os.getenv("RANK") or "0"),
     opts.world_size or tonumber(os.getenv("WORLD_SIZE") or ""))
   local timeout = opts.timeout or tonumber(os.getenv("DDPLUA_TIMEOUT") or "") or 300
-  if type(timeout) ~= "number" or timeout <= 0 then
+  if type(timeout) ~= "number" or not (timeout > 0) then -- not (> 0): NaN too
     E.raise("init_process_group: timeout must be a positive number of seconds, got " .. tostring(timeout))
   end
   local p = {

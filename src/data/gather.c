@@ -15,7 +15,7 @@
 static int check_indices(const dp_tensor *src, const int64_t *idx, int64_t n, int64_t base) {
   int64_t rows = src->shape[0];
   for (int64_t i = 0; i < n; i++)
-    if (idx[i] - base < 0 || idx[i] - base >= rows)
+    if (idx[i] < base || idx[i] - base >= rows)
       return dp_error("index %" PRId64 " at batch position %" PRId64 " is out of range %" PRId64 "..%" PRId64
                       " (%" PRId64 " rows)",
                       idx[i], i + base, base, rows - 1 + base, rows);

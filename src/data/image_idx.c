@@ -3,12 +3,14 @@
  * gzread reads gzip-compressed and plain files alike. Only unsigned bytes
  * (type 0x08) are read: that is what image and label files hold. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
 #include "core/error.h"
 #include "data/image_decode.h"
+#include "tensor/tensor.h"
 
 static int read_exact(gzFile g, void *buf, size_t n) {
   size_t got = 0;
@@ -50,11 +52,23 @@ int dp_image_read_idx(const char *path, int64_t limit, int *ndim, int64_t dims[4
       return dp_error("IDX file '%s': truncated header", path);
     }
     dims[i] = ((int64_t)b[0] << 24) | ((int64_t)b[1] << 16) | ((int64_t)b[2] << 8) | b[3];
-    if (i > 0) per_entry *= (size_t)dims[i];
   }
   if (limit >= 0 && limit < dims[0]) dims[0] = limit;
+  /* the header's sizes are the file's word: a tensor's limits first (their
+   * product cannot wrap), and no abort when they are more than memory */
+  if (dp_check_shape(*ndim, dims)) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", dp_errmsg()); /* dp_error reuses the message's buffer */
+    gzclose(g);
+    return dp_error("IDX file '%s': %s", path, why);
+  }
+  for (int i = 1; i < *ndim; i++) per_entry *= (size_t)dims[i];
   size_t n = (size_t)dims[0] * per_entry;
-  *data = dp_xmalloc(n ? n : 1);
+  *data = malloc(n ? n : 1);
+  if (!*data) {
+    gzclose(g);
+    return dp_error("IDX file '%s': out of memory for the %zu bytes its header gives", path, n);
+  }
   if (read_exact(g, *data, n)) {
     gzclose(g);
     free(*data);

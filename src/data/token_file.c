@@ -76,11 +76,11 @@ static inline int64_t token_at(const dp_token_file *f, int64_t i) {
 
 int dp_token_file_windows(const dp_token_file *f, const int64_t *starts, int64_t n, int64_t block, int64_t *x,
                           int64_t *y) {
-  if (block < 1) return dp_error("token file: block_size must be positive, got %" PRId64, block);
+  if (block < 1 || block == INT64_MAX) return dp_error("token file: block_size must be positive, got %" PRId64, block);
   int64_t need = block + (y ? 1 : 0);
   for (int64_t i = 0; i < n; i++) {
     int64_t s = starts[i];
-    if (s < 0 || s + need > f->len)
+    if (s < 0 || need > f->len || s > f->len - need) /* s + need could overflow */
       return dp_error("window start %" PRId64 " (batch position %" PRId64 ") is out of range: the file has %" PRId64
                       " tokens, so starts are 1..%" PRId64 " for block_size %" PRId64,
                       s + 1, i + 1, f->len, f->len - need + 1, block);

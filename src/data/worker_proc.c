@@ -321,6 +321,10 @@ static void describe(int st, char *out, size_t n) {
 }
 
 int dp_worker_alive(pid_t pid, char *out, size_t n) {
+  if (pid <= 0) { /* a process group or every child: never a worker */
+    snprintf(out, n, "is not a child of this process");
+    return -1;
+  }
   int st;
   pid_t r;
   do r = waitpid(pid, &st, WNOHANG);
@@ -335,6 +339,10 @@ int dp_worker_alive(pid_t pid, char *out, size_t n) {
 }
 
 int dp_worker_reap(pid_t pid, int grace_ms, char *out, size_t n) {
+  if (pid <= 0) { /* kill(0 or -1, ...) would signal a process group or every process */
+    snprintf(out, n, "is not a child of this process");
+    return -1;
+  }
   int64_t deadline = now_ms() + grace_ms;
   for (;;) {
     int a = dp_worker_alive(pid, out, n);

@@ -24,7 +24,7 @@ static int l_gather_rows(lua_State *L) {
   luaL_checktype(L, 2, LUA_TTABLE);
   dp_dtype dt = lua_isnoneornil(L, 3) ? src->dtype : lt_check_dtype(L, 3);
   double div = luaL_optnumber(L, 4, 1.0);
-  lua_Integer n = luaL_len(L, 2);
+  lua_Integer n = lt_list_len(L, 2, "gather: indices");
   if (n < 1) return luaL_error(L, "gather: the batch has no indices");
   /* a userdata as scratch: freed by the GC even if an entry raises */
   int64_t *idx = lua_newuserdatauv(L, (size_t)n * sizeof *idx, 0);

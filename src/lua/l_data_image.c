@@ -6,6 +6,7 @@
  * height =, width =}, {op = "rotation", min =, max =}, {op = "hflip", p =},
  * {op = "to_tensor"}, {op = "normalize", mean = {...}, std = {...}}) and are
  * compiled here into the C pipeline. Item positions are 1-based in Lua. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,7 +24,7 @@
 /* read(path [, channels]) -> uint8 [H, W, C] */
 static int l_read(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
-  int channels = (int)luaL_optinteger(L, 2, 0);
+  int channels = lt_check_int_range(L, luaL_optinteger(L, 2, 0), 0, 4, "image.read: channels");
   dp_image img;
   LT_CHECK(L, dp_image_read(path, channels, &img));
   int64_t shape[3] = {img.height, img.width, img.channels};
@@ -41,6 +42,10 @@ static dp_image check_image_tensor(lua_State *L, int idx, dp_tensor **keep) {
   if (t->dtype != DP_U8 || (t->ndim != 2 && t->ndim != 3) || dp_dev(t).type != DP_CPU)
     luaL_error(L, "expected a uint8 cpu image tensor of shape [H, W] or [H, W, C], got %s %s", dp_dtype_name(t->dtype),
                dp_shape_str(t, buf, sizeof buf));
+  for (int d = 0; d < t->ndim; d++)
+    if (t->shape[d] > INT_MAX)
+      luaL_error(L, "image tensor of shape %s: a size above 2^31 - 1 is not an image",
+                 dp_shape_str(t, buf, sizeof buf));
   dp_tensor *c = dp_contiguous(t);
   if (!c) lt_error(L);
   *keep = c;
@@ -50,7 +55,7 @@ static dp_image check_image_tensor(lua_State *L, int idx, dp_tensor **keep) {
 
 static int write_image(lua_State *L, bool jpeg) {
   const char *path = luaL_checkstring(L, 1);
-  int quality = (int)luaL_optinteger(L, 3, 90);
+  int quality = lt_check_int_range(L, luaL_optinteger(L, 3, 90), 1, 100, "write_jpeg: quality");
   dp_tensor *keep;
   dp_image img = check_image_tensor(L, 2, &keep);
   int rc = jpeg ? dp_image_write_jpeg(path, &img, quality) : dp_image_write_png(path, &img);
@@ -245,6 +250,12 @@ static int l_apply(lua_State *L) {
   }
   int64_t shape[3] = {img.channels, 0, 0};
   int oh, ow;
+  for (int i = 0; i < p.n && (img.height == 0 || img.width == 0); i++)
+    if (p.step[i].op == DP_IMG_RESIZE || p.step[i].op == DP_IMG_ROTATE) {
+      dp_release(keep);
+      return luaL_error(L, "transform %d (%s): the image is empty (%dx%d pixels), nothing to resample", i + 1,
+                        dp_img_step_name(p.step[i].op), img.width, img.height);
+    }
   dp_img_output_size(&p, img.height, img.width, &oh, &ow);
   shape[1] = oh, shape[2] = ow;
   dp_tensor *out = dp_empty(DP_F32, 3, shape, dp_cpu());
@@ -275,7 +286,8 @@ static dp_image_set *check_set(lua_State *L, int idx) {
 static void *array_field(lua_State *L, int idx, const char *key, int64_t n, bool strings) {
   if (lua_getfield(L, idx, key) != LUA_TTABLE) luaL_error(L, "image dataset: '%s' must be a list", key);
   int t = lua_gettop(L);
-  if ((int64_t)luaL_len(L, t) != n) luaL_error(L, "image dataset: '%s' must have %d entries", key, (int)n);
+  if ((int64_t)lt_list_len(L, t, "image dataset") != n)
+    luaL_error(L, "image dataset: '%s' must have %d entries", key, (int)n);
   void *out = lua_newuserdatauv(L, (size_t)(n ? n : 1) * (strings ? sizeof(char *) : sizeof(int64_t)), 0);
   for (int64_t i = 0; i < n; i++) {
     lua_geti(L, t, i + 1);
@@ -288,11 +300,13 @@ static void *array_field(lua_State *L, int idx, const char *key, int64_t n, bool
   return out;
 }
 
-static lua_Integer int_opt(lua_State *L, int idx, const char *key, lua_Integer dflt) {
+static lua_Integer int_opt(lua_State *L, int idx, const char *key, lua_Integer dflt, bool int_sized) {
   lua_getfield(L, idx, key);
   int ok;
   lua_Integer v = lua_tointegerx(L, -1, &ok);
   if (!ok && !lua_isnil(L, -1)) luaL_error(L, "image dataset: '%s' must be an integer", key);
+  if (ok && int_sized && (v < INT_MIN || v > INT_MAX))
+    luaL_error(L, "image dataset: '%s' = %I is out of range", key, v);
   lua_pop(L, 1);
   return ok ? v : dflt;
 }
@@ -306,14 +320,14 @@ static int l_dataset(lua_State *L) {
   if (lua_getfield(L, 1, "csv") != LUA_TSTRING) luaL_error(L, "image dataset: 'csv' must be a string");
   cfg.csv = lua_tostring(L, -1);
   if (lua_getfield(L, 1, "paths") != LUA_TTABLE) luaL_error(L, "image dataset: 'paths' must be a list");
-  cfg.n = (int64_t)luaL_len(L, -1);
+  cfg.n = lt_list_len(L, -1, "image dataset: 'paths'");
   dp_img_pipeline pipe;
   lua_getfield(L, 1, "transforms");
   read_pipeline(L, -1, &pipe);
   cfg.pipeline = &pipe;
-  cfg.channels = (int)int_opt(L, 1, "channels", 3);
-  cfg.seed = (uint64_t)int_opt(L, 1, "seed", 0);
-  cfg.num_workers = (int)int_opt(L, 1, "num_workers", -1);
+  cfg.channels = (int)int_opt(L, 1, "channels", 3, true);
+  cfg.seed = (uint64_t)int_opt(L, 1, "seed", 0, false);
+  cfg.num_workers = (int)int_opt(L, 1, "num_workers", -1, true);
   cfg.paths = array_field(L, 1, "paths", cfg.n, true);
   cfg.labels = array_field(L, 1, "labels", cfg.n, false);
   cfg.rows = array_field(L, 1, "rows", cfg.n, false);
@@ -326,6 +340,15 @@ static int l_dataset(lua_State *L) {
   return 1;
 }
 
+/* A 1-based item position as 0-based; one below 1 is an error naming it
+ * (math.mininteger - 1 would overflow). */
+static int64_t pos0(lua_State *L, lua_Integer v, const char *what, int64_t i) {
+  if (v < 1)
+    luaL_error(L, "%s: index %I (position %I of the indices) is out of range: positions are 1-based", what, v,
+               (lua_Integer)i + 1);
+  return (int64_t)v - 1;
+}
+
 /* Indices: a Lua array of 1-based positions or an int64 tensor of them,
  * converted to 0-based in a userdata buffer (left on the stack). */
 static int64_t *read_indices(lua_State *L, int idx, int64_t *n, const char *what) {
@@ -336,20 +359,21 @@ static int64_t *read_indices(lua_State *L, int idx, int64_t *n, const char *what
     *n = t->shape[0];
     int64_t *out = lua_newuserdatauv(L, (size_t)(*n ? *n : 1) * sizeof *out, 0);
     const int64_t *src = dp_data(t);
-    for (int64_t i = 0; i < *n; i++) out[i] = src[i * t->stride[0]] - 1;
+    for (int64_t i = 0; i < *n; i++) out[i] = pos0(L, src[i * t->stride[0]], what, i);
     return out;
   }
   if (!lua_istable(L, idx))
     luaL_error(L, "%s: expected a list of 1-based item positions, got %s", what, luaL_typename(L, idx));
-  *n = (int64_t)luaL_len(L, idx);
+  *n = lt_list_len(L, idx, what);
   int64_t *out = lua_newuserdatauv(L, (size_t)(*n ? *n : 1) * sizeof *out, 0);
   for (int64_t i = 0; i < *n; i++) {
     lua_geti(L, idx, i + 1);
     int ok;
-    out[i] = lua_tointegerx(L, -1, &ok) - 1;
+    lua_Integer v = lua_tointegerx(L, -1, &ok);
     if (!ok)
       luaL_error(L, "%s: indices[%d] must be an integer position, got %s", what, (int)i + 1,
                  luaL_tolstring(L, -1, NULL));
+    out[i] = pos0(L, v, what, i);
     lua_pop(L, 1);
   }
   return out;
@@ -379,6 +403,7 @@ static int l_set_get(lua_State *L) {
   lua_Integer i = luaL_checkinteger(L, 2);
   dp_tensor *x;
   int64_t label;
+  if (i < 1) return luaL_error(L, "get: index %I is out of range 1..%I", i, (lua_Integer)dp_image_set_len(s));
   LT_CHECK(L, dp_image_set_get_item(s, (int64_t)i - 1, &x, &label));
   lt_push(L, x);
   lua_pushinteger(L, label);

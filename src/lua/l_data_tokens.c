@@ -67,8 +67,17 @@ static int push_windows(lua_State *L, dp_token_file *f, const int64_t *starts, i
 
 static int64_t check_block(lua_State *L, int idx) {
   lua_Integer block = luaL_checkinteger(L, idx);
-  if (block < 1) luaL_error(L, "TokenFile: block_size must be a positive integer, got %d", (int)block);
+  if (block < 1) luaL_error(L, "TokenFile: block_size must be a positive integer, got %I", block);
   return (int64_t)block;
+}
+
+/* A 1-based window start as 0-based; starts below 1 (math.mininteger
+ * included, whose - 1 would overflow) are an error naming it. */
+static int64_t start0(lua_State *L, lua_Integer s, int64_t i) {
+  if (s < 1)
+    luaL_error(L, "TokenFile: window start %I (batch position %I) is out of range: starts are 1-based positions", s,
+               (lua_Integer)i + 1);
+  return (int64_t)s - 1;
 }
 
 static int l_windows(lua_State *L) {
@@ -83,18 +92,19 @@ static int l_windows(lua_State *L) {
     n = t->shape[0];
     starts = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *starts, 0);
     const int64_t *src = dp_data(t);
-    for (int64_t i = 0; i < n; i++) starts[i] = src[i * t->stride[0]] - 1;
+    for (int64_t i = 0; i < n; i++) starts[i] = start0(L, src[i * t->stride[0]], i);
   } else {
     luaL_checktype(L, 2, LUA_TTABLE);
-    n = (int64_t)luaL_len(L, 2);
+    n = lt_list_len(L, 2, "TokenFile: window starts");
     starts = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *starts, 0);
     for (int64_t i = 0; i < n; i++) {
       int ok;
       lua_geti(L, 2, i + 1);
-      starts[i] = lua_tointegerx(L, -1, &ok) - 1;
+      lua_Integer s = lua_tointegerx(L, -1, &ok);
       if (!ok)
         return luaL_error(L, "TokenFile: window start %d must be an integer position, got %s", (int)i + 1,
                           luaL_typename(L, -1));
+      starts[i] = start0(L, s, i);
       lua_pop(L, 1);
     }
   }
@@ -105,12 +115,17 @@ static int l_windows(lua_State *L) {
 static int l_sample(lua_State *L) {
   dp_token_file *f = check_tf(L);
   lua_Integer n = luaL_checkinteger(L, 2);
-  if (n < 1) return luaL_error(L, "TokenFile: batch_size must be a positive integer, got %d", (int)n);
+  if (n < 1) return luaL_error(L, "TokenFile: batch_size must be a positive integer, got %I", n);
   int64_t block = check_block(L, 3);
   int64_t range = dp_token_file_len(f) - block;
   if (range < 1)
-    return luaL_error(L, "TokenFile: the file has %d tokens, fewer than block_size + 1 = %d", (int)dp_token_file_len(f),
-                      (int)block + 1);
+    return luaL_error(L, "TokenFile: the file has %I tokens, fewer than block_size %I + 1",
+                      (lua_Integer)dp_token_file_len(f), (lua_Integer)block);
+  /* the batch's shape before the starts are sized from n (n * 8 bytes
+   * could wrap) and before the generator advances */
+  int64_t shape[2] = {n, block};
+  if (dp_check_shape(2, shape))
+    return luaL_error(L, "TokenFile: batch_size %I x block_size %I: %s", n, (lua_Integer)block, dp_errmsg());
   uint64_t seed, off;
   if (lua_istable(L, 4)) {
     lua_getfield(L, 4, "seed");

@@ -13,6 +13,7 @@
  *   _worker_alive(pid)              -> true | false, "exited with code 0"
  *   _worker_reap(pid, grace_s)      -> how it ended (SIGKILL after grace_s)
  *   _worker_exit(code)              ends a worker (_exit, after flushing) */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,7 +71,7 @@ static int l_send(lua_State *L) {
   dp_tensor **ts = NULL;
   if (!lua_isnoneornil(L, 6)) {
     luaL_checktype(L, 6, LUA_TTABLE);
-    nt = (int)luaL_len(L, 6);
+    nt = lt_list_len(L, 6, "DataLoader: batch tensors");
     ts = lua_newuserdatauv(L, sizeof *ts * (size_t)(nt ? nt : 1), 0);
     for (int i = 0; i < nt; i++) {
       lua_geti(L, 6, i + 1);
@@ -92,9 +93,9 @@ static int l_send(lua_State *L) {
 
 static int l_recv(lua_State *L) {
   sock_box *b = check_sock(L, 1);
-  double timeout = luaL_optnumber(L, 2, -1);
+  int timeout_ms = lt_timeout_ms(L, 2, -1, "DataLoader: worker socket recv");
   dp_wmsg m;
-  int r = dp_worker_recv(b->fd, timeout < 0 ? -1 : (int)(timeout * 1000), &m);
+  int r = dp_worker_recv(b->fd, timeout_ms, &m);
   if (r == 0) return 0;
   if (r < 0) {
     if (strcmp(dp_errmsg(), "closed") == 0) {
@@ -140,23 +141,33 @@ static int l_close(lua_State *L) {
 
 static int l_poll(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
-  double timeout = luaL_optnumber(L, 2, -1);
-  int n = (int)luaL_len(L, 1);
+  int timeout_ms = lt_timeout_ms(L, 2, -1, "DataLoader: worker poll");
+  int n = lt_list_len(L, 1, "DataLoader: worker sockets");
   int *fds = lua_newuserdatauv(L, sizeof *fds * (size_t)(n ? n : 1), 0);
   for (int i = 0; i < n; i++) {
     lua_geti(L, 1, i + 1);
     fds[i] = check_sock(L, -1)->fd;
     lua_pop(L, 1);
   }
-  int r = dp_worker_poll(fds, n, timeout < 0 ? -1 : (int)(timeout * 1000));
+  int r = dp_worker_poll(fds, n, timeout_ms);
   if (r < 0) return 0;
   lua_pushinteger(L, r + 1);
   return 1;
 }
 
+/* A worker's pid: a positive pid_t. 0, -1 and other negatives mean process
+ * groups or every process to waitpid and kill, and a larger integer would
+ * wrap to one of them (or to an unrelated pid). */
+static pid_t check_pid(lua_State *L, int idx, const char *what) {
+  lua_Integer pid = luaL_checkinteger(L, idx);
+  if (pid < 1 || pid > INT_MAX)
+    luaL_error(L, "%s: pid must be a worker's process id (1..%d), got %I", what, INT_MAX, pid);
+  return (pid_t)pid;
+}
+
 static int l_alive(lua_State *L) {
   char why[96];
-  int r = dp_worker_alive((pid_t)luaL_checkinteger(L, 1), why, sizeof why);
+  int r = dp_worker_alive(check_pid(L, 1, "DataLoader: worker_alive"), why, sizeof why);
   lua_pushboolean(L, r == 1);
   if (r == 1) return 1;
   lua_pushstring(L, why);
@@ -165,7 +176,9 @@ static int l_alive(lua_State *L) {
 
 static int l_reap(lua_State *L) {
   char why[96];
-  dp_worker_reap((pid_t)luaL_checkinteger(L, 1), (int)(luaL_optnumber(L, 2, 2.0) * 1000), why, sizeof why);
+  pid_t pid = check_pid(L, 1, "DataLoader: worker_reap");
+  int grace_ms = lt_timeout_ms(L, 2, 2.0, "DataLoader: worker_reap grace");
+  dp_worker_reap(pid, grace_ms < 0 ? 0 : grace_ms, why, sizeof why);
   lua_pushstring(L, why);
   return 1;
 }

@@ -5,6 +5,7 @@
  * serves) the store, works out which ranks share a node, creates the group
  * and keeps the Lua-visible group objects. Collectives are in
  * l_distributed_coll.c, spawn in l_distributed_spawn.c. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,21 +102,25 @@ struct dp_pg *lt_check_pg(lua_State *L, int idx) {
 
 int lt_dist_group_rank(lua_State *L, lgroup *g, lua_Integer r, const char *what) {
   int world = lt_dist.world ? lt_dist.world->n : 0;
-  if (r < 0 || r >= world) return luaL_error(L, "%s %d is out of range: ranks are 0..%d", what, (int)r, world - 1);
+  if (r < 0 || r >= world) return luaL_error(L, "%s %I is out of range: ranks are 0..%d", what, r, world - 1);
   for (int i = 0; i < g->n; i++)
     if (g->ranks[i] == r) return i;
   char rs[256];
   list_ranks(g, rs, sizeof rs);
-  return luaL_error(L, "%s %d is not in the group of ranks %s", what, (int)r, rs);
+  return luaL_error(L, "%s %I is not in the group of ranks %s", what, r, rs);
 }
 
 /* ---- init / destroy ---- */
 
+/* An int option; a value beyond int's range is an error (a cast would make
+ * world_size 2^32 + 1 a world of 1 and master_port 2^32 + p port p). */
 static int get_int_field(lua_State *L, int t, const char *k, int dflt) {
   lua_getfield(L, t, k);
-  int v = lua_isnil(L, -1) ? dflt : (int)luaL_checkinteger(L, -1);
+  lua_Integer v = lua_isnil(L, -1) ? dflt : luaL_checkinteger(L, -1);
+  if (v < INT_MIN || v > INT_MAX)
+    luaL_error(L, "init_process_group: %s = %I is out of range (expected at most %d)", k, v, INT_MAX);
   lua_pop(L, 1);
-  return v;
+  return (int)v;
 }
 
 static const char *get_str_field(lua_State *L, int t, const char *k) {
@@ -238,7 +243,9 @@ static int l_init(lua_State *L) {
   lua_getfield(L, 1, "timeout");
   double timeout_s = lua_isnil(L, -1) ? 300 : luaL_checknumber(L, -1);
   lua_pop(L, 1);
-  int timeout_ms = (int)(timeout_s * 1000);
+  if (!(timeout_s > 0))
+    return luaL_error(L, "init_process_group: timeout must be a positive number of seconds, got %f", timeout_s);
+  int timeout_ms = timeout_s * 1000 >= INT_MAX ? INT_MAX : (int)(timeout_s * 1000);
   const char *addr = get_str_field(L, 1, "master_addr"), *token = get_str_field(L, 1, "token");
   const char *bind = get_str_field(L, 1, "bind"), *backend = get_str_field(L, 1, "backend");
   if (!backend) backend = "cpu";
@@ -378,7 +385,7 @@ void lt_dist_forget(void) {
 static int l_new_group(lua_State *L) {
   lgroup *w = usable(L, lt_dist.world, "new_group");
   luaL_checktype(L, 1, LUA_TTABLE);
-  int n = (int)luaL_len(L, 1);
+  int n = lt_list_len(L, 1, "new_group: ranks");
   if (n < 1) return luaL_error(L, "new_group: the list of ranks is empty");
   int *ranks = lua_newuserdatauv(L, sizeof(int) * (size_t)n, 0);
   for (int i = 0; i < n; i++) {
@@ -387,8 +394,7 @@ static int l_new_group(lua_State *L) {
     lua_Integer r = lua_tointegerx(L, -1, &ok);
     lua_pop(L, 1);
     if (!ok) return luaL_error(L, "new_group: ranks[%d] is not an integer rank", i + 1);
-    if (r < 0 || r >= w->n)
-      return luaL_error(L, "new_group: rank %d is out of range: ranks are 0..%d", (int)r, w->n - 1);
+    if (r < 0 || r >= w->n) return luaL_error(L, "new_group: rank %I is out of range: ranks are 0..%d", r, w->n - 1);
     ranks[i] = (int)r;
   }
   /* ascending, as PyTorch sorts them */

@@ -1,6 +1,7 @@
 /* Bindings of the DDP reducer: core.ddp_reducer(group, params, names, opts)
  * returns a reducer object used by lua/ddplua/distributed_data_parallel.lua;
  * also SyncBatchNorm's op and a collective counter for their tests. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,8 +28,9 @@ static int l_reducer_new(lua_State *L) {
   dp_pg *pg = lt_check_pg(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
   luaL_checktype(L, 3, LUA_TTABLE);
-  int n = (int)luaL_len(L, 2);
-  if ((int)luaL_len(L, 3) != n) return luaL_error(L, "ddp_reducer: params and names differ in length");
+  int n = lt_list_len(L, 2, "ddp_reducer: params");
+  if (lt_list_len(L, 3, "ddp_reducer: names") != n)
+    return luaL_error(L, "ddp_reducer: params and names differ in length");
   double cap_mb = 25, first_mb = 1;
   bool find_unused = false;
   if (lua_istable(L, 4)) {
@@ -38,7 +40,7 @@ static int l_reducer_new(lua_State *L) {
     find_unused = lua_toboolean(L, -1);
     lua_pop(L, 3);
   }
-  if (cap_mb <= 0 || first_mb <= 0) return luaL_error(L, "DistributedDataParallel: bucket_cap_mb must be > 0");
+  if (!(cap_mb > 0) || !(first_mb > 0)) return luaL_error(L, "DistributedDataParallel: bucket_cap_mb must be > 0");
   dp_tensor **ps = lua_newuserdatauv(L, sizeof(dp_tensor *) * (size_t)(n ? n : 1), 0);
   const char **names = lua_newuserdatauv(L, sizeof(char *) * (size_t)(n ? n : 1), 0);
   for (int i = 0; i < n; i++) {
@@ -51,7 +53,10 @@ static int l_reducer_new(lua_State *L) {
     if (!names[i]) return luaL_error(L, "ddp_reducer: names[%d] must be a string", i + 1);
     lua_pop(L, 1); /* the string stays alive in the names table */
   }
-  size_t cap = (size_t)(cap_mb * 1024 * 1024), first = (size_t)(first_mb * 1024 * 1024);
+  /* a cap past 2^40 MB is one bucket for everything (a cast of 1e300 or
+   * inf to size_t is undefined: x86 made it 0, a bucket per parameter) */
+  size_t cap = cap_mb >= 0x1p40 ? (size_t)1 << 60 : (size_t)(cap_mb * 1024 * 1024);
+  size_t first = first_mb >= 0x1p40 ? (size_t)1 << 60 : (size_t)(first_mb * 1024 * 1024);
   /* A reducer lives until its wrapper is collected: dropped DDP instances
    * may still hold the 16 post-backward hook slots. Collect them first, as
    * a program that wraps models in a loop expects (PyTorch frees by
@@ -111,7 +116,8 @@ static int l_stats(lua_State *L) {
 
 static int l_bucket_of(lua_State *L) {
   dp_reducer *r = check_reducer(L, 1);
-  int b = dp_reducer_bucket_of(r, (int)luaL_checkinteger(L, 2) - 1);
+  lua_Integer i = luaL_checkinteger(L, 2);
+  int b = i < 1 || i > INT_MAX ? -1 : dp_reducer_bucket_of(r, (int)i - 1);
   if (b < 0) lua_pushnil(L);
   else lua_pushinteger(L, b + 1);
   return 1;

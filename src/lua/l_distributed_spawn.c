@@ -113,7 +113,7 @@ static const char *status_str(int status, char *buf, size_t n) {
 static int l_spawn(lua_State *L) {
   luaL_checktype(L, 1, LUA_TFUNCTION);
   lua_Integer n = luaL_checkinteger(L, 2);
-  if (n < 1 || n > 1024) return luaL_error(L, "spawn: nprocs must be 1..1024, got %d", (int)n);
+  if (n < 1 || n > 1024) return luaL_error(L, "spawn: nprocs must be 1..1024, got %I", n);
   if (in_child) return luaL_error(L, "spawn: cannot spawn from inside a spawned process");
   if (lt_dist.world)
     return luaL_error(L, "spawn: call it before init_process_group (the children create their own process group)");

@@ -1,5 +1,6 @@
 #include "lua/l_util.h"
 
+#include <limits.h>
 #include <string.h>
 
 #include "ops/ops.h"
@@ -114,6 +115,24 @@ int lt_dim_value(lua_State *L, lua_Integer d, int ndim, int extra) {
     return luaL_error(L, "%s%sdimension %I out of range: the tensor is 0-dimensional", who, sep, (lua_Integer)d);
   return luaL_error(L, "%s%sdimension %I out of range for a %d-dimensional tensor (expected 1..%d or -%d..-1)", who,
                     sep, (lua_Integer)d, ndim, n, n);
+}
+
+int lt_list_len(lua_State *L, int idx, const char *what) {
+  lua_Integer n = luaL_len(L, idx); /* a __len metamethod can return anything */
+  if (n < 0 || n > INT_MAX) return luaL_error(L, "%s: the list's length (#) is %I, expected 0..%d", what, n, INT_MAX);
+  return (int)n;
+}
+
+int lt_timeout_ms(lua_State *L, int idx, double dflt_s, const char *what) {
+  double s = luaL_optnumber(L, idx, dflt_s);
+  if (s != s) return luaL_error(L, "%s: timeout must be a number of seconds, got nan", what);
+  if (s < 0) return -1;
+  return s * 1000 >= INT_MAX ? INT_MAX : (int)(s * 1000);
+}
+
+int lt_check_int_range(lua_State *L, lua_Integer v, lua_Integer lo, lua_Integer hi, const char *what) {
+  if (v < lo || v > hi) return luaL_error(L, "%s must be %I..%I, got %I", what, lo, hi, v);
+  return (int)v;
 }
 
 int lt_check_dim(lua_State *L, int idx, int ndim, int extra) {

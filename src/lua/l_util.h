@@ -51,6 +51,17 @@ int lt_dim_value(lua_State *L, lua_Integer d, int ndim, int ndim_extra);
  * a table at idx; returns the number of dims and sets *next to the first
  * stack index after the shape. */
 int lt_read_shape(lua_State *L, int idx, int64_t *shape, int *next);
+/* The length (#, __len included) of the list at idx, raising "<what>: the
+ * list's length (#) is N, expected 0..2^31 - 1" outside that range (a
+ * buffer of that many entries is sized from it). */
+int lt_list_len(lua_State *L, int idx, const char *what);
+/* An optional timeout in seconds at idx (none/nil: dflt_s) as milliseconds
+ * for poll(): negative -> -1 (forever), huge -> INT_MAX, NaN -> an error
+ * naming what. */
+int lt_timeout_ms(lua_State *L, int idx, double dflt_s, const char *what);
+/* v as an int if lo <= v <= hi, else the error "<what> must be lo..hi, got v"
+ * (hi <= INT_MAX, lo >= INT_MIN). */
+int lt_check_int_range(lua_State *L, lua_Integer v, lua_Integer lo, lua_Integer hi, const char *what);
 /* Reads {dtype=, device=, requires_grad=} at idx (may be none/nil). */
 typedef struct {
   dp_dtype dtype;

@@ -22,6 +22,9 @@ local DataLoader = { __name = "DataLoader" }
 DataLoader.__index = DataLoader
 setmetatable(DataLoader, { __call = function(c, ...) return c.new(...) end })
 
+-- Each worker is a forked process: more than this is a typo, not a machine.
+local MAX_WORKERS = 1024
+
 local VALID = { "batch_size", "shuffle", "sampler", "drop_last", "collate_fn", "num_workers", "prefetch_factor",
   "persistent_workers", "timeout", "worker_init_fn", "pin_memory" }
 local valid = {}
@@ -55,8 +58,9 @@ end
 
 local function check_workers(opts)
   local nw = opts.num_workers or 0
-  if math.type(nw) ~= "integer" or nw < 0 then
-    E.raise("DataLoader: num_workers must be a non-negative integer, got " .. tostring(nw))
+  if math.type(nw) ~= "integer" or nw < 0 or nw > MAX_WORKERS then
+    E.raise("DataLoader: num_workers must be a non-negative integer, got " .. tostring(nw) .. " (at most " ..
+      MAX_WORKERS .. ": each is a process)")
   end
   if nw == 0 and opts.prefetch_factor ~= nil then
     E.raise("DataLoader: prefetch_factor is for worker processes; it needs num_workers > 0")
@@ -69,7 +73,7 @@ local function check_workers(opts)
     E.raise("DataLoader: prefetch_factor must be a positive integer, got " .. tostring(pf))
   end
   local timeout = opts.timeout or 0
-  if type(timeout) ~= "number" or timeout < 0 then
+  if type(timeout) ~= "number" or not (timeout >= 0) then -- not (>= 0): NaN too
     E.raise("DataLoader: timeout must be a number of seconds >= 0 (0: wait forever), got " .. tostring(timeout))
   end
   if opts.worker_init_fn ~= nil and type(opts.worker_init_fn) ~= "function" then

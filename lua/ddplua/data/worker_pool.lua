@@ -159,7 +159,8 @@ end
 function Pool:epoch(batches)
   local loader = self.loader
   local nb, n = #batches, self.n
-  local limit = loader.prefetch_factor * n
+  -- batches in flight; prefetch_factor * n wraps around for a huge factor (then none was ever sent)
+  local limit = loader.prefetch_factor > math.maxinteger // n and math.maxinteger or loader.prefetch_factor * n
   local base = self.seq
   self.epoch_base, self.seq = base, base + nb
   self.done = false
