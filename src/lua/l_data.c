@@ -16,7 +16,7 @@
 
 /* _idx_load(path [, cache_dir]) */
 static int l_idx_load(lua_State *L) {
-  return lt_push(L, dp_idx_load_cached(luaL_checkstring(L, 1), luaL_optstring(L, 2, NULL)));
+  return lt_push(L, dp_idx_load_cached(lt_check_path(L, 1, "IDX file"), lt_opt_path(L, 2, NULL, "IDX cache dir")));
 }
 
 static int l_gather_rows(lua_State *L) {

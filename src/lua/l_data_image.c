@@ -23,7 +23,7 @@
 
 /* read(path [, channels]) -> uint8 [H, W, C] */
 static int l_read(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = lt_check_path(L, 1, "image.read");
   int channels = lt_check_int_range(L, luaL_optinteger(L, 2, 0), 0, 4, "image.read: channels");
   dp_image img;
   LT_CHECK(L, dp_image_read(path, channels, &img));
@@ -54,7 +54,7 @@ static dp_image check_image_tensor(lua_State *L, int idx, dp_tensor **keep) {
 }
 
 static int write_image(lua_State *L, bool jpeg) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = lt_check_path(L, 1, jpeg ? "image.write_jpeg" : "image.write_png");
   int quality = lt_check_int_range(L, luaL_optinteger(L, 3, 90), 1, 100, "write_jpeg: quality");
   dp_tensor *keep;
   dp_image img = check_image_tensor(L, 2, &keep);
@@ -68,7 +68,7 @@ static int l_write_jpeg(lua_State *L) { return write_image(L, true); }
 
 /* read_idx(path [, limit]) -> uint8 tensor with the file's dims */
 static int l_read_idx(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = lt_check_path(L, 1, "image.read_idx");
   lua_Integer limit = luaL_optinteger(L, 2, -1);
   int ndim;
   int64_t dims[4];
@@ -82,7 +82,7 @@ static int l_read_idx(lua_State *L) {
 
 /* read_csv(path) -> {header = {...}, columns = {name = {...}}, lines = {...}, nrows = n} */
 static int l_read_csv(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = lt_check_path(L, 1, "image.read_csv");
   dp_image_csv c;
   LT_CHECK(L, dp_image_csv_read(path, &c));
   lua_createtable(L, 0, 4);

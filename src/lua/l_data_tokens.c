@@ -37,7 +37,7 @@ static int elsize_of(lua_State *L, int idx) {
 }
 
 static int l_open(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = lt_check_path(L, 1, "TokenFile");
   int es = elsize_of(L, 2);
   tf_box *b = lua_newuserdatauv(L, sizeof *b, 0);
   b->f = NULL;
@@ -154,7 +154,7 @@ static int l_close(lua_State *L) {
 }
 
 static int l_write(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = lt_check_path(L, 1, "token file write");
   dp_tensor *t = lt_check(L, 2);
   int es = elsize_of(L, 3);
   if (t->dtype != DP_I64 || dp_dev(t).type != DP_CPU)

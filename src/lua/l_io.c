@@ -19,7 +19,7 @@
 /* ---- YAML ---- */
 
 static int l_yaml_load(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = lt_check_path(L, 1, "yaml load");
   LT_CHECK(L, dp_yaml_push_file(L, path));
   return 1;
 }
@@ -81,7 +81,7 @@ static int l_json_decode(lua_State *L) {
 
 /* mkdir(path): creates path and its missing parents (mkdir -p). */
 static int l_mkdir(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = lt_check_path(L, 1, "mkdir");
   if (!*path) return luaL_argerror(L, 1, "empty directory name");
   char *p = dp_xstrdup(path);
   for (char *c = p + 1;; c++) {
@@ -110,7 +110,7 @@ static int l_mkdir(lua_State *L) {
  * there (or it cannot be looked at). */
 static int l_file_type(lua_State *L) {
   struct stat st;
-  if (stat(luaL_checkstring(L, 1), &st) != 0) {
+  if (stat(lt_check_path(L, 1, "file_type"), &st) != 0) {
     lua_pushnil(L);
     return 1;
   }

@@ -145,7 +145,7 @@ static size_t read_metadata(lua_State *L, int opts, dp_st_meta **meta) {
 static int l_save(lua_State *L) {
   lua_settop(L, 3);
   luaL_checktype(L, 1, LUA_TTABLE);
-  const char *path = luaL_checkstring(L, 2);
+  const char *path = lt_check_path(L, 2, "save");
   int sort;
   int pairs = collect_pairs(L, &sort);
   size_t n = lua_rawlen(L, pairs);
@@ -168,7 +168,7 @@ static int l_save(lua_State *L) {
 }
 
 static int l_load(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = lt_check_path(L, 1, "load");
   dp_device dev = dp_cpu();
   int use_mmap = 0; /* safe by default; mapping is the documented opt-in */
   if (!lua_isnoneornil(L, 2)) {

@@ -168,6 +168,18 @@ int lt_read_shape(lua_State *L, int idx, int64_t *shape, int *next) {
   return n;
 }
 
+const char *lt_check_path(lua_State *L, int idx, const char *what) {
+  size_t len;
+  const char *s = luaL_checklstring(L, idx, &len);
+  const char *nul = memchr(s, 0, len);
+  if (nul) luaL_error(L, "%s: the path contains a NUL byte (at byte %d)", what, (int)(nul - s) + 1);
+  return s;
+}
+
+const char *lt_opt_path(lua_State *L, int idx, const char *dflt, const char *what) {
+  return lua_isnoneornil(L, idx) ? dflt : lt_check_path(L, idx, what);
+}
+
 dp_dtype lt_check_dtype(lua_State *L, int idx) {
   const char *s = luaL_checkstring(L, idx);
   dp_dtype t;

@@ -59,6 +59,11 @@ int lt_list_len(lua_State *L, int idx, const char *what);
  * for poll(): negative -> -1 (forever), huge -> INT_MAX, NaN -> an error
  * naming what. */
 int lt_timeout_ms(lua_State *L, int idx, double dflt_s, const char *what);
+/* The file or directory path at idx, raising "<what>: the path contains a NUL
+ * byte (at byte k)" for one that does (C would cut it there: another file;
+ * Python says "embedded null byte"). lt_opt_path: none/nil -> dflt. */
+const char *lt_check_path(lua_State *L, int idx, const char *what);
+const char *lt_opt_path(lua_State *L, int idx, const char *dflt, const char *what);
 /* v as an int if lo <= v <= hi, else the error "<what> must be lo..hi, got v"
  * (hi <= INT_MAX, lo >= INT_MIN). */
 int lt_check_int_range(lua_State *L, lua_Integer v, lua_Integer lo, lua_Integer hi, const char *what);

@@ -168,3 +168,26 @@ describe("hostile arguments: distributed (a world of one rank)", function()
     end
   end)
 end)
+
+-- A path with a NUL byte: C stops reading it at the NUL, so "a.st\0junk" wrote a.st (Python: "embedded null byte")
+describe("hostile arguments: paths with a NUL byte", function()
+  it("are refused by every binding that opens, writes or looks at a file", function()
+    local p = dir .. "/nul.st\0junk"
+    R.assert_errors({
+      { function() ddp.save({ x = ddp.zeros(2) }, p) end, "save: the path contains a NUL byte (at byte " },
+      { function() ddp.load(p) end, "load: the path contains a NUL byte" },
+      { function() ddp.save_checkpoint(p, { model = ddp.nn.Linear(2, 2) }) end, "the path contains a NUL byte" },
+      { function() data.TokenFile { path = p, dtype = "uint16", block_size = 4 } end, "TokenFile: the path contains" },
+      { function() core.image.read(p) end, "image.read: the path contains a NUL byte" },
+      { function() core.image.write_png(p, u8(2, 2, 1)) end, "image.write_png: the path contains a NUL byte" },
+      { function() core.image.read_csv(p) end, "image.read_csv: the path contains a NUL byte" },
+      { function() core.image.read_idx(p) end, "image.read_idx: the path contains a NUL byte" },
+      { function() core._idx_load(p) end, "IDX file: the path contains a NUL byte" },
+      { function() core._idx_load(dir .. "/x.gz", dir .. "\0c") end, "IDX cache dir: the path contains a NUL byte" },
+      { function() core.yaml_load(p) end, "yaml load: the path contains a NUL byte" },
+      { function() core.mkdir(dir .. "/d\0e") end, "mkdir: the path contains a NUL byte" },
+    })
+    assert.is_nil(io.open(dir .. "/nul.st"), "the file before the NUL was written")
+    assert.is_nil(io.open(dir .. "/d"), "the directory before the NUL was made")
+  end)
+end)
