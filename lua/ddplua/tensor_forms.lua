@@ -106,7 +106,8 @@ local function scaled_(d, scale, shift)
 end
 
 -- The random fills draw into the tensor itself when they can (contiguous, not recorded for autograd): a fresh
--- weight's init makes no tensor of its own (on a VM each new page costs a fault; Linear(1024, 1024) 43 -> 14 ms cold)
+-- weight's init makes no tensor of its own (on a VM each new page costs a fault: the Fashion-MNIST MLP's 1.9 M
+-- weights took 83 ms in a fresh process, 22 ms drawn in place)
 local function random_fill(name, normal, check)
   local filled = inplace(name, function(t, a, b)
     local d = (normal and core.randn or core.rand)(t:size(), like(t))

@@ -311,13 +311,13 @@ int shm_default_spin(int nlocal) {
 /* ---- pool ---- */
 
 /* A freed range's pages stay in the file for the next request of the same
- * size, up to keep_max bytes (DDPLUA_SHM_KEEP_MB, default 512; 0: none): a DDP reducer made again (a `--watch`
- * rerun, a model wrapped anew) gets its buckets back without the kernel
- * allocating, zeroing and faulting in every page again (24 ms of 25 for
- * a 7.4 MB model's buckets on the 2026-12 VM, where a shared page's first
- * touch costs ~13 us). A request no kept range fits gives them all back
- * first, so keeping never raises the pool's footprint past what was live
- * before. */
+ * size, up to keep_max bytes (DDPLUA_SHM_KEEP_MB, default 512; 0: none):
+ * a DDP reducer made again (a `--watch` rerun, a model wrapped anew) gets
+ * its buckets back without the kernel allocating, zeroing and faulting in
+ * every page again (24 ms of 25 for a 7.4 MB model's buckets on the
+ * 2026-12 VM, where a shared page's first touch costs ~13 us). A request
+ * no kept range fits gives them all back first, so keeping never raises
+ * the pool's footprint past what was live before. */
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
