@@ -21,7 +21,13 @@ local MODES = { { true, nil }, { false, nil }, { true, 3 }, { false, 7 } }
 -- n or {h, w} as Python reads it
 local function py(v) return type(v) == "table" and string.format("(%d, %d)", v[1], v[2]) or tostring(v) end
 
-local function torch_ref(c, m, x, gy)
+local function label(c, m)
+  return string.format("x %s k %s s %s p %s ceil %s, count_include_pad %s, divisor_override %s",
+    table.concat(c[1], "x"), py(c[2]), py(c[3]), py(c[4]), tostring(c[5]), tostring(m[1]),
+    tostring(m[2]))
+end
+
+local function torch_run(c, m, x, gy)
   return TR.run(string.format([[
 import torch.nn.functional as F
 x = T['x'].clone().requires_grad_()
@@ -32,6 +38,15 @@ OUT['y'] = y; OUT['gx'] = x.grad
     m[2] and tostring(m[2]) or "None"), { x = x, gy = gy })
 end
 
+-- PyTorch's result, once per input (the kernel-set loop below runs the same inputs six times: one Python start
+-- each was 8 s of the spec under ASan)
+local refs = {}
+local function torch_ref(c, m, x, gy)
+  local key = label(c, m) .. x:dtype() .. x:sum():item() .. gy:sum():item()
+  refs[key] = refs[key] or torch_run(c, m, x, gy)
+  return refs[key]
+end
+
 local function run(c, m, x, gy)
   local xl = x:clone():requires_grad_()
   local y = F.avg_pool2d(xl, c[2], c[3], c[4], c[5], m[1], m[2])
@@ -39,11 +54,6 @@ local function run(c, m, x, gy)
   return y, xl.grad
 end
 
-local function label(c, m)
-  return string.format("x %s k %s s %s p %s ceil %s, count_include_pad %s, divisor_override %s",
-    table.concat(c[1], "x"), py(c[2]), py(c[3]), py(c[4]), tostring(c[5]), tostring(m[1]),
-    tostring(m[2]))
-end
 
 describe("avg_pool2d's divisor", function()
   R.describe_kernel_sets(_ENV, { 1, 2 }, function()
