@@ -88,8 +88,8 @@ end
 -- Runs both sides, prints the per-op table, returns its summary row.
 -- (Each entry of M is {group = <bench/run.lua's only= group>, run = fn}.)
 M[#M + 1] = { group = "ops", run = function(c)
-  local ours_cmd = string.format("%s %s/bench/nn_ops.lua runs=%d", c.ddplua, c.root, c.op_runs)
-  local peer_cmd = string.format("%s %s/bench/torch_nn_ops.py runs=%d", c.python, c.root, c.op_runs)
+  local ours_cmd = string.format("%s%s %s/bench/nn_ops.lua runs=%d", c.pin1(), c.ddplua, c.root, c.op_runs)
+  local peer_cmd = string.format("%s%s %s/bench/torch_nn_ops.py runs=%d", c.pin1(), c.python, c.root, c.op_runs)
   local order = nil
   local ours, theirs = {}, {}
   for _ = 1, c.reps do
@@ -110,8 +110,9 @@ M[#M + 1] = { group = "ops", run = function(c)
   end
   local function med(xs) return #xs > 0 and c.median(xs) or nil end
   local fmt = "%-34s %9s %9s %10s %10s %7s %14s  %s"
-  print(string.format("per-op table: ms, median of %d runs x %d repetitions, 1 thread each; GB/s read + written " ..
-    "by the forward, (its share of memcpy's moving the same bytes)", c.op_runs, c.reps))
+  print(string.format("per-op table: ms, median of %d runs x %d repetitions, 1 thread each%s; GB/s read + written " ..
+    "by the forward, (its share of memcpy's moving the same bytes)", c.op_runs, c.reps,
+    c.pin1() ~= "" and ", both on cpu 0" or ""))
   local head = string.format(fmt, "op", "fwd", "torch", "fwd+bwd", "torch", "speed", "GB/s (memcpy)", "result")
   print(head)
   print(string.rep("-", #head))
@@ -153,9 +154,11 @@ end }
 
 -- The MLP step against the FMA peak of one thread.
 M[#M + 1] = { group = "step", run = function(c)
-  local cmd = string.format("%s %s/bench/mlp.lua steps=700 timed=600", c.ddplua, c.root)
+  -- the step and the peak on one cpu (c.pin1: the VM's two differ for the step's memory-bound part)
+  local cmd = string.format("%s%s %s/bench/mlp.lua steps=700 timed=600", c.pin1(), c.ddplua, c.root)
+  local peak_cmd = string.format("%s%s %s/bench/fma_peak.lua", c.pin1(), c.ddplua, c.root)
   local runs = c.repeat_runs(function()
-    local peak = c.fma_peak(1)
+    local peak = c.field(c.run(peak_cmd), "fma_peak_gflops", peak_cmd)
     local sps = c.field(c.run(cmd), "samples/s", cmd)
     return { gflops = sps / 64 * M.mlp_step_flops(64) / 1e9, peak = peak }
   end)

@@ -127,6 +127,16 @@ function ctx.fma_peak(threads)
   return gflops
 end
 
+--- The prefix that runs a command on cpu 0 ("taskset -c 0 "), or "" where taskset cannot. The one-thread rows run
+--- both sides there: on this project's 2-vCPU VM the two vCPUs differ for memory-bound work (2026-12-07: a mul of
+--- [1024, 1024] in a C loop 0.119 ms on cpu 0 against 0.160 on cpu 1 in every run, the MLP step 14000-14850 against
+--- 12000-12200 samples/s, the FMA peak alike), and an unpinned process lands on either, so a row compared two draws.
+local pin1 = nil
+function ctx.pin1()
+  if pin1 == nil then pin1 = os.execute("taskset -c 0 true >/dev/null 2>&1") and "taskset -c 0 " or "" end
+  return pin1
+end
+
 --- Runs a shell command; returns its whole output (stdout and stderr) or
 --- raises naming the command. A run that failed because its fixed
 --- rendezvous port was taken (the peers hard-code theirs, and on a shared

@@ -152,6 +152,14 @@ int dp_image_csv_read(const char *path, dp_image_csv *c) {
     free(buf);
     return dp_error("CSV file '%s': read error", path);
   }
+  /* a NUL byte would end a field's C string early: an image path cut at it opens another file */
+  const char *nul = memchr(buf, 0, n);
+  if (nul) {
+    long long line = 1;
+    for (const char *q = buf; q < nul; q++) line += *q == '\n';
+    free(buf);
+    return dp_error("CSV file '%s': line %lld holds a NUL byte (expected text)", path, line);
+  }
   parser p = {.path = path, .buf = buf, .n = n, .line = 1};
   if (n >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0) p.pos = 3;
   /* every field is at most its source text plus a terminator, and there are

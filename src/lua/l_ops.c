@@ -10,6 +10,13 @@
 
 /* t (op) u where either side may be a number (exact for integers) */
 static int binary(lua_State *L, dp_binary_op op) {
+  /* a third argument is not ignored: torch.mul(a, b, out=c) ported as ddp.mul(a, b, {out = c}) would leave c as it
+   * was and go on with a wrong value */
+  if (!lua_isnoneornil(L, 3))
+    return luaL_error(L,
+                      "%s: expected 2 operands, got a %s as argument 3 (out= and other options are not taken: "
+                      "use the result, or c:copy_(result))",
+                      dp_binary_name(op), luaL_typename(L, 3));
   dp_tensor *a = lt_test(L, 1), *b = lt_test(L, 2);
   if (a && b) return lt_push(L, dp_binary(op, a, b));
   if (a && lua_type(L, 2) == LUA_TNUMBER) {

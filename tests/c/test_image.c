@@ -323,6 +323,11 @@ static void test_csv(void) {
     CHECK(has(dp_errmsg(), tmp("bad.csv")));
     CHECK(has(dp_errmsg(), bad[i].part));
   }
+  /* a NUL byte inside a path field: the field's C string would end there and open a.png */
+  static const char nul_text[] = "path,label\nb.png,1\na.png\0../../etc/x,2\n";
+  write_file(tmp("bad.csv"), nul_text, sizeof nul_text - 1);
+  CHECK(dp_image_csv_read(tmp("bad.csv"), &c) == -1);
+  CHECK(has(dp_errmsg(), "line 3 holds a NUL byte"));
   CHECK(dp_image_csv_read(tmp("none.csv"), &c) == -1);
   CHECK(has(dp_errmsg(), "none.csv") && has(dp_errmsg(), "No such file"));
 }

@@ -58,6 +58,14 @@ describe("extreme arguments, second sweep", function()
       { function() return ddp.histc(v, big) end, "histc: bins" },
       { function() return ddp.histogram(v, big) end, "histogram: bins" },
       { function() return nn.LSTMCell(4, big) end, "LSTMCell: hidden_size" },
+      -- 3 * embed_dim wrapped around to a negative size (2026-12-07)
+      { function() return nn.MultiheadAttention(1 << 62, 1) end, "MultiheadAttention: embed_dim 4611686018427387904" },
+      { function() return nn.TransformerEncoderLayer(1 << 62, 1) end, "is too large" },
+      -- torch.mul(a, b, out=c) ported as it reads: the options table was ignored and c kept its old values
+      { function() return ddp.mul(m, m, { out = ddp.empty(4, 5) }) end, "mul: expected 2 operands, got a table" },
+      { function() return ddp.div(m, 2, { out = m }) end, "div: expected 2 operands, got a table" },
+      { function() return ddp.maximum(m, m, m) end, "maximum: expected 2 operands, got a userdata" },
+      { function() return m:pow(2, "x") end, "pow: expected 2 operands, got a string" },
     }
     R.assert_errors(cases)
     -- the generator's offset wraps around as a Lua integer does (it overflowed a signed sum)

@@ -40,6 +40,10 @@ function MHA:__init(embed_dim, num_heads, ...)
   for _, k in ipairs({ "add_bias_kv", "add_zero_attn" }) do
     if o[k] then error("MultiheadAttention: " .. k .. "=true is not supported", 3) end
   end
+  if embed_dim > (1 << 59) // 3 then -- 3 * embed_dim would wrap around before any shape check saw it
+    error(string.format("MultiheadAttention: embed_dim %d is too large: in_proj_weight is [3 * embed_dim, embed_dim]",
+      embed_dim), 3)
+  end
   self.head_dim = embed_dim // num_heads
   self.dropout = o.dropout or 0
   if type(self.dropout) ~= "number" or self.dropout < 0 or self.dropout >= 1 then

@@ -23,18 +23,24 @@ local check_tensor, is_list = util.check_tensor, util.is_list
 
 local PAD_MODES = { constant = true, reflect = true, replicate = true, circular = true }
 
--- Each padding mode as a map of dim d: the list of 1-based positions of x along d for the output's positions, 0
--- where the fill value goes (constant); nil when the dim is unchanged. The maps drive one index_select per dim, or
--- core.plane_gather for the last two dims at once (src/backends/cpu/cpu_plane_gather.c: one pass each way).
+-- Each padding mode as a map of dim d: an int64 tensor of the 1-based positions of x along d for the output's
+-- positions, 0 where the fill value goes (constant), made in one pass by core._pad_positions (a Lua list of them
+-- took ~0.1 s a million positions, the first call of every new size: a long 1-D signal paid it each time its
+-- length changed); with `first` and `last`, the output range whose positions are not 0. nil when
+-- the dim is unchanged. The maps drive one index_select per dim, or core.plane_gather for the last two dims at
+-- once (src/backends/cpu/cpu_plane_gather.c: one pass each way).
 
 -- The maps of the settings seen last (a model pads the same sizes every step), each built once: at most 256, then
--- the cache starts over. A map is never changed once built; its int64 tensor is kept beside it.
+-- the cache starts over. A map is never changed once built.
 local MAPS, n_maps = {}, 0
-local function memo_map(key, build)
+local pad_positions = ddp.core._pad_positions
+local function memo_map(mode, n, l, r, start)
+  local key = string.format("%s %d %d %d %d", mode, n, l, r, start or 0)
   local m = MAPS[key]
   if not m then
     if n_maps >= 256 then MAPS, n_maps = {}, 0 end
-    m = build()
+    local t, first, last = pad_positions(mode, n, l, r, start)
+    m = { t = t, first = first, last = last }
     MAPS[key], n_maps = m, n_maps + 1
   end
   return m
@@ -53,19 +59,7 @@ local function index_pad_map(who, x, d, l, r, mode)
       "(%d, %d): the output size would be %d", who, n, d, shape_str(x), l, r, out))
   end
   if l == 0 and r == 0 then return nil end
-  return memo_map(string.format("%s %d %d %d", mode, n, l, r), function()
-    local idx = {}
-    for j = 0, out - 1 do
-      local p = j - l
-      if mode == "reflect" then
-        if p < 0 then p = -p elseif p >= n then p = 2 * (n - 1) - p end
-      else
-        p = math.min(math.max(p, 0), n - 1)
-      end
-      idx[j + 1] = p + 1
-    end
-    return idx
-  end)
+  return memo_map(mode, n, l, r)
 end
 
 -- circular padding of dim d by (l, r): negative amounts crop first, then each side wraps around the rest once at
@@ -86,11 +80,7 @@ local function circular_map(who, x, d, l, r)
       "dimension %d of the input %s", who, l, r, n, d, shape_str(x)))
   end
   if l == 0 and r == 0 and start == 0 and n == x:size(d) then return nil end
-  return memo_map(string.format("circular %d %d %d %d", start, n, l, r), function()
-    local idx = {}
-    for j = 0, n + l + r - 1 do idx[j + 1] = start + (j - l) % n + 1 end
-    return idx
-  end)
+  return memo_map("circular", n, l, r, start)
 end
 
 -- constant padding of dim d by (l, r); negative amounts crop. grows: some pad of the call is positive, where
@@ -104,27 +94,14 @@ local function constant_map(who, x, d, l, r, grows)
       (n + l + r == 0 and " (an empty result only where no pad is positive, as PyTorch 1.13)" or ""))
   end
   if l == 0 and r == 0 then return nil end
-  return memo_map(string.format("constant %d %d %d", n, l, r), function()
-    local idx = {}
-    for j = 0, n + l + r - 1 do
-      local p = j - l
-      idx[j + 1] = (p >= 0 and p < n) and p + 1 or 0
-    end
-    return idx
-  end)
+  return memo_map("constant", n, l, r)
 end
 
 -- a map applied along dim d without plane_gather: index_select, or for a constant map the kept range and the
 -- fill blocks around it joined by cat
-local function apply_map(x, d, idx, value)
-  local first, last = nil, nil
-  for j, p in ipairs(idx) do
-    if p ~= 0 then
-      first = first or j
-      last = j
-    end
-  end
-  if value == nil or (first and idx[1] ~= 0 and idx[#idx] ~= 0) then return x:index_select(d, idx) end
+local function apply_map(x, d, map, value)
+  local first, last, len = map.first, map.last, map.t:numel()
+  if value == nil or (first == 1 and last == len) then return x:index_select(d, map.t) end
   local parts = {}
   local function block(k)
     local s = x:size()
@@ -132,30 +109,24 @@ local function apply_map(x, d, idx, value)
     parts[#parts + 1] = ddp.full(s, value, { dtype = x:dtype(), device = x:device() })
   end
   if not first then
-    block(#idx)
-    return #idx > 0 and ddp.cat(parts, d) or x:narrow(d, 1, 0)
+    block(len)
+    return len > 0 and ddp.cat(parts, d) or x:narrow(d, 1, 0)
   end
   if first > 1 then block(first - 1) end
-  parts[#parts + 1] = x:narrow(d, idx[first], last - first + 1)
-  if last < #idx then block(#idx - last) end
+  parts[#parts + 1] = x:narrow(d, map.t[first]:item(), last - first + 1)
+  if last < len then block(len - last) end
   return ddp.cat(parts, d)
 end
 
 local plane_gather = ddp.core.plane_gather
-local TENSORS = setmetatable({}, { __mode = "k" }) -- a map's int64 tensor, as long as the map is cached
+local IDENTITY = setmetatable({}, { __mode = "v" }) -- n -> the int64 positions 1 .. n, while in use
 -- the int64 tensor of a map (nil: the identity of n positions)
-local function positions(list, n)
-  if not list then
-    list = memo_map("identity " .. n, function()
-      local id = {}
-      for j = 1, n do id[j] = j end
-      return id
-    end)
-  end
-  local t = TENSORS[list]
+local function positions(map, n)
+  if map then return map.t end
+  local t = IDENTITY[n]
   if not t then
-    t = ddp.tensor(list, { dtype = "int64" })
-    TENSORS[list] = t
+    t = ddp.arange(1, n + 1, 1, { dtype = "int64" })
+    IDENTITY[n] = t
   end
   return t
 end
