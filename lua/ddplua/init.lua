@@ -148,6 +148,7 @@ local lazy = {
   dist = "ddplua.distributed",
   amp = "ddplua.amp",
   metrics = "ddplua.metrics",
+  autograd = "ddplua.autograd",
 }
 setmetatable(M, {
   __index = function(t, k)

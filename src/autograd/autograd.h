@@ -116,6 +116,13 @@ void dp_node_release(dp_node *n);
  * one element and grad defaults to 1). */
 int dp_backward(dp_tensor *root, dp_tensor *grad, bool retain_graph);
 
+/* torch.autograd.grad without create_graph: the gradients of the n_out outputs (each seeded with gouts[i], or 1
+ * for a one-element output when gouts or gouts[i] is NULL) with respect to the n_in inputs (leaves or not, each
+ * requiring grad) into res[k] (owned; NULL for an input the outputs do not depend on), touching no tensor's .grad
+ * and running no hook. The graph is freed as by dp_backward unless retain_graph. */
+int dp_autograd_grad(int n_out, dp_tensor *const *outs, dp_tensor *const *gouts, int n_in, dp_tensor *const *ins,
+                     dp_tensor **res, bool retain_graph);
+
 /* Adds a gradient-ready hook to a leaf; returns an id for removal. */
 int dp_add_grad_hook(dp_tensor *leaf, dp_grad_hook_fn fn, void *ctx);
 void dp_remove_grad_hook(dp_tensor *leaf, int id);

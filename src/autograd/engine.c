@@ -176,48 +176,67 @@ static int deliver_to_leaf(dp_tensor *leaf, dp_tensor *g) {
   return rc;
 }
 
-int dp_backward(dp_tensor *root, dp_tensor *grad, bool retain_graph) {
-  dp_autograd_refresh(root);
-  if (!root->requires_grad)
-    return dp_error("backward: the tensor does not require grad and has no grad_fn (was it computed "
-                    "under no_grad, or from tensors without requires_grad?)");
-  dp_tensor *g0;
+/* autograd.grad's mode (dp_autograd_grad): the gradients reaching the tensors in `in` are added into `res` instead
+ * of any leaf's .grad; no leaf hook, grad sink or post-backward hook runs. */
+typedef struct {
+  int n;
+  dp_tensor *const *in;
+  dp_tensor **res;
+} capture;
+bool dp_engine_capturing; /* read by dp_node_grad_sink: no leaf's buffer is written while set */
+
+/* Adds g (retained for each, then released) into every res[k] whose input is t. */
+static int capture_into(capture *cap, const dp_tensor *t, dp_tensor *g) {
+  int rc = 0;
+  for (int k = 0; k < cap->n && g && !rc; k++)
+    if (cap->in[k] == t) {
+      dp_retain(g);
+      rc = add_into(&cap->res[k], g);
+    }
+  dp_release(g);
+  return rc;
+}
+
+/* The gradient of root: grad converted to root's dtype and device, or 1 for a one-element root. */
+static dp_tensor *seed_grad(const char *who, dp_tensor *root, dp_tensor *grad) {
+  if (!root->requires_grad) {
+    dp_error("%s: the tensor does not require grad and has no grad_fn (was it computed "
+             "under no_grad, or from tensors without requires_grad?)",
+             who);
+    return NULL;
+  }
   if (grad) {
     if (!dp_same_shape(grad, root)) {
       char a[128], b[128];
-      return dp_error("backward: gradient shape %s does not match the tensor's shape %s",
-                      dp_shape_str(grad, a, sizeof a), dp_shape_str(root, b, sizeof b));
+      dp_error("%s: gradient shape %s does not match the tensor's shape %s", who, dp_shape_str(grad, a, sizeof a),
+               dp_shape_str(root, b, sizeof b));
+      return NULL;
     }
-    g0 = dp_to(grad, root->dtype, dp_dev(root));
-  } else {
-    if (dp_numel(root) != 1) {
-      char a[128];
-      return dp_error("backward: grad can be implicitly created only for scalar outputs; the tensor "
-                      "has shape %s (pass a gradient of the same shape)",
-                      dp_shape_str(root, a, sizeof a));
-    }
-    g0 = dp_full(root->dtype, root->ndim, root->shape, 1.0, dp_dev(root));
+    return dp_to(grad, root->dtype, dp_dev(root));
   }
-  if (!g0) return -1;
+  if (dp_numel(root) != 1) {
+    char a[128];
+    dp_error("%s: grad can be implicitly created only for scalar outputs; the tensor "
+             "has shape %s (pass a gradient of the same shape)",
+             who, dp_shape_str(root, a, sizeof a));
+    return NULL;
+  }
+  return dp_full(root->dtype, root->ndim, root->shape, 1.0, dp_dev(root));
+}
 
-  bool prev = dp_set_grad_enabled(false);
+/* Runs the graph from the roots, each seeded with its gradient g0[i] (consumed), in reverse creation order; with
+ * cap, gradients go to cap->res (above), else into the leaves' .grad. Grad mode must be off. */
+static int run_graph(int n_roots, dp_tensor *const *roots, dp_tensor **g0, capture *cap, bool retain_graph) {
   int rc = 0;
-  if (!root->grad_fn) { /* a leaf (or an op that handed its input back) */
-    root->bw_pending = 1;
-    root->bw_got = false;
-    rc = deliver_to_leaf(root, g0);
-    g0 = NULL; /* deliver_to_leaf consumed it */
-    root->bw_pending = 0;
-    root->bw_got = false;
-    goto done;
-  }
-
-  /* Pass 1: every node reachable from the root, with dependency counts. */
+  /* Pass 1: every node reachable from the roots, with dependency counts. */
   vec nodes = {0}, leaves = {0}, stack = {0};
-  dp_node *start = root->grad_fn;
-  start->visited = true;
-  vec_push(&nodes, start);
-  vec_push(&stack, start);
+  for (int r = 0; r < n_roots; r++) {
+    dp_node *start = roots[r]->grad_fn;
+    if (!start || start->visited) continue;
+    start->visited = true;
+    vec_push(&nodes, start);
+    vec_push(&stack, start);
+  }
   while (stack.n) {
     dp_node *n = stack.a[--stack.n];
     for (int i = 0; i < n->n_inputs; i++) {
@@ -238,14 +257,42 @@ int dp_backward(dp_tensor *root, dp_tensor *grad, bool retain_graph) {
     }
   }
 
-  /* Pass 2: run nodes in reverse creation order as they become ready. */
+  /* Pass 2: run nodes in reverse creation order as they become ready. A root without a grad_fn (a leaf) gets its
+   * gradient at once; a root's node is ready when no other root's graph leads to it. */
   heap ready = {0};
-  start->gbuf[root->output_nr] = g0;
-  g0 = NULL;
-  heap_push(&ready, start);
+  for (int r = 0; r < n_roots; r++) {
+    dp_tensor *g = g0[r];
+    g0[r] = NULL;
+    dp_node *start = roots[r]->grad_fn;
+    if (rc) {
+      dp_release(g);
+    } else if (!start) {
+      if (cap) {
+        rc = capture_into(cap, roots[r], g);
+      } else {
+        roots[r]->bw_pending = 1;
+        roots[r]->bw_got = false;
+        rc = deliver_to_leaf(roots[r], g);
+        roots[r]->bw_pending = 0;
+        roots[r]->bw_got = false;
+      }
+    } else {
+      rc = add_into(&start->gbuf[roots[r]->output_nr], g);
+      bool first = true;
+      for (int q = 0; q < r; q++) first &= roots[q]->grad_fn != start;
+      if (first && start->deps == 0) heap_push(&ready, start);
+    }
+  }
   dp_tensor *gin_small[8];
   while (ready.n && !rc) {
     dp_node *n = heap_pop(&ready);
+    if (cap) /* the gradients of non-leaf inputs: what reached this node's outputs, before its backward runs */
+      for (int k = 0; k < cap->n && !rc; k++)
+        if (cap->in[k]->grad_fn == n && n->gbuf[cap->in[k]->output_nr]) {
+          dp_tensor *c = dp_clone(n->gbuf[cap->in[k]->output_nr]);
+          rc = c ? add_into(&cap->res[k], c) : -1;
+        }
+    if (rc) break;
     bool any = false;
     for (int o = 0; o < n->n_outputs; o++) any |= n->gbuf[o] != NULL;
     dp_tensor **gin = n->n_inputs <= 8 ? gin_small : dp_xcalloc((size_t)n->n_inputs, sizeof *gin);
@@ -271,7 +318,7 @@ int dp_backward(dp_tensor *root, dp_tensor *grad, bool retain_graph) {
       if (g && e->fn) {
         rc = add_into(&e->fn->gbuf[e->nr], g);
       } else if (e->leaf) {
-        rc = deliver_to_leaf(e->leaf, g);
+        rc = cap ? capture_into(cap, e->leaf, g) : deliver_to_leaf(e->leaf, g);
         continue;
       } else {
         dp_release(g);
@@ -297,8 +344,15 @@ int dp_backward(dp_tensor *root, dp_tensor *grad, bool retain_graph) {
   free(leaves.a);
   free(stack.a);
   free(ready.a);
-done:
-  dp_release(g0);
+  return rc;
+}
+
+int dp_backward(dp_tensor *root, dp_tensor *grad, bool retain_graph) {
+  dp_autograd_refresh(root);
+  dp_tensor *g0 = seed_grad("backward", root, grad);
+  if (!g0) return -1;
+  bool prev = dp_set_grad_enabled(false);
+  int rc = run_graph(1, &root, &g0, NULL, retain_graph);
   dp_set_grad_enabled(prev);
   /* every hook runs (each owner must reset its per-backward state); the
    * first failure is reported */
@@ -309,5 +363,38 @@ done:
       snprintf(first_err, sizeof first_err, "%s", dp_errmsg());
   }
   if (first_err[0] && rc == 0) rc = dp_error("%s", first_err);
+  return rc;
+}
+
+int dp_autograd_grad(int n_out, dp_tensor *const *outs, dp_tensor *const *gouts, int n_in, dp_tensor *const *ins,
+                     dp_tensor **res, bool retain_graph) {
+  for (int k = 0; k < n_in; k++) {
+    res[k] = NULL;
+    dp_autograd_refresh(ins[k]);
+    if (!ins[k]->requires_grad) return dp_error("autograd.grad: input %d does not require grad", k + 1);
+  }
+  dp_tensor **g0 = dp_xcalloc((size_t)(n_out > 0 ? n_out : 1), sizeof *g0);
+  int rc = 0;
+  for (int i = 0; i < n_out && !rc; i++) {
+    dp_autograd_refresh(outs[i]);
+    char who[64];
+    snprintf(who, sizeof who, "autograd.grad: output %d", i + 1);
+    g0[i] = seed_grad(who, outs[i], gouts ? gouts[i] : NULL);
+    if (!g0[i]) rc = -1;
+  }
+  if (rc) {
+    for (int i = 0; i < n_out; i++) dp_release(g0[i]);
+    free(g0);
+    return -1;
+  }
+  bool prev = dp_set_grad_enabled(false);
+  capture cap = {n_in, ins, res};
+  dp_engine_capturing = true;
+  rc = run_graph(n_out, outs, g0, &cap, retain_graph);
+  dp_engine_capturing = false;
+  dp_set_grad_enabled(prev);
+  free(g0);
+  if (rc)
+    for (int k = 0; k < n_in; k++) dp_clear(&res[k]);
   return rc;
 }

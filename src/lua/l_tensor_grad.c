@@ -1,7 +1,7 @@
 /* Bindings the Lua nn and optim libraries build on: the keep_grad_buf flag,
- * zeroing many gradients in one call, and swapping a parameter's data in
+ * zeroing many gradients in one call, swapping a parameter's data in
  * place (Module:to keeps the parameter objects an optimizer or DDP already
- * holds, as PyTorch's param.data = ... does). */
+ * holds, as PyTorch's param.data = ... does), and autograd.grad's engine call. */
 #include <stdbool.h>
 
 #include "autograd/autograd.h"
@@ -84,9 +84,48 @@ static int l_set_data(lua_State *L) {
   return 1;
 }
 
+/* the tensors of list argument idx (what names it in errors), at most 4096; with holes, exactly n of them (n >= 0:
+ * nil entries allowed, none past n) */
+static int tensor_list(lua_State *L, int idx, const char *what, dp_tensor **out, bool holes, lua_Integer n) {
+  luaL_checktype(L, idx, LUA_TTABLE);
+  if (!holes) n = luaL_len(L, idx);
+  if (n < 0 || n > 4096) return luaL_error(L, "autograd.grad: %s: %I tensors (expected 0 to 4096)", what, n);
+  if (holes && lua_geti(L, idx, n + 1) != LUA_TNIL)
+    return luaL_error(L, "autograd.grad: more grad_outputs than the %I outputs (expected one each, nil for 1)", n);
+  if (holes) lua_pop(L, 1);
+  for (lua_Integer i = 1; i <= n; i++) {
+    lua_geti(L, idx, i);
+    out[i - 1] = holes && lua_isnil(L, -1) ? NULL : lt_test(L, -1);
+    if (!out[i - 1] && !(holes && lua_isnil(L, -1)))
+      return luaL_error(L, "autograd.grad: %s[%I] is a %s, expected a tensor", what, i, luaL_typename(L, -1));
+    lua_pop(L, 1);
+  }
+  return (int)n;
+}
+
+/* core._autograd_grad(outputs, inputs, grad_outputs | nil, retain_graph) -> a list of #inputs gradients, false for
+ * an input the outputs do not depend on (nn/autograd.lua's ddp.autograd.grad checks the rest) */
+static int l_autograd_grad(lua_State *L) {
+  static dp_tensor *outs[4096], *ins[4096], *gouts[4096], *res[4096]; /* one Lua state runs autograd at a time */
+  int n_out = tensor_list(L, 1, "outputs", outs, false, 0), n_in = tensor_list(L, 2, "inputs", ins, false, 0);
+  bool given = !lua_isnoneornil(L, 3);
+  if (given) tensor_list(L, 3, "grad_outputs", gouts, true, n_out);
+  LT_CHECK(L, dp_autograd_grad(n_out, outs, given ? gouts : NULL, n_in, ins, res, lua_toboolean(L, 4)));
+  lua_createtable(L, n_in, 0);
+  for (int k = 0; k < n_in; k++) {
+    if (res[k]) lt_push(L, res[k]);
+    else lua_pushboolean(L, false);
+    lua_rawseti(L, -2, k + 1);
+  }
+  return 1;
+}
+
 void lt_open_nn_support(lua_State *L, int module) {
-  static const luaL_Reg funcs[] = {
-      {"_zero_grads", l_zero_grads}, {"_set_data", l_set_data}, {"keep_grad_buf", l_keep_grad_buf}, {NULL, NULL}};
+  static const luaL_Reg funcs[] = {{"_zero_grads", l_zero_grads},
+                                   {"_set_data", l_set_data},
+                                   {"keep_grad_buf", l_keep_grad_buf},
+                                   {"_autograd_grad", l_autograd_grad},
+                                   {NULL, NULL}};
   lua_pushvalue(L, module);
   luaL_setfuncs(L, funcs, 0);
   lua_pop(L, 1);

@@ -20,7 +20,7 @@ local EXPORTS = {
   ddp = {
     form = "ddp.", names = {
       -- namespaces
-      "nn", "optim", "data", "distributed", "dist", "amp", "metrics", "core", "Tensor", "_VERSION",
+      "nn", "optim", "data", "distributed", "dist", "amp", "metrics", "autograd", "core", "Tensor", "_VERSION",
       -- tensors
       "tensor", "zeros", "ones", "full", "empty", "arange", "rand", "randn", "randperm", "zeros_like", "ones_like",
       "full_like", "rand_like", "randn_like", "cat", "stack", "is_tensor", "Generator",
