@@ -179,4 +179,5 @@ require "ddplua.tensor_reduce_more"
 require "ddplua.tensor_order"
 require "ddplua.tensor_forms"
 require "ddplua.tensor_stats"
+require "ddplua.tensor_index"
 return M

@@ -371,6 +371,18 @@ static int l_backward(lua_State *L) {
   return 0;
 }
 
+/* t[mask], t[positions] (and = v): the Lua function that tensor_index.lua registered under `name` (core.
+ * _set_tensor_indexers) with this call's n arguments */
+#define INDEX_BY_TENSOR "ddplua.index_by_tensor"
+#define NEWINDEX_BY_TENSOR "ddplua.newindex_by_tensor"
+static int by_tensor(lua_State *L, const char *name, int n) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, name) != LUA_TFUNCTION)
+    return luaL_error(L, "indexing by a tensor needs the Lua library (require \"ddplua\")");
+  lua_insert(L, 1);
+  lua_call(L, n, n == 2 ? 1 : 0);
+  return n == 2 ? 1 : 0;
+}
+
 static int l_index(lua_State *L) {
   dp_tensor *t = lt_check(L, 1);
   if (lua_type(L, 2) == LUA_TSTRING) {
@@ -419,7 +431,9 @@ static int l_index(lua_State *L) {
                         (lua_Integer)t->shape[0]);
     return lt_push(L, dp_select(t, 0, i > 0 ? i - 1 : t->shape[0] + i));
   }
-  return luaL_error(L, "tensors are indexed by integer positions or method names, got %s", luaL_typename(L, 2));
+  if (lt_test(L, 2)) return by_tensor(L, INDEX_BY_TENSOR, 2);
+  return luaL_error(L, "tensors are indexed by integer positions, tensors of them, masks or method names, got %s",
+                    luaL_typename(L, 2));
 }
 
 static int l_newindex(lua_State *L) {
@@ -475,7 +489,20 @@ static int l_newindex(lua_State *L) {
     LT_CHECK(L, rc);
     return 0;
   }
-  return luaL_error(L, "tensors are indexed by integer positions, got %s", luaL_typename(L, 2));
+  if (lt_test(L, 2)) return by_tensor(L, NEWINDEX_BY_TENSOR, 3);
+  return luaL_error(L, "tensors are indexed by integer positions, tensors of them or masks, got %s",
+                    luaL_typename(L, 2));
+}
+
+/* core._set_tensor_indexers(read, write): the functions t[tensor] and t[tensor] = v call (tensor_index.lua) */
+static int l_set_tensor_indexers(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  lua_pushvalue(L, 1);
+  lua_setfield(L, LUA_REGISTRYINDEX, INDEX_BY_TENSOR);
+  lua_pushvalue(L, 2);
+  lua_setfield(L, LUA_REGISTRYINDEX, NEWINDEX_BY_TENSOR);
+  return 0;
 }
 
 static int l_is_tensor(lua_State *L) {
@@ -489,7 +516,8 @@ static int l_free(lua_State *L) { /* releases memory now instead of at GC */
 }
 
 void lt_open_tensor(lua_State *L, int module, int methods) {
-  static const luaL_Reg funcs[] = {{"is_tensor", l_is_tensor}, {NULL, NULL}};
+  static const luaL_Reg funcs[] = {
+      {"is_tensor", l_is_tensor}, {"_set_tensor_indexers", l_set_tensor_indexers}, {NULL, NULL}};
   static const luaL_Reg meths[] = {{"size", l_size},
                                    {"stride", l_stride},
                                    {"dim", l_dim},
