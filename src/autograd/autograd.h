@@ -115,6 +115,10 @@ void dp_node_release(dp_node *n);
 /* Runs backward from root (any shape if grad is given, else root must have
  * one element and grad defaults to 1). */
 int dp_backward(dp_tensor *root, dp_tensor *grad, bool retain_graph);
+/* dp_backward that also hands back, in res[k] (owned, NULL when none reached it), the gradient that reached each of
+ * the n non-leaf tensors ts (t:retain_grad()); the caller adds them to their .grad. */
+int dp_backward_retaining(dp_tensor *root, dp_tensor *grad, bool retain_graph, int n, dp_tensor *const *ts,
+                          dp_tensor **res);
 
 /* torch.autograd.grad without create_graph: the gradients of the n_out outputs (each seeded with gouts[i], or 1
  * for a one-element output when gouts or gouts[i] is NULL) with respect to the n_in inputs (leaves or not, each

@@ -182,6 +182,7 @@ typedef struct {
   int n;
   dp_tensor *const *in;
   dp_tensor **res;
+  bool only; /* autograd.grad: only these get gradients; else (retain_grad) the leaves' .grad as usual too */
 } capture;
 bool dp_engine_capturing; /* read by dp_node_grad_sink: no leaf's buffer is written while set */
 
@@ -267,7 +268,7 @@ static int run_graph(int n_roots, dp_tensor *const *roots, dp_tensor **g0, captu
     if (rc) {
       dp_release(g);
     } else if (!start) {
-      if (cap) {
+      if (cap && cap->only) {
         rc = capture_into(cap, roots[r], g);
       } else {
         roots[r]->bw_pending = 1;
@@ -318,7 +319,7 @@ static int run_graph(int n_roots, dp_tensor *const *roots, dp_tensor **g0, captu
       if (g && e->fn) {
         rc = add_into(&e->fn->gbuf[e->nr], g);
       } else if (e->leaf) {
-        rc = cap ? capture_into(cap, e->leaf, g) : deliver_to_leaf(e->leaf, g);
+        rc = cap && cap->only ? capture_into(cap, e->leaf, g) : deliver_to_leaf(e->leaf, g);
         continue;
       } else {
         dp_release(g);
@@ -348,12 +349,24 @@ static int run_graph(int n_roots, dp_tensor *const *roots, dp_tensor **g0, captu
 }
 
 int dp_backward(dp_tensor *root, dp_tensor *grad, bool retain_graph) {
+  return dp_backward_retaining(root, grad, retain_graph, 0, NULL, NULL);
+}
+
+int dp_backward_retaining(dp_tensor *root, dp_tensor *grad, bool retain_graph, int n, dp_tensor *const *ts,
+                          dp_tensor **res) {
   dp_autograd_refresh(root);
+  for (int k = 0; k < n; k++) {
+    res[k] = NULL;
+    dp_autograd_refresh(ts[k]);
+  }
   dp_tensor *g0 = seed_grad("backward", root, grad);
   if (!g0) return -1;
   bool prev = dp_set_grad_enabled(false);
-  int rc = run_graph(1, &root, &g0, NULL, retain_graph);
+  capture cap = {n, ts, res, false};
+  int rc = run_graph(1, &root, &g0, n ? &cap : NULL, retain_graph);
   dp_set_grad_enabled(prev);
+  if (rc)
+    for (int k = 0; k < n; k++) dp_clear(&res[k]);
   /* every hook runs (each owner must reset its per-backward state); the
    * first failure is reported */
   char first_err[1024] = "";
@@ -388,7 +401,7 @@ int dp_autograd_grad(int n_out, dp_tensor *const *outs, dp_tensor *const *gouts,
     return -1;
   }
   bool prev = dp_set_grad_enabled(false);
-  capture cap = {n_in, ins, res};
+  capture cap = {n_in, ins, res, true};
   dp_engine_capturing = true;
   rc = run_graph(n_out, outs, g0, &cap, retain_graph);
   dp_engine_capturing = false;

@@ -333,6 +333,70 @@ static int l_requires_grad_(lua_State *L) {
   return 1;
 }
 
+/* t:retain_grad(): a non-leaf tensor keeps the gradient backward computes for it in t.grad (accumulating, as a
+ * leaf's); on a leaf it does nothing (a leaf keeps its gradient anyway), as PyTorch. The tensors are the keys of a
+ * weak table in the registry: a collected tensor leaves it by itself. */
+#define RETAINED "ddplua.retained"
+#define MAX_RETAINED 4096
+static int l_retain_grad(lua_State *L) {
+  dp_tensor *t = lt_check(L, 1);
+  dp_autograd_refresh(t);
+  if (!t->requires_grad) return luaL_error(L, "retain_grad: the tensor does not require grad");
+  lua_settop(L, 1);
+  if (dp_is_leaf(t)) return 1;
+  if (lua_getfield(L, LUA_REGISTRYINDEX, RETAINED) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, RETAINED);
+  }
+  lua_pushvalue(L, 1);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, -3);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* whether t:retain_grad() was called on the tensor at idx */
+static bool retains_grad(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  bool on = lua_getfield(L, LUA_REGISTRYINDEX, RETAINED) == LUA_TTABLE && (lua_pushvalue(L, idx), lua_rawget(L, -2)),
+       r = on && lua_toboolean(L, -1);
+  lua_settop(L, idx);
+  return r;
+}
+
+/* dp_backward, and the retained tensors' gradients added to their .grad */
+static int run_backward(lua_State *L, dp_tensor *t, dp_tensor *g, bool retain) {
+  static dp_tensor *ts[MAX_RETAINED], *res[MAX_RETAINED]; /* one Lua state runs backward at a time */
+  int n = 0, top = lua_gettop(L);
+  if (lua_getfield(L, LUA_REGISTRYINDEX, RETAINED) == LUA_TTABLE) {
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+      lua_pop(L, 1);
+      lt_box *b = luaL_testudata(L, -1, DP_TENSOR_MT);
+      if (b && b->t && !dp_is_leaf(b->t)) {
+        if (n == MAX_RETAINED)
+          return luaL_error(L, "backward: more than %d tensors retain their gradients (retain_grad)", MAX_RETAINED);
+        ts[n++] = b->t;
+      }
+    }
+  }
+  lua_settop(L, top);
+  LT_CHECK(L, dp_backward_retaining(t, g, retain, n, ts, res));
+  int rc = 0;
+  for (int k = 0; k < n; k++) {
+    if (res[k] && !rc) rc = dp_accumulate_grad(ts[k], res[k]);
+    dp_release(res[k]);
+  }
+  LT_CHECK(L, rc);
+  return 0;
+}
+
 /* t:backward([gradient [, retain_graph | {retain_graph=}]]), or PyTorch's
  * keywords as one table: t:backward{gradient=, retain_graph=}. */
 static int l_backward(lua_State *L) {
@@ -355,8 +419,7 @@ static int l_backward(lua_State *L) {
       return luaL_error(L, "backward: option gradient must be a tensor, got %s", luaL_typename(L, -1));
     lua_getfield(L, 2, "retain_graph");
     bool retain = lua_toboolean(L, -1);
-    LT_CHECK(L, dp_backward(t, g, retain));
-    return 0;
+    return run_backward(L, t, g, retain);
   }
   dp_tensor *g = lua_isnoneornil(L, 2) ? NULL : lt_check(L, 2);
   bool retain = false;
@@ -367,8 +430,7 @@ static int l_backward(lua_State *L) {
   } else if (lua_isboolean(L, 3)) {
     retain = lua_toboolean(L, 3);
   }
-  LT_CHECK(L, dp_backward(t, g, retain));
-  return 0;
+  return run_backward(L, t, g, retain);
 }
 
 /* t[mask], t[positions] (and = v): the Lua function that tensor_index.lua registered under `name` (core.
@@ -403,6 +465,10 @@ static int l_index(lua_State *L) {
     dp_autograd_refresh(t); /* a view whose base an in-place write changed */
     if (strcmp(k, "requires_grad") == 0) {
       lua_pushboolean(L, t->requires_grad);
+      return 1;
+    }
+    if (strcmp(k, "retains_grad") == 0) {
+      lua_pushboolean(L, !dp_is_leaf(t) && retains_grad(L, 1));
       return 1;
     }
     if (strcmp(k, "is_leaf") == 0) {
@@ -559,6 +625,7 @@ void lt_open_tensor(lua_State *L, int module, int methods) {
                                    {"copy_", l_copy_},
                                    {"requires_grad_", l_requires_grad_},
                                    {"backward", l_backward},
+                                   {"retain_grad", l_retain_grad},
                                    {"free", l_free},
                                    {NULL, NULL}};
   lua_pushvalue(L, module);

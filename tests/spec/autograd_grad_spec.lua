@@ -2,7 +2,8 @@
 -- leaves and to tensors computed from them, against PyTorch's torch.autograd.grad and against backward's .grad;
 -- no tensor's .grad is touched (not even a kept gradient buffer that linear's backward writes into directly, DDP's
 -- bucket views); retain_graph, allow_unused, grad_outputs with nil for one-element outputs, an output used as an
--- input, one input twice; every bad argument named.
+-- input, one input twice; every bad argument named. And t:retain_grad(): intermediate gradients (a view's too) in
+-- .grad after backward, accumulating over backward calls, against PyTorch's retain_grad.
 local ddp = require "ddplua"
 local R = require "helpers.ref"
 local TR = require "helpers.torch_ref"
@@ -106,5 +107,45 @@ OUT['gxv'], = torch.autograd.grad(u, [xv])
     })
     -- no outputs: nothing flows, so every input is unused
     assert.same({}, ddp.autograd.grad({}, x, { allow_unused = true }))
+  end)
+
+  it("retain_grad keeps intermediate gradients as PyTorch's, accumulating", function()
+    ddp.manual_seed(5)
+    local x, w = f64(4, 3), f64(3, 2)
+    local ref = TR.run([[
+import torch
+x = T['x'].clone().requires_grad_(); w = T['w'].clone().requires_grad_()
+h = x @ w; h.retain_grad()
+a = torch.sigmoid(h); a.retain_grad()
+v = a.view(8); v.retain_grad()
+y = (v * v).sum()
+y.backward(retain_graph=True)
+OUT['h1'], OUT['a1'], OUT['v1'] = h.grad.clone(), a.grad.clone(), v.grad.clone()
+y.backward()
+OUT['h2'], OUT['gw'] = h.grad, w.grad
+]], { x = x, w = w })
+    local xl, wl = x:clone():requires_grad_(), w:clone():requires_grad_()
+    local h = xl:matmul(wl)
+    assert.equal(h, h:retain_grad()) -- returns the tensor
+    local a = h:sigmoid()
+    a:retain_grad()
+    local v = a:view(8)
+    v:retain_grad()
+    assert.is_true(h.retains_grad)
+    assert.is_false(xl.retains_grad)
+    local y = (v * v):sum()
+    y:backward({ retain_graph = true })
+    R.assert_close(h.grad, R.from(ref.h1), 1e-12, 0, "h")
+    R.assert_close(a.grad, R.from(ref.a1), 1e-12, 0, "a")
+    R.assert_close(v.grad, R.from(ref.v1), 1e-12, 0, "a view")
+    y:backward()
+    R.assert_close(h.grad, R.from(ref.h2), 1e-12, 0, "h accumulated")
+    R.assert_close(wl.grad, R.from(ref.gw), 1e-12, 0, "w")
+    -- a leaf: nothing changes; a tensor without requires_grad: an error; a tensor not retained: no .grad
+    assert.equal(xl, xl:retain_grad())
+    R.assert_error(function() f64(2):retain_grad() end, "retain_grad: the tensor does not require grad")
+    local z = xl * 3
+    z:sum():backward()
+    assert.is_nil(z.grad)
   end)
 end)
