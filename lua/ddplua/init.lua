@@ -180,4 +180,5 @@ require "ddplua.tensor_order"
 require "ddplua.tensor_forms"
 require "ddplua.tensor_stats"
 require "ddplua.tensor_index"
+require "ddplua.tensor_hooks"
 return M

@@ -115,10 +115,16 @@ void dp_node_release(dp_node *n);
 /* Runs backward from root (any shape if grad is given, else root must have
  * one element and grad defaults to 1). */
 int dp_backward(dp_tensor *root, dp_tensor *grad, bool retain_graph);
-/* dp_backward that also hands back, in res[k] (owned, NULL when none reached it), the gradient that reached each of
- * the n non-leaf tensors ts (t:retain_grad()); the caller adds them to their .grad. */
-int dp_backward_retaining(dp_tensor *root, dp_tensor *grad, bool retain_graph, int n, dp_tensor *const *ts,
-                          dp_tensor **res);
+/* dp_backward watching n tensors ts, each with flags[k]:
+ * - DP_WATCH_RETAIN (a non-leaf's t:retain_grad()): the gradient that reached it is handed back in res[k] (owned,
+ *   NULL when none did); the caller adds it to its .grad;
+ * - DP_WATCH_HOOK (t:register_hook): hook(ctx, k, &g) runs with its whole gradient once it is known (a non-leaf's:
+ *   before its grad_fn runs; a leaf's: before it goes into .grad, DDP's hooks after) and may replace g (releasing
+ *   the old one); -1 + dp_error stops the backward. A hook may not run backward itself. */
+enum { DP_WATCH_RETAIN = 1, DP_WATCH_HOOK = 2 };
+typedef int (*dp_watch_hook_fn)(void *ctx, int k, dp_tensor **g);
+int dp_backward_watch(dp_tensor *root, dp_tensor *grad, bool retain_graph, int n, dp_tensor *const *ts,
+                      const uint8_t *flags, dp_watch_hook_fn hook, void *ctx, dp_tensor **res);
 
 /* torch.autograd.grad without create_graph: the gradients of the n_out outputs (each seeded with gouts[i], or 1
  * for a one-element output when gouts or gouts[i] is NULL) with respect to the n_in inputs (leaves or not, each

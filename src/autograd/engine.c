@@ -182,8 +182,19 @@ typedef struct {
   int n;
   dp_tensor *const *in;
   dp_tensor **res;
-  bool only; /* autograd.grad: only these get gradients; else (retain_grad) the leaves' .grad as usual too */
+  bool only;            /* autograd.grad: only these get gradients; else the leaves' .grad as usual too */
+  const uint8_t *flags; /* per tensor: DP_WATCH_HOOK and / or DP_WATCH_RETAIN (NULL: capture each) */
+  dp_watch_hook_fn hook;
+  void *hook_ctx;
+  dp_tensor **pend; /* per tensor: a hooked leaf's contributions so far this pass */
 } capture;
+static int engine_depth; /* a hook that runs backward would reuse this pass's scratch: refused */
+
+static uint8_t watch_flags(const capture *cap, int k) { return cap->flags ? cap->flags[k] : DP_WATCH_RETAIN; }
+
+/* a leaf's gradient arriving along one edge (g NULL: none flowed there): into its .grad, or for a leaf a hook
+ * watches, gathered until the last contribution, handed to the hook, then into its .grad */
+static int leaf_arrival(capture *cap, dp_tensor *leaf, dp_tensor *g);
 bool dp_engine_capturing; /* read by dp_node_grad_sink: no leaf's buffer is written while set */
 
 /* Adds g (retained for each, then released) into every res[k] whose input is t. */
@@ -196,6 +207,27 @@ static int capture_into(capture *cap, const dp_tensor *t, dp_tensor *g) {
     }
   dp_release(g);
   return rc;
+}
+
+static int leaf_arrival(capture *cap, dp_tensor *leaf, dp_tensor *g) {
+  if (!cap || !leaf->bw_hooked) return deliver_to_leaf(leaf, g);
+  int k = 0;
+  while (k < cap->n && !(cap->in[k] == leaf && (watch_flags(cap, k) & DP_WATCH_HOOK))) k++;
+  if (k == cap->n) return deliver_to_leaf(leaf, g);
+  int rc = g ? add_into(&cap->pend[k], g) : 0;
+  if (leaf->bw_pending > 1) {
+    leaf->bw_pending--;
+    return rc;
+  }
+  if (!rc && cap->pend[k]) rc = cap->hook(cap->hook_ctx, k, &cap->pend[k]);
+  dp_tensor *t = cap->pend[k];
+  cap->pend[k] = NULL;
+  if (rc) {
+    dp_release(t);
+    leaf->bw_pending--;
+    return rc;
+  }
+  return deliver_to_leaf(leaf, t);
 }
 
 /* The gradient of root: grad converted to root's dtype and device, or 1 for a one-element root. */
@@ -273,7 +305,7 @@ static int run_graph(int n_roots, dp_tensor *const *roots, dp_tensor **g0, captu
       } else {
         roots[r]->bw_pending = 1;
         roots[r]->bw_got = false;
-        rc = deliver_to_leaf(roots[r], g);
+        rc = leaf_arrival(cap, roots[r], g);
         roots[r]->bw_pending = 0;
         roots[r]->bw_got = false;
       }
@@ -287,12 +319,17 @@ static int run_graph(int n_roots, dp_tensor *const *roots, dp_tensor **g0, captu
   dp_tensor *gin_small[8];
   while (ready.n && !rc) {
     dp_node *n = heap_pop(&ready);
-    if (cap) /* the gradients of non-leaf inputs: what reached this node's outputs, before its backward runs */
-      for (int k = 0; k < cap->n && !rc; k++)
-        if (cap->in[k]->grad_fn == n && n->gbuf[cap->in[k]->output_nr]) {
-          dp_tensor *c = dp_clone(n->gbuf[cap->in[k]->output_nr]);
+    if (cap) /* the gradients of watched non-leaf tensors: what reached this node's outputs, before it runs */
+      for (int k = 0; k < cap->n && !rc; k++) {
+        dp_tensor **gb = &n->gbuf[cap->in[k]->output_nr];
+        if (cap->in[k]->grad_fn != n || !*gb) continue;
+        uint8_t f = watch_flags(cap, k);
+        if (f & DP_WATCH_HOOK) rc = cap->hook(cap->hook_ctx, k, gb);
+        if (!rc && (f & DP_WATCH_RETAIN)) {
+          dp_tensor *c = dp_clone(*gb);
           rc = c ? add_into(&cap->res[k], c) : -1;
         }
+      }
     if (rc) break;
     bool any = false;
     for (int o = 0; o < n->n_outputs; o++) any |= n->gbuf[o] != NULL;
@@ -319,7 +356,7 @@ static int run_graph(int n_roots, dp_tensor *const *roots, dp_tensor **g0, captu
       if (g && e->fn) {
         rc = add_into(&e->fn->gbuf[e->nr], g);
       } else if (e->leaf) {
-        rc = cap && cap->only ? capture_into(cap, e->leaf, g) : deliver_to_leaf(e->leaf, g);
+        rc = cap && cap->only ? capture_into(cap, e->leaf, g) : leaf_arrival(cap, e->leaf, g);
         continue;
       } else {
         dp_release(g);
@@ -349,11 +386,13 @@ static int run_graph(int n_roots, dp_tensor *const *roots, dp_tensor **g0, captu
 }
 
 int dp_backward(dp_tensor *root, dp_tensor *grad, bool retain_graph) {
-  return dp_backward_retaining(root, grad, retain_graph, 0, NULL, NULL);
+  return dp_backward_watch(root, grad, retain_graph, 0, NULL, NULL, NULL, NULL, NULL);
 }
 
-int dp_backward_retaining(dp_tensor *root, dp_tensor *grad, bool retain_graph, int n, dp_tensor *const *ts,
-                          dp_tensor **res) {
+int dp_backward_watch(dp_tensor *root, dp_tensor *grad, bool retain_graph, int n, dp_tensor *const *ts,
+                      const uint8_t *flags, dp_watch_hook_fn hook, void *hook_ctx, dp_tensor **res) {
+  if (engine_depth)
+    return dp_error("backward: called from a gradient hook during backward (the engine does not re-enter)");
   dp_autograd_refresh(root);
   for (int k = 0; k < n; k++) {
     res[k] = NULL;
@@ -361,12 +400,21 @@ int dp_backward_retaining(dp_tensor *root, dp_tensor *grad, bool retain_graph, i
   }
   dp_tensor *g0 = seed_grad("backward", root, grad);
   if (!g0) return -1;
+  dp_tensor **pend = n ? dp_xcalloc((size_t)n, sizeof *pend) : NULL;
+  for (int k = 0; k < n; k++)
+    if ((flags[k] & DP_WATCH_HOOK) && !ts[k]->grad_fn) ts[k]->bw_hooked = true;
   bool prev = dp_set_grad_enabled(false);
-  capture cap = {n, ts, res, false};
+  capture cap = {n, ts, res, false, flags, hook, hook_ctx, pend};
+  engine_depth++;
   int rc = run_graph(1, &root, &g0, n ? &cap : NULL, retain_graph);
+  engine_depth--;
   dp_set_grad_enabled(prev);
-  if (rc)
-    for (int k = 0; k < n; k++) dp_clear(&res[k]);
+  for (int k = 0; k < n; k++) {
+    ts[k]->bw_hooked = false;
+    dp_clear(&pend[k]);
+    if (rc) dp_clear(&res[k]);
+  }
+  free(pend);
   /* every hook runs (each owner must reset its per-backward state); the
    * first failure is reported */
   char first_err[1024] = "";
@@ -381,6 +429,8 @@ int dp_backward_retaining(dp_tensor *root, dp_tensor *grad, bool retain_graph, i
 
 int dp_autograd_grad(int n_out, dp_tensor *const *outs, dp_tensor *const *gouts, int n_in, dp_tensor *const *ins,
                      dp_tensor **res, bool retain_graph) {
+  if (engine_depth)
+    return dp_error("autograd.grad: called from a gradient hook during backward (the engine does not re-enter)");
   for (int k = 0; k < n_in; k++) {
     res[k] = NULL;
     dp_autograd_refresh(ins[k]);
@@ -401,9 +451,11 @@ int dp_autograd_grad(int n_out, dp_tensor *const *outs, dp_tensor *const *gouts,
     return -1;
   }
   bool prev = dp_set_grad_enabled(false);
-  capture cap = {n_in, ins, res, true};
+  capture cap = {n_in, ins, res, true, NULL, NULL, NULL, NULL};
   dp_engine_capturing = true;
+  engine_depth++;
   rc = run_graph(n_out, outs, g0, &cap, retain_graph);
+  engine_depth--;
   dp_engine_capturing = false;
   dp_set_grad_enabled(prev);
   free(g0);

@@ -91,7 +91,7 @@ extern bool dp_engine_capturing; /* engine.c: autograd.grad writes no leaf's .gr
 
 dp_tensor *dp_node_grad_sink(dp_node *n, int i, dp_dtype dt, double *beta) {
   dp_tensor *leaf = n->next[i].leaf;
-  if (!leaf || !leaf->keep_grad_buf || !leaf->grad || dp_engine_capturing) return NULL;
+  if (!leaf || !leaf->keep_grad_buf || !leaf->grad || dp_engine_capturing || leaf->bw_hooked) return NULL;
   dp_tensor *g = leaf->grad;
   if (g->dtype != dt || leaf->dtype != dt || !dp_same_shape(g, leaf) || !dp_is_contiguous(g) ||
       !dp_device_eq(dp_dev(g), dp_dev(leaf)))

@@ -58,6 +58,7 @@ typedef struct dp_tensor {
   dp_grad_hook *hooks;
   int bw_pending;         /* engine scratch: contributions still expected */
   bool bw_got;            /* engine scratch: a gradient arrived this pass */
+  bool bw_hooked;         /* engine scratch: a Lua hook reads this leaf's gradient this pass (no grad sink) */
   unsigned saved_version; /* storage version when saved for backward */
   /* views and in-place writes (ops/inplace.c): a differentiable view
    * keeps the tensor it views (the root of a chain of views, retained); an

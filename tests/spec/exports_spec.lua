@@ -127,7 +127,7 @@ local EXPORTS = {
       "is_floating_point", "item", "totable", "tolist", "to", "float", "double", "long", "byte", "cpu", "cuda",
       "type_as", "clone", "contiguous", "detach", "view", "reshape", "view_as", "expand", "expand_as", "transpose",
       "t", "permute", "narrow", "select", "flatten", "unsqueeze", "squeeze", "fill_", "zero_", "copy_", "add_",
-      "sub_", "mul_", "div_", "requires_grad_", "backward", "retain_grad", "free", "abs", "add", "sub", "mul", "div", "neg", "pow",
+      "sub_", "mul_", "div_", "requires_grad_", "backward", "retain_grad", "register_hook", "free", "abs", "add", "sub", "mul", "div", "neg", "pow",
       "exp", "log", "sqrt", "rsqrt", "square", "reciprocal", "sign", "clamp", "maximum", "minimum", "relu", "gelu",
       "leaky_relu", "elu", "silu", "softplus", "tanh", "sigmoid", "softmax", "log_softmax", "sum", "mean", "max", "min", "argmax", "argmin", "eq", "ne", "lt",
       "hardtanh", "hardsigmoid", "hardswish", "mish", "selu", "celu", "logsigmoid", "softsign", "tanhshrink",
