@@ -84,7 +84,7 @@ local EXPORTS = {
       "EmbeddingBag", "MarginRankingLoss", "HingeEmbeddingLoss", "SoftMarginLoss", "CosineEmbeddingLoss",
       "TripletMarginLoss", "MultiLabelSoftMarginLoss", "PoissonNLLLoss", "GaussianNLLLoss", "MultiMarginLoss",
       "Hardtanh", "ReLU6", "Hardsigmoid", "Hardswish", "Mish", "SELU", "CELU", "LogSigmoid", "Softsign", "Tanhshrink",
-      "Softshrink", "Hardshrink", "Threshold", "Unfold", "Fold",
+      "Softshrink", "Hardshrink", "Threshold", "Unfold", "Fold", "Bilinear", "LocalResponseNorm", "ChannelShuffle",
     },
   },
   F = {
@@ -93,7 +93,8 @@ local EXPORTS = {
       "flatten", "linear", "conv2d", "conv_transpose2d", "max_pool2d", "binary_cross_entropy",
       "binary_cross_entropy_with_logits", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "group_norm",
       "instance_norm", "conv1d", "conv_transpose1d", "max_pool1d", "avg_pool1d", "interpolate", "pixel_shuffle",
-      "pixel_unshuffle", "pad", "unfold", "fold",
+      "pixel_unshuffle", "pad", "unfold", "fold", "bilinear", "local_response_norm", "channel_shuffle",
+      "affine_grid", "grid_sample",
       "avg_pool2d", "batch_norm", "layer_norm", "dropout", "dropout2d", "embedding", "cross_entropy", "mse_loss", "nll_loss",
       "scaled_dot_product_attention", "self_attention_qkv", "self_attention_qkv_composed", "adaptive_avg_pool2d",
       "softmin", "glu", "prelu", "cosine_similarity", "pairwise_distance", "normalize", "one_hot", "adaptive_max_pool2d",
