@@ -2,27 +2,18 @@
 # batch 64, nll_loss) on Fashion-MNIST from the same IDX files, one process, the same normalisation; prints each
 # epoch's train loss, images/s and test accuracy in the same form.
 #   /usr/bin/python3 examples/stn/torch_stn.py [epochs] [train_samples] [threads]
-import gzip, struct, sys, time
-import numpy as np
+import os, sys, time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-D = "/usr/share/datasets/fashion-mnist"
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from torch_fashion_mnist import load  # noqa: E402 (the IDX files as uint8 images and int64 labels)
+
 epochs = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 limit = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 torch.set_num_threads(int(sys.argv[3]) if len(sys.argv) > 3 else 1)
 torch.manual_seed(1)
-
-
-def load(kind):
-    with gzip.open(f"{D}/{kind}-images-idx3-ubyte.gz") as f:
-        _, n, r, c = struct.unpack(">IIII", f.read(16))
-        x = np.frombuffer(f.read(), np.uint8).reshape(n, 1, r, c)
-    with gzip.open(f"{D}/{kind}-labels-idx1-ubyte.gz") as f:
-        f.read(8)
-        y = np.frombuffer(f.read(), np.uint8)
-    return torch.from_numpy(x.copy()), torch.from_numpy(y.astype(np.int64))
 
 
 class Net(nn.Module):

@@ -63,14 +63,9 @@ local net = Net():to(device)
 local model = dist.DistributedDataParallel(net)
 local opt = optim.SGD(model:parameters(), { lr = cfg.lr })
 
-local function split(name, limit)
+local function split(name, limit) -- the first `limit` images (0: all)
   local set = data.FashionMNIST { root = cfg.root, split = name }
-  if limit > 0 and limit < #set then
-    local idx = {}
-    for i = 1, limit do idx[i] = i end
-    set = data.Subset(set, idx)
-  end
-  return set
+  return (limit > 0 and limit < #set) and data.Subset(set, ddp.arange(1, limit + 1):tolist()) or set
 end
 local train_set, test_set = split("train", cfg.train_samples), split("test", cfg.test_samples)
 local train_sampler = data.DistributedSampler(train_set, { shuffle = true, seed = cfg.seed })
