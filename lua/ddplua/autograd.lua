@@ -95,4 +95,88 @@ function M.grad(outputs, inputs, a3, a4)
   return res
 end
 
+-- ---- autograd.Function -----------------------------------------------------------------------------------------
+-- torch.autograd.Function: an op whose forward and backward are Lua functions.
+--
+--   local Exp = ddp.autograd.Function:extend("Exp")
+--   function Exp.forward(ctx, x) local y = x:exp(); ctx:save_for_backward(y); return y end
+--   function Exp.backward(ctx, gy) local y = table.unpack(ctx.saved_tensors); return gy * y end
+--   local y = Exp.apply(x)
+--
+-- forward runs with grad mode off and may take any arguments and return any values; its floating-point tensor
+-- results get a graph node (as fresh tensors: a result that is an input comes back as a new tensor sharing its
+-- memory) when grad mode is on and some tensor argument requires grad. backward(ctx, grad per tensor result) runs
+-- inside backward and returns one gradient per forward argument (nil for none; the ones for arguments that do not
+-- require grad are ignored); a result that got no gradient gives zeros (PyTorch's materialize_grads). ctx holds
+-- ctx:save_for_backward(...), ctx.saved_tensors and ctx.needs_input_grad (per argument); any other field can
+-- carry state. The node's state is dropped after a backward without retain_graph (a second one is an error).
+-- Differences from PyTorch: no ctx.mark_dirty / mark_non_differentiable / set_materialize_grads, no double
+-- backward (backward runs with grad mode off), and a backward may not call backward or autograd.grad itself.
+local core = ddp.core
+local Ctx = {}
+Ctx.__index = Ctx
+function Ctx:save_for_backward(...)
+  local t = table.pack(...)
+  for i = 1, t.n do
+    if t[i] ~= nil and not ddp.is_tensor(t[i]) then
+      E.raise(string.format("save_for_backward: argument %d is a %s, expected a tensor or nil", i, type(t[i])))
+    end
+  end
+  self.saved_tensors = t
+end
+
+local FUNCS, next_id = {}, 0 -- id -> {cls, ctx, positions}: a node's Lua state while it may run backward
+local function sweep()
+  for _, id in ipairs(core._function_dead_ids()) do FUNCS[id] = nil end
+end
+
+core._set_function_dispatch(function(id, ...)
+  local f = FUNCS[id]
+  if not f then error("the Function's state is gone (a second backward without retain_graph?)", 0) end
+  local grads = table.pack(f.cls.backward(f.ctx, ...))
+  local out = {}
+  for k, pos in ipairs(f.positions) do out[k] = grads[pos] or false end
+  return out
+end)
+
+local Function = { __name = "Function" }
+M.Function = Function
+
+--- ddp.autograd.Function:extend(name) -> a Function class; define forward and backward on it, call cls.apply(...)
+function Function:extend(name)
+  if name ~= nil and type(name) ~= "string" then E.raise("Function:extend: the name must be a string") end
+  local cls = setmetatable({ __name = name or "Function" }, { __index = self })
+  cls.apply = function(...) return M._apply(cls, ...) end
+  return cls
+end
+
+function M._apply(cls, ...)
+  sweep()
+  if type(rawget(cls, "forward")) ~= "function" or type(rawget(cls, "backward")) ~= "function" then
+    E.raise(string.format("%s.apply: the Function must define forward(ctx, ...) and backward(ctx, ...)", cls.__name))
+  end
+  local args = table.pack(...)
+  local ctx = setmetatable({ saved_tensors = { n = 0 }, needs_input_grad = {} }, Ctx)
+  local grad_on, inputs, positions = ddp.is_grad_enabled(), {}, {}
+  for i = 1, args.n do
+    local needs = grad_on and ddp.is_tensor(args[i]) and args[i].requires_grad
+    ctx.needs_input_grad[i] = needs == true
+    if needs then inputs[#inputs + 1], positions[#positions + 1] = args[i], i end
+  end
+  local outs = table.pack(ddp.no_grad(cls.forward, ctx, ...))
+  if #inputs == 0 then return table.unpack(outs, 1, outs.n) end
+  local results = {}
+  for i = 1, outs.n do
+    if ddp.is_tensor(outs[i]) and outs[i]:is_floating_point() then
+      outs[i] = outs[i]:detach()
+      results[#results + 1] = outs[i]
+    end
+  end
+  if #results == 0 then return table.unpack(outs, 1, outs.n) end
+  next_id = next_id + 1
+  FUNCS[next_id] = { cls = cls, ctx = ctx, positions = positions }
+  core._function_node(inputs, results, next_id, cls.__name)
+  return table.unpack(outs, 1, outs.n)
+end
+
 return M

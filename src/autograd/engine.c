@@ -176,8 +176,10 @@ static int deliver_to_leaf(dp_tensor *leaf, dp_tensor *g) {
   return rc;
 }
 
-/* autograd.grad's mode (dp_autograd_grad): the gradients reaching the tensors in `in` are added into `res` instead
- * of any leaf's .grad; no leaf hook, grad sink or post-backward hook runs. */
+/* The tensors a pass watches. autograd.grad (dp_autograd_grad, `only`): the gradients reaching the tensors in `in`
+ * are added into `res` instead of any leaf's .grad, and no leaf hook, grad sink or post-backward hook runs.
+ * backward (dp_backward_watch): the leaves get their .grad as always; per tensor, a retained one's gradient is added
+ * into res[k], a hooked one's goes through the hook first. */
 typedef struct {
   int n;
   dp_tensor *const *in;
@@ -392,7 +394,8 @@ int dp_backward(dp_tensor *root, dp_tensor *grad, bool retain_graph) {
 int dp_backward_watch(dp_tensor *root, dp_tensor *grad, bool retain_graph, int n, dp_tensor *const *ts,
                       const uint8_t *flags, dp_watch_hook_fn hook, void *hook_ctx, dp_tensor **res) {
   if (engine_depth)
-    return dp_error("backward: called from a gradient hook during backward (the engine does not re-enter)");
+    return dp_error("backward: called during backward (from a gradient hook or a custom Function's backward: the "
+                    "engine does not re-enter)");
   dp_autograd_refresh(root);
   for (int k = 0; k < n; k++) {
     res[k] = NULL;
@@ -402,7 +405,7 @@ int dp_backward_watch(dp_tensor *root, dp_tensor *grad, bool retain_graph, int n
   if (!g0) return -1;
   dp_tensor **pend = n ? dp_xcalloc((size_t)n, sizeof *pend) : NULL;
   for (int k = 0; k < n; k++)
-    if ((flags[k] & DP_WATCH_HOOK) && !ts[k]->grad_fn) ts[k]->bw_hooked = true;
+    if (flags && (flags[k] & DP_WATCH_HOOK) && !ts[k]->grad_fn) ts[k]->bw_hooked = true;
   bool prev = dp_set_grad_enabled(false);
   capture cap = {n, ts, res, false, flags, hook, hook_ctx, pend};
   engine_depth++;
@@ -430,7 +433,8 @@ int dp_backward_watch(dp_tensor *root, dp_tensor *grad, bool retain_graph, int n
 int dp_autograd_grad(int n_out, dp_tensor *const *outs, dp_tensor *const *gouts, int n_in, dp_tensor *const *ins,
                      dp_tensor **res, bool retain_graph) {
   if (engine_depth)
-    return dp_error("autograd.grad: called from a gradient hook during backward (the engine does not re-enter)");
+    return dp_error("autograd.grad: called during backward (from a gradient hook or a custom Function's backward: the "
+                    "engine does not re-enter)");
   for (int k = 0; k < n_in; k++) {
     res[k] = NULL;
     dp_autograd_refresh(ins[k]);

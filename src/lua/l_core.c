@@ -477,6 +477,7 @@ int luaopen_ddplua_core(lua_State *L) {
   lt_open_nn_ops(L, module, methods);
   lt_open_model_ops(L, module, methods);
   lt_open_nn_support(L, module);
+  lt_open_autograd_function(L, module);
   lt_open_optim(L, module);
   lt_open_data(L, module);
   lt_open_dist(L, module);

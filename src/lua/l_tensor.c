@@ -479,7 +479,10 @@ static int run_backward(lua_State *L, dp_tensor *t, dp_tensor *g, bool retain) {
     lua_pop(L, 1);
   }
   watch_ctx ctx = {L, watch};
-  LT_CHECK(L, dp_backward_watch(t, g, retain, n, ts, flags, run_hooks, &ctx, res));
+  lua_State *prev = lt_engine_state(L);
+  int brc = dp_backward_watch(t, g, retain, n, ts, flags, run_hooks, &ctx, res);
+  lt_engine_state(prev);
+  LT_CHECK(L, brc);
   int rc = 0;
   for (int k = 0; k < n; k++) {
     if (res[k] && !rc) rc = dp_accumulate_grad(ts[k], res[k]);

@@ -110,7 +110,10 @@ static int l_autograd_grad(lua_State *L) {
   int n_out = tensor_list(L, 1, "outputs", outs, false, 0), n_in = tensor_list(L, 2, "inputs", ins, false, 0);
   bool given = !lua_isnoneornil(L, 3);
   if (given) tensor_list(L, 3, "grad_outputs", gouts, true, n_out);
-  LT_CHECK(L, dp_autograd_grad(n_out, outs, given ? gouts : NULL, n_in, ins, res, lua_toboolean(L, 4)));
+  lua_State *prev = lt_engine_state(L);
+  int rc = dp_autograd_grad(n_out, outs, given ? gouts : NULL, n_in, ins, res, lua_toboolean(L, 4));
+  lt_engine_state(prev);
+  LT_CHECK(L, rc);
   lua_createtable(L, n_in, 0);
   for (int k = 0; k < n_in; k++) {
     if (res[k]) lt_push(L, res[k]);

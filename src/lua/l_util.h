@@ -108,6 +108,10 @@ void lt_open_nn_ops(lua_State *L, int module, int methods);
 void lt_open_model_ops(lua_State *L, int module, int methods); /* l_ops_index.c, l_ops_models.c */
 void lt_open_nn_layers(lua_State *L, int module, int methods);
 void lt_open_nn_support(lua_State *L, int module);
+void lt_open_autograd_function(lua_State *L, int module); /* l_autograd_fn.c */
+/* records the Lua state that runs the autograd engine now (custom Functions' backward calls into it); returns the
+ * previous one, to restore after */
+lua_State *lt_engine_state(lua_State *L);
 void lt_open_optim(lua_State *L, int module);
 void lt_open_data(lua_State *L, int module);
 void lt_open_ddp(lua_State *L, int module);
