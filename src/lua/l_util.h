@@ -112,6 +112,11 @@ void lt_open_autograd_function(lua_State *L, int module); /* l_autograd_fn.c */
 /* records the Lua state that runs the autograd engine now (custom Functions' backward calls into it); returns the
  * previous one, to restore after */
 lua_State *lt_engine_state(lua_State *L);
+/* l_tensor_backward.c: t:backward, t:retain_grad, t.retains_grad, core._grad_hooks */
+int lt_backward(lua_State *L);
+int lt_retain_grad(lua_State *L);
+bool lt_retains_grad(lua_State *L, int idx);
+int lt_grad_hooks(lua_State *L);
 void lt_open_optim(lua_State *L, int module);
 void lt_open_data(lua_State *L, int module);
 void lt_open_ddp(lua_State *L, int module);
