@@ -10,8 +10,12 @@
 
 /* t:retain_grad(): a non-leaf tensor keeps the gradient backward computes for it in t.grad (accumulating, as a
  * leaf's); on a leaf it does nothing (a leaf keeps its gradient anyway), as PyTorch. The tensors are the keys of a
- * weak table in the registry: a collected tensor leaves it by itself. */
+ * weak table in the registry (a collected tensor leaves it by itself), each with where its copy is taken among the
+ * hooks: PyTorch 1.13 runs all of a tensor's Python hooks as one hook, placed where the first was registered, so
+ * the gradient kept is the one before every hook when retain_grad came first, else the one after every hook
+ * (0 or LUA_MAXINTEGER hooks before the copy). */
 #define RETAINED "ddplua.retained"
+#define GRAD_HOOKS "ddplua.grad_hooks"
 #define MAX_RETAINED 4096
 static void push_weak_table(lua_State *L, const char *key);
 int lt_retain_grad(lua_State *L) {
@@ -22,8 +26,14 @@ int lt_retain_grad(lua_State *L) {
   if (dp_is_leaf(t)) return 1;
   push_weak_table(L, RETAINED);
   lua_pushvalue(L, 1);
-  lua_pushboolean(L, 1);
-  lua_rawset(L, -3);
+  if (lua_rawget(L, -2) == LUA_TNIL) { /* a second call keeps the first place */
+    push_weak_table(L, GRAD_HOOKS);
+    lua_pushvalue(L, 1);
+    lua_Integer before = lua_rawget(L, -2) == LUA_TTABLE && lua_rawlen(L, -1) > 0 ? LUA_MAXINTEGER : 0;
+    lua_pushvalue(L, 1);
+    lua_pushinteger(L, before);
+    lua_rawset(L, 2);
+  }
   lua_settop(L, 1);
   return 1;
 }
@@ -37,9 +47,8 @@ bool lt_retains_grad(lua_State *L, int idx) {
   return r;
 }
 
-/* t:register_hook's functions: a weak-keyed table in the registry, tensor -> list of functions (core._grad_hooks()
- * gives it to tensor_hooks.lua, which adds and removes them) */
-#define GRAD_HOOKS "ddplua.grad_hooks"
+/* t:register_hook's functions: a weak-keyed table in the registry (GRAD_HOOKS), tensor -> list of functions
+ * (core._grad_hooks() gives it to tensor_hooks.lua, which adds and removes them) */
 static void push_weak_table(lua_State *L, const char *key) {
   if (lua_getfield(L, LUA_REGISTRYINDEX, key) == LUA_TTABLE) return;
   lua_pop(L, 1);
@@ -56,10 +65,12 @@ int lt_grad_hooks(lua_State *L) {
   return 1;
 }
 
-/* the tensors a backward watches: [k] = {box, hooks list or false} on the Lua stack at `idx`, ts and flags beside */
+/* the tensors a backward watches: [k] = {box, hooks list or false} on the Lua stack at `idx`, ts and flags beside;
+ * in a hooks list, `true` marks where retain_grad takes its copy (into res[k]) */
 typedef struct {
   lua_State *L;
   int idx;
+  dp_tensor **res;
 } watch_ctx;
 
 /* in a protected call: hooks[i](gradient) -> the gradient to go on with (arguments: the hook, the gradient as a
@@ -72,6 +83,20 @@ static int call_hook_protected(lua_State *L) {
   return 1;
 }
 
+/* *dst += g (g consumed) */
+static int add_into_res(dp_tensor **dst, dp_tensor *g) {
+  if (!*dst) {
+    *dst = g;
+    return 0;
+  }
+  dp_tensor *s = dp_add(*dst, g);
+  dp_release(g);
+  if (!s) return -1;
+  dp_release(*dst);
+  *dst = s;
+  return 0;
+}
+
 static int run_hooks(void *vctx, int k, dp_tensor **g) {
   watch_ctx *c = vctx;
   lua_State *L = c->L;
@@ -81,6 +106,14 @@ static int run_hooks(void *vctx, int k, dp_tensor **g) {
   int hooks = lua_gettop(L);
   lua_Integer n = lua_istable(L, hooks) ? (lua_Integer)lua_rawlen(L, hooks) : 0;
   for (lua_Integer i = 1; i <= n && !rc; i++) {
+    if (lua_rawgeti(L, hooks, i) == LUA_TBOOLEAN) { /* retain_grad's place */
+      dp_tensor *copy = dp_clone(*g);
+      if (!copy) rc = -1;
+      else rc = add_into_res(&c->res[k], copy);
+      lua_settop(L, hooks);
+      continue;
+    }
+    lua_pop(L, 1);
     lua_pushcfunction(L, call_hook_protected);
     lua_rawgeti(L, hooks, i);
     dp_retain(*g);
@@ -111,6 +144,7 @@ static int run_hooks(void *vctx, int k, dp_tensor **g) {
 static int run_backward(lua_State *L, dp_tensor *t, dp_tensor *g, bool retain) {
   static dp_tensor *ts[MAX_RETAINED], *res[MAX_RETAINED]; /* one backward at a time (the engine refuses more) */
   static uint8_t flags[MAX_RETAINED];
+  static lua_Integer retain_at[MAX_RETAINED]; /* hooks before retain_grad's copy, -1: not retained */
   int n = 0, top = lua_gettop(L);
   lua_newtable(L); /* [k] = {box, hooks or false}: keeps each watched tensor alive through the hooks' collections */
   int watch = lua_gettop(L);
@@ -122,6 +156,16 @@ static int run_backward(lua_State *L, dp_tensor *t, dp_tensor *g, bool retain) {
     lua_pushnil(L);
     while (lua_next(L, -2)) {
       lt_box *b = luaL_testudata(L, -2, DP_TENSOR_MT);
+      if (b && b->t && b->t->grad_fn && b->t->grad_fn->released) {
+        /* a tensor of a graph a backward already went through (a training loop's earlier step): it cannot get a
+         * gradient again, so it leaves the table now rather than at the collection that frees it (a loop that
+         * retains a tensor each step would otherwise hold thousands here between full collections) */
+        lua_pop(L, 1);
+        lua_pushvalue(L, -1);
+        lua_pushnil(L);
+        lua_rawset(L, -4);
+        continue;
+      }
       bool hooked = pass && lua_istable(L, -1) && lua_rawlen(L, -1) > 0;
       if (b && b->t && (hooked || (!pass && !dp_is_leaf(b->t)))) {
         int k = 0;
@@ -129,7 +173,7 @@ static int run_backward(lua_State *L, dp_tensor *t, dp_tensor *g, bool retain) {
         if (k == n) {
           if (n == MAX_RETAINED)
             return luaL_error(L, "backward: more than %d tensors retain their gradients or have hooks", MAX_RETAINED);
-          ts[n] = b->t, flags[n] = 0, n++;
+          ts[n] = b->t, flags[n] = 0, retain_at[n] = -1, n++;
           lua_createtable(L, 2, 0);
           lua_pushvalue(L, -3);
           lua_rawseti(L, -2, 1);
@@ -137,23 +181,33 @@ static int run_backward(lua_State *L, dp_tensor *t, dp_tensor *g, bool retain) {
           lua_rawseti(L, -2, 2);
           lua_rawseti(L, watch, k + 1);
         }
+        if (!pass) retain_at[k] = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
         flags[k] |= pass ? DP_WATCH_HOOK : DP_WATCH_RETAIN;
-        if (hooked) { /* a copy of the list: a hook that adds or removes hooks changes the next backward */
+        if (hooked) { /* a copy of the list (a hook that adds or removes hooks changes the next backward), with
+                         retain_grad's place in it: then the engine takes no copy of its own */
           lua_rawgeti(L, watch, k + 1);
           lua_newtable(L);
-          for (lua_Integer i = 1, m = (lua_Integer)lua_rawlen(L, -3); i <= m; i++) {
+          lua_Integer m = (lua_Integer)lua_rawlen(L, -3), j = 0;
+          for (lua_Integer i = 1; i <= m + 1; i++) {
+            if (retain_at[k] >= 0 && (i - 1 == retain_at[k] || (i == m + 1 && retain_at[k] >= m))) {
+              lua_pushboolean(L, 1);
+              lua_rawseti(L, -2, ++j);
+            }
+            if (i > m) break;
             lua_rawgeti(L, -3, i);
-            lua_rawseti(L, -2, i);
+            lua_rawseti(L, -2, ++j);
           }
           lua_rawseti(L, -2, 2);
           lua_pop(L, 1);
+          if (retain_at[k] >= 0) flags[k] &= (uint8_t)~DP_WATCH_RETAIN;
         }
       }
       lua_pop(L, 1);
     }
     lua_pop(L, 1);
   }
-  watch_ctx ctx = {L, watch};
+  for (int k = 0; k < n; k++) res[k] = NULL; /* run_hooks adds retain_grad's copies here too */
+  watch_ctx ctx = {L, watch, res};
   lua_State *prev = lt_engine_state(L);
   int brc = dp_backward_watch(t, g, retain, n, ts, flags, run_hooks, &ctx, res);
   lt_engine_state(prev);
