@@ -45,9 +45,8 @@ end
 
 function M.grad(outputs, inputs, a3, a4)
   local opts, grad_outputs = {}, nil
-  if type(a3) == "table" and getmetatable(a3) == nil and not ddp.is_tensor(a3[1]) and a4 == nil and next(a3) ~= nil
-      and a3[1] == nil then
-    opts = a3 -- the options table in third place
+  if type(a3) == "table" and getmetatable(a3) == nil and a4 == nil and type(next(a3)) == "string" then
+    opts = a3 -- the options table in third place (named keys; a list of grad_outputs has integer ones)
   else
     grad_outputs = a3
     if a4 ~= nil then

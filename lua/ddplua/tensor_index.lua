@@ -10,7 +10,9 @@
 --                    twice keeps one of its values (as PyTorch's index_put_ without accumulate)
 --
 -- Reads have gradients (index_select, masked_select); writes are recorded by autograd as copy_ is (through a view
--- too), when t or v requires grad and grad mode is on, and run in place without a copy otherwise.
+-- too). Without autograd (neither t nor v requires grad, or grad mode off) a number written by a mask or positions,
+-- and a tensor written by positions, go in place (masked_fill_, index_fill_, index_copy_); a tensor written by a
+-- mask goes through masked_scatter and a copy_ back.
 local ddp = require "ddplua"
 local core = ddp.core
 local E = require "ddplua.errors"

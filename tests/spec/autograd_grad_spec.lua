@@ -105,6 +105,10 @@ OUT['gxv'], = torch.autograd.grad(u, [xv])
         "more grad_outputs than the 1 outputs" },
       { function() return ddp.core._autograd_grad({}, { 1 }) end, "inputs[1] is a number" },
     })
+    -- grad_outputs in third place starting with nil (a one-element output) are not read as options
+    local g3 = ddp.autograd.grad({ y:sum(), y }, x, { nil, ddp.full({ 3 }, 0.5, { dtype = "float64" }) },
+      { retain_graph = true })
+    R.assert_close(g3[1], R.from(ddp.full({ 3 }, 3, { dtype = "float64" })), 0, 0, "2 + 2 * 0.5")
     -- no outputs: nothing flows, so every input is unused
     assert.same({}, ddp.autograd.grad({}, x, { allow_unused = true }))
   end)

@@ -30,18 +30,19 @@ local PAD_MODES = { constant = true, reflect = true, replicate = true, circular 
 -- the dim is unchanged. The maps drive one index_select per dim, or core.plane_gather for the last two dims at
 -- once (src/backends/cpu/cpu_plane_gather.c: one pass each way).
 
--- The maps of the settings seen last (a model pads the same sizes every step), each built once: at most 256, then
--- the cache starts over. A map is never changed once built.
-local MAPS, n_maps = {}, 0
+-- The maps of the settings seen last (a model pads the same sizes every step), each built once: at most 256 maps or
+-- 64 MiB of them (a long signal's map is 8 bytes a position), then the cache starts over. A map is never changed
+-- once built.
+local MAPS, n_maps, map_bytes = {}, 0, 0
 local pad_positions = ddp.core._pad_positions
 local function memo_map(mode, n, l, r, start)
   local key = string.format("%s %d %d %d %d", mode, n, l, r, start or 0)
   local m = MAPS[key]
   if not m then
-    if n_maps >= 256 then MAPS, n_maps = {}, 0 end
     local t, first, last = pad_positions(mode, n, l, r, start)
+    if n_maps >= 256 or map_bytes + 8 * t:numel() > 64 * 1024 * 1024 then MAPS, n_maps, map_bytes = {}, 0, 0 end
     m = { t = t, first = first, last = last }
-    MAPS[key], n_maps = m, n_maps + 1
+    MAPS[key], n_maps, map_bytes = m, n_maps + 1, map_bytes + 8 * t:numel()
   end
   return m
 end
