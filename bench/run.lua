@@ -6,8 +6,9 @@
 --   make bench                       (every group; make bench only=train,ops BENCH_QUICK=1)
 -- Groups: mlp ddp launch allreduce csv (the throughput rows), train (the
 -- Fashion-MNIST MLP and CNN examples start to end), models (the GPT,
--- ResNet and LSTM examples: bench/train_rows.lua), ops (the per-op table)
--- and step (the MLP step against the FMA peak: bench/op_rows.lua).
+-- ResNet and LSTM examples: bench/train_rows.lua), video (the 3-d ResNet's
+-- step, also in train_rows.lua), ops (the per-op table) and step (the MLP
+-- step against the FMA peak: bench/op_rows.lua).
 -- quick=1 (or BENCH_QUICK=1 in the environment) is a short check of every
 -- row: 1 repetition, 1 process only for the training rows, 2 MLP epochs,
 -- 1 CNN epoch, short GPT/LSTM/ResNet runs, 5 runs per op; its figures are

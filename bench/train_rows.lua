@@ -312,4 +312,22 @@ M[#M + 1] = { group = "models", run = function(c)
   return rate_rows(c, "DCGAN 1 proc, images/s", cmd, peer_cmd, ips, 2)
 end }
 
+-- - R3D: examples/video3d's 3-d ResNet (Conv3d, BatchNorm3d, AdaptiveAvgPool3d), its training step on a batch of
+--   [8, 3, 8, 56, 56] clips, one thread each side pinned to one core: bench/conv3d.lua against bench/torch_conv3d.py
+--   (the same network in torch.nn), steps per second (goal >= 1x: PyTorch 1.13's conv3d is oneDNN's direct 3-d
+--   convolution, ddplua's the 2-d one over depth-stacked taps; bench/conv3d.lua prints the layers too).
+M[#M + 1] = { group = "video", run = function(c)
+  local steps = c.quick == 1 and 3 or 9
+  local function rate(out, what)
+    local v = out:match("R3D width 16 train step, batch 8x3x8x56x56: ([%d.]+) ms")
+    if not v then error("bench: no R3D step time from `" .. what .. "`:\n" .. out, 0) end
+    return 1000 / tonumber(v)
+  end
+  local cmd = string.format("%s%s %s/bench/conv3d.lua steps=%d", c.pin1(), c.ddplua, c.root, steps)
+  local peer_cmd = string.format("%s%s %s/bench/torch_conv3d.py %d", c.pin1(), c.python, c.root, steps)
+  local rows = rate_rows(c, "R3D (3-d ResNet) 1 thread, steps/s", cmd, peer_cmd, rate, 1)
+  rows[1].fmt = "%.2f"
+  return rows
+end }
+
 return M

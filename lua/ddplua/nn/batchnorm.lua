@@ -1,5 +1,6 @@
 -- nn.BatchNorm1d(num_features, ...) (input [N, C] or [N, C, L]) and
--- nn.BatchNorm2d(num_features, ...) (input [N, C, H, W]). After
+-- nn.BatchNorm2d(num_features, ...) (input [N, C, H, W]) and
+-- nn.BatchNorm3d(num_features, ...) (input [N, C, D, H, W]). After
 -- num_features, PyTorch's settings positionally (eps, momentum, affine,
 -- track_running_stats, device, dtype) or as one table: eps=1e-5,
 -- momentum=0.1 (false: cumulative average, PyTorch's momentum=None),
@@ -105,6 +106,13 @@ M.BatchNorm2d = BatchNorm:extend("BatchNorm2d")
 function M.BatchNorm2d:_check_input_dim(x)
   if x:dim() ~= 4 then
     E.raise(string.format("%s: expected 4-D input [N, C, H, W], got shape %s", tostring(self), util.shape_str(x)))
+  end
+end
+
+M.BatchNorm3d = BatchNorm:extend("BatchNorm3d")
+function M.BatchNorm3d:_check_input_dim(x)
+  if x:dim() ~= 5 then
+    E.raise(string.format("%s: expected 5-D input [N, C, D, H, W], got shape %s", tostring(self), util.shape_str(x)))
   end
 end
 

@@ -47,6 +47,8 @@ end
 
 --- dropout2d(x, p = 0.5, training = true): whole channels (nn/dropout2d.lua).
 function F.dropout2d(x, p, training) return require("ddplua.nn.dropout2d").dropout2d(x, p, training) end
+--- dropout3d(x, p = 0.5, training = true): whole channels of [N, C, D, H, W] (nn/dropout2d.lua).
+function F.dropout3d(x, p, training) return require("ddplua.nn.dropout2d").dropout3d(x, p, training) end
 
 function F.embedding(ids, weight, padding_idx) return ddp.embedding(ids, weight, padding_idx) end
 

@@ -6,9 +6,10 @@
 --     (ones, zeros) when affine.
 --   nn.InstanceNorm1d(num_features [, eps = 1e-5 [, momentum = 0.1 [, affine = false [, track_running_stats = false
 --     [, device [, dtype]]]]]]) (input [N, C, L] or unbatched [C, L]) and nn.InstanceNorm2d(...) likewise (input
---     [N, C, H, W] or [C, H, W]): each sample's channels normalised over the spatial dims; with track_running_stats,
---     the buffers running_mean, running_var (the batch's mean of the per-instance means and unbiased variances, by
---     momentum) and num_batches_tracked (kept at 0, as PyTorch 1.13's InstanceNorm does), used in eval.
+--     [N, C, H, W] or [C, H, W]) and nn.InstanceNorm3d(...) ([N, C, D, H, W] or [C, D, H, W]): each sample's
+--     channels normalised over the spatial dims; with track_running_stats, the buffers running_mean, running_var
+--     (the batch's mean of the per-instance means and unbiased variances, by momentum) and num_batches_tracked
+--     (kept at 0, as PyTorch 1.13's InstanceNorm does), used in eval.
 --   F.group_norm(x, num_groups [, weight [, bias [, eps = 1e-5]]])
 --   F.instance_norm(x [, running_mean [, running_var [, weight [, bias [, use_input_stats = true [, momentum = 0.1
 --     [, eps = 1e-5]]]]]]]): x [N, C, *].
@@ -204,7 +205,7 @@ function GroupNorm:extra_repr()
     self.affine and "True" or "False")
 end
 
--- nn.InstanceNorm1d / nn.InstanceNorm2d ----------------------------------------------------------------------------
+-- nn.InstanceNorm1d / 2d / 3d ----------------------------------------------------------------------------------
 
 local InstanceNorm = Module:extend("_InstanceNorm")
 
@@ -272,7 +273,11 @@ InstanceNorm1d._spatial, InstanceNorm1d._shapes = 1, "[C, L] or [N, C, L]"
 local InstanceNorm2d = InstanceNorm:extend("InstanceNorm2d")
 InstanceNorm2d._spatial, InstanceNorm2d._shapes = 2, "[C, H, W] or [N, C, H, W]"
 
+local InstanceNorm3d = InstanceNorm:extend("InstanceNorm3d")
+InstanceNorm3d._spatial, InstanceNorm3d._shapes = 3, "[C, D, H, W] or [N, C, D, H, W]"
+
 return {
-  modules = { GroupNorm = GroupNorm, InstanceNorm1d = InstanceNorm1d, InstanceNorm2d = InstanceNorm2d },
+  modules = { GroupNorm = GroupNorm, InstanceNorm1d = InstanceNorm1d, InstanceNorm2d = InstanceNorm2d,
+    InstanceNorm3d = InstanceNorm3d },
   F = F,
 }

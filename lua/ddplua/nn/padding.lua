@@ -4,10 +4,11 @@
 --
 --   F.pad(x, pad, mode, value): pad = {left, right [, top, bottom [, front, back]]} (the last dim first, as
 --     PyTorch's); "constant" (any rank; negative pads crop; an empty padded dim refused when some pad is positive,
---     as PyTorch 1.13), "reflect" and "replicate" (the last dim of a 2-D/3-D input, or the last two of a 3-D/4-D
---     one, as PyTorch 1.13), "circular" (the spatial dims of a batched [N, C, ...] input, as PyTorch 1.13;
---     negative pads crop first). Each padded dim becomes a map of source positions, kept for the sizes seen last.
---   nn.ZeroPad2d, nn.ConstantPad1d/2d(padding, value), nn.ReflectionPad1d/2d, nn.ReplicationPad1d/2d.
+--     as PyTorch 1.13), "reflect" and "replicate" (the last dim of a 2-D/3-D input, the last two of a 3-D/4-D
+--     one or the last three of a 4-D/5-D one, as PyTorch 1.13), "circular" (the spatial dims of a batched
+--     [N, C, ...] input, as PyTorch 1.13; negative pads crop first). Each padded dim becomes a map of source
+--     positions, kept for the sizes seen last.
+--   nn.ZeroPad2d, nn.ConstantPad1d/2d/3d(padding, value), nn.ReflectionPad1d/2d/3d, nn.ReplicationPad1d/2d/3d.
 --
 -- Differences from PyTorch: reflect and replicate padding also take integer tensors (PyTorch's kernels are
 -- floating-point only); the modules check their settings when constructed.
@@ -208,10 +209,11 @@ local function pad(who, x, p, mode, value)
     for k = 1, k_dims do maps[k] = circular_map(who, x, nd - k + 1, p[2 * k - 1], p[2 * k]) end
     return apply_maps(x, maps, k_dims)
   end
-  if not ((np == 2 and (nd == 2 or nd == 3)) or (np == 4 and (nd == 3 or nd == 4))) then
-    E.raise(string.format("%s: mode '%s' pads the last dimension of a 2-D or 3-D input (2 pad values) or the " ..
-      "last two of a 3-D or 4-D input (4 pad values); got %d pad values for the input %s", who, mode, np,
-      shape_str(x)))
+  if not ((np == 2 and (nd == 2 or nd == 3)) or (np == 4 and (nd == 3 or nd == 4)) or
+      (np == 6 and (nd == 4 or nd == 5))) then
+    E.raise(string.format("%s: mode '%s' pads the last dimension of a 2-D or 3-D input (2 pad values), the last " ..
+      "two of a 3-D or 4-D input (4 pad values) or the last three of a 4-D or 5-D input (6 pad values); got %d pad " ..
+      "values for the input %s", who, mode, np, shape_str(x)))
   end
   for k = 1, k_dims do maps[k] = index_pad_map(who, x, nd - k + 1, p[2 * k - 1], p[2 * k], mode) end
   return apply_maps(x, maps, k_dims)
@@ -278,7 +280,8 @@ end
 
 --- nn.ZeroPad2d(padding), nn.ConstantPad1d(padding, value), nn.ConstantPad2d(padding, value),
 --- nn.ReflectionPad1d(padding), nn.ReflectionPad2d(padding), nn.ReplicationPad1d(padding),
---- nn.ReplicationPad2d(padding): padding an integer or {left, right} (1d) / {left, right, top, bottom} (2d).
+--- nn.ReplicationPad2d(padding), and the 3d forms: padding an integer or {left, right} (1d) / {left, right, top,
+--- bottom} (2d) / {left, right, top, bottom, front, back} (3d).
 pad_module("ZeroPad2d", 4, "constant", { zero = true })
 pad_module("ConstantPad1d", 2, "constant", {})
 pad_module("ConstantPad2d", 4, "constant", {})
@@ -286,5 +289,8 @@ pad_module("ReflectionPad1d", 2, "reflect", {})
 pad_module("ReflectionPad2d", 4, "reflect", {})
 pad_module("ReplicationPad1d", 2, "replicate", {})
 pad_module("ReplicationPad2d", 4, "replicate", {})
+pad_module("ConstantPad3d", 6, "constant", {})
+pad_module("ReflectionPad3d", 6, "reflect", {})
+pad_module("ReplicationPad3d", 6, "replicate", {})
 
 return M

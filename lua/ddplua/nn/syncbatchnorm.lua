@@ -74,7 +74,7 @@ end
 
 local function is_batchnorm(m)
   local name = getmetatable(m).__name
-  return name == "BatchNorm1d" or name == "BatchNorm2d"
+  return name == "BatchNorm1d" or name == "BatchNorm2d" or name == "BatchNorm3d"
 end
 
 local function convert_one(bn, group)

@@ -125,14 +125,14 @@ function M.parameter(make)
 end
 
 --- A transposed convolution's output_padding for a wanted output size (PyTorch's _output_padding): m has
---- stride, padding, dilation, kernel_size and output_padding as lists of k (1 or 2) sizes; output_size is nil (m's
+--- stride, padding, dilation, kernel_size and output_padding as lists of k (1, 2 or 3) sizes; output_size is nil (m's
 --- own output_padding), the k sizes, or them after the leading dims (x:dim() sizes), or for k = 1 a plain integer.
 --- Each side must lie between the smallest size and that plus stride - 1. Returns the list of k paddings.
 function M.transposed_output_padding(m, x, output_size, k)
   if output_size == nil then return m.output_padding end
   local sizes = output_size
   if k == 1 and math.type(output_size) == "integer" then sizes = { output_size } end
-  local form = k == 1 and "{L}" or "{h, w}"
+  local form = ({ "{L}", "{h, w}", "{d, h, w}" })[k]
   if type(sizes) ~= "table" or (#sizes ~= k and #sizes ~= x:dim()) then
     E.raise(string.format("%s: output_size must be %s or %d sizes, got %s", tostring(m), form, x:dim(),
       M.value_str(output_size)))
