@@ -314,8 +314,9 @@ end }
 
 -- - R3D: examples/video3d's 3-d ResNet (Conv3d, BatchNorm3d, AdaptiveAvgPool3d), its training step on a batch of
 --   [8, 3, 8, 56, 56] clips, one thread each side pinned to one core: bench/conv3d.lua against bench/torch_conv3d.py
---   (the same network in torch.nn), steps per second (goal >= 1x: PyTorch 1.13's conv3d is oneDNN's direct 3-d
---   convolution, ddplua's the 2-d one over depth-stacked taps; bench/conv3d.lua prints the layers too).
+--   (the same network in torch.nn), steps per second (goal >= 1x: both convolve through oneDNN's direct 3-d
+--   kernels, so the rest of the step decides; bench/conv3d.lua prints the layers too, and the composition of 2-d
+--   convolutions the other devices run).
 M[#M + 1] = { group = "video", run = function(c)
   local steps = c.quick == 1 and 3 or 9
   local function rate(out, what)

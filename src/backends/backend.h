@@ -58,6 +58,16 @@ typedef struct {
   int64_t divisor;
 } dp_window2d;
 
+/* A 3-d convolution's geometry: input [n, c, d, h, w], weight [o, c / groups, kd, kh, kw]; output position o
+ * along an axis reads inputs o * s - p + i * dil for kernel offsets i < k, as dp_window2d's. */
+typedef struct {
+  int64_t n, c, d, h, w;
+  int64_t kd, kh, kw, sd, sh, sw, pd, ph, pw;
+  int64_t dd, dh, dw; /* dilation */
+  int64_t od, oh, ow; /* output spatial size */
+  int64_t groups;     /* >= 1 */
+} dp_window3d;
+
 /* Reductions over the middle axis of x seen as [outer, k, inner]; index
  * tensors count from base. */
 typedef struct {
@@ -519,6 +529,12 @@ typedef struct dp_backend {
    * faster than float32 here (NULL: always); where not, ops/conv.c runs it
    * in float32 and rounds the output to bfloat16. */
   bool (*conv2d_bf16_pays)(const dp_window2d *g);
+  /* Optional: a direct 3-d convolution (the CPU's oneDNN) of contiguous float32 NCDHW / OIDHW tensors, 1 when
+   * computed, 0 declined (ops/conv3d.c then declines too and the caller composes it from 2-d convolutions), -1
+   * after dp_error; y = conv(x, w) + b (b may be NULL); gx, gw, gb (each may be NULL, gb only with gw) */
+  int (*conv3d)(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window3d *g);
+  int (*conv3d_backward)(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
+                         const dp_tensor *w, const dp_window3d *g);
 } dp_backend;
 
 /* What the runtime hands a backend plugin (the CUDA backend is built as a
@@ -539,7 +555,7 @@ typedef struct {
   int (*store_get)(dp_store *s, const char *key, void **val, size_t *len, int timeout_ms);
   int (*store_add)(dp_store *s, const char *key, int64_t delta, int64_t *result);
 } dp_runtime_api;
-#define DP_PLUGIN_ABI 3
+#define DP_PLUGIN_ABI 4
 /* Exported by ddplua_cuda.so. Returns NULL and writes err when no GPU can
  * be used (driver missing, no device visible). */
 typedef const dp_backend *(*dp_plugin_init_fn)(const dp_runtime_api *api, char *err, size_t errlen);

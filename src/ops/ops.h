@@ -189,6 +189,15 @@ typedef struct {
 } dp_conv2d_args;
 /* x [N, C, H, W] or [C, H, W], w [O, C / groups, kh, kw], b [O] or NULL. */
 dp_tensor *dp_conv2d(dp_tensor *x, dp_tensor *w, dp_tensor *b, const dp_conv2d_args *a);
+/* A 3-d convolution's arguments ({d, h, w} triples; groups >= 1). */
+typedef struct {
+  int64_t stride[3], padding[3], dilation[3];
+  int64_t groups;
+} dp_conv3d_args;
+/* x [N, C, D, H, W], w [O, C / groups, kd, kh, kw], b [O] or NULL, by the backend's direct 3-d convolution; NULL
+ * with *declined set (no error) where it has none for the case (ops/conv3d.c says which), NULL after dp_error
+ * for bad arguments. */
+dp_tensor *dp_conv3d_direct(dp_tensor *x, dp_tensor *w, dp_tensor *b, const dp_conv3d_args *a, bool *declined);
 /* PyTorch's F.conv_transpose2d arguments ({h, w} pairs; groups >= 1;
  * output_padding below the stride). */
 typedef struct {

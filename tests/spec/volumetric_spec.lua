@@ -20,12 +20,14 @@ local function py(v)
 end
 
 -- runs each case's op in PyTorch and here on the same inputs (x, w, b and the upstream gradient gy), comparing the
--- output and every gradient
-local function check_against_torch(cases, torch_call, ours, tol)
+-- output and every gradient; with f32, the inputs rounded to float32 here (PyTorch's result in float64 from the
+-- same rounded values), compared relative to each result's largest magnitude
+local function check_against_torch(cases, torch_call, ours, tol, f32)
   local inputs, script = {}, { "import torch, torch.nn.functional as F" }
+  local function prep(t) return f32 and t:float():double() or t end
   for k, c in ipairs(cases) do
-    inputs["x" .. k], inputs["w" .. k] = c.x, c.w
-    if c.b then inputs["b" .. k] = c.b end
+    inputs["x" .. k], inputs["w" .. k] = prep(c.x), prep(c.w)
+    if c.b then inputs["b" .. k] = prep(c.b) end
     script[#script + 1] = string.format([[
 x = T['x%d'].clone().requires_grad_(); w = T['w%d'].clone().requires_grad_()
 b = T['b%d'].clone().requires_grad_() if 'b%d' in T else None
@@ -38,21 +40,33 @@ if b is not None: OUT['gb%d'] = b.grad]], k, k, k, k, torch_call(c), k, k, k, k,
   local ref = TR.run(table.concat(script, "\n"), inputs)
   for k, c in ipairs(cases) do
     local what = "case " .. k .. " (" .. c.what .. ")"
-    local x, w = c.x:clone():requires_grad_(), c.w:clone():requires_grad_()
-    local b = c.b and c.b:clone():requires_grad_() or nil
+    local function mine(t) return (f32 and t:float() or t:clone()):requires_grad_() end
+    local x, w = mine(c.x), mine(c.w)
+    local b = c.b and mine(c.b) or nil
     local y = ours(c, x, w, b)
-    R.assert_close(y, R.from(ref["y" .. k]), tol, tol, what)
-    y:backward(R.tensor(R.from(ref["g" .. k])))
-    R.assert_close(x.grad, R.from(ref["gx" .. k]), tol, tol, what .. ": input gradient")
-    R.assert_close(w.grad, R.from(ref["gw" .. k]), tol, tol, what .. ": weight gradient")
-    if b then R.assert_close(b.grad, R.from(ref["gb" .. k]), tol, tol, what .. ": bias gradient") end
+    local g = R.tensor(R.from(ref["g" .. k]))
+    y:backward(f32 and g:float() or g)
+    local function close(got, name, what2)
+      local want = R.from(ref[name .. k])
+      local wt = R.tensor(want)
+      local scale = (f32 and wt:numel() > 0) and math.max(1, wt:abs():max():item()) or 1
+      R.assert_close(f32 and got:double() or got, want, tol * scale, f32 and 0 or tol, what2)
+    end
+    if f32 then assert.equal("float32", y:dtype(), what) end
+    close(y, "y", what)
+    close(x.grad, "gx", what .. ": input gradient")
+    close(w.grad, "gw", what .. ": weight gradient")
+    if b then close(b.grad, "gb", what .. ": bias gradient") end
   end
 end
 
-describe("conv3d", function()
-  it("gives PyTorch's values and gradients", function()
-    ddp.manual_seed(301)
-    local cases = {
+local conv3d_module = require "ddplua.nn.conv3d"
+
+-- conv3d's cases: float64 runs the composition of 2-d convolutions, float32 oneDNN's direct 3-d convolution on the
+-- CPU (and the composition too, with the direct path off)
+local function conv3d_cases()
+  ddp.manual_seed(301)
+  return {
       { what = "3x3x3 padding 1", x = f64(2, 3, 5, 6, 7), w = f64(4, 3, 3, 3, 3), b = f64(4), padding = 1 },
       { what = "strided, dilated", x = f64(2, 3, 7, 6, 8), w = f64(2, 3, 3, 2, 3), b = f64(2), stride = { 2, 1, 2 },
         padding = { 1, 0, 1 }, dilation = { 2, 1, 1 } },
@@ -65,13 +79,32 @@ describe("conv3d", function()
       { what = "1x1x1 strided", x = f64(2, 3, 5, 5, 5), w = f64(4, 3, 1, 1, 1), b = f64(4), stride = 2 },
       { what = "kernel the input's size", x = f64(1, 2, 3, 4, 2), w = f64(3, 2, 3, 4, 2), b = f64(3) },
       { what = "empty batch", x = f64(0, 3, 4, 4, 4), w = f64(2, 3, 3, 3, 3), b = f64(2), padding = 1 },
+      { what = "video stem", x = f64(2, 3, 4, 12, 12), w = f64(16, 3, 3, 7, 7), stride = { 1, 2, 2 },
+        padding = { 1, 3, 3 } },
     }
-    check_against_torch(cases, function(c)
-      return string.format("F.conv3d(x, w, b, stride=%s, padding=%s, dilation=%s, groups=%d)", py(c.stride or 1),
-        py(c.padding or 0), py(c.dilation or 1), c.groups or 1)
-    end, function(c, x, w, b)
-      return F.conv3d(x, w, b, c.stride, c.padding, c.dilation, c.groups)
-    end, 1e-11)
+end
+
+local function conv3d_torch(c)
+  return string.format("F.conv3d(x, w, b, stride=%s, padding=%s, dilation=%s, groups=%d)", py(c.stride or 1),
+    py(c.padding or 0), py(c.dilation or 1), c.groups or 1)
+end
+local function conv3d_ours(c, x, w, b) return F.conv3d(x, w, b, c.stride, c.padding, c.dilation, c.groups) end
+
+describe("conv3d", function()
+  it("gives PyTorch's values and gradients in float64 (the composition)", function()
+    check_against_torch(conv3d_cases(), conv3d_torch, conv3d_ours, 1e-11)
+  end)
+
+  it("gives PyTorch's values and gradients in float32, direct and composed", function()
+    local before = ddp.core._onednn_calls()
+    check_against_torch(conv3d_cases(), conv3d_torch, conv3d_ours, 2e-5, true)
+    if ddp.core.onednn_info():find("^oneDNN") then -- the direct path ran (this build has oneDNN)
+      assert.is_true(ddp.core._onednn_calls() - before >= 3 * 9, "oneDNN's 3-d convolutions ran")
+    end
+    conv3d_module.direct = false
+    local ok, err = pcall(check_against_torch, conv3d_cases(), conv3d_torch, conv3d_ours, 2e-5, true)
+    conv3d_module.direct = true
+    assert(ok, err)
   end)
 
   it("runs in float32 to float32's rounding of the float64 result", function()
@@ -366,6 +399,25 @@ describe("the 3-d layers' bad arguments", function()
       { function() nn.ReflectionPad3d({ 1, 1, 1 }) end, "padding must be an integer or a list of 6 integers" },
       { function() F.pad(ddp.randn(2, 3, 4), { 1, 1, 1, 1, 1, 1 }, "reflect") end, "the last three of a 4-D or 5-D" },
       { function() F.dropout3d(x, 1.5) end, "dropout3d: probability p must be a number in [0, 1]" },
+      -- the direct kernel's own checks (core.conv3d_direct is reachable from Lua)
+      { function() ddp.core.conv3d_direct(x, w, nil, { 1, 1 }, { 0, 0, 0 }, { 1, 1, 1 }, 1) end,
+        "stride must be a table of 3 integers" },
+      { function() ddp.core.conv3d_direct(x, w, nil, { 0, 1, 1 }, { 0, 0, 0 }, { 1, 1, 1 }, 1) end,
+        "conv3d: stride must be >= 1" },
+      { function() ddp.core.conv3d_direct(x, w, nil, { 1, 1, 1 }, { -1, 0, 0 }, { 1, 1, 1 }, 1) end,
+        "conv3d: padding must be >= 0" },
+      { function() ddp.core.conv3d_direct(x, w, nil, { 1, 1, 1 }, { 0, 0, 0 }, { 1, 1, 1 }, 0) end,
+        "conv3d: groups must be >= 1" },
+      { function() ddp.core.conv3d_direct(x, ddp.randn(2, 3, 9, 3, 3), nil, { 1, 1, 1 }, { 0, 0, 0 }, { 1, 1, 1 }, 1) end,
+        "does not fit the input" },
+      { function() ddp.core.conv3d_direct(x, w, nil, { 1, 1, 1 }, { 2 ^ 40, 0, 0 }, { 1, 1, 1 }, 1) end,
+        "conv3d: the output" },
+      { function() ddp.core.conv3d_direct(x, ddp.randn(2, 4, 3, 3, 3), nil, { 1, 1, 1 }, { 0, 0, 0 }, { 1, 1, 1 }, 1) end,
+        "input has 3 channels" },
+      { function() ddp.core.conv3d_direct(x:double(), w, nil, { 1, 1, 1 }, { 0, 0, 0 }, { 1, 1, 1 }, 1) end,
+        "must share one floating point dtype" },
+      { function() ddp.core.conv3d_direct(ddp.randn(3, 4, 5, 5), w, nil, { 1, 1, 1 }, { 0, 0, 0 }, { 1, 1, 1 }, 1) end,
+        "expected a 5-dimensional input" },
     })
   end)
 end)

@@ -14,21 +14,24 @@
 -- Weights as PyTorch's (Conv3d [out, in/groups, kd, kh, kw], ConvTranspose3d [in, out/groups, kd, kh, kw]) with
 -- PyTorch's init, so state_dicts load.
 --
--- How: a 3-d convolution is a sum over the kernel's depth taps of 2-d convolutions. For tap kd the input frames
--- it reads (depth d * stride + kd * dilation of the depth-padded input) are gathered into one batch of N * D_out
--- frames [C, H, W] and convolved with the weight's slice w[:, :, kd] by conv2d (oneDNN or ddplua's own kernels,
--- whichever the 2-d shape measured faster); the kd results add up. The transposed convolution runs
--- conv_transpose2d per tap on all N * D_in frames and places tap kd's frames at depth d * stride + kd * dilation
--- - padding (F.pad, which crops where its pads are negative). Autograd runs through the composed ops, so both
--- gradients, autocast and the CUDA backend are the 2-d ops' own. PyTorch 1.13's CPU conv3d is its slow_conv3d
--- (one im2col for the whole 3-d kernel); bench/conv3d.lua measures the two side by side.
+-- How: where the backend has a direct 3-d convolution (the CPU's oneDNN, float32 without autocast:
+-- core.conv3d_direct, src/ops/conv3d.c), that; elsewhere (CUDA, bfloat16 under autocast, float64, an empty batch)
+-- composed from 2-d convolutions: a 3-d convolution is a sum over the kernel's depth taps of 2-d ones, so each
+-- output depth's kd input frames (depth d * stride + kd * dilation of the depth-padded input) are gathered side by
+-- side as kd * C channels, and one conv2d with the weight's taps laid out alike ([O, kd * C / groups, kh, kw]) sums
+-- them all. The transposed convolution runs conv_transpose2d per tap on all N * D_in frames and places tap kd's
+-- frames at depth d * stride + kd * dilation - padding (F.pad, which crops where its pads are negative). Autograd
+-- runs through the composed ops, so their gradients, autocast and the CUDA backend are the 2-d ops' own.
+-- bench/conv3d.lua measures both ways beside PyTorch 1.13's conv3d (oneDNN's direct 3-d convolution on its CPU).
 local ddp = require "ddplua"
 local Module = require "ddplua.nn.module"
 local util = require "ddplua.nn.util"
 local init = require "ddplua.nn.initializers"
 local E = require "ddplua.errors"
+local core = require "ddplua.core"
 
-local M = { modules = {}, F = {} }
+-- direct: try the backend's own 3-d convolution first (tests set it false to check the composition everywhere)
+local M = { modules = {}, F = {}, direct = true }
 local F = M.F
 
 --- An integer or three integers {d, h, w} -> a list of 3.
@@ -117,7 +120,16 @@ function F.conv3d(x, w, b, stride, padding, dilation, groups)
         "shape %s)", who, k[i], dilation[i], names[i], size, p[i], util.shape_str(x)))
     end
   end
-  -- the odd "same" zeros at the end of height and width (the 2-d op pads them by p[2], p[3] on each side)
+  -- the backend's direct 3-d convolution where it has one (oneDNN on the CPU, float32), the odd "same" zeros
+  -- padded first
+  if M.direct then
+    local xd = xb
+    if extra[1] + extra[2] + extra[3] > 0 then xd = ddp.nn.F.pad(xb, { 0, extra[3], 0, extra[2], 0, extra[1] }) end
+    local y = core.conv3d_direct(xd, w, b, stride, p, dilation, groups)
+    if y then return unbatch(y, x) end
+  end
+  -- else composed: the odd "same" zeros at the end of height and width (the 2-d op pads them by p[2], p[3] on
+  -- each side)
   if extra[2] + extra[3] > 0 then xb = ddp.nn.F.pad(xb, { 0, extra[3], 0, extra[2] }) end
   -- the frames [N, D, C, H, W] with the depth padding's zero frames, in one pass (cat writes the transposed copy)
   local frames = xb:transpose(2, 3)

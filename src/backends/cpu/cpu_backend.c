@@ -117,4 +117,6 @@ const dp_backend dp_cpu_backend = {
     .conv2d = dp_dnnl_conv2d,
     .conv2d_backward = cpu_conv2d_backward,
     .conv2d_bf16_pays = dp_dnnl_conv2d_bf16_pays,
+    .conv3d = dp_dnnl_conv3d,
+    .conv3d_backward = dp_dnnl_conv3d_backward,
 };

@@ -31,6 +31,15 @@ bool dp_dnnl_conv2d_bf16_pays(const dp_window2d *g) {
   (void)g;
   return false; /* no bfloat16 convolution kernel here: float32, rounded */
 }
+int dp_dnnl_conv3d(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window3d *g) {
+  (void)y, (void)x, (void)w, (void)b, (void)g;
+  return 0;
+}
+int dp_dnnl_conv3d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
+                            const dp_tensor *w, const dp_window3d *g) {
+  (void)gx, (void)gw, (void)gb, (void)gy, (void)x, (void)w, (void)g;
+  return 0;
+}
 #else
 
 #include <oneapi/dnnl/dnnl.h>
@@ -167,30 +176,48 @@ static void run_parts(void *vctx, int64_t lo, int64_t hi) {
  * (each chunk's partial gradient is summed). */
 #define CHUNK_BYTES ((int64_t)4 << 20)
 
-static int64_t chunk_cap(int kind, const dp_window2d *g, int64_t o) {
-  if (kind == K_BWD_WEIGHTS || kind == K_BWD_WEIGHTS_BIAS) return g->n;
+/* A call's geometry, 2-d (g2) or 3-d (g3): images, channels in and out, positions per image in and out. */
+typedef struct {
+  int64_t n, c, o, in_sp, out_sp;
+  const dp_window2d *g2;
+  const dp_window3d *g3;
+} conv_geo;
+
+static conv_geo geo2(const dp_window2d *g, int64_t o) {
+  return (conv_geo){g->n, g->c, o, g->h * g->w, g->oh * g->ow, g, NULL};
+}
+static conv_geo geo3(const dp_window3d *g, int64_t o) {
+  return (conv_geo){g->n, g->c, o, g->d * g->h * g->w, g->od * g->oh * g->ow, NULL, g};
+}
+
+static conv_key geo_key(const conv_geo *q, int kind, int64_t n, bool bf16) {
+  return q->g3 ? dp_dnnl_conv_key3(kind, n, q->g3, q->o) : dp_dnnl_conv_key(kind, n, q->g2, q->o, bf16);
+}
+
+static int64_t chunk_cap(int kind, const conv_geo *q) {
+  if (kind == K_BWD_WEIGHTS || kind == K_BWD_WEIGHTS_BIAS) return q->n;
   /* channels padded to the 16 of the blocked layouts */
-  int64_t cin = (g->c + 15) / 16 * 16, cout = (o + 15) / 16 * 16;
-  int64_t in = cin * g->h * g->w * 4, out = cout * g->oh * g->ow * 4, per = in > out ? in : out;
+  int64_t cin = (q->c + 15) / 16 * 16, cout = (q->o + 15) / 16 * 16;
+  int64_t in = cin * q->in_sp * 4, out = cout * q->out_sp * 4, per = in > out ? in : out;
   int64_t cap = CHUNK_BYTES / (per > 0 ? per : 1);
   return cap < 1 ? 1 : cap;
 }
 
 /* Sets up k's chunks and entries for `kind`; 0 with k->e[0] NULL when
  * oneDNN declines. */
-static int plan(conv_call *k, int kind, const dp_window2d *g, int64_t o, bool bf16) {
+static int plan(conv_call *k, int kind, const conv_geo *q, bool bf16) {
   memset(k, 0, sizeof *k);
   pthread_mutex_init(&k->mu, NULL);
   k->bf16 = bf16, k->es = bf16 ? 2 : 4;
   int threads = dp_sgemm_get_num_threads();
   threads = threads < DP_SG_MAX_THREADS ? threads : DP_SG_MAX_THREADS;
-  k->parts = g->n < threads ? g->n : threads;
-  k->nb = (g->n + k->parts - 1) / k->parts;
-  int64_t cap = chunk_cap(kind, g, o);
+  k->parts = q->n < threads ? q->n : threads;
+  k->nb = (q->n + k->parts - 1) / k->parts;
+  int64_t cap = chunk_cap(kind, q);
   if (k->nb > cap) k->nb = cap;
-  k->parts = (g->n + k->nb - 1) / k->nb;
-  int64_t last = g->n - (k->parts - 1) * k->nb;
-  conv_key k0 = dp_dnnl_conv_key(kind, k->nb, g, o, bf16), k1 = dp_dnnl_conv_key(kind, last, g, o, bf16);
+  k->parts = (q->n + k->nb - 1) / k->nb;
+  int64_t last = q->n - (k->parts - 1) * k->nb;
+  conv_key k0 = geo_key(q, kind, k->nb, bf16), k1 = geo_key(q, kind, last, bf16);
   if (dp_dnnl_conv_entry_get(&k0, &k->e[0], &k->temp[0])) return -1;
   if (!k->e[0]) return 0;
   if (last == k->nb) {
@@ -244,9 +271,10 @@ static int prepare_weights(conv_call *k, const void *w, void **buf, size_t *size
  * than ddplua's im2col + GEMM does in all (measured, the Fashion-MNIST
  * CNN's conv 1->32 3x3 on 64 images of 28x28, one thread: 2.3 ms against
  * 1.1; with 3 input channels oneDNN is the faster again, 2.8 against 3.8). */
-static bool wanted(int kind, const dp_window2d *g) {
-  if (kind == K_BWD_DATA) return g->c >= 16;
-  if (kind == K_BWD_WEIGHTS || kind == K_BWD_WEIGHTS_BIAS) return g->c > 1;
+static bool wanted(int kind, const conv_geo *q) {
+  if (q->g3) return true; /* a 3-d convolution has no other path here (ops/conv3d.c composes it whole or not) */
+  if (kind == K_BWD_DATA) return q->c >= 16;
+  if (kind == K_BWD_WEIGHTS || kind == K_BWD_WEIGHTS_BIAS) return q->c > 1;
   return true;
 }
 
@@ -281,10 +309,10 @@ static int narrowed(dp_tensor *dst, dp_tensor *src) {
   return rc;
 }
 
-static int conv2d_run(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g,
-                      bool bf16);
-static int conv2d_backward_run(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
-                               const dp_tensor *w, const dp_window2d *g, bool bf16);
+static int conv_run(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const conv_geo *q,
+                    bool bf16);
+static int conv_backward_run(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
+                             const dp_tensor *w, const conv_geo *q, bool bf16);
 
 /* bfloat16 convolutions in bfloat16 where the CPU computes it natively
  * (dp_cpu_native_bf16: AMX, AVX512-BF16) and DDPLUA_CONV_BF16 is not 0;
@@ -326,17 +354,18 @@ bool dp_dnnl_conv2d_bf16_pays(const dp_window2d *g) {
 }
 
 int dp_dnnl_conv2d(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g) {
-  if (!(is_bf16(y) && is_bf16(x) && is_bf16(w) && (!b || is_bf16(b)))) return conv2d_run(y, x, w, b, g, false);
-  if (!dp_dnnl_available() || !wanted(b ? K_FWD_BIAS : K_FWD, g)) return 0;
+  conv_geo q = geo2(g, w->shape[0]);
+  if (!(is_bf16(y) && is_bf16(x) && is_bf16(w) && (!b || is_bf16(b)))) return conv_run(y, x, w, b, &q, false);
+  if (!dp_dnnl_available() || !wanted(b ? K_FWD_BIAS : K_FWD, &q)) return 0;
   if (conv_bf16_native()) {
-    int native = conv2d_run(y, x, w, b, g, true);
+    int native = conv_run(y, x, w, b, &q, true);
     if (native > 0) __atomic_fetch_add(&bf16_conv_calls, 1, __ATOMIC_RELAXED);
     if (native) return native;
   }
   bool fail = false;
   dp_tensor *y32 = blank(y, &fail), *x32 = widened(x, &fail), *w32 = widened(w, &fail), *b32 = widened(b, &fail);
   int rc = fail ? dp_error("conv2d: out of memory for the float32 operands of a bfloat16 convolution")
-                : conv2d_run(y32, x32, w32, b32, g, false);
+                : conv_run(y32, x32, w32, b32, &q, false);
   if (rc > 0 && narrowed(y, y32)) rc = -1;
   dp_tensor *all[4] = {y32, x32, w32, b32};
   for (int i = 0; i < 4; i++)
@@ -346,12 +375,13 @@ int dp_dnnl_conv2d(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const d
 
 int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
                             const dp_tensor *w, const dp_window2d *g) {
+  conv_geo q = geo2(g, w->shape[0]);
   bool bf =
       is_bf16(gy) && is_bf16(x) && is_bf16(w) && (!gx || is_bf16(gx)) && (!gw || is_bf16(gw)) && (!gb || is_bf16(gb));
-  if (!bf) return conv2d_backward_run(gx, gw, gb, gy, x, w, g, false);
-  if (!dp_dnnl_available() || (gx && !wanted(K_BWD_DATA, g))) return 0;
+  if (!bf) return conv_backward_run(gx, gw, gb, gy, x, w, &q, false);
+  if (!dp_dnnl_available() || (gx && !wanted(K_BWD_DATA, &q))) return 0;
   if (conv_bf16_native()) {
-    int native = conv2d_backward_run(gx, gw, gb, gy, x, w, g, true);
+    int native = conv_backward_run(gx, gw, gb, gy, x, w, &q, true);
     if (native > 0) __atomic_fetch_add(&bf16_conv_calls, 1, __ATOMIC_RELAXED);
     if (native) return native;
   }
@@ -360,7 +390,7 @@ int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const d
   dp_tensor *gy32 = widened(gy, &fail), *x32 = gw ? widened(x, &fail) : NULL, *w32 = widened(w, &fail);
   dp_tensor *gx32 = blank(gx, &fail), *gw32 = blank(gw, &fail), *gb32 = blank(gb, &fail);
   int rc = fail ? dp_error("conv2d: out of memory for the float32 operands of a bfloat16 convolution")
-                : conv2d_backward_run(gx32, gw32, gb32, gy32, x32 ? x32 : gx32, w32, g, false);
+                : conv_backward_run(gx32, gw32, gb32, gy32, x32 ? x32 : gx32, w32, &q, false);
   if (rc > 0 && (narrowed(gx, gx32) || narrowed(gw, gw32) || narrowed(gb, gb32))) rc = -1;
   dp_tensor *all[6] = {gy32, x32, w32, gx32, gw32, gb32};
   for (int i = 0; i < 6; i++)
@@ -368,16 +398,16 @@ int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const d
   return rc;
 }
 
-static int conv2d_run(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window2d *g,
-                      bool bf16) {
+static int conv_run(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const conv_geo *q,
+                    bool bf16) {
   dp_dtype dt = bf16 ? DP_BF16 : DP_F32;
-  if (!dp_dnnl_available() || x->dtype != dt || w->dtype != dt || y->dtype != dt || (b && b->dtype != dt) || g->n < 1)
+  if (!dp_dnnl_available() || x->dtype != dt || w->dtype != dt || y->dtype != dt || (b && b->dtype != dt) || q->n < 1)
     return 0;
   int kind = b ? K_FWD_BIAS : K_FWD;
-  if (!wanted(kind, g)) return 0;
+  if (!wanted(kind, q)) return 0;
   conv_call k;
-  int64_t o = w->shape[0];
-  if (plan(&k, kind, g, o, bf16)) return -1;
+  int64_t o = q->o;
+  if (plan(&k, kind, q, bf16)) return -1;
   if (!k.e[0]) {
     finish(&k);
     return 0;
@@ -386,8 +416,8 @@ static int conv2d_run(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, cons
   size_t wsize = 0;
   int rc = prepare_weights(&k, dp_data(w), &wbuf, &wsize);
   if (!rc) {
-    k.a = dp_data(x), k.a_img = (size_t)(g->c * g->h * g->w) * k.es;
-    k.c = dp_data(y), k.c_img = (size_t)(o * g->oh * g->ow) * k.es;
+    k.a = dp_data(x), k.a_img = (size_t)(q->c * q->in_sp) * k.es;
+    k.c = dp_data(y), k.c_img = (size_t)(o * q->out_sp) * k.es;
     k.bias = b ? dp_data(b) : NULL;
     rc = run_call(&k);
   }
@@ -398,12 +428,13 @@ static int conv2d_run(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, cons
 
 /* k set up for the input gradient (*wbuf: the weights in its layout,
  * freed by the caller) */
-static int data_setup(conv_call *k, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *w, const dp_window2d *g,
-                      int64_t o, void **wbuf, size_t *wsize) {
+static int data_setup(conv_call *k, dp_tensor *gx, const dp_tensor *gy, const dp_tensor *w, const conv_geo *q,
+                      void **wbuf, size_t *wsize) {
+  int64_t o = q->o;
   int rc = prepare_weights(k, dp_data(w), wbuf, wsize);
   if (!rc) {
-    k->a = dp_data(gy), k->a_img = (size_t)(o * g->oh * g->ow) * k->es;
-    k->c = dp_data(gx), k->c_img = (size_t)(g->c * g->h * g->w) * k->es;
+    k->a = dp_data(gy), k->a_img = (size_t)(o * q->out_sp) * k->es;
+    k->c = dp_data(gx), k->c_img = (size_t)(q->c * q->in_sp) * k->es;
   }
   return rc;
 }
@@ -475,7 +506,8 @@ static int run_weights(conv_call *k, const conv_call *kd) {
 }
 
 static int backward_weights(conv_call *k, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
-                            const dp_window2d *g, int64_t o, const conv_call *kd) {
+                            const conv_geo *q, const conv_call *kd) {
+  int64_t o = q->o;
   int64_t wn = dp_numel(gw), parts = k->parts;
   size_t wbytes = (size_t)wn * 4, bbytes = (size_t)o * 4;
   char *cpart[DP_SG_MAX_THREADS] = {NULL};
@@ -490,8 +522,8 @@ static int backward_weights(conv_call *k, dp_tensor *gw, dp_tensor *gb, const dp
     if (!cpart[p] || (gb && !bpart[p])) rc = dp_error("oneDNN: out of memory for partial weight gradients");
   }
   if (!rc) {
-    k->a = dp_data(x), k->a_img = (size_t)(g->c * g->h * g->w) * k->es;
-    k->b = dp_data(gy), k->b_img = (size_t)(o * g->oh * g->ow) * k->es, k->b_per_image = true;
+    k->a = dp_data(x), k->a_img = (size_t)(q->c * q->in_sp) * k->es;
+    k->b = dp_data(gy), k->b_img = (size_t)(o * q->out_sp) * k->es, k->b_per_image = true;
     k->c_part = cpart;
     k->bias_part = gb ? bpart : NULL;
     rc = run_weights(k, kd);
@@ -515,29 +547,28 @@ static int backward_weights(conv_call *k, dp_tensor *gw, dp_tensor *gb, const dp
   return rc;
 }
 
-static int conv2d_backward_run(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
-                               const dp_tensor *w, const dp_window2d *g, bool bf16) {
+static int conv_backward_run(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
+                             const dp_tensor *w, const conv_geo *q, bool bf16) {
   dp_dtype dt = bf16 ? DP_BF16 : DP_F32;
-  if (!dp_dnnl_available() || gy->dtype != dt || x->dtype != dt || w->dtype != dt || g->n < 1) return 0;
+  if (!dp_dnnl_available() || gy->dtype != dt || x->dtype != dt || w->dtype != dt || q->n < 1) return 0;
   if ((gx && gx->dtype != dt) || (gw && gw->dtype != dt) || (gb && gb->dtype != dt)) return 0;
-  if ((gx && !wanted(K_BWD_DATA, g)) || (gw && !wanted(K_BWD_WEIGHTS, g))) return 0;
-  int64_t o = w->shape[0];
+  if ((gx && !wanted(K_BWD_DATA, q)) || (gw && !wanted(K_BWD_WEIGHTS, q))) return 0;
   /* every primitive first: all or nothing, so the caller never computes
    * half of it a second time */
   conv_call kd, kw;
   int rc = 0;
   bool have_d = false, have_w = false;
-  if (gx) rc = plan(&kd, K_BWD_DATA, g, o, bf16), have_d = true;
-  if (!rc && gw) rc = plan(&kw, gb ? K_BWD_WEIGHTS_BIAS : K_BWD_WEIGHTS, g, o, bf16), have_w = true;
+  if (gx) rc = plan(&kd, K_BWD_DATA, q, bf16), have_d = true;
+  if (!rc && gw) rc = plan(&kw, gb ? K_BWD_WEIGHTS_BIAS : K_BWD_WEIGHTS, q, bf16), have_w = true;
   bool declined = (have_d && !kd.e[0]) || (have_w && !kw.e[0]);
   void *wbuf = NULL;
   size_t wsize = 0;
   if (!rc && !declined && gx && gw && share_output_grad(&kd, &kw)) {
-    rc = data_setup(&kd, gx, gy, w, g, o, &wbuf, &wsize);
-    if (!rc) rc = backward_weights(&kw, gw, gb, gy, x, g, o, &kd);
+    rc = data_setup(&kd, gx, gy, w, q, &wbuf, &wsize);
+    if (!rc) rc = backward_weights(&kw, gw, gb, gy, x, q, &kd);
   } else {
-    if (!rc && !declined && gx && !(rc = data_setup(&kd, gx, gy, w, g, o, &wbuf, &wsize))) rc = run_call(&kd);
-    if (!rc && !declined && gw) rc = backward_weights(&kw, gw, gb, gy, x, g, o, NULL);
+    if (!rc && !declined && gx && !(rc = data_setup(&kd, gx, gy, w, q, &wbuf, &wsize))) rc = run_call(&kd);
+    if (!rc && !declined && gw) rc = backward_weights(&kw, gw, gb, gy, x, q, NULL);
   }
   if (wbuf) dp_cpu_free(wbuf, wsize);
   if (have_d) finish(&kd);
@@ -545,4 +576,16 @@ static int conv2d_backward_run(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, cons
   return rc ? -1 : declined ? 0 : 1;
 }
 
+/* ---- 3-d convolutions: float32 only (autocast composes them from 2-d ones) ---- */
+
+int dp_dnnl_conv3d(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window3d *g) {
+  conv_geo q = geo3(g, w->shape[0]);
+  return conv_run(y, x, w, b, &q, false);
+}
+
+int dp_dnnl_conv3d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
+                            const dp_tensor *w, const dp_window3d *g) {
+  conv_geo q = geo3(g, w->shape[0]);
+  return conv_backward_run(gx, gw, gb, gy, x, w, &q, false);
+}
 #endif

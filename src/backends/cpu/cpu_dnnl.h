@@ -55,6 +55,10 @@ int dp_dnnl_conv2d(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const d
  * only with gw) from x and gy; overwritten, not accumulated */
 int dp_dnnl_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
                             const dp_tensor *w, const dp_window2d *g);
+/* backend.h's conv3d and conv3d_backward: float32 NCDHW / OIDHW, contiguous */
+int dp_dnnl_conv3d(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window3d *g);
+int dp_dnnl_conv3d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
+                            const dp_tensor *w, const dp_window3d *g);
 /* a bfloat16 GEMM (dp_gemm_args, alpha 1, beta 0 or 1) on CPUs with native
  * bfloat16 arithmetic; bias (NULL, or n bfloat16 values) is added to every
  * row in the float32 accumulator, before the one rounding to bfloat16.

@@ -31,31 +31,48 @@ static dnnl_data_type_t key_dt(const conv_key *k, int i) {
   return bwd_w && (i == 1 || i == 3) ? dnnl_f32 : dnnl_bf16;
 }
 
-static void md4(dnnl_memory_desc_t *m, int64_t a, int64_t b, int64_t c, int64_t d, dnnl_format_tag_t tag,
-                dnnl_data_type_t dt) {
-  dnnl_dims_t dims = {a, b, c, d};
-  dnnl_memory_desc_init_by_tag(m, 4, dims, dt, tag);
+/* The descriptor of an activation: the input (src, diff_src) or, with out, the output (dst, diff_dst) of a key's
+ * call, [n, c, h, w] (NCHW in the user's layout) or for a 3-d key [n, c, d, h, w] (NCDHW); with user false the
+ * layout is left to oneDNN. */
+static void act_md(dnnl_memory_desc_t *m, const conv_key *k, bool out, bool user, dnnl_data_type_t dt) {
+  int64_t ch = out ? k->o : k->c, h = out ? k->oh : k->h, w = out ? k->ow : k->w;
+  if (k->d) {
+    dnnl_dims_t dims = {k->n, ch, out ? k->od : k->d, h, w};
+    dnnl_memory_desc_init_by_tag(m, 5, dims, dt, user ? dnnl_ncdhw : dnnl_format_tag_any);
+    return;
+  }
+  dnnl_dims_t dims = {k->n, ch, h, w};
+  dnnl_memory_desc_init_by_tag(m, 4, dims, dt, user ? dnnl_nchw : dnnl_format_tag_any);
 }
 
 /* the weights' descriptor: [o, c / groups, kh, kw] dense (OIHW), or with groups [groups, o / groups, c / groups,
- * kh, kw] (GOIHW: the same bytes) */
+ * kh, kw] (GOIHW: the same bytes); a 3-d key's with kd before kh (OIDHW, GOIDHW) */
 static void wei_md(dnnl_memory_desc_t *m, const conv_key *k, bool user, dnnl_data_type_t dt) {
-  if (k->groups <= 1) {
-    md4(m, k->o, k->c, k->kh, k->kw, user ? dnnl_oihw : dnnl_format_tag_any, dt);
-    return;
-  }
-  dnnl_dims_t dims = {k->groups, k->o / k->groups, k->c / k->groups, k->kh, k->kw};
-  dnnl_memory_desc_init_by_tag(m, 5, dims, dt, user ? dnnl_goihw : dnnl_format_tag_any);
+  int64_t g = k->groups > 1 ? k->groups : 1;
+  dnnl_dims_t dims;
+  int nd = 0;
+  if (g > 1) dims[nd++] = g;
+  dims[nd++] = k->o / g, dims[nd++] = k->c / g;
+  if (k->d) dims[nd++] = k->kd;
+  dims[nd++] = k->kh, dims[nd++] = k->kw;
+  static const dnnl_format_tag_t tags[2][2] = {{dnnl_oihw, dnnl_goihw}, {dnnl_oidhw, dnnl_goidhw}};
+  dnnl_memory_desc_init_by_tag(m, nd, dims, dt, user ? tags[k->d ? 1 : 0][g > 1] : dnnl_format_tag_any);
 }
 
-/* strides, dilations (oneDNN counts the gaps: dilation - 1) and the two paddings of a key; the far side's is
- * whatever the last window leaves over */
+/* strides, dilations (oneDNN counts the gaps: dilation - 1) and the two paddings of a key, depth first for a 3-d
+ * key; the far side's padding is whatever the last window leaves over */
 static void window_dims(const conv_key *k, dnnl_dims_t s, dnnl_dims_t d, dnnl_dims_t pl, dnnl_dims_t pr) {
-  s[0] = k->sh, s[1] = k->sw;
-  d[0] = k->dh - 1, d[1] = k->dw - 1;
-  pl[0] = k->ph, pl[1] = k->pw;
-  pr[0] = (k->oh - 1) * k->sh + (k->kh - 1) * k->dh + 1 - k->h - k->ph;
-  pr[1] = (k->ow - 1) * k->sw + (k->kw - 1) * k->dw + 1 - k->w - k->pw;
+  int i = 0;
+  if (k->d) {
+    s[0] = k->sd, d[0] = k->dd - 1, pl[0] = k->pd;
+    pr[0] = (k->od - 1) * k->sd + (k->kd - 1) * k->dd + 1 - k->d - k->pd;
+    i = 1;
+  }
+  s[i] = k->sh, s[i + 1] = k->sw;
+  d[i] = k->dh - 1, d[i + 1] = k->dw - 1;
+  pl[i] = k->ph, pl[i + 1] = k->pw;
+  pr[i] = (k->oh - 1) * k->sh + (k->kh - 1) * k->dh + 1 - k->h - k->ph;
+  pr[i + 1] = (k->ow - 1) * k->sw + (k->kw - 1) * k->dw + 1 - k->w - k->pw;
 }
 
 void dp_dnnl_conv_entry_free(conv_entry *e) {
@@ -72,9 +89,9 @@ static dnnl_primitive_desc_t fwd_pd(const conv_key *k, dnnl_alg_kind_t alg, bool
                                     const dnnl_primitive_attr_t attr) {
   dnnl_memory_desc_t src, wei, dst, b;
   dnnl_data_type_t dt = k->bf16 ? dnnl_bf16 : dnnl_f32; /* the forward of every kind: its hint */
-  md4(&src, k->n, k->c, k->h, k->w, dnnl_format_tag_any, dt);
+  act_md(&src, k, false, false, dt);
   wei_md(&wei, k, false, dt);
-  md4(&dst, k->n, k->o, k->oh, k->ow, dnnl_format_tag_any, dt);
+  act_md(&dst, k, true, false, dt);
   dnnl_dims_t bd = {k->o};
   dnnl_memory_desc_init_by_tag(&b, 1, bd, dt, dnnl_x);
   dnnl_dims_t s, d, pl, pr;
@@ -109,9 +126,9 @@ static int entry_make_alg(const conv_key *k, dnnl_alg_kind_t alg, conv_entry **o
                              *wei = dnnl_primitive_desc_query_md(hint, dnnl_query_weights_md, 0),
                              *dst = dnnl_primitive_desc_query_md(hint, dnnl_query_dst_md, 0);
     dnnl_memory_desc_t sa, wa, da, b;
-    md4(&sa, k->n, k->c, k->h, k->w, dnnl_format_tag_any, key_dt(k, 0));
+    act_md(&sa, k, false, false, key_dt(k, 0));
     wei_md(&wa, k, false, key_dt(k, 1));
-    md4(&da, k->n, k->o, k->oh, k->ow, dnnl_format_tag_any, key_dt(k, 2));
+    act_md(&da, k, true, false, key_dt(k, 2));
     (void)src, (void)wei, (void)dst;
     dnnl_dims_t bd = {k->o};
     dnnl_memory_desc_init_by_tag(&b, 1, bd, key_dt(k, 3), dnnl_x);
@@ -132,19 +149,19 @@ static int entry_make_alg(const conv_key *k, dnnl_alg_kind_t alg, conv_entry **o
     }
     if (k->kind == K_BWD_DATA) { /* in: diff_dst, weights; out: diff_src */
       q[0] = dnnl_query_diff_dst_md, q[1] = dnnl_query_weights_md, q[2] = dnnl_query_diff_src_md;
-      md4(&user[0], k->n, k->o, k->oh, k->ow, dnnl_nchw, key_dt(k, 2));
+      act_md(&user[0], k, true, true, key_dt(k, 2));
       wei_md(&user[1], k, true, key_dt(k, 1));
-      md4(&user[2], k->n, k->c, k->h, k->w, dnnl_nchw, key_dt(k, 0));
+      act_md(&user[2], k, false, true, key_dt(k, 0));
     } else { /* in: src, diff_dst; out: diff_weights */
       q[0] = dnnl_query_src_md, q[1] = dnnl_query_diff_dst_md, q[2] = dnnl_query_diff_weights_md;
-      md4(&user[0], k->n, k->c, k->h, k->w, dnnl_nchw, key_dt(k, 0));
-      md4(&user[1], k->n, k->o, k->oh, k->ow, dnnl_nchw, key_dt(k, 2));
+      act_md(&user[0], k, false, true, key_dt(k, 0));
+      act_md(&user[1], k, true, true, key_dt(k, 2));
       wei_md(&user[2], k, true, key_dt(k, 1));
     }
   } else {
-    md4(&user[0], k->n, k->c, k->h, k->w, dnnl_nchw, key_dt(k, 0));
+    act_md(&user[0], k, false, true, key_dt(k, 0));
     wei_md(&user[1], k, true, key_dt(k, 1));
-    md4(&user[2], k->n, k->o, k->oh, k->ow, dnnl_nchw, key_dt(k, 2));
+    act_md(&user[2], k, true, true, key_dt(k, 2));
   }
   dnnl_primitive_attr_destroy(attr);
   conv_entry *e = calloc(1, sizeof *e);
@@ -262,11 +279,52 @@ int dp_dnnl_conv_entry_get(const conv_key *k, conv_entry **out, bool *temp) {
 }
 
 conv_key dp_dnnl_conv_key(int kind, int64_t n, const dp_window2d *g, int64_t o, bool bf16) {
-  conv_key k = {kind,  n,     g->c,  g->h,  g->w,
-                o,     g->kh, g->kw, g->sh, g->sw,
-                g->ph, g->pw, g->oh, g->ow, g->groups > 1 ? g->groups : 1,
-                g->dh, g->dw, 0,     bf16};
+  conv_key k = {.kind = kind,
+                .n = n,
+                .c = g->c,
+                .h = g->h,
+                .w = g->w,
+                .o = o,
+                .kh = g->kh,
+                .kw = g->kw,
+                .sh = g->sh,
+                .sw = g->sw,
+                .ph = g->ph,
+                .pw = g->pw,
+                .oh = g->oh,
+                .ow = g->ow,
+                .groups = g->groups > 1 ? g->groups : 1,
+                .dh = g->dh,
+                .dw = g->dw,
+                .bf16 = bf16};
   k.winograd = !bf16 && use_winograd(&k); /* oneDNN's Winograd kernels are float32 */
+  return k;
+}
+
+conv_key dp_dnnl_conv_key3(int kind, int64_t n, const dp_window3d *g, int64_t o) {
+  conv_key k = {.kind = kind,
+                .n = n,
+                .c = g->c,
+                .h = g->h,
+                .w = g->w,
+                .o = o,
+                .kh = g->kh,
+                .kw = g->kw,
+                .sh = g->sh,
+                .sw = g->sw,
+                .ph = g->ph,
+                .pw = g->pw,
+                .oh = g->oh,
+                .ow = g->ow,
+                .groups = g->groups > 1 ? g->groups : 1,
+                .dh = g->dh,
+                .dw = g->dw,
+                .d = g->d,
+                .kd = g->kd,
+                .sd = g->sd,
+                .pd = g->pd,
+                .dd = g->dd,
+                .od = g->od};
   return k;
 }
 

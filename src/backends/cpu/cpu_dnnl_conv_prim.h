@@ -16,9 +16,11 @@ typedef enum { K_FWD, K_FWD_BIAS, K_BWD_DATA, K_BWD_WEIGHTS, K_BWD_WEIGHTS_BIAS 
 
 typedef struct { /* all int64: no padding bytes, compared with memcmp */
   int64_t kind, n, c, h, w, o, kh, kw, sh, sw, ph, pw, oh, ow;
-  int64_t groups, dh, dw; /* groups (>= 1; weights [groups, o / groups, c / groups, kh, kw]); dilation */
-  int64_t winograd;       /* 1: try oneDNN's Winograd kernels first (use_winograd) */
-  int64_t bf16;           /* 1: bfloat16 data, float32 weight and bias gradients (key_dt) */
+  int64_t groups, dh, dw;        /* groups (>= 1; weights [groups, o / groups, c / groups, kh, kw]); dilation */
+  int64_t winograd;              /* 1: try oneDNN's Winograd kernels first (use_winograd) */
+  int64_t bf16;                  /* 1: bfloat16 data, float32 weight and bias gradients (key_dt) */
+  int64_t d, kd, sd, pd, dd, od; /* a 3-d convolution's depth (input, kernel, stride, padding, dilation, output);
+                                  * all 0 for a 2-d one */
 } conv_key;
 
 /* a primitive and the layouts it wants: the two inputs (a, b) and the
@@ -38,6 +40,8 @@ typedef struct conv_entry {
  * channels, in bfloat16 or float32 (winograd set by the rule of
  * use_winograd, float32 only). */
 conv_key dp_dnnl_conv_key(int kind, int64_t n, const dp_window2d *g, int64_t o, bool bf16);
+/* The same for n volumes of a 3-d convolution's geometry (float32, direct) */
+conv_key dp_dnnl_conv_key3(int kind, int64_t n, const dp_window3d *g, int64_t o);
 /* The cached entry for key; *temp set when it could not be cached (the
  * caller frees it). NULL without an error: oneDNN declines the shape. */
 int dp_dnnl_conv_entry_get(const conv_key *k, conv_entry **out, bool *temp);
