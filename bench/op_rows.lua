@@ -32,6 +32,10 @@ M.REASONS = {
   -- log_softmax's backward (its row sum) drifted 4e-5 from float64
   ["sum 4096x1024"] = "accumulates in double for float64-close sums (float lanes: par, 2 accuracy specs broke)",
   ["sum dim 2 of 4096x1024"] = "accumulates in double for float64-close sums (float lanes: par, 2 accuracy specs broke)",
+  -- a ResNet head's global pooling: 32768 planes of 49 values, each summed in double lanes (cpu_adaptive_pool.c:
+  -- one v_sum a plane, 6.9 ns; 0.75 ms before the global case skipped the window arithmetic, 1.06 before the
+  -- row sums went to the vector unit) where PyTorch adds each plane's floats in float
+  ["adaptive_avg_pool2d 1, 512ch 7x7 (ResNet head)"] = "sums each 49-value plane in double lanes (PyTorch: float)",
   -- the forward is the row copies (87% in memmove, perf); its output waits
   -- for Lua's collector (a young collection per 4 MiB of tensors), so the
   -- next call writes a block that is not in L2: freeing each output at once

@@ -183,9 +183,11 @@ OUT["y2"], OUT["gx2"] = y2, x2.grad
   end)
 
   -- the CPU kernels: float32 and bfloat16 planes against float64 from the same values (overlapping windows 5x7 ->
-  -- 3x4, windows that divide, global pooling, a larger output than input), forward and backward
+  -- 3x4, windows that divide, global pooling, a larger output than input, wide windows), forward and backward
   it("pools float32 and bfloat16 planes within a rounding of float64, gradients too", function()
-    for _, c in ipairs({ { 5, 7, 3, 4 }, { 8, 6, 4, 3 }, { 9, 5, 1, 1 }, { 3, 2, 5, 4 } }) do
+    -- (windows of 16 or more columns sum rows in the vector unit: 40x37 -> 2x2, and the global 28x28 -> 1x1)
+    for _, c in ipairs({ { 5, 7, 3, 4 }, { 8, 6, 4, 3 }, { 9, 5, 1, 1 }, { 3, 2, 5, 4 }, { 40, 37, 2, 2 },
+      { 28, 28, 1, 1 } }) do
       local x64, g64 = R.randn({ 2, 3, c[1], c[2] }, 50), R.randn({ 2, 3, c[3], c[4] }, 51)
       for _, dt in ipairs({ "float32", "bfloat16" }) do
         local what = string.format("%s %dx%d -> %dx%d", dt, c[1], c[2], c[3], c[4])
