@@ -275,7 +275,7 @@ describe("F.interpolate / nn.Upsample", function()
     R.assert_error(function() F.interpolate(x3, { size = 3, mode = "bilinear" }) end,
       "mode 'bilinear' expects a 4-D [N, C, H, W] input, got a 3-D input [2, 3, 5]")
     R.assert_error(function() F.interpolate(ddp.randn(5, 7), 3) end,
-      "mode 'nearest' expects a 3-D [N, C, L] or 4-D [N, C, H, W] input, got a 2-D input [5, 7]")
+      "mode 'nearest' expects a 3-D [N, C, L], 4-D [N, C, H, W] or 5-D [N, C, D, H, W] input, got a 2-D input [5, 7]")
     R.assert_error(function() F.interpolate(x, { scale_factor = 0.1 }) end,
       "input and output sizes must be positive, got input [5, 7] and output [0, 0]")
     R.assert_error(function() F.interpolate(x, 0) end, "size must be a positive integer")

@@ -302,6 +302,54 @@ for mode in ('reflect', 'replicate', 'constant'):
   end)
 end)
 
+describe("interpolate of volumes", function()
+  it("gives PyTorch's trilinear and nearest values and gradients", function()
+    ddp.manual_seed(310)
+    local cases = {
+      { mode = "trilinear", scale_factor = 2 },
+      { mode = "trilinear", scale_factor = { 1.5, 0.7, 2.3 } },
+      { mode = "trilinear", size = { 3, 9, 4 }, align_corners = true },
+      { mode = "trilinear", scale_factor = { 1.5, 0.7, 2.3 }, recompute_scale_factor = true },
+      { mode = "nearest", scale_factor = { 2, 1.5, 0.5 } },
+      { mode = "nearest", size = { 7, 3, 11 } },
+    }
+    local x = f64(2, 3, 4, 5, 6)
+    local inputs, script = { x = x }, { "import torch, torch.nn.functional as F" }
+    for k, c in ipairs(cases) do
+      local sf = c.scale_factor
+      sf = type(sf) == "table" and string.format("(%s, %s, %s)", sf[1], sf[2], sf[3]) or py(sf)
+      script[#script + 1] = string.format([[
+x = T['x'].clone().requires_grad_()
+y = F.interpolate(x, size=%s, scale_factor=%s, mode='%s', align_corners=%s, recompute_scale_factor=%s)
+g = torch.randn(y.shape, dtype=y.dtype, generator=torch.Generator().manual_seed(%d)); y.backward(g)
+OUT['y%d'], OUT['g%d'], OUT['gx%d'] = y, g, x.grad]], py(c.size), sf, c.mode, py(c.align_corners),
+        py(c.recompute_scale_factor), k, k, k, k)
+    end
+    local ref = TR.run(table.concat(script, "\n"), inputs)
+    for k, c in ipairs(cases) do
+      local what = "case " .. k .. " " .. c.mode
+      for _, dt in ipairs({ "float64", "float32" }) do
+        local xl = x:to(dt):detach():clone():requires_grad_() -- a fresh leaf each time
+        local y = F.interpolate(xl, { size = c.size, scale_factor = c.scale_factor, mode = c.mode,
+          align_corners = c.align_corners, recompute_scale_factor = c.recompute_scale_factor })
+        y:backward(R.tensor(R.from(ref["g" .. k])):to(dt))
+        local tol = dt == "float64" and 1e-12 or 2e-5
+        R.assert_close(y, R.from(ref["y" .. k]), tol, tol, what .. " " .. dt)
+        R.assert_close(xl.grad, R.from(ref["gx" .. k]), tol, tol, what .. " " .. dt .. ": gradient")
+      end
+    end
+    assert.equal("Upsample(scale_factor=(1.0, 2.0, 2.0), mode=trilinear)",
+      tostring(nn.Upsample { scale_factor = { 1, 2, 2 }, mode = "trilinear" }))
+    R.assert_errors({
+      { function() F.interpolate(ddp.randn(2, 3, 4, 5), { scale_factor = 2, mode = "trilinear" }) end,
+        "mode 'trilinear' expects a 5-D [N, C, D, H, W] input, got a 4-D input" },
+      { function() F.interpolate(x, { scale_factor = 2, mode = "bilinear" }) end, "expects a 4-D" },
+      { function() F.interpolate(x, { scale_factor = { 2, 2 }, mode = "trilinear" }) end,
+        "scale_factor has 2 values but the input [2, 3, 4, 5, 6] has 3 spatial dimensions" },
+    })
+  end)
+end)
+
 describe("Conv3d and ConvTranspose3d modules", function()
   it("have PyTorch's parameters, init bounds, printed forms and output_size", function()
     ddp.manual_seed(308)

@@ -3,12 +3,13 @@
 -- position of one dim, are built in Lua):
 --
 --   F.interpolate(x, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias) (PyTorch's order,
---     or an options table last): "nearest" for [N, C, L] and [N, C, H, W], "linear" for [N, C, L], "bilinear" for
---     [N, C, H, W]. The source positions are PyTorch 1.13's CPU kernels': nearest takes floor(dst * scale), linear
---     the two neighbours of scale * (dst + 0.5) - 0.5 (clamped at 0; scale * dst with align_corners), with scale =
---     1 / scale_factor when a scale factor is given (and recompute_scale_factor is not true), else in / out, computed
---     in float32 for float32 inputs as PyTorch's kernels do. Bilinear is two separable 1-d passes (W, then H), each
---     one core.resample_dim (src/ops/index.c: the two neighbours times their weights, in one kernel); nearest of
+--     or an options table last): "nearest" for [N, C, L], [N, C, H, W] and [N, C, D, H, W], "linear" for [N, C, L],
+--     "bilinear" for [N, C, H, W], "trilinear" for [N, C, D, H, W]. The source positions are PyTorch 1.13's CPU
+--     kernels': nearest takes floor(dst * scale), linear the two neighbours of scale * (dst + 0.5) - 0.5 (clamped at
+--     0; scale * dst with align_corners), with scale = 1 / scale_factor when a scale factor is given (and
+--     recompute_scale_factor is not true), else in / out, computed in float32 for float32 inputs as PyTorch's
+--     kernels do. Bilinear is two separable 1-d passes (W, then H) and trilinear three, each one
+--     core.resample_dim (src/ops/index.c: the two neighbours times their weights, in one kernel); nearest of
 --     [N, C, H, W] on the CPU in float32 / float64 is one core.plane_gather (both dims in one pass each way).
 --   nn.Upsample(size, scale_factor, mode, align_corners, recompute_scale_factor), nn.UpsamplingNearest2d(size,
 --     scale_factor), nn.UpsamplingBilinear2d(size, scale_factor) (align_corners=true, as PyTorch's).
@@ -44,25 +45,26 @@ local resample_dim = ddp.core.resample_dim
 
 -- ---- interpolate ---------------------------------------------------------------------------------------------
 
-local MODES = { nearest = true, linear = true, bilinear = true }
-local UNSUPPORTED_MODES = { bicubic = true, trilinear = true, area = true, ["nearest-exact"] = true }
+local MODES = { nearest = true, linear = true, bilinear = true, trilinear = true }
+local UNSUPPORTED_MODES = { bicubic = true, area = true, ["nearest-exact"] = true }
 
 -- Checks the settings that do not depend on the input; returns the mode.
 local function check_resize_settings(who, size, scale_factor, mode, align_corners, recompute, antialias)
   mode = mode == nil and "nearest" or mode
   if type(mode) ~= "string" or not (MODES[mode] or UNSUPPORTED_MODES[mode]) then
-    E.raise(string.format("%s: unknown mode %s (expected 'nearest', 'linear' or 'bilinear')", who,
+    E.raise(string.format("%s: unknown mode %s (expected 'nearest', 'linear', 'bilinear' or 'trilinear')", who,
       type(mode) == "string" and ("'" .. mode .. "'") or tostring(mode)))
   end
   if UNSUPPORTED_MODES[mode] then
-    E.raise(string.format("%s: mode '%s' is not supported yet (supported: 'nearest', 'linear', 'bilinear')", who, mode))
+    E.raise(string.format("%s: mode '%s' is not supported yet (supported: 'nearest', 'linear', 'bilinear', " ..
+      "'trilinear')", who, mode))
   end
   if align_corners ~= nil and type(align_corners) ~= "boolean" then
     E.raise(string.format("%s: align_corners must be a boolean or nil, got %s", who, tostring(align_corners)))
   end
   if mode == "nearest" and align_corners ~= nil then
-    E.raise(string.format("%s: align_corners can only be set with the interpolating modes 'linear' and " ..
-      "'bilinear', not with mode 'nearest'", who))
+    E.raise(string.format("%s: align_corners can only be set with the interpolating modes 'linear', " ..
+      "'bilinear' and 'trilinear', not with mode 'nearest'", who))
   end
   if recompute ~= nil and type(recompute) ~= "boolean" then
     E.raise(string.format("%s: recompute_scale_factor must be a boolean or nil, got %s", who, tostring(recompute)))
@@ -141,10 +143,10 @@ local function interpolate(who, x, size, scale_factor, mode, align_corners, reco
   check_tensor(who, x)
   mode = check_resize_settings(who, size, scale_factor, mode, align_corners, recompute, antialias)
   local nd = x:dim()
-  local ranks = mode == "nearest" and "a 3-D [N, C, L] or 4-D [N, C, H, W]" or
-      mode == "linear" and "a 3-D [N, C, L]" or "a 4-D [N, C, H, W]"
-  if (mode == "nearest" and nd ~= 3 and nd ~= 4) or (mode == "linear" and nd ~= 3) or
-      (mode == "bilinear" and nd ~= 4) then
+  local ranks = mode == "nearest" and "a 3-D [N, C, L], 4-D [N, C, H, W] or 5-D [N, C, D, H, W]" or
+      mode == "linear" and "a 3-D [N, C, L]" or mode == "bilinear" and "a 4-D [N, C, H, W]" or "a 5-D [N, C, D, H, W]"
+  if (mode == "nearest" and (nd < 3 or nd > 5)) or (mode == "linear" and nd ~= 3) or
+      (mode == "bilinear" and nd ~= 4) or (mode == "trilinear" and nd ~= 5) then
     E.raise(string.format("%s: mode '%s' expects %s input, got a %d-D input %s", who, mode, ranks, nd, shape_str(x)))
   end
   if mode ~= "nearest" and not x:is_floating_point() then
