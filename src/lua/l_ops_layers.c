@@ -5,6 +5,7 @@
  *   ddp.conv2d(x, w [, b [, stride [, padding [, dilation [, groups]]]]])   pairs: n or {h, w}; 1 / 0 / 1 / 1
  *   ddp.conv_transpose2d(x, w [, b [, stride [, padding [, output_padding [, groups [, dilation]]]]]])  1/0/0/1/1
  *   ddp.core.conv3d_direct(x, w, b, stride, padding, dilation, groups)  {d, h, w} triples; nil: declined
+ *   ddp.core.conv_transpose3d_direct(x, w, b, stride, padding, output_padding, dilation, groups)  likewise
  *   ddp.max_pool2d(x, kernel [, stride [, padding [, dilation [, ceil_mode]]]])  stride defaults to kernel
  *   ddp.avg_pool2d(x, kernel [, stride [, padding [, ceil_mode]]])  padding counted in the mean
  *   (PyTorch's positional order; max_pool2d's dilation must be 1)
@@ -73,16 +74,16 @@ static void read_pair(lua_State *L, int idx, const char *op, const char *what, c
 
 /* core.conv3d_direct(x, w, b, {sd, sh, sw}, {pd, ph, pw}, {dd, dh, dw}, groups): the backend's direct 3-d
  * convolution, or nil where it declines the case (nn/conv3d.lua then composes it from 2-d convolutions) */
-static void read_triple(lua_State *L, int idx, const char *what, int64_t *out) {
+static void read_triple(lua_State *L, int idx, const char *op, const char *what, int64_t *out) {
   luaL_checktype(L, idx, LUA_TTABLE);
   if (luaL_len(L, idx) != 3)
-    luaL_error(L, "conv3d: %s must be a table of 3 integers {d, h, w}, got %I entries", what,
+    luaL_error(L, "%s: %s must be a table of 3 integers {d, h, w}, got %I entries", op, what,
                (lua_Integer)luaL_len(L, idx));
   for (int i = 0; i < 3; i++) {
     lua_geti(L, idx, i + 1);
     int ok;
     lua_Integer v = lua_tointegerx(L, -1, &ok);
-    if (!ok) luaL_error(L, "conv3d: %s entry %d must be an integer, got %s", what, i + 1, luaL_typename(L, -1));
+    if (!ok) luaL_error(L, "%s: %s entry %d must be an integer, got %s", op, what, i + 1, luaL_typename(L, -1));
     out[i] = v;
     lua_pop(L, 1);
   }
@@ -91,12 +92,30 @@ static void read_triple(lua_State *L, int idx, const char *what, int64_t *out) {
 static int l_conv3d_direct(lua_State *L) {
   dp_tensor *x = lt_check(L, 1), *w = lt_check(L, 2), *b = opt_tensor(L, 3);
   dp_conv3d_args a;
-  read_triple(L, 4, "stride", a.stride);
-  read_triple(L, 5, "padding", a.padding);
-  read_triple(L, 6, "dilation", a.dilation);
+  read_triple(L, 4, "conv3d", "stride", a.stride);
+  read_triple(L, 5, "conv3d", "padding", a.padding);
+  read_triple(L, 6, "conv3d", "dilation", a.dilation);
   a.groups = luaL_checkinteger(L, 7);
   bool declined;
   dp_tensor *y = dp_conv3d_direct(x, w, b, &a, &declined);
+  if (!y && declined) {
+    lua_pushnil(L);
+    return 1;
+  }
+  return lt_push(L, y);
+}
+
+/* core.conv_transpose3d_direct(x, w, b, stride, padding, output_padding, dilation, groups): triples; nil: declined */
+static int l_conv_transpose3d_direct(lua_State *L) {
+  dp_tensor *x = lt_check(L, 1), *w = lt_check(L, 2), *b = opt_tensor(L, 3);
+  dp_conv_transpose3d_args a;
+  read_triple(L, 4, "conv_transpose3d", "stride", a.stride);
+  read_triple(L, 5, "conv_transpose3d", "padding", a.padding);
+  read_triple(L, 6, "conv_transpose3d", "output_padding", a.output_padding);
+  read_triple(L, 7, "conv_transpose3d", "dilation", a.dilation);
+  a.groups = luaL_checkinteger(L, 8);
+  bool declined;
+  dp_tensor *y = dp_conv_transpose3d_direct(x, w, b, &a, &declined);
   if (!y && declined) {
     lua_pushnil(L);
     return 1;
@@ -350,6 +369,7 @@ void lt_open_nn_layers(lua_State *L, int module, int methods) {
   (void)methods;
   static const luaL_Reg funcs[] = {{"conv2d", l_conv2d},
                                    {"conv3d_direct", l_conv3d_direct},
+                                   {"conv_transpose3d_direct", l_conv_transpose3d_direct},
                                    {"conv_transpose2d", l_conv_transpose2d},
                                    {"max_pool2d", l_max_pool2d},
                                    {"avg_pool2d", l_avg_pool2d},

@@ -198,6 +198,16 @@ typedef struct {
  * with *declined set (no error) where it has none for the case (ops/conv3d.c says which), NULL after dp_error
  * for bad arguments. */
 dp_tensor *dp_conv3d_direct(dp_tensor *x, dp_tensor *w, dp_tensor *b, const dp_conv3d_args *a, bool *declined);
+/* A transposed 3-d convolution's arguments ({d, h, w} triples; groups >= 1; output_padding below the stride or
+ * the dilation). */
+typedef struct {
+  int64_t stride[3], padding[3], output_padding[3], dilation[3];
+  int64_t groups;
+} dp_conv_transpose3d_args;
+/* x [N, C, D, H, W], w [C, O / groups, kd, kh, kw], b [O] or NULL; as dp_conv3d_direct (declined: NULL, *declined
+ * set, no error; also for an output_padding past the padding). */
+dp_tensor *dp_conv_transpose3d_direct(dp_tensor *x, dp_tensor *w, dp_tensor *b, const dp_conv_transpose3d_args *a,
+                                      bool *declined);
 /* PyTorch's F.conv_transpose2d arguments ({h, w} pairs; groups >= 1;
  * output_padding below the stride). */
 typedef struct {

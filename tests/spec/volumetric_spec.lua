@@ -117,25 +117,48 @@ describe("conv3d", function()
   end)
 end)
 
+local function conv_transpose3d_cases()
+  ddp.manual_seed(303)
+  return {
+    { what = "stride 2, output_padding 1", x = f64(2, 3, 3, 4, 5), w = f64(3, 2, 3, 3, 3), b = f64(2), stride = 2,
+      padding = 1, output_padding = 1 },
+    { what = "mixed sizes, dilated (output_padding past the padding: composed)", x = f64(1, 2, 3, 3, 2),
+      w = f64(2, 3, 2, 3, 2), b = f64(3), stride = { 1, 2, 3 }, padding = { 0, 1, 2 }, output_padding = { 1, 1, 2 },
+      dilation = { 2, 1, 1 } },
+    { what = "dilated, padded", x = f64(2, 4, 3, 4, 3), w = f64(4, 2, 3, 2, 3), b = f64(2), stride = { 2, 1, 2 },
+      padding = { 2, 1, 1 }, output_padding = { 1, 0, 1 }, dilation = { 2, 2, 1 } },
+    { what = "groups 2", x = f64(1, 4, 2, 3, 3), w = f64(4, 3, 2, 2, 2), stride = { 2, 1, 1 }, groups = 2 },
+    { what = "unbatched", x = f64(3, 2, 3, 4), w = f64(3, 4, 3, 3, 3), b = f64(4), stride = { 2, 1, 2 } },
+    { what = "padding past the taps (crops)", x = f64(1, 2, 4, 3, 3), w = f64(2, 2, 3, 1, 1), padding = { 2, 0, 0 } },
+    { what = "empty batch", x = f64(0, 2, 3, 3, 3), w = f64(2, 2, 2, 2, 2), b = f64(2), stride = 2 },
+  }
+end
+
+local function conv_transpose3d_torch(c)
+  return string.format("F.conv_transpose3d(x, w, b, stride=%s, padding=%s, output_padding=%s, groups=%d, " ..
+    "dilation=%s)", py(c.stride or 1), py(c.padding or 0), py(c.output_padding or 0), c.groups or 1,
+    py(c.dilation or 1))
+end
+local function conv_transpose3d_ours(c, x, w, b)
+  return F.conv_transpose3d(x, w, b, c.stride, c.padding, c.output_padding, c.groups, c.dilation)
+end
+
 describe("conv_transpose3d", function()
-  it("gives PyTorch's values and gradients", function()
-    ddp.manual_seed(303)
-    local cases = {
-      { what = "stride 2, output_padding 1", x = f64(2, 3, 3, 4, 5), w = f64(3, 2, 3, 3, 3), b = f64(2), stride = 2,
-        padding = 1, output_padding = 1 },
-      { what = "mixed sizes, dilated", x = f64(1, 2, 3, 3, 2), w = f64(2, 3, 2, 3, 2), b = f64(3),
-        stride = { 1, 2, 3 }, padding = { 0, 1, 2 }, output_padding = { 1, 1, 2 }, dilation = { 2, 1, 1 } },
-      { what = "groups 2", x = f64(1, 4, 2, 3, 3), w = f64(4, 3, 2, 2, 2), stride = { 2, 1, 1 }, groups = 2 },
-      { what = "unbatched", x = f64(3, 2, 3, 4), w = f64(3, 4, 3, 3, 3), b = f64(4), stride = { 2, 1, 2 } },
-      { what = "padding past the taps (crops)", x = f64(1, 2, 4, 3, 3), w = f64(2, 2, 3, 1, 1), padding = { 2, 0, 0 } },
-    }
-    check_against_torch(cases, function(c)
-      return string.format("F.conv_transpose3d(x, w, b, stride=%s, padding=%s, output_padding=%s, groups=%d, " ..
-        "dilation=%s)", py(c.stride or 1), py(c.padding or 0), py(c.output_padding or 0), c.groups or 1,
-        py(c.dilation or 1))
-    end, function(c, x, w, b)
-      return F.conv_transpose3d(x, w, b, c.stride, c.padding, c.output_padding, c.groups, c.dilation)
-    end, 1e-11)
+  it("gives PyTorch's values and gradients in float64 (the composition)", function()
+    check_against_torch(conv_transpose3d_cases(), conv_transpose3d_torch, conv_transpose3d_ours, 1e-11)
+  end)
+
+  it("gives PyTorch's values and gradients in float32, direct and composed", function()
+    local before = ddp.core._onednn_calls()
+    check_against_torch(conv_transpose3d_cases(), conv_transpose3d_torch, conv_transpose3d_ours, 2e-5, true)
+    if ddp.core.onednn_info():find("^oneDNN") then -- the direct path ran for the cases it takes
+      assert.is_true(ddp.core._onednn_calls() - before >= 3 * 4, "oneDNN's 3-d kernels ran")
+    end
+    conv3d_module.direct = false
+    local ok, err = pcall(check_against_torch, conv_transpose3d_cases(), conv_transpose3d_torch,
+      conv_transpose3d_ours, 2e-5, true)
+    conv3d_module.direct = true
+    assert(ok, err)
   end)
 
   it("is the adjoint of conv3d", function()
@@ -466,6 +489,18 @@ describe("the 3-d layers' bad arguments", function()
         "must share one floating point dtype" },
       { function() ddp.core.conv3d_direct(ddp.randn(3, 4, 5, 5), w, nil, { 1, 1, 1 }, { 0, 0, 0 }, { 1, 1, 1 }, 1) end,
         "expected a 5-dimensional input" },
+      { function() ddp.core.conv_transpose3d_direct(x, w:transpose(1, 2), nil, { 1, 1 }, { 0, 0, 0 }, { 0, 0, 0 },
+        { 1, 1, 1 }, 1) end, "conv_transpose3d: stride must be a table of 3 integers" },
+      { function() ddp.core.conv_transpose3d_direct(x, ddp.randn(3, 2, 3, 3, 3), nil, { 2, 2, 2 }, { 0, 0, 0 },
+        { 2, 0, 0 }, { 1, 1, 1 }, 1) end, "output_padding below the stride or the dilation" },
+      { function() ddp.core.conv_transpose3d_direct(x, ddp.randn(3, 2, 3, 3, 3), nil, { 2 ^ 40, 1, 1 }, { 0, 0, 0 },
+        { 0, 0, 0 }, { 1, 1, 1 }, 1) end, "at most 2^20" },
+      { function() ddp.core.conv_transpose3d_direct(x, ddp.randn(3, 2, 1, 1, 1), nil, { 1, 1, 1 }, { 3, 0, 0 },
+        { 0, 0, 0 }, { 1, 1, 1 }, 1) end, "conv_transpose3d: no output" },
+      { function() ddp.core.conv_transpose3d_direct(x, ddp.randn(4, 2, 1, 1, 1), nil, { 1, 1, 1 }, { 0, 0, 0 },
+        { 0, 0, 0 }, { 1, 1, 1 }, 1) end, "do not match" },
+      { function() ddp.core.conv_transpose3d_direct(x, ddp.randn(3, 2, 1, 1, 1), ddp.randn(3), { 1, 1, 1 },
+        { 0, 0, 0 }, { 0, 0, 0 }, { 1, 1, 1 }, 1) end, "conv_transpose3d: bias of shape [3], expected [2]" },
     })
   end)
 end)

@@ -19,8 +19,9 @@
 -- composed from 2-d convolutions: a 3-d convolution is a sum over the kernel's depth taps of 2-d ones, so each
 -- output depth's kd input frames (depth d * stride + kd * dilation of the depth-padded input) are gathered side by
 -- side as kd * C channels, and one conv2d with the weight's taps laid out alike ([O, kd * C / groups, kh, kw]) sums
--- them all. The transposed convolution runs conv_transpose2d per tap on all N * D_in frames and places tap kd's
--- frames at depth d * stride + kd * dilation - padding (F.pad, which crops where its pads are negative). Autograd
+-- them all. The transposed convolution, likewise direct where it can be (core.conv_transpose3d_direct: the
+-- convolution's input-gradient kernel), else conv_transpose2d per tap on all N * D_in frames, tap kd's frames
+-- placed at depth d * stride + kd * dilation - padding (F.pad, which crops where its pads are negative). Autograd
 -- runs through the composed ops, so their gradients, autocast and the CUDA backend are the 2-d ops' own.
 -- bench/conv3d.lua measures both ways beside PyTorch 1.13's conv3d (oneDNN's direct 3-d convolution on its CPU).
 local ddp = require "ddplua"
@@ -198,6 +199,10 @@ function F.conv_transpose3d(x, w, b, stride, padding, output_padding, groups, di
     end
   end
   util.check_output_alloc(who, x, { N, O, sizes[1], sizes[2], sizes[3] })
+  if M.direct then -- the backend's direct kernel where it has one (its convolutions' input gradient)
+    local y = core.conv_transpose3d_direct(xb, w, b, stride, padding, output_padding, dilation, groups)
+    if y then return unbatch(y, x) end
+  end
   local Dout, sd = sizes[1], stride[1]
   local frames = xb:transpose(2, 3):reshape(N * Din, C, H, W)
   local out
