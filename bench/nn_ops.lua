@@ -101,6 +101,12 @@ do -- softmax family and losses
   case("cross_entropy 2048x256 (GPT)", function() return F.cross_entropy(lg, tg) end, { bytes = 2048 * 256 * 4 })
   local lm, tm = leaf(64, 10), (ddp.rand(64) * 10):long() + 1
   case("cross_entropy 64x10 (MLP)", function() return F.cross_entropy(lm, tm) end)
+  -- a speech recogniser's CTC: 100 steps of 16 utterances over 29 characters (blank first), 30 labels each
+  local lc = leaf(100, 16, 29)
+  local tc = (ddp.rand(16, 30) * 28):floor():long() + 2
+  case("ctc_loss 100x16x29, 30 labels (speech)", function()
+    return F.ctc_loss(F.log_softmax(lc, 3), tc, ddp.full({ 16 }, 100):long(), ddp.full({ 16 }, 30):long())
+  end)
   -- the VAE example's reconstruction loss (sum over the batch's pixels)
   local pb, tb = ddp.rand(64, 784):requires_grad_(), ddp.rand(64, 784)
   case("binary_cross_entropy 64x784 (VAE)", function() return F.binary_cross_entropy(pb, tb, nil, "sum") end,

@@ -110,6 +110,9 @@ lg, tg = leaf(2048, 256), (torch.rand(2048) * 256).long()
 case("cross_entropy 2048x256 (GPT)", lambda: F.cross_entropy(lg, tg), nbytes=2048 * 256 * 4)
 lm, tm = leaf(64, 10), (torch.rand(64) * 10).long()
 case("cross_entropy 64x10 (MLP)", lambda: F.cross_entropy(lm, tm))
+lc, tc = leaf(100, 16, 29), (torch.rand(16, 30) * 28).long() + 1
+case("ctc_loss 100x16x29, 30 labels (speech)",
+     lambda: F.ctc_loss(F.log_softmax(lc, 2), tc, torch.full((16,), 100), torch.full((16,), 30)))
 pb, tb = torch.rand(64, 784).requires_grad_(), torch.rand(64, 784)
 case("binary_cross_entropy 64x784 (VAE)", lambda: F.binary_cross_entropy(pb, tb, reduction="sum"),
      nbytes=2 * 64 * 784 * 4)

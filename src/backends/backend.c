@@ -100,6 +100,8 @@ enum { ALL, DEVICE, OPTIONAL };
   X(conv2d_bf16_pays, OPTIONAL)                                                                                        \
   X(conv3d, OPTIONAL)                                                                                                  \
   X(conv3d_backward, OPTIONAL)                                                                                         \
+  X(ctc_loss, OPTIONAL)                                                                                                \
+  X(ctc_loss_backward, OPTIONAL)                                                                                       \
   X(moments, OPTIONAL)                                                                                                 \
   X(sum_squares, OPTIONAL)                                                                                             \
   X(index_select_dim, OPTIONAL)                                                                                        \

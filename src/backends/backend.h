@@ -68,6 +68,20 @@ typedef struct {
   int64_t groups;     /* >= 1 */
 } dp_window3d;
 
+/* Connectionist temporal classification of log-probabilities [T, N, C] (contiguous float32 or float64) against
+ * each sample's labels (0-based, not the blank): sample n's are targets[offsets[n] ..] (target_lengths[n] of
+ * them), its inputs the first input_lengths[n] steps; host arrays, checked by ops/ctc.c. */
+typedef struct {
+  const dp_tensor *log_probs;
+  const int64_t *targets, *offsets, *input_lengths, *target_lengths;
+  int64_t blank, max_target_length;
+  bool zero_infinity;
+  /* Optional: the forward's log_alpha tables (sample n's input_lengths[n] * (2 * target_lengths[n] + 1) doubles at
+   * alpha + alpha_offsets[n]) for the backward to read instead of recomputing them; NULL: none kept */
+  double *alpha;
+  const int64_t *alpha_offsets;
+} dp_ctc_args;
+
 /* Reductions over the middle axis of x seen as [outer, k, inner]; index
  * tensors count from base. */
 typedef struct {
@@ -535,6 +549,10 @@ typedef struct dp_backend {
   int (*conv3d)(dp_tensor *y, const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, const dp_window3d *g);
   int (*conv3d_backward)(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
                          const dp_tensor *w, const dp_window3d *g);
+  /* Optional (ops/ctc.c runs other devices' tensors on the CPU's): loss [N] (log_probs' dtype) = each sample's
+   * negative log-likelihood (0 for an impossible one with zero_infinity); grad [T, N, C] from gloss [N] */
+  int (*ctc_loss)(dp_tensor *loss, const dp_ctc_args *a);
+  int (*ctc_loss_backward)(dp_tensor *grad, const dp_tensor *gloss, const dp_ctc_args *a);
 } dp_backend;
 
 /* What the runtime hands a backend plugin (the CUDA backend is built as a

@@ -105,14 +105,22 @@ static int l_mse_loss(lua_State *L) {
   return lt_push(L, dp_mse_loss(a, b, read_reduction(L, red)));
 }
 
+/* core._ctc_loss(log_probs, targets, input_lengths, target_lengths, blank [, zero_infinity]): blank and the
+ * labels 1-based; each sample's loss [N] (nn/loss_ctc.lua reduces it) */
+static int l_ctc_loss(lua_State *L) {
+  dp_tensor *lp = lt_check(L, 1), *tg = lt_check(L, 2), *il = lt_check(L, 3), *tl = lt_check(L, 4);
+  lua_Integer blank = luaL_checkinteger(L, 5);
+  if (blank < 1 || blank > ((lua_Integer)1 << 62))
+    return luaL_error(L, "ctc_loss: blank must be a class (>= 1), got %I", blank);
+  bool zi = lua_toboolean(L, 6);
+  return lt_push(L, dp_ctc_loss(lp, tg, il, tl, (int64_t)blank - 1, 1, zi));
+}
+
 void lt_open_nn_ops(lua_State *L, int module, int methods) {
-  static const luaL_Reg funcs[] = {{"linear", l_linear},
-                                   {"softmax", l_softmax},
-                                   {"log_softmax", l_log_softmax},
-                                   {"cross_entropy", l_cross_entropy},
-                                   {"mse_loss", l_mse_loss},
-                                   {"nll_loss", l_nll_loss},
-                                   {NULL, NULL}};
+  static const luaL_Reg funcs[] = {{"linear", l_linear},           {"softmax", l_softmax},
+                                   {"log_softmax", l_log_softmax}, {"cross_entropy", l_cross_entropy},
+                                   {"mse_loss", l_mse_loss},       {"nll_loss", l_nll_loss},
+                                   {"_ctc_loss", l_ctc_loss},      {NULL, NULL}};
   lua_pushvalue(L, module);
   luaL_setfuncs(L, funcs, 0);
   lua_pop(L, 1);

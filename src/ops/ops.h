@@ -189,6 +189,11 @@ typedef struct {
 } dp_conv2d_args;
 /* x [N, C, H, W] or [C, H, W], w [O, C / groups, kh, kw], b [O] or NULL. */
 dp_tensor *dp_conv2d(dp_tensor *x, dp_tensor *w, dp_tensor *b, const dp_conv2d_args *a);
+/* CTC loss: log_probs [T, N, C] (float32 / float64), targets int64 ([N, S] padded, or the labels concatenated),
+ * input_lengths and target_lengths int64 [N]; labels count from base, blank is 0-based. Each sample's negative
+ * log-likelihood [N] (0 for an impossible alignment with zero_infinity), autograd to log_probs (ops/ctc.c). */
+dp_tensor *dp_ctc_loss(dp_tensor *log_probs, dp_tensor *targets, dp_tensor *input_lengths, dp_tensor *target_lengths,
+                       int64_t blank, int64_t base, bool zero_infinity);
 /* A 3-d convolution's arguments ({d, h, w} triples; groups >= 1). */
 typedef struct {
   int64_t stride[3], padding[3], dilation[3];

@@ -86,7 +86,7 @@ local EXPORTS = {
       "Hardtanh", "ReLU6", "Hardsigmoid", "Hardswish", "Mish", "SELU", "CELU", "LogSigmoid", "Softsign", "Tanhshrink",
       "Softshrink", "Hardshrink", "Threshold", "Unfold", "Fold", "Bilinear", "LocalResponseNorm", "ChannelShuffle",
       "Conv3d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d", "AdaptiveAvgPool3d", "AdaptiveMaxPool3d", "BatchNorm3d",
-      "InstanceNorm3d", "Dropout3d", "ConstantPad3d", "ReflectionPad3d", "ReplicationPad3d",
+      "InstanceNorm3d", "Dropout3d", "ConstantPad3d", "ReflectionPad3d", "ReplicationPad3d", "CTCLoss",
     },
   },
   F = {
@@ -97,7 +97,7 @@ local EXPORTS = {
       "instance_norm", "conv1d", "conv_transpose1d", "max_pool1d", "avg_pool1d", "interpolate", "pixel_shuffle",
       "pixel_unshuffle", "pad", "unfold", "fold", "bilinear", "local_response_norm", "channel_shuffle",
       "affine_grid", "grid_sample", "conv3d", "conv_transpose3d", "max_pool3d", "avg_pool3d", "adaptive_avg_pool3d",
-      "adaptive_max_pool3d", "dropout3d",
+      "adaptive_max_pool3d", "dropout3d", "ctc_loss",
       "avg_pool2d", "batch_norm", "layer_norm", "dropout", "dropout2d", "embedding", "cross_entropy", "mse_loss", "nll_loss",
       "scaled_dot_product_attention", "self_attention_qkv", "self_attention_qkv_composed", "adaptive_avg_pool2d",
       "softmin", "glu", "prelu", "cosine_similarity", "pairwise_distance", "normalize", "one_hot", "adaptive_max_pool2d",

@@ -119,4 +119,6 @@ const dp_backend dp_cpu_backend = {
     .conv2d_bf16_pays = dp_dnnl_conv2d_bf16_pays,
     .conv3d = dp_dnnl_conv3d,
     .conv3d_backward = dp_dnnl_conv3d_backward,
+    .ctc_loss = dp_cpu_ctc_loss,
+    .ctc_loss_backward = dp_cpu_ctc_loss_backward,
 };

@@ -46,6 +46,9 @@ int dp_cpu_attention_bf16_amx(int on);
 /* cpu_rnn.c: recurrent cells and adaptive pooling */
 int dp_cpu_rnn_cell(const dp_rnn_cell_args *a);
 int dp_cpu_rnn_cell_backward(const dp_rnn_cell_args *a);
+/* backend.h's ctc_loss and ctc_loss_backward (cpu_ctc.c) */
+int dp_cpu_ctc_loss(dp_tensor *loss, const dp_ctc_args *a);
+int dp_cpu_ctc_loss_backward(dp_tensor *grad, const dp_tensor *gloss, const dp_ctc_args *a);
 int dp_cpu_adaptive_avg_pool2d(dp_tensor *y, const dp_tensor *x, int64_t planes, int64_t h, int64_t w, int64_t oh,
                                int64_t ow);
 int dp_cpu_adaptive_avg_pool2d_backward(dp_tensor *gx, const dp_tensor *gy, int64_t planes, int64_t h, int64_t w,
