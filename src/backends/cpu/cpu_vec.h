@@ -71,6 +71,10 @@ typedef struct dp_cpu_vec {
    * compute (a cross-entropy's next row: its max pass then reads the cache,
    * not memory) */
   void (*lse_row)(const float *x, int64_t n, double *mx, double *log_s, double *sum_d, const float *next);
+  /* one step of CTC's log-space recursion (cpu_ctc.c) over n states: out[s] = lp[s] + log(exp(a[s]) + exp(b[s]) +
+   * exp(c[s])) in double, each term's exp taken relative to the largest in float32 (vmath.h, 2 ulp) and the
+   * log of their sum (in [1, 3]) likewise; -inf terms allowed, all three -inf gives -inf */
+  void (*lse3_row)(double *out, const double *a, const double *b, const double *c, const double *lp, int64_t n);
   /* g[j] = (exp((x[j] - mx) - log_s) - off) * sc (the target's element is
    * the caller's); next as lse_row's */
   void (*ce_bwd_row)(float *g, const float *x, int64_t n, double mx, double log_s, double off, double sc,

@@ -373,3 +373,23 @@ static void v_avg_pool_bwd_plane(float *RESTRICT gx, const float *RESTRICT gy, i
     }
   }
 }
+
+/* CTC's step (cpu_vec.h lse3_row): branch-free, so the loop vectorises at this unit's width (doubles converted to
+ * float for vmath.h's exp and log and back). One AVX-512 core, 16 utterances of 100 steps and 30 labels: 2.07 ms
+ * with libm's scalar calls a state, 0.6-0.8 here, PyTorch 1.3 (its float32 kernel); the base unit 6.4 with
+ * vmath.h's software FMAs. */
+static void v_lse3_row(double *out, const double *a, const double *b, const double *c, const double *lp, int64_t n) {
+  for (int64_t s = 0; s < n; s++) {
+    double m = a[s] > b[s] ? a[s] : b[s];
+    m = m > c[s] ? m : c[s];
+    double mm = m == -INFINITY ? 0.0 : m; /* all -inf: the exps are 0 and the log -inf */
+#if defined(__FMA__)
+    float e =
+        dp_vexp_nonposf((float)(a[s] - mm)) + dp_vexp_nonposf((float)(b[s] - mm)) + dp_vexp_nonposf((float)(c[s] - mm));
+    out[s] = mm + (double)dp_vlogf(e) + lp[s];
+#else /* without FMA vmath.h's fmaf calls are libm's software ones: libm's float exp and log are faster there */
+    float e = expf((float)(a[s] - mm)) + expf((float)(b[s] - mm)) + expf((float)(c[s] - mm));
+    out[s] = mm + (double)logf(e) + lp[s];
+#endif
+  }
+}

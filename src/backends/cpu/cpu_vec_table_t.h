@@ -19,6 +19,7 @@ const dp_cpu_vec DP_VEC_TABLE = {
     .softmax_row = v_softmax_row,
     .softmax_bwd_row = v_softmax_bwd_row,
     .lse_row = v_lse_row,
+    .lse3_row = v_lse3_row,
     .ce_bwd_row = v_ce_bwd_row,
     .sum = v_sum,
     .sq_dev = v_sq_dev,
