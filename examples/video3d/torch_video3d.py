@@ -10,45 +10,13 @@ import torch.nn.functional as F
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "..", "bench"))
 from torch_fashion_mnist import load  # noqa: E402 (the IDX files as uint8 images and int64 labels)
+from torch_conv3d import R3D  # noqa: E402 (the network of bench/conv3d.lua's peer)
 
 args = sys.argv[1:]
 epochs = int(args[0]) if len(args) > 0 else 2
 train_n = int(args[1]) if len(args) > 1 else 10000
 test_n = int(args[2]) if len(args) > 2 else 2000
 threads = int(args[3]) if len(args) > 3 else 1
-
-
-def r3d_class():
-    # the network only (bench/torch_conv3d.py times layers when run; its classes are copied here to stay standalone)
-    import torch.nn as nn
-
-    class Block(nn.Module):
-        def __init__(self, cin, cout, stride):
-            super().__init__()
-            self.conv1 = nn.Conv3d(cin, cout, 3, stride, 1, bias=False); self.bn1 = nn.BatchNorm3d(cout)
-            self.conv2 = nn.Conv3d(cout, cout, 3, 1, 1, bias=False); self.bn2 = nn.BatchNorm3d(cout)
-            self.down = None
-            if stride != 1 or cin != cout:
-                self.down = nn.Sequential(nn.Conv3d(cin, cout, 1, stride, bias=False), nn.BatchNorm3d(cout))
-
-        def forward(self, x):
-            out = F.relu(self.bn1(self.conv1(x)))
-            out = self.bn2(self.conv2(out))
-            return F.relu(out + (x if self.down is None else self.down(x)))
-
-    class R3D(nn.Module):
-        def __init__(self, num_classes=10, width=16, in_channels=1):
-            super().__init__()
-            w = width
-            self.stem = nn.Sequential(nn.Conv3d(in_channels, w, (3, 7, 7), (1, 2, 2), (1, 3, 3), bias=False),
-                                      nn.BatchNorm3d(w), nn.ReLU())
-            self.layers = nn.Sequential(Block(w, w, 1), Block(w, 2 * w, 2), Block(2 * w, 4 * w, 2))
-            self.pool = nn.AdaptiveAvgPool3d(1)
-            self.fc = nn.Linear(4 * w, num_classes)
-
-        def forward(self, x):
-            return self.fc(self.pool(self.layers(self.stem(x))).flatten(1))
-    return R3D
 
 
 torch.set_num_threads(threads)
@@ -77,7 +45,7 @@ xtr, ytr = load("train")
 xtr, ytr = xtr[:train_n], ytr[:train_n]
 xte, yte = load("t10k")
 xte, yte = xte[:test_n], yte[:test_n]
-model = r3d_class()()
+model = R3D(10, 16, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
 steps = epochs * math.ceil(len(ytr) / 32)
 print(f"R3D on moving Fashion-MNIST clips (PyTorch {torch.__version__}): {len(ytr)} train / {len(yte)} test clips, "

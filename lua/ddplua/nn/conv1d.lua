@@ -23,7 +23,6 @@
 local ddp = require "ddplua"
 local Module = require "ddplua.nn.module"
 local util = require "ddplua.nn.util"
-local init = require "ddplua.nn.initializers"
 local E = require "ddplua.errors"
 
 local M = { modules = {}, F = {} }
@@ -194,34 +193,6 @@ end
 
 -- ---- modules ----------------------------------------------------------------------------------------------------
 
-local function check_bias(who, bias)
-  if bias ~= nil and type(bias) ~= "boolean" then
-    E.raise(who .. ": bias must be true or false, got " .. tostring(bias))
-  end
-end
-
--- weight (kaiming_uniform a = sqrt(5)) and bias (U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = shape[2] * k)
-local function register_weights(self, shape, out_len, bias, topts)
-  self:register_parameter("weight", util.parameter(function()
-    return init.kaiming_uniform_(ddp.empty(shape, topts), math.sqrt(5))
-  end))
-  if bias == false then
-    self:register_parameter("bias", nil)
-  else
-    local bound = 1 / math.sqrt(shape[2] * shape[3])
-    self:register_parameter("bias", util.parameter(function()
-      return init.uniform_(ddp.empty(out_len, topts), -bound, bound)
-    end))
-  end
-end
-
-local function check_groups(who, in_channels, out_channels, groups)
-  if in_channels % groups ~= 0 or out_channels % groups ~= 0 then
-    E.raise(string.format("%s: in_channels %d and out_channels %d must both be divisible by groups %d", who,
-      in_channels, out_channels, groups))
-  end
-end
-
 local function check_module_input(self, x)
   if not ddp.is_tensor(x) or (x:dim() ~= 3 and x:dim() ~= 2) or x:size(-2) ~= self.in_channels then
     E.raise(string.format("%s: expected input of shape [N, %d, L] or [%d, L], got %s", tostring(self),
@@ -266,11 +237,11 @@ function Conv1d:__init(in_channels, out_channels, kernel_size, ...)
   local p = padding_of(who, o.padding, self.kernel_size[1], self.stride[1], self.dilation[1])
   self.padding = (o.padding == "valid" or o.padding == "same") and o.padding or { p }
   self.groups = util.check_int(who, "groups", o.groups or 1)
-  check_groups(who, in_channels, out_channels, self.groups)
+  util.check_conv_groups(who, in_channels, out_channels, self.groups)
   self.padding_mode = util.check_padding_mode(who, o.padding_mode)
   self._mode_pads = { p, p + (o.padding == "same" and (self.dilation[1] * (self.kernel_size[1] - 1)) % 2 or 0) }
-  check_bias(who, o.bias)
-  register_weights(self, { out_channels, in_channels // self.groups, self.kernel_size[1] }, out_channels, o.bias,
+  util.check_conv_bias(who, o.bias)
+  util.conv_parameters(self, { out_channels, in_channels // self.groups, self.kernel_size[1] }, out_channels, o.bias,
     util.tensor_opts(o))
 end
 
@@ -303,15 +274,15 @@ function ConvTranspose1d:__init(in_channels, out_channels, kernel_size, ...)
   self.output_padding = { single(who, "output_padding", o.output_padding or 0, true) }
   self.dilation = { single(who, "dilation", o.dilation or 1) }
   self.groups = util.check_int(who, "groups", o.groups or 1)
-  check_groups(who, in_channels, out_channels, self.groups)
+  util.check_conv_groups(who, in_channels, out_channels, self.groups)
   if self.output_padding[1] >= self.stride[1] then
     E.raise(string.format("%s: output_padding (%d,) must be smaller than the stride (%d,)", who,
       self.output_padding[1], self.stride[1]))
   end
   util.unsupported(who, "padding_mode", o.padding_mode, "zeros", "only zero padding is implemented")
   self.padding_mode = "zeros"
-  check_bias(who, o.bias)
-  register_weights(self, { in_channels, out_channels // self.groups, self.kernel_size[1] }, out_channels, o.bias,
+  util.check_conv_bias(who, o.bias)
+  util.conv_parameters(self, { in_channels, out_channels // self.groups, self.kernel_size[1] }, out_channels, o.bias,
     util.tensor_opts(o))
 end
 

@@ -27,7 +27,6 @@
 local ddp = require "ddplua"
 local Module = require "ddplua.nn.module"
 local util = require "ddplua.nn.util"
-local init = require "ddplua.nn.initializers"
 local E = require "ddplua.errors"
 local core = require "ddplua.core"
 
@@ -225,34 +224,6 @@ end
 
 -- ---- modules ----------------------------------------------------------------------------------------------------
 
-local function check_bias(who, bias)
-  if bias ~= nil and type(bias) ~= "boolean" then
-    E.raise(who .. ": bias must be true or false, got " .. tostring(bias))
-  end
-end
-
--- weight (kaiming_uniform a = sqrt(5)) and bias (U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = shape[2] * kd kh kw)
-local function register_weights(self, shape, out_channels, bias, topts)
-  self:register_parameter("weight", util.parameter(function()
-    return init.kaiming_uniform_(ddp.empty(shape, topts), math.sqrt(5))
-  end))
-  if bias == false then
-    self:register_parameter("bias", nil)
-  else
-    local bound = 1 / math.sqrt(shape[2] * shape[3] * shape[4] * shape[5])
-    self:register_parameter("bias", util.parameter(function()
-      return init.uniform_(ddp.empty(out_channels, topts), -bound, bound)
-    end))
-  end
-end
-
-local function check_groups(who, in_channels, out_channels, groups)
-  if in_channels % groups ~= 0 or out_channels % groups ~= 0 then
-    E.raise(string.format("%s: in_channels %d and out_channels %d must both be divisible by groups %d", who,
-      in_channels, out_channels, groups))
-  end
-end
-
 local function check_module_input(self, x)
   if not ddp.is_tensor(x) or (x:dim() ~= 5 and x:dim() ~= 4) or x:size(-4) ~= self.in_channels then
     E.raise(string.format("%s: expected input of shape [N, %d, D, H, W] or [%d, D, H, W], got %s", tostring(self),
@@ -299,13 +270,13 @@ function Conv3d:__init(in_channels, out_channels, kernel_size, ...)
   local p, extra = padding_of(who, o.padding, self.kernel_size, self.stride, self.dilation)
   self.padding = (o.padding == "valid" or o.padding == "same") and o.padding or p
   self.groups = util.check_int(who, "groups", o.groups or 1)
-  check_groups(who, in_channels, out_channels, self.groups)
+  util.check_conv_groups(who, in_channels, out_channels, self.groups)
   self.padding_mode = util.check_padding_mode(who, o.padding_mode)
   -- F.pad's order (last dim first) for the padding modes; "same" puts its odd extra at the end
   self._mode_pads = { p[3], p[3] + extra[3], p[2], p[2] + extra[2], p[1], p[1] + extra[1] }
-  check_bias(who, o.bias)
+  util.check_conv_bias(who, o.bias)
   local k = self.kernel_size
-  register_weights(self, { out_channels, in_channels // self.groups, k[1], k[2], k[3] }, out_channels, o.bias,
+  util.conv_parameters(self, { out_channels, in_channels // self.groups, k[1], k[2], k[3] }, out_channels, o.bias,
     util.tensor_opts(o))
 end
 
@@ -337,7 +308,7 @@ function ConvTranspose3d:__init(in_channels, out_channels, kernel_size, ...)
   self.output_padding = triple(who, "output_padding", o.output_padding or 0, true)
   self.dilation = triple(who, "dilation", o.dilation or 1)
   self.groups = util.check_int(who, "groups", o.groups or 1)
-  check_groups(who, in_channels, out_channels, self.groups)
+  util.check_conv_groups(who, in_channels, out_channels, self.groups)
   for i = 1, 3 do
     if self.output_padding[i] >= self.stride[i] and self.output_padding[i] >= self.dilation[i] then
       E.raise(string.format("%s: output_padding %s must be smaller than the stride %s or the dilation %s", who,
@@ -346,9 +317,9 @@ function ConvTranspose3d:__init(in_channels, out_channels, kernel_size, ...)
   end
   util.unsupported(who, "padding_mode", o.padding_mode, "zeros", "only zero padding is implemented (as PyTorch)")
   self.padding_mode = "zeros"
-  check_bias(who, o.bias)
+  util.check_conv_bias(who, o.bias)
   local k = self.kernel_size
-  register_weights(self, { in_channels, out_channels // self.groups, k[1], k[2], k[3] }, out_channels, o.bias,
+  util.conv_parameters(self, { in_channels, out_channels // self.groups, k[1], k[2], k[3] }, out_channels, o.bias,
     util.tensor_opts(o))
 end
 

@@ -151,6 +151,38 @@ function M.transposed_output_padding(m, x, output_size, k)
   return op
 end
 
+--- The 1-d and 3-d convolution modules' settings and parameters (nn/conv1d.lua, nn/conv3d.lua): bias must be a
+--- boolean or nil; in and out channels divisible by groups; weight of `shape` (kaiming_uniform, a = sqrt(5)) and
+--- a bias of out_channels (U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in the product of shape's dims after the first)
+--- unless bias is false, PyTorch's _ConvNd init.
+function M.check_conv_bias(who, bias)
+  if bias ~= nil and type(bias) ~= "boolean" then
+    E.raise(who .. ": bias must be true or false, got " .. tostring(bias))
+  end
+end
+function M.check_conv_groups(who, in_channels, out_channels, groups)
+  if in_channels % groups ~= 0 or out_channels % groups ~= 0 then
+    E.raise(string.format("%s: in_channels %d and out_channels %d must both be divisible by groups %d", who,
+      in_channels, out_channels, groups))
+  end
+end
+function M.conv_parameters(m, shape, out_channels, bias, topts)
+  local init = require "ddplua.nn.initializers"
+  m:register_parameter("weight", M.parameter(function()
+    return init.kaiming_uniform_(ddp.empty(shape, topts), math.sqrt(5))
+  end))
+  if bias == false then
+    m:register_parameter("bias", nil)
+    return
+  end
+  local fan_in = 1
+  for i = 2, #shape do fan_in = fan_in * shape[i] end
+  local bound = 1 / math.sqrt(fan_in)
+  m:register_parameter("bias", M.parameter(function()
+    return init.uniform_(ddp.empty(out_channels, topts), -bound, bound)
+  end))
+end
+
 --- A normalisation's affine parameters: weight (ones) and bias (zeros) of n, or both registered as nil.
 function M.norm_affine(m, n, on, topts)
   m:register_parameter("weight", on and M.parameter(function() return ddp.ones(n, topts) end) or nil)
