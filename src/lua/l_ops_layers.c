@@ -89,6 +89,15 @@ static void read_triple(lua_State *L, int idx, const char *op, const char *what,
   }
 }
 
+/* a direct kernel's result: the tensor, nil where the backend declined the case, or its error */
+static int push_direct(lua_State *L, dp_tensor *y, bool declined) {
+  if (!y && declined) {
+    lua_pushnil(L);
+    return 1;
+  }
+  return lt_push(L, y);
+}
+
 static int l_conv3d_direct(lua_State *L) {
   dp_tensor *x = lt_check(L, 1), *w = lt_check(L, 2), *b = opt_tensor(L, 3);
   dp_conv3d_args a;
@@ -98,11 +107,7 @@ static int l_conv3d_direct(lua_State *L) {
   a.groups = luaL_checkinteger(L, 7);
   bool declined;
   dp_tensor *y = dp_conv3d_direct(x, w, b, &a, &declined);
-  if (!y && declined) {
-    lua_pushnil(L);
-    return 1;
-  }
-  return lt_push(L, y);
+  return push_direct(L, y, declined);
 }
 
 /* core.conv_transpose3d_direct(x, w, b, stride, padding, output_padding, dilation, groups): triples; nil: declined */
@@ -116,11 +121,7 @@ static int l_conv_transpose3d_direct(lua_State *L) {
   a.groups = luaL_checkinteger(L, 8);
   bool declined;
   dp_tensor *y = dp_conv_transpose3d_direct(x, w, b, &a, &declined);
-  if (!y && declined) {
-    lua_pushnil(L);
-    return 1;
-  }
-  return lt_push(L, y);
+  return push_direct(L, y, declined);
 }
 
 static int l_conv2d(lua_State *L) {
