@@ -197,6 +197,17 @@ static int l_onednn_winograd_calls(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)dp_dnnl_winograd_calls());
   return 1;
 }
+/* core.set_conv_narrow_grad(on) -> whether it was on; core._conv_narrow_grad_calls(): the weight gradients
+ * cpu_conv_narrow_grad_w.c computed so far (cpu_kernels.h) */
+static int l_set_conv_narrow_grad(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TBOOLEAN);
+  lua_pushboolean(L, dp_cpu_set_conv_narrow_grad(lua_toboolean(L, 1)));
+  return 1;
+}
+static int l_conv_narrow_grad_calls(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)dp_cpu_conv_narrow_grad_calls());
+  return 1;
+}
 /* core._onednn_bf16_conv_calls(): convolutions computed in bfloat16 so far (cpu_dnnl.h) */
 static int l_onednn_bf16_conv_calls(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)dp_dnnl_bf16_conv_calls());
@@ -446,6 +457,8 @@ int luaopen_ddplua_core(lua_State *L) {
                                    {"_onednn_calls", l_onednn_calls},
                                    {"set_conv_winograd", l_set_conv_winograd},
                                    {"_onednn_winograd_calls", l_onednn_winograd_calls},
+                                   {"set_conv_narrow_grad", l_set_conv_narrow_grad},
+                                   {"_conv_narrow_grad_calls", l_conv_narrow_grad_calls},
                                    {"_onednn_bf16_conv_calls", l_onednn_bf16_conv_calls},
                                    {"set_cpu_kernels", l_set_cpu_kernels},
                                    {"set_attention_amx", l_set_attention_amx},

@@ -7,19 +7,23 @@
 #include "tensor/storage.h"
 
 static int cpu_device_count(void) { return 1; }
-/* The convolutions' gradients: oneDNN's (cpu_dnnl.c), except the weight gradient of the depthwise and grouped
- * layers cpu_conv_depthwise.c takes (its dot products measured faster there); the input gradient then still goes
- * to oneDNN, and when oneDNN declines it the whole call is declined (ops/conv.c asks again for the weights alone). */
+/* The convolutions' gradients: oneDNN's (cpu_dnnl.c), except the weight gradients our own kernels take (each
+ * measured faster there): the depthwise and grouped layers' (cpu_conv_depthwise.c) and the narrow first layers'
+ * (cpu_conv_narrow_grad_w.c). The input gradient then still goes to oneDNN, and when oneDNN declines it the whole
+ * call is declined (ops/conv.c asks again for the weights alone). */
 static int cpu_conv2d_backward(dp_tensor *gx, dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
                                const dp_tensor *w, const dp_window2d *g) {
-  if (!gw || !dp_cpu_conv2d_dw_grad_w_takes(g, gy) || x->dtype != DP_F32 || gw->dtype != DP_F32 ||
-      (gb && gb->dtype != DP_F32))
-    return dp_dnnl_conv2d_backward(gx, gw, gb, gy, x, w, g);
+  int (*own)(dp_tensor *, dp_tensor *, const dp_tensor *, const dp_tensor *, const dp_window2d *) = NULL;
+  if (gw && x->dtype == DP_F32 && gw->dtype == DP_F32 && (!gb || gb->dtype == DP_F32)) {
+    if (dp_cpu_conv2d_dw_grad_w_takes(g, gy)) own = dp_cpu_conv2d_dw_grad_w;
+    else if (dp_cpu_conv2d_narrow_grad_w_takes(g, gy)) own = dp_cpu_conv2d_narrow_grad_w;
+  }
+  if (!own) return dp_dnnl_conv2d_backward(gx, gw, gb, gy, x, w, g);
   if (gx) {
     int r = dp_dnnl_conv2d_backward(gx, NULL, NULL, gy, x, w, g);
     if (r <= 0) return r;
   }
-  return dp_cpu_conv2d_dw_grad_w(gw, gb, gy, x, g) ? -1 : 1;
+  return own(gw, gb, gy, x, g) ? -1 : 1;
 }
 
 static void *cpu_alloc(int device, size_t n) {

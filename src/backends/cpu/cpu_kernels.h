@@ -80,12 +80,22 @@ int dp_cpu_resample_dim(dp_tensor *out, const dp_tensor *x, const dp_tensor *idx
                         int64_t n, int64_t inner, int64_t base);
 int dp_cpu_resample_dim_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *idx, const dp_tensor *w,
                                  int64_t outer, int64_t n, int64_t inner, int64_t base);
-/* cpu_plane_gather.c */
 /* cpu_conv_depthwise.c: the weight (and bias) gradient of a depthwise, stride-1 float32 convolution (groups = in =
  * out channels), for the kernels _takes says yes to; gw [C, 1, kh, kw], gb [C] or NULL, gy and x contiguous */
 bool dp_cpu_conv2d_dw_grad_w_takes(const dp_window2d *g, const dp_tensor *gy);
 int dp_cpu_conv2d_dw_grad_w(dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
                             const dp_window2d *g);
+/* cpu_conv_narrow_grad_w.c: the weight and bias gradients of a dense stride-1 convolution of one input channel and
+ * at most 27 taps (grayscale first layers), float32 on AVX-512; _takes says whether it runs the shape; gb [O] or
+ * NULL, gy and x contiguous */
+bool dp_cpu_conv2d_narrow_grad_w_takes(const dp_window2d *g, const dp_tensor *gy);
+int dp_cpu_conv2d_narrow_grad_w(dp_tensor *gw, dp_tensor *gb, const dp_tensor *gy, const dp_tensor *x,
+                                const dp_window2d *g);
+/* on unless DDPLUA_CONV_NARROW_GRAD=0 or set off (returns whether it was); the calls that ran the kernel so far */
+bool dp_cpu_set_conv_narrow_grad(bool on);
+bool dp_cpu_conv_narrow_grad_enabled(void);
+long dp_cpu_conv_narrow_grad_calls(void);
+/* cpu_plane_gather.c */
 int dp_cpu_plane_gather(dp_tensor *out, const dp_tensor *x, const dp_tensor *ih, const dp_tensor *iw, double value,
                         int64_t base);
 int dp_cpu_plane_gather_backward(dp_tensor *gx, const dp_tensor *gy, const dp_tensor *ih, const dp_tensor *iw,
