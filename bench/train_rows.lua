@@ -312,6 +312,24 @@ M[#M + 1] = { group = "models", run = function(c)
   return rate_rows(c, "DCGAN 1 proc, images/s", cmd, peer_cmd, ips, 2)
 end }
 
+-- - ViT: examples/vit/train.lua (a Vision Transformer: patches by a strided Conv2d, a class token, pre-norm
+--   nn.TransformerEncoder layers with GELU, AdamW, label smoothing) against examples/vit/torch_vit.py (the same
+--   network in torch.nn), one process, one epoch over the first 5000 images (1280 under BENCH_QUICK), all cores on
+--   both sides: images/s (goal >= 2x, as the other models), peak RSS.
+M[#M + 1] = { group = "models", run = function(c)
+  local n = c.quick == 1 and 1280 or 5000
+  local function ips(out, what)
+    local v = out:match("Epoch 1: train loss [%d.]+, ([%d.]+) images/s")
+    if not v then error("bench: no images/s from `" .. what .. "`:\n" .. out, 0) end
+    return tonumber(v)
+  end
+  local cmd = string.format("%s %s/examples/vit/train.lua epochs=1 train_samples=%d test_samples=1000 " ..
+    "run_name=bench_vit", c.ddplua, c.root, n)
+  local peer_cmd = string.format("%s %s/examples/vit/torch_vit.py 1 %d 1000 %d", c.python_for(c.cores), c.root, n,
+    c.cores)
+  return rate_rows(c, "ViT 1 proc, images/s", cmd, peer_cmd, ips, 2)
+end }
+
 -- - R3D: examples/video3d's 3-d ResNet (Conv3d, BatchNorm3d, AdaptiveAvgPool3d), its training step on a batch of
 --   [8, 3, 8, 56, 56] clips, one thread each side pinned to one core: bench/conv3d.lua against bench/torch_conv3d.py
 --   (the same network in torch.nn), steps per second (goal >= 1x: both convolve through oneDNN's direct 3-d

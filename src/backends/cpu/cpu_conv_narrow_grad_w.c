@@ -75,8 +75,8 @@ bool dp_cpu_conv_narrow_grad_enabled(void) {
 long dp_cpu_conv_narrow_grad_calls(void) { return __atomic_load_n(&narrow_calls, __ATOMIC_RELAXED); }
 
 bool dp_cpu_conv2d_narrow_grad_w_takes(const dp_window2d *g, const dp_tensor *gy) {
-  if (!dp_cpu_conv_narrow_grad_enabled() || dp_cpu_vec_get()->width != 16 || gy->dtype != DP_F32 || gy->ndim != 4 || g->n < 1 || g->groups > 1 ||
-      g->sh != 1 || g->sw != 1 || g->oh < 1 || g->ow < 1)
+  if (!dp_cpu_conv_narrow_grad_enabled() || dp_cpu_vec_get()->width != 16 || gy->dtype != DP_F32 || gy->ndim != 4 ||
+      g->n < 1 || g->groups > 1 || g->sh != 1 || g->sw != 1 || g->oh < 1 || g->ow < 1)
     return false;
   int64_t K = g->c * g->kh * g->kw, wp = g->ow + (g->kw - 1) * g->dw, hp = g->oh + (g->kh - 1) * g->dh;
   /* the padded block holds every row and column some tap reads */
@@ -92,9 +92,9 @@ bool dp_cpu_conv2d_narrow_grad_w_takes(const dp_window2d *g, const dp_tensor *gy
  * off[0..T)) over one image: sums[r][t] += the products, bsum[r] += gy
  * (when bias). R and T are constants in each instance below. */
 TARGET_AVX512 static INLINE_ALWAYS void narrow_block(const float *gy0, int64_t plane, const float *xp,
-                                                     const int64_t *off, int64_t oh, int64_t ow, int64_t wp,
-                                                     bool bias, double *sums, int64_t k_stride, double *bsum,
-                                                     const int R, const int T) {
+                                                     const int64_t *off, int64_t oh, int64_t ow, int64_t wp, bool bias,
+                                                     double *sums, int64_t k_stride, double *bsum, const int R,
+                                                     const int T) {
   __m512 acc[2][NARROW_TAPS], bacc[2];
   _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) {
     bacc[r] = _mm512_setzero_ps();
@@ -110,8 +110,7 @@ TARGET_AVX512 static INLINE_ALWAYS void narrow_block(const float *gy0, int64_t p
       __mmask16 m = (__mmask16)(ow - q >= 16 ? 0xFFFFu : (1u << (ow - q)) - 1u);
       __m512 gv[2];
       _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) gv[r] = _mm512_maskz_loadu_ps(m, gr + r * plane + q);
-      if (bias)
-        _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) bacc[r] = _mm512_add_ps(bacc[r], gv[r]);
+      if (bias) _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) bacc[r] = _mm512_add_ps(bacc[r], gv[r]);
       _Pragma("GCC unroll 9") for (int t = 0; t < T; t++) {
         __m512 xv = _mm512_maskz_loadu_ps(m, xr + off[t] + q);
         _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) acc[r][t] = _mm512_fmadd_ps(gv[r], xv, acc[r][t]);
@@ -119,7 +118,8 @@ TARGET_AVX512 static INLINE_ALWAYS void narrow_block(const float *gy0, int64_t p
     }
   }
   _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) {
-    _Pragma("GCC unroll 9") for (int t = 0; t < T; t++) sums[r * k_stride + t] += (double)_mm512_reduce_add_ps(acc[r][t]);
+    _Pragma("GCC unroll 9") for (int t = 0; t < T; t++) sums[r * k_stride + t] +=
+        (double)_mm512_reduce_add_ps(acc[r][t]);
     if (bias) bsum[r] += (double)_mm512_reduce_add_ps(bacc[r]);
   }
 }
@@ -127,9 +127,9 @@ TARGET_AVX512 static INLINE_ALWAYS void narrow_block(const float *gy0, int64_t p
 typedef void (*narrow_fn)(const float *, int64_t, const float *, const int64_t *, int64_t, int64_t, int64_t, bool,
                           double *, int64_t, double *);
 #define NARROW_INSTANCE(R, T)                                                                                          \
-  TARGET_AVX512 static void narrow_##R##_##T(const float *gy0, int64_t plane, const float *xp, const int64_t *off,    \
-                                             int64_t oh, int64_t ow, int64_t wp, bool bias, double *sums,            \
-                                             int64_t ks, double *bsum) {                                             \
+  TARGET_AVX512 static void narrow_##R##_##T(const float *gy0, int64_t plane, const float *xp, const int64_t *off,     \
+                                             int64_t oh, int64_t ow, int64_t wp, bool bias, double *sums, int64_t ks,  \
+                                             double *bsum) {                                                           \
     narrow_block(gy0, plane, xp, off, oh, ow, wp, bias, sums, ks, bsum, R, T);                                         \
   }
 #define NARROW_INSTANCES(R)                                                                                            \
