@@ -366,23 +366,43 @@ static inline dp_ph_f64 ph_log(dp_ph_f64 x) {
   dp_ph_f64 r = t2 + t1;
   return dk * 6.93147180369123816490e-01 - ((hfsq - (sv * (hfsq + r) + dk * 1.90821492927058770002e-10)) - f);
 }
+/* a * b + c, fused where the kernel set has FMA (the build leaves contraction off: the scalar reference and
+ * the vector loops must round alike elsewhere; the polynomials below are this file's own, held to float64) */
+static inline dp_ph_f64 ph_madd(dp_ph_f64 a, dp_ph_f64 b, dp_ph_f64 c) {
+#if defined(__AVX512F__) && DP_VEC_WIDTH == 16
+  return (dp_ph_f64)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
+#elif defined(__FMA__) && DP_VEC_WIDTH == 8
+  return (dp_ph_f64)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
+#else
+  return a * b + c;
+#endif
+}
+static inline dp_ph_f64 ph_splat(double c) {
+  dp_ph_f64 v;
+  for (int l = 0; l < PH_LANES; l++) v[l] = c;
+  return v;
+}
 /* cos(q pi / 2 + x) for x in [-pi/4, pi/4]: fdlibm's sin and cos kernels
  * (1 - (z/2 - z^2 c(z)) for cos, with a quarter of x^2 split off above
- * |x| = 0.3), chosen and signed by the quadrant q */
+ * |x| = 0.3), chosen and signed by the quadrant q; the polynomials by
+ * Horner's rule in fused steps (half the operations of a multiply and an
+ * add each: sin of 1M float32 values 1.75 -> see docs/performance.md) */
 static inline dp_ph_f64 ph_cos_quadrant(dp_ph_f64 x, dp_ph_i64 q) {
   dp_ph_f64 z = x * x, zero = x - x;
-  dp_ph_f64 sn = x + z * x *
-                         (-1.66666666666666324348e-01 +
-                          z * (8.33333333332248946124e-03 +
-                               z * (-1.98412698298579493134e-04 +
-                                    z * (2.75573137070700676789e-06 +
-                                         z * (-2.50507602534068634195e-08 + z * 1.58969099521155010221e-10)))));
-  dp_ph_f64 cr = z * z *
-                 (4.16666666666666019037e-02 +
-                  z * (-1.38888888888741095749e-03 +
-                       z * (2.48015872894767294178e-05 +
-                            z * (-2.75573143513906633035e-07 +
-                                 z * (2.08757232129817482790e-09 + z * -1.13596475577881948265e-11)))));
+  dp_ph_f64 ps = ph_splat(1.58969099521155010221e-10);
+  ps = ph_madd(ps, z, ph_splat(-2.50507602534068634195e-08));
+  ps = ph_madd(ps, z, ph_splat(2.75573137070700676789e-06));
+  ps = ph_madd(ps, z, ph_splat(-1.98412698298579493134e-04));
+  ps = ph_madd(ps, z, ph_splat(8.33333333332248946124e-03));
+  ps = ph_madd(ps, z, ph_splat(-1.66666666666666324348e-01));
+  dp_ph_f64 sn = ph_madd(z * x, ps, x);
+  dp_ph_f64 pc = ph_splat(-1.13596475577881948265e-11);
+  pc = ph_madd(pc, z, ph_splat(2.08757232129817482790e-09));
+  pc = ph_madd(pc, z, ph_splat(-2.75573143513906633035e-07));
+  pc = ph_madd(pc, z, ph_splat(2.48015872894767294178e-05));
+  pc = ph_madd(pc, z, ph_splat(-1.38888888888741095749e-03));
+  pc = ph_madd(pc, z, ph_splat(4.16666666666666019037e-02));
+  dp_ph_f64 cr = (z * z) * pc;
   sn = ph_select(z == 0.0, x, sn); /* sin(-0) = -0 (x + z x s(z) would be +0) */
   dp_ph_f64 ax = (dp_ph_f64)((dp_ph_i64)x & 0x7FFFFFFFFFFFFFFFll);
   dp_ph_f64 qx = (dp_ph_f64)((dp_ph_i64)(0.25 * ax * ax) & (int64_t)0xFFFFFFFF00000000ull);
@@ -445,23 +465,30 @@ static void v_normal(float *o, int64_t n, double mean, double std, uint64_t seed
  * faster than sinf's calls. |x| >= 2^19, inf and NaN lanes take libm's
  * own call (its exact reduction of any size). o may be x. ---- */
 typedef float dp_ph_f32h __attribute__((vector_size(DP_VEC_WIDTH * 2)));
+/* PH_NV vectors at a time, as pow_block: one vector's polynomials are a chain of dependent steps (2.1 ms for 1M
+ * values, bound by their latency); four independent chains keep the FMA units busy */
 static inline void sincos_block(float *o, const float *x, bool want_cos) {
-  dp_ph_f32h xs, y;
-  memcpy(&xs, x, sizeof xs);
-  dp_ph_f64 xd = __builtin_convertvector(xs, dp_ph_f64);
-  dp_ph_f64 ax = (dp_ph_f64)((dp_ph_i64)xd & 0x7FFFFFFFFFFFFFFFll);
-  dp_ph_i64 big = ~(ax < 524288.0);       /* NaN too */
-  xd = (dp_ph_f64)(~big & (dp_ph_i64)xd); /* those lanes 0 here, libm's below */
-  dp_ph_f64 kd = PH_ROUND(xd * 6.36619772367581382433e-01);
-  dp_ph_f64 r = (xd - kd * 1.57079632673412561417e+00) - kd * 6.07710050650619224932e-11;
-  dp_ph_i64 q = __builtin_convertvector(kd, dp_ph_i64) - (want_cos ? 0 : 1); /* sin(y) = cos(y - pi/2) */
-  y = __builtin_convertvector(ph_cos_quadrant(r, q), dp_ph_f32h);
+  dp_ph_f32h xs[PH_NV], y[PH_NV];
+  dp_ph_i64 big[PH_NV];
+  memcpy(xs, x, sizeof xs);
+  for (int k = 0; k < PH_NV; k++) {
+    dp_ph_f64 xd = __builtin_convertvector(xs[k], dp_ph_f64);
+    dp_ph_f64 ax = (dp_ph_f64)((dp_ph_i64)xd & 0x7FFFFFFFFFFFFFFFll);
+    big[k] = ~(ax < 524288.0);                 /* NaN too */
+    xd = (dp_ph_f64)(~big[k] & (dp_ph_i64)xd); /* those lanes 0 here, libm's below */
+    dp_ph_f64 kd = PH_ROUND(xd * 6.36619772367581382433e-01);
+    dp_ph_f64 r = (xd - kd * 1.57079632673412561417e+00) - kd * 6.07710050650619224932e-11;
+    dp_ph_i64 q = __builtin_convertvector(kd, dp_ph_i64) - (want_cos ? 0 : 1); /* sin(y) = cos(y - pi/2) */
+    y[k] = __builtin_convertvector(ph_cos_quadrant(r, q), dp_ph_f32h);
+  }
   int64_t any = 0;
-  for (int l = 0; l < PH_LANES; l++) any |= big[l];
+  for (int k = 0; k < PH_NV; k++)
+    for (int l = 0; l < PH_LANES; l++) any |= big[k][l];
   if (any)
-    for (int l = 0; l < PH_LANES; l++)
-      if (big[l]) y[l] = want_cos ? cosf(xs[l]) : sinf(xs[l]);
-  memcpy(o, &y, sizeof y);
+    for (int k = 0; k < PH_NV; k++)
+      for (int l = 0; l < PH_LANES; l++)
+        if (big[k][l]) y[k][l] = want_cos ? cosf(xs[k][l]) : sinf(xs[k][l]);
+  memcpy(o, y, sizeof y);
 }
 /* o = block(o, x, arg) over n values in blocks of STEP, the tail padded with zeros in a local block: every value
  * through the same lanes, so its result does not depend on its position (sin, cos and pow below) */
@@ -479,7 +506,7 @@ static inline void sincos_block(float *o, const float *x, bool want_cos) {
   } while (0)
 #endif
 static void v_sincos(float *o, const float *x, int64_t n, bool want_cos) {
-  PH_BY_BLOCKS(PH_LANES, sincos_block, o, x, n, want_cos);
+  PH_BY_BLOCKS(PH_STEP, sincos_block, o, x, n, want_cos);
 }
 
 /* ---- pow of float32 values to one float32 power: x^y = exp(y log x) in
