@@ -28,6 +28,7 @@
 --   same tokens): tokens/s (goal >= 1.5x), peak RSS; at 1 process both on
 --   one core (taskset, as for GPT: the peer runs 1 thread), at 2 each rank
 --   takes its share of the batch columns (the peer: --nproc 2, DDP on gloo).
+-- - ViT and U-Net: below, beside DCGAN.
 -- - ResNet: examples/resnet/train.lua (width 16, 32x32, 3 epochs over 2000
 --   CSV images) against bench/torch_resnet.py (torchvision's BasicBlock,
 --   the same layout, data and optimizer): the median epoch's images/s
@@ -328,6 +329,23 @@ M[#M + 1] = { group = "models", run = function(c)
   local peer_cmd = string.format("%s %s/examples/vit/torch_vit.py 1 %d 1000 %d", c.python_for(c.cores), c.root, n,
     c.cores)
   return rate_rows(c, "ViT 1 proc, images/s", cmd, peer_cmd, ips, 2)
+end }
+
+-- - U-Net: examples/unet/train.lua (segmentation: Conv2d, BatchNorm2d, MaxPool2d, ConvTranspose2d, skip connections by
+--   cat, per-pixel cross entropy) against examples/unet/torch_unet.py, one process, one epoch over the first 1600
+--   scenes (320 under BENCH_QUICK), all cores on both sides: scenes/s (goal >= 2x), peak RSS.
+M[#M + 1] = { group = "models", run = function(c)
+  local n = c.quick == 1 and 320 or 1600
+  local function rate(out, what)
+    local v = out:match("Epoch 1: train loss [%d.]+, ([%d.]+) scenes/s")
+    if not v then error("bench: no scenes/s from `" .. what .. "`:\n" .. out, 0) end
+    return tonumber(v)
+  end
+  local cmd = string.format("%s %s/examples/unet/train.lua epochs=1 train_samples=%d test_samples=320 " ..
+    "run_name=bench_unet", c.ddplua, c.root, n)
+  local peer_cmd = string.format("%s %s/examples/unet/torch_unet.py 1 %d 320 %d", c.python_for(c.cores), c.root, n,
+    c.cores)
+  return rate_rows(c, "U-Net 1 proc, scenes/s", cmd, peer_cmd, rate, 2)
 end }
 
 -- - R3D: examples/video3d's 3-d ResNet (Conv3d, BatchNorm3d, AdaptiveAvgPool3d), its training step on a batch of

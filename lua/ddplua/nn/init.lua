@@ -57,5 +57,11 @@ for name, cls in pairs(require("ddplua.nn.transformer_decoder").modules) do nn[n
 for _, family in ipairs(require "ddplua.nn.families") do
   for name, cls in pairs(require(family).modules) do nn[name] = cls end
 end
+-- The library's own module classes, marked for nn.Sequential (rawly: a user's subclass or a class of the user's own is
+-- not marked): their forwards keep no reference to their input or output and return a new tensor or their input,
+-- so Sequential frees an output between two of them once the next has read it (container.lua)
+for _, cls in pairs(nn) do
+  if type(cls) == "table" and rawget(cls, "super") ~= nil and cls.forward then rawset(cls, "_library_module", true) end
+end
 
 return nn

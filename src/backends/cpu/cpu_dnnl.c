@@ -9,7 +9,7 @@
  * each a pass over memory that costs far less than the im2col buffer it
  * replaces. The weights are reordered once per call on the calling
  * thread; the batch is split into chunks over the threads, each chunk one
- * execution of a primitive made for its size, with its own scratchpad, so
+ * execution of a primitive made for its size, with its thread's scratchpad, so
  * executions never share state. The weight gradient sums the chunks'
  * partial gradients (in float32 for bfloat16 calls, rounded once). */
 #include "backends/cpu/cpu_dnnl.h"
@@ -78,7 +78,7 @@ static int run_entry_ready(const conv_entry *e, const void *a, bool a_ready, con
     else if (i < 2) rc = dp_dnnl_exec_reorder(e->reorder[i], &e->user[i], ptr[i], &e->md[i], buf[i], st);
     if (!rc) ptr[i] = buf[i];
   }
-  if (!rc && e->scratch && !(scratch = dp_cpu_alloc(e->scratch))) rc = dp_error("oneDNN: out of memory for scratch");
+  if (!rc && e->scratch && !(scratch = dp_dnnl_thread_scratch(e->scratch))) rc = -1;
   dnnl_memory_t m[5] = {NULL, NULL, NULL, NULL, NULL};
   dnnl_memory_desc_t bias_md, sp_md;
   dnnl_dims_t bd = {e->key.o};
@@ -118,7 +118,6 @@ static int run_entry_ready(const conv_entry *e, const void *a, bool a_ready, con
     if (m[i]) dnnl_memory_destroy(m[i]);
   for (int i = 0; i < 3; i++)
     if (buf[i]) dp_cpu_free(buf[i], size[i]);
-  if (scratch) dp_cpu_free(scratch, e->scratch);
   return rc;
 }
 

@@ -18,6 +18,10 @@ dnnl_engine_t dp_dnnl_engine(void);
 void dp_dnnl_one_omp_thread(void);
 /* the calling thread's stream (NULL if it could not be made) */
 dnnl_stream_t dp_dnnl_thread_stream(void);
+/* the calling thread's scratchpad of at least n bytes (64-byte aligned; NULL with the error set when out of
+ * memory), valid until its next call on this thread: one block a thread, grown to the largest scratchpad asked
+ * for, instead of a block of each primitive's size in the tensor cache */
+void *dp_dnnl_thread_scratch(size_t n);
 void dp_dnnl_count_calls(long n);
 /* the primitive caches' lock (reset in a forked child) */
 void dp_dnnl_cache_lock(void);

@@ -128,7 +128,7 @@ static void mm_free(mm_entry *e) {
 /* Runs primitive e on A, B, C (and bias) on the calling thread's stream. */
 static int mm_run(const mm_entry *e, const void *a, const void *b, void *c, const void *bias) {
   dnnl_stream_t st = dp_dnnl_thread_stream();
-  void *scratch = e->scratch ? dp_cpu_alloc(e->scratch) : NULL;
+  void *scratch = e->scratch ? dp_dnnl_thread_scratch(e->scratch) : NULL;
   dnnl_memory_t m[5] = {NULL, NULL, NULL, NULL, NULL};
   dnnl_memory_desc_t sp_md;
   dnnl_dims_t sd = {(int64_t)e->scratch};
@@ -151,7 +151,6 @@ static int mm_run(const mm_entry *e, const void *a, const void *b, void *c, cons
   }
   for (int i = 0; i < 5; i++)
     if (m[i]) dnnl_memory_destroy(m[i]);
-  if (scratch) dp_cpu_free(scratch, e->scratch);
   return rc;
 }
 
