@@ -296,56 +296,50 @@ M[#M + 1] = { group = "models", run = function(c)
   return rows
 end }
 
--- - DCGAN: examples/dcgan/train.lua (pytorch/examples' DCGAN at 28 x 28: transposed convolutions, BCELoss, two
---   models and three backwards a step) against examples/dcgan/torch_dcgan.py, one process, one epoch over the
---   first 6400 images (1280 under BENCH_QUICK), all cores on both sides: images/s (goal >= 2x, as the CNN), peak RSS.
-M[#M + 1] = { group = "models", run = function(c)
-  local n = c.quick == 1 and 1280 or 6400
-  local function ips(out, what)
-    local v = out:match("D%(G%(z%)%) [%d.]+  %([%d.]+ s, ([%d.]+) images/s%)")
-    if not v then error("bench: no images/s from `" .. what .. "`:\n" .. out, 0) end
+-- an example at one process beside its PyTorch peer, all cores on both sides: the rate `pattern` reads from its
+-- output (goal >= 2x, as the CNN), peak RSS
+local function one_proc_rows(c, name, cmd, peer_cmd, pattern)
+  local function rate(out, what)
+    local v = out:match(pattern)
+    if not v then error(string.format("bench: no %s from `%s`:\n%s", name, what, out), 0) end
     return tonumber(v)
   end
-  local cmd = string.format("%s %s/examples/dcgan/train.lua epochs=1 train_samples=%d run_name=bench_dcgan", c.ddplua,
-    c.root, n)
-  local peer_cmd = string.format("%s %s/examples/dcgan/torch_dcgan.py epochs=1 train_samples=%d threads=%d",
-    c.python_for(c.cores), c.root, n, c.cores)
-  return rate_rows(c, "DCGAN 1 proc, images/s", cmd, peer_cmd, ips, 2)
+  return rate_rows(c, name, cmd, peer_cmd, rate, 2)
+end
+
+-- - DCGAN: examples/dcgan/train.lua (pytorch/examples' DCGAN at 28 x 28: transposed convolutions, BCELoss, two
+--   models and three backwards a step) against examples/dcgan/torch_dcgan.py, one epoch over the first 6400 images
+--   (1280 under BENCH_QUICK): images/s.
+M[#M + 1] = { group = "models", run = function(c)
+  local n = c.quick == 1 and 1280 or 6400
+  return one_proc_rows(c, "DCGAN 1 proc, images/s",
+    string.format("%s %s/examples/dcgan/train.lua epochs=1 train_samples=%d run_name=bench_dcgan", c.ddplua, c.root, n),
+    string.format("%s %s/examples/dcgan/torch_dcgan.py epochs=1 train_samples=%d threads=%d", c.python_for(c.cores),
+      c.root, n, c.cores), "D%(G%(z%)%) [%d.]+  %([%d.]+ s, ([%d.]+) images/s%)")
 end }
 
 -- - ViT: examples/vit/train.lua (a Vision Transformer: patches by a strided Conv2d, a class token, pre-norm
 --   nn.TransformerEncoder layers with GELU, AdamW, label smoothing) against examples/vit/torch_vit.py (the same
---   network in torch.nn), one process, one epoch over the first 5000 images (1280 under BENCH_QUICK), all cores on
---   both sides: images/s (goal >= 2x, as the other models), peak RSS.
+--   network in torch.nn), one epoch over the first 5000 images (1280 under BENCH_QUICK): images/s.
 M[#M + 1] = { group = "models", run = function(c)
   local n = c.quick == 1 and 1280 or 5000
-  local function ips(out, what)
-    local v = out:match("Epoch 1: train loss [%d.]+, ([%d.]+) images/s")
-    if not v then error("bench: no images/s from `" .. what .. "`:\n" .. out, 0) end
-    return tonumber(v)
-  end
-  local cmd = string.format("%s %s/examples/vit/train.lua epochs=1 train_samples=%d test_samples=1000 " ..
-    "run_name=bench_vit", c.ddplua, c.root, n)
-  local peer_cmd = string.format("%s %s/examples/vit/torch_vit.py 1 %d 1000 %d", c.python_for(c.cores), c.root, n,
-    c.cores)
-  return rate_rows(c, "ViT 1 proc, images/s", cmd, peer_cmd, ips, 2)
+  return one_proc_rows(c, "ViT 1 proc, images/s",
+    string.format("%s %s/examples/vit/train.lua epochs=1 train_samples=%d test_samples=1000 run_name=bench_vit",
+      c.ddplua, c.root, n),
+    string.format("%s %s/examples/vit/torch_vit.py 1 %d 1000 %d", c.python_for(c.cores), c.root, n, c.cores),
+    "Epoch 1: train loss [%d.]+, ([%d.]+) images/s")
 end }
 
--- - U-Net: examples/unet/train.lua (segmentation: Conv2d, BatchNorm2d, MaxPool2d, ConvTranspose2d, skip connections by
---   cat, per-pixel cross entropy) against examples/unet/torch_unet.py, one process, one epoch over the first 1600
---   scenes (320 under BENCH_QUICK), all cores on both sides: scenes/s (goal >= 2x), peak RSS.
+-- - U-Net: examples/unet/train.lua (segmentation: Conv2d, BatchNorm2d, MaxPool2d, ConvTranspose2d, skip connections
+--   by cat, per-pixel cross entropy) against examples/unet/torch_unet.py, one epoch over the first 1600 scenes (320
+--   under BENCH_QUICK): scenes/s.
 M[#M + 1] = { group = "models", run = function(c)
   local n = c.quick == 1 and 320 or 1600
-  local function rate(out, what)
-    local v = out:match("Epoch 1: train loss [%d.]+, ([%d.]+) scenes/s")
-    if not v then error("bench: no scenes/s from `" .. what .. "`:\n" .. out, 0) end
-    return tonumber(v)
-  end
-  local cmd = string.format("%s %s/examples/unet/train.lua epochs=1 train_samples=%d test_samples=320 " ..
-    "run_name=bench_unet", c.ddplua, c.root, n)
-  local peer_cmd = string.format("%s %s/examples/unet/torch_unet.py 1 %d 320 %d", c.python_for(c.cores), c.root, n,
-    c.cores)
-  return rate_rows(c, "U-Net 1 proc, scenes/s", cmd, peer_cmd, rate, 2)
+  return one_proc_rows(c, "U-Net 1 proc, scenes/s",
+    string.format("%s %s/examples/unet/train.lua epochs=1 train_samples=%d test_samples=320 run_name=bench_unet",
+      c.ddplua, c.root, n),
+    string.format("%s %s/examples/unet/torch_unet.py 1 %d 320 %d", c.python_for(c.cores), c.root, n, c.cores),
+    "Epoch 1: train loss [%d.]+, ([%d.]+) scenes/s")
 end }
 
 -- - R3D: examples/video3d's 3-d ResNet (Conv3d, BatchNorm3d, AdaptiveAvgPool3d), its training step on a batch of

@@ -92,12 +92,13 @@ describe("nn.Sequential memory", function()
       return x:tanh()
     end
     for _, grad in ipairs({ true, false }) do
+      local inner = Keep() -- inside a library container: the container hands its input on
       local model = nn.Sequential { nn.Linear(8, 8), keep, nn.ReLU(), mine, nn.Linear(8, 8), nn.Identity(),
-        nn.Dropout(0.5):eval(), nn.Sigmoid(), patched, nn.ReLU() }
+        nn.Dropout(0.5):eval(), nn.Sigmoid(), patched, nn.ReLU(), nn.Sequential { inner, nn.ReLU() } }
       local x = ddp.randn(4, 8)
       local y = grad and model(x) or ddp.no_grad(function() return model(x) end)
       -- each held input is still a tensor with its values (using a freed one raises an error)
-      for _, m in ipairs({ keep, mine, patched }) do
+      for _, m in ipairs({ keep, mine, patched, inner }) do
         assert.equal(32, m.input:isfinite():sum():item())
       end
       assert.equal(0, (mine.input - (keep.input * 2):relu()):abs():max():item())

@@ -145,8 +145,24 @@ function MHA:forward(query, key, value, opts)
     if opts.average_attn_weights ~= false then weights = weights:mean(2) end
     if unbatched then weights = weights:squeeze(1) end
   end
-  out = self.out_proj(out:permute(3, 1, 2, 4):reshape(L, N, E))
-  if unbatched then out = out:squeeze(2) elseif self.batch_first then out = out:transpose(1, 2) end
+  -- the heads merged, projected; when this module and its children are the library's, each intermediate goes once
+  -- read (util.release: the collector would hold them, and their storage, past backward)
+  local free = util.is_library(self)
+  local perm = out:permute(3, 1, 2, 4)
+  local merged = perm:reshape(L, N, E)
+  util.release(free, perm, merged)
+  util.release(free, out, merged)
+  out = self.out_proj(merged)
+  util.release(free, merged, out)
+  if unbatched or self.batch_first then
+    local made = unbatched and out:squeeze(2) or out:transpose(1, 2)
+    util.release(free, out, made)
+    out = made
+    -- the views of the caller's query, key and value made above (each would hold its storage)
+    util.release(free, query, out)
+    util.release(free, key, query, out)
+    util.release(free, value, query, key, out)
+  end
   return out, weights
 end
 

@@ -186,11 +186,7 @@ end
 -- in either mode (below); the collection serves the user's modules.
 local BIG_OUTPUT = 1 << 22 -- elements
 local is_tensor, grad_enabled = core.is_tensor, core.is_grad_enabled
--- an instance of one of the library's own classes (nn/init.lua marks them), its forward not replaced
-local function is_library(m)
-  local cls = getmetatable(m)
-  return type(cls) == "table" and rawget(cls, "_library_module") == true and rawget(m, "forward") == nil
-end
+local is_library = require("ddplua.nn.util").is_library
 
 -- the classes whose forward_relu(x) is relu(forward(x)); exact classes
 -- only (a subclass may have a forward of its own)

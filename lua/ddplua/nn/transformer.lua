@@ -58,14 +58,29 @@ local function activate(act, x)
   return act(x)
 end
 
-function Layer:_sa_block(x, mask, kpm, causal)
+-- free: the layer and its children are the library's (util.is_library): each intermediate goes once read. A
+-- module may return its input as it came (an nn.Identity for a norm), so every release keeps the block's input and
+-- what was just made.
+function Layer:_sa_block(x, mask, kpm, causal, free)
   local y = self.self_attn(x, x, x, { attn_mask = mask, key_padding_mask = kpm, need_weights = false,
     is_causal = causal })
-  return self.dropout1(y)
+  local z = self.dropout1(y)
+  util.release(free, y, z, x)
+  return z
 end
 
-function Layer:_ff_block(x)
-  return self.dropout2(self.linear2(self.dropout(activate(self.activation, self.linear1(x)))))
+function Layer:_ff_block(x, free)
+  local user_act = type(self.activation) == "function" -- a function of the user's may keep what it reads or makes
+  local h = self.linear1(x)
+  local a = activate(self.activation, h)
+  util.release(free and not user_act, h, a, x)
+  local d = self.dropout(a)
+  util.release(free and not user_act, a, d, x)
+  local y = self.linear2(d)
+  util.release(free and not (user_act and rawequal(d, a)), d, y, x)
+  local z = self.dropout2(y)
+  util.release(free, y, z, x)
+  return z
 end
 
 local FORWARD = { "src_mask", "src_key_padding_mask", "is_causal" }
@@ -73,12 +88,34 @@ local FORWARD = { "src_mask", "src_key_padding_mask", "is_causal" }
 function Layer:forward(src, opts)
   opts = util.check_opts(tostring(self.__name or "TransformerEncoderLayer") .. " forward", opts, FORWARD)
   local x, m, kpm, c = src, opts.src_mask, opts.src_key_padding_mask, opts.is_causal
+  local free = util.is_library(self)
+  local function release(t, ...) util.release(free, t, x, ...) end -- never the caller's src
   if self.norm_first then
-    x = x + self:_sa_block(self.norm1(x), m, kpm, c)
-    return x + self:_ff_block(self.norm2(x))
+    local h = self.norm1(x)
+    local a = self:_sa_block(h, m, kpm, c, free)
+    release(h, a)
+    local x1 = x + a
+    release(a, x1)
+    local h2 = self.norm2(x1)
+    local f = self:_ff_block(h2, free)
+    release(h2, f, x1)
+    local out = x1 + f
+    release(x1, out, f)
+    release(f, out)
+    return out
   end
-  x = self.norm1(x + self:_sa_block(x, m, kpm, c))
-  return self.norm2(x + self:_ff_block(x))
+  local a = self:_sa_block(x, m, kpm, c, free)
+  local s1 = x + a
+  release(a, s1)
+  local x1 = self.norm1(s1)
+  release(s1, x1)
+  local f = self:_ff_block(x1, free)
+  local s2 = x1 + f
+  release(x1, s2, f)
+  release(f, s2)
+  local out = self.norm2(s2)
+  release(s2, out)
+  return out
 end
 
 function Layer:extra_repr() return "" end
@@ -144,12 +181,19 @@ end
 
 function Encoder:forward(src, opts)
   opts = util.check_opts("TransformerEncoder forward", opts, { "mask", "src_key_padding_mask", "is_causal" })
+  local free = util.is_library(self)
   local x = src
   for i = 1, self.num_layers do
-    x = self.layers[i](x, { src_mask = opts.mask, src_key_padding_mask = opts.src_key_padding_mask,
+    local y = self.layers[i](x, { src_mask = opts.mask, src_key_padding_mask = opts.src_key_padding_mask,
       is_causal = opts.is_causal })
+    util.release(free and i > 1, x, y, src) -- the previous layer's output, not the caller's input
+    x = y
   end
-  if self.norm then x = self.norm(x) end
+  if self.norm then
+    local y = self.norm(x)
+    util.release(free and self.num_layers > 0, x, y, src)
+    x = y
+  end
   return x
 end
 

@@ -9,6 +9,33 @@ local M = {}
 --- functions).
 M.check_opts = require("ddplua.tensor_checks").check_opts
 
+--- An instance of one of the library's own module classes (nn/init.lua marks them rawly: a user's class or subclass
+--- is not marked), its forward not replaced, and so are its children all the way down (a library container hands its
+--- input to its children): its forward keeps no reference to its input or output and returns a new tensor or its
+--- input. The library's forwards free their intermediates between such modules (release, below).
+function M.is_library(m)
+  local cls = getmetatable(m)
+  if type(cls) ~= "table" or rawget(cls, "_library_module") ~= true or rawget(m, "forward") ~= nil then return false end
+  local names = rawget(m, "_module_names")
+  for k = 1, names and #names or 0 do
+    local child = rawget(m, names[k])
+    if child ~= nil and not M.is_library(child) then return false end
+  end
+  return true
+end
+
+--- When `free`: t:free() unless t is not a tensor or is one of the tensors given (a module returned its input as it
+--- came). An intermediate nothing else refers to goes at once, as PyTorch's reference count would free it; the
+--- collector would hold it, and with it (autograd holding its own reference while backward needs it) its storage
+--- until a full collection.
+function M.release(free, t, ...)
+  if not free or not ddp.is_tensor(t) then return end
+  for i = 1, select("#", ...) do
+    if rawequal(t, (select(i, ...))) then return end
+  end
+  t:free()
+end
+
 local function is_options(v) return type(v) == "table" and rawget(v, 1) == nil and getmetatable(v) == nil end
 
 --- PyTorch's way of passing a module's settings: after the required
