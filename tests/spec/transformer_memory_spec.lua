@@ -87,5 +87,14 @@ describe("transformer encoder memory", function()
       R.assert_close(out, R.from(want), 1e-5, 1e-5, "norm_first=" .. tostring(nf))
     end
     assert.equal(3, y:size(1))
+    -- a block replaced on the instance: the user's code, which may keep what it reads
+    local l3 = nn.TransformerEncoderLayer(16, 2, { dim_feedforward = 32, dropout = 0, batch_first = true })
+    local seen
+    function l3._ff_block(self, h)
+      seen = h
+      return self.linear2(self.linear1(h):relu())
+    end
+    l3(ddp.randn(3, 5, 16))
+    assert.equal(3 * 5 * 16, seen:isfinite():sum():item())
   end)
 end)

@@ -88,7 +88,8 @@ local FORWARD = { "src_mask", "src_key_padding_mask", "is_causal" }
 function Layer:forward(src, opts)
   opts = util.check_opts(tostring(self.__name or "TransformerEncoderLayer") .. " forward", opts, FORWARD)
   local x, m, kpm, c = src, opts.src_mask, opts.src_key_padding_mask, opts.is_causal
-  local free = util.is_library(self)
+  -- (a block replaced on the instance is the user's code: it may keep what it reads)
+  local free = util.is_library(self) and rawget(self, "_sa_block") == nil and rawget(self, "_ff_block") == nil
   local function release(t, ...) util.release(free, t, x, ...) end -- never the caller's src
   if self.norm_first then
     local h = self.norm1(x)
