@@ -116,10 +116,14 @@ function MHA:forward(query, key, value, opts)
   local L, N, S = query:size(1), query:size(2), key:size(1)
   local kpm = opts.key_padding_mask
   if kpm and unbatched then kpm = kpm:unsqueeze(1) end
+  -- when this module and its children are the library's, each intermediate below goes once read (util.release:
+  -- the collector would hold it, and its storage, past backward; a view holds its base's)
+  local free = util.is_library(self)
   local w, b = self.in_proj_weight, self.in_proj_bias
-  local q, k, v
+  local q, k, v, qkv
   if key == query and value == query then -- self-attention: one GEMM for the three projections
-    q, k, v = ddp.linear(query, w, b):split(E, 3)
+    qkv = ddp.linear(query, w, b)
+    q, k, v = qkv:split(E, 3)
   else
     local wq, wk, wv = w:split(E, 1)
     local bq, bk, bv
@@ -127,8 +131,15 @@ function MHA:forward(query, key, value, opts)
     q, k, v = ddp.linear(query, wq, bq), ddp.linear(key, wk, bk), ddp.linear(value, wv, bv)
   end
   -- [T, N, E] -> [N, H, T, hd]: strided views, which the fused op reads as they are
-  local function heads(t, T) return t:view(T, N, H, hd):permute(2, 3, 1, 4) end
+  local function heads(t, T)
+    local t4 = t:view(T, N, H, hd)
+    local h = t4:permute(2, 3, 1, 4)
+    util.release(free, t4, h)
+    util.release(free, t, h)
+    return h
+  end
   q, k, v = heads(q, L), heads(k, S), heads(v, S)
+  util.release(free, qkv, q, k, v)
   local mask = merged_mask(self, opts.attn_mask, kpm, N, L, S, query:dtype())
   local causal = opts.is_causal == true and mask == nil
   local p = self.training and self.dropout or 0
@@ -145,9 +156,10 @@ function MHA:forward(query, key, value, opts)
     if opts.average_attn_weights ~= false then weights = weights:mean(2) end
     if unbatched then weights = weights:squeeze(1) end
   end
-  -- the heads merged, projected; when this module and its children are the library's, each intermediate goes once
-  -- read (util.release: the collector would hold them, and their storage, past backward)
-  local free = util.is_library(self)
+  util.release(free, q, out, weights)
+  util.release(free, k, out, weights, q)
+  util.release(free, v, out, weights, q, k)
+  -- the heads merged, projected
   local perm = out:permute(3, 1, 2, 4)
   local merged = perm:reshape(L, N, E)
   util.release(free, perm, merged)
