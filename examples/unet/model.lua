@@ -33,6 +33,11 @@ function UNet:__init(o)
   self.outc = nn.Conv2d(w, o.classes, 1)
 end
 function UNet:forward(x)
+  -- three poolings and three upsamplings meet again only where H and W divide by 8
+  if x:dim() ~= 4 or x:size(3) % 8 ~= 0 or x:size(4) % 8 ~= 0 then
+    error(string.format("UNet: expected images [N, C, H, W] with H and W multiples of 8, got [%s]",
+      table.concat(x:size(), ", ")), 2)
+  end
   local x1 = self.inc(x)
   local x2 = self.down1(x1)
   local x3 = self.down2(x2)

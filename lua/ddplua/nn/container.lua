@@ -225,7 +225,8 @@ function Sequential:forward(x)
       y, last = m(x), m
       i = i + 1
     end
-    if made_by_library and is_library(m) and is_tensor(x) and not rawequal(x, y) then
+    local lib = is_library(m)
+    if made_by_library and lib and is_tensor(x) and not rawequal(x, y) then
       -- nothing else refers to x: free it now, as PyTorch's reference count would. Its storage goes at once
       -- under no_grad, and with grad enabled as soon as backward has used what autograd saved of it, where
       -- the collector would hold it (a young collection no longer frees an output that aged through the
@@ -233,7 +234,7 @@ function Sequential:forward(x)
       x:free()
       dead_big = false
     end
-    x, made_by_library = y, is_library(last)
+    x, made_by_library = y, (rawequal(last, m) and lib) or (not rawequal(last, m) and is_library(last))
   end
   return x
 end
